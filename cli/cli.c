@@ -1,0 +1,84 @@
+/* cli.c — helpers shared by the command files. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <unistd.h>
+
+int cli_report_error(GError *error)
+{
+  int status = CLI_EXIT_USAGE;
+  if (error && error->domain == SIM_ERROR && error->code == SIM_ERROR_OOM)
+    status = CLI_EXIT_FAILURE;
+  g_printerr("parasol: %s\n", error ? error->message : "unknown error");
+  g_clear_error(&error);
+  return status;
+}
+
+gboolean cli_parse_options(GOptionContext *ctx, int *argc, char ***argv)
+{
+  g_autoptr(GError) error = NULL;
+  if (!g_option_context_parse(ctx, argc, argv, &error)) {
+    g_printerr("parasol: %s\n", error->message);
+    g_printerr("Try the command with --help.\n");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_printerr("parasol %s: %s\n", command, msg);
+  return CLI_EXIT_USAGE;
+}
+
+SimGraph *cli_load_model(const char *name, char **params, GError **error)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  for (char **it = params; it && *it; it++)
+    if (!sim_model_params_parse(p, *it, error))
+      return NULL;
+  return sim_model_load(name, p, error);
+}
+
+static char *format_scaled(double v, const char *const *units, double base, int prec)
+{
+  int i = 0;
+  double a = v < 0 ? -v : v;
+  while (a >= base && units[i + 1]) {
+    a /= base;
+    v /= base;
+    i++;
+  }
+  return g_strdup_printf("%.*f %s", prec, v, units[i]);
+}
+
+char *cli_format_count(double v)
+{
+  static const char *const units[] = { "", "k", "M", "G", "T", "P", "E", NULL };
+  return format_scaled(v, units, 1000.0, 2);
+}
+
+char *cli_format_bytes(double bytes)
+{
+  static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", NULL };
+  return format_scaled(bytes, units, 1024.0, 2);
+}
+
+char *cli_format_time(double s)
+{
+  double a = s < 0 ? -s : s;
+  if (a >= 1.0)
+    return g_strdup_printf("%.3f s", s);
+  if (a >= 1e-3)
+    return g_strdup_printf("%.3f ms", s * 1e3);
+  return g_strdup_printf("%.2f us", s * 1e6);
+}
+
+gboolean cli_stderr_is_tty(void)
+{
+  return isatty(STDERR_FILENO);
+}

@@ -1,0 +1,36 @@
+/* cli.h — what the command files of the parasol program share: the command table,
+ * exit statuses, loading models and machines from options, and number formatting. */
+#pragma once
+
+#include "parasol-sim.h"
+
+/* Exit statuses (DESIGN.md, Conventions). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
+
+typedef struct {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv);
+} CliCommand;
+
+/* Prints "parasol: MESSAGE" on stderr and returns the exit status for @error: 2 for bad
+ * input (parse, invalid, unknown, I/O), 1 for a failure of the work.  Frees @error. */
+int cli_report_error(GError *error);
+/* Parses @argv with @ctx; on bad usage prints the message and returns FALSE. */
+gboolean cli_parse_options(GOptionContext *ctx, int *argc, char ***argv);
+/* Prints a usage error ("parasol CMD: MESSAGE") and returns 2. */
+int cli_usage_error(const char *command, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
+/* Builds a model from a zoo name or a graph file, with --param values (each "k=v" or
+ * "k1=v1,k2=v2"); NULL @params is allowed. */
+SimGraph *cli_load_model(const char *name, char **params, GError **error);
+
+/* "1.23 G", "456 M", "7.80 k" */
+char *cli_format_count(double v);
+/* "1.50 GiB" */
+char *cli_format_bytes(double bytes);
+/* "12.3 ms", "4.56 s", "789 us" */
+char *cli_format_time(double seconds);
+
+/* Whether stderr is a terminal (progress lines are shown only then). */
+gboolean cli_stderr_is_tty(void);

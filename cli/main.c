@@ -1,0 +1,48 @@
+/* main.c — the parasol program: dispatches to one command file per command. */
+#include "cli.h"
+#include "parasol-config.h"
+
+#include <locale.h>
+#include <string.h>
+
+/* One line per command; the command files live beside this one (cmd-NAME.c). */
+static const CliCommand commands[] = {
+  /* commands: keep this list in the order `parasol --help` shows them */
+  { NULL, NULL, NULL },
+};
+
+static void print_help(FILE *out)
+{
+  fprintf(out,
+          "Usage: parasol COMMAND [OPTIONS]\n\n"
+          "Finds fast ways to parallelize the training of deep neural networks and\n"
+          "predicts how fast they run.\n\nCommands:\n");
+  for (size_t i = 0; commands[i].name; i++)
+    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\nOptions:\n  --help       this text\n  --version    the version\n\n"
+               "Run 'parasol COMMAND --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+  setlocale(LC_ALL, "");
+  setlocale(LC_NUMERIC, "C");
+  if (argc < 2) {
+    print_help(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = argv[1];
+  if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+    print_help(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
+    printf("parasol %s\n", PARASOL_VERSION);
+    return CLI_EXIT_OK;
+  }
+  for (size_t i = 0; commands[i].name; i++)
+    if (!strcmp(commands[i].name, name))
+      return commands[i].run(argc - 1, argv + 1);
+  g_printerr("parasol: unknown command '%s'; 'parasol --help' lists the commands\n", name);
+  return CLI_EXIT_USAGE;
+}

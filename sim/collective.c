@@ -1,0 +1,2 @@
+/* collective.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* cost.c — being written. */
+#include "sim-private.h"

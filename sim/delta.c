@@ -1,0 +1,2 @@
+/* delta.c — being written. */
+#include "sim-private.h"

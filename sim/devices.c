@@ -1,0 +1,2 @@
+/* devices.c — being written. */
+#include "sim-private.h"

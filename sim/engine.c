@@ -1,0 +1,2 @@
+/* engine.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* graph-json.c — being written. */
+#include "sim-private.h"

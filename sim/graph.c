@@ -1,0 +1,2 @@
+/* graph.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* lower.c — being written. */
+#include "sim-private.h"

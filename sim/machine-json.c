@@ -1,0 +1,2 @@
+/* machine-json.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* machine.c — being written. */
+#include "sim-private.h"

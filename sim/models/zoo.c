@@ -1,0 +1,2 @@
+/* zoo.c — being written. */
+#include "../sim-private.h"

@@ -1,0 +1,2 @@
+/* network.c — being written. */
+#include "sim-private.h"

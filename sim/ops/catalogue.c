@@ -1,0 +1,2 @@
+/* catalogue.c — being written. */
+#include "../sim-private.h"

@@ -1,0 +1,661 @@
+/* parasol-sim.h — the public interface of libsim.
+ *
+ * libsim holds everything needed to predict how long one training iteration of a
+ * deep neural network takes on a machine under a parallelization strategy: the graph
+ * IR and its operator catalogue, the model zoo, the machine model, strategies, the
+ * lowering to a task graph, the discrete-event engine with its network and collective
+ * models, the cost models, memory accounting, delta simulation, reports and traces.
+ *
+ * Types are opaque unless they are small values (shapes, regions, specs) that callers
+ * build on the stack.  Errors on input and I/O are reported through GError in the
+ * SIM_ERROR domain; misuse of the API is caught by g_return_val_if_fail.
+ */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+#include <stdio.h>
+
+G_BEGIN_DECLS
+
+#define SIM_PUBLIC __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                              */
+
+#define SIM_ERROR (sim_error_quark())
+typedef enum {
+  SIM_ERROR_PARSE,     /* malformed file: JSON syntax, wrong format or version      */
+  SIM_ERROR_INVALID,   /* well-formed but impossible: bad shape, degree, bandwidth    */
+  SIM_ERROR_UNKNOWN,   /* an unknown name: model, operator, device, machine, option   */
+  SIM_ERROR_IO,        /* a file could not be read or written                         */
+  SIM_ERROR_OOM,       /* a strategy does not fit in device memory                    */
+} SimErrorCode;
+SIM_PUBLIC GQuark sim_error_quark(void);
+
+/* ---------------------------------------------------------------------------------- */
+/* Tensors: shapes, data types and n-dimensional regions                              */
+
+#define SIM_MAX_DIMS 6
+
+typedef enum {
+  SIM_DTYPE_FP32,
+  SIM_DTYPE_FP16,
+  SIM_DTYPE_BF16,
+  SIM_DTYPE_FP8,
+  SIM_DTYPE_INT32,
+  SIM_DTYPE_INT64,
+  SIM_DTYPE_COUNT
+} SimDType;
+
+SIM_PUBLIC const char *sim_dtype_name(SimDType t);
+/* Returns the dtype named @name ("fp32", "float16", ...) or -1. */
+SIM_PUBLIC int sim_dtype_from_name(const char *name);
+SIM_PUBLIC int sim_dtype_size(SimDType t);
+
+typedef struct {
+  int ndim;
+  int64_t dims[SIM_MAX_DIMS];
+} SimShape;
+
+SIM_PUBLIC SimShape sim_shape_make(int ndim, const int64_t *dims);
+SIM_PUBLIC int64_t sim_shape_numel(const SimShape *s);
+SIM_PUBLIC gboolean sim_shape_equal(const SimShape *a, const SimShape *b);
+/* Writes "[64, 3, 224, 224]" into a newly allocated string. */
+SIM_PUBLIC char *sim_shape_to_string(const SimShape *s);
+
+/* A box of a tensor: for each dimension the half-open range [lo, hi). */
+typedef struct {
+  int ndim;
+  int64_t lo[SIM_MAX_DIMS];
+  int64_t hi[SIM_MAX_DIMS];
+} SimRegion;
+
+SIM_PUBLIC SimRegion sim_region_full(const SimShape *s);
+SIM_PUBLIC int64_t sim_region_volume(const SimRegion *r);
+/* Intersects @a and @b into @out; returns FALSE (and an empty @out) if they are disjoint. */
+SIM_PUBLIC gboolean sim_region_intersect(const SimRegion *a, const SimRegion *b, SimRegion *out);
+SIM_PUBLIC gboolean sim_region_equal(const SimRegion *a, const SimRegion *b);
+SIM_PUBLIC gboolean sim_region_contains(const SimRegion *outer, const SimRegion *inner);
+
+/* ---------------------------------------------------------------------------------- */
+/* The operator catalogue                                                             */
+
+typedef enum {
+  SIM_OP_INPUT,        /* a data source (samples, labels): no compute, no weights   */
+  SIM_OP_LINEAR,       /* Y = X W (+ b), optional fused activation                  */
+  SIM_OP_MATMUL,       /* batched matrix product of two activations                 */
+  SIM_OP_CONV2D,
+  SIM_OP_POOL2D,
+  SIM_OP_BATCHNORM,
+  SIM_OP_LAYERNORM,
+  SIM_OP_EMBEDDING,
+  SIM_OP_UNARY,        /* element-wise: relu, gelu, sigmoid, tanh, exp, identity ...  */
+  SIM_OP_BINARY,       /* element-wise: add, sub, mul, div, with broadcasting        */
+  SIM_OP_SOFTMAX,
+  SIM_OP_DROPOUT,
+  SIM_OP_CONCAT,
+  SIM_OP_SPLIT,
+  SIM_OP_RESHAPE,
+  SIM_OP_TRANSPOSE,
+  SIM_OP_ATTENTION,    /* multi-head attention with its four projections            */
+  SIM_OP_LSTM,         /* an LSTM layer over a chunk of the sequence                */
+  SIM_OP_CROSS_ENTROPY,
+  SIM_OP_MSE_LOSS,
+  SIM_OP_COUNT
+} SimOpType;
+
+typedef enum {
+  SIM_UNARY_IDENTITY,
+  SIM_UNARY_RELU,
+  SIM_UNARY_GELU,
+  SIM_UNARY_SIGMOID,
+  SIM_UNARY_TANH,
+  SIM_UNARY_EXP,
+  SIM_UNARY_SILU,
+  SIM_UNARY_SCALE,
+  SIM_UNARY_COUNT
+} SimUnaryKind;
+
+typedef enum {
+  SIM_BINARY_ADD,
+  SIM_BINARY_SUB,
+  SIM_BINARY_MUL,
+  SIM_BINARY_DIV,
+  SIM_BINARY_COUNT
+} SimBinaryKind;
+
+typedef enum { SIM_POOL_MAX, SIM_POOL_AVG } SimPoolKind;
+
+/* Roles of the dimensions of an operator's iteration space (DESIGN.md, SOAP). */
+typedef enum {
+  SIM_ROLE_SAMPLE,     /* the batch: splitting it is data parallelism               */
+  SIM_ROLE_ATTRIBUTE,  /* spatial or sequence positions                             */
+  SIM_ROLE_PARAMETER,  /* output channels, features, heads: splits the weights       */
+  SIM_ROLE_REDUCTION,  /* contracted dimensions: splitting gives partial sums        */
+  SIM_ROLE_COUNT
+} SimDimRole;
+
+SIM_PUBLIC const char *sim_op_type_name(SimOpType t);
+/* Returns the operator type named @name ("linear", "conv2d", ...) or -1. */
+SIM_PUBLIC int sim_op_type_from_name(const char *name);
+SIM_PUBLIC const char *sim_op_type_description(SimOpType t);
+SIM_PUBLIC const char *sim_dim_role_name(SimDimRole r);
+SIM_PUBLIC const char *sim_unary_kind_name(SimUnaryKind k);
+SIM_PUBLIC const char *sim_binary_kind_name(SimBinaryKind k);
+
+/* ---------------------------------------------------------------------------------- */
+/* Graphs                                                                              */
+
+typedef struct _SimGraph SimGraph;
+
+SIM_PUBLIC SimGraph *sim_graph_new(const char *name);
+SIM_PUBLIC void sim_graph_free(SimGraph *g);
+SIM_PUBLIC SimGraph *sim_graph_copy(const SimGraph *g);
+SIM_PUBLIC const char *sim_graph_get_name(const SimGraph *g);
+
+/* Graph builders.  Each returns the id of the (first) output tensor, or -1.
+ * Errors are sticky, as in cairo: the first error is kept in the graph, later builder
+ * calls do nothing and return -1, and sim_graph_check() reports it.  This keeps model
+ * builders free of error plumbing.  @name may be NULL for a generated one. */
+SIM_PUBLIC int sim_graph_input(SimGraph *g, const char *name, SimDType dtype, int ndim,
+                               const int64_t *dims);
+SIM_PUBLIC int sim_graph_linear(SimGraph *g, const char *name, int x, int64_t out_features,
+                                gboolean bias, SimUnaryKind activation);
+/* a[..., m, k] x b[..., k, n]; with @trans_b, b is [..., n, k].  Leading dimensions equal. */
+SIM_PUBLIC int sim_graph_matmul(SimGraph *g, const char *name, int a, int b, gboolean trans_b);
+
+typedef struct {
+  int64_t out_channels;
+  int kernel[2], stride[2], padding[2], dilation[2];
+  int groups;
+  gboolean bias;
+  SimUnaryKind activation;
+} SimConvParams;
+/* Fills the defaults: stride 1, padding 0, dilation 1, groups 1, no bias, no activation. */
+SIM_PUBLIC SimConvParams sim_conv_params(int64_t out_channels, int kh, int kw);
+SIM_PUBLIC int sim_graph_conv2d(SimGraph *g, const char *name, int x, const SimConvParams *p);
+SIM_PUBLIC int sim_graph_pool2d(SimGraph *g, const char *name, int x, SimPoolKind kind,
+                                int kh, int kw, int sh, int sw, int ph, int pw);
+SIM_PUBLIC int sim_graph_batchnorm(SimGraph *g, const char *name, int x, gboolean relu);
+/* Normalizes over the last dimension. */
+SIM_PUBLIC int sim_graph_layernorm(SimGraph *g, const char *name, int x);
+SIM_PUBLIC int sim_graph_embedding(SimGraph *g, const char *name, int ids, int64_t vocab,
+                                   int64_t dim);
+SIM_PUBLIC int sim_graph_unary(SimGraph *g, const char *name, int x, SimUnaryKind kind);
+SIM_PUBLIC int sim_graph_binary(SimGraph *g, const char *name, int a, int b, SimBinaryKind kind);
+/* Softmax over the last dimension. */
+SIM_PUBLIC int sim_graph_softmax(SimGraph *g, const char *name, int x);
+SIM_PUBLIC int sim_graph_dropout(SimGraph *g, const char *name, int x, double p);
+SIM_PUBLIC int sim_graph_concat(SimGraph *g, const char *name, int axis, int n, const int *xs);
+/* Splits @x along @axis into @n parts of @sizes; the parts' ids go to @outs. */
+SIM_PUBLIC int sim_graph_split(SimGraph *g, const char *name, int x, int axis, int n,
+                               const int64_t *sizes, int *outs);
+/* One dimension of @dims may be -1 (inferred). */
+SIM_PUBLIC int sim_graph_reshape(SimGraph *g, const char *name, int x, int ndim,
+                                 const int64_t *dims);
+SIM_PUBLIC int sim_graph_transpose(SimGraph *g, const char *name, int x, const int *perm);
+/* Multi-head attention: q [b, sq, d], k and v [b, skv, d]; projections Wq, Wk, Wv, Wo.
+ * Pass the same tensor three times for self-attention. */
+SIM_PUBLIC int sim_graph_attention(SimGraph *g, const char *name, int q, int k, int v,
+                                   int heads, int64_t head_dim, gboolean causal);
+/* x [b, s, in]; out [b, s, hidden]. */
+SIM_PUBLIC int sim_graph_lstm(SimGraph *g, const char *name, int x, int64_t hidden);
+/* logits [..., classes], labels [...] (int); output: the per-sample loss [...]. */
+SIM_PUBLIC int sim_graph_cross_entropy(SimGraph *g, const char *name, int logits, int labels);
+SIM_PUBLIC int sim_graph_mse_loss(SimGraph *g, const char *name, int pred, int target);
+
+/* Generic construction by type name and attributes, as the JSON reader does it.
+ * @attrs maps attribute names to JsonNode-free values: see SimAttrs below. */
+typedef struct _SimAttrs SimAttrs;
+SIM_PUBLIC SimAttrs *sim_attrs_new(SimOpType type);
+SIM_PUBLIC void sim_attrs_free(SimAttrs *a);
+SIM_PUBLIC gboolean sim_attrs_set_int(SimAttrs *a, const char *name, int64_t v, GError **error);
+SIM_PUBLIC gboolean sim_attrs_set_ints(SimAttrs *a, const char *name, int n, const int64_t *v,
+                                       GError **error);
+SIM_PUBLIC gboolean sim_attrs_set_float(SimAttrs *a, const char *name, double v, GError **error);
+/* For enumerated attributes ("relu", "max"); also accepts booleans as "true"/"false". */
+SIM_PUBLIC gboolean sim_attrs_set_string(SimAttrs *a, const char *name, const char *v,
+                                         GError **error);
+/* Adds an operator; returns its id or -1 with @error set (the graph's sticky error is
+ * not touched).  @attrs is not taken. */
+SIM_PUBLIC int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs,
+                                const int *inputs, const SimAttrs *attrs, GError **error);
+
+/* Reports the sticky builder error, if any. */
+SIM_PUBLIC gboolean sim_graph_check(const SimGraph *g, GError **error);
+
+/* Marks @op as a candidate for selective recomputation (large, cheap activations such as
+ * attention scores), as Korthikanti et al. 2022 do. */
+SIM_PUBLIC void sim_graph_set_selective_recompute(SimGraph *g, int op, gboolean on);
+
+/* Marks @op as the end of a layer: with full recomputation only the outputs of marked ops
+ * are kept between the forward and the backward pass, and the ops after one mark up to the
+ * next are recomputed together (Megatron checkpoints every transformer layer). */
+SIM_PUBLIC void sim_graph_set_checkpoint(SimGraph *g, int op, gboolean on);
+SIM_PUBLIC gboolean sim_graph_op_is_checkpoint(const SimGraph *g, int op);
+SIM_PUBLIC gboolean sim_graph_op_is_selective_recompute(const SimGraph *g, int op);
+
+/* Rewrites the dtype of every floating-point tensor and weight (fp32 models trained in
+ * fp16 mixed precision compute in fp16).  Integer tensors are left alone. */
+SIM_PUBLIC void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype);
+
+/* Queries.  Ops are numbered 0..n-1 in insertion order, which is a topological order. */
+SIM_PUBLIC int sim_graph_n_ops(const SimGraph *g);
+SIM_PUBLIC int sim_graph_n_tensors(const SimGraph *g);
+SIM_PUBLIC SimOpType sim_graph_op_type(const SimGraph *g, int op);
+SIM_PUBLIC const char *sim_graph_op_name(const SimGraph *g, int op);
+SIM_PUBLIC int sim_graph_op_by_name(const SimGraph *g, const char *name);
+SIM_PUBLIC int sim_graph_op_n_inputs(const SimGraph *g, int op);
+SIM_PUBLIC int sim_graph_op_input(const SimGraph *g, int op, int i);
+SIM_PUBLIC int sim_graph_op_n_outputs(const SimGraph *g, int op);
+SIM_PUBLIC int sim_graph_op_output(const SimGraph *g, int op, int i);
+SIM_PUBLIC int sim_graph_op_n_weights(const SimGraph *g, int op);
+SIM_PUBLIC SimShape sim_graph_op_weight_shape(const SimGraph *g, int op, int i);
+SIM_PUBLIC int64_t sim_graph_op_n_params(const SimGraph *g, int op);
+SIM_PUBLIC SimShape sim_graph_tensor_shape(const SimGraph *g, int t);
+SIM_PUBLIC SimDType sim_graph_tensor_dtype(const SimGraph *g, int t);
+SIM_PUBLIC const char *sim_graph_tensor_name(const SimGraph *g, int t);
+/* The op that produces tensor @t. */
+SIM_PUBLIC int sim_graph_tensor_producer(const SimGraph *g, int t);
+SIM_PUBLIC int sim_graph_tensor_n_consumers(const SimGraph *g, int t);
+SIM_PUBLIC int sim_graph_tensor_consumer(const SimGraph *g, int t, int i);
+
+/* Totals over the whole graph, for one iteration of the full batch. */
+SIM_PUBLIC int64_t sim_graph_n_params(const SimGraph *g);
+SIM_PUBLIC double sim_graph_forward_flops(const SimGraph *g);
+SIM_PUBLIC double sim_graph_backward_flops(const SimGraph *g);
+SIM_PUBLIC double sim_graph_op_forward_flops(const SimGraph *g, int op);
+SIM_PUBLIC double sim_graph_op_backward_flops(const SimGraph *g, int op);
+SIM_PUBLIC double sim_graph_op_bytes(const SimGraph *g, int op); /* forward, read + written */
+/* The batch size: the extent of the sample dimension shared by the graph's inputs. */
+SIM_PUBLIC int64_t sim_graph_batch_size(const SimGraph *g);
+/* Tokens per sample (sequence length) for language models, 1 otherwise. */
+SIM_PUBLIC int64_t sim_graph_tokens_per_sample(const SimGraph *g);
+SIM_PUBLIC void sim_graph_set_tokens_per_sample(SimGraph *g, int64_t tokens);
+
+/* The iteration space of an operator (DESIGN.md, "Iteration space and sharding"). */
+SIM_PUBLIC int sim_graph_op_n_dims(const SimGraph *g, int op);
+SIM_PUBLIC const char *sim_graph_op_dim_name(const SimGraph *g, int op, int d);
+SIM_PUBLIC SimDimRole sim_graph_op_dim_role(const SimGraph *g, int op, int d);
+SIM_PUBLIC int64_t sim_graph_op_dim_size(const SimGraph *g, int op, int d);
+/* FALSE where the operator cannot be split along @d (an LSTM's time steps, say). */
+SIM_PUBLIC gboolean sim_graph_op_dim_splittable(const SimGraph *g, int op, int d);
+
+/* JSON ("format": "parasol-graph", "version": 1).  The reader re-runs shape inference and
+ * names the file and the operator in its errors. */
+SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);
+SIM_PUBLIC SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error);
+SIM_PUBLIC gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error);
+SIM_PUBLIC SimGraph *sim_graph_load(const char *path, GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* The model zoo                                                                       */
+
+/* A parameter of a zoo model ("batch", "hidden", "layers", ...). */
+typedef struct {
+  const char *name;
+  int64_t value;
+  const char *help;
+} SimModelParam;
+
+typedef struct _SimModelParams SimModelParams;
+SIM_PUBLIC SimModelParams *sim_model_params_new(void);
+SIM_PUBLIC void sim_model_params_free(SimModelParams *p);
+/* Parses "k=v" or "k1=v1,k2=v2"; values take k/M/G suffixes (1k = 1000). */
+SIM_PUBLIC gboolean sim_model_params_parse(SimModelParams *p, const char *text, GError **error);
+SIM_PUBLIC void sim_model_params_set(SimModelParams *p, const char *name, int64_t value);
+SIM_PUBLIC gboolean sim_model_params_lookup(const SimModelParams *p, const char *name,
+                                            int64_t *value);
+
+SIM_PUBLIC int sim_zoo_n_models(void);
+SIM_PUBLIC const char *sim_zoo_model_name(int i);
+SIM_PUBLIC const char *sim_zoo_model_description(int i);
+/* The parameters model @name accepts, with their defaults; NULL-terminated, static. */
+SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
+/* Builds zoo model @name ("resnet-50", "gpt3-175b", "gpt") with @params (may be NULL).
+ * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
+SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,
+                                   GError **error);
+/* A zoo name or a graph file. */
+SIM_PUBLIC SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
+                                    GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* Devices and machines                                                                */
+
+/* The specification of one accelerator, with the source of its figures. */
+typedef struct {
+  const char *name;               /* "a100-80gb"                                    */
+  const char *vendor_name;        /* "NVIDIA A100 SXM4 80GB"                        */
+  double peak_flops[SIM_DTYPE_COUNT]; /* dense FLOP/s per dtype (tensor cores where used) */
+  double mem_bandwidth;           /* bytes/s of device memory                      */
+  int64_t mem_capacity;           /* bytes                                         */
+  int sm_count;                   /* streaming multiprocessors, for wave quantization */
+  double launch_overhead;         /* seconds per kernel launch                     */
+  const char *source;             /* where the figures come from                   */
+} SimDeviceSpec;
+
+SIM_PUBLIC int sim_device_library_n(void);
+SIM_PUBLIC const SimDeviceSpec *sim_device_library_get(int i);
+SIM_PUBLIC const SimDeviceSpec *sim_device_library_lookup(const char *name);
+
+typedef enum {
+  SIM_LINK_NVLINK,
+  SIM_LINK_NVSWITCH,
+  SIM_LINK_PCIE,
+  SIM_LINK_INTERSOCKET,  /* QPI/UPI between host bridges */
+  SIM_LINK_NIC,          /* PCIe switch to NIC           */
+  SIM_LINK_NETWORK,      /* NIC to switch, switch to switch (InfiniBand, Ethernet) */
+  SIM_LINK_KIND_COUNT
+} SimLinkKind;
+
+SIM_PUBLIC const char *sim_link_kind_name(SimLinkKind k);
+
+typedef struct _SimMachine SimMachine;
+
+/* Loads a machine by library name ("dgx-a100", "dgx-a100:64" for 64 nodes) or from a JSON
+ * file ("format": "parasol-machine").  Errors name the file and the place in it. */
+SIM_PUBLIC SimMachine *sim_machine_load(const char *name_or_file, GError **error);
+SIM_PUBLIC SimMachine *sim_machine_from_json(const char *text, const char *filename,
+                                             int node_count_override, GError **error);
+SIM_PUBLIC void sim_machine_free(SimMachine *m);
+SIM_PUBLIC const char *sim_machine_get_name(const SimMachine *m);
+/* Names of the machines in the embedded library, with one-line descriptions. */
+SIM_PUBLIC char **sim_machine_library_names(void);
+SIM_PUBLIC char *sim_machine_library_description(const char *name);
+
+SIM_PUBLIC int sim_machine_n_devices(const SimMachine *m);
+SIM_PUBLIC int sim_machine_n_nodes(const SimMachine *m);
+SIM_PUBLIC int sim_machine_device_node(const SimMachine *m, int dev);
+/* The index of @dev inside its node (0..gpus per node - 1). */
+SIM_PUBLIC int sim_machine_device_local_rank(const SimMachine *m, int dev);
+SIM_PUBLIC int sim_machine_node_n_devices(const SimMachine *m, int node);
+SIM_PUBLIC const SimDeviceSpec *sim_machine_device_spec(const SimMachine *m, int dev);
+SIM_PUBLIC int sim_machine_n_links(const SimMachine *m);
+SIM_PUBLIC SimLinkKind sim_machine_link_kind(const SimMachine *m, int link);
+SIM_PUBLIC double sim_machine_link_bandwidth(const SimMachine *m, int link); /* bytes/s */
+SIM_PUBLIC double sim_machine_link_latency(const SimMachine *m, int link);   /* seconds */
+/* "node3/gpu2->nvswitch" */
+SIM_PUBLIC const char *sim_machine_link_name(const SimMachine *m, int link);
+/* The route from device @src to device @dst as directed link ids (transfer none; valid
+ * while the machine lives).  @src == @dst gives zero links. */
+SIM_PUBLIC const int *sim_machine_route(SimMachine *m, int src, int dst, int *n_links);
+/* Bottleneck bandwidth (bytes/s) and summed latency (s) of the route. */
+SIM_PUBLIC double sim_machine_bandwidth(SimMachine *m, int src, int dst);
+SIM_PUBLIC double sim_machine_latency(SimMachine *m, int src, int dst);
+SIM_PUBLIC char *sim_machine_to_json(const SimMachine *m);
+
+/* ---------------------------------------------------------------------------------- */
+/* Cost models                                                                         */
+
+/* The kernels an operator shard runs in one pass; the cost model prices each. */
+typedef enum {
+  SIM_KERNEL_GEMM,        /* batch x (m x k) . (k x n)                                */
+  SIM_KERNEL_CONV,        /* implicit GEMM: m = n*ho*wo, n = c_out, k = c_in*kh*kw/g    */
+  SIM_KERNEL_MEMORY,      /* element-wise, normalization, softmax: bandwidth bound      */
+  SIM_KERNEL_GATHER,      /* embedding lookups and their scatter-add backward           */
+  SIM_KERNEL_RECURRENT,   /* an LSTM step loop: GEMMs that run one after the other      */
+  SIM_KERNEL_OPTIMIZER,   /* the weight update                                         */
+  SIM_KERNEL_KIND_COUNT
+} SimKernelKind;
+
+typedef struct {
+  SimKernelKind kind;
+  SimDType dtype;
+  int64_t m, n, k, batch;  /* GEMM-like kernels; batch >= 1                          */
+  int64_t steps;           /* recurrent kernels: sequential steps                      */
+  double flops;
+  double bytes;            /* read + written                                         */
+} SimKernel;
+
+SIM_PUBLIC const char *sim_kernel_kind_name(SimKernelKind k);
+
+typedef enum { SIM_PASS_FORWARD, SIM_PASS_BACKWARD, SIM_PASS_UPDATE, SIM_PASS_COUNT } SimPass;
+SIM_PUBLIC const char *sim_pass_name(SimPass p);
+
+#define SIM_MAX_KERNELS 12
+typedef struct {
+  int n;
+  SimKernel k[SIM_MAX_KERNELS];
+} SimWork;
+
+/* The work of op @op of @g in @pass when its iteration dimensions have the extents
+ * @extent (one shard).  NULL @extent means the whole operator. */
+SIM_PUBLIC void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass pass,
+                                  SimWork *work);
+SIM_PUBLIC double sim_work_flops(const SimWork *w);
+SIM_PUBLIC double sim_work_bytes(const SimWork *w);
+/* A key that identifies the shard's shapes for profile databases, e.g.
+ * "linear|x=[8,1024,4096]|w=[4096,1024]|fp16|act=none". */
+SIM_PUBLIC char *sim_graph_op_shard_key(const SimGraph *g, int op, const int64_t *extent);
+
+typedef struct _SimCostModel SimCostModel;
+
+/* A cost model is a struct of function pointers (STYLE.md 4).  New slots go at the end. */
+#define SIM_COST_MODEL_API_VERSION 1
+typedef struct {
+  int api_version;           /* SIM_COST_MODEL_API_VERSION                          */
+  const char *name;
+  /* Required: the time of one kernel on @dev, in seconds, launch overhead included. */
+  double (*kernel_time)(SimCostModel *self, const SimDeviceSpec *dev, const SimKernel *k);
+  /* Optional (NULL: price each kernel of the work): the time of a whole operator shard
+   * in @pass, or a negative number when this model does not know it, in which case the
+   * kernels of the work are priced by the fallback model. */
+  double (*op_time)(SimCostModel *self, const SimDeviceSpec *dev, const SimGraph *g, int op,
+                    const int64_t *extent, SimPass pass);
+  /* Optional: releases the model's private data. */
+  void (*finalize)(SimCostModel *self);
+} SimCostModelClass;
+
+struct _SimCostModel {
+  const SimCostModelClass *klass;
+  SimCostModel *fallback;    /* consulted when op_time answers negative; may be NULL */
+  void *priv;
+};
+
+/* Roofline efficiencies: achieved fractions of peak FLOP/s and memory bandwidth. */
+typedef struct {
+  double gemm_efficiency;      /* large, well-shaped GEMMs                              */
+  double conv_efficiency;
+  double memory_efficiency;    /* streaming kernels                                    */
+  double gather_efficiency;
+  double recurrent_efficiency;
+  gboolean tile_quantization;  /* model tile and wave quantization of GEMMs            */
+} SimRooflineParams;
+
+SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);
+SIM_PUBLIC SimCostModel *sim_cost_model_new_roofline(const SimRooflineParams *params);
+SIM_PUBLIC void sim_cost_model_free(SimCostModel *m);
+SIM_PUBLIC double sim_cost_model_kernel_time(SimCostModel *m, const SimDeviceSpec *dev,
+                                             const SimKernel *k);
+/* The time of an operator shard in @pass: op_time of the stack if one answers, else the
+ * sum of its kernels' times. */
+SIM_PUBLIC double sim_cost_model_op_time(SimCostModel *m, const SimDeviceSpec *dev,
+                                         const SimGraph *g, int op, const int64_t *extent,
+                                         SimPass pass);
+
+/* ---------------------------------------------------------------------------------- */
+/* Strategies                                                                          */
+
+typedef enum {
+  SIM_SCHEDULE_GPIPE,
+  SIM_SCHEDULE_1F1B,
+  SIM_SCHEDULE_INTERLEAVED,   /* interleaved 1F1B with several model chunks per stage */
+} SimSchedule;
+
+typedef enum {
+  SIM_ALLREDUCE_RING,
+  SIM_ALLREDUCE_TREE,
+  SIM_ALLREDUCE_HIERARCHICAL,
+} SimAllreduceAlgo;
+
+typedef enum {
+  SIM_RECOMPUTE_NONE,
+  SIM_RECOMPUTE_SELECTIVE,
+  SIM_RECOMPUTE_FULL,
+} SimRecompute;
+
+typedef enum {
+  SIM_PRECISION_FP32,
+  SIM_PRECISION_MIXED_FP16,  /* fp16 compute, fp32 master weights */
+  SIM_PRECISION_MIXED_BF16,
+} SimPrecision;
+
+typedef enum { SIM_OPTIMIZER_SGD, SIM_OPTIMIZER_ADAM } SimOptimizer;
+
+SIM_PUBLIC const char *sim_schedule_name(SimSchedule s);
+SIM_PUBLIC const char *sim_allreduce_algo_name(SimAllreduceAlgo a);
+SIM_PUBLIC const char *sim_recompute_name(SimRecompute r);
+SIM_PUBLIC const char *sim_precision_name(SimPrecision p);
+
+typedef struct _SimStrategy SimStrategy;
+
+/* A strategy for @g on @m with every operator on device 0, one stage, one micro-batch. */
+SIM_PUBLIC SimStrategy *sim_strategy_new(const SimGraph *g, const SimMachine *m);
+SIM_PUBLIC SimStrategy *sim_strategy_copy(const SimStrategy *s);
+SIM_PUBLIC void sim_strategy_free(SimStrategy *s);
+SIM_PUBLIC gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b);
+
+/* Per-operator configuration: a degree for each iteration dimension and the devices of
+ * the shards, in row-major order of the shard coordinates (the last dimension fastest).
+ * @devices holds the product of the degrees entries. */
+SIM_PUBLIC gboolean sim_strategy_set_op(SimStrategy *s, int op, const int *degrees,
+                                        const int *devices, GError **error);
+SIM_PUBLIC const int *sim_strategy_op_degrees(const SimStrategy *s, int op);
+SIM_PUBLIC const int *sim_strategy_op_devices(const SimStrategy *s, int op, int *n);
+SIM_PUBLIC int sim_strategy_op_n_shards(const SimStrategy *s, int op);
+
+/* Pipeline: stage @i owns ops and a device group; sim_strategy_set_stages() replaces all
+ * stages.  @op_stage gives the stage of every op; stage i runs on @stage_devices[i]
+ * (@stage_n_devices[i] entries).  With the interleaved schedule, stage i runs on device
+ * group i % (n_stages / chunks). */
+SIM_PUBLIC gboolean sim_strategy_set_stages(SimStrategy *s, int n_stages, const int *op_stage,
+                                            const int *const *stage_devices,
+                                            const int *stage_n_devices, GError **error);
+SIM_PUBLIC int sim_strategy_n_stages(const SimStrategy *s);
+SIM_PUBLIC int sim_strategy_op_stage(const SimStrategy *s, int op);
+SIM_PUBLIC void sim_strategy_set_microbatches(SimStrategy *s, int n);
+SIM_PUBLIC int sim_strategy_get_microbatches(const SimStrategy *s);
+SIM_PUBLIC void sim_strategy_set_schedule(SimStrategy *s, SimSchedule sched, int chunks);
+SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chunks);
+
+typedef struct {
+  SimAllreduceAlgo algorithm;
+  int64_t bucket_bytes;       /* 0: one collective per weight                        */
+  gboolean overlap;           /* start gradient sync during the backward pass        */
+} SimSyncOptions;
+
+typedef struct {
+  SimRecompute recompute;
+  gboolean zero1;             /* shard optimizer states over data-parallel replicas   */
+  SimPrecision precision;
+  SimOptimizer optimizer;
+} SimMemoryOptions;
+
+SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);
+SIM_PUBLIC SimSyncOptions sim_strategy_get_sync(const SimStrategy *s);
+SIM_PUBLIC void sim_strategy_set_memory(SimStrategy *s, const SimMemoryOptions *o);
+SIM_PUBLIC SimMemoryOptions sim_strategy_get_memory(const SimStrategy *s);
+
+/* Validates against the graph and machine: degrees that divide their dimensions (the
+ * sample dimension per micro-batch), existing devices, stages that cover every op,
+ * consistent device groups.  Messages name the operator and the dimension. */
+SIM_PUBLIC gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g,
+                                          const SimMachine *m, GError **error);
+
+/* JSON ("format": "parasol-strategy", "version": 1).  Operators are named. */
+SIM_PUBLIC char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g);
+SIM_PUBLIC SimStrategy *sim_strategy_from_json(const char *text, const char *filename,
+                                               const SimGraph *g, const SimMachine *m,
+                                               GError **error);
+SIM_PUBLIC SimStrategy *sim_strategy_load(const char *path, const SimGraph *g,
+                                          const SimMachine *m, GError **error);
+SIM_PUBLIC gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *path,
+                                      GError **error);
+
+/* Builders. */
+/* Every op data parallel over @n_devices devices starting at device 0 (sample dims split
+ * as far as they divide), weights replicated. */
+SIM_PUBLIC SimStrategy *sim_strategy_data_parallel(const SimGraph *g, const SimMachine *m,
+                                                   int n_devices, GError **error);
+
+typedef struct {
+  int dp, tp, pp;
+  int microbatches;           /* 0: derived from global batch and micro-batch size    */
+  int64_t microbatch_size;    /* samples per micro-batch per data-parallel replica    */
+  SimSchedule schedule;
+  int chunks;                 /* model chunks per stage (interleaved)                 */
+  gboolean sequence_parallel;
+  SimSyncOptions sync;
+  SimMemoryOptions memory;
+} SimMegatronOptions;
+
+SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);
+/* Megatron-style plan: tensor parallelism inside the group of @tp consecutive devices
+ * (column-parallel, then row-parallel linear layers; attention heads split; vocabulary-
+ * parallel embedding and loss), @pp pipeline stages of consecutive layers, @dp replicas.
+ * Rank order: tensor fastest, then pipeline, then data (Megatron's). */
+SIM_PUBLIC SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
+                                              const SimMegatronOptions *o, GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* Simulation                                                                          */
+
+typedef enum {
+  SIM_DETAIL_STEPS,   /* collectives expanded into per-step transfers on real links */
+  SIM_DETAIL_FLOWS,   /* one flow per peer and collective, analytic step latencies  */
+} SimDetail;
+
+typedef struct {
+  SimDetail detail;
+  gboolean fold;           /* simulate one of each set of symmetric devices            */
+  gboolean keep_timeline;  /* record every task's start and end (traces, tests)        */
+} SimOptions;
+
+SIM_PUBLIC SimOptions sim_options_default(void);
+
+typedef struct _SimReport SimReport;
+
+/* Simulates one training iteration.  Returns NULL with @error set on invalid input; an
+ * out-of-memory strategy still yields a report, whose sim_report_fits() is FALSE. */
+SIM_PUBLIC SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                   SimCostModel *cost, const SimOptions *o, GError **error);
+SIM_PUBLIC void sim_report_free(SimReport *r);
+SIM_PUBLIC double sim_report_iteration_time(const SimReport *r);
+SIM_PUBLIC double sim_report_throughput(const SimReport *r);      /* samples/s */
+SIM_PUBLIC double sim_report_token_throughput(const SimReport *r);
+SIM_PUBLIC double sim_report_mfu(const SimReport *r);
+SIM_PUBLIC gboolean sim_report_fits(const SimReport *r);
+SIM_PUBLIC int64_t sim_report_peak_memory(const SimReport *r, int dev);
+SIM_PUBLIC int64_t sim_report_max_peak_memory(const SimReport *r);
+SIM_PUBLIC double sim_report_compute_time(const SimReport *r, int dev);
+SIM_PUBLIC double sim_report_comm_time(const SimReport *r, int dev);
+SIM_PUBLIC int64_t sim_report_n_tasks(const SimReport *r);
+SIM_PUBLIC void sim_report_print(const SimReport *r, FILE *out);
+SIM_PUBLIC char *sim_report_to_json(const SimReport *r);
+SIM_PUBLIC gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **error);
+
+/* Delta simulation: a simulator that keeps its task graph and timeline between calls.
+ * After sim_session_set_op() changes some operators, sim_session_run() re-lowers and
+ * re-simulates only what the changes touch.  Results equal those of sim_simulate(). */
+typedef struct _SimSession SimSession;
+SIM_PUBLIC SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                       SimCostModel *cost, const SimOptions *o, GError **error);
+SIM_PUBLIC void sim_session_free(SimSession *ss);
+SIM_PUBLIC gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees,
+                                       const int *devices, GError **error);
+SIM_PUBLIC double sim_session_run(SimSession *ss);
+SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
+SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimGraph, sim_graph_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimAttrs, sim_attrs_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimModelParams, sim_model_params_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimMachine, sim_machine_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimCostModel, sim_cost_model_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimStrategy, sim_strategy_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimReport, sim_report_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimSession, sim_session_free)
+
+G_END_DECLS

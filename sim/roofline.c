@@ -1,0 +1,2 @@
+/* roofline.c — being written. */
+#include "sim-private.h"

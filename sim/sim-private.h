@@ -1,0 +1,345 @@
+/* sim-private.h — struct bodies and internal helpers shared by the files of libsim.
+ * Nothing outside sim/ includes this header: other components use parasol-sim.h. */
+#pragma once
+
+#include "parasol-sim.h"
+
+G_BEGIN_DECLS
+
+/* ---------------------------------------------------------------------------------- */
+/* Operator attributes                                                                 */
+
+#define SIM_MAX_ATTRS 16
+#define SIM_MAX_ITER 8      /* dimensions of an operator's iteration space            */
+#define SIM_MAX_WEIGHTS 8
+
+typedef enum {
+  SIM_ATTR_INT,
+  SIM_ATTR_BOOL,
+  SIM_ATTR_FLOAT,
+  SIM_ATTR_INTS,    /* up to SIM_MAX_DIMS integers (kernel sizes, shapes, permutations) */
+  SIM_ATTR_ENUM,    /* one of the names in SimAttrSpec.enum_names, stored as its index  */
+} SimAttrType;
+
+typedef struct {
+  const char *name;
+  SimAttrType type;
+  double default_value;              /* INT, BOOL, FLOAT, ENUM (index)                  */
+  const char *const *enum_names;     /* ENUM: NULL-terminated                            */
+  gboolean required;                 /* no default: the builder must set it              */
+} SimAttrSpec;
+
+typedef struct {
+  gboolean set;
+  int n;                             /* INTS: number of values                           */
+  int64_t i[SIM_MAX_DIMS];           /* INT, BOOL, ENUM in i[0]; INTS in i[0..n)          */
+  double f;                          /* FLOAT                                            */
+} SimAttrValue;
+
+struct _SimAttrs {
+  SimOpType type;
+  SimAttrValue v[SIM_MAX_ATTRS];     /* indexed like the class's attribute specs          */
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* The iteration space of an operator and the way its tensors are indexed             */
+
+/* Convention: iteration dimension 0 of every operator is its sample dimension, the
+ * batch, and the lowering divides it by the number of micro-batches. */
+typedef struct {
+  char name[12];                     /* "b", "s", "cout", "heads", "k", ...              */
+  SimDimRole role;
+  int64_t size;
+  gboolean splittable;
+} SimIterDim;
+
+/* How one dimension of a tensor is indexed by the iteration space: for a shard whose
+ * iteration dimensions cover [lo, hi), the tensor index along this dimension is
+ *   dim * stride + kdim * dilation - shift,
+ * so the tensor range is the image of the box, clipped to [0, size).  dim == -1 means
+ * the whole tensor dimension is touched by every shard.  kdim == -1 means no kernel
+ * term.  Identity: dim = d, stride 1, kdim -1, shift 0.  A convolution's input rows:
+ * dim = ho, stride = sh, kdim = kh, dilation = dh, shift = ph.  A concat input i:
+ * dim = axis, shift = offset of input i. */
+typedef struct {
+  int8_t dim;
+  int8_t kdim;
+  int32_t stride;
+  int32_t dilation;
+  int64_t shift;
+} SimDimMap;
+
+typedef struct {
+  int ndim;                          /* the tensor's rank                                */
+  SimDimMap map[SIM_MAX_DIMS];
+} SimTensorMap;
+
+typedef struct {
+  int ndims;
+  SimIterDim dims[SIM_MAX_ITER];
+  /* Maps of the inputs, weights and outputs, n_inputs + n_weights + n_outputs of them, in
+   * that order; see sim_space_input_map() and friends. */
+  SimTensorMap *maps;
+} SimIterSpace;
+
+/* ---------------------------------------------------------------------------------- */
+/* Graph                                                                               */
+
+typedef struct _SimOp SimOp;
+
+struct _SimOp {
+  int id;
+  SimOpType type;
+  char *name;
+  SimAttrValue attrs[SIM_MAX_ATTRS];
+  int n_inputs;
+  int *inputs;                       /* tensor ids                                       */
+  SimShape *in_shape;                /* copies of the input shapes, for the catalogue     */
+  SimDType *in_dtype;
+  int n_outputs;
+  int *outputs;                      /* tensor ids                                       */
+  SimShape *out_shape;               /* set by the class's infer()                        */
+  SimDType *out_dtype;
+  int n_weights;
+  SimShape w_shape[SIM_MAX_WEIGHTS]; /* set by infer()                                    */
+  SimDType w_dtype;
+  SimIterSpace space;                /* set by the class's space() after infer()          */
+  gboolean selective_recompute;
+  gboolean checkpoint;
+};
+
+typedef struct {
+  int id;
+  char *name;
+  SimShape shape;
+  SimDType dtype;
+  int producer;                      /* op id                                            */
+  int producer_slot;                 /* output index in the producer                      */
+  GArray *consumers;                 /* op ids (int), in insertion order                  */
+} SimTensor;
+
+struct _SimGraph {
+  char *name;
+  GPtrArray *ops;                    /* SimOp*                                           */
+  GPtrArray *tensors;                /* SimTensor*                                       */
+  GHashTable *op_names;              /* name -> op id + 1                                */
+  GError *sticky_error;
+  int64_t tokens_per_sample;
+  int name_counter[SIM_OP_COUNT];
+};
+
+static inline SimOp *sim_graph_op_get(const SimGraph *g, int op)
+{
+  return (SimOp *)g->ops->pdata[op];
+}
+
+static inline SimTensor *sim_graph_tensor_get(const SimGraph *g, int t)
+{
+  return (SimTensor *)g->tensors->pdata[t];
+}
+
+static inline const SimTensorMap *sim_space_input_map(const SimOp *op, int i)
+{
+  return &op->space.maps[i];
+}
+static inline const SimTensorMap *sim_space_weight_map(const SimOp *op, int i)
+{
+  return &op->space.maps[op->n_inputs + i];
+}
+static inline const SimTensorMap *sim_space_output_map(const SimOp *op, int i)
+{
+  return &op->space.maps[op->n_inputs + op->n_weights + i];
+}
+
+/* Allocates op->space.maps for the op's tensors and sets every map to "whole tensor"
+ * (dim -1) with the tensor's rank; space() implementations then fill in the maps. */
+void sim_space_init(SimOp *op, int ndims);
+/* Sets iteration dimension @d. */
+void sim_space_dim(SimOp *op, int d, const char *name, SimDimRole role, int64_t size,
+                   gboolean splittable);
+/* Sets identity indexing: tensor dimension @tdim of @map is iteration dimension @d. */
+void sim_map_identity(SimTensorMap *map, int tdim, int d);
+/* Sets the full affine form (see SimDimMap). */
+void sim_map_affine(SimTensorMap *map, int tdim, int d, int stride, int kdim, int dilation,
+                    int64_t shift);
+
+/* The region of a tensor with @shape, indexed by @map, touched by the shard whose
+ * iteration dimensions cover [lo[d], hi[d]). */
+void sim_map_project(const SimTensorMap *map, const SimShape *shape, const int64_t *lo,
+                     const int64_t *hi, SimRegion *out);
+
+/* Sets op->n_outputs and allocates outputs, out_shape, out_dtype. */
+void sim_op_set_n_outputs(SimOp *op, int n);
+
+/* ---------------------------------------------------------------------------------- */
+/* The operator catalogue: one entry per operator type                                */
+
+typedef struct {
+  SimOpType type;
+  const char *name;
+  const char *description;
+  const SimAttrSpec *attrs;          /* n_attrs entries                                  */
+  int n_attrs;
+  int min_inputs, max_inputs;        /* max_inputs -1: any number                        */
+
+  /* Required.  Checks the attributes and input shapes (op->in_shape, op->in_dtype) and
+   * sets the outputs (sim_op_set_n_outputs, out_shape, out_dtype) and the weights
+   * (n_weights, w_shape, w_dtype).  Errors name the operator and say what was expected. */
+  gboolean (*infer)(SimOp *op, GError **error);
+
+  /* Required.  Declares the iteration space and the maps of every tensor. */
+  void (*space)(SimOp *op);
+
+  /* Required.  The kernels one shard runs in @pass, for iteration extents @extent
+   * (SIM_PASS_UPDATE is handled by the catalogue from the weights; classes see only
+   * FORWARD and BACKWARD).  Backward includes the data and the weight gradients. */
+  void (*work)(const SimOp *op, const int64_t *extent, SimPass pass, SimWork *work);
+
+  /* Required.  Bytes of activations one shard keeps from its forward pass for its
+   * backward pass (inputs, outputs, masks, statistics). */
+  int64_t (*saved_bytes)(const SimOp *op, const int64_t *extent);
+
+  /* Optional.  Under selective recomputation: the work recomputed before the backward
+   * pass and the bytes then kept from the forward pass.  NULL: an op marked for selective
+   * recomputation is recomputed whole and keeps only its inputs. */
+  void (*selective)(const SimOp *op, const int64_t *extent, SimWork *recompute,
+                    int64_t *kept_bytes);
+} SimOpClass;
+
+const SimOpClass *sim_op_class(SimOpType type);
+
+/* Helpers for classes. */
+int64_t sim_op_attr_int(const SimOp *op, const char *name);
+double sim_op_attr_float(const SimOp *op, const char *name);
+const SimAttrValue *sim_op_attr(const SimOp *op, const char *name);
+/* The product of @extent over the dimensions of the iteration space. */
+int64_t sim_extent_volume(const SimOp *op, const int64_t *extent);
+/* The number of elements of @map's tensor touched by a shard of extents @extent: the
+ * product over mapped dimensions of the extent (identity maps) or of the projected range,
+ * and of the full size for unmapped dimensions. */
+int64_t sim_map_numel(const SimTensorMap *map, const SimShape *shape, const int64_t *extent);
+void sim_work_add(SimWork *w, SimKernel k);
+SimKernel sim_kernel_gemm(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k);
+SimKernel sim_kernel_memory(SimDType dt, double flops, double bytes);
+
+/* Per-family catalogue entries (sim/ops/). */
+extern const SimOpClass sim_op_input_class;
+extern const SimOpClass sim_op_linear_class;
+extern const SimOpClass sim_op_matmul_class;
+extern const SimOpClass sim_op_conv2d_class;
+extern const SimOpClass sim_op_pool2d_class;
+extern const SimOpClass sim_op_batchnorm_class;
+extern const SimOpClass sim_op_layernorm_class;
+extern const SimOpClass sim_op_embedding_class;
+extern const SimOpClass sim_op_unary_class;
+extern const SimOpClass sim_op_binary_class;
+extern const SimOpClass sim_op_softmax_class;
+extern const SimOpClass sim_op_dropout_class;
+extern const SimOpClass sim_op_concat_class;
+extern const SimOpClass sim_op_split_class;
+extern const SimOpClass sim_op_reshape_class;
+extern const SimOpClass sim_op_transpose_class;
+extern const SimOpClass sim_op_attention_class;
+extern const SimOpClass sim_op_lstm_class;
+extern const SimOpClass sim_op_cross_entropy_class;
+extern const SimOpClass sim_op_mse_loss_class;
+
+/* ---------------------------------------------------------------------------------- */
+/* Machines                                                                            */
+
+typedef enum {
+  SIM_VERTEX_GPU,
+  SIM_VERTEX_NVSWITCH,
+  SIM_VERTEX_PCIE_SWITCH,
+  SIM_VERTEX_HOST,        /* a CPU socket's host bridge / root complex                */
+  SIM_VERTEX_NIC,
+  SIM_VERTEX_NET_SWITCH,  /* InfiniBand or Ethernet switch                            */
+} SimVertexKind;
+
+typedef struct {
+  SimVertexKind kind;
+  int node;               /* -1 for network switches                                  */
+  int device;             /* GPU vertices: the device index; -1 otherwise              */
+  char *name;
+  GArray *out_links;      /* link ids leaving this vertex                              */
+} SimVertex;
+
+typedef struct {
+  SimLinkKind kind;
+  int src, dst;           /* vertex ids; links are directed                           */
+  double bandwidth;       /* bytes/s                                                  */
+  double latency;         /* seconds                                                  */
+  char *name;
+} SimLink;
+
+typedef struct {
+  int vertex;             /* its GPU vertex                                           */
+  int node;
+  int local_rank;
+  const SimDeviceSpec *spec;
+} SimDevice;
+
+typedef struct {
+  int n_links;
+  int *links;
+  double bandwidth;       /* bottleneck                                                */
+  double latency;         /* sum over hops                                            */
+} SimRoute;
+
+struct _SimMachine {
+  char *name;
+  char *description;
+  int n_nodes;
+  int n_devices;
+  SimDevice *devices;
+  GArray *vertices;       /* SimVertex                                                */
+  GArray *links;          /* SimLink                                                  */
+  GHashTable *routes;     /* (src * n_devices + dst) -> SimRoute*, filled lazily        */
+  GMutex route_lock;      /* routes are filled from search worker threads too           */
+  char *json;             /* the description it was loaded from, for round trips        */
+};
+
+/* Device specs that are not in the library (from a machine file) live as long as the
+ * process: the loader interns them here. */
+const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec);
+
+/* ---------------------------------------------------------------------------------- */
+/* Strategies                                                                          */
+
+typedef struct {
+  int degree[SIM_MAX_ITER];
+  int n_shards;
+  int *devices;            /* n_shards entries                                        */
+} SimOpConfig;
+
+struct _SimStrategy {
+  int n_ops;
+  int n_devices;           /* of the machine it was made for                          */
+  SimOpConfig *ops;
+  int n_stages;            /* 1 when there is no pipeline                              */
+  int *op_stage;           /* n_ops                                                    */
+  int **stage_devices;     /* n_stages arrays                                          */
+  int *stage_n_devices;
+  int microbatches;
+  SimSchedule schedule;
+  int chunks;
+  SimSyncOptions sync;
+  SimMemoryOptions memory;
+  gboolean sequence_parallel;
+  /* Graph rewrites the strategy was found with (names of substitutions, in order); the
+   * search applies them to the model before the configurations refer to it. */
+  GPtrArray *rewrites;
+};
+
+/* Shard @s's coordinates along each iteration dimension (row-major, last fastest). */
+void sim_config_shard_coords(const SimOpConfig *c, int ndims, int shard, int *coords);
+/* The iteration range of shard coordinates @coords of @op whose sample dimensions are
+ * divided further into @microbatches. */
+void sim_config_shard_range(const SimOp *op, const SimOpConfig *c, const int *coords,
+                            int microbatches, int64_t *lo, int64_t *hi);
+
+/* Utilities shared by the JSON readers: errors that name file and place. */
+void sim_set_error_at(GError **error, int code, const char *filename, const char *place,
+                      const char *fmt, ...) G_GNUC_PRINTF(5, 6);
+
+G_END_DECLS

@@ -1,0 +1,2 @@
+/* simulate.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* strategy-build.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* strategy-json.c — being written. */
+#include "sim-private.h"

@@ -1,0 +1,2 @@
+/* strategy.c — being written. */
+#include "sim-private.h"

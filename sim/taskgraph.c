@@ -1,0 +1,2 @@
+/* taskgraph.c — being written. */
+#include "sim-private.h"
