@@ -34,3 +34,12 @@ char *cli_format_time(double seconds);
 
 /* Whether stderr is a terminal (progress lines are shown only then). */
 gboolean cli_stderr_is_tty(void);
+
+/* The commands (cmd-NAME.c). */
+int cmd_models(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+int cmd_machines(int argc, char **argv);
+int cmd_machine(int argc, char **argv);
+
+/* The commands (one file each). */
+int cmd_simulate(int argc, char **argv);

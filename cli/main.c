@@ -8,6 +8,11 @@
 /* One line per command; the command files live beside this one (cmd-NAME.c). */
 static const CliCommand commands[] = {
   /* commands: keep this list in the order `parasol --help` shows them */
+  { "models", "list the models of the zoo", cmd_models },
+  { "model", "describe a model: operators, parameters, FLOPs", cmd_model },
+  { "machines", "list the machines of the library", cmd_machines },
+  { "machine", "describe a machine: devices, links, bandwidths", cmd_machine },
+  { "simulate", "predict one training iteration of a model on a machine", cmd_simulate },
   { NULL, NULL, NULL },
 };
 

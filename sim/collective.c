@@ -1,2 +1,250 @@
-/* collective.c — being written. */
-#include "sim-private.h"
+/* collective.c — collectives expanded into flows, by algorithm and level of detail.
+ *
+ * Ring algorithms (NCCL's default for large messages): a reduce-scatter takes n-1 steps
+ * in which every rank sends one n-th of the buffer to its successor, an all-gather the
+ * same, an all-reduce both: 2(n-1) steps, so on a ring of bandwidth B and per-step
+ * latency a it takes 2(n-1)/n * S/B + 2(n-1) a.
+ *
+ * At SIM_DETAIL_STEPS every step of every rank is its own flow, which waits for the chunk
+ * it forwards (the previous rank's previous step) and for its own previous send.  At
+ * SIM_DETAIL_FLOWS each rank sends one flow carrying all its steps' bytes, after the
+ * latency of all its steps: n flows instead of 2n(n-1), the same time on an idle
+ * network, and the same bandwidth share where links are contended.
+ *
+ * Trees follow NCCL's double binary tree: two trees, each carrying half of the buffer,
+ * whose reduction up and broadcast down are pipelined, so every tree edge carries its
+ * half in both directions at once after 2 * depth step latencies.
+ *
+ * The hierarchical all-reduce reduce-scatters inside each node, all-reduces the shards
+ * across nodes (one ring per local rank, in parallel) and all-gathers inside each node. */
+#include "taskgraph.h"
+
+#include <math.h>
+
+SimCollParams sim_coll_params_default(void)
+{
+  /* NCCL's ring all-reduce on 8 A100s over NVSwitch reaches a bus bandwidth of about
+   * 230 GB/s of the 300 GB/s per direction (NCCL tests; shared/data/vtrain allreduce
+   * files), and pays some microseconds per step; experiments/validate-vtrain calibrates
+   * both on those files and the simulate command can override them. */
+  return (SimCollParams){ .bandwidth_efficiency = 0.78, .step_latency = 2e-6 };
+}
+
+typedef struct {
+  SimTaskGraph *tg;
+  int block;
+  SimMachine *m;
+  SimDetail detail;
+  const SimCollParams *cp;
+  SimTaskClass cls;
+  int op, mb;
+} Ctx;
+
+static SimTaskRef add_flow(Ctx *c, int src, int dst, double bytes, double extra_latency)
+{
+  SimTask t = sim_task_flow(c->cls, src, dst, bytes, c->op, c->mb);
+  t.duration = extra_latency;
+  return sim_taskgraph_add(c->tg, c->block, &t);
+}
+
+static SimTaskRef add_nop(Ctx *c)
+{
+  SimTask t = sim_task_nop();
+  t.cls = c->cls;
+  t.op = c->op;
+  t.mb = c->mb;
+  return sim_taskgraph_add(c->tg, c->block, &t);
+}
+
+static void dep(Ctx *c, SimTaskRef a, SimTaskRef b)
+{
+  sim_taskgraph_depend(c->tg, c->block, a, b);
+}
+
+/* A ring of @steps steps over @dev, each moving @chunk bytes per rank, between the join
+ * points @start and @end. */
+static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
+                 SimTaskRef end)
+{
+  if (c->detail == SIM_DETAIL_FLOWS) {
+    for (int i = 0; i < n; i++) {
+      int src = dev[i], dst = dev[(i + 1) % n];
+      double lat = sim_machine_latency(c->m, src, dst);
+      /* The engine adds the route latency once; the other steps' latencies come here. */
+      double extra = steps * c->cp->step_latency + (steps - 1) * lat;
+      SimTaskRef f = add_flow(c, src, dst, chunk * steps, extra);
+      dep(c, start, f);
+      dep(c, f, end);
+    }
+    return;
+  }
+  SimTaskRef *prev = g_new(SimTaskRef, n);
+  SimTaskRef *cur = g_new(SimTaskRef, n);
+  for (int s = 0; s < steps; s++) {
+    for (int i = 0; i < n; i++) {
+      cur[i] = add_flow(c, dev[i], dev[(i + 1) % n], chunk, c->cp->step_latency);
+      if (s == 0) {
+        dep(c, start, cur[i]);
+      } else {
+        dep(c, prev[(i + n - 1) % n], cur[i]); /* the chunk it forwards */
+        dep(c, prev[i], cur[i]);               /* its own previous send  */
+      }
+    }
+    SimTaskRef *t = prev;
+    prev = cur;
+    cur = t;
+  }
+  for (int i = 0; i < n; i++)
+    dep(c, prev[i], end);
+  g_free(prev);
+  g_free(cur);
+}
+
+static int tree_depth(int n)
+{
+  int d = 0;
+  while ((1 << d) < n)
+    d++;
+  return d;
+}
+
+static void tree_allreduce(Ctx *c, const int *dev, int n, double bytes, SimTaskRef start,
+                           SimTaskRef end)
+{
+  int depth = tree_depth(n);
+  double half = bytes / 2;
+  for (int tree = 0; tree < 2; tree++) {
+    for (int i = 1; i < n; i++) {
+      int parent = (i - 1) / 2;
+      /* The second tree mirrors the first, so that leaves of one are inner nodes of the
+       * other. */
+      int a = tree ? dev[n - 1 - i] : dev[i];
+      int b = tree ? dev[n - 1 - parent] : dev[parent];
+      double lat = sim_machine_latency(c->m, a, b);
+      double extra = 2 * depth * c->cp->step_latency + (2 * depth - 1) * lat;
+      SimTaskRef up = add_flow(c, a, b, half, extra);
+      SimTaskRef down = add_flow(c, b, a, half, extra);
+      dep(c, start, up);
+      dep(c, start, down);
+      dep(c, up, end);
+      dep(c, down, end);
+    }
+  }
+}
+
+/* Groups @dev by node; returns FALSE unless every node holds the same number of them. */
+static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
+                        int *per_node)
+{
+  GHashTable *idx = g_hash_table_new(g_direct_hash, g_direct_equal);
+  GArray *nodes = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < n; i++) {
+    int node = sim_machine_device_node(m, dev[i]);
+    if (!g_hash_table_contains(idx, GINT_TO_POINTER(node + 1))) {
+      g_hash_table_insert(idx, GINT_TO_POINTER(node + 1), GINT_TO_POINTER(nodes->len));
+      g_array_append_val(nodes, node);
+    }
+  }
+  int nn = (int)nodes->len;
+  int *count = g_new0(int, nn);
+  for (int i = 0; i < n; i++)
+    count[GPOINTER_TO_INT(g_hash_table_lookup(
+      idx, GINT_TO_POINTER(sim_machine_device_node(m, dev[i]) + 1)))]++;
+  gboolean ok = nn > 1 && n % nn == 0;
+  for (int k = 0; ok && k < nn; k++)
+    ok = count[k] == n / nn;
+  if (ok) {
+    int g = n / nn;
+    int *out = g_new(int, n);
+    int *fill = g_new0(int, nn);
+    for (int i = 0; i < n; i++) {
+      int k = GPOINTER_TO_INT(g_hash_table_lookup(
+        idx, GINT_TO_POINTER(sim_machine_device_node(m, dev[i]) + 1)));
+      out[k * g + fill[k]++] = dev[i];
+    }
+    g_free(fill);
+    *groups = out;
+    *n_nodes = nn;
+    *per_node = g;
+  }
+  g_free(count);
+  g_array_free(nodes, TRUE);
+  g_hash_table_destroy(idx);
+  return ok;
+}
+
+void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
+                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
+                          int mb, SimTaskRef *start, SimTaskRef *end)
+{
+  Ctx c = { tg, block, m, detail, cp, cls, op, mb };
+  *start = add_nop(&c);
+  *end = add_nop(&c);
+  if (n <= 1 || bytes <= 0) {
+    dep(&c, *start, *end);
+    return;
+  }
+  if (kind == SIM_COLL_REDUCE_SCATTER || kind == SIM_COLL_ALLGATHER) {
+    ring(&c, devices, n, n - 1, bytes / n, *start, *end);
+    return;
+  }
+  int *groups = NULL, n_nodes = 0, g = 0;
+  if (algo == SIM_ALLREDUCE_HIERARCHICAL && by_node(m, devices, n, &groups, &n_nodes, &g)) {
+    SimTaskRef mid1 = add_nop(&c), mid2 = add_nop(&c);
+    for (int k = 0; k < n_nodes; k++)
+      ring(&c, groups + k * g, g, g - 1, bytes / g, *start, mid1);
+    if (g == 1)
+      dep(&c, *start, mid1);
+    int *across = g_new(int, n_nodes);
+    for (int r = 0; r < g; r++) {
+      for (int k = 0; k < n_nodes; k++)
+        across[k] = groups[k * g + r];
+      ring(&c, across, n_nodes, 2 * (n_nodes - 1), bytes / g / n_nodes, mid1, mid2);
+    }
+    g_free(across);
+    for (int k = 0; k < n_nodes; k++)
+      ring(&c, groups + k * g, g, g - 1, bytes / g, mid2, *end);
+    if (g == 1)
+      dep(&c, mid2, *end);
+    g_free(groups);
+    return;
+  }
+  if (algo == SIM_ALLREDUCE_TREE && n > 2) {
+    tree_allreduce(&c, devices, n, bytes, *start, *end);
+    return;
+  }
+  ring(&c, devices, n, 2 * (n - 1), bytes / n, *start, *end);
+}
+
+static void ring_bottleneck(SimMachine *m, const int *dev, int n, double *bw, double *lat)
+{
+  *bw = INFINITY;
+  *lat = 0;
+  for (int i = 0; i < n; i++) {
+    int a = dev[i], b = dev[(i + 1) % n];
+    double w = sim_machine_bandwidth(m, a, b);
+    double l = sim_machine_latency(m, a, b);
+    if (w < *bw)
+      *bw = w;
+    if (l > *lat)
+      *lat = l;
+  }
+}
+
+double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
+                           const SimCollParams *cp, const int *devices, int n, double bytes)
+{
+  if (n <= 1 || bytes <= 0)
+    return 0;
+  double bw, lat;
+  ring_bottleneck(m, devices, n, &bw, &lat);
+  bw *= cp->bandwidth_efficiency;
+  int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+  if (kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_TREE && n > 2) {
+    int depth = tree_depth(n);
+    /* Each rank sends and receives the whole buffer once each way over both trees. */
+    return 2 * depth * (lat + cp->step_latency) + bytes / bw;
+  }
+  return steps * (lat + cp->step_latency) + steps * (bytes / n) / bw;
+}

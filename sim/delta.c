@@ -1,2 +1,117 @@
-/* delta.c — being written. */
-#include "sim-private.h"
+/* delta.c — delta simulation: a session keeps the lowered task graph between runs, so a
+ * change to a few operators rebuilds only the blocks it touches (the operators' tasks,
+ * the transfers and reductions of their tensors, the gradient synchronization) before the
+ * engine runs again.  The blocks keep their slots, so the assembled task graph is the one
+ * a full lowering of the changed strategy yields, task for task, and the run gives the
+ * same timeline as sim_simulate() without folding (tests check this after random moves). */
+#include "taskgraph.h"
+
+#include <string.h>
+
+struct _SimSession {
+  const SimGraph *g;
+  SimMachine *m;
+  SimStrategy *s;
+  SimCostModel *cost;
+  SimCostModel *own_cost;
+  SimOptions o;
+  SimCollParams cp;
+  SimLowering *lw;
+  SimEngine *e;
+  SimTimeline tl;
+  GArray *changed;   /* op ids waiting to be re-lowered */
+  uint8_t *is_changed;
+  gboolean ran;
+};
+
+SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                            SimCostModel *cost, const SimOptions *o, GError **error)
+{
+  if (!sim_strategy_validate(s, g, m, error))
+    return NULL;
+  SimSession *ss = g_new0(SimSession, 1);
+  ss->g = g;
+  ss->m = m;
+  ss->s = sim_strategy_copy(s);
+  ss->o = o ? *o : sim_options_default();
+  ss->o.fold = FALSE;
+  ss->cp = sim_coll_params_from_options(&ss->o);
+  if (!cost) {
+    SimRooflineParams rp = sim_roofline_params_default();
+    cost = ss->own_cost = sim_cost_model_new_roofline(&rp);
+  }
+  ss->cost = cost;
+  ss->lw = sim_lowering_new(g, m, ss->s, cost, &ss->o, &ss->cp, NULL);
+  sim_lowering_build(ss->lw);
+  ss->e = sim_engine_new(m, ss->cp.bandwidth_efficiency);
+  ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
+  ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));
+  return ss;
+}
+
+void sim_session_free(SimSession *ss)
+{
+  if (!ss)
+    return;
+  sim_lowering_free(ss->lw);
+  sim_engine_free(ss->e);
+  sim_timeline_clear(&ss->tl);
+  sim_strategy_free(ss->s);
+  sim_cost_model_free(ss->own_cost);
+  g_array_free(ss->changed, TRUE);
+  g_free(ss->is_changed);
+  g_free(ss);
+}
+
+gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const int *devices,
+                            GError **error)
+{
+  g_return_val_if_fail(op >= 0 && op < ss->s->n_ops, FALSE);
+  /* Keep the old configuration, to put it back if the new one is not valid. */
+  SimOpConfig old = ss->s->ops[op];
+  old.devices = g_memdup2(old.devices, sizeof(int) * (size_t)MAX(old.n_shards, 1));
+  gboolean ok = sim_strategy_set_op(ss->s, op, degrees, devices, error) &&
+                sim_strategy_validate(ss->s, ss->g, ss->m, error);
+  if (!ok) {
+    g_free(ss->s->ops[op].devices);
+    ss->s->ops[op] = old;
+    return FALSE;
+  }
+  g_free(old.devices);
+  if (!ss->is_changed[op]) {
+    ss->is_changed[op] = 1;
+    g_array_append_val(ss->changed, op);
+  }
+  return TRUE;
+}
+
+double sim_session_run(SimSession *ss)
+{
+  for (guint i = 0; i < ss->changed->len; i++) {
+    int op = g_array_index(ss->changed, int, i);
+    sim_lowering_update_op(ss->lw, op);
+    ss->is_changed[op] = 0;
+  }
+  if (ss->changed->len || !ss->ran) {
+    g_array_set_size(ss->changed, 0);
+    SimTaskGraph *tg = sim_lowering_taskgraph(ss->lw);
+    sim_taskgraph_assemble(tg);
+    sim_engine_run(ss->e, tg, &ss->tl);
+    ss->ran = TRUE;
+  }
+  return ss->tl.deadlock ? -1 : ss->tl.makespan;
+}
+
+const SimStrategy *sim_session_get_strategy(const SimSession *ss)
+{
+  return ss->s;
+}
+
+SimReport *sim_session_report(SimSession *ss)
+{
+  sim_session_run(ss);
+  if (ss->tl.deadlock)
+    return NULL;
+  return sim_report_build(ss->g, ss->m, ss->s, sim_lowering_taskgraph(ss->lw), &ss->tl, NULL,
+                          "none", &ss->o, sim_lowering_model_flops(ss->lw));
+}

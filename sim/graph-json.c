@@ -1,2 +1,501 @@
-/* graph-json.c — being written. */
+/* graph-json.c — graphs as JSON files ("format": "parasol-graph", "version": 1).
+ *
+ *   {
+ *     "format": "parasol-graph", "version": 1, "name": "mlp", "tokens_per_sample": 1,
+ *     "ops": [
+ *       {"name": "x", "type": "input", "inputs": [], "attrs": {"shape": [64, 784],
+ *        "dtype": "fp32"}, "outputs": ["x"]},
+ *       {"name": "fc1", "type": "linear", "inputs": ["x"], "attrs": {"out_features": 512,
+ *        "bias": true, "activation": "relu"}, "outputs": ["fc1"], "checkpoint": true},
+ *       ...
+ *     ]
+ *   }
+ *
+ * Ops come in topological order.  An op's "inputs" name tensors made by earlier ops.
+ * Tensors are named by their op's "outputs"; without that key an op's single output is
+ * named like the op and the outputs of a multi-output op (split) are "NAME:0", "NAME:1",
+ * and so on; "NAME:i" also reaches output i of op NAME whatever the outputs are called.
+ * Attributes are written in full (defaults included) as JSON numbers, booleans, strings
+ * for enumerated values and arrays of integers.  Input ops may also carry "shape" and
+ * "dtype" next to "attrs".  "checkpoint" and "selective_recompute" are written only when
+ * true.  The writer prints one op per line, and writing what was read gives the same
+ * text back. */
 #include "sim-private.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRAPH_FORMAT "parasol-graph"
+#define GRAPH_VERSION 1
+
+/* ---------------------------------------------------------------------------------- */
+/* Writing                                                                             */
+
+static void append_string(GString *s, const char *str)
+{
+  g_string_append_c(s, '"');
+  for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+    switch (*p) {
+    case '"': g_string_append(s, "\\\""); break;
+    case '\\': g_string_append(s, "\\\\"); break;
+    case '\n': g_string_append(s, "\\n"); break;
+    case '\t': g_string_append(s, "\\t"); break;
+    case '\r': g_string_append(s, "\\r"); break;
+    default:
+      if (*p < 0x20)
+        g_string_append_printf(s, "\\u%04x", *p);
+      else
+        g_string_append_c(s, (char)*p);
+    }
+  }
+  g_string_append_c(s, '"');
+}
+
+/* The shortest of %.15g and %.17g that reads back as the same double, with a decimal
+ * point so that it reads back as a number with a fraction. */
+static void append_double(GString *s, double v)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_ascii_formatd(buf, sizeof buf, "%.15g", v);
+  if (g_ascii_strtod(buf, NULL) != v)
+    g_ascii_formatd(buf, sizeof buf, "%.17g", v);
+  g_string_append(s, buf);
+  if (!strpbrk(buf, ".eEn"))
+    g_string_append(s, ".0");
+}
+
+static void append_attr(GString *s, const SimAttrSpec *spec, const SimAttrValue *v)
+{
+  switch (spec->type) {
+  case SIM_ATTR_INT:
+    g_string_append_printf(s, "%" G_GINT64_FORMAT, v->i[0]);
+    break;
+  case SIM_ATTR_BOOL:
+    g_string_append(s, v->i[0] ? "true" : "false");
+    break;
+  case SIM_ATTR_FLOAT:
+    append_double(s, v->f);
+    break;
+  case SIM_ATTR_INTS:
+    g_string_append_c(s, '[');
+    for (int j = 0; j < v->n; j++)
+      g_string_append_printf(s, "%s%" G_GINT64_FORMAT, j ? ", " : "", v->i[j]);
+    g_string_append_c(s, ']');
+    break;
+  case SIM_ATTR_ENUM:
+    append_string(s, spec->enum_names[v->i[0]]);
+    break;
+  }
+}
+
+char *sim_graph_to_json(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, NULL);
+  GString *s = g_string_new("{\n");
+  g_string_append_printf(s, "  \"format\": \"%s\",\n  \"version\": %d,\n  \"name\": ",
+                         GRAPH_FORMAT, GRAPH_VERSION);
+  append_string(s, g->name);
+  g_string_append_printf(s, ",\n  \"tokens_per_sample\": %" G_GINT64_FORMAT ",\n",
+                         g->tokens_per_sample);
+  g_string_append(s, "  \"ops\": [");
+  for (guint i = 0; i < g->ops->len; i++) {
+    const SimOp *op = sim_graph_op_get(g, (int)i);
+    const SimOpClass *c = sim_op_class(op->type);
+    g_string_append(s, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
+    append_string(s, op->name);
+    g_string_append(s, ", \"type\": ");
+    append_string(s, c->name);
+    g_string_append(s, ", \"inputs\": [");
+    for (int j = 0; j < op->n_inputs; j++) {
+      if (j)
+        g_string_append(s, ", ");
+      append_string(s, sim_graph_tensor_get(g, op->inputs[j])->name);
+    }
+    g_string_append(s, "], \"attrs\": {");
+    for (int j = 0; j < c->n_attrs; j++) {
+      if (j)
+        g_string_append(s, ", ");
+      append_string(s, c->attrs[j].name);
+      g_string_append(s, ": ");
+      append_attr(s, &c->attrs[j], &op->attrs[j]);
+    }
+    g_string_append(s, "}, \"outputs\": [");
+    for (int j = 0; j < op->n_outputs; j++) {
+      if (j)
+        g_string_append(s, ", ");
+      append_string(s, sim_graph_tensor_get(g, op->outputs[j])->name);
+    }
+    g_string_append_c(s, ']');
+    if (op->checkpoint)
+      g_string_append(s, ", \"checkpoint\": true");
+    if (op->selective_recompute)
+      g_string_append(s, ", \"selective_recompute\": true");
+    g_string_append_c(s, '}');
+  }
+  g_string_append(s, g->ops->len ? "\n  ]\n}\n" : "]\n}\n");
+  return g_string_free(s, FALSE);
+}
+
+gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error)
+{
+  g_return_val_if_fail(g != NULL && path != NULL, FALSE);
+  g_autofree char *text = sim_graph_to_json(g);
+  g_autoptr(GError) err = NULL;
+  if (!g_file_set_contents(path, text, -1, &err)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write the graph: %s", err->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Reading                                                                             */
+
+typedef struct {
+  const char *filename;
+  SimGraph *g;
+  GHashTable *tensors;  /* tensor name -> tensor id + 1 */
+  GError **error;
+} Reader;
+
+static const char *json_type_phrase(JsonNode *n)
+{
+  if (!n || JSON_NODE_HOLDS_NULL(n))
+    return "null";
+  if (JSON_NODE_HOLDS_OBJECT(n))
+    return "an object";
+  if (JSON_NODE_HOLDS_ARRAY(n))
+    return "an array";
+  GType t = json_node_get_value_type(n);
+  if (t == G_TYPE_STRING)
+    return "a string";
+  if (t == G_TYPE_BOOLEAN)
+    return "a boolean";
+  return "a number";
+}
+
+static gboolean holds(JsonNode *n, GType t)
+{
+  return n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == t;
+}
+
+/* Sets one attribute from a JSON value, dispatching on the JSON type; the attribute's own
+ * type is checked by the setters, whose messages name the op type and the attribute. */
+static gboolean read_attr(SimAttrs *a, const char *name, JsonNode *v, GError **error)
+{
+  if (holds(v, G_TYPE_INT64))
+    return sim_attrs_set_int(a, name, json_node_get_int(v), error);
+  if (holds(v, G_TYPE_DOUBLE))
+    return sim_attrs_set_float(a, name, json_node_get_double(v), error);
+  if (holds(v, G_TYPE_BOOLEAN))
+    return sim_attrs_set_int(a, name, json_node_get_boolean(v) ? 1 : 0, error);
+  if (holds(v, G_TYPE_STRING))
+    return sim_attrs_set_string(a, name, json_node_get_string(v), error);
+  if (v && JSON_NODE_HOLDS_ARRAY(v)) {
+    JsonArray *arr = json_node_get_array(v);
+    guint n = json_array_get_length(arr);
+    int64_t vals[SIM_MAX_DIMS];
+    for (guint j = 0; j < n; j++) {
+      JsonNode *e = json_array_get_element(arr, j);
+      if (!holds(e, G_TYPE_INT64)) {
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "attribute '%s': element %u is %s, not an integer", name, j,
+                    json_type_phrase(e));
+        return FALSE;
+      }
+      if (j < SIM_MAX_DIMS)
+        vals[j] = json_node_get_int(e);
+    }
+    return sim_attrs_set_ints(a, name, (int)n, vals, error);
+  }
+  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "attribute '%s' is %s", name,
+              json_type_phrase(v));
+  return FALSE;
+}
+
+/* The tensor @ref names: an output name, or "OP:i" for output i of op OP. */
+static int resolve_tensor(Reader *r, const char *ref)
+{
+  int t = GPOINTER_TO_INT(g_hash_table_lookup(r->tensors, ref)) - 1;
+  if (t >= 0)
+    return t;
+  const char *colon = strrchr(ref, ':');
+  if (!colon || !colon[1])
+    return -1;
+  g_autofree char *opname = g_strndup(ref, colon - ref);
+  char *end = NULL;
+  long i = strtol(colon + 1, &end, 10);
+  int op = sim_graph_op_by_name(r->g, opname);
+  if (op < 0 || *end || i < 0 || i >= sim_graph_op_n_outputs(r->g, op))
+    return -1;
+  return sim_graph_op_output(r->g, op, (int)i);
+}
+
+static gboolean reader_fail(Reader *r, int code, const char *place, const char *fmt, ...)
+  G_GNUC_PRINTF(4, 5);
+
+static gboolean reader_fail(Reader *r, int code, const char *place, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  sim_set_error_at(r->error, code, r->filename, place, "%s", msg);
+  return FALSE;
+}
+
+static gboolean read_op(Reader *r, guint index, JsonNode *node)
+{
+  g_autofree char *place = g_strdup_printf("ops[%u]", index);
+  if (!node || !JSON_NODE_HOLDS_OBJECT(node))
+    return reader_fail(r, SIM_ERROR_PARSE, place, "expected an object, found %s",
+                       json_type_phrase(node));
+  JsonObject *o = json_node_get_object(node);
+
+  const char *name = NULL;
+  if (json_object_has_member(o, "name")) {
+    JsonNode *n = json_object_get_member(o, "name");
+    if (!holds(n, G_TYPE_STRING))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"name\" is %s, not a string",
+                         json_type_phrase(n));
+    name = json_node_get_string(n);
+    g_free(place);
+    place = g_strdup_printf("ops[%u] ('%s')", index, name);
+  }
+
+  static const char *const known[] = {
+    "name", "type", "inputs", "attrs", "outputs", "checkpoint", "selective_recompute",
+    "shape", "dtype",
+  };
+  g_autoptr(GList) members = json_object_get_members(o);
+  for (GList *it = members; it; it = it->next) {
+    gboolean ok = FALSE;
+    for (gsize k = 0; k < G_N_ELEMENTS(known); k++)
+      ok = ok || strcmp(it->data, known[k]) == 0;
+    if (!ok)
+      return reader_fail(r, SIM_ERROR_PARSE, place,
+                         "unknown key \"%s\" (an op has name, type, inputs, attrs, outputs, "
+                         "checkpoint, selective_recompute)",
+                         (const char *)it->data);
+  }
+
+  JsonNode *tn = json_object_get_member(o, "type");
+  if (!holds(tn, G_TYPE_STRING))
+    return reader_fail(r, SIM_ERROR_PARSE, place, "\"type\" is %s, expected an op type name",
+                       tn ? json_type_phrase(tn) : "missing");
+  const char *tname = json_node_get_string(tn);
+  int type = sim_op_type_from_name(tname);
+  if (type < 0) {
+    GString *all = g_string_new(NULL);
+    for (int t = 0; t < SIM_OP_COUNT; t++)
+      g_string_append_printf(all, "%s%s", t ? ", " : "", sim_op_type_name(t));
+    reader_fail(r, SIM_ERROR_UNKNOWN, place, "unknown op type '%s' (known: %s)", tname,
+                all->str);
+    g_string_free(all, TRUE);
+    return FALSE;
+  }
+
+  /* Inputs. */
+  int n_inputs = 0;
+  g_autofree int *inputs = NULL;
+  if (json_object_has_member(o, "inputs")) {
+    JsonNode *in = json_object_get_member(o, "inputs");
+    if (!in || !JSON_NODE_HOLDS_ARRAY(in))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"inputs\" is %s, not an array",
+                         json_type_phrase(in));
+    JsonArray *arr = json_node_get_array(in);
+    n_inputs = (int)json_array_get_length(arr);
+    inputs = g_new(int, MAX(n_inputs, 1));
+    for (int j = 0; j < n_inputs; j++) {
+      JsonNode *e = json_array_get_element(arr, j);
+      if (!holds(e, G_TYPE_STRING))
+        return reader_fail(r, SIM_ERROR_PARSE, place, "inputs[%d] is %s, not a tensor name",
+                           j, json_type_phrase(e));
+      const char *ref = json_node_get_string(e);
+      inputs[j] = resolve_tensor(r, ref);
+      if (inputs[j] < 0)
+        return reader_fail(r, SIM_ERROR_UNKNOWN, place,
+                           "inputs[%d] names tensor '%s', which no earlier op makes", j, ref);
+    }
+  }
+
+  /* Attributes, with an input's "shape" and "dtype" allowed beside them. */
+  g_autoptr(SimAttrs) attrs = sim_attrs_new(type);
+  g_autoptr(GError) err = NULL;
+  if (json_object_has_member(o, "attrs")) {
+    JsonNode *an = json_object_get_member(o, "attrs");
+    if (!an || !JSON_NODE_HOLDS_OBJECT(an))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"attrs\" is %s, not an object",
+                         json_type_phrase(an));
+    JsonObject *ao = json_node_get_object(an);
+    g_autoptr(GList) names = json_object_get_members(ao);
+    for (GList *it = names; it; it = it->next)
+      if (!read_attr(attrs, it->data, json_object_get_member(ao, it->data), &err))
+        return reader_fail(r, err->code, place, "%s", err->message);
+  }
+  static const char *const beside[] = { "shape", "dtype" };
+  for (gsize k = 0; k < G_N_ELEMENTS(beside); k++) {
+    if (!json_object_has_member(o, beside[k]))
+      continue;
+    if (type != SIM_OP_INPUT)
+      return reader_fail(r, SIM_ERROR_PARSE, place,
+                         "\"%s\" beside \"attrs\" is for input ops only", beside[k]);
+    if (!read_attr(attrs, beside[k], json_object_get_member(o, beside[k]), &err))
+      return reader_fail(r, err->code, place, "%s", err->message);
+  }
+
+  /* Flags. */
+  gboolean flags[2] = { FALSE, FALSE };
+  static const char *const flag_names[2] = { "checkpoint", "selective_recompute" };
+  for (int k = 0; k < 2; k++) {
+    if (!json_object_has_member(o, flag_names[k]))
+      continue;
+    JsonNode *f = json_object_get_member(o, flag_names[k]);
+    if (!holds(f, G_TYPE_BOOLEAN))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"%s\" is %s, not a boolean",
+                         flag_names[k], json_type_phrase(f));
+    flags[k] = json_node_get_boolean(f);
+  }
+
+  JsonArray *outputs = NULL;
+  if (json_object_has_member(o, "outputs")) {
+    JsonNode *on = json_object_get_member(o, "outputs");
+    if (!on || !JSON_NODE_HOLDS_ARRAY(on))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"outputs\" is %s, not an array",
+                         json_type_phrase(on));
+    outputs = json_node_get_array(on);
+    for (guint j = 0; j < json_array_get_length(outputs); j++)
+      if (!holds(json_array_get_element(outputs, j), G_TYPE_STRING))
+        return reader_fail(r, SIM_ERROR_PARSE, place, "outputs[%u] is %s, not a name", j,
+                           json_type_phrase(json_array_get_element(outputs, j)));
+  }
+
+  /* Shape inference runs again here; its messages name the op. */
+  int op = sim_graph_add_op(r->g, type, name, n_inputs, inputs, attrs, &err);
+  if (op < 0) {
+    g_autofree char *short_place = g_strdup_printf("ops[%u]", index);
+    return reader_fail(r, err->code, short_place, "%s", err->message);
+  }
+  SimOp *o_op = sim_graph_op_get(r->g, op);
+  o_op->checkpoint = flags[0];
+  o_op->selective_recompute = flags[1];
+
+  if (outputs && (int)json_array_get_length(outputs) != o_op->n_outputs)
+    return reader_fail(r, SIM_ERROR_INVALID, place, "\"outputs\" names %u tensors but the op "
+                       "makes %d", json_array_get_length(outputs), o_op->n_outputs);
+  for (int j = 0; j < o_op->n_outputs; j++) {
+    SimTensor *t = sim_graph_tensor_get(r->g, o_op->outputs[j]);
+    if (outputs) {
+      const char *tname2 = json_array_get_string_element(outputs, j);
+      if (!*tname2)
+        return reader_fail(r, SIM_ERROR_INVALID, place, "outputs[%d] is an empty name", j);
+      g_free(t->name);
+      t->name = g_strdup(tname2);
+    }
+    if (g_hash_table_contains(r->tensors, t->name))
+      return reader_fail(r, SIM_ERROR_INVALID, place,
+                         "tensor name '%s' is already taken by an earlier op", t->name);
+    g_hash_table_insert(r->tensors, g_strdup(t->name), GINT_TO_POINTER(t->id + 1));
+  }
+  return TRUE;
+}
+
+SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error)
+{
+  g_return_val_if_fail(text != NULL, NULL);
+  const char *fname = filename ? filename : "<graph>";
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) err = NULL;
+  if (!json_parser_load_from_data(parser, text, -1, &err)) {
+    /* json-glib says "<data>:LINE:COLUMN: Parse error: ..."; the file's name replaces
+     * "<data>". */
+    const char *msg = err->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s", fname, msg + strlen("<data>:"));
+    else
+      sim_set_error_at(error, SIM_ERROR_PARSE, fname, NULL, "%s", msg);
+    return NULL;
+  }
+  JsonNode *root = json_parser_get_root(parser);
+  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, fname, NULL,
+                     "expected a JSON object with \"format\": \"%s\"", GRAPH_FORMAT);
+    return NULL;
+  }
+  JsonObject *o = json_node_get_object(root);
+  JsonNode *fmt = json_object_get_member(o, "format");
+  if (!holds(fmt, G_TYPE_STRING) || strcmp(json_node_get_string(fmt), GRAPH_FORMAT) != 0) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "format",
+                     "expected \"%s\", found %s%s%s", GRAPH_FORMAT,
+                     holds(fmt, G_TYPE_STRING) ? "\"" : "",
+                     holds(fmt, G_TYPE_STRING) ? json_node_get_string(fmt)
+                                               : (fmt ? json_type_phrase(fmt) : "nothing"),
+                     holds(fmt, G_TYPE_STRING) ? "\"" : "");
+    return NULL;
+  }
+  JsonNode *ver = json_object_get_member(o, "version");
+  if (!holds(ver, G_TYPE_INT64) || json_node_get_int(ver) != GRAPH_VERSION) {
+    g_autofree char *found = holds(ver, G_TYPE_INT64)
+                               ? g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(ver))
+                               : g_strdup(ver ? json_type_phrase(ver) : "nothing");
+    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "version",
+                     "this parasol reads version %d, found %s", GRAPH_VERSION, found);
+    return NULL;
+  }
+  const char *name = "graph";
+  JsonNode *nn = json_object_get_member(o, "name");
+  if (nn) {
+    if (!holds(nn, G_TYPE_STRING)) {
+      sim_set_error_at(error, SIM_ERROR_PARSE, fname, "name", "expected a string, found %s",
+                       json_type_phrase(nn));
+      return NULL;
+    }
+    name = json_node_get_string(nn);
+  }
+  int64_t tokens = 1;
+  JsonNode *tk = json_object_get_member(o, "tokens_per_sample");
+  if (tk) {
+    if (!holds(tk, G_TYPE_INT64) || json_node_get_int(tk) < 1) {
+      sim_set_error_at(error, SIM_ERROR_PARSE, fname, "tokens_per_sample",
+                       "expected a positive integer");
+      return NULL;
+    }
+    tokens = json_node_get_int(tk);
+  }
+  JsonNode *ops = json_object_get_member(o, "ops");
+  if (!ops || !JSON_NODE_HOLDS_ARRAY(ops)) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "ops", "expected an array of ops, found %s",
+                     ops ? json_type_phrase(ops) : "nothing");
+    return NULL;
+  }
+
+  g_autoptr(SimGraph) g = sim_graph_new(name);
+  g->tokens_per_sample = tokens;
+  Reader r = {
+    .filename = fname,
+    .g = g,
+    .tensors = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
+    .error = error,
+  };
+  JsonArray *arr = json_node_get_array(ops);
+  gboolean ok = TRUE;
+  for (guint i = 0; ok && i < json_array_get_length(arr); i++)
+    ok = read_op(&r, i, json_array_get_element(arr, i));
+  g_hash_table_unref(r.tensors);
+  return ok ? g_steal_pointer(&g) : NULL;
+}
+
+SimGraph *sim_graph_load(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  g_autofree char *text = NULL;
+  g_autoptr(GError) err = NULL;
+  if (!g_file_get_contents(path, &text, NULL, &err)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot read the graph: %s", err->message);
+    return NULL;
+  }
+  return sim_graph_from_json(text, path, error);
+}

@@ -1,2 +1,1438 @@
-/* graph.c — being written. */
+/* graph.c — the graph IR: operators over tensors, their attributes, the builders the
+ * model zoo uses, queries, totals, and the helpers the operator classes share to declare
+ * iteration spaces and to describe the kernels of one shard.
+ *
+ * Ops are appended in topological order (an op's inputs exist before it does), so op ids
+ * are a topological order and no sort is ever needed.  Tensors are created by the op
+ * that produces them.  sim_graph_op_work() and sim_map_project() sit on the hot path of
+ * the simulator and the search and do not allocate. */
 #include "sim-private.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------- */
+/* Lifetime                                                                            */
+
+static void *memdup(const void *p, gsize n)
+{
+  if (!p || n == 0)
+    return NULL;
+  void *q = g_malloc(n);
+  memcpy(q, p, n);
+  return q;
+}
+
+static void op_free(SimOp *op)
+{
+  if (!op)
+    return;
+  g_free(op->name);
+  g_free(op->inputs);
+  g_free(op->in_shape);
+  g_free(op->in_dtype);
+  g_free(op->outputs);
+  g_free(op->out_shape);
+  g_free(op->out_dtype);
+  g_free(op->space.maps);
+  g_free(op);
+}
+
+static void tensor_free(SimTensor *t)
+{
+  if (!t)
+    return;
+  g_free(t->name);
+  if (t->consumers)
+    g_array_unref(t->consumers);
+  g_free(t);
+}
+
+SimGraph *sim_graph_new(const char *name)
+{
+  SimGraph *g = g_new0(SimGraph, 1);
+  g->name = g_strdup(name ? name : "graph");
+  g->ops = g_ptr_array_new_with_free_func((GDestroyNotify)op_free);
+  g->tensors = g_ptr_array_new_with_free_func((GDestroyNotify)tensor_free);
+  g->op_names = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  g->tokens_per_sample = 1;
+  return g;
+}
+
+void sim_graph_free(SimGraph *g)
+{
+  if (!g)
+    return;
+  g_free(g->name);
+  g_ptr_array_unref(g->ops);
+  g_ptr_array_unref(g->tensors);
+  g_hash_table_unref(g->op_names);
+  g_clear_error(&g->sticky_error);
+  g_free(g);
+}
+
+static SimOp *op_copy(const SimOp *src)
+{
+  SimOp *op = g_new0(SimOp, 1);
+  *op = *src;
+  op->name = g_strdup(src->name);
+  op->inputs = memdup(src->inputs, sizeof(int) * src->n_inputs);
+  op->in_shape = memdup(src->in_shape, sizeof(SimShape) * src->n_inputs);
+  op->in_dtype = memdup(src->in_dtype, sizeof(SimDType) * src->n_inputs);
+  op->outputs = memdup(src->outputs, sizeof(int) * src->n_outputs);
+  op->out_shape = memdup(src->out_shape, sizeof(SimShape) * src->n_outputs);
+  op->out_dtype = memdup(src->out_dtype, sizeof(SimDType) * src->n_outputs);
+  int n_maps = src->n_inputs + src->n_weights + src->n_outputs;
+  op->space.maps = memdup(src->space.maps, sizeof(SimTensorMap) * n_maps);
+  return op;
+}
+
+SimGraph *sim_graph_copy(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, NULL);
+  SimGraph *c = sim_graph_new(g->name);
+  for (guint i = 0; i < g->ops->len; i++) {
+    SimOp *op = op_copy(sim_graph_op_get(g, (int)i));
+    g_ptr_array_add(c->ops, op);
+    g_hash_table_insert(c->op_names, g_strdup(op->name), GINT_TO_POINTER(op->id + 1));
+  }
+  for (guint i = 0; i < g->tensors->len; i++) {
+    const SimTensor *src = sim_graph_tensor_get(g, (int)i);
+    SimTensor *t = g_new0(SimTensor, 1);
+    *t = *src;
+    t->name = g_strdup(src->name);
+    t->consumers = g_array_copy(src->consumers);
+    g_ptr_array_add(c->tensors, t);
+  }
+  if (g->sticky_error)
+    c->sticky_error = g_error_copy(g->sticky_error);
+  c->tokens_per_sample = g->tokens_per_sample;
+  memcpy(c->name_counter, g->name_counter, sizeof c->name_counter);
+  return c;
+}
+
+const char *sim_graph_get_name(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, NULL);
+  return g->name;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Attributes                                                                          */
+
+static int attr_index(const SimOpClass *c, const char *name)
+{
+  for (int i = 0; i < c->n_attrs; i++)
+    if (strcmp(c->attrs[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+static const char *attr_type_phrase(SimAttrType t)
+{
+  switch (t) {
+  case SIM_ATTR_INT: return "an integer";
+  case SIM_ATTR_BOOL: return "a boolean";
+  case SIM_ATTR_FLOAT: return "a finite number";
+  case SIM_ATTR_INTS: return "a list of integers";
+  case SIM_ATTR_ENUM: return "a name";
+  }
+  return "a value";
+}
+
+static char *enum_choices(const SimAttrSpec *s)
+{
+  GString *str = g_string_new(NULL);
+  for (int i = 0; s->enum_names[i]; i++)
+    g_string_append_printf(str, "%s%s", i ? ", " : "", s->enum_names[i]);
+  return g_string_free(str, FALSE);
+}
+
+/* Finds attribute @name of @a's class, or sets an error that lists the known ones. */
+static SimAttrValue *attr_lookup(SimAttrs *a, const char *name, const SimAttrSpec **spec,
+                                 GError **error)
+{
+  const SimOpClass *c = sim_op_class(a->type);
+  int i = attr_index(c, name);
+  if (i < 0) {
+    GString *known = g_string_new(NULL);
+    for (int j = 0; j < c->n_attrs; j++)
+      g_string_append_printf(known, "%s%s", j ? ", " : "", c->attrs[j].name);
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "op type '%s' has no attribute '%s' (it has: %s)", c->name, name,
+                c->n_attrs ? known->str : "none");
+    g_string_free(known, TRUE);
+    return NULL;
+  }
+  *spec = &c->attrs[i];
+  return &a->v[i];
+}
+
+static gboolean wrong_type(SimAttrs *a, const SimAttrSpec *s, const char *given, GError **error)
+{
+  g_autofree char *choices = s->type == SIM_ATTR_ENUM ? enum_choices(s) : NULL;
+  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+              "op type '%s': attribute '%s' takes %s%s%s%s, not %s",
+              sim_op_type_name(a->type), s->name, attr_type_phrase(s->type),
+              choices ? " (one of " : "", choices ? choices : "", choices ? ")" : "", given);
+  return FALSE;
+}
+
+SimAttrs *sim_attrs_new(SimOpType type)
+{
+  g_return_val_if_fail(type >= 0 && type < SIM_OP_COUNT, NULL);
+  SimAttrs *a = g_new0(SimAttrs, 1);
+  a->type = type;
+  return a;
+}
+
+void sim_attrs_free(SimAttrs *a)
+{
+  g_free(a);
+}
+
+gboolean sim_attrs_set_int(SimAttrs *a, const char *name, int64_t v, GError **error)
+{
+  g_return_val_if_fail(a != NULL && name != NULL, FALSE);
+  const SimAttrSpec *s = NULL;
+  SimAttrValue *val = attr_lookup(a, name, &s, error);
+  if (!val)
+    return FALSE;
+  g_autofree char *given = g_strdup_printf("the integer %" G_GINT64_FORMAT, v);
+  switch (s->type) {
+  case SIM_ATTR_INT:
+    val->i[0] = v;
+    val->n = 1;
+    break;
+  case SIM_ATTR_BOOL:
+    if (v != 0 && v != 1)
+      return wrong_type(a, s, given, error);
+    val->i[0] = v;
+    val->n = 1;
+    break;
+  case SIM_ATTR_FLOAT:
+    val->f = (double)v;
+    break;
+  case SIM_ATTR_INTS:
+    /* A single number for a list means that number in every position (a 3x3 kernel
+     * written as 3); the class expands it. */
+    val->i[0] = v;
+    val->n = 1;
+    break;
+  case SIM_ATTR_ENUM:
+    return wrong_type(a, s, given, error);
+  }
+  val->set = TRUE;
+  return TRUE;
+}
+
+gboolean sim_attrs_set_ints(SimAttrs *a, const char *name, int n, const int64_t *v,
+                            GError **error)
+{
+  g_return_val_if_fail(a != NULL && name != NULL && n >= 0 && (n == 0 || v != NULL), FALSE);
+  const SimAttrSpec *s = NULL;
+  SimAttrValue *val = attr_lookup(a, name, &s, error);
+  if (!val)
+    return FALSE;
+  if (s->type != SIM_ATTR_INTS)
+    return wrong_type(a, s, "a list", error);
+  if (n > SIM_MAX_DIMS) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "op type '%s': attribute '%s' holds at most %d values, not %d",
+                sim_op_type_name(a->type), name, SIM_MAX_DIMS, n);
+    return FALSE;
+  }
+  val->n = n;
+  for (int i = 0; i < n; i++)
+    val->i[i] = v[i];
+  val->set = TRUE;
+  return TRUE;
+}
+
+gboolean sim_attrs_set_float(SimAttrs *a, const char *name, double v, GError **error)
+{
+  g_return_val_if_fail(a != NULL && name != NULL, FALSE);
+  const SimAttrSpec *s = NULL;
+  SimAttrValue *val = attr_lookup(a, name, &s, error);
+  if (!val)
+    return FALSE;
+  g_autofree char *given = g_strdup_printf("the number %g", v);
+  switch (s->type) {
+  case SIM_ATTR_FLOAT:
+    /* Graph files are JSON, which has no infinities or NaNs. */
+    if (!isfinite(v))
+      return wrong_type(a, s, given, error);
+    val->f = v;
+    break;
+  case SIM_ATTR_INT:
+    /* JSON writers print 64 as 64.0 now and then; integral numbers are accepted. */
+    if (!isfinite(v) || v != floor(v) || fabs(v) > 9.0e15)
+      return wrong_type(a, s, given, error);
+    val->i[0] = (int64_t)v;
+    val->n = 1;
+    break;
+  default:
+    return wrong_type(a, s, given, error);
+  }
+  val->set = TRUE;
+  return TRUE;
+}
+
+gboolean sim_attrs_set_string(SimAttrs *a, const char *name, const char *v, GError **error)
+{
+  g_return_val_if_fail(a != NULL && name != NULL && v != NULL, FALSE);
+  const SimAttrSpec *s = NULL;
+  SimAttrValue *val = attr_lookup(a, name, &s, error);
+  if (!val)
+    return FALSE;
+  g_autofree char *given = g_strdup_printf("'%s'", v);
+  if (s->type == SIM_ATTR_BOOL) {
+    if (g_ascii_strcasecmp(v, "true") == 0)
+      val->i[0] = 1;
+    else if (g_ascii_strcasecmp(v, "false") == 0)
+      val->i[0] = 0;
+    else
+      return wrong_type(a, s, given, error);
+    val->n = 1;
+    val->set = TRUE;
+    return TRUE;
+  }
+  if (s->type != SIM_ATTR_ENUM)
+    return wrong_type(a, s, given, error);
+  int idx = -1;
+  for (int i = 0; s->enum_names[i]; i++)
+    if (strcmp(v, s->enum_names[i]) == 0)
+      idx = i;
+  /* Data types also take their other spellings ("float16", "half"). */
+  if (idx < 0 && s->enum_names == sim_dtype_names)
+    idx = sim_dtype_from_name(v);
+  if (idx < 0)
+    return wrong_type(a, s, given, error);
+  val->i[0] = idx;
+  val->n = 1;
+  val->set = TRUE;
+  return TRUE;
+}
+
+const SimAttrValue *sim_op_attr(const SimOp *op, const char *name)
+{
+  int i = attr_index(sim_op_class(op->type), name);
+  if (i < 0) {
+    g_critical("op type '%s' has no attribute '%s'", sim_op_type_name(op->type), name);
+    return NULL;
+  }
+  return &op->attrs[i];
+}
+
+int64_t sim_op_attr_int(const SimOp *op, const char *name)
+{
+  const SimAttrValue *v = sim_op_attr(op, name);
+  return v ? v->i[0] : 0;
+}
+
+double sim_op_attr_float(const SimOp *op, const char *name)
+{
+  const SimAttrValue *v = sim_op_attr(op, name);
+  return v ? v->f : 0.0;
+}
+
+void sim_op_set_error(const SimOp *op, GError **error, int code, const char *fmt, ...)
+{
+  if (!error)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_set_error(error, SIM_ERROR, code, "op '%s' (%s): %s", op->name,
+              sim_op_type_name(op->type), msg);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Adding operators                                                                    */
+
+static char *generate_name(SimGraph *g, SimOpType type)
+{
+  for (;;) {
+    char *name = g_strdup_printf("%s_%d", sim_op_type_name(type), ++g->name_counter[type]);
+    if (!g_hash_table_contains(g->op_names, name))
+      return name;
+    g_free(name);
+  }
+}
+
+void sim_op_set_n_outputs(SimOp *op, int n)
+{
+  g_free(op->outputs);
+  g_free(op->out_shape);
+  g_free(op->out_dtype);
+  op->n_outputs = n;
+  op->outputs = g_new(int, MAX(n, 1));
+  for (int i = 0; i < n; i++)
+    op->outputs[i] = -1;
+  op->out_shape = g_new0(SimShape, MAX(n, 1));
+  op->out_dtype = g_new0(SimDType, MAX(n, 1));
+}
+
+/* Fills @op's attributes from @attrs and the class's defaults; a required attribute that
+ * was not given is an error. */
+static gboolean fill_attrs(SimOp *op, const SimOpClass *c, const SimAttrs *attrs,
+                           GError **error)
+{
+  for (int i = 0; i < c->n_attrs; i++) {
+    const SimAttrSpec *s = &c->attrs[i];
+    SimAttrValue *v = &op->attrs[i];
+    if (attrs && attrs->v[i].set) {
+      *v = attrs->v[i];
+      continue;
+    }
+    if (s->required) {
+      sim_op_set_error(op, error, SIM_ERROR_INVALID, "attribute '%s' is required", s->name);
+      return FALSE;
+    }
+    memset(v, 0, sizeof *v);
+    switch (s->type) {
+    case SIM_ATTR_FLOAT:
+      v->f = s->default_value;
+      break;
+    case SIM_ATTR_INTS:
+      /* An empty list: the class's infer() supplies the default it documents. */
+      v->n = 0;
+      break;
+    default:
+      v->i[0] = (int64_t)s->default_value;
+      v->n = 1;
+      break;
+    }
+    v->set = TRUE;
+  }
+  return TRUE;
+}
+
+int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs,
+                     const int *inputs, const SimAttrs *attrs, GError **error)
+{
+  g_return_val_if_fail(g != NULL, -1);
+  g_return_val_if_fail(type >= 0 && type < SIM_OP_COUNT, -1);
+  g_return_val_if_fail(n_inputs >= 0 && (n_inputs == 0 || inputs != NULL), -1);
+  g_return_val_if_fail(attrs == NULL || attrs->type == type, -1);
+  const SimOpClass *c = sim_op_class(type);
+
+  if (name && !*name) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "%s op with an empty name", c->name);
+    return -1;
+  }
+  if (name && g_hash_table_contains(g->op_names, name)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "op '%s' (%s): the graph already has an op of that name", name, c->name);
+    return -1;
+  }
+
+  SimOp *op = g_new0(SimOp, 1);
+  op->id = (int)g->ops->len;
+  op->type = type;
+  op->name = name ? g_strdup(name) : generate_name(g, type);
+
+  if (n_inputs < c->min_inputs || (c->max_inputs >= 0 && n_inputs > c->max_inputs)) {
+    if (c->max_inputs < 0)
+      sim_op_set_error(op, error, SIM_ERROR_INVALID, "takes at least %d inputs, got %d",
+                       c->min_inputs, n_inputs);
+    else if (c->min_inputs == c->max_inputs)
+      sim_op_set_error(op, error, SIM_ERROR_INVALID, "takes %d input%s, got %d",
+                       c->min_inputs, c->min_inputs == 1 ? "" : "s", n_inputs);
+    else
+      sim_op_set_error(op, error, SIM_ERROR_INVALID, "takes %d to %d inputs, got %d",
+                       c->min_inputs, c->max_inputs, n_inputs);
+    op_free(op);
+    return -1;
+  }
+  op->n_inputs = n_inputs;
+  op->inputs = g_new(int, MAX(n_inputs, 1));
+  op->in_shape = g_new0(SimShape, MAX(n_inputs, 1));
+  op->in_dtype = g_new0(SimDType, MAX(n_inputs, 1));
+  for (int i = 0; i < n_inputs; i++) {
+    if (inputs[i] < 0 || inputs[i] >= (int)g->tensors->len) {
+      sim_op_set_error(op, error, SIM_ERROR_INVALID, "input %d is tensor %d, which does not exist",
+                       i, inputs[i]);
+      op_free(op);
+      return -1;
+    }
+    const SimTensor *t = sim_graph_tensor_get(g, inputs[i]);
+    op->inputs[i] = inputs[i];
+    op->in_shape[i] = t->shape;
+    op->in_dtype[i] = t->dtype;
+  }
+
+  if (!fill_attrs(op, c, attrs, error) || !c->infer(op, error)) {
+    op_free(op);
+    return -1;
+  }
+  g_assert(op->n_outputs >= 1 && op->n_weights <= SIM_MAX_WEIGHTS);
+  c->space(op);
+  g_assert(op->space.ndims >= 1 && op->space.ndims <= SIM_MAX_ITER);
+  g_assert(op->space.dims[0].role == SIM_ROLE_SAMPLE);
+
+  /* The op is valid: from here on nothing fails. */
+  for (int i = 0; i < op->n_outputs; i++) {
+    SimTensor *t = g_new0(SimTensor, 1);
+    t->id = (int)g->tensors->len;
+    t->name = op->n_outputs == 1 ? g_strdup(op->name) : g_strdup_printf("%s:%d", op->name, i);
+    t->shape = op->out_shape[i];
+    t->dtype = op->out_dtype[i];
+    t->producer = op->id;
+    t->producer_slot = i;
+    t->consumers = g_array_new(FALSE, FALSE, sizeof(int));
+    g_ptr_array_add(g->tensors, t);
+    op->outputs[i] = t->id;
+  }
+  /* A tensor lists each consuming op once, even when the op reads it several times
+   * (self-attention reads one tensor as q, k and v). */
+  for (int i = 0; i < n_inputs; i++) {
+    gboolean seen = FALSE;
+    for (int j = 0; j < i; j++)
+      seen = seen || inputs[j] == inputs[i];
+    if (!seen)
+      g_array_append_val(sim_graph_tensor_get(g, inputs[i])->consumers, op->id);
+  }
+  g_ptr_array_add(g->ops, op);
+  g_hash_table_insert(g->op_names, g_strdup(op->name), GINT_TO_POINTER(op->id + 1));
+  return op->id;
+}
+
+gboolean sim_graph_check(const SimGraph *g, GError **error)
+{
+  g_return_val_if_fail(g != NULL, FALSE);
+  if (g->sticky_error) {
+    if (error)
+      *error = g_error_copy(g->sticky_error);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Builders with sticky errors                                                         */
+
+/* Adds the op unless the graph already failed; returns its first output tensor. */
+static int build(SimGraph *g, SimOpType type, const char *name, int n, const int *inputs,
+                 const SimAttrs *a)
+{
+  if (g->sticky_error)
+    return -1;
+  int op = sim_graph_add_op(g, type, name, n, inputs, a, &g->sticky_error);
+  return op < 0 ? -1 : sim_graph_op_get(g, op)->outputs[0];
+}
+
+/* The builders set attributes they know exist, so only the values can be wrong; those
+ * errors become the sticky error too. */
+static void set_int(SimGraph *g, SimAttrs *a, const char *name, int64_t v)
+{
+  if (!g->sticky_error)
+    sim_attrs_set_int(a, name, v, &g->sticky_error);
+}
+
+static void set_ints(SimGraph *g, SimAttrs *a, const char *name, int n, const int64_t *v)
+{
+  if (!g->sticky_error)
+    sim_attrs_set_ints(a, name, n, v, &g->sticky_error);
+}
+
+static void set_float(SimGraph *g, SimAttrs *a, const char *name, double v)
+{
+  if (!g->sticky_error)
+    sim_attrs_set_float(a, name, v, &g->sticky_error);
+}
+
+static gboolean builder_ok(SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, FALSE);
+  return g->sticky_error == NULL;
+}
+
+static void sticky_invalid(SimGraph *g, const char *name, const char *what, const char *fmt, ...)
+  G_GNUC_PRINTF(4, 5);
+
+static void sticky_invalid(SimGraph *g, const char *name, const char *what, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_set_error(&g->sticky_error, SIM_ERROR, SIM_ERROR_INVALID, "op '%s' (%s): %s",
+              name ? name : "(unnamed)", what, msg);
+}
+
+int sim_graph_input(SimGraph *g, const char *name, SimDType dtype, int ndim, const int64_t *dims)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (ndim < 1 || ndim > SIM_MAX_DIMS || !dims) {
+    sticky_invalid(g, name, "input", "rank %d is outside 1..%d", ndim, SIM_MAX_DIMS);
+    return -1;
+  }
+  if (dtype < 0 || dtype >= SIM_DTYPE_COUNT) {
+    sticky_invalid(g, name, "input", "invalid dtype %d", (int)dtype);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_INPUT };
+  set_ints(g, &a, "shape", ndim, dims);
+  if (!g->sticky_error)
+    sim_attrs_set_string(&a, "dtype", sim_dtype_names[dtype], &g->sticky_error);
+  return build(g, SIM_OP_INPUT, name, 0, NULL, &a);
+}
+
+int sim_graph_linear(SimGraph *g, const char *name, int x, int64_t out_features, gboolean bias,
+                     SimUnaryKind activation)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (activation < 0 || activation >= SIM_UNARY_COUNT) {
+    sticky_invalid(g, name, "linear", "invalid activation %d", (int)activation);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_LINEAR };
+  set_int(g, &a, "out_features", out_features);
+  set_int(g, &a, "bias", bias ? 1 : 0);
+  if (!g->sticky_error)
+    sim_attrs_set_string(&a, "activation", sim_unary_kind_names[activation], &g->sticky_error);
+  return build(g, SIM_OP_LINEAR, name, 1, &x, &a);
+}
+
+int sim_graph_matmul(SimGraph *g, const char *name, int a, int b, gboolean trans_b)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs at = { .type = SIM_OP_MATMUL };
+  set_int(g, &at, "trans_b", trans_b ? 1 : 0);
+  int in[2] = { a, b };
+  return build(g, SIM_OP_MATMUL, name, 2, in, &at);
+}
+
+SimConvParams sim_conv_params(int64_t out_channels, int kh, int kw)
+{
+  SimConvParams p = {
+    .out_channels = out_channels,
+    .kernel = { kh, kw },
+    .stride = { 1, 1 },
+    .padding = { 0, 0 },
+    .dilation = { 1, 1 },
+    .groups = 1,
+    .bias = FALSE,
+    .activation = SIM_UNARY_IDENTITY,
+  };
+  return p;
+}
+
+int sim_graph_conv2d(SimGraph *g, const char *name, int x, const SimConvParams *p)
+{
+  if (!builder_ok(g))
+    return -1;
+  g_return_val_if_fail(p != NULL, -1);
+  if (p->activation < 0 || p->activation >= SIM_UNARY_COUNT) {
+    sticky_invalid(g, name, "conv2d", "invalid activation %d", (int)p->activation);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_CONV2D };
+  int64_t kernel[2] = { p->kernel[0], p->kernel[1] };
+  int64_t stride[2] = { p->stride[0], p->stride[1] };
+  int64_t padding[2] = { p->padding[0], p->padding[1] };
+  int64_t dilation[2] = { p->dilation[0], p->dilation[1] };
+  set_int(g, &a, "out_channels", p->out_channels);
+  set_ints(g, &a, "kernel", 2, kernel);
+  set_ints(g, &a, "stride", 2, stride);
+  set_ints(g, &a, "padding", 2, padding);
+  set_ints(g, &a, "dilation", 2, dilation);
+  set_int(g, &a, "groups", p->groups);
+  set_int(g, &a, "bias", p->bias ? 1 : 0);
+  if (!g->sticky_error)
+    sim_attrs_set_string(&a, "activation", sim_unary_kind_names[p->activation],
+                         &g->sticky_error);
+  return build(g, SIM_OP_CONV2D, name, 1, &x, &a);
+}
+
+int sim_graph_pool2d(SimGraph *g, const char *name, int x, SimPoolKind kind, int kh, int kw,
+                     int sh, int sw, int ph, int pw)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_POOL2D };
+  int64_t kernel[2] = { kh, kw }, stride[2] = { sh, sw }, padding[2] = { ph, pw };
+  if (!g->sticky_error)
+    sim_attrs_set_string(&a, "kind", kind == SIM_POOL_AVG ? "avg" : "max", &g->sticky_error);
+  set_ints(g, &a, "kernel", 2, kernel);
+  set_ints(g, &a, "stride", 2, stride);
+  set_ints(g, &a, "padding", 2, padding);
+  return build(g, SIM_OP_POOL2D, name, 1, &x, &a);
+}
+
+int sim_graph_batchnorm(SimGraph *g, const char *name, int x, gboolean relu)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_BATCHNORM };
+  set_int(g, &a, "relu", relu ? 1 : 0);
+  return build(g, SIM_OP_BATCHNORM, name, 1, &x, &a);
+}
+
+int sim_graph_layernorm(SimGraph *g, const char *name, int x)
+{
+  if (!builder_ok(g))
+    return -1;
+  return build(g, SIM_OP_LAYERNORM, name, 1, &x, NULL);
+}
+
+int sim_graph_embedding(SimGraph *g, const char *name, int ids, int64_t vocab, int64_t dim)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_EMBEDDING };
+  set_int(g, &a, "vocab", vocab);
+  set_int(g, &a, "dim", dim);
+  return build(g, SIM_OP_EMBEDDING, name, 1, &ids, &a);
+}
+
+int sim_graph_unary(SimGraph *g, const char *name, int x, SimUnaryKind kind)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (kind < 0 || kind >= SIM_UNARY_COUNT) {
+    sticky_invalid(g, name, "unary", "invalid kind %d", (int)kind);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_UNARY };
+  sim_attrs_set_string(&a, "kind", sim_unary_kind_names[kind], &g->sticky_error);
+  return build(g, SIM_OP_UNARY, name, 1, &x, &a);
+}
+
+int sim_graph_binary(SimGraph *g, const char *name, int a, int b, SimBinaryKind kind)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (kind < 0 || kind >= SIM_BINARY_COUNT) {
+    sticky_invalid(g, name, "binary", "invalid kind %d", (int)kind);
+    return -1;
+  }
+  SimAttrs at = { .type = SIM_OP_BINARY };
+  sim_attrs_set_string(&at, "kind", sim_binary_kind_name(kind), &g->sticky_error);
+  int in[2] = { a, b };
+  return build(g, SIM_OP_BINARY, name, 2, in, &at);
+}
+
+int sim_graph_softmax(SimGraph *g, const char *name, int x)
+{
+  if (!builder_ok(g))
+    return -1;
+  return build(g, SIM_OP_SOFTMAX, name, 1, &x, NULL);
+}
+
+int sim_graph_dropout(SimGraph *g, const char *name, int x, double p)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_DROPOUT };
+  set_float(g, &a, "p", p);
+  return build(g, SIM_OP_DROPOUT, name, 1, &x, &a);
+}
+
+int sim_graph_concat(SimGraph *g, const char *name, int axis, int n, const int *xs)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (n < 1 || !xs) {
+    sticky_invalid(g, name, "concat", "needs at least one input");
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_CONCAT };
+  set_int(g, &a, "axis", axis);
+  return build(g, SIM_OP_CONCAT, name, n, xs, &a);
+}
+
+int sim_graph_split(SimGraph *g, const char *name, int x, int axis, int n, const int64_t *sizes,
+                    int *outs)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (n < 1 || n > SIM_MAX_DIMS || !sizes) {
+    sticky_invalid(g, name, "split", "splits into 1 to %d parts, not %d", SIM_MAX_DIMS, n);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_SPLIT };
+  set_int(g, &a, "axis", axis);
+  set_ints(g, &a, "sizes", n, sizes);
+  int first = build(g, SIM_OP_SPLIT, name, 1, &x, &a);
+  if (first < 0)
+    return -1;
+  const SimOp *op = sim_graph_op_get(g, sim_graph_tensor_get(g, first)->producer);
+  for (int i = 0; outs && i < op->n_outputs; i++)
+    outs[i] = op->outputs[i];
+  return first;
+}
+
+int sim_graph_reshape(SimGraph *g, const char *name, int x, int ndim, const int64_t *dims)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (ndim < 1 || ndim > SIM_MAX_DIMS || !dims) {
+    sticky_invalid(g, name, "reshape", "rank %d is outside 1..%d", ndim, SIM_MAX_DIMS);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_RESHAPE };
+  set_ints(g, &a, "shape", ndim, dims);
+  return build(g, SIM_OP_RESHAPE, name, 1, &x, &a);
+}
+
+int sim_graph_transpose(SimGraph *g, const char *name, int x, const int *perm)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (x < 0 || x >= (int)g->tensors->len || !perm) {
+    sticky_invalid(g, name, "transpose", "input tensor %d does not exist", x);
+    return -1;
+  }
+  /* The permutation has one entry per dimension of the input. */
+  int ndim = sim_graph_tensor_get(g, x)->shape.ndim;
+  int64_t p[SIM_MAX_DIMS];
+  for (int i = 0; i < ndim; i++)
+    p[i] = perm[i];
+  SimAttrs a = { .type = SIM_OP_TRANSPOSE };
+  set_ints(g, &a, "perm", ndim, p);
+  return build(g, SIM_OP_TRANSPOSE, name, 1, &x, &a);
+}
+
+int sim_graph_attention(SimGraph *g, const char *name, int q, int k, int v, int heads,
+                        int64_t head_dim, gboolean causal)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_ATTENTION };
+  set_int(g, &a, "heads", heads);
+  set_int(g, &a, "head_dim", head_dim);
+  set_int(g, &a, "causal", causal ? 1 : 0);
+  int in[3] = { q, k, v };
+  return build(g, SIM_OP_ATTENTION, name, 3, in, &a);
+}
+
+int sim_graph_lstm(SimGraph *g, const char *name, int x, int64_t hidden)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_LSTM };
+  set_int(g, &a, "hidden", hidden);
+  return build(g, SIM_OP_LSTM, name, 1, &x, &a);
+}
+
+int sim_graph_cross_entropy(SimGraph *g, const char *name, int logits, int labels)
+{
+  if (!builder_ok(g))
+    return -1;
+  int in[2] = { logits, labels };
+  return build(g, SIM_OP_CROSS_ENTROPY, name, 2, in, NULL);
+}
+
+int sim_graph_mse_loss(SimGraph *g, const char *name, int pred, int target)
+{
+  if (!builder_ok(g))
+    return -1;
+  int in[2] = { pred, target };
+  return build(g, SIM_OP_MSE_LOSS, name, 2, in, NULL);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Flags and rewrites                                                                  */
+
+#define CHECK_OP(g, op, val)                                                              \
+  g_return_val_if_fail((g) != NULL && (op) >= 0 && (op) < (int)(g)->ops->len, val)
+#define CHECK_OP_VOID(g, op)                                                              \
+  g_return_if_fail((g) != NULL && (op) >= 0 && (op) < (int)(g)->ops->len)
+#define CHECK_TENSOR(g, t, val)                                                           \
+  g_return_val_if_fail((g) != NULL && (t) >= 0 && (t) < (int)(g)->tensors->len, val)
+
+void sim_graph_set_selective_recompute(SimGraph *g, int op, gboolean on)
+{
+  CHECK_OP_VOID(g, op);
+  sim_graph_op_get(g, op)->selective_recompute = on;
+}
+
+void sim_graph_set_checkpoint(SimGraph *g, int op, gboolean on)
+{
+  CHECK_OP_VOID(g, op);
+  sim_graph_op_get(g, op)->checkpoint = on;
+}
+
+gboolean sim_graph_op_is_checkpoint(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, FALSE);
+  return sim_graph_op_get(g, op)->checkpoint;
+}
+
+gboolean sim_graph_op_is_selective_recompute(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, FALSE);
+  return sim_graph_op_get(g, op)->selective_recompute;
+}
+
+void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype)
+{
+  g_return_if_fail(g != NULL && sim_dtype_is_float(dtype));
+  for (guint i = 0; i < g->tensors->len; i++) {
+    SimTensor *t = sim_graph_tensor_get(g, (int)i);
+    if (sim_dtype_is_float(t->dtype))
+      t->dtype = dtype;
+  }
+  for (guint i = 0; i < g->ops->len; i++) {
+    SimOp *op = sim_graph_op_get(g, (int)i);
+    for (int j = 0; j < op->n_inputs; j++)
+      if (sim_dtype_is_float(op->in_dtype[j]))
+        op->in_dtype[j] = dtype;
+    for (int j = 0; j < op->n_outputs; j++)
+      if (sim_dtype_is_float(op->out_dtype[j]))
+        op->out_dtype[j] = dtype;
+    if (sim_dtype_is_float(op->w_dtype))
+      op->w_dtype = dtype;
+    /* The ops that create floating-point tensors from nothing floating-point keep their
+     * dtype in an attribute, so that a graph file written now reads back the same. */
+    const SimOpClass *c = sim_op_class(op->type);
+    int a = attr_index(c, "dtype");
+    if (a >= 0 && sim_dtype_is_float((SimDType)op->attrs[a].i[0]))
+      op->attrs[a].i[0] = dtype;
+  }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Queries                                                                             */
+
+int sim_graph_n_ops(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0);
+  return (int)g->ops->len;
+}
+
+int sim_graph_n_tensors(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0);
+  return (int)g->tensors->len;
+}
+
+SimOpType sim_graph_op_type(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, SIM_OP_INPUT);
+  return sim_graph_op_get(g, op)->type;
+}
+
+const char *sim_graph_op_name(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, NULL);
+  return sim_graph_op_get(g, op)->name;
+}
+
+int sim_graph_op_by_name(const SimGraph *g, const char *name)
+{
+  g_return_val_if_fail(g != NULL && name != NULL, -1);
+  return GPOINTER_TO_INT(g_hash_table_lookup(g->op_names, name)) - 1;
+}
+
+int sim_graph_op_n_inputs(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0);
+  return sim_graph_op_get(g, op)->n_inputs;
+}
+
+int sim_graph_op_input(const SimGraph *g, int op, int i)
+{
+  CHECK_OP(g, op, -1);
+  const SimOp *o = sim_graph_op_get(g, op);
+  g_return_val_if_fail(i >= 0 && i < o->n_inputs, -1);
+  return o->inputs[i];
+}
+
+int sim_graph_op_n_outputs(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0);
+  return sim_graph_op_get(g, op)->n_outputs;
+}
+
+int sim_graph_op_output(const SimGraph *g, int op, int i)
+{
+  CHECK_OP(g, op, -1);
+  const SimOp *o = sim_graph_op_get(g, op);
+  g_return_val_if_fail(i >= 0 && i < o->n_outputs, -1);
+  return o->outputs[i];
+}
+
+int sim_graph_op_n_weights(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0);
+  return sim_graph_op_get(g, op)->n_weights;
+}
+
+SimShape sim_graph_op_weight_shape(const SimGraph *g, int op, int i)
+{
+  SimShape none = { 0 };
+  CHECK_OP(g, op, none);
+  const SimOp *o = sim_graph_op_get(g, op);
+  g_return_val_if_fail(i >= 0 && i < o->n_weights, none);
+  return o->w_shape[i];
+}
+
+int64_t sim_graph_op_n_params(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0);
+  const SimOp *o = sim_graph_op_get(g, op);
+  int64_t n = 0;
+  for (int i = 0; i < o->n_weights; i++)
+    n += sim_shape_numel(&o->w_shape[i]);
+  return n;
+}
+
+SimShape sim_graph_tensor_shape(const SimGraph *g, int t)
+{
+  SimShape none = { 0 };
+  CHECK_TENSOR(g, t, none);
+  return sim_graph_tensor_get(g, t)->shape;
+}
+
+SimDType sim_graph_tensor_dtype(const SimGraph *g, int t)
+{
+  CHECK_TENSOR(g, t, SIM_DTYPE_FP32);
+  return sim_graph_tensor_get(g, t)->dtype;
+}
+
+const char *sim_graph_tensor_name(const SimGraph *g, int t)
+{
+  CHECK_TENSOR(g, t, NULL);
+  return sim_graph_tensor_get(g, t)->name;
+}
+
+int sim_graph_tensor_producer(const SimGraph *g, int t)
+{
+  CHECK_TENSOR(g, t, -1);
+  return sim_graph_tensor_get(g, t)->producer;
+}
+
+int sim_graph_tensor_n_consumers(const SimGraph *g, int t)
+{
+  CHECK_TENSOR(g, t, 0);
+  return (int)sim_graph_tensor_get(g, t)->consumers->len;
+}
+
+int sim_graph_tensor_consumer(const SimGraph *g, int t, int i)
+{
+  CHECK_TENSOR(g, t, -1);
+  const GArray *c = sim_graph_tensor_get(g, t)->consumers;
+  g_return_val_if_fail(i >= 0 && i < (int)c->len, -1);
+  return g_array_index(c, int, i);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Totals                                                                              */
+
+int64_t sim_graph_n_params(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0);
+  int64_t n = 0;
+  for (int i = 0; i < (int)g->ops->len; i++)
+    n += sim_graph_op_n_params(g, i);
+  return n;
+}
+
+static double op_pass_total(const SimGraph *g, int op, SimPass pass, gboolean bytes)
+{
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, pass, &w);
+  return bytes ? sim_work_bytes(&w) : sim_work_flops(&w);
+}
+
+double sim_graph_op_forward_flops(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0.0);
+  return op_pass_total(g, op, SIM_PASS_FORWARD, FALSE);
+}
+
+double sim_graph_op_backward_flops(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0.0);
+  return op_pass_total(g, op, SIM_PASS_BACKWARD, FALSE);
+}
+
+double sim_graph_op_bytes(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0.0);
+  return op_pass_total(g, op, SIM_PASS_FORWARD, TRUE);
+}
+
+double sim_graph_forward_flops(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0.0);
+  double f = 0.0;
+  for (int i = 0; i < (int)g->ops->len; i++)
+    f += op_pass_total(g, i, SIM_PASS_FORWARD, FALSE);
+  return f;
+}
+
+double sim_graph_backward_flops(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0.0);
+  double f = 0.0;
+  for (int i = 0; i < (int)g->ops->len; i++)
+    f += op_pass_total(g, i, SIM_PASS_BACKWARD, FALSE);
+  return f;
+}
+
+int64_t sim_graph_batch_size(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 0);
+  /* Every op's iteration dimension 0 is the batch and the builders keep it the same
+   * through the graph, so the first input's leading dimension is the batch. */
+  for (guint i = 0; i < g->ops->len; i++) {
+    const SimOp *op = sim_graph_op_get(g, (int)i);
+    if (op->type == SIM_OP_INPUT)
+      return op->out_shape[0].dims[0];
+  }
+  return 0;
+}
+
+int64_t sim_graph_tokens_per_sample(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, 1);
+  return g->tokens_per_sample;
+}
+
+void sim_graph_set_tokens_per_sample(SimGraph *g, int64_t tokens)
+{
+  g_return_if_fail(g != NULL && tokens >= 1);
+  g->tokens_per_sample = tokens;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Iteration spaces                                                                    */
+
+int sim_graph_op_n_dims(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, 0);
+  return sim_graph_op_get(g, op)->space.ndims;
+}
+
+#define CHECK_DIM(o, d, val) g_return_val_if_fail((d) >= 0 && (d) < (o)->space.ndims, val)
+
+const char *sim_graph_op_dim_name(const SimGraph *g, int op, int d)
+{
+  CHECK_OP(g, op, NULL);
+  const SimOp *o = sim_graph_op_get(g, op);
+  CHECK_DIM(o, d, NULL);
+  return o->space.dims[d].name;
+}
+
+SimDimRole sim_graph_op_dim_role(const SimGraph *g, int op, int d)
+{
+  CHECK_OP(g, op, SIM_ROLE_SAMPLE);
+  const SimOp *o = sim_graph_op_get(g, op);
+  CHECK_DIM(o, d, SIM_ROLE_SAMPLE);
+  return o->space.dims[d].role;
+}
+
+int64_t sim_graph_op_dim_size(const SimGraph *g, int op, int d)
+{
+  CHECK_OP(g, op, 0);
+  const SimOp *o = sim_graph_op_get(g, op);
+  CHECK_DIM(o, d, 0);
+  return o->space.dims[d].size;
+}
+
+gboolean sim_graph_op_dim_splittable(const SimGraph *g, int op, int d)
+{
+  CHECK_OP(g, op, FALSE);
+  const SimOp *o = sim_graph_op_get(g, op);
+  CHECK_DIM(o, d, FALSE);
+  return o->space.dims[d].splittable;
+}
+
+void sim_space_init(SimOp *op, int ndims)
+{
+  g_assert(ndims >= 1 && ndims <= SIM_MAX_ITER);
+  g_free(op->space.maps);
+  memset(op->space.dims, 0, sizeof op->space.dims);
+  op->space.ndims = ndims;
+  int n = op->n_inputs + op->n_weights + op->n_outputs;
+  op->space.maps = g_new0(SimTensorMap, MAX(n, 1));
+  for (int i = 0; i < n; i++) {
+    const SimShape *s = i < op->n_inputs ? &op->in_shape[i]
+                        : i < op->n_inputs + op->n_weights
+                          ? &op->w_shape[i - op->n_inputs]
+                          : &op->out_shape[i - op->n_inputs - op->n_weights];
+    SimTensorMap *m = &op->space.maps[i];
+    m->ndim = s->ndim;
+    for (int t = 0; t < SIM_MAX_DIMS; t++)
+      m->map[t] = (SimDimMap){ .dim = -1, .kdim = -1, .stride = 1, .dilation = 1, .shift = 0 };
+  }
+}
+
+void sim_space_dim(SimOp *op, int d, const char *name, SimDimRole role, int64_t size,
+                   gboolean splittable)
+{
+  g_assert(d >= 0 && d < op->space.ndims);
+  SimIterDim *it = &op->space.dims[d];
+  g_strlcpy(it->name, name, sizeof it->name);
+  it->role = role;
+  it->size = size;
+  /* A dimension of size 1 cannot be split, whatever its kind. */
+  it->splittable = splittable && size > 1;
+}
+
+void sim_map_identity(SimTensorMap *map, int tdim, int d)
+{
+  sim_map_affine(map, tdim, d, 1, -1, 1, 0);
+}
+
+void sim_map_affine(SimTensorMap *map, int tdim, int d, int stride, int kdim, int dilation,
+                    int64_t shift)
+{
+  g_assert(tdim >= 0 && tdim < map->ndim && d < SIM_MAX_ITER && kdim < SIM_MAX_ITER);
+  map->map[tdim] = (SimDimMap){
+    .dim = (int8_t)d,
+    .kdim = (int8_t)kdim,
+    .stride = stride,
+    .dilation = dilation,
+    .shift = shift,
+  };
+}
+
+void sim_map_project(const SimTensorMap *map, const SimShape *shape, const int64_t *lo,
+                     const int64_t *hi, SimRegion *out)
+{
+  out->ndim = map->ndim;
+  for (int t = 0; t < map->ndim; t++) {
+    const SimDimMap *m = &map->map[t];
+    int64_t size = shape->dims[t];
+    if (m->dim < 0) {
+      out->lo[t] = 0;
+      out->hi[t] = size;
+      continue;
+    }
+    int64_t a, b;
+    if (hi[m->dim] <= lo[m->dim] || (m->kdim >= 0 && hi[m->kdim] <= lo[m->kdim])) {
+      a = b = 0;
+    } else {
+      /* The image of [lo, hi) under i * stride + j * dilation - shift is spanned by its
+       * two corners, since both coefficients are positive. */
+      a = lo[m->dim] * m->stride - m->shift;
+      b = (hi[m->dim] - 1) * m->stride - m->shift + 1;
+      if (m->kdim >= 0) {
+        a += lo[m->kdim] * m->dilation;
+        b += (hi[m->kdim] - 1) * m->dilation;
+      }
+    }
+    a = CLAMP(a, 0, size);
+    b = CLAMP(b, 0, size);
+    out->lo[t] = a;
+    out->hi[t] = MAX(a, b);
+  }
+}
+
+/* The length of tensor dimension @m spans for a shard of extents @extent, at most the
+ * dimension's @size. */
+static inline int64_t map_dim_len(const SimDimMap *m, int64_t size, const int64_t *extent)
+{
+  if (m->dim < 0)
+    return size;
+  if (extent[m->dim] <= 0 || (m->kdim >= 0 && extent[m->kdim] <= 0))
+    return 0;
+  int64_t len = (extent[m->dim] - 1) * m->stride + 1;
+  if (m->kdim >= 0)
+    len += (extent[m->kdim] - 1) * m->dilation;
+  return MIN(len, size);
+}
+
+int64_t sim_map_numel(const SimTensorMap *map, const SimShape *shape, const int64_t *extent)
+{
+  int64_t n = 1;
+  for (int t = 0; t < map->ndim; t++)
+    n *= map_dim_len(&map->map[t], shape->dims[t], extent);
+  return n;
+}
+
+int64_t sim_extent_volume(const SimOp *op, const int64_t *extent)
+{
+  int64_t v = 1;
+  for (int d = 0; d < op->space.ndims; d++)
+    v *= extent[d];
+  return v;
+}
+
+const int64_t *sim_op_extent(const SimOp *op, const int64_t *extent, int64_t *full)
+{
+  if (extent)
+    return extent;
+  for (int d = 0; d < op->space.ndims; d++)
+    full[d] = op->space.dims[d].size;
+  return full;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Work                                                                                */
+
+void sim_work_add(SimWork *w, SimKernel k)
+{
+  /* The catalogue's classes emit at most SIM_MAX_KERNELS kernels per pass. */
+  g_assert(w->n < SIM_MAX_KERNELS);
+  w->k[w->n++] = k;
+}
+
+SimKernel sim_kernel_gemm(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+  double es = sim_dtype_size(dt);
+  return (SimKernel){
+    .kind = SIM_KERNEL_GEMM,
+    .dtype = dt,
+    .m = m,
+    .n = n,
+    .k = k,
+    .batch = batch,
+    .steps = 1,
+    .flops = 2.0 * (double)batch * (double)m * (double)n * (double)k,
+    .bytes = es * (double)batch * ((double)m * k + (double)k * n + (double)m * n),
+  };
+}
+
+SimKernel sim_kernel_memory(SimDType dt, double flops, double bytes)
+{
+  return (SimKernel){
+    .kind = SIM_KERNEL_MEMORY,
+    .dtype = dt,
+    .batch = 1,
+    .steps = 1,
+    .flops = flops,
+    .bytes = bytes,
+  };
+}
+
+double sim_work_flops(const SimWork *w)
+{
+  g_return_val_if_fail(w != NULL, 0.0);
+  double f = 0.0;
+  for (int i = 0; i < w->n; i++)
+    f += w->k[i].flops;
+  return f;
+}
+
+double sim_work_bytes(const SimWork *w)
+{
+  g_return_val_if_fail(w != NULL, 0.0);
+  double b = 0.0;
+  for (int i = 0; i < w->n; i++)
+    b += w->k[i].bytes;
+  return b;
+}
+
+void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass pass,
+                       SimWork *work)
+{
+  g_return_if_fail(work != NULL);
+  work->n = 0;
+  CHECK_OP_VOID(g, op);
+  g_return_if_fail(pass >= 0 && pass < SIM_PASS_COUNT);
+  const SimOp *o = sim_graph_op_get(g, op);
+  int64_t full[SIM_MAX_ITER];
+  const int64_t *e = sim_op_extent(o, extent, full);
+  if (pass != SIM_PASS_UPDATE) {
+    sim_op_class(o->type)->work(o, e, pass, work);
+    return;
+  }
+  /* The update of the shard's weights: an Adam step reads and writes the parameter, its
+   * gradient and the two moments (8 accesses per parameter at the weight dtype) and
+   * spends about 10 operations per parameter (moments, bias correction, sqrt, divide). */
+  int64_t n = 0;
+  for (int i = 0; i < o->n_weights; i++)
+    n += sim_map_numel(sim_space_weight_map(o, i), &o->w_shape[i], e);
+  if (n == 0)
+    return;
+  SimKernel k = {
+    .kind = SIM_KERNEL_OPTIMIZER,
+    .dtype = o->w_dtype,
+    .m = n,
+    .n = 1,
+    .k = 1,
+    .batch = 1,
+    .steps = 1,
+    .flops = 10.0 * (double)n,
+    .bytes = 8.0 * (double)n * sim_dtype_size(o->w_dtype),
+  };
+  sim_work_add(work, k);
+}
+
+/* Attributes that give the size of the whole op: the shard's tensor shapes say the
+ * shard's part of them, so a shard key leaves them out and equal shards of different
+ * ops share profile entries. */
+static gboolean attr_is_size(const char *name)
+{
+  static const char *const sizes[] = {
+    "out_features", "out_channels", "vocab", "dim", "hidden", "heads", "shape", "sizes",
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(sizes); i++)
+    if (strcmp(name, sizes[i]) == 0)
+      return TRUE;
+  return FALSE;
+}
+
+static void append_shard_shape(GString *s, const char *prefix, int i, int n,
+                               const SimTensorMap *map, const SimShape *shape,
+                               const int64_t *extent)
+{
+  if (n == 1)
+    g_string_append_printf(s, "|%s=[", prefix);
+  else
+    g_string_append_printf(s, "|%s%d=[", prefix, i);
+  for (int t = 0; t < shape->ndim; t++)
+    g_string_append_printf(s, "%s%" G_GINT64_FORMAT, t ? "," : "",
+                           map_dim_len(&map->map[t], shape->dims[t], extent));
+  g_string_append_c(s, ']');
+}
+
+char *sim_graph_op_shard_key(const SimGraph *g, int op, const int64_t *extent)
+{
+  CHECK_OP(g, op, NULL);
+  const SimOp *o = sim_graph_op_get(g, op);
+  const SimOpClass *c = sim_op_class(o->type);
+  int64_t full[SIM_MAX_ITER];
+  const int64_t *e = sim_op_extent(o, extent, full);
+  GString *s = g_string_new(c->name);
+  for (int i = 0; i < o->n_inputs; i++)
+    append_shard_shape(s, "x", i, o->n_inputs, sim_space_input_map(o, i), &o->in_shape[i], e);
+  for (int i = 0; i < o->n_weights; i++)
+    append_shard_shape(s, "w", i, o->n_weights, sim_space_weight_map(o, i), &o->w_shape[i], e);
+  for (int i = 0; i < o->n_outputs; i++)
+    append_shard_shape(s, "y", i, o->n_outputs, sim_space_output_map(o, i), &o->out_shape[i],
+                       e);
+  SimDType dt = o->n_weights ? o->w_dtype : o->out_dtype[0];
+  g_string_append_printf(s, "|%s", sim_dtype_name(dt));
+  for (int i = 0; i < c->n_attrs; i++) {
+    const SimAttrSpec *spec = &c->attrs[i];
+    const SimAttrValue *v = &o->attrs[i];
+    if (attr_is_size(spec->name))
+      continue;
+    g_string_append_printf(s, "|%s=", spec->name);
+    switch (spec->type) {
+    case SIM_ATTR_INT:
+      g_string_append_printf(s, "%" G_GINT64_FORMAT, v->i[0]);
+      break;
+    case SIM_ATTR_BOOL:
+      g_string_append(s, v->i[0] ? "true" : "false");
+      break;
+    case SIM_ATTR_FLOAT: {
+      char buf[G_ASCII_DTOSTR_BUF_SIZE];
+      g_string_append(s, g_ascii_formatd(buf, sizeof buf, "%g", v->f));
+      break;
+    }
+    case SIM_ATTR_INTS:
+      g_string_append_c(s, '[');
+      for (int j = 0; j < v->n; j++)
+        g_string_append_printf(s, "%s%" G_GINT64_FORMAT, j ? "," : "", v->i[j]);
+      g_string_append_c(s, ']');
+      break;
+    case SIM_ATTR_ENUM:
+      g_string_append(s, spec->enum_names[v->i[0]]);
+      break;
+    }
+  }
+  return g_string_free(s, FALSE);
+}

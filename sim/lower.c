@@ -1,2 +1,938 @@
-/* lower.c — being written. */
-#include "sim-private.h"
+/* lower.c — turns (graph, strategy, machine) into a task graph.
+ *
+ * Every operator shard becomes compute tasks: forward, backward and, where activations
+ * are recomputed, recompute, for each micro-batch, plus one weight update.  Data between
+ * operators moves by region: a consumer shard reads the region of its input that its
+ * iteration range projects to, a producer shard writes the region of its output, and
+ * what a consumer needs from a producer on another device is the intersection of the
+ * two, sent as a flow.  Where a producer's iteration dimensions include some that do not
+ * index its output (a split reduction, Megatron's row-parallel linear), the shards hold
+ * partial sums, which are all-reduced before use; the same rule, read backwards, makes
+ * the gradients of an input partial when the consumer splits dimensions that do not
+ * index that input (the column-parallel linear's input), and makes weight gradients
+ * partial across the shards that share a weight region (data parallelism), which are
+ * all-reduced in buckets once the last micro-batch's backward has produced them.
+ *
+ * The pipeline schedule only orders the compute streams: each device runs its units
+ * (stage, micro-batch, forward or backward) in the order GPipe, 1F1B or interleaved 1F1B
+ * gives, and the data dependencies between stages do the rest.
+ *
+ * The task graph is built in blocks — one per operator, one per produced tensor (its
+ * reductions and every transfer to and from its consumers), one for gradient
+ * synchronization — so that a change to one operator rebuilds only its block, the
+ * blocks of the tensors it reads and writes, and the synchronization (delta simulation).
+ */
+#include "taskgraph.h"
+
+#include <string.h>
+
+typedef struct {
+  gboolean is_input;       /* data sources have no tasks                             */
+  int n_shards, n_in, n_out;
+  const int *dev;          /* the strategy's device of every shard                   */
+  int *cidx;               /* index among the simulated shards, or -1                 */
+  int n_sim;
+  SimRegion *in_reg;       /* [shard * n_in + i], in micro-batch coordinates           */
+  SimRegion *out_reg;      /* [shard * n_out + j]                                     */
+  gboolean *out_partial;   /* per output: shards hold partial sums                     */
+  gboolean *in_partial;    /* per input: gradients computed by shards are partial      */
+  double *t_f, *t_b, *t_r, *t_u;
+  int64_t *a_f, *a_r;      /* bytes kept by forward, by recompute, per shard            */
+  int64_t *w_elems;        /* weight elements per shard                                */
+  gboolean recompute;
+  gboolean has_weights;
+  int stage;
+  int block;
+  uint32_t pos_b, pos_r;   /* places in the backward order                             */
+} OpLay;
+
+struct _SimLowering {
+  const SimGraph *g;
+  SimMachine *m;
+  const SimStrategy *s;
+  SimCostModel *cost;
+  SimOptions o;
+  SimCollParams cp;
+  uint8_t *simulated;
+  int n_ops, n_dev, M;
+  OpLay *ops;
+  int *tensor_block;
+  int sync_block;
+  uint64_t *rank_f, *rank_b;  /* [stage * M + mb]: place of the unit on its device      */
+  uint64_t rank_update;
+  int *seg;
+  int last_checkpoint;
+  SimTaskGraph *tg;
+  gboolean fold_violated;
+  double model_flops;
+};
+
+/* ---- operator layouts ---------------------------------------------------------------- */
+
+static void lay_free(OpLay *l)
+{
+  g_free(l->cidx);
+  g_free(l->in_reg);
+  g_free(l->out_reg);
+  g_free(l->out_partial);
+  g_free(l->in_partial);
+  g_free(l->t_f);
+  g_free(l->t_b);
+  g_free(l->t_r);
+  g_free(l->t_u);
+  g_free(l->a_f);
+  g_free(l->a_r);
+  g_free(l->w_elems);
+  int block = l->block;
+  memset(l, 0, sizeof *l);
+  l->block = block;
+}
+
+/* The tensor's shape inside one micro-batch: the dimensions that iteration dimension 0
+ * (the sample dimension) indexes are divided by the number of micro-batches. */
+static SimShape mb_shape(const SimTensorMap *map, const SimShape *shape, int M)
+{
+  SimShape s = *shape;
+  for (int d = 0; d < s.ndim && d < map->ndim; d++)
+    if (map->map[d].dim == 0)
+      s.dims[d] = s.dims[d] / M;
+  return s;
+}
+
+static gboolean map_uses(const SimTensorMap *map, int d)
+{
+  for (int k = 0; k < map->ndim; k++)
+    if (map->map[k].dim == d || map->map[k].kdim == d)
+      return TRUE;
+  return FALSE;
+}
+
+static gboolean partial_over(const SimOp *op, const SimOpConfig *c, const SimTensorMap *map)
+{
+  for (int d = 0; d < op->space.ndims; d++)
+    if (c->degree[d] > 1 && !map_uses(map, d))
+      return TRUE;
+  return FALSE;
+}
+
+static int64_t region_bytes(const SimRegion *r, SimDType dt)
+{
+  return sim_region_volume(r) * sim_dtype_size(dt);
+}
+
+static double work_time(SimLowering *lw, const SimDeviceSpec *spec, const SimWork *w)
+{
+  double t = 0;
+  for (int k = 0; k < w->n; k++)
+    t += sim_cost_model_kernel_time(lw->cost, spec, &w->k[k]);
+  return t;
+}
+
+static void lay_op(SimLowering *lw, int x)
+{
+  OpLay *l = &lw->ops[x];
+  lay_free(l);
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  if (op->type == SIM_OP_INPUT) {
+    l->is_input = TRUE;
+    return;
+  }
+  const SimOpConfig *c = &lw->s->ops[x];
+  const SimOpClass *klass = sim_op_class(op->type);
+  int ns = c->n_shards, nd = op->space.ndims, M = lw->M;
+  int reps = c->replicas > 1 ? c->replicas : 1;
+  l->n_shards = ns;
+  l->n_in = op->n_inputs;
+  l->n_out = op->n_outputs;
+  l->dev = c->devices;
+  l->stage = lw->s->op_stage[x];
+  l->has_weights = op->n_weights > 0;
+  l->cidx = g_new(int, ns);
+  l->n_sim = 0;
+  for (int sh = 0; sh < ns; sh++)
+    l->cidx[sh] = (!lw->simulated || lw->simulated[c->devices[sh]]) ? l->n_sim++ : -1;
+  l->in_reg = g_new(SimRegion, (size_t)ns * (op->n_inputs ? op->n_inputs : 1));
+  l->out_reg = g_new(SimRegion, (size_t)ns * (op->n_outputs ? op->n_outputs : 1));
+  l->out_partial = g_new0(gboolean, op->n_outputs ? op->n_outputs : 1);
+  l->in_partial = g_new0(gboolean, op->n_inputs ? op->n_inputs : 1);
+  for (int j = 0; j < op->n_outputs; j++)
+    l->out_partial[j] = partial_over(op, c, sim_space_output_map(op, j));
+  for (int i = 0; i < op->n_inputs; i++)
+    l->in_partial[i] = partial_over(op, c, sim_space_input_map(op, i));
+  l->t_f = g_new(double, ns);
+  l->t_b = g_new(double, ns);
+  l->t_r = g_new(double, ns);
+  l->t_u = g_new(double, ns);
+  l->a_f = g_new(int64_t, ns);
+  l->a_r = g_new(int64_t, ns);
+  l->w_elems = g_new(int64_t, ns);
+
+  SimRecompute rc = lw->s->memory.recompute;
+  if (rc == SIM_RECOMPUTE_FULL)
+    l->recompute = !op->checkpoint && x < lw->last_checkpoint;
+  else if (rc == SIM_RECOMPUTE_SELECTIVE)
+    l->recompute = op->selective_recompute;
+
+  int coords[SIM_MAX_ITER];
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER], ext[SIM_MAX_ITER];
+  const SimDeviceSpec *prev_spec = NULL;
+  double tf = 0, tb = 0, tr = 0, tu = 0;
+  int64_t af = 0, ar = 0;
+  for (int sh = 0; sh < ns; sh++) {
+    sim_config_shard_coords(c, nd, sh / reps, coords);
+    sim_config_shard_range(op, c, coords, M, lo, hi);
+    for (int d = 0; d < nd; d++)
+      ext[d] = hi[d] - lo[d];
+    int64_t in_bytes = 0, out_bytes = 0;
+    for (int i = 0; i < op->n_inputs; i++) {
+      const SimTensorMap *map = sim_space_input_map(op, i);
+      SimShape shp = mb_shape(map, &op->in_shape[i], M);
+      SimRegion *r = &l->in_reg[sh * op->n_inputs + i];
+      sim_map_project(map, &shp, lo, hi, r);
+      in_bytes += region_bytes(r, op->in_dtype[i]);
+    }
+    for (int j = 0; j < op->n_outputs; j++) {
+      const SimTensorMap *map = sim_space_output_map(op, j);
+      SimShape shp = mb_shape(map, &op->out_shape[j], M);
+      SimRegion *r = &l->out_reg[sh * op->n_outputs + j];
+      sim_map_project(map, &shp, lo, hi, r);
+      out_bytes += region_bytes(r, op->out_dtype[j]);
+    }
+    int64_t we = 0;
+    for (int w = 0; w < op->n_weights; w++) {
+      SimRegion r;
+      sim_map_project(sim_space_weight_map(op, w), &op->w_shape[w], lo, hi, &r);
+      we += sim_region_volume(&r);
+    }
+    l->w_elems[sh] = we;
+
+    /* Shards have equal extents (degrees divide their dimensions), so the times and
+     * memory of one shard hold for every shard on the same kind of device. */
+    const SimDeviceSpec *spec = sim_machine_device_spec(lw->m, c->devices[sh]);
+    if (spec != prev_spec) {
+      prev_spec = spec;
+      tf = sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_FORWARD);
+      tb = sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_BACKWARD);
+      tu = l->has_weights ? sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_UPDATE)
+                          : 0;
+      int64_t saved = klass->saved_bytes(op, ext);
+      af = saved;
+      ar = 0;
+      tr = 0;
+      if (l->recompute && rc == SIM_RECOMPUTE_FULL) {
+        af = 0;
+        ar = saved;
+        tr = tf;
+      } else if (l->recompute) {
+        if (klass->selective) {
+          SimWork rw = { 0 };
+          int64_t kept = 0;
+          klass->selective(op, ext, &rw, &kept);
+          af = kept;
+          tr = work_time(lw, spec, &rw);
+        } else {
+          af = in_bytes;
+          tr = tf;
+        }
+        ar = saved > af ? saved - af : 0;
+      } else if (rc == SIM_RECOMPUTE_FULL && op->checkpoint) {
+        /* A layer boundary keeps its output for the next layer's recomputation. */
+        af = saved + out_bytes;
+      }
+    }
+    l->t_f[sh] = tf;
+    l->t_b[sh] = tb;
+    l->t_r[sh] = tr;
+    l->t_u[sh] = tu;
+    l->a_f[sh] = af;
+    l->a_r[sh] = ar;
+  }
+}
+
+/* ---- task references ---------------------------------------------------------------- */
+
+enum { P_F, P_B, P_R };
+
+static inline SimTaskRef ref_compute(const SimLowering *lw, const OpLay *l, int pass, int mb,
+                                     int sh)
+{
+  int base = pass == P_F ? 0 : pass == P_B ? 1 : 2;
+  return (SimTaskRef){ l->block, (base * lw->M + mb) * l->n_sim + l->cidx[sh] };
+}
+
+static inline SimTaskRef ref_update(const SimLowering *lw, const OpLay *l, int sh)
+{
+  int base = l->recompute ? 3 : 2;
+  return (SimTaskRef){ l->block, base * lw->M * l->n_sim + l->cidx[sh] };
+}
+
+static void build_op_block(SimLowering *lw, int x)
+{
+  OpLay *l = &lw->ops[x];
+  if (l->block < 0)
+    l->block = sim_taskgraph_block_new(lw->tg);
+  else
+    sim_taskgraph_block_clear(lw->tg, l->block);
+  if (l->is_input)
+    return;
+  SimTaskGraph *tg = lw->tg;
+  int b = l->block, M = lw->M;
+  const uint64_t *rf = lw->rank_f + (size_t)l->stage * M;
+  const uint64_t *rb = lw->rank_b + (size_t)l->stage * M;
+  int passes = l->recompute ? 3 : 2;
+  for (int p = 0; p < passes; p++)
+    for (int mb = 0; mb < M; mb++)
+      for (int sh = 0; sh < l->n_shards; sh++) {
+        if (l->cidx[sh] < 0)
+          continue;
+        int dev = l->dev[sh];
+        SimTask t;
+        uint64_t key;
+        if (p == P_F) {
+          t = sim_task_compute(SIM_CLASS_FORWARD, dev, x, sh, mb, l->t_f[sh]);
+          t.mem_alloc = l->a_f[sh];
+          key = rf[mb] << 32 | (uint32_t)x;
+        } else if (p == P_B) {
+          t = sim_task_compute(SIM_CLASS_BACKWARD, dev, x, sh, mb, l->t_b[sh]);
+          t.mem_free = l->a_f[sh] + l->a_r[sh];
+          key = rb[mb] << 32 | l->pos_b;
+        } else {
+          t = sim_task_compute(SIM_CLASS_RECOMPUTE, dev, x, sh, mb, l->t_r[sh]);
+          t.mem_alloc = l->a_r[sh];
+          key = rb[mb] << 32 | l->pos_r;
+        }
+        SimTaskRef r = sim_taskgraph_add(tg, b, &t);
+        sim_taskgraph_stream_add(tg, b, dev, key, r.index);
+      }
+  if (l->has_weights)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      if (l->cidx[sh] < 0)
+        continue;
+      SimTask t = sim_task_compute(SIM_CLASS_UPDATE, l->dev[sh], x, sh, -1, l->t_u[sh]);
+      SimTaskRef r = sim_taskgraph_add(tg, b, &t);
+      sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | (uint32_t)x,
+                               r.index);
+    }
+  /* A backward pass needs its own forward pass's (or recomputation's) activations even
+   * where no gradient flows into it (the loss). */
+  for (int mb = 0; mb < M; mb++)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      if (l->cidx[sh] < 0)
+        continue;
+      sim_taskgraph_depend(tg, b, ref_compute(lw, l, P_F, mb, sh), ref_compute(lw, l, P_B, mb, sh));
+      if (l->recompute)
+        sim_taskgraph_depend(tg, b, ref_compute(lw, l, P_R, mb, sh),
+                             ref_compute(lw, l, P_B, mb, sh));
+    }
+}
+
+/* ---- tensors: reductions and transfers ------------------------------------------------ */
+
+/* A set of shards that hold the same region of a tensor. */
+typedef struct {
+  SimRegion region;
+  int *members;    /* shard indices */
+  int n;
+  int *devs;       /* their distinct devices, in shard order */
+  int n_devs;
+  gboolean any_sim;
+} Holders;
+
+/* Groups the shards of @l by their region (@regs[sh * stride + offset]) and, where @tags
+ * is not NULL, by their tag as well. */
+static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, int offset,
+                             const int *tags)
+{
+  GArray *groups = g_array_new(FALSE, TRUE, sizeof(Holders));
+  int ns = l->n_shards;
+  /* Shards with equal regions are usually few and far apart; a hash on the region keeps
+   * this linear. */
+  GHashTable *seen = g_hash_table_new(g_bytes_hash, g_bytes_equal);
+  GPtrArray *keys = g_ptr_array_new_with_free_func((GDestroyNotify)g_bytes_unref);
+  int *count = g_new0(int, ns);
+  int *gid = g_new(int, ns);
+  for (int sh = 0; sh < ns; sh++) {
+    struct {
+      SimRegion r;
+      int tag;
+    } key;
+    /* Only the region's own dimensions count: the rest of the struct is not defined. */
+    memset(&key, 0, sizeof key);
+    const SimRegion *src = &regs[sh * stride + offset];
+    key.r.ndim = src->ndim;
+    for (int d = 0; d < src->ndim; d++) {
+      key.r.lo[d] = src->lo[d];
+      key.r.hi[d] = src->hi[d];
+    }
+    key.tag = tags ? tags[sh] : 0;
+    const SimRegion *r = &key.r;
+    GBytes *k = g_bytes_new(&key, sizeof key);
+    gpointer v;
+    if (g_hash_table_lookup_extended(seen, k, NULL, &v)) {
+      gid[sh] = GPOINTER_TO_INT(v);
+      g_bytes_unref(k);
+    } else {
+      gid[sh] = (int)groups->len;
+      g_hash_table_insert(seen, k, GINT_TO_POINTER(gid[sh]));
+      g_ptr_array_add(keys, k);
+      Holders h = { .region = *r };
+      g_array_append_val(groups, h);
+    }
+    count[gid[sh]]++;
+  }
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    h->members = g_new(int, count[k]);
+    h->devs = g_new(int, count[k]);
+  }
+  for (int sh = 0; sh < ns; sh++) {
+    Holders *h = &g_array_index(groups, Holders, gid[sh]);
+    h->members[h->n++] = sh;
+    gboolean dup = FALSE;
+    for (int k = 0; k < h->n_devs; k++)
+      dup |= h->devs[k] == l->dev[sh];
+    if (!dup)
+      h->devs[h->n_devs++] = l->dev[sh];
+    if (l->cidx[sh] >= 0)
+      h->any_sim = TRUE;
+  }
+  g_free(count);
+  g_free(gid);
+  g_hash_table_destroy(seen);
+  g_ptr_array_free(keys, TRUE);
+  return groups;
+}
+
+static void holders_free(GArray *groups)
+{
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    g_free(h->members);
+    g_free(h->devs);
+  }
+  g_array_free(groups, TRUE);
+}
+
+/* Where one group's data is ready in one micro-batch and pass: either each member's own
+ * compute task, or the end of the reduction over the group. */
+typedef struct {
+  gboolean reduced;
+  SimTaskRef end;
+} Ready;
+
+/* Makes the reductions of @groups (partial sums over the shards of op @l) for micro-batch
+ * @mb of pass @pass (a compute pass of @l) and returns where each group is ready. */
+static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
+                          gboolean partial, int pass, int mb, SimDType dt, Ready *ready)
+{
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    ready[k].reduced = FALSE;
+    if (!partial || h->n <= 1 || !h->any_sim)
+      continue;
+    ready[k].reduced = TRUE;
+    SimTaskRef start;
+    if (h->n_devs > 1) {
+      sim_collective_lower(lw->tg, block, lw->m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING,
+                           lw->o.detail, &lw->cp, SIM_CLASS_REDUCTION, h->devs, h->n_devs,
+                           (double)region_bytes(&h->region, dt), -1, mb, &start,
+                           &ready[k].end);
+    } else {
+      /* Partial sums on one device add up where they are. */
+      SimTask nop = sim_task_nop();
+      start = ready[k].end = sim_taskgraph_add(lw->tg, block, &nop);
+    }
+    for (int i = 0; i < h->n; i++)
+      if (l->cidx[h->members[i]] >= 0)
+        sim_taskgraph_depend(lw->tg, block, ref_compute(lw, l, pass, mb, h->members[i]), start);
+  }
+}
+
+static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int pass, int mb,
+                            int sh)
+{
+  return r->reduced ? r->end : ref_compute(lw, l, pass, mb, sh);
+}
+
+/* Sends what the shards of @dst_op need (@need[sh]) from @groups of @src_op, for one
+ * micro-batch: a dependency where a holder is on the same device, a flow otherwise.
+ * @src_pass produced the data, @dst_pass consumes it. */
+static void deliver(SimLowering *lw, int block, const OpLay *src, GArray *groups,
+                    const Ready *ready, int src_pass, const OpLay *dst, const SimRegion *need,
+                    int dst_pass, int mb, SimDType dt, int tensor_op)
+{
+  for (int c = 0; c < dst->n_shards; c++) {
+    if (dst->cidx[c] < 0)
+      continue;
+    int dev = dst->dev[c];
+    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, c);
+    for (guint k = 0; k < groups->len; k++) {
+      Holders *h = &g_array_index(groups, Holders, k);
+      SimRegion inter;
+      if (!sim_region_intersect(&need[c], &h->region, &inter))
+        continue;
+      int holder = -1;
+      for (int i = 0; i < h->n && holder < 0; i++)
+        if (src->dev[h->members[i]] == dev)
+          holder = h->members[i];
+      gboolean local = holder >= 0;
+      if (!local)
+        holder = h->members[c % h->n];
+      if (!ready[k].reduced && src->cidx[holder] < 0) {
+        /* The data would come from a device that is folded away. */
+        lw->fold_violated = TRUE;
+        continue;
+      }
+      SimTaskRef from = ready_ref(lw, src, &ready[k], src_pass, mb, holder);
+      if (local) {
+        sim_taskgraph_depend(lw->tg, block, from, to);
+        continue;
+      }
+      SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, src->dev[holder], dev,
+                                (double)region_bytes(&inter, dt), tensor_op, mb);
+      SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+      sim_taskgraph_depend(lw->tg, block, from, fr);
+      sim_taskgraph_depend(lw->tg, block, fr, to);
+    }
+  }
+}
+
+static void build_tensor_block(SimLowering *lw, int t)
+{
+  const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
+  int px = ten->producer;
+  const OpLay *pl = &lw->ops[px];
+  if (lw->tensor_block[t] < 0)
+    lw->tensor_block[t] = sim_taskgraph_block_new(lw->tg);
+  else
+    sim_taskgraph_block_clear(lw->tg, lw->tensor_block[t]);
+  int block = lw->tensor_block[t];
+  if (pl->is_input || ten->consumers->len == 0)
+    return;
+  int M = lw->M, j = ten->producer_slot;
+  SimDType dt = ten->dtype;
+  GArray *pgroups = group_holders(pl, pl->out_reg, pl->n_out, j, NULL);
+  int ng = (int)pgroups->len;
+  gboolean ppartial = pl->out_partial[j];
+
+  /* The producer's partial sums are reduced once per micro-batch, for all consumers;
+   * where consumers in the same stage recompute, the recomputation reduces again. */
+  gboolean any_recomputed = FALSE;
+  for (guint ci = 0; ci < ten->consumers->len; ci++) {
+    const OpLay *cl = &lw->ops[g_array_index(ten->consumers, int, ci)];
+    any_recomputed |= pl->recompute && cl->recompute && pl->stage == cl->stage;
+  }
+  Ready *pready_f = g_new(Ready, (size_t)M * ng);
+  Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
+  for (int mb = 0; mb < M; mb++) {
+    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, pready_f + (size_t)mb * ng);
+    if (pready_r)
+      reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, pready_r + (size_t)mb * ng);
+  }
+  SimRegion *pneed = g_new(SimRegion, pl->n_shards);
+  for (int p = 0; p < pl->n_shards; p++)
+    pneed[p] = pl->out_reg[p * pl->n_out + j];
+
+  for (guint ci = 0; ci < ten->consumers->len; ci++) {
+    int cx = g_array_index(ten->consumers, int, ci);
+    if (ci > 0 && cx == g_array_index(ten->consumers, int, ci - 1))
+      continue; /* a consumer reading the tensor twice is served once */
+    const OpLay *cl = &lw->ops[cx];
+    const SimOp *cop = sim_graph_op_get(lw->g, cx);
+    /* What each consumer shard needs: the box around every input slot reading t. */
+    SimRegion *need = g_new(SimRegion, cl->n_shards);
+    gboolean cpartial = FALSE;
+    for (int c = 0; c < cl->n_shards; c++) {
+      gboolean first = TRUE;
+      for (int i = 0; i < cop->n_inputs; i++) {
+        if (cop->inputs[i] != t)
+          continue;
+        const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
+        if (first) {
+          need[c] = *r;
+          first = FALSE;
+        } else {
+          for (int d = 0; d < r->ndim; d++) {
+            need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
+            need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
+          }
+        }
+        cpartial |= cl->in_partial[i];
+      }
+    }
+    gboolean recomputed = pl->recompute && cl->recompute && pl->stage == cl->stage;
+    GArray *cgroups = group_holders(cl, need, 1, 0, NULL);
+    int ncg = (int)cgroups->len;
+    Ready *cready = g_new(Ready, ncg);
+    for (int mb = 0; mb < M; mb++) {
+      deliver(lw, block, pl, pgroups, pready_f + (size_t)mb * ng, P_F, cl, need, P_F, mb, dt,
+              px);
+      if (recomputed)
+        deliver(lw, block, pl, pgroups, pready_r + (size_t)mb * ng, P_R, cl, need, P_R, mb,
+                dt, px);
+      /* Backward: the consumer's gradient of its input, reduced where partial, goes to
+       * the producer shards whose output region it overlaps. */
+      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, cready);
+      deliver(lw, block, cl, cgroups, cready, P_B, pl, pneed, P_B, mb, dt, cx);
+    }
+    holders_free(cgroups);
+    g_free(cready);
+    g_free(need);
+  }
+  g_free(pneed);
+  holders_free(pgroups);
+  g_free(pready_f);
+  g_free(pready_r);
+}
+
+/* ---- gradient synchronization ---------------------------------------------------------- */
+
+typedef struct {
+  int op;
+  int *shards;
+  int n;
+  int *devs;
+  int n_devs;
+  int64_t bytes;     /* gradient bytes per device */
+} SyncItem;
+
+static gboolean same_devs(const SyncItem *a, const SyncItem *b)
+{
+  if (a->n_devs != b->n_devs)
+    return FALSE;
+  return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
+}
+
+/* Bytes of weights, gradients and optimizer states per parameter (Rajbhandari et al.,
+ * ZeRO, 2020: 2 + 2 + 12 for mixed-precision Adam), and how much of it shards. */
+static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
+                        double *shardable)
+{
+  int w = sim_dtype_size(wdt);
+  gboolean mixed = mo->precision != SIM_PRECISION_FP32;
+  double states = mo->optimizer == SIM_OPTIMIZER_ADAM ? 8 : 4; /* moments or momentum */
+  if (mixed)
+    states += 4; /* fp32 master weights */
+  *fixed = 2.0 * w;   /* weights and their gradients */
+  *shardable = states;
+}
+
+static void build_sync_block(SimLowering *lw)
+{
+  SimTaskGraph *tg = lw->tg;
+  if (lw->sync_block < 0)
+    lw->sync_block = sim_taskgraph_block_new(tg);
+  else
+    sim_taskgraph_block_clear(tg, lw->sync_block);
+  int block = lw->sync_block;
+  memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  const SimStrategy *s = lw->s;
+  int M = lw->M;
+
+  /* Items in backward order: later operators' gradients are ready first. */
+  GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  for (int x = lw->n_ops - 1; x >= 0; x--) {
+    const OpLay *l = &lw->ops[x];
+    if (l->is_input || !l->has_weights)
+      continue;
+    const SimOp *op = sim_graph_op_get(lw->g, x);
+    /* Shards that hold the same region of the first weight share its gradient. */
+    SimRegion *wr = g_new(SimRegion, l->n_shards);
+    const SimOpConfig *c = &s->ops[x];
+    int reps = c->replicas > 1 ? c->replicas : 1;
+    int coords[SIM_MAX_ITER];
+    int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
+      sim_config_shard_range(op, c, coords, M, lo, hi);
+      sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
+    }
+    /* Copies of a replicated shard compute the same gradient: each copy synchronizes
+     * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
+     * all-reduces its own layer-norm gradients. */
+    int *copy = g_new(int, l->n_shards);
+    for (int sh = 0; sh < l->n_shards; sh++)
+      copy[sh] = sh % reps;
+    GArray *groups = group_holders(l, wr, 1, 0, copy);
+    g_free(copy);
+    double fixed, shardable;
+    param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+    for (guint k = 0; k < groups->len; k++) {
+      Holders *h = &g_array_index(groups, Holders, k);
+      int nrep = h->n_devs;
+      for (int i = 0; i < h->n; i++) {
+        int sh = h->members[i];
+        double per = fixed + (s->memory.zero1 && nrep > 1 ? shardable / nrep : shardable);
+        tg->static_mem[l->dev[sh]] += (int64_t)(per * (double)l->w_elems[sh]);
+      }
+      if (nrep <= 1 || !h->any_sim)
+        continue;
+      SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
+      it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
+      it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
+      it.bytes = l->w_elems[h->members[0]] * sim_dtype_size(op->w_dtype);
+      g_array_append_val(items, it);
+    }
+    holders_free(groups);
+    g_free(wr);
+  }
+
+  /* Without overlap, a device's synchronization waits for its whole backward pass. */
+  SimTaskRef *done = NULL;
+  if (!s->sync.overlap && items->len) {
+    done = g_new(SimTaskRef, lw->n_dev);
+    for (int d = 0; d < lw->n_dev; d++) {
+      SimTask nop = sim_task_nop();
+      done[d] = sim_taskgraph_add(tg, block, &nop);
+    }
+    for (int x = 0; x < lw->n_ops; x++) {
+      const OpLay *l = &lw->ops[x];
+      if (l->is_input)
+        continue;
+      for (int sh = 0; sh < l->n_shards; sh++)
+        if (l->cidx[sh] >= 0)
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), done[l->dev[sh]]);
+    }
+  }
+
+  SimCollKind kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE;
+  GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+  GArray *chain_item = g_array_new(FALSE, FALSE, sizeof(int));
+  guint i = 0;
+  while (i < items->len) {
+    /* A bucket: consecutive items on the same devices, up to the bucket size. */
+    SyncItem *first = &g_array_index(items, SyncItem, i);
+    guint j = i + 1;
+    int64_t bytes = first->bytes;
+    while (j < items->len && s->sync.bucket_bytes > 0 && bytes < s->sync.bucket_bytes &&
+           same_devs(first, &g_array_index(items, SyncItem, j))) {
+      bytes += g_array_index(items, SyncItem, j).bytes;
+      j++;
+    }
+    SimTaskRef start, end;
+    sim_collective_lower(tg, block, lw->m, kind, s->sync.algorithm, lw->o.detail, &lw->cp,
+                         SIM_CLASS_GRAD_SYNC, first->devs, first->n_devs, (double)bytes,
+                         first->op, -1, &start, &end);
+    /* Collectives on the same devices run one after the other, as on one NCCL stream. */
+    for (guint k = chain_item->len; k-- > 0;) {
+      SyncItem *prev = &g_array_index(items, SyncItem, g_array_index(chain_item, int, k));
+      if (same_devs(prev, first)) {
+        sim_taskgraph_depend(tg, block, g_array_index(chain_end, SimTaskRef, k), start);
+        break;
+      }
+    }
+    g_array_append_val(chain_end, end);
+    int first_idx = (int)i;
+    g_array_append_val(chain_item, first_idx);
+    for (guint k = i; k < j; k++) {
+      SyncItem *it = &g_array_index(items, SyncItem, k);
+      const OpLay *l = &lw->ops[it->op];
+      for (int m = 0; m < it->n; m++) {
+        int sh = it->shards[m];
+        if (l->cidx[sh] < 0)
+          continue;
+        if (done)
+          sim_taskgraph_depend(tg, block, done[l->dev[sh]], start);
+        else
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), start);
+        sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
+      }
+    }
+    if (s->memory.zero1) {
+      /* Each replica updated its shard of the states; gather the new weights. */
+      SimTaskRef gs, ge;
+      sim_collective_lower(tg, block, lw->m, SIM_COLL_ALLGATHER, s->sync.algorithm,
+                           lw->o.detail, &lw->cp, SIM_CLASS_PARAM_SYNC, first->devs,
+                           first->n_devs, (double)bytes, first->op, -1, &gs, &ge);
+      for (guint k = i; k < j; k++) {
+        SyncItem *it = &g_array_index(items, SyncItem, k);
+        const OpLay *l = &lw->ops[it->op];
+        for (int m = 0; m < it->n; m++)
+          if (l->cidx[it->shards[m]] >= 0)
+            sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
+      }
+    }
+    i = j;
+  }
+  g_array_free(chain_end, TRUE);
+  g_array_free(chain_item, TRUE);
+  g_free(done);
+  for (guint k = 0; k < items->len; k++) {
+    SyncItem *it = &g_array_index(items, SyncItem, k);
+    g_free(it->shards);
+    g_free(it->devs);
+  }
+  g_array_free(items, TRUE);
+}
+
+/* ---- the pipeline schedule -------------------------------------------------------------- */
+
+static void build_schedule(SimLowering *lw)
+{
+  const SimStrategy *s = lw->s;
+  int S = s->n_stages, M = lw->M;
+  int V = s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1 ? s->chunks : 1;
+  int P = S / V;
+  lw->rank_f = g_new0(uint64_t, (size_t)S * M);
+  lw->rank_b = g_new0(uint64_t, (size_t)S * M);
+  for (int k = 0; k < P; k++) {
+    uint64_t r = 0;
+    int units = M * V;
+    if (s->schedule == SIM_SCHEDULE_GPIPE) {
+      for (int mb = 0; mb < M; mb++)
+        lw->rank_f[(size_t)k * M + mb] = r++;
+      for (int mb = 0; mb < M; mb++)
+        lw->rank_b[(size_t)k * M + mb] = r++;
+      continue;
+    }
+    /* 1F1B (Narayanan et al. 2021) and its interleaved form (Megatron-LM's
+     * forward_backward_pipelining_with_interleaving): a warm-up of forwards, then one
+     * forward and one backward in turn, then the remaining backwards. */
+    int warm = V > 1 ? (P - k - 1) * 2 + (V - 1) * P : P - k - 1;
+    if (warm > units)
+      warm = units;
+    int fu = 0, bu = 0;
+#define UNIT_STAGE(u, fwd)                                                                   \
+  ((V > 1 ? ((fwd) ? ((u) / P) % V : V - 1 - ((u) / P) % V) : 0) * P + k)
+#define UNIT_MB(u) (V > 1 ? ((u) / (P * V)) * P + (u) % P : (u))
+    for (; fu < warm; fu++)
+      lw->rank_f[(size_t)UNIT_STAGE(fu, 1) * M + UNIT_MB(fu)] = r++;
+    while (fu < units) {
+      lw->rank_f[(size_t)UNIT_STAGE(fu, 1) * M + UNIT_MB(fu)] = r++;
+      fu++;
+      lw->rank_b[(size_t)UNIT_STAGE(bu, 0) * M + UNIT_MB(bu)] = r++;
+      bu++;
+    }
+    for (; bu < units; bu++)
+      lw->rank_b[(size_t)UNIT_STAGE(bu, 0) * M + UNIT_MB(bu)] = r++;
+#undef UNIT_STAGE
+#undef UNIT_MB
+  }
+  lw->rank_update = (uint64_t)2 * M * V + 1;
+
+  /* The backward order: segments between layer boundaries from last to first; under full
+   * recomputation a segment is recomputed forwards before its backward runs. */
+  int n = lw->n_ops;
+  lw->seg = g_new(int, n);
+  int nck = 0;
+  lw->last_checkpoint = -1;
+  for (int x = 0; x < n; x++) {
+    lw->seg[x] = nck;
+    if (sim_graph_op_is_checkpoint(lw->g, x)) {
+      nck++;
+      lw->last_checkpoint = x;
+    }
+  }
+}
+
+static void order_backward(SimLowering *lw)
+{
+  int n = lw->n_ops;
+  gboolean full = lw->s->memory.recompute == SIM_RECOMPUTE_FULL;
+  uint32_t pos = 0;
+  int hi = n - 1;
+  while (hi >= 0) {
+    int lo = hi;
+    while (lo > 0 && lw->seg[lo - 1] == lw->seg[hi])
+      lo--;
+    if (full)
+      for (int x = lo; x <= hi; x++)
+        if (lw->ops[x].recompute)
+          lw->ops[x].pos_r = pos++;
+    for (int x = hi; x >= lo; x--) {
+      if (!full && lw->ops[x].recompute)
+        lw->ops[x].pos_r = pos++;
+      lw->ops[x].pos_b = pos++;
+    }
+    hi = lo - 1;
+  }
+}
+
+/* ---- the lowering ------------------------------------------------------------------------ */
+
+SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
+                              const uint8_t *simulated)
+{
+  SimLowering *lw = g_new0(SimLowering, 1);
+  lw->g = g;
+  lw->m = m;
+  lw->s = s;
+  lw->cost = cost;
+  lw->o = *o;
+  lw->cp = *cp;
+  lw->n_ops = sim_graph_n_ops(g);
+  lw->n_dev = sim_machine_n_devices(m);
+  lw->M = s->microbatches > 0 ? s->microbatches : 1;
+  if (simulated)
+    lw->simulated = g_memdup2(simulated, (size_t)lw->n_dev);
+  lw->ops = g_new0(OpLay, lw->n_ops);
+  for (int x = 0; x < lw->n_ops; x++)
+    lw->ops[x].block = -1;
+  int nt = sim_graph_n_tensors(g);
+  lw->tensor_block = g_new(int, nt);
+  for (int t = 0; t < nt; t++)
+    lw->tensor_block[t] = -1;
+  lw->sync_block = -1;
+  lw->tg = sim_taskgraph_new(lw->n_dev);
+  build_schedule(lw);
+  lw->model_flops = sim_graph_forward_flops(g) + sim_graph_backward_flops(g);
+  return lw;
+}
+
+void sim_lowering_free(SimLowering *lw)
+{
+  if (!lw)
+    return;
+  for (int x = 0; x < lw->n_ops; x++)
+    lay_free(&lw->ops[x]);
+  g_free(lw->ops);
+  g_free(lw->tensor_block);
+  g_free(lw->rank_f);
+  g_free(lw->rank_b);
+  g_free(lw->seg);
+  g_free(lw->simulated);
+  sim_taskgraph_free(lw->tg);
+  g_free(lw);
+}
+
+void sim_lowering_build(SimLowering *lw)
+{
+  for (int x = 0; x < lw->n_ops; x++)
+    lay_op(lw, x);
+  order_backward(lw);
+  for (int x = 0; x < lw->n_ops; x++)
+    build_op_block(lw, x);
+  int nt = sim_graph_n_tensors(lw->g);
+  for (int t = 0; t < nt; t++)
+    build_tensor_block(lw, t);
+  build_sync_block(lw);
+}
+
+void sim_lowering_update_op(SimLowering *lw, int x)
+{
+  lay_op(lw, x);
+  order_backward(lw);
+  build_op_block(lw, x);
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  for (int i = 0; i < op->n_inputs; i++)
+    build_tensor_block(lw, op->inputs[i]);
+  for (int j = 0; j < op->n_outputs; j++)
+    build_tensor_block(lw, op->outputs[j]);
+  build_sync_block(lw);
+}
+
+SimTaskGraph *sim_lowering_taskgraph(SimLowering *lw)
+{
+  return lw->tg;
+}
+
+gboolean sim_lowering_fold_violated(const SimLowering *lw)
+{
+  return lw->fold_violated;
+}
+
+double sim_lowering_model_flops(const SimLowering *lw)
+{
+  return lw->model_flops;
+}

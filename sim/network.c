@@ -1,2 +1,288 @@
-/* network.c — being written. */
-#include "sim-private.h"
+/* network.c — flows on routes that share links by max-min fairness.
+ *
+ * A flow holds its remaining bytes as of the last time its rate changed; between
+ * changes it drains at a constant rate, so the engine needs to hear only about flows
+ * whose rate changes.  When flows start or end, only the connected component of links
+ * and flows around them is re-solved, by progressive filling (SimGrid's max-min model,
+ * network_cm02): raise every flow's rate together until a link saturates, fix the flows
+ * crossing it, and repeat with what capacity is left. */
+#include "taskgraph.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  int task;           /* -1 when the slot is free */
+  const int *links;
+  int n_links;
+  int *pos;           /* the flow's index in each of its links' lists */
+  double remaining;
+  double rate;
+  double last;
+  gboolean fixed;
+  gboolean in_comp;
+} Flow;
+
+typedef struct {
+  int *flows;         /* slots of the active flows on this link */
+  int n, cap;
+  double capacity;
+  double rem;
+  int cnt;
+  gboolean dirty;
+  gboolean in_comp;
+} Link;
+
+struct _SimNet {
+  SimMachine *machine;
+  int n_links;
+  Link *link;
+  Flow *flow;
+  int n_flows, cap_flows;
+  GArray *free_slots;   /* int */
+  GArray *dirty_links;  /* int */
+  GArray *comp_links;
+  GArray *comp_flows;
+  double *link_bytes;
+  int n_active;
+};
+
+SimNet *sim_net_new(SimMachine *m, double efficiency)
+{
+  SimNet *net = g_new0(SimNet, 1);
+  net->machine = m;
+  net->n_links = sim_machine_n_links(m);
+  net->link = g_new0(Link, net->n_links > 0 ? net->n_links : 1);
+  for (int l = 0; l < net->n_links; l++)
+    net->link[l].capacity = sim_machine_link_bandwidth(m, l) * efficiency;
+  net->free_slots = g_array_new(FALSE, FALSE, sizeof(int));
+  net->dirty_links = g_array_new(FALSE, FALSE, sizeof(int));
+  net->comp_links = g_array_new(FALSE, FALSE, sizeof(int));
+  net->comp_flows = g_array_new(FALSE, FALSE, sizeof(int));
+  net->link_bytes = g_new0(double, net->n_links > 0 ? net->n_links : 1);
+  return net;
+}
+
+void sim_net_reset(SimNet *net)
+{
+  for (int i = 0; i < net->n_flows; i++)
+    g_free(net->flow[i].pos);
+  net->n_flows = 0;
+  net->n_active = 0;
+  g_array_set_size(net->free_slots, 0);
+  g_array_set_size(net->dirty_links, 0);
+  for (int l = 0; l < net->n_links; l++) {
+    net->link[l].n = 0;
+    net->link[l].dirty = FALSE;
+    net->link[l].in_comp = FALSE;
+  }
+  memset(net->link_bytes, 0, (size_t)net->n_links * sizeof(double));
+}
+
+void sim_net_free(SimNet *net)
+{
+  if (!net)
+    return;
+  for (int i = 0; i < net->n_flows; i++)
+    g_free(net->flow[i].pos);
+  for (int l = 0; l < net->n_links; l++)
+    g_free(net->link[l].flows);
+  g_free(net->link);
+  g_free(net->flow);
+  g_array_free(net->free_slots, TRUE);
+  g_array_free(net->dirty_links, TRUE);
+  g_array_free(net->comp_links, TRUE);
+  g_array_free(net->comp_flows, TRUE);
+  g_free(net->link_bytes);
+  g_free(net);
+}
+
+static void mark_dirty(SimNet *net, int l)
+{
+  if (!net->link[l].dirty) {
+    net->link[l].dirty = TRUE;
+    g_array_append_val(net->dirty_links, l);
+  }
+}
+
+int sim_net_add(SimNet *net, int task, int src, int dst, double bytes, double now)
+{
+  int slot;
+  if (net->free_slots->len) {
+    slot = g_array_index(net->free_slots, int, net->free_slots->len - 1);
+    g_array_set_size(net->free_slots, net->free_slots->len - 1);
+  } else {
+    if (net->n_flows == net->cap_flows) {
+      net->cap_flows = net->cap_flows ? net->cap_flows * 2 : 64;
+      net->flow = g_renew(Flow, net->flow, net->cap_flows);
+    }
+    slot = net->n_flows++;
+    net->flow[slot].pos = NULL;
+    net->flow[slot].n_links = 0;
+  }
+  Flow *f = &net->flow[slot];
+  int n_links;
+  const int *links = sim_machine_route(net->machine, src, dst, &n_links);
+  if (f->n_links < n_links || !f->pos) {
+    g_free(f->pos);
+    f->pos = g_new(int, n_links > 0 ? n_links : 1);
+  }
+  f->task = task;
+  f->links = links;
+  f->n_links = n_links;
+  f->remaining = bytes;
+  f->rate = 0.0;
+  f->last = now;
+  f->fixed = FALSE;
+  f->in_comp = FALSE;
+  for (int h = 0; h < n_links; h++) {
+    Link *l = &net->link[links[h]];
+    if (l->n == l->cap) {
+      l->cap = l->cap ? l->cap * 2 : 8;
+      l->flows = g_renew(int, l->flows, l->cap);
+    }
+    f->pos[h] = l->n;
+    l->flows[l->n++] = slot;
+    net->link_bytes[links[h]] += bytes;
+    mark_dirty(net, links[h]);
+  }
+  net->n_active++;
+  return slot;
+}
+
+void sim_net_remove(SimNet *net, int slot, double now)
+{
+  Flow *f = &net->flow[slot];
+  for (int h = 0; h < f->n_links; h++) {
+    Link *l = &net->link[f->links[h]];
+    /* Swap-remove, and tell the moved flow its new position on this link. */
+    int p = f->pos[h];
+    int moved = l->flows[--l->n];
+    l->flows[p] = moved;
+    if (moved != slot) {
+      Flow *mf = &net->flow[moved];
+      for (int k = 0; k < mf->n_links; k++)
+        if (mf->links[k] == f->links[h]) {
+          mf->pos[k] = p;
+          break;
+        }
+    }
+    mark_dirty(net, f->links[h]);
+  }
+  f->task = -1;
+  net->n_active--;
+  g_array_append_val(net->free_slots, slot);
+}
+
+static int int_cmp(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
+{
+  if (!net->dirty_links->len)
+    return;
+  /* The component: every link reachable from a dirty link through shared flows. */
+  GArray *cl = net->comp_links, *cf = net->comp_flows;
+  g_array_set_size(cl, 0);
+  g_array_set_size(cf, 0);
+  for (guint i = 0; i < net->dirty_links->len; i++) {
+    int l = g_array_index(net->dirty_links, int, i);
+    net->link[l].dirty = FALSE;
+    if (!net->link[l].in_comp) {
+      net->link[l].in_comp = TRUE;
+      g_array_append_val(cl, l);
+    }
+  }
+  g_array_set_size(net->dirty_links, 0);
+  for (guint i = 0; i < cl->len; i++) {
+    Link *l = &net->link[g_array_index(cl, int, i)];
+    for (int k = 0; k < l->n; k++) {
+      int s = l->flows[k];
+      Flow *f = &net->flow[s];
+      if (f->in_comp)
+        continue;
+      f->in_comp = TRUE;
+      g_array_append_val(cf, s);
+      for (int h = 0; h < f->n_links; h++) {
+        Link *l2 = &net->link[f->links[h]];
+        if (!l2->in_comp) {
+          l2->in_comp = TRUE;
+          g_array_append_val(cl, f->links[h]);
+        }
+      }
+    }
+  }
+  /* Sorted ids make the filling order, and so the rounding, deterministic. */
+  qsort(cl->data, cl->len, sizeof(int), int_cmp);
+  qsort(cf->data, cf->len, sizeof(int), int_cmp);
+
+  int *links = (int *)cl->data;
+  int nl = (int)cl->len;
+  for (int i = 0; i < nl; i++) {
+    Link *l = &net->link[links[i]];
+    l->rem = l->capacity;
+    l->cnt = l->n;
+  }
+  int unfixed = (int)cf->len;
+  for (guint i = 0; i < cf->len; i++)
+    net->flow[g_array_index(cf, int, i)].fixed = FALSE;
+  while (unfixed > 0) {
+    int best = -1;
+    double share = INFINITY;
+    for (int i = 0; i < nl; i++) {
+      Link *l = &net->link[links[i]];
+      if (l->cnt <= 0)
+        continue;
+      double s = l->rem / l->cnt;
+      if (s < share) {
+        share = s;
+        best = i;
+      }
+    }
+    if (best < 0)
+      break;
+    if (share < 0)
+      share = 0;
+    Link *bl = &net->link[links[best]];
+    for (int k = 0; k < bl->n; k++) {
+      Flow *f = &net->flow[bl->flows[k]];
+      if (f->fixed)
+        continue;
+      f->fixed = TRUE;
+      unfixed--;
+      /* Settle the bytes drained at the old rate before changing it. */
+      double new_r = share;
+      if (new_r != f->rate) {
+        f->remaining -= f->rate * (now - f->last);
+        if (f->remaining < 0)
+          f->remaining = 0;
+        f->last = now;
+        f->rate = new_r;
+        double end = f->rate > 0 ? now + f->remaining / f->rate : INFINITY;
+        fn(user, f->task, end);
+      }
+      for (int h = 0; h < f->n_links; h++) {
+        Link *l2 = &net->link[f->links[h]];
+        l2->rem -= share;
+        l2->cnt--;
+      }
+    }
+  }
+  for (int i = 0; i < nl; i++)
+    net->link[links[i]].in_comp = FALSE;
+  for (guint i = 0; i < cf->len; i++)
+    net->flow[g_array_index(cf, int, i)].in_comp = FALSE;
+}
+
+const double *sim_net_link_bytes(const SimNet *net)
+{
+  return net->link_bytes;
+}
+
+int sim_net_n_active(const SimNet *net)
+{
+  return net->n_active;
+}

@@ -462,6 +462,7 @@ typedef struct {
   double gather_efficiency;
   double recurrent_efficiency;
   gboolean tile_quantization;  /* model tile and wave quantization of GEMMs            */
+  int tile_m, tile_n;          /* output tile of a GEMM thread block (quantization)     */
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);
@@ -611,6 +612,10 @@ typedef struct {
   SimDetail detail;
   gboolean fold;           /* simulate one of each set of symmetric devices            */
   gboolean keep_timeline;  /* record every task's start and end (traces, tests)        */
+  /* Collectives: achieved fraction of link bandwidth and the fixed cost of one algorithm
+   * step; 0 takes the calibrated defaults. */
+  double coll_bandwidth_efficiency;
+  double coll_step_latency;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);
@@ -632,6 +637,26 @@ SIM_PUBLIC int64_t sim_report_max_peak_memory(const SimReport *r);
 SIM_PUBLIC double sim_report_compute_time(const SimReport *r, int dev);
 SIM_PUBLIC double sim_report_comm_time(const SimReport *r, int dev);
 SIM_PUBLIC int64_t sim_report_n_tasks(const SimReport *r);
+SIM_PUBLIC double sim_report_overlap_time(const SimReport *r, int dev);
+SIM_PUBLIC double sim_report_idle_time(const SimReport *r, int dev);
+SIM_PUBLIC int sim_report_n_devices(const SimReport *r);
+/* Whether symmetric devices were folded, in words ("data-parallel replicas and
+ * tensor-parallel ranks", "none"). */
+SIM_PUBLIC const char *sim_report_folding(const SimReport *r);
+/* Time of the critical path spent in tasks of @cls ("forward", "backward", "recompute",
+ * "update", "transfer", "reduction", "grad-sync", "param-sync") or waiting ("idle"). */
+SIM_PUBLIC double sim_report_critical_time(const SimReport *r, const char *cls);
+/* The recorded timeline (with keep_timeline): task @i's kind ("compute", "flow", "delay",
+ * "nop"), class, device, peer, operator, micro-batch, start and end. */
+typedef struct {
+  const char *kind;
+  const char *cls;
+  int device, peer, op, mb, shard;
+  double bytes;
+  double start, end;
+} SimTaskRecord;
+SIM_PUBLIC int64_t sim_report_n_records(const SimReport *r);
+SIM_PUBLIC gboolean sim_report_record(const SimReport *r, int64_t i, SimTaskRecord *out);
 SIM_PUBLIC void sim_report_print(const SimReport *r, FILE *out);
 SIM_PUBLIC char *sim_report_to_json(const SimReport *r);
 SIM_PUBLIC gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **error);

@@ -1,2 +1,531 @@
-/* report.c — being written. */
-#include "sim-private.h"
+/* report.c — what one simulated iteration tells: time, throughput, utilization, where the
+ * time goes on each device and along the critical path, the busiest links, memory. */
+#include "taskgraph.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  double a, b;
+} Interval;
+
+static int interval_cmp(const void *x, const void *y)
+{
+  const Interval *p = x, *q = y;
+  if (p->a != q->a)
+    return p->a < q->a ? -1 : 1;
+  return (p->b > q->b) - (p->b < q->b);
+}
+
+/* Sorts and merges @v in place; returns the number of disjoint intervals. */
+static int merge_intervals(Interval *v, int n)
+{
+  if (n == 0)
+    return 0;
+  qsort(v, (size_t)n, sizeof *v, interval_cmp);
+  int k = 0;
+  for (int i = 1; i < n; i++) {
+    if (v[i].a <= v[k].b) {
+      if (v[i].b > v[k].b)
+        v[k].b = v[i].b;
+    } else {
+      v[++k] = v[i];
+    }
+  }
+  return k + 1;
+}
+
+static double total_length(const Interval *v, int n)
+{
+  double s = 0;
+  for (int i = 0; i < n; i++)
+    s += v[i].b - v[i].a;
+  return s;
+}
+
+static double overlap_length(const Interval *a, int na, const Interval *b, int nb)
+{
+  double s = 0;
+  int i = 0, j = 0;
+  while (i < na && j < nb) {
+    double lo = MAX(a[i].a, b[j].a), hi = MIN(a[i].b, b[j].b);
+    if (hi > lo)
+      s += hi - lo;
+    if (a[i].b < b[j].b)
+      i++;
+    else
+      j++;
+  }
+  return s;
+}
+
+static int link_use_cmp(const void *x, const void *y)
+{
+  const SimLinkUse *p = x, *q = y;
+  if (p->bytes != q->bytes)
+    return p->bytes > q->bytes ? -1 : 1;
+  return strcmp(p->name, q->name);
+}
+
+static SimDType graph_compute_dtype(const SimGraph *g)
+{
+  for (int t = 0; t < sim_graph_n_tensors(g); t++) {
+    SimDType dt = sim_graph_tensor_dtype(g, t);
+    if (dt == SIM_DTYPE_FP32 || dt == SIM_DTYPE_FP16 || dt == SIM_DTYPE_BF16 ||
+        dt == SIM_DTYPE_FP8)
+      return dt;
+  }
+  return SIM_DTYPE_FP32;
+}
+
+SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                            const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
+                            const char *folding, const SimOptions *o, double model_flops)
+{
+  SimReport *r = g_new0(SimReport, 1);
+  int nd = sim_machine_n_devices(m);
+  r->model = g_strdup(sim_graph_get_name(g));
+  r->machine_name = g_strdup(sim_machine_get_name(m));
+  r->machine = m;
+  r->n_devices = nd;
+  r->iteration_time = tl->makespan;
+  r->batch = sim_graph_batch_size(g);
+  r->tokens_per_sample = sim_graph_tokens_per_sample(g);
+  r->model_flops = model_flops;
+  r->folding = g_strdup(folding ? folding : "none");
+  r->detail = o->detail;
+  r->microbatches = s->microbatches;
+  r->n_stages = s->n_stages;
+  r->schedule = s->schedule;
+  r->n_tasks = tg->n_tasks;
+  SimDType cdt = graph_compute_dtype(g);
+
+  r->peak_mem = g_new0(int64_t, nd);
+  r->capacity = g_new0(int64_t, nd);
+  r->compute = g_new0(double, nd);
+  r->comm = g_new0(double, nd);
+  r->overlap = g_new0(double, nd);
+  r->idle = g_new0(double, nd);
+
+  /* Per device: compute intervals (its stream) and communication intervals (flows it
+   * sends or receives), merged. */
+  GArray **cint = g_new0(GArray *, nd), **mint = g_new0(GArray *, nd);
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *k = &tg->task[t];
+    if (tl->start[t] < 0)
+      continue;
+    Interval iv = { tl->start[t], tl->end[t] };
+    if (k->kind == SIM_TASK_COMPUTE) {
+      if (!cint[k->device])
+        cint[k->device] = g_array_new(FALSE, FALSE, sizeof(Interval));
+      g_array_append_val(cint[k->device], iv);
+    } else if (k->kind == SIM_TASK_FLOW && k->device != k->peer && iv.b > iv.a) {
+      for (int side = 0; side < 2; side++) {
+        int d = side ? k->peer : k->device;
+        if (!mint[d])
+          mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
+        g_array_append_val(mint[d], iv);
+      }
+    }
+  }
+  for (int d = 0; d < nd; d++) {
+    int nc = 0, nm = 0;
+    Interval *c = NULL, *mm = NULL;
+    if (cint[d]) {
+      c = (Interval *)cint[d]->data;
+      nc = merge_intervals(c, (int)cint[d]->len);
+    }
+    if (mint[d]) {
+      mm = (Interval *)mint[d]->data;
+      nm = merge_intervals(mm, (int)mint[d]->len);
+    }
+    r->compute[d] = total_length(c, nc);
+    r->comm[d] = total_length(mm, nm);
+    r->overlap[d] = overlap_length(c, nc, mm, nm);
+    r->idle[d] = r->iteration_time - r->compute[d];
+    r->peak_mem[d] = tl->peak_mem[d];
+  }
+  /* Folded devices take their representative's figures. */
+  if (rep_of)
+    for (int d = 0; d < nd; d++) {
+      int p = rep_of[d];
+      if (p == d)
+        continue;
+      r->compute[d] = r->compute[p];
+      r->comm[d] = r->comm[p];
+      r->overlap[d] = r->overlap[p];
+      r->idle[d] = r->idle[p];
+      r->peak_mem[d] = r->peak_mem[p];
+    }
+  r->fits = TRUE;
+  for (int d = 0; d < nd; d++) {
+    const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
+    r->capacity[d] = spec->mem_capacity;
+    r->peak_flops += spec->peak_flops[cdt];
+    if (r->peak_mem[d] > r->capacity[d])
+      r->fits = FALSE;
+    if (cint[d])
+      g_array_free(cint[d], TRUE);
+    if (mint[d])
+      g_array_free(mint[d], TRUE);
+  }
+  g_free(cint);
+  g_free(mint);
+
+  /* The critical path: from the task that ends last, follow what each task waited for. */
+  int last = -1;
+  for (int t = 0; t < tg->n_tasks; t++)
+    if (last < 0 || tl->end[t] > tl->end[last])
+      last = t;
+  double covered = 0;
+  for (int t = last; t >= 0; t = tl->crit[t]) {
+    const SimTask *k = &tg->task[t];
+    double len = tl->end[t] - tl->start[t];
+    if (k->kind == SIM_TASK_COMPUTE || k->kind == SIM_TASK_FLOW || k->kind == SIM_TASK_DELAY) {
+      r->crit[k->cls] += len;
+      covered += len;
+    }
+  }
+  r->crit[SIM_CLASS_COUNT] = MAX(0.0, r->iteration_time - covered);
+
+  /* Links by bytes carried. */
+  int nl = sim_machine_n_links(m);
+  GArray *uses = g_array_new(FALSE, FALSE, sizeof(SimLinkUse));
+  for (int l = 0; l < nl; l++) {
+    if (tl->link_bytes[l] <= 0)
+      continue;
+    SimLinkUse u = { (char *)sim_machine_link_name(m, l), tl->link_bytes[l], 0 };
+    double cap = sim_machine_link_bandwidth(m, l) * r->iteration_time;
+    u.utilization = cap > 0 ? u.bytes / cap : 0;
+    g_array_append_val(uses, u);
+  }
+  qsort(uses->data, uses->len, sizeof(SimLinkUse), link_use_cmp);
+  r->n_links = MIN((int)uses->len, 10);
+  r->links = g_new0(SimLinkUse, r->n_links > 0 ? r->n_links : 1);
+  for (int i = 0; i < r->n_links; i++) {
+    r->links[i] = g_array_index(uses, SimLinkUse, i);
+    r->links[i].name = g_strdup(r->links[i].name);
+  }
+  g_array_free(uses, TRUE);
+
+  if (o->keep_timeline) {
+    r->n_records = tg->n_tasks;
+    r->tasks = g_memdup2(tg->task, sizeof(SimTask) * (size_t)MAX(tg->n_tasks, 1));
+    r->start = g_memdup2(tl->start, sizeof(double) * (size_t)MAX(tg->n_tasks, 1));
+    r->end = g_memdup2(tl->end, sizeof(double) * (size_t)MAX(tg->n_tasks, 1));
+    r->n_ops = sim_graph_n_ops(g);
+    r->op_names = g_new0(char *, r->n_ops + 1);
+    for (int x = 0; x < r->n_ops; x++)
+      r->op_names[x] = g_strdup(sim_graph_op_name(g, x));
+  }
+  return r;
+}
+
+void sim_report_free(SimReport *r)
+{
+  if (!r)
+    return;
+  g_free(r->model);
+  g_free(r->machine_name);
+  g_strfreev(r->op_names);
+  g_free(r->peak_mem);
+  g_free(r->capacity);
+  g_free(r->compute);
+  g_free(r->comm);
+  g_free(r->overlap);
+  g_free(r->idle);
+  for (int i = 0; i < r->n_links; i++)
+    g_free(r->links[i].name);
+  g_free(r->links);
+  g_free(r->folding);
+  g_free(r->tasks);
+  g_free(r->start);
+  g_free(r->end);
+  g_free(r);
+}
+
+double sim_report_iteration_time(const SimReport *r) { return r->iteration_time; }
+int sim_report_n_devices(const SimReport *r) { return r->n_devices; }
+gboolean sim_report_fits(const SimReport *r) { return r->fits; }
+int64_t sim_report_n_tasks(const SimReport *r) { return r->n_tasks; }
+const char *sim_report_folding(const SimReport *r) { return r->folding; }
+
+double sim_report_throughput(const SimReport *r)
+{
+  return r->iteration_time > 0 ? (double)r->batch / r->iteration_time : 0;
+}
+
+double sim_report_token_throughput(const SimReport *r)
+{
+  return sim_report_throughput(r) * (double)MAX(r->tokens_per_sample, 1);
+}
+
+double sim_report_mfu(const SimReport *r)
+{
+  if (r->iteration_time <= 0 || r->peak_flops <= 0)
+    return 0;
+  return r->model_flops / r->iteration_time / r->peak_flops;
+}
+
+int64_t sim_report_peak_memory(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->peak_mem[dev];
+}
+
+int64_t sim_report_max_peak_memory(const SimReport *r)
+{
+  int64_t m = 0;
+  for (int d = 0; d < r->n_devices; d++)
+    m = MAX(m, r->peak_mem[d]);
+  return m;
+}
+
+double sim_report_compute_time(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->compute[dev];
+}
+
+double sim_report_comm_time(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->comm[dev];
+}
+
+double sim_report_overlap_time(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->overlap[dev];
+}
+
+double sim_report_idle_time(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->idle[dev];
+}
+
+double sim_report_critical_time(const SimReport *r, const char *cls)
+{
+  if (!strcmp(cls, "idle"))
+    return r->crit[SIM_CLASS_COUNT];
+  for (int c = 0; c < SIM_CLASS_COUNT; c++)
+    if (!strcmp(cls, sim_task_class_name(c)))
+      return r->crit[c];
+  return 0;
+}
+
+static const char *task_kind_name(int k)
+{
+  static const char *const names[] = { "compute", "flow", "delay", "nop" };
+  return k >= 0 && k < 4 ? names[k] : "?";
+}
+
+int64_t sim_report_n_records(const SimReport *r)
+{
+  return r->n_records;
+}
+
+gboolean sim_report_record(const SimReport *r, int64_t i, SimTaskRecord *out)
+{
+  if (i < 0 || i >= r->n_records)
+    return FALSE;
+  const SimTask *t = &r->tasks[i];
+  *out = (SimTaskRecord){ task_kind_name(t->kind), sim_task_class_name(t->cls), t->device,
+                          t->peer, t->op, t->mb, t->shard, t->bytes, r->start[i], r->end[i] };
+  return TRUE;
+}
+
+/* ---- printing -------------------------------------------------------------------------- */
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+  static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+  int i = 0;
+  while (b >= 1024 && i < 4) {
+    b /= 1024;
+    i++;
+  }
+  g_snprintf(buf, n, "%.2f %s", b, u[i]);
+}
+
+static void fmt_time(char *buf, size_t n, double s)
+{
+  if (s >= 1)
+    g_snprintf(buf, n, "%.3f s", s);
+  else if (s >= 1e-3)
+    g_snprintf(buf, n, "%.3f ms", s * 1e3);
+  else
+    g_snprintf(buf, n, "%.1f us", s * 1e6);
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void print_device_row(FILE *out, const SimReport *r, int d)
+{
+  char pm[32], cap[32];
+  fmt_bytes(pm, sizeof pm, (double)r->peak_mem[d]);
+  fmt_bytes(cap, sizeof cap, (double)r->capacity[d]);
+  double T = r->iteration_time > 0 ? r->iteration_time : 1;
+  fprintf(out, "  %5d  %7.1f%%  %7.1f%%  %7.1f%%  %7.1f%%  %12s / %-12s%s\n", d,
+          100 * r->compute[d] / T, 100 * r->comm[d] / T, 100 * r->overlap[d] / T,
+          100 * r->idle[d] / T, pm, cap, r->peak_mem[d] > r->capacity[d] ? "  OUT OF MEMORY" : "");
+}
+
+void sim_report_print(const SimReport *r, FILE *out)
+{
+  char t[32], b[32];
+  fmt_time(t, sizeof t, r->iteration_time);
+  fprintf(out, "model %s on %s (%d GPUs)\n", r->model, r->machine_name, r->n_devices);
+  fprintf(out, "  iteration time      %s\n", t);
+  fprintf(out, "  throughput          %.2f samples/s", sim_report_throughput(r));
+  if (r->tokens_per_sample > 1)
+    fprintf(out, ", %.0f tokens/s", sim_report_token_throughput(r));
+  fprintf(out, "\n");
+  double per_gpu = r->iteration_time > 0 ? r->model_flops / r->iteration_time / r->n_devices : 0;
+  fprintf(out, "  model FLOP/s        %.1f TFLOP/s per GPU, MFU %.1f%%\n", per_gpu / 1e12,
+          100 * sim_report_mfu(r));
+  fmt_bytes(b, sizeof b, (double)sim_report_max_peak_memory(r));
+  fprintf(out, "  peak memory         %s on the fullest GPU%s\n", b,
+          r->fits ? "" : " -- OUT OF MEMORY on some GPUs");
+  fprintf(out, "  pipeline            %d stage%s, %d micro-batch%s, %s\n", r->n_stages,
+          r->n_stages == 1 ? "" : "s", r->microbatches, r->microbatches == 1 ? "" : "es",
+          sim_schedule_name(r->schedule));
+  fprintf(out, "  simulated           %" G_GINT64_FORMAT " tasks, collectives as %s, folding: %s\n",
+          r->n_tasks, r->detail == SIM_DETAIL_STEPS ? "steps" : "flows", r->folding);
+
+  fprintf(out, "\ncritical path\n");
+  for (int c = 0; c <= SIM_CLASS_COUNT; c++) {
+    if (r->crit[c] <= 0)
+      continue;
+    fmt_time(t, sizeof t, r->crit[c]);
+    fprintf(out, "  %-12s %12s  %5.1f%%\n", c < SIM_CLASS_COUNT ? sim_task_class_name(c) : "waiting",
+            t, r->iteration_time > 0 ? 100 * r->crit[c] / r->iteration_time : 0);
+  }
+
+  fprintf(out, "\nper GPU (share of the iteration)\n");
+  fprintf(out, "  %5s  %8s  %8s  %8s  %8s  %27s\n", "gpu", "compute", "comm", "overlap", "idle",
+          "peak memory / capacity");
+  if (r->n_devices <= 16) {
+    for (int d = 0; d < r->n_devices; d++)
+      print_device_row(out, r, d);
+  } else {
+    for (int d = 0; d < 8; d++)
+      print_device_row(out, r, d);
+    fprintf(out, "  ... %d more; over all GPUs:\n", r->n_devices - 8);
+    double *v = g_new(double, r->n_devices);
+    const char *names[] = { "compute", "comm", "idle" };
+    const double *arr[] = { r->compute, r->comm, r->idle };
+    for (int k = 0; k < 3; k++) {
+      memcpy(v, arr[k], sizeof(double) * (size_t)r->n_devices);
+      qsort(v, (size_t)r->n_devices, sizeof(double), dbl_cmp);
+      double T = r->iteration_time > 0 ? r->iteration_time : 1;
+      fprintf(out, "  %-8s min %5.1f%%  median %5.1f%%  max %5.1f%%\n", names[k], 100 * v[0] / T,
+              100 * v[r->n_devices / 2] / T, 100 * v[r->n_devices - 1] / T);
+    }
+    g_free(v);
+  }
+  if (r->n_links > 0) {
+    fprintf(out, "\nbusiest links\n");
+    for (int i = 0; i < r->n_links; i++) {
+      fmt_bytes(b, sizeof b, r->links[i].bytes);
+      fprintf(out, "  %-40s %12s  %5.1f%% busy\n", r->links[i].name, b,
+              100 * r->links[i].utilization);
+    }
+  }
+}
+
+char *sim_report_to_json(const SimReport *r)
+{
+  g_autoptr(JsonBuilder) jb = json_builder_new();
+  json_builder_begin_object(jb);
+  json_builder_set_member_name(jb, "model");
+  json_builder_add_string_value(jb, r->model);
+  json_builder_set_member_name(jb, "machine");
+  json_builder_add_string_value(jb, r->machine_name);
+  json_builder_set_member_name(jb, "gpus");
+  json_builder_add_int_value(jb, r->n_devices);
+  json_builder_set_member_name(jb, "iteration_time_s");
+  json_builder_add_double_value(jb, r->iteration_time);
+  json_builder_set_member_name(jb, "throughput_samples_per_s");
+  json_builder_add_double_value(jb, sim_report_throughput(r));
+  json_builder_set_member_name(jb, "throughput_tokens_per_s");
+  json_builder_add_double_value(jb, sim_report_token_throughput(r));
+  json_builder_set_member_name(jb, "model_flops_per_iteration");
+  json_builder_add_double_value(jb, r->model_flops);
+  json_builder_set_member_name(jb, "model_flops_per_gpu_per_s");
+  json_builder_add_double_value(
+    jb, r->iteration_time > 0 ? r->model_flops / r->iteration_time / r->n_devices : 0);
+  json_builder_set_member_name(jb, "mfu");
+  json_builder_add_double_value(jb, sim_report_mfu(r));
+  json_builder_set_member_name(jb, "fits");
+  json_builder_add_boolean_value(jb, r->fits);
+  json_builder_set_member_name(jb, "peak_memory_bytes");
+  json_builder_begin_array(jb);
+  for (int d = 0; d < r->n_devices; d++)
+    json_builder_add_int_value(jb, r->peak_mem[d]);
+  json_builder_end_array(jb);
+  json_builder_set_member_name(jb, "devices");
+  json_builder_begin_array(jb);
+  for (int d = 0; d < r->n_devices; d++) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "compute_s");
+    json_builder_add_double_value(jb, r->compute[d]);
+    json_builder_set_member_name(jb, "comm_s");
+    json_builder_add_double_value(jb, r->comm[d]);
+    json_builder_set_member_name(jb, "overlap_s");
+    json_builder_add_double_value(jb, r->overlap[d]);
+    json_builder_set_member_name(jb, "idle_s");
+    json_builder_add_double_value(jb, r->idle[d]);
+    json_builder_set_member_name(jb, "peak_memory_bytes");
+    json_builder_add_int_value(jb, r->peak_mem[d]);
+    json_builder_set_member_name(jb, "memory_capacity_bytes");
+    json_builder_add_int_value(jb, r->capacity[d]);
+    json_builder_end_object(jb);
+  }
+  json_builder_end_array(jb);
+  json_builder_set_member_name(jb, "critical_path_s");
+  json_builder_begin_object(jb);
+  for (int c = 0; c <= SIM_CLASS_COUNT; c++) {
+    json_builder_set_member_name(jb, c < SIM_CLASS_COUNT ? sim_task_class_name(c) : "waiting");
+    json_builder_add_double_value(jb, r->crit[c]);
+  }
+  json_builder_end_object(jb);
+  json_builder_set_member_name(jb, "busiest_links");
+  json_builder_begin_array(jb);
+  for (int i = 0; i < r->n_links; i++) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "link");
+    json_builder_add_string_value(jb, r->links[i].name);
+    json_builder_set_member_name(jb, "bytes");
+    json_builder_add_double_value(jb, r->links[i].bytes);
+    json_builder_set_member_name(jb, "utilization");
+    json_builder_add_double_value(jb, r->links[i].utilization);
+    json_builder_end_object(jb);
+  }
+  json_builder_end_array(jb);
+  json_builder_set_member_name(jb, "microbatches");
+  json_builder_add_int_value(jb, r->microbatches);
+  json_builder_set_member_name(jb, "stages");
+  json_builder_add_int_value(jb, r->n_stages);
+  json_builder_set_member_name(jb, "schedule");
+  json_builder_add_string_value(jb, sim_schedule_name(r->schedule));
+  json_builder_set_member_name(jb, "tasks");
+  json_builder_add_int_value(jb, r->n_tasks);
+  json_builder_set_member_name(jb, "collectives");
+  json_builder_add_string_value(jb, r->detail == SIM_DETAIL_STEPS ? "steps" : "flows");
+  json_builder_set_member_name(jb, "folding");
+  json_builder_add_string_value(jb, r->folding);
+  json_builder_end_object(jb);
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  json_generator_set_pretty(gen, TRUE);
+  g_autoptr(JsonNode) root = json_builder_get_root(jb);
+  json_generator_set_root(gen, root);
+  return json_generator_to_data(gen, NULL);
+}

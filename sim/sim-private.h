@@ -221,6 +221,27 @@ int64_t sim_map_numel(const SimTensorMap *map, const SimShape *shape, const int6
 void sim_work_add(SimWork *w, SimKernel k);
 SimKernel sim_kernel_gemm(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k);
 SimKernel sim_kernel_memory(SimDType dt, double flops, double bytes);
+/* @extent, or the sizes of the op's iteration dimensions written into @full (which holds
+ * SIM_MAX_ITER entries) when @extent is NULL: classes accept NULL for "the whole op". */
+const int64_t *sim_op_extent(const SimOp *op, const int64_t *extent, int64_t *full);
+/* Sets @error to "op 'NAME' (TYPE): MESSAGE", the form every infer() error takes. */
+void sim_op_set_error(const SimOp *op, GError **error, int code, const char *fmt, ...)
+  G_GNUC_PRINTF(4, 5);
+gboolean sim_dtype_is_float(SimDType t);
+/* FLOPs per element of an element-wise function, forward or backward. */
+double sim_unary_flops(SimUnaryKind k, gboolean backward);
+/* NULL-terminated names of the SimUnaryKind and SimDType values, in enum order, for the
+ * enumerated attributes that take them. */
+extern const char *const sim_unary_kind_names[];
+extern const char *const sim_dtype_names[];
+/* Names of iteration dimensions: "b", "d1", "d2", ... for dimension @d of an element-wise
+ * space, and "s" (@n == 1) or "s1", "s2", ... for the @i-th of @n middle dimensions. */
+const char *sim_dim_generic_name(int d);
+const char *sim_dim_seq_name(int i, int n);
+/* Checks that input @i of @op is floating point, else sets an infer() error. */
+gboolean sim_op_check_float(const SimOp *op, int i, GError **error);
+/* Checks that input @i of @op has a rank in [@min, @max], else sets an infer() error. */
+gboolean sim_op_check_rank(const SimOp *op, int i, int min, int max, GError **error);
 
 /* Per-family catalogue entries (sim/ops/). */
 extern const SimOpClass sim_op_input_class;
@@ -303,13 +324,108 @@ struct _SimMachine {
  * process: the loader interns them here. */
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec);
 
+/* A machine as its file describes it (data/machines/README.md): one node type, a count of
+ * nodes, and the network between them.  machine-json.c reads and writes it, machine.c
+ * expands it into vertices and links.  Bandwidths are bytes/s per direction, latencies
+ * seconds per link. */
+typedef enum {
+  SIM_FABRIC_PCIE,          /* no GPU-to-GPU fabric: peers talk over the PCIe tree      */
+  SIM_FABRIC_NVSWITCH,      /* every GPU has one link to a switch, each direction       */
+  SIM_FABRIC_NVLINK_MESH,   /* explicit GPU pairs joined by some number of NVLinks      */
+} SimFabricKind;
+
+typedef enum {
+  SIM_NETWORK_NONE,         /* a single node                                            */
+  SIM_NETWORK_SINGLE_SWITCH,
+  SIM_NETWORK_FAT_TREE,
+  SIM_NETWORK_RAIL_OPTIMIZED,
+} SimNetworkKind;
+
+typedef struct {
+  int a, b;                 /* local GPU indices, a < b                                 */
+  int links;                /* NVLink bricks between them                               */
+} SimNvlinkPair;
+
+typedef struct {
+  int parent;               /* the upstream PCIe switch, or -1 under a socket           */
+  int socket;               /* the socket when parent is -1                             */
+} SimPcieSwitchDesc;
+
+typedef struct {
+  char *name;
+  char *description;
+  int count;                /* nodes                                                    */
+
+  const SimDeviceSpec *spec;
+  gboolean spec_inline;     /* written back as an object, not by name                   */
+  int gpus;                 /* per node                                                 */
+
+  SimFabricKind fabric;
+  double fabric_bandwidth;  /* NVSwitch: per GPU; mesh: per NVLink brick                */
+  double fabric_latency;
+  int n_pairs;
+  SimNvlinkPair *pairs;
+
+  int sockets;
+  int n_switches;
+  SimPcieSwitchDesc *switches;
+  int *gpu_switch;          /* gpus entries: the PCIe switch of each GPU                */
+  double pcie_bandwidth, pcie_latency;
+  double intersocket_bandwidth, intersocket_latency;
+
+  int n_nics;               /* per node                                                 */
+  int *nic_switch;          /* n_nics entries                                           */
+  double nic_bandwidth;
+
+  SimNetworkKind network;
+  int nodes_per_leaf;       /* fat-tree and rail-optimized                              */
+  int spines;               /* 0 where no spine is needed                               */
+  double oversubscription;
+  double network_bandwidth; /* switch-to-switch ports                                   */
+  double network_latency;
+} SimMachineDesc;
+
+/* Parses and checks a machine file; @count_override > 0 replaces its "count".  Errors name
+ * @filename and the JSON path of the offending value. */
+SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
+                                       int count_override, GError **error);
+void sim_machine_desc_free(SimMachineDesc *d);
+/* The canonical JSON of @d: every default written out, so that reading it back gives the
+ * same machine. */
+char *sim_machine_desc_to_json(const SimMachineDesc *d);
+/* Expands @d (taken) into a machine. */
+SimMachine *sim_machine_build(SimMachineDesc *d);
+
 /* ---------------------------------------------------------------------------------- */
 /* Strategies                                                                          */
 
+/* What a strategy remembers of each operator of the graph it was made for: its name, type
+ * and iteration space.  With it sim_strategy_set_op() checks a configuration and names the
+ * operator in its errors without the graph at hand, and a strategy never points at a graph
+ * that may be freed before it.  Built once by sim_strategy_new() and shared, read-only and
+ * reference counted, by every copy, so copying a strategy in a search loop stays cheap. */
+typedef struct {
+  const char *name;        /* in the layout's own storage                              */
+  SimOpType type;
+  int ndims;
+  SimIterDim dims[SIM_MAX_ITER];
+} SimStrategyOpInfo;
+
+typedef struct {
+  int n_ops;
+  char *graph_name;
+  int64_t batch;           /* sim_graph_batch_size() of the graph                      */
+  SimStrategyOpInfo *ops;
+} SimStrategyLayout;
+
 typedef struct {
   int degree[SIM_MAX_ITER];
-  int n_shards;
+  int n_shards;            /* product of the degrees, times replicas                   */
   int *devices;            /* n_shards entries                                        */
+  /* Copies of every shard computed redundantly on several devices (Megatron runs layer
+   * norms, dropouts and residual adds on every tensor-parallel rank).  Shard index =
+   * coordinate index * replicas + copy: copies are the fastest-varying.  0 means 1. */
+  int replicas;
 } SimOpConfig;
 
 struct _SimStrategy {
@@ -329,6 +445,8 @@ struct _SimStrategy {
   /* Graph rewrites the strategy was found with (names of substitutions, in order); the
    * search applies them to the model before the configurations refer to it. */
   GPtrArray *rewrites;
+  /* What the strategy knows of its graph's operators (shared, immutable). */
+  SimStrategyLayout *layout;
 };
 
 /* Shard @s's coordinates along each iteration dimension (row-major, last fastest). */
@@ -337,6 +455,35 @@ void sim_config_shard_coords(const SimOpConfig *c, int ndims, int shard, int *co
  * divided further into @microbatches. */
 void sim_config_shard_range(const SimOp *op, const SimOpConfig *c, const int *coords,
                             int microbatches, int64_t *lo, int64_t *hi);
+
+/* Fills @info from operator @op of @g (the name is borrowed from the graph). */
+void sim_strategy_op_info_fill(const SimGraph *g, int op, SimStrategyOpInfo *info);
+/* Checks one operator's configuration against its iteration space: a degree >= 1 for each
+ * of its dimensions and 1 beyond them, 1 on dimensions that cannot be split, degrees that
+ * divide their dimensions (the sample dimension, dimension 0, per micro-batch), n_shards
+ * equal to the product of the degrees and devices in [0, @n_devices).  On failure sets
+ * @error with a message that names the operator and, when @where is not NULL, stores the
+ * part of the configuration at fault ("degrees.n", "devices[3]"; transfer full). */
+gboolean sim_strategy_check_config(const SimStrategyOpInfo *info, const SimOpConfig *c,
+                                   int microbatches, int n_devices, char **where,
+                                   GError **error);
+
+/* Options that the public header does not expose yet. */
+void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
+gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
+/* Graph rewrites, by name, in the order they were applied. */
+void sim_strategy_add_rewrite(SimStrategy *s, const char *name);
+int sim_strategy_n_rewrites(const SimStrategy *s);
+const char *sim_strategy_rewrite(const SimStrategy *s, int i);
+void sim_strategy_clear_rewrites(SimStrategy *s);
+
+/* Enumerations by name, as the strategy files spell them; -1 for unknown names. */
+int sim_schedule_from_name(const char *name);
+int sim_allreduce_algo_from_name(const char *name);
+int sim_recompute_from_name(const char *name);
+int sim_precision_from_name(const char *name);
+const char *sim_optimizer_name(SimOptimizer o);
+int sim_optimizer_from_name(const char *name);
 
 /* Utilities shared by the JSON readers: errors that name file and place. */
 void sim_set_error_at(GError **error, int code, const char *filename, const char *place,

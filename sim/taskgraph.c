@@ -1,2 +1,249 @@
-/* taskgraph.c — being written. */
-#include "sim-private.h"
+/* taskgraph.c — blocks of tasks and their assembly into the flat arrays the engine reads. */
+#include "taskgraph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const class_names[SIM_CLASS_COUNT] = {
+  [SIM_CLASS_FORWARD] = "forward",
+  [SIM_CLASS_BACKWARD] = "backward",
+  [SIM_CLASS_RECOMPUTE] = "recompute",
+  [SIM_CLASS_UPDATE] = "update",
+  [SIM_CLASS_TRANSFER] = "transfer",
+  [SIM_CLASS_REDUCTION] = "reduction",
+  [SIM_CLASS_GRAD_SYNC] = "grad-sync",
+  [SIM_CLASS_PARAM_SYNC] = "param-sync",
+};
+
+const char *sim_task_class_name(SimTaskClass c)
+{
+  return c < SIM_CLASS_COUNT ? class_names[c] : "?";
+}
+
+SimTaskGraph *sim_taskgraph_new(int n_devices)
+{
+  SimTaskGraph *tg = g_new0(SimTaskGraph, 1);
+  tg->n_devices = n_devices;
+  tg->blocks = g_ptr_array_new();
+  tg->static_mem = g_new0(int64_t, n_devices);
+  tg->stream_off = g_new0(int32_t, n_devices + 1);
+  tg->dirty = TRUE;
+  return tg;
+}
+
+static void block_destroy(SimTaskBlock *b)
+{
+  g_array_free(b->tasks, TRUE);
+  g_array_free(b->edges, TRUE);
+  g_array_free(b->stream, TRUE);
+  g_free(b);
+}
+
+void sim_taskgraph_free(SimTaskGraph *tg)
+{
+  if (!tg)
+    return;
+  for (guint i = 0; i < tg->blocks->len; i++)
+    block_destroy(tg->blocks->pdata[i]);
+  g_ptr_array_free(tg->blocks, TRUE);
+  g_free(tg->static_mem);
+  g_free(tg->task);
+  g_free(tg->succ);
+  g_free(tg->stream);
+  g_free(tg->stream_off);
+  g_free(tg);
+}
+
+int sim_taskgraph_block_new(SimTaskGraph *tg)
+{
+  tg->dirty = TRUE;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live) {
+      b->live = TRUE;
+      return (int)i;
+    }
+  }
+  SimTaskBlock *b = g_new0(SimTaskBlock, 1);
+  b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
+  b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
+  b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
+  b->live = TRUE;
+  g_ptr_array_add(tg->blocks, b);
+  return (int)tg->blocks->len - 1;
+}
+
+void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  g_array_set_size(b->tasks, 0);
+  g_array_set_size(b->edges, 0);
+  g_array_set_size(b->stream, 0);
+  tg->dirty = TRUE;
+}
+
+void sim_taskgraph_block_free(SimTaskGraph *tg, int block)
+{
+  sim_taskgraph_block_clear(tg, block);
+  sim_taskgraph_block(tg, block)->live = FALSE;
+}
+
+SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  g_array_append_val(b->tasks, *t);
+  tg->dirty = TRUE;
+  return (SimTaskRef){ block, (int32_t)b->tasks->len - 1 };
+}
+
+void sim_taskgraph_depend(SimTaskGraph *tg, int block, SimTaskRef from, SimTaskRef to)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  SimTaskEdge e = { from, to };
+  g_array_append_val(b->edges, e);
+  tg->dirty = TRUE;
+}
+
+void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t key, int index)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  SimStreamEntry e = { key, device, index };
+  g_array_append_val(b->stream, e);
+  tg->dirty = TRUE;
+}
+
+SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb,
+                         double duration)
+{
+  return (SimTask){ .kind = SIM_TASK_COMPUTE, .cls = cls, .device = device, .peer = -1,
+                    .op = op, .shard = shard, .mb = mb, .duration = duration };
+}
+
+SimTask sim_task_flow(SimTaskClass cls, int src, int dst, double bytes, int op, int mb)
+{
+  return (SimTask){ .kind = SIM_TASK_FLOW, .cls = cls, .device = src, .peer = dst, .op = op,
+                    .shard = -1, .mb = mb, .bytes = bytes };
+}
+
+SimTask sim_task_delay(SimTaskClass cls, int device, double duration)
+{
+  return (SimTask){ .kind = SIM_TASK_DELAY, .cls = cls, .device = device, .peer = -1,
+                    .op = -1, .shard = -1, .mb = -1, .duration = duration };
+}
+
+SimTask sim_task_nop(void)
+{
+  return (SimTask){ .kind = SIM_TASK_NOP, .cls = SIM_CLASS_TRANSFER, .device = -1, .peer = -1,
+                    .op = -1, .shard = -1, .mb = -1 };
+}
+
+typedef struct {
+  uint64_t key;
+  int32_t id;
+} KeyedId;
+
+static int keyed_cmp(const void *a, const void *b)
+{
+  const KeyedId *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void sim_taskgraph_assemble(SimTaskGraph *tg)
+{
+  /* Global ids: blocks in slot order, tasks in block order. */
+  int n = 0, n_edges = 0, n_stream = 0;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    b->offset = n;
+    if (!b->live)
+      continue;
+    n += (int)b->tasks->len;
+    n_edges += (int)b->edges->len;
+    n_stream += (int)b->stream->len;
+  }
+  g_free(tg->task);
+  tg->task = g_new(SimTask, n > 0 ? n : 1);
+  tg->n_tasks = n;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (b->live && b->tasks->len)
+      memcpy(tg->task + b->offset, b->tasks->data, b->tasks->len * sizeof(SimTask));
+  }
+  for (int t = 0; t < n; t++) {
+    tg->task[t].n_pred = 0;
+    tg->task[t].n_succ = 0;
+  }
+
+  /* Successor lists in CSR form: count, prefix-sum, fill.  Edges are filled in block
+   * order, so the successor order is deterministic. */
+  int32_t *from = g_new(int32_t, n_edges > 0 ? n_edges : 1);
+  int32_t *to = g_new(int32_t, n_edges > 0 ? n_edges : 1);
+  int e = 0;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live)
+      continue;
+    for (guint j = 0; j < b->edges->len; j++) {
+      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
+      from[e] = sim_taskgraph_id(tg, ed->from);
+      to[e] = sim_taskgraph_id(tg, ed->to);
+      tg->task[from[e]].n_succ++;
+      tg->task[to[e]].n_pred++;
+      e++;
+    }
+  }
+  int32_t off = 0;
+  for (int t = 0; t < n; t++) {
+    tg->task[t].succ_off = off;
+    off += tg->task[t].n_succ;
+    tg->task[t].n_succ = 0;
+  }
+  g_free(tg->succ);
+  tg->succ = g_new(int32_t, n_edges > 0 ? n_edges : 1);
+  tg->n_succ_total = n_edges;
+  for (int k = 0; k < n_edges; k++) {
+    SimTask *t = &tg->task[from[k]];
+    tg->succ[t->succ_off + t->n_succ++] = to[k];
+  }
+  g_free(from);
+  g_free(to);
+
+  /* Streams: bucket the entries by device, then sort each device's by key. */
+  int nd = tg->n_devices;
+  memset(tg->stream_off, 0, (size_t)(nd + 1) * sizeof(int32_t));
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live)
+      continue;
+    for (guint j = 0; j < b->stream->len; j++)
+      tg->stream_off[g_array_index(b->stream, SimStreamEntry, j).device + 1]++;
+  }
+  for (int d = 0; d < nd; d++)
+    tg->stream_off[d + 1] += tg->stream_off[d];
+  KeyedId *buf = g_new(KeyedId, n_stream > 0 ? n_stream : 1);
+  int32_t *fill = g_new0(int32_t, nd > 0 ? (gsize)nd : 1);
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live)
+      continue;
+    for (guint j = 0; j < b->stream->len; j++) {
+      SimStreamEntry *se = &g_array_index(b->stream, SimStreamEntry, j);
+      KeyedId *k = &buf[tg->stream_off[se->device] + fill[se->device]++];
+      k->key = se->key;
+      k->id = b->offset + se->index;
+    }
+  }
+  g_free(tg->stream);
+  tg->stream = g_new(int32_t, n_stream > 0 ? n_stream : 1);
+  for (int d = 0; d < nd; d++) {
+    int lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    qsort(buf + lo, (size_t)(hi - lo), sizeof(KeyedId), keyed_cmp);
+    for (int k = lo; k < hi; k++)
+      tg->stream[k] = buf[k].id;
+  }
+  g_free(buf);
+  g_free(fill);
+  tg->dirty = FALSE;
+}

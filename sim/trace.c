@@ -1,2 +1,137 @@
-/* trace.c — being written. */
-#include "sim-private.h"
+/* trace.c — the simulated timeline in the Chrome trace event format (open it in Perfetto
+ * or chrome://tracing): one process per node, a compute track and a communication track
+ * per GPU, one track per link carrying traffic, and a process for the network between
+ * nodes.  Times are in microseconds, as the format wants. */
+#include "taskgraph.h"
+
+#include <errno.h>
+#include <string.h>
+
+static void put_escaped(FILE *f, const char *s)
+{
+  fputc('"', f);
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void meta(FILE *f, gboolean *first, const char *what, int pid, int tid, const char *name)
+{
+  fprintf(f, "%s\n{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+          *first ? "" : ",", what, pid, tid);
+  put_escaped(f, name);
+  fprintf(f, "}}");
+  *first = FALSE;
+}
+
+/* Tracks: GPU d's compute stream is tid 2 * local, its communication 2 * local + 1; links
+ * get tids from 1000 on, in the process of the node they start in (or the network's). */
+gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **error)
+{
+  if (!r->tasks) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "the report holds no timeline: simulate with the timeline kept");
+    return FALSE;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s: %s", path, g_strerror(errno));
+    return FALSE;
+  }
+  SimMachine *m = r->machine;
+  int nodes = sim_machine_n_nodes(m);
+  int net_pid = nodes;
+  gboolean first = TRUE;
+  fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+  for (int n = 0; n < nodes; n++) {
+    g_autofree char *name = g_strdup_printf("node %d", n);
+    meta(f, &first, "process_name", n, 0, name);
+  }
+  meta(f, &first, "process_name", net_pid, 0, "network");
+  for (int d = 0; d < r->n_devices; d++) {
+    int pid = sim_machine_device_node(m, d), lr = sim_machine_device_local_rank(m, d);
+    g_autofree char *c = g_strdup_printf("gpu %d compute", d);
+    g_autofree char *k = g_strdup_printf("gpu %d comm", d);
+    meta(f, &first, "thread_name", pid, 2 * lr, c);
+    meta(f, &first, "thread_name", pid, 2 * lr + 1, k);
+  }
+  /* Link tracks, named once, for the links that carried something. */
+  int nl = sim_machine_n_links(m);
+  uint8_t *used = g_new0(uint8_t, nl > 0 ? nl : 1);
+  for (int64_t i = 0; i < r->n_records; i++) {
+    const SimTask *t = &r->tasks[i];
+    if (t->kind != SIM_TASK_FLOW || t->device == t->peer || r->start[i] < 0)
+      continue;
+    int hops;
+    const int *links = sim_machine_route(m, t->device, t->peer, &hops);
+    for (int h = 0; h < hops; h++)
+      used[links[h]] = 1;
+  }
+  int *link_pid = g_new(int, nl > 0 ? nl : 1);
+  for (int l = 0; l < nl; l++) {
+    link_pid[l] = net_pid;
+    if (!used[l])
+      continue;
+    const char *name = sim_machine_link_name(m, l);
+    /* Links named "nodeN/..." belong to node N's process. */
+    int node;
+    if (sscanf(name, "node%d", &node) == 1 && node >= 0 && node < nodes)
+      link_pid[l] = node;
+    meta(f, &first, "thread_name", link_pid[l], 1000 + l, name);
+  }
+
+  for (int64_t i = 0; i < r->n_records; i++) {
+    const SimTask *t = &r->tasks[i];
+    if (r->start[i] < 0 || t->kind == SIM_TASK_NOP)
+      continue;
+    double ts = r->start[i] * 1e6, dur = (r->end[i] - r->start[i]) * 1e6;
+    const char *cls = sim_task_class_name(t->cls);
+    const char *opname = t->op >= 0 && t->op < r->n_ops ? r->op_names[t->op] : "";
+    if (t->kind == SIM_TASK_COMPUTE || t->kind == SIM_TASK_DELAY) {
+      int pid = sim_machine_device_node(m, t->device);
+      int tid = 2 * sim_machine_device_local_rank(m, t->device) + (t->kind == SIM_TASK_DELAY);
+      fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":", cls);
+      g_autofree char *nm =
+        t->kind == SIM_TASK_DELAY ? g_strdup(cls) : g_strdup_printf("%s %s", opname, cls);
+      put_escaped(f, nm);
+      fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"mb\":%d,\"shard\":%d}}",
+              pid, tid, ts, dur, t->mb, t->shard);
+      continue;
+    }
+    if (t->device == t->peer)
+      continue;
+    /* A flow: on its source GPU's communication track and on every link it crosses. */
+    g_autofree char *nm = g_strdup_printf("%s %d->%d", cls, t->device, t->peer);
+    fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":", cls);
+    put_escaped(f, nm);
+    fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%.0f,\"op\":",
+            sim_machine_device_node(m, t->device),
+            2 * sim_machine_device_local_rank(m, t->device) + 1, ts, dur, t->bytes);
+    put_escaped(f, opname);
+    fprintf(f, ",\"mb\":%d}}", t->mb);
+    int hops;
+    const int *links = sim_machine_route(m, t->device, t->peer, &hops);
+    for (int h = 0; h < hops; h++) {
+      fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"link\",\"name\":");
+      put_escaped(f, nm);
+      fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", link_pid[links[h]],
+              1000 + links[h], ts, dur);
+    }
+  }
+  fprintf(f, "\n]}\n");
+  g_free(used);
+  g_free(link_pid);
+  gboolean ok = !ferror(f);
+  if (fclose(f) != 0 || !ok) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s: write failed", path);
+    return FALSE;
+  }
+  return TRUE;
+}

@@ -1,0 +1,229 @@
+/* sim-options.c — parsing the plan and simulation options shared by several commands. */
+#include "sim-options.h"
+
+#include <string.h>
+
+void cli_plan_options_init(CliPlanOptions *p)
+{
+  memset(p, 0, sizeof *p);
+  p->bucket_mb = -1; /* unset: 25 MB, PyTorch DDP's default bucket */
+}
+
+GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
+{
+  GOptionEntry entries[] = {
+    { "dp", 0, 0, G_OPTION_ARG_INT, &p->dp, "Data-parallel degree", "N" },
+    { "tp", 0, 0, G_OPTION_ARG_INT, &p->tp, "Tensor-parallel degree (inside a node)", "N" },
+    { "pp", 0, 0, G_OPTION_ARG_INT, &p->pp, "Pipeline stages", "N" },
+    { "microbatches", 0, 0, G_OPTION_ARG_INT, &p->microbatches, "Micro-batches per iteration", "N" },
+    { "microbatch-size", 0, 0, G_OPTION_ARG_INT64, &p->microbatch_size, "Samples per micro-batch per replica", "N" },
+    { "global-batch", 0, 0, G_OPTION_ARG_INT64, &p->global_batch, "Samples per iteration (sets the model's batch)", "N" },
+    { "schedule", 0, 0, G_OPTION_ARG_STRING, &p->schedule, "1f1b (default), gpipe or interleaved:V", "S" },
+    { "recompute", 0, 0, G_OPTION_ARG_STRING, &p->recompute, "none (default), selective or full", "R" },
+    { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default), mixed-bf16 or fp32", "P" },
+    { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
+    { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
+    { "bucket-mb", 0, 0, G_OPTION_ARG_DOUBLE, &p->bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
+    { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
+    { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
+    { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as flows (default) or steps", "D" },
+    { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
+    { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
+    { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
+    { NULL },
+  };
+  GOptionGroup *g = g_option_group_new("plan", "Plan and simulation options:",
+                                       "Show the plan and simulation options", p, NULL);
+  g_option_group_add_entries(g, entries);
+  return g;
+}
+
+static gboolean parse_precision(const char *s, SimPrecision *out, GError **error)
+{
+  if (!s || !strcmp(s, "mixed-fp16") || !strcmp(s, "fp16"))
+    *out = SIM_PRECISION_MIXED_FP16;
+  else if (!strcmp(s, "mixed-bf16") || !strcmp(s, "bf16"))
+    *out = SIM_PRECISION_MIXED_BF16;
+  else if (!strcmp(s, "fp32"))
+    *out = SIM_PRECISION_FP32;
+  else {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "--precision: unknown '%s'; expected mixed-fp16, mixed-bf16 or fp32", s);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static SimDType precision_dtype(SimPrecision p)
+{
+  return p == SIM_PRECISION_FP32 ? SIM_DTYPE_FP32
+         : p == SIM_PRECISION_MIXED_BF16 ? SIM_DTYPE_BF16 : SIM_DTYPE_FP16;
+}
+
+gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
+                          const CliPlanOptions *p, GError **error)
+{
+  memset(pb, 0, sizeof *pb);
+  SimMegatronOptions check;
+  if (!cli_plan_megatron_options(p, &check, error))
+    return FALSE;
+  SimPrecision prec = check.memory.precision;
+  g_autoptr(GPtrArray) all = g_ptr_array_new_with_free_func(g_free);
+  for (char **it = params; it && *it; it++)
+    g_ptr_array_add(all, g_strdup(*it));
+  if (p->global_batch < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "--global-batch: expected a positive number");
+    return FALSE;
+  }
+  if (p->global_batch > 0)
+    g_ptr_array_add(all, g_strdup_printf("batch=%" G_GINT64_FORMAT, p->global_batch));
+  g_ptr_array_add(all, NULL);
+  pb->graph = cli_load_model(model, (char **)all->pdata, error);
+  if (!pb->graph)
+    return FALSE;
+  if (p->global_batch > 0 && sim_graph_batch_size(pb->graph) != p->global_batch) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--global-batch %" G_GINT64_FORMAT " disagrees with the model's batch %" G_GINT64_FORMAT,
+                p->global_batch, sim_graph_batch_size(pb->graph));
+    cli_problem_clear(pb);
+    return FALSE;
+  }
+  sim_graph_set_float_dtype(pb->graph, precision_dtype(prec));
+  pb->machine = sim_machine_load(machine, error);
+  if (!pb->machine) {
+    cli_problem_clear(pb);
+    return FALSE;
+  }
+  SimRooflineParams rp = sim_roofline_params_default();
+  pb->cost = sim_cost_model_new_roofline(&rp);
+  return TRUE;
+}
+
+void cli_problem_clear(CliProblem *pb)
+{
+  g_clear_pointer(&pb->graph, sim_graph_free);
+  g_clear_pointer(&pb->machine, sim_machine_free);
+  g_clear_pointer(&pb->cost, sim_cost_model_free);
+}
+
+gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error)
+{
+  *o = sim_megatron_options_default();
+  if (p->dp < 0 || p->tp < 0 || p->pp < 0 || p->microbatches < 0 || p->microbatch_size < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--dp, --tp, --pp, --microbatches and --microbatch-size must be positive");
+    return FALSE;
+  }
+  o->dp = p->dp > 0 ? p->dp : 1;
+  o->tp = p->tp > 0 ? p->tp : 1;
+  o->pp = p->pp > 0 ? p->pp : 1;
+  o->microbatches = p->microbatches;
+  if (p->microbatch_size > 0)
+    o->microbatch_size = p->microbatch_size;
+  o->sequence_parallel = p->sequence_parallel;
+  if (p->schedule) {
+    if (!strcmp(p->schedule, "1f1b")) {
+      o->schedule = SIM_SCHEDULE_1F1B;
+    } else if (!strcmp(p->schedule, "gpipe")) {
+      o->schedule = SIM_SCHEDULE_GPIPE;
+    } else if (g_str_has_prefix(p->schedule, "interleaved")) {
+      o->schedule = SIM_SCHEDULE_INTERLEAVED;
+      o->chunks = 2;
+      const char *colon = strchr(p->schedule, ':');
+      if (colon) {
+        char *end = NULL;
+        gint64 v = g_ascii_strtoll(colon + 1, &end, 10);
+        if (!end || *end || v < 1 || v > 64) {
+          g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                      "--schedule %s: expected interleaved:V with V model chunks per stage (1 to 64)",
+                      p->schedule);
+          return FALSE;
+        }
+        o->chunks = (int)v;
+      }
+    } else {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "--schedule: unknown '%s'; expected 1f1b, gpipe or interleaved:V", p->schedule);
+      return FALSE;
+    }
+  }
+  if (p->recompute) {
+    if (!strcmp(p->recompute, "none"))
+      o->memory.recompute = SIM_RECOMPUTE_NONE;
+    else if (!strcmp(p->recompute, "selective"))
+      o->memory.recompute = SIM_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(p->recompute, "full"))
+      o->memory.recompute = SIM_RECOMPUTE_FULL;
+    else {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "--recompute: unknown '%s'; expected none, selective or full", p->recompute);
+      return FALSE;
+    }
+  }
+  if (!parse_precision(p->precision, &o->memory.precision, error))
+    return FALSE;
+  o->memory.zero1 = p->zero1;
+  if (p->allreduce) {
+    if (!strcmp(p->allreduce, "ring"))
+      o->sync.algorithm = SIM_ALLREDUCE_RING;
+    else if (!strcmp(p->allreduce, "tree"))
+      o->sync.algorithm = SIM_ALLREDUCE_TREE;
+    else if (!strcmp(p->allreduce, "hierarchical"))
+      o->sync.algorithm = SIM_ALLREDUCE_HIERARCHICAL;
+    else {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "--allreduce: unknown '%s'; expected ring, tree or hierarchical", p->allreduce);
+      return FALSE;
+    }
+  }
+  if (p->bucket_mb < 0 && p->bucket_mb != -1) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "--bucket-mb: expected 0 or more");
+    return FALSE;
+  }
+  o->sync.bucket_bytes = p->bucket_mb >= 0 ? (int64_t)(p->bucket_mb * 1e6) : 25000000;
+  o->sync.overlap = !p->no_overlap;
+  if (p->detail && strcmp(p->detail, "steps") && strcmp(p->detail, "flows")) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "--detail: unknown '%s'; expected flows or steps", p->detail);
+    return FALSE;
+  }
+  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->coll_latency_us < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--coll-efficiency must lie in (0, 1] and --coll-latency-us be positive");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)
+{
+  SimMegatronOptions o;
+  if (!cli_plan_megatron_options(p, &o, error))
+    return NULL;
+  gboolean megatron = p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+  if (!megatron) {
+    /* Data parallel over every GPU, with the plan's memory and sync options. */
+    o.dp = sim_machine_n_devices(m);
+  }
+  if (!p->microbatches && !p->microbatch_size) {
+    /* Without a word on micro-batches: one, or four per stage for a pipeline, as far as
+     * the batch divides. */
+    int64_t per_replica = sim_graph_batch_size(g) / MAX(o.dp, 1);
+    int mbs = o.pp > 1 ? 4 * o.pp : 1;
+    while (mbs > 1 && per_replica % mbs)
+      mbs--;
+    o.microbatches = mbs;
+  }
+  return sim_strategy_megatron(g, m, &o, error);
+}
+
+SimOptions cli_plan_sim_options(const CliPlanOptions *p)
+{
+  SimOptions o = sim_options_default();
+  if (p->detail && !strcmp(p->detail, "steps"))
+    o.detail = SIM_DETAIL_STEPS;
+  o.fold = !p->no_fold;
+  o.coll_bandwidth_efficiency = p->coll_efficiency;
+  o.coll_step_latency = p->coll_latency_us * 1e-6;
+  return o;
+}

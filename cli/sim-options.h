@@ -1,0 +1,40 @@
+/* sim-options.h — the options that describe a training plan and a simulation, shared by
+ * the commands that simulate (simulate, search, compare, validate, exec). */
+#pragma once
+
+#include "cli.h"
+
+typedef struct {
+  int dp, tp, pp, microbatches;
+  gint64 microbatch_size, global_batch;
+  char *schedule, *recompute, *precision, *allreduce, *detail;
+  double bucket_mb;
+  gboolean no_overlap, zero1, sequence_parallel, no_fold;
+  double coll_efficiency, coll_latency_us;
+} CliPlanOptions;
+
+void cli_plan_options_init(CliPlanOptions *p);
+/* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
+ * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
+ * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --coll-latency-us). */
+GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
+
+/* A model on a machine with a cost model, as the options describe them. */
+typedef struct {
+  SimGraph *graph;
+  SimMachine *machine;
+  SimCostModel *cost;
+} CliProblem;
+
+/* Loads the model (--global-batch sets its batch), the machine and the cost model, and
+ * gives the graph the plan's compute precision. */
+gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
+                          const CliPlanOptions *p, GError **error);
+void cli_problem_clear(CliProblem *pb);
+
+/* The strategy the flags describe: Megatron-style when any of --dp/--tp/--pp/
+ * --microbatch-size/--microbatches is given, else data parallel over every GPU. */
+SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error);
+/* The Megatron options the flags describe (degrees default to 1). */
+gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error);
+SimOptions cli_plan_sim_options(const CliPlanOptions *p);

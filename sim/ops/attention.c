@@ -1,0 +1,265 @@
+/* attention.c — multi-head attention with its four projections:
+ *   Q = q Wq, K = k Wk, V = v Wv               (per head h: columns h*hd .. h*hd + hd)
+ *   P = dropout(softmax(Q K^T / sqrt(hd) + mask))
+ *   out = (P V) Wo
+ * with q [b, sq, d], k and v [b, skv, d], Wq, Wk, Wv [d, heads*hd], Wo [heads*hd, d] and,
+ * with "bias", their biases.
+ *
+ * Iteration dimensions: b (sample), s (attribute: query positions), h (parameter: heads),
+ * e (the position inside a head, not split) and d (the model dimension, not split).  The
+ * projection weights' head columns are h*hd + e.  The output is not indexed by h, so a
+ * head-split leaves partial outputs that the lowering sums: Megatron's column-parallel
+ * Q, K, V and row-parallel output projection.  k and v are indexed by b only: a shard of
+ * query positions reads the whole key and value sequence (and recomputes their
+ * projections), which is what splitting s costs.
+ *
+ * Causal masks are priced as full score matrices, which is what Megatron's fused kernels
+ * compute.  Biases are added in the GEMMs' epilogues and their gradients reduced there
+ * (cuBLASLt), so they add no kernels. */
+#include "../sim-private.h"
+
+enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS };
+
+static const SimAttrSpec attrs[] = {
+  [A_HEADS] = { "heads", SIM_ATTR_INT, 0, NULL, TRUE },
+  [A_HEAD_DIM] = { "head_dim", SIM_ATTR_INT, 0, NULL, TRUE },
+  [A_CAUSAL] = { "causal", SIM_ATTR_BOOL, 0, NULL, FALSE },
+  /* Dropout of the attention probabilities. */
+  [A_DROPOUT] = { "dropout", SIM_ATTR_FLOAT, 0.0, NULL, FALSE },
+  /* GPT-2/3, BERT and Megatron have biases on all four projections. */
+  [A_BIAS] = { "bias", SIM_ATTR_BOOL, 1, NULL, FALSE },
+};
+
+enum { B, S, H, E, D };
+
+static gboolean infer(SimOp *op, GError **error)
+{
+  for (int i = 0; i < 3; i++)
+    if (!sim_op_check_rank(op, i, 3, 3, error) || !sim_op_check_float(op, i, error))
+      return FALSE;
+  const SimShape *q = &op->in_shape[0], *k = &op->in_shape[1], *v = &op->in_shape[2];
+  if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] || k->dims[1] != v->dims[1] ||
+      k->dims[2] != q->dims[2] || v->dims[2] != q->dims[2]) {
+    g_autofree char *sq = sim_shape_to_string(q);
+    g_autofree char *sk = sim_shape_to_string(k);
+    g_autofree char *sv = sim_shape_to_string(v);
+    sim_op_set_error(op, error, SIM_ERROR_INVALID,
+                     "q %s, k %s and v %s: expected q [b, sq, d] and k, v [b, skv, d]", sq, sk,
+                     sv);
+    return FALSE;
+  }
+  int64_t heads = op->attrs[A_HEADS].i[0], hd = op->attrs[A_HEAD_DIM].i[0];
+  double p = op->attrs[A_DROPOUT].f;
+  if (heads < 1 || hd < 1) {
+    sim_op_set_error(op, error, SIM_ERROR_INVALID,
+                     "%" G_GINT64_FORMAT " heads of dimension %" G_GINT64_FORMAT
+                     ": both must be positive",
+                     heads, hd);
+    return FALSE;
+  }
+  if (!(p >= 0.0 && p < 1.0)) {
+    sim_op_set_error(op, error, SIM_ERROR_INVALID, "the dropout probability %g is outside "
+                     "[0, 1)", p);
+    return FALSE;
+  }
+  int64_t dm = q->dims[2], inner = heads * hd;
+  sim_op_set_n_outputs(op, 1);
+  op->out_shape[0] = *q;
+  op->out_dtype[0] = op->in_dtype[0];
+  gboolean bias = op->attrs[A_BIAS].i[0] != 0;
+  op->n_weights = bias ? 8 : 4;
+  for (int i = 0; i < 3; i++) {
+    op->w_shape[i] = sim_shape_make(2, (int64_t[]){ dm, inner });
+    op->w_shape[4 + i] = sim_shape_make(1, &inner);
+  }
+  op->w_shape[3] = sim_shape_make(2, (int64_t[]){ inner, dm });
+  op->w_shape[7] = sim_shape_make(1, &dm);
+  op->w_dtype = op->in_dtype[0];
+  return TRUE;
+}
+
+static void space(SimOp *op)
+{
+  const SimShape *q = &op->in_shape[0];
+  int hd = (int)op->attrs[A_HEAD_DIM].i[0];
+  sim_space_init(op, 5);
+  sim_space_dim(op, B, "b", SIM_ROLE_SAMPLE, q->dims[0], TRUE);
+  sim_space_dim(op, S, "s", SIM_ROLE_ATTRIBUTE, q->dims[1], TRUE);
+  sim_space_dim(op, H, "h", SIM_ROLE_PARAMETER, op->attrs[A_HEADS].i[0], TRUE);
+  sim_space_dim(op, E, "e", SIM_ROLE_PARAMETER, hd, FALSE);
+  /* Contracted by the input projections, produced by the output projection; never split
+   * (a d-split of the projections would be another operator). */
+  sim_space_dim(op, D, "d", SIM_ROLE_REDUCTION, q->dims[2], FALSE);
+  SimTensorMap *m = op->space.maps;
+  sim_map_identity(&m[0], 0, B);
+  sim_map_identity(&m[0], 1, S);
+  sim_map_identity(&m[0], 2, D);
+  for (int i = 1; i < 3; i++) {
+    sim_map_identity(&m[i], 0, B);
+    sim_map_identity(&m[i], 2, D);
+  }
+  SimTensorMap *w = &m[3];
+  for (int i = 0; i < 3; i++) {
+    sim_map_identity(&w[i], 0, D);
+    sim_map_affine(&w[i], 1, H, hd, E, 1, 0);
+  }
+  sim_map_affine(&w[3], 0, H, hd, E, 1, 0);
+  sim_map_identity(&w[3], 1, D);
+  if (op->n_weights == 8) {
+    for (int i = 4; i < 7; i++)
+      sim_map_affine(&w[i], 0, H, hd, E, 1, 0);
+    sim_map_identity(&w[7], 0, D);
+  }
+  SimTensorMap *y = &m[3 + op->n_weights];
+  sim_map_identity(y, 0, B);
+  sim_map_identity(y, 1, S);
+  sim_map_identity(y, 2, D);
+}
+
+/* The sizes one shard works with. */
+typedef struct {
+  int64_t b, s, skv, heads, hd, d, inner;
+  double scores;   /* elements of the score matrices: b * heads * s * skv */
+  double p;        /* dropout probability */
+  gboolean fused;  /* self-attention over the whole sequence: one QKV GEMM */
+  gboolean kv_same;
+} Shard;
+
+static Shard shard(const SimOp *op, const int64_t *e)
+{
+  Shard x = {
+    .b = e[B],
+    .s = e[S],
+    .skv = op->in_shape[1].dims[1],
+    .heads = e[H],
+    .hd = e[E],
+    .d = e[D],
+    .p = op->attrs[A_DROPOUT].f,
+  };
+  x.inner = x.heads * x.hd;
+  x.scores = (double)x.b * x.heads * x.s * x.skv;
+  x.kv_same = op->inputs[1] == op->inputs[2];
+  x.fused = x.kv_same && op->inputs[0] == op->inputs[1] && x.s == x.skv &&
+            x.s == op->in_shape[0].dims[1];
+  return x;
+}
+
+/* Scores Q K^T, softmax with scale and mask, dropout, context P V: the part that
+ * selective recomputation recomputes. */
+static void core_forward(const SimOp *op, const Shard *x, SimWork *w)
+{
+  SimDType dt = op->w_dtype;
+  double es = sim_dtype_size(dt);
+  sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->skv, x->hd));
+  /* Scale, mask, row max, subtract, exp (4), sum, divide: 10 per score. */
+  sim_work_add(w, sim_kernel_memory(dt, 10 * x->scores, 2 * x->scores * es));
+  if (x->p > 0)
+    sim_work_add(w, sim_kernel_memory(dt, 3 * x->scores, 2 * x->scores * es + x->scores));
+  sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->hd, x->skv));
+}
+
+static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
+{
+  Shard x = shard(op, e);
+  SimDType dt = op->w_dtype;
+  double es = sim_dtype_size(dt);
+  int64_t bs = x.b * x.s, bkv = x.b * x.skv, bh = x.b * x.heads;
+  if (pass == SIM_PASS_FORWARD) {
+    /* Self-attention projects q, k and v with one [d, 3 * inner] GEMM; otherwise q alone
+     * and k, v together (one GEMM when they are one tensor, else a batch of two). */
+    if (x.fused) {
+      sim_work_add(w, sim_kernel_gemm(dt, 1, bs, 3 * x.inner, x.d));
+    } else {
+      sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner, x.d));
+      if (x.kv_same)
+        sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, 2 * x.inner, x.d));
+      else
+        sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, x.inner, x.d));
+    }
+    core_forward(op, &x, w);
+    sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, x.inner));
+    return;
+  }
+  /* Every GEMM C = A B of the forward becomes dA = dC B^T and dB = A^T dC. */
+  sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner, x.d));        /* d context   */
+  sim_work_add(w, sim_kernel_gemm(dt, 1, x.inner, x.d, bs));        /* d Wo        */
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x.s, x.skv, x.hd));       /* d P         */
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x.skv, x.hd, x.s));       /* d V         */
+  /* Dropout backward reads dP and the mask; softmax backward reads P and dP. */
+  if (x.p > 0)
+    sim_work_add(w, sim_kernel_memory(dt, x.scores, 2 * x.scores * es + x.scores));
+  sim_work_add(w, sim_kernel_memory(dt, 5 * x.scores, 3 * x.scores * es));
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x.s, x.hd, x.skv));       /* d Q         */
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x.skv, x.hd, x.s));       /* d K         */
+  if (x.fused) {
+    sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, 3 * x.inner));  /* d x         */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 3 * x.inner, bs));  /* d Wqkv      */
+    return;
+  }
+  sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, x.inner));        /* d q         */
+  sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, x.inner, bs));        /* d Wq        */
+  if (x.kv_same) {
+    sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, x.d, 2 * x.inner)); /* d kv        */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 2 * x.inner, bkv)); /* d Wk, d Wv  */
+  } else {
+    sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, x.d, x.inner));
+    sim_work_add(w, sim_kernel_gemm(dt, 2, x.d, x.inner, bkv));
+  }
+}
+
+/* Bytes kept for backward besides the core's scores: the distinct inputs, Q, K, V and the
+ * context (the input of the output projection). */
+static int64_t kept_outside_core(const SimOp *op, const Shard *x)
+{
+  int64_t es = sim_dtype_size(op->w_dtype);
+  int64_t inputs = x->b * x->s * x->d;
+  if (op->inputs[1] != op->inputs[0])
+    inputs += x->b * x->skv * x->d;
+  if (op->inputs[2] != op->inputs[0] && op->inputs[2] != op->inputs[1])
+    inputs += x->b * x->skv * x->d;
+  int64_t qkv = x->b * x->s * x->inner + 2 * x->b * x->skv * x->inner;
+  int64_t context = x->b * x->s * x->inner;
+  return (inputs + qkv + context) * es;
+}
+
+static int64_t saved_bytes(const SimOp *op, const int64_t *extent)
+{
+  int64_t full[SIM_MAX_ITER];
+  Shard x = shard(op, sim_op_extent(op, extent, full));
+  int64_t es = sim_dtype_size(op->w_dtype);
+  int64_t scores = (int64_t)x.scores;
+  /* Korthikanti et al. 2022, section 4.1: besides the inputs, Q, K, V and the context,
+   * the softmax output (2as^2b in fp16), the dropout mask (as^2b) and the dropout output
+   * the P V product reads (2as^2b). */
+  int64_t core = scores * es;
+  if (x.p > 0)
+    core += scores + scores * es;
+  return kept_outside_core(op, &x) + core;
+}
+
+static void selective(const SimOp *op, const int64_t *extent, SimWork *recompute,
+                      int64_t *kept_bytes)
+{
+  int64_t full[SIM_MAX_ITER];
+  Shard x = shard(op, sim_op_extent(op, extent, full));
+  /* Selective recomputation (Korthikanti et al. 2022) drops the score-sized tensors and
+   * recomputes Q K^T, softmax, dropout and P V from the kept Q, K, V before backward. */
+  recompute->n = 0;
+  core_forward(op, &x, recompute);
+  *kept_bytes = kept_outside_core(op, &x);
+}
+
+const SimOpClass sim_op_attention_class = {
+  .type = SIM_OP_ATTENTION,
+  .name = "attention",
+  .description = "multi-head attention with its Q, K, V and output projections",
+  .attrs = attrs,
+  .n_attrs = G_N_ELEMENTS(attrs),
+  .min_inputs = 3,
+  .max_inputs = 3,
+  .infer = infer,
+  .space = space,
+  .work = work,
+  .saved_bytes = saved_bytes,
+  .selective = selective,
+};

@@ -1,0 +1,281 @@
+/* taskgraph.h — the lowered form of (graph, strategy, machine): tasks, dependencies and
+ * stream orders, and the engine that times them.  Internal to libsim.
+ *
+ * The task graph is built in blocks: the tasks of one operator (every shard, pass and
+ * micro-batch), the transfers of one tensor between its producer and a consumer, the
+ * gradient synchronization of one bucket.  A dependency names its ends as (block, index)
+ * so that a block can be rebuilt alone when a strategy changes a few operators (delta
+ * simulation); sim_taskgraph_assemble() then lays all blocks out in flat arrays, which is
+ * what the engine reads. */
+#pragma once
+
+#include "sim-private.h"
+
+G_BEGIN_DECLS
+
+typedef enum {
+  SIM_TASK_COMPUTE,   /* runs on its device's compute stream for @duration             */
+  SIM_TASK_FLOW,      /* moves @bytes from @device to @peer along the route; shares links */
+  SIM_TASK_DELAY,     /* waits @duration without holding a resource (protocol latency) */
+  SIM_TASK_NOP,       /* a join point                                                */
+} SimTaskKind;
+
+typedef enum {
+  SIM_CLASS_FORWARD,
+  SIM_CLASS_BACKWARD,
+  SIM_CLASS_RECOMPUTE,
+  SIM_CLASS_UPDATE,
+  SIM_CLASS_TRANSFER,    /* activations and gradients between operators (p2p)        */
+  SIM_CLASS_REDUCTION,   /* partial sums of split reductions (tensor parallelism)     */
+  SIM_CLASS_GRAD_SYNC,   /* gradient all-reduce / reduce-scatter over replicas         */
+  SIM_CLASS_PARAM_SYNC,  /* parameter all-gather after a sharded optimizer step        */
+  SIM_CLASS_COUNT
+} SimTaskClass;
+
+const char *sim_task_class_name(SimTaskClass c);
+
+typedef struct {
+  uint8_t kind;        /* SimTaskKind                                                 */
+  uint8_t cls;         /* SimTaskClass                                                */
+  uint16_t pad;
+  int32_t device;      /* compute, delay: the device; flow: the source; nop: -1        */
+  int32_t peer;        /* flow: the destination device                                */
+  int32_t op;          /* the operator, or -1                                         */
+  int32_t mb;          /* the micro-batch, or -1                                      */
+  int32_t shard;       /* the shard of the operator, or -1                             */
+  double duration;     /* compute and delay: seconds; flow: latency added to the route's */
+  double bytes;        /* flows                                                       */
+  int64_t mem_alloc;   /* bytes allocated on @device when the task starts              */
+  int64_t mem_free;    /* bytes released on @device when the task ends                 */
+  /* Filled by assembly: */
+  int32_t n_pred;
+  int32_t succ_off;    /* into SimTaskGraph.succ                                      */
+  int32_t n_succ;
+} SimTask;
+
+/* A reference to a task before assembly. */
+typedef struct {
+  int32_t block;
+  int32_t index;
+} SimTaskRef;
+
+typedef struct {
+  SimTaskRef from, to;
+} SimTaskEdge;
+
+/* An entry of a compute stream: the stream of @device runs its entries in @key order. */
+typedef struct {
+  uint64_t key;
+  int32_t device;
+  int32_t index;       /* task in the block                                           */
+} SimStreamEntry;
+
+typedef struct {
+  GArray *tasks;       /* SimTask                                                     */
+  GArray *edges;       /* SimTaskEdge: dependencies this block declares                */
+  GArray *stream;      /* SimStreamEntry                                              */
+  gboolean live;       /* FALSE for a block slot that is free                          */
+  int32_t offset;      /* first global task id, after assembly                          */
+} SimTaskBlock;
+
+typedef struct {
+  int n_devices;
+  GPtrArray *blocks;   /* SimTaskBlock*                                               */
+  /* Static memory per device (weights, gradients, optimizer states, buffers).       */
+  int64_t *static_mem;
+  /* The flat form, valid after sim_taskgraph_assemble(): */
+  int n_tasks;
+  SimTask *task;
+  int32_t *succ;       /* successor ids, by task.succ_off                              */
+  int n_succ_total;
+  int32_t *stream;     /* compute task ids per device in run order                      */
+  int32_t *stream_off; /* n_devices + 1 entries                                       */
+  gboolean dirty;      /* blocks changed since the last assembly                        */
+} SimTaskGraph;
+
+SimTaskGraph *sim_taskgraph_new(int n_devices);
+void sim_taskgraph_free(SimTaskGraph *tg);
+/* Returns a new empty block's id (reusing free slots). */
+int sim_taskgraph_block_new(SimTaskGraph *tg);
+/* Empties a block and frees its slot; references into it become invalid. */
+void sim_taskgraph_block_free(SimTaskGraph *tg, int block);
+/* Empties a block but keeps its id. */
+void sim_taskgraph_block_clear(SimTaskGraph *tg, int block);
+static inline SimTaskBlock *sim_taskgraph_block(SimTaskGraph *tg, int block)
+{
+  return (SimTaskBlock *)tg->blocks->pdata[block];
+}
+/* Appends a task to @block; returns its reference. */
+SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t);
+/* Declares that @to cannot start before @from ends; the edge belongs to @block. */
+void sim_taskgraph_depend(SimTaskGraph *tg, int block, SimTaskRef from, SimTaskRef to);
+/* Places compute task @t of @block on the stream of @device with order @key. */
+void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t key, int index);
+/* Lays out all live blocks in flat arrays: global ids, successor lists, predecessor
+ * counts and the per-device stream orders. */
+void sim_taskgraph_assemble(SimTaskGraph *tg);
+static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
+{
+  return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;
+}
+
+/* Task constructors. */
+SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb,
+                         double duration);
+SimTask sim_task_flow(SimTaskClass cls, int src, int dst, double bytes, int op, int mb);
+SimTask sim_task_delay(SimTaskClass cls, int device, double duration);
+SimTask sim_task_nop(void);
+
+/* ---------------------------------------------------------------------------------- */
+/* Collectives (collective.c): appended to a block as flows, delays and join points.    */
+
+typedef enum {
+  SIM_COLL_ALLREDUCE,
+  SIM_COLL_REDUCE_SCATTER,
+  SIM_COLL_ALLGATHER,
+} SimCollKind;
+
+/* How well collectives use the links: NCCL reaches a fraction of the link bandwidth and
+ * pays a fixed cost per algorithm step (calibrated from measurements; see roofline.c). */
+typedef struct {
+  double bandwidth_efficiency;  /* achieved fraction of the bottleneck link bandwidth */
+  double step_latency;          /* seconds per algorithm step, beyond link latency    */
+} SimCollParams;
+
+SimCollParams sim_coll_params_default(void);
+/* The defaults, with what @o overrides. */
+SimCollParams sim_coll_params_from_options(const SimOptions *o);
+
+/* Appends collective @kind over @devices (n of them, in ring order) moving @bytes (the
+ * full buffer size per device) to @block.  Returns the references of its start and end
+ * join points: make the producers precede *start and the consumers follow *end. */
+void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
+                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
+                          int mb, SimTaskRef *start, SimTaskRef *end);
+
+/* The analytic duration of a collective without contention: what the FLOWS level yields
+ * on an idle machine (used by tests and by search heuristics). */
+double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
+                           const SimCollParams *cp, const int *devices, int n, double bytes);
+
+/* ---------------------------------------------------------------------------------- */
+/* The network (network.c): flows on routes sharing links by max-min fairness.          */
+
+typedef struct _SimNet SimNet;
+
+/* Called when a flow's predicted end time changes. */
+typedef void (*SimNetRescheduleFunc)(void *user, int flow_task, double end_time);
+
+SimNet *sim_net_new(SimMachine *m, double bandwidth_efficiency);
+void sim_net_free(SimNet *net);
+void sim_net_reset(SimNet *net);
+/* Starts flow @task from @src to @dst of @bytes at time @now; returns its slot. */
+int sim_net_add(SimNet *net, int task, int src, int dst, double bytes, double now);
+/* Removes the finished flow in @slot. */
+void sim_net_remove(SimNet *net, int slot, double now);
+/* Recomputes the rates of the flows whose links changed and reports new end times. */
+void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user);
+/* Bytes carried by each link so far (n_links entries). */
+const double *sim_net_link_bytes(const SimNet *net);
+int sim_net_n_active(const SimNet *net);
+
+/* ---------------------------------------------------------------------------------- */
+/* Lowering (lower.c): (graph, strategy, machine) -> task graph, block by block.        */
+
+typedef struct _SimLowering SimLowering;
+
+/* Prepares the lowering of @g under @s on @m.  @simulated (n_devices flags, may be NULL
+ * for all) names the devices whose compute tasks are built: the representatives when
+ * symmetric devices are folded.  The strategy is read, not copied: it must outlive the
+ * lowering, and sim_lowering_update_op() must follow any change to it. */
+SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
+                              const uint8_t *simulated);
+void sim_lowering_free(SimLowering *lw);
+/* Builds every block. */
+void sim_lowering_build(SimLowering *lw);
+/* Rebuilds what operator @op's configuration touches: its own tasks, the transfers and
+ * reductions of its input and output tensors, and the gradient synchronization. */
+void sim_lowering_update_op(SimLowering *lw, int op);
+SimTaskGraph *sim_lowering_taskgraph(SimLowering *lw);
+/* TRUE if a simulated task needed data from a device that is not simulated: folding does
+ * not hold for this strategy and the lowering must be redone unfolded. */
+gboolean sim_lowering_fold_violated(const SimLowering *lw);
+/* Model FLOPs of one iteration (forward and backward, no recomputation). */
+double sim_lowering_model_flops(const SimLowering *lw);
+
+/* ---------------------------------------------------------------------------------- */
+/* The engine (engine.c)                                                              */
+
+typedef struct {
+  double *start;       /* per task, seconds; -1 if it never ran                       */
+  double *end;
+  int32_t *crit;       /* the task whose end let this one start, or -1                 */
+  double makespan;
+  int64_t *peak_mem;   /* per device                                                  */
+  double *link_bytes;  /* per link                                                    */
+  int n_tasks_run;
+  gboolean deadlock;   /* some tasks never became ready (a cycle or a bad stream order) */
+} SimTimeline;
+
+typedef struct _SimEngine SimEngine;
+
+SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
+void sim_engine_free(SimEngine *e);
+/* Runs the assembled task graph from time 0 and fills @tl (whose arrays it allocates,
+ * sized for the graph).  Deterministic: equal-time events run in the order they were
+ * scheduled. */
+void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
+void sim_timeline_clear(SimTimeline *tl);
+
+G_END_DECLS
+
+/* ---------------------------------------------------------------------------------- */
+/* Reports (report.c)                                                                   */
+
+G_BEGIN_DECLS
+
+typedef struct {
+  char *name;
+  double bytes;
+  double utilization;
+} SimLinkUse;
+
+struct _SimReport {
+  char *model;
+  char *machine_name;
+  SimMachine *machine;        /* for traces: valid while the machine lives            */
+  int n_devices;
+  int n_ops;
+  char **op_names;            /* n_ops, for traces                                     */
+  double iteration_time;
+  int64_t batch;
+  int64_t tokens_per_sample;
+  double model_flops;         /* per iteration                                          */
+  double peak_flops;          /* summed over devices, at the graph's compute dtype       */
+  gboolean fits;
+  int64_t *peak_mem;
+  int64_t *capacity;
+  double *compute, *comm, *overlap, *idle;
+  int64_t n_tasks;
+  double crit[SIM_CLASS_COUNT + 1]; /* the last entry: waiting                          */
+  SimLinkUse *links;          /* the busiest, most used first                          */
+  int n_links;
+  char *folding;
+  SimDetail detail;
+  int microbatches, n_stages;
+  SimSchedule schedule;
+  /* The timeline, when kept: */
+  int64_t n_records;
+  SimTask *tasks;
+  double *start, *end;
+};
+
+/* Builds a report from a finished run.  @rep_of maps every device to the simulated device
+ * whose timeline stands for it (NULL: itself). */
+SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                            const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
+                            const char *folding, const SimOptions *o, double model_flops);
+
+G_END_DECLS

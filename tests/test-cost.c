@@ -1,0 +1,351 @@
+/* test-cost.c — the cost-model stack and the roofline model, against closed forms. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "sim-private.h"
+
+/* An A100 SXM4 as the roofline sees it, written out so the expectations below do not
+ * depend on the device library: 312 TFLOP/s fp16 and bf16 on tensor cores, 19.5 TFLOP/s
+ * fp32, 2039 GB/s of HBM2e, 108 SMs, 5 us per kernel launch. */
+static SimDeviceSpec a100(void)
+{
+  SimDeviceSpec d = {
+    .name = "test-a100",
+    .vendor_name = "NVIDIA A100 SXM4 80GB (test copy)",
+    .mem_bandwidth = 2039e9,
+    .mem_capacity = 80LL << 30,
+    .sm_count = 108,
+    .launch_overhead = 5e-6,
+    .source = "tests",
+  };
+  d.peak_flops[SIM_DTYPE_FP16] = 312e12;
+  d.peak_flops[SIM_DTYPE_BF16] = 312e12;
+  d.peak_flops[SIM_DTYPE_FP32] = 19.5e12;
+  return d;
+}
+
+static SimRooflineParams no_quantization(void)
+{
+  SimRooflineParams p = sim_roofline_params_default();
+  p.tile_quantization = FALSE;
+  return p;
+}
+
+static SimKernel gemm(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k)
+{
+  int64_t size = sim_dtype_size(dt);
+  return (SimKernel){
+    .kind = SIM_KERNEL_GEMM, .dtype = dt, .m = m, .n = n, .k = k, .batch = batch,
+    .flops = 2.0 * batch * m * n * k,
+    .bytes = (double)batch * (m * k + k * n + m * n) * size,
+  };
+}
+
+#define assert_close(got, want)                                                          \
+  cr_assert(fabs((got) - (want)) <= 1e-9 * fabs(want) + 1e-15, "%.12g != %.12g", (got),  \
+            (want))
+
+Test(roofline, default_parameters)
+{
+  SimRooflineParams p = sim_roofline_params_default();
+  cr_assert_float_eq(p.gemm_efficiency, 0.75, 1e-12);
+  cr_assert_float_eq(p.conv_efficiency, 0.6, 1e-12);
+  cr_assert_float_eq(p.memory_efficiency, 0.8, 1e-12);
+  cr_assert_float_eq(p.gather_efficiency, 0.5, 1e-12);
+  cr_assert_float_eq(p.recurrent_efficiency, 0.3, 1e-12);
+  cr_assert(p.tile_quantization);
+  cr_assert_eq(p.tile_m, 128);
+  cr_assert_eq(p.tile_n, 128);
+}
+
+Test(roofline, large_gemm_is_compute_bound)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* 4096^3 in fp16: 2 * 4096^3 = 1.374e11 FLOPs at 0.75 * 312 TFLOP/s = 587.3 us, against
+   * 3 * 4096^2 * 2 B = 100.7 MB at 0.8 * 2039 GB/s = 61.7 us: compute bound, plus 5 us. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 4096);
+  double want = 2.0 * 4096.0 * 4096.0 * 4096.0 / (312e12 * 0.75) + 5e-6;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+  cr_assert(want > 592e-6 && want < 593e-6);
+}
+
+Test(roofline, large_gemm_with_wave_quantization)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 4096 / 128 = 32 tiles a side, 1024 tiles; 108 SMs run them in ceil(1024 / 108) = 10
+   * waves, as long as 1080 tiles: the work is 1080 / 1024 of the plain count. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 4096);
+  double want = 2.0 * 4096.0 * 4096.0 * 4096.0 * 1080.0 / 1024.0 / (312e12 * 0.75) + 5e-6;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+}
+
+Test(roofline, tile_quantization_rounds_up_to_whole_tiles_and_waves)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* m = n = 129 needs 2 x 2 tiles of 128 x 128, as m = n = 256 does; both fit in one wave
+   * of 108 SMs, which takes as long as 108 tiles: 108 * 128 * 128 * 4096 * 2 FLOPs =
+   * 14.5 GFLOP at 0.75 * 312 TFLOP/s = 61.9 us, plus 5 us. */
+  SimKernel small = gemm(SIM_DTYPE_FP16, 1, 129, 129, 4096);
+  SimKernel big = gemm(SIM_DTYPE_FP16, 1, 256, 256, 4096);
+  double t_small = sim_cost_model_kernel_time(m, &dev, &small);
+  double t_big = sim_cost_model_kernel_time(m, &dev, &big);
+  assert_close(t_small, t_big);
+  double want = 108.0 * 128.0 * 128.0 * 4096.0 * 2.0 / (312e12 * 0.75) + 5e-6;
+  assert_close(t_small, want);
+  /* One more tile row (m = 257: 3 x 2 = 6 tiles) still fits the same wave. */
+  SimKernel taller = gemm(SIM_DTYPE_FP16, 1, 257, 256, 4096);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &taller), want);
+  /* A batch of 28 such GEMMs is 112 tiles: two waves. */
+  SimKernel batched = gemm(SIM_DTYPE_FP16, 28, 256, 256, 4096);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &batched),
+               2.0 * 108.0 * 128.0 * 128.0 * 4096.0 * 2.0 / (312e12 * 0.75) + 5e-6);
+}
+
+Test(roofline, tile_sizes_are_parameters)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = sim_roofline_params_default();
+  p.tile_m = 256;
+  p.tile_n = 128;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* 256 x 128 tiles: m = n = 256 is 1 x 2 tiles, one wave of 108 * 256 * 128 elements. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 256, 256, 4096);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               108.0 * 256.0 * 128.0 * 4096.0 * 2.0 / (312e12 * 0.75) + 5e-6);
+}
+
+Test(roofline, memory_kernel_is_bandwidth_bound)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 1 GB at 0.8 * 2039 GB/s = 613.0 us; its 0.25 GFLOP at 0.8 * 19.5 TFLOP/s take 16 us. */
+  SimKernel k = { .kind = SIM_KERNEL_MEMORY, .dtype = SIM_DTYPE_FP16, .flops = 0.25e9,
+                  .bytes = 1e9 };
+  double want = 1e9 / (2039e9 * 0.8) + 5e-6;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+  /* The optimizer's update is memory bound in the same way. */
+  k.kind = SIM_KERNEL_OPTIMIZER;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+  /* Gathers reach half the bandwidth: 1 GB / (0.5 * 2039 GB/s) = 980.9 us. */
+  k.kind = SIM_KERNEL_GATHER;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), 1e9 / (2039e9 * 0.5) + 5e-6);
+}
+
+Test(roofline, small_gemm_is_memory_bound)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* A matrix-vector product 8192 x 8192 x 1 in fp16: 134 MFLOP (0.57 us at 234 TFLOP/s)
+   * but 134 MB of weights to read (82.3 us at 1631 GB/s). */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 8192, 1, 8192);
+  double bytes = (8192.0 * 8192 + 8192 + 8192) * 2;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), bytes / (2039e9 * 0.8) + 5e-6);
+}
+
+Test(roofline, recurrent_steps_run_one_after_the_other)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* 100 steps of a [64 x 4096] x [4096 x 1024] fp32 GEMM: each 2 * 64 * 1024 * 4096 =
+   * 537 MFLOP at 0.3 * 19.5 TFLOP/s = 91.8 us (its 17.8 MB take 10.9 us), plus a launch
+   * each: 100 * (91.8 + 5) us. */
+  SimKernel k = { .kind = SIM_KERNEL_RECURRENT, .dtype = SIM_DTYPE_FP32, .m = 64, .n = 1024,
+                  .k = 4096, .batch = 1, .steps = 100 };
+  double step_flops = 2.0 * 64 * 1024 * 4096;
+  k.flops = 100 * step_flops;
+  k.bytes = 100 * (64.0 * 4096 + 4096.0 * 1024 + 64.0 * 1024) * 4;
+  double want = 100 * (step_flops / (19.5e12 * 0.3) + 5e-6);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+}
+
+Test(roofline, conv_uses_its_efficiency)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* A 3x3 conv as an implicit GEMM m = 32*56*56, n = 256, k = 256*9 in fp16:
+   * 2 * 100352 * 256 * 2304 = 118.4 GFLOP at 0.6 * 312 TFLOP/s = 632.4 us. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 100352, 256, 2304);
+  k.kind = SIM_KERNEL_CONV;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               2.0 * 100352 * 256 * 2304 / (312e12 * 0.6) + 5e-6);
+}
+
+Test(roofline, dtypes_without_a_peak_use_fp32)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* No fp8 peak on this device: fp8 GEMMs run at the fp32 rate. */
+  SimKernel k = gemm(SIM_DTYPE_FP8, 1, 4096, 4096, 4096);
+  k.bytes = 0;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               2.0 * 4096.0 * 4096.0 * 4096.0 / (19.5e12 * 0.75) + 5e-6);
+}
+
+/* The roofline is pure: concurrent callers get what one caller gets. */
+typedef struct {
+  SimCostModel *m;
+  const SimDeviceSpec *dev;
+  double result;
+} ThreadArgs;
+
+static gpointer price_many(gpointer data)
+{
+  ThreadArgs *a = data;
+  double sum = 0;
+  for (int i = 1; i <= 2000; i++) {
+    SimKernel k = gemm(SIM_DTYPE_FP16, 1, 64 * i, 512, 1024);
+    sum += sim_cost_model_kernel_time(a->m, a->dev, &k);
+  }
+  a->result = sum;
+  return NULL;
+}
+
+Test(roofline, is_thread_safe)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  ThreadArgs serial = { m, &dev, 0 };
+  price_many(&serial);
+  ThreadArgs args[4];
+  GThread *threads[4];
+  for (int i = 0; i < 4; i++) {
+    args[i] = (ThreadArgs){ m, &dev, 0 };
+    threads[i] = g_thread_new("price", price_many, &args[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    g_thread_join(threads[i]);
+    cr_assert_eq(args[i].result, serial.result);
+  }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The stack                                                                          */
+
+static int finalized;
+
+/* A "profile" that knows the forward pass of op 1 only: 1 ms. */
+static double known_op_time(SimCostModel *self, const SimDeviceSpec *dev, const SimGraph *g,
+                            int op, const int64_t *extent, SimPass pass)
+{
+  return op == 1 && pass == SIM_PASS_FORWARD ? 1e-3 : -1.0;
+}
+
+/* Every kernel takes 1 s: makes "priced by this model" visible. */
+static double one_second(SimCostModel *self, const SimDeviceSpec *dev, const SimKernel *k)
+{
+  return 1.0;
+}
+
+static void count_finalize(SimCostModel *self)
+{
+  finalized++;
+}
+
+static const SimCostModelClass profile_class = {
+  .api_version = SIM_COST_MODEL_API_VERSION,
+  .name = "test-profile",
+  .kernel_time = one_second,
+  .op_time = known_op_time,
+  .finalize = count_finalize,
+};
+
+static const SimCostModelClass seconds_class = {
+  .api_version = SIM_COST_MODEL_API_VERSION,
+  .name = "test-seconds",
+  .kernel_time = one_second,
+  .op_time = NULL,
+  .finalize = count_finalize,
+};
+
+static SimGraph *two_linears(void)
+{
+  SimGraph *g = sim_graph_new("two");
+  int64_t xd[] = { 32, 1024 };
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP16, 2, xd);
+  int h = sim_graph_linear(g, "fc1", x, 4096, FALSE, SIM_UNARY_RELU);
+  sim_graph_linear(g, "fc2", h, 1024, FALSE, SIM_UNARY_IDENTITY);
+  cr_assert(sim_graph_check(g, NULL));
+  return g;
+}
+
+Test(cost, stack_asks_the_fallback_for_what_it_does_not_know)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimGraph) g = two_linears();
+  int fc1 = sim_graph_op_by_name(g, "fc1"), fc2 = sim_graph_op_by_name(g, "fc2");
+  cr_assert_eq(fc1, 1, "the profile knows op 1");
+
+  SimCostModel *roof = sim_cost_model_new_roofline(NULL);
+  SimCostModel *top = g_new0(SimCostModel, 1);
+  top->klass = &profile_class;
+  top->fallback = roof;
+
+  /* Known: the profile's answer. */
+  assert_close(sim_cost_model_op_time(top, &dev, g, fc1, NULL, SIM_PASS_FORWARD), 1e-3);
+  /* Unknown: the roofline's kernels, not the profile's 1 s per kernel. */
+  SimWork w = { 0 };
+  sim_graph_op_work(g, fc2, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_gt(w.n, 0);
+  double want = 0;
+  for (int i = 0; i < w.n; i++)
+    want += sim_cost_model_kernel_time(roof, &dev, &w.k[i]);
+  assert_close(sim_cost_model_op_time(top, &dev, g, fc2, NULL, SIM_PASS_BACKWARD), want);
+  cr_assert_lt(want, 1.0);
+
+  /* The stack owns its fallback: freeing the top frees both. */
+  finalized = 0;
+  sim_cost_model_free(top);
+  cr_assert_eq(finalized, 1, "the profile's finalize ran; the roofline's frees its own");
+}
+
+Test(cost, model_without_op_time_prices_its_own_kernels)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimGraph) g = two_linears();
+  int fc1 = sim_graph_op_by_name(g, "fc1");
+  SimCostModel *m = g_new0(SimCostModel, 1);
+  m->klass = &seconds_class;
+  m->fallback = g_new0(SimCostModel, 1);
+  m->fallback->klass = &seconds_class;
+  /* One second per kernel of the work, whatever the fallback would say. */
+  SimWork w = { 0 };
+  sim_graph_op_work(g, fc1, NULL, SIM_PASS_FORWARD, &w);
+  assert_close(sim_cost_model_op_time(m, &dev, g, fc1, NULL, SIM_PASS_FORWARD), (double)w.n);
+  finalized = 0;
+  sim_cost_model_free(m);
+  cr_assert_eq(finalized, 2, "both models of the stack were finalized");
+}
+
+Test(cost, op_time_of_a_shard_sums_its_kernels)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimGraph) g = two_linears();
+  int fc1 = sim_graph_op_by_name(g, "fc1");
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* A shard of half the outputs does half the arithmetic: cheaper than the whole op. */
+  int64_t extent[SIM_MAX_ITER];
+  for (int d = 0; d < sim_graph_op_n_dims(g, fc1); d++)
+    extent[d] = sim_graph_op_dim_size(g, fc1, d);
+  for (int d = 0; d < sim_graph_op_n_dims(g, fc1); d++)
+    if (sim_graph_op_dim_role(g, fc1, d) == SIM_ROLE_PARAMETER)
+      extent[d] /= 2;
+  double whole = sim_cost_model_op_time(m, &dev, g, fc1, NULL, SIM_PASS_FORWARD);
+  double half = sim_cost_model_op_time(m, &dev, g, fc1, extent, SIM_PASS_FORWARD);
+  cr_assert_gt(whole, 0);
+  cr_assert_lt(half, whole);
+  SimWork w = { 0 };
+  sim_graph_op_work(g, fc1, extent, SIM_PASS_FORWARD, &w);
+  double want = 0;
+  for (int i = 0; i < w.n; i++)
+    want += sim_cost_model_kernel_time(m, &dev, &w.k[i]);
+  assert_close(half, want);
+}

@@ -1,0 +1,251 @@
+/* test-engine.c — the event engine, the network and the collectives against closed forms.
+ *
+ * The machine: 8 GPUs on one NVSwitch, each with 100 GB/s per direction to the switch
+ * and 1 us latency per link, so a GPU-to-GPU route has 2 links, 100 GB/s and 2 us.
+ * Collectives run at full link bandwidth (efficiency 1) and 3 us per step, so that the
+ * expectations below are plain arithmetic. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "taskgraph.h"
+
+static const char *machine_json =
+  "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"test-switch\","
+  "  \"node\": { \"gpu\": \"a100-80gb\", \"gpus\": 8,"
+  "    \"fabric\": { \"type\": \"nvswitch\", \"bandwidth_GBps\": 100, \"latency_us\": 1 },"
+  "    \"pcie\": { \"bandwidth_GBps\": 16, \"latency_us\": 1, \"sockets\": 1, \"switches\": 1 } },"
+  "  \"count\": 1 }";
+
+static SimMachine *machine;
+static const double B = 100e9, L = 2e-6;
+static const SimCollParams cp = { .bandwidth_efficiency = 1.0, .step_latency = 3e-6 };
+
+static void setup(void)
+{
+  GError *error = NULL;
+  machine = sim_machine_from_json(machine_json, "test-switch.json", 0, &error);
+  cr_assert_not_null(machine, "%s", error ? error->message : "");
+  cr_assert_float_eq(sim_machine_bandwidth(machine, 0, 1), B, 1);
+  cr_assert_float_eq(sim_machine_latency(machine, 0, 1), L, 1e-12);
+}
+
+static void teardown(void)
+{
+  sim_machine_free(machine);
+}
+
+TestSuite(engine, .init = setup, .fini = teardown);
+
+static double run(SimTaskGraph *tg, SimTimeline *tl)
+{
+  sim_taskgraph_assemble(tg);
+  SimEngine *e = sim_engine_new(machine, 1.0);
+  sim_engine_run(e, tg, tl);
+  sim_engine_free(e);
+  cr_assert_not(tl->deadlock);
+  return tl->makespan;
+}
+
+Test(engine, one_transfer_over_one_route)
+{
+  /* 1 GB from GPU 0 to GPU 1: 2 us of latency + 1e9 / 100e9 s = 10.002 ms. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e9, -1, 0);
+  sim_taskgraph_add(tg, b, &f);
+  SimTimeline tl = { 0 };
+  cr_assert_float_eq(run(tg, &tl), 2e-6 + 1e-2, 1e-12);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, two_transfers_share_a_link)
+{
+  /* 0->1 and 0->2 share GPU 0's uplink: 50 GB/s each, so 1 GB takes 20 ms + 2 us; a third
+   * transfer 3->4 shares nothing and takes 10 ms + 2 us. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask f1 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e9, -1, 0);
+  SimTask f2 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 2, 1e9, -1, 0);
+  SimTask f3 = sim_task_flow(SIM_CLASS_TRANSFER, 3, 4, 1e9, -1, 0);
+  SimTaskRef r1 = sim_taskgraph_add(tg, b, &f1);
+  SimTaskRef r2 = sim_taskgraph_add(tg, b, &f2);
+  SimTaskRef r3 = sim_taskgraph_add(tg, b, &f3);
+  SimTimeline tl = { 0 };
+  run(tg, &tl);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r1)], 2e-6 + 2e-2, 1e-12);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r2)], 2e-6 + 2e-2, 1e-12);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r3)], 2e-6 + 1e-2, 1e-12);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, a_flow_speeds_up_when_its_neighbour_ends)
+{
+  /* 0->1 with 1 GB and 0->2 with 0.5 GB share GPU 0's uplink at 50 GB/s each.  The small
+   * one ends after 2 us + 0.5e9/50e9 = 10.002 ms; the big one has then 0.5 GB left, which
+   * it sends alone at 100 GB/s in 5 ms more: 15.002 ms. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask f1 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e9, -1, 0);
+  SimTask f2 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 2, 0.5e9, -1, 0);
+  SimTaskRef r1 = sim_taskgraph_add(tg, b, &f1);
+  SimTaskRef r2 = sim_taskgraph_add(tg, b, &f2);
+  SimTimeline tl = { 0 };
+  run(tg, &tl);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r2)], 2e-6 + 1e-2, 1e-12);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r1)], 2e-6 + 1.5e-2, 1e-12);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, compute_stream_runs_in_order_and_overlaps_communication)
+{
+  /* GPU 0 runs A (1 ms) then B (2 ms) in stream order even though B is declared first;
+   * a 1 GB flow 0->1 after A overlaps B: it ends at 1 ms + 10.002 ms. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask tb = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 0, 2e-3);
+  SimTask ta = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 0, 1e-3);
+  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e9, -1, 0);
+  SimTaskRef rb = sim_taskgraph_add(tg, b, &tb);
+  SimTaskRef ra = sim_taskgraph_add(tg, b, &ta);
+  SimTaskRef rf = sim_taskgraph_add(tg, b, &f);
+  sim_taskgraph_stream_add(tg, b, 0, 2, rb.index);
+  sim_taskgraph_stream_add(tg, b, 0, 1, ra.index);
+  sim_taskgraph_depend(tg, b, ra, rf);
+  SimTimeline tl = { 0 };
+  run(tg, &tl);
+  cr_assert_float_eq(tl.start[sim_taskgraph_id(tg, ra)], 0, 1e-15);
+  cr_assert_float_eq(tl.start[sim_taskgraph_id(tg, rb)], 1e-3, 1e-15);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, rb)], 3e-3, 1e-15);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, rf)], 1e-3 + 2e-6 + 1e-2, 1e-12);
+  cr_assert_float_eq(tl.makespan, 1e-3 + 2e-6 + 1e-2, 1e-12);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, memory_peak_follows_allocations)
+{
+  /* A allocates 3 GB and frees 1 GB at its end, B allocates 2 GB: the peak is 3 + 2 - 1 = 4 GB
+   * above the 5 GB of static memory. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  tg->static_mem[0] = 5000000000;
+  int b = sim_taskgraph_block_new(tg);
+  SimTask ta = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 0, 1e-3);
+  ta.mem_alloc = 3000000000;
+  ta.mem_free = 1000000000;
+  SimTask tb = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 0, 1e-3);
+  tb.mem_alloc = 2000000000;
+  SimTaskRef ra = sim_taskgraph_add(tg, b, &ta);
+  SimTaskRef rb = sim_taskgraph_add(tg, b, &tb);
+  sim_taskgraph_stream_add(tg, b, 0, 1, ra.index);
+  sim_taskgraph_stream_add(tg, b, 0, 2, rb.index);
+  SimTimeline tl = { 0 };
+  run(tg, &tl);
+  cr_assert_eq(tl.peak_mem[0], 9000000000);
+  cr_assert_eq(tl.peak_mem[1], 0);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+static double ring_closed_form(int n, double S, int steps)
+{
+  return steps * (L + cp.step_latency) + steps * (S / n) / B;
+}
+
+static void check_collective(SimCollKind kind, SimDetail detail, int n, double S, int steps)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  SimTaskRef start, end;
+  sim_collective_lower(tg, b, machine, kind, SIM_ALLREDUCE_RING, detail, &cp,
+                       SIM_CLASS_GRAD_SYNC, dev, n, S, -1, -1, &start, &end);
+  SimTimeline tl = { 0 };
+  double t = run(tg, &tl);
+  double expect = ring_closed_form(n, S, steps);
+  cr_assert_float_eq(t, expect, expect * 1e-9, "n=%d detail=%d: %g vs %g", n, detail, t, expect);
+  cr_assert_float_eq(sim_collective_time(machine, kind, SIM_ALLREDUCE_RING, &cp, dev, n, S),
+                     expect, expect * 1e-9);
+  /* Every byte sent arrives: the flows carry steps * S / n per rank. */
+  double sent = 0;
+  for (int i = 0; i < tg->n_tasks; i++)
+    if (tg->task[i].kind == SIM_TASK_FLOW) {
+      sent += tg->task[i].bytes;
+      cr_assert_geq(tl.end[i], tl.start[i]);
+    }
+  cr_assert_float_eq(sent, steps * S, S * 1e-9);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, ring_allreduce_closed_form)
+{
+  /* 2(n-1)/n * S/B + 2(n-1) * (latency + step latency), at both levels of detail:
+   * for n = 8 and S = 1 GB, 14 * 5 us + 1.75 * 10 ms = 17.57 ms. */
+  for (int n = 2; n <= 8; n++) {
+    check_collective(SIM_COLL_ALLREDUCE, SIM_DETAIL_STEPS, n, 1e9, 2 * (n - 1));
+    check_collective(SIM_COLL_ALLREDUCE, SIM_DETAIL_FLOWS, n, 1e9, 2 * (n - 1));
+  }
+  cr_assert_float_eq(ring_closed_form(8, 1e9, 14), 14 * 5e-6 + 1.75e-2, 1e-12);
+}
+
+Test(engine, reduce_scatter_and_all_gather_closed_form)
+{
+  /* Half an all-reduce each: (n-1)/n * S/B + (n-1) * (latency + step latency). */
+  for (int n = 2; n <= 8; n++) {
+    check_collective(SIM_COLL_REDUCE_SCATTER, SIM_DETAIL_STEPS, n, 2e8, n - 1);
+    check_collective(SIM_COLL_ALLGATHER, SIM_DETAIL_FLOWS, n, 2e8, n - 1);
+  }
+}
+
+Test(engine, concurrent_collectives_share_links)
+{
+  /* Two all-reduces over {0,1} and {0,2} at once: each sends S on GPU 0's uplink, which
+   * they share, so the bandwidth term doubles: 2 * (L + a) + 2 * S / B for each. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  int g1[2] = { 0, 1 }, g2[2] = { 0, 2 };
+  SimTaskRef s1, e1, s2, e2;
+  double S = 1e9;
+  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_FLOWS,
+                       &cp, SIM_CLASS_GRAD_SYNC, g1, 2, S, -1, -1, &s1, &e1);
+  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_FLOWS,
+                       &cp, SIM_CLASS_GRAD_SYNC, g2, 2, S, -1, -1, &s2, &e2);
+  SimTimeline tl = { 0 };
+  double t = run(tg, &tl);
+  double expect = 2 * (L + cp.step_latency) + 2 * (S / 2) / (B / 2);
+  cr_assert_float_eq(t, expect, expect * 1e-9);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
+Test(engine, equal_time_events_are_deterministic)
+{
+  /* The same graph twice gives bit-identical timelines. */
+  double first[64];
+  for (int rep = 0; rep < 2; rep++) {
+    SimTaskGraph *tg = sim_taskgraph_new(8);
+    int b = sim_taskgraph_block_new(tg);
+    for (int i = 0; i < 32; i++) {
+      SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, i % 8, (i * 3 + 1) % 8, 1e6 * (1 + i % 5), -1, 0);
+      if (f.device == f.peer)
+        f.peer = (f.peer + 1) % 8;
+      sim_taskgraph_add(tg, b, &f);
+      SimTask c = sim_task_compute(SIM_CLASS_FORWARD, i % 8, -1, 0, 0, 1e-5 * (i % 3));
+      SimTaskRef r = sim_taskgraph_add(tg, b, &c);
+      sim_taskgraph_stream_add(tg, b, i % 8, (uint64_t)i, r.index);
+    }
+    SimTimeline tl = { 0 };
+    run(tg, &tl);
+    for (int i = 0; i < 64; i++) {
+      if (rep == 0)
+        first[i] = tl.end[i];
+      else
+        cr_assert_eq(first[i], tl.end[i]);
+    }
+    sim_timeline_clear(&tl);
+    sim_taskgraph_free(tg);
+  }
+}

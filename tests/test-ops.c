@@ -1,0 +1,1179 @@
+/* test-ops.c — the operator catalogue (sim/ops/): shape inference of every operator and
+ * its refusal of impossible shapes, iteration spaces and the regions their maps project,
+ * FLOPs against closed forms, parameter counts and saved activations.  The tests reach
+ * into sim-private.h for the maps, which only the lowering otherwise sees. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "sim-private.h"
+
+#define N_ARGS(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
+#define INPUT(g, name, dt, ...)                                                           \
+  sim_graph_input(g, name, dt, N_ARGS(__VA_ARGS__), (int64_t[]){ __VA_ARGS__ })
+#define ASSERT_SHAPE(g, t, ...)                                                           \
+  assert_shape(g, t, N_ARGS(__VA_ARGS__), (int64_t[]){ __VA_ARGS__ })
+
+static void assert_built(const SimGraph *g, int t)
+{
+  g_autoptr(GError) error = NULL;
+  gboolean ok = sim_graph_check(g, &error);
+  cr_assert(ok && t >= 0, "build failed: %s", error ? error->message : "no error set");
+}
+
+static void assert_shape(const SimGraph *g, int t, int n, const int64_t *dims)
+{
+  assert_built(g, t);
+  SimShape got = sim_graph_tensor_shape(g, t);
+  SimShape want = sim_shape_make(n, dims);
+  g_autofree char *a = sim_shape_to_string(&got);
+  g_autofree char *b = sim_shape_to_string(&want);
+  cr_assert(sim_shape_equal(&got, &want), "shape %s, expected %s", a, b);
+}
+
+/* The sticky error's message, which must exist and contain each of @... */
+static void assert_error(const SimGraph *g, const char *want1, const char *want2)
+{
+  g_autoptr(GError) error = NULL;
+  cr_assert_not(sim_graph_check(g, &error), "no error");
+  cr_assert_eq(error->domain, SIM_ERROR);
+  cr_assert(strstr(error->message, want1), "'%s' lacks '%s'", error->message, want1);
+  if (want2)
+    cr_assert(strstr(error->message, want2), "'%s' lacks '%s'", error->message, want2);
+}
+
+static int op_of(const SimGraph *g, int t)
+{
+  return sim_graph_tensor_producer(g, t);
+}
+
+/* FLOPs of one pass of the whole op, in GEMM-like kernels only or in all. */
+static double pass_flops(const SimGraph *g, int t, SimPass pass, gboolean gemm_only)
+{
+  SimWork w;
+  sim_graph_op_work(g, op_of(g, t), NULL, pass, &w);
+  double f = 0;
+  for (int i = 0; i < w.n; i++)
+    if (!gemm_only || w.k[i].kind == SIM_KERNEL_GEMM || w.k[i].kind == SIM_KERNEL_CONV ||
+        w.k[i].kind == SIM_KERNEL_RECURRENT)
+      f += w.k[i].flops;
+  return f;
+}
+
+static int dim_index(const SimGraph *g, int op, const char *name)
+{
+  for (int d = 0; d < sim_graph_op_n_dims(g, op); d++)
+    if (strcmp(sim_graph_op_dim_name(g, op, d), name) == 0)
+      return d;
+  cr_assert_fail("op %s has no dimension %s", sim_graph_op_name(g, op), name);
+  return -1;
+}
+
+/* Whole-op ranges: lo = 0, hi = size. */
+static void full_range(const SimGraph *g, int op, int64_t *lo, int64_t *hi)
+{
+  for (int d = 0; d < sim_graph_op_n_dims(g, op); d++) {
+    lo[d] = 0;
+    hi[d] = sim_graph_op_dim_size(g, op, d);
+  }
+}
+
+/* The region of tensor @i of kind 'x' (input), 'w' (weight) or 'y' (output) that the
+ * shard [lo, hi) of @op touches. */
+static SimRegion project(const SimGraph *g, int op, char kind, int i, const int64_t *lo,
+                         const int64_t *hi)
+{
+  const SimOp *o = sim_graph_op_get(g, op);
+  const SimTensorMap *m = kind == 'x' ? sim_space_input_map(o, i)
+                          : kind == 'w' ? sim_space_weight_map(o, i)
+                                        : sim_space_output_map(o, i);
+  const SimShape *s = kind == 'x' ? &o->in_shape[i]
+                      : kind == 'w' ? &o->w_shape[i]
+                                    : &o->out_shape[i];
+  SimRegion r;
+  sim_map_project(m, s, lo, hi, &r);
+  return r;
+}
+
+static void assert_range(const SimRegion *r, int t, int64_t lo, int64_t hi)
+{
+  cr_assert(r->lo[t] == lo && r->hi[t] == hi,
+            "dim %d covers [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "), expected [%"
+            G_GINT64_FORMAT ", %" G_GINT64_FORMAT ")",
+            t, r->lo[t], r->hi[t], lo, hi);
+}
+
+/* Whether tensor map @i of kind @kind indexes any of its dimensions by iteration
+ * dimension @d (an output that does not is a partial sum when @d is split). */
+static gboolean indexed_by(const SimGraph *g, int op, char kind, int i, int d)
+{
+  const SimOp *o = sim_graph_op_get(g, op);
+  const SimTensorMap *m = kind == 'x' ? sim_space_input_map(o, i)
+                          : kind == 'w' ? sim_space_weight_map(o, i)
+                                        : sim_space_output_map(o, i);
+  for (int t = 0; t < m->ndim; t++)
+    if (m->map[t].dim == d || m->map[t].kdim == d)
+      return TRUE;
+  return FALSE;
+}
+
+/* Every op's identity-mapped tensors project to their whole shape for the whole op. */
+static void assert_full_projections(const SimGraph *g)
+{
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    const SimOp *o = sim_graph_op_get(g, op);
+    int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+    full_range(g, op, lo, hi);
+    cr_assert_eq(o->space.dims[0].role, SIM_ROLE_SAMPLE);
+    cr_assert_str_eq(o->space.dims[0].name, "b");
+    for (int j = 0; j < o->n_outputs; j++) {
+      SimRegion r = project(g, op, 'y', j, lo, hi);
+      SimRegion full = sim_region_full(&o->out_shape[j]);
+      cr_assert(sim_region_equal(&r, &full), "op %s output %d", o->name, j);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Input                                                                               */
+
+Test(input, shape_dtype_space)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 32, 128);
+  ASSERT_SHAPE(g, x, 32, 128);
+  cr_assert_eq(sim_graph_tensor_dtype(g, x), SIM_DTYPE_FP16);
+  int op = op_of(g, x);
+  cr_assert_eq(sim_graph_op_n_dims(g, op), 2);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, 0), SIM_ROLE_SAMPLE);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, 1), SIM_ROLE_ATTRIBUTE);
+  /* A data source does no work and keeps nothing. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 0.0, 1e-9);
+  cr_assert_eq(sim_op_class(SIM_OP_INPUT)->saved_bytes(sim_graph_op_get(g, op), NULL), 0);
+}
+
+Test(input, rejects_bad_shape)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  INPUT(g, "x", SIM_DTYPE_FP32, 32, 0);
+  assert_error(g, "op 'x' (input)", "not positive");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Linear                                                                              */
+
+Test(linear, shapes_params_flops)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  /* X [8, 128, 512] . W [512, 1024]: Y [8, 128, 1024]. */
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 128, 512);
+  int y = sim_graph_linear(g, "fc", x, 1024, FALSE, SIM_UNARY_IDENTITY);
+  ASSERT_SHAPE(g, y, 8, 128, 1024);
+  int op = op_of(g, y);
+  cr_assert_eq(sim_graph_op_n_params(g, op), 512 * 1024);
+  /* Forward 2 * b * s * in * out; backward twice that (dX and dW). */
+  double f = 2.0 * 8 * 128 * 512 * 1024;
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), f, 1);
+  cr_assert_float_eq(sim_graph_op_backward_flops(g, op), 2 * f, 1);
+
+  /* With a bias there are out more parameters; rank 2 and 4 inputs work too. */
+  int x2 = INPUT(g, "x2", SIM_DTYPE_FP32, 16, 300);
+  int y2 = sim_graph_linear(g, "fc2", x2, 10, TRUE, SIM_UNARY_RELU);
+  ASSERT_SHAPE(g, y2, 16, 10);
+  cr_assert_eq(sim_graph_op_n_params(g, op_of(g, y2)), 300 * 10 + 10);
+  /* GEMM 2*16*300*10 plus bias-and-relu, 2 operations on each of the 160 outputs. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op_of(g, y2)), 2.0 * 16 * 300 * 10 + 320, 1e-6);
+  int x4 = INPUT(g, "x4", SIM_DTYPE_FP32, 2, 3, 4, 5);
+  ASSERT_SHAPE(g, sim_graph_linear(g, "fc4", x4, 7, FALSE, SIM_UNARY_GELU), 2, 3, 4, 7);
+}
+
+Test(linear, space_and_megatron_splits)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 8, 128, 512);
+  int y = sim_graph_linear(g, "fc", x, 1024, TRUE, SIM_UNARY_IDENTITY);
+  int op = op_of(g, y);
+  /* Dimensions b (sample), s (attribute), n (parameter), k (reduction). */
+  cr_assert_eq(sim_graph_op_n_dims(g, op), 4);
+  const char *names[] = { "b", "s", "n", "k" };
+  SimDimRole roles[] = { SIM_ROLE_SAMPLE, SIM_ROLE_ATTRIBUTE, SIM_ROLE_PARAMETER,
+                         SIM_ROLE_REDUCTION };
+  int64_t sizes[] = { 8, 128, 1024, 512 };
+  for (int d = 0; d < 4; d++) {
+    cr_assert_str_eq(sim_graph_op_dim_name(g, op, d), names[d]);
+    cr_assert_eq(sim_graph_op_dim_role(g, op, d), roles[d]);
+    cr_assert_eq(sim_graph_op_dim_size(g, op, d), sizes[d]);
+    cr_assert(sim_graph_op_dim_splittable(g, op, d));
+  }
+  int64_t lo[4], hi[4];
+  /* Column parallel, n in [512, 1024): W's columns and the bias halve, X is whole. */
+  full_range(g, op, lo, hi);
+  lo[2] = 512;
+  SimRegion w = project(g, op, 'w', 0, lo, hi), b = project(g, op, 'w', 1, lo, hi);
+  SimRegion xr = project(g, op, 'x', 0, lo, hi), yr = project(g, op, 'y', 0, lo, hi);
+  assert_range(&w, 0, 0, 512);
+  assert_range(&w, 1, 512, 1024);
+  assert_range(&b, 0, 512, 1024);
+  assert_range(&xr, 2, 0, 512);
+  assert_range(&yr, 2, 512, 1024);
+  /* Row parallel, k in [0, 256): X's last dimension and W's rows halve; Y is whole and,
+   * not indexed by k, partial. */
+  full_range(g, op, lo, hi);
+  hi[3] = 256;
+  w = project(g, op, 'w', 0, lo, hi);
+  xr = project(g, op, 'x', 0, lo, hi);
+  yr = project(g, op, 'y', 0, lo, hi);
+  assert_range(&w, 0, 0, 256);
+  assert_range(&xr, 2, 0, 256);
+  assert_range(&yr, 2, 0, 1024);
+  cr_assert_not(indexed_by(g, op, 'y', 0, 3));
+  /* Data parallel, b in [0, 4): W whole, X and Y halve. */
+  full_range(g, op, lo, hi);
+  hi[0] = 4;
+  w = project(g, op, 'w', 0, lo, hi);
+  yr = project(g, op, 'y', 0, lo, hi);
+  assert_range(&w, 0, 0, 512);
+  assert_range(&yr, 0, 0, 4);
+  /* A shard of extents (4, 128, 512, 512) does a quarter of the GEMM. */
+  SimWork work;
+  int64_t ext[] = { 4, 128, 512, 512 };
+  sim_graph_op_work(g, op, ext, SIM_PASS_FORWARD, &work);
+  cr_assert_eq(work.n, 1);
+  cr_assert_eq(work.k[0].kind, SIM_KERNEL_GEMM);
+  cr_assert_eq(work.k[0].m, 4 * 128);
+  cr_assert_eq(work.k[0].n, 512);
+  cr_assert_eq(work.k[0].k, 512);
+  cr_assert_float_eq(sim_work_flops(&work), 2.0 * 4 * 128 * 512 * 512, 1);
+  /* GEMM bytes: 2 bytes * (m*k + k*n + m*n). */
+  cr_assert_float_eq(sim_work_bytes(&work), 2.0 * (512.0 * 512 * 3), 1);
+  /* Saved for backward: the shard's X, 4 * 128 * 512 fp16 values. */
+  cr_assert_eq(sim_op_class(SIM_OP_LINEAR)->saved_bytes(sim_graph_op_get(g, op), ext),
+               4 * 128 * 512 * 2);
+}
+
+Test(linear, update_pass)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 64);
+  int op = op_of(g, sim_graph_linear(g, "fc", x, 32, TRUE, SIM_UNARY_IDENTITY));
+  /* 64 * 32 + 32 = 2080 parameters: one optimizer kernel of 10 FLOPs and 8 fp32 accesses
+   * per parameter. */
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_UPDATE, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_eq(w.k[0].kind, SIM_KERNEL_OPTIMIZER);
+  cr_assert_float_eq(w.k[0].flops, 20800, 1e-9);
+  cr_assert_float_eq(w.k[0].bytes, 2080.0 * 8 * 4, 1e-9);
+  /* Column parallel in two: half the weights and half the bias. */
+  int64_t ext[] = { 8, 16, 64 };
+  sim_graph_op_work(g, op, ext, SIM_PASS_UPDATE, &w);
+  cr_assert_float_eq(w.k[0].flops, 10400, 1e-9);
+  /* Ops without weights have no update. */
+  sim_graph_op_work(g, op_of(g, x), NULL, SIM_PASS_UPDATE, &w);
+  cr_assert_eq(w.n, 0);
+}
+
+Test(linear, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int ids = INPUT(g, "ids", SIM_DTYPE_INT32, 8, 16);
+  sim_graph_linear(g, "fc1", ids, 10, FALSE, SIM_UNARY_IDENTITY);
+  assert_error(g, "op 'fc1' (linear)", "int32, not floating point");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  int v = INPUT(g2, "v", SIM_DTYPE_FP32, 8);
+  sim_graph_linear(g2, "fc2", v, 10, FALSE, SIM_UNARY_IDENTITY);
+  assert_error(g2, "op 'fc2' (linear)", "expected 2 to 4 dimensions");
+
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  int x = INPUT(g3, "x", SIM_DTYPE_FP32, 8, 4);
+  sim_graph_linear(g3, "fc3", x, 0, FALSE, SIM_UNARY_IDENTITY);
+  assert_error(g3, "op 'fc3' (linear)", "out_features is 0");
+
+  /* A required attribute left out. */
+  g_autoptr(GError) error = NULL;
+  cr_assert_eq(sim_graph_add_op(g3, SIM_OP_LINEAR, "fc4", 1, &x, NULL, &error), -1);
+  cr_assert(strstr(error->message, "op 'fc4' (linear): attribute 'out_features' is required"),
+            "%s", error->message);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Matmul                                                                              */
+
+Test(matmul, shapes_flops_space)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  /* Attention scores as two matmuls: [b, h, s, e] x [b, h, s, e]^T -> [b, h, s, s]. */
+  int q = INPUT(g, "q", SIM_DTYPE_FP16, 2, 8, 64, 32);
+  int k = INPUT(g, "k", SIM_DTYPE_FP16, 2, 8, 64, 32);
+  int s = sim_graph_matmul(g, "scores", q, k, TRUE);
+  ASSERT_SHAPE(g, s, 2, 8, 64, 64);
+  int op = op_of(g, s);
+  /* 2 * batch(2*8) * m(64) * n(64) * k(32); backward twice. */
+  double f = 2.0 * 16 * 64 * 64 * 32;
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), f, 1);
+  cr_assert_float_eq(sim_graph_op_backward_flops(g, op), 2 * f, 1);
+  cr_assert_eq(sim_graph_op_n_dims(g, op), 5);
+  cr_assert_str_eq(sim_graph_op_dim_name(g, op, 1), "h");
+  cr_assert_eq(sim_graph_op_dim_role(g, op, dim_index(g, op, "n")), SIM_ROLE_PARAMETER);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, dim_index(g, op, "k")), SIM_ROLE_REDUCTION);
+  /* Splitting n in two halves b's rows (it is transposed: [.., n, k]). */
+  int64_t lo[5], hi[5];
+  full_range(g, op, lo, hi);
+  hi[dim_index(g, op, "n")] = 32;
+  SimRegion rb = project(g, op, 'x', 1, lo, hi);
+  assert_range(&rb, 2, 0, 32);
+  assert_range(&rb, 3, 0, 32);
+  /* Untransposed, [2, 64, 32] x [2, 32, 16] -> [2, 64, 16]; saved: both inputs. */
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 2, 64, 32);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 2, 32, 16);
+  int c = sim_graph_matmul(g, "c", a, b, FALSE);
+  ASSERT_SHAPE(g, c, 2, 64, 16);
+  cr_assert_eq(sim_op_class(SIM_OP_MATMUL)->saved_bytes(sim_graph_op_get(g, op_of(g, c)), NULL),
+               (2 * 64 * 32 + 2 * 32 * 16) * 4);
+}
+
+Test(matmul, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 2, 64, 32);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 2, 16, 8);
+  sim_graph_matmul(g, "mm", a, b, FALSE);
+  assert_error(g, "op 'mm' (matmul): a is [2, 64, 32] and b is [2, 16, 8]", "must equal");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  a = INPUT(g2, "a", SIM_DTYPE_FP32, 2, 64, 32);
+  b = INPUT(g2, "b", SIM_DTYPE_FP32, 3, 32, 8);
+  sim_graph_matmul(g2, "mm", a, b, FALSE);
+  assert_error(g2, "op 'mm' (matmul)", "leading dimensions");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Conv2d                                                                              */
+
+Test(conv2d, resnet_stem)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 32, 3, 224, 224);
+  SimConvParams p = sim_conv_params(64, 7, 7);
+  p.stride[0] = p.stride[1] = 2;
+  p.padding[0] = p.padding[1] = 3;
+  int y = sim_graph_conv2d(g, "conv1", x, &p);
+  /* floor((224 + 6 - 6 - 1) / 2) + 1 = 112. */
+  ASSERT_SHAPE(g, y, 32, 64, 112, 112);
+  int op = op_of(g, y);
+  cr_assert_eq(sim_graph_op_n_params(g, op), 64 * 3 * 7 * 7);
+  /* 2 * N * Ho * Wo * Cout * Cin * kh * kw = 2 * 32 * 112^2 * 64 * 147; backward does
+   * the data and the weight gradient, twice that. */
+  double f = 2.0 * 32 * 112 * 112 * 64 * 3 * 49;
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), f, 1);
+  cr_assert_float_eq(sim_graph_op_backward_flops(g, op), 2 * f, 1);
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.k[0].kind, SIM_KERNEL_CONV);
+  cr_assert_eq(w.k[0].m, 32 * 112 * 112);
+  cr_assert_eq(w.k[0].n, 64);
+  cr_assert_eq(w.k[0].k, 3 * 49);
+  /* b, cout, h, w, cin, kh, kw without groups; the kernel window is not split. */
+  cr_assert_eq(sim_graph_op_n_dims(g, op), 7);
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, dim_index(g, op, "kh")));
+  cr_assert_eq(sim_graph_op_dim_role(g, op, dim_index(g, op, "cin")), SIM_ROLE_REDUCTION);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, dim_index(g, op, "cout")), SIM_ROLE_PARAMETER);
+  assert_full_projections(g);
+}
+
+Test(conv2d, halo_rows)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  /* A 3x3 stride-1 pad-1 convolution over 56 rows, split in two along h: shard 0 makes
+   * rows [0, 28) from input rows [0, 29), shard 1 rows [28, 56) from [27, 56): one halo
+   * row each. */
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 64, 56, 56);
+  SimConvParams p = sim_conv_params(64, 3, 3);
+  p.padding[0] = p.padding[1] = 1;
+  int y = sim_graph_conv2d(g, "c", x, &p);
+  ASSERT_SHAPE(g, y, 8, 64, 56, 56);
+  int op = op_of(g, y), h = dim_index(g, op, "h");
+  int64_t lo[8], hi[8];
+  full_range(g, op, lo, hi);
+  hi[h] = 28;
+  SimRegion r0 = project(g, op, 'x', 0, lo, hi);
+  assert_range(&r0, 2, 0, 29);
+  assert_range(&r0, 3, 0, 56);
+  lo[h] = 28;
+  hi[h] = 56;
+  SimRegion r1 = project(g, op, 'x', 0, lo, hi);
+  assert_range(&r1, 2, 27, 56);
+  /* From extents alone, the element count is that of an interior shard, halo rows on
+   * both sides: 28 + 2 rows, 8 * 64 * 30 * 56 elements. */
+  int64_t ext[8];
+  for (int d = 0; d < sim_graph_op_n_dims(g, op); d++)
+    ext[d] = hi[d] - lo[d];
+  const SimOp *o = sim_graph_op_get(g, op);
+  cr_assert_eq(sim_map_numel(sim_space_input_map(o, 0), &o->in_shape[0], ext), 8 * 64 * 30 * 56);
+
+  /* Stride 2, 3x3, pad 1 over 56 rows gives 28; output rows [14, 28) read input rows
+   * 14*2 - 1 = 27 up to 27*2 + 2 - 1 = 55, i.e. [27, 56). */
+  p.stride[0] = p.stride[1] = 2;
+  int y2 = sim_graph_conv2d(g, "c2", x, &p);
+  ASSERT_SHAPE(g, y2, 8, 64, 28, 28);
+  op = op_of(g, y2);
+  full_range(g, op, lo, hi);
+  lo[h] = 14;
+  SimRegion r2 = project(g, op, 'x', 0, lo, hi);
+  assert_range(&r2, 2, 27, 56);
+}
+
+Test(conv2d, dilation_groups)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 4, 32, 32, 32);
+  /* 3x3 with dilation 2 spans 5 rows; padding 2 keeps 32: (32 + 4 - 4 - 1) / 1 + 1. */
+  SimConvParams p = sim_conv_params(16, 3, 3);
+  p.dilation[0] = p.dilation[1] = 2;
+  p.padding[0] = p.padding[1] = 2;
+  ASSERT_SHAPE(g, sim_graph_conv2d(g, "dil", x, &p), 4, 16, 32, 32);
+
+  /* 4 groups of 8 input and 16 output channels: weight [64, 8, 3, 3], FLOPs divided by
+   * the groups: 2 * 4 * 32 * 32 * 64 * 8 * 9. */
+  p = sim_conv_params(64, 3, 3);
+  p.padding[0] = p.padding[1] = 1;
+  p.groups = 4;
+  p.bias = TRUE;
+  int y = sim_graph_conv2d(g, "grp", x, &p);
+  ASSERT_SHAPE(g, y, 4, 64, 32, 32);
+  int op = op_of(g, y);
+  SimShape ws = sim_graph_op_weight_shape(g, op, 0);
+  cr_assert_eq(ws.dims[1], 8);
+  cr_assert_eq(sim_graph_op_n_params(g, op), 64 * 8 * 9 + 64);
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 2.0 * 4 * 32 * 32 * 64 * 8 * 9, 1);
+  /* With groups there is a g dimension: 8 in all.  Group 1 of 4 reads input channels
+   * [8, 16), writes output channels [16, 32) and owns weight rows [16, 32). */
+  cr_assert_eq(sim_graph_op_n_dims(g, op), 8);
+  int gd = dim_index(g, op, "g");
+  cr_assert_eq(sim_graph_op_dim_size(g, op, gd), 4);
+  cr_assert_eq(sim_graph_op_dim_size(g, op, dim_index(g, op, "cout")), 16);
+  int64_t lo[8], hi[8];
+  full_range(g, op, lo, hi);
+  lo[gd] = 1;
+  hi[gd] = 2;
+  SimRegion rx = project(g, op, 'x', 0, lo, hi), rw = project(g, op, 'w', 0, lo, hi);
+  SimRegion rb = project(g, op, 'w', 1, lo, hi), ry = project(g, op, 'y', 0, lo, hi);
+  assert_range(&rx, 1, 8, 16);
+  assert_range(&rw, 0, 16, 32);
+  assert_range(&rw, 1, 0, 8);
+  assert_range(&rb, 0, 16, 32);
+  assert_range(&ry, 1, 16, 32);
+  assert_full_projections(g);
+
+  /* Depthwise: groups = channels, one filter per channel. */
+  p = sim_conv_params(32, 3, 3);
+  p.groups = 32;
+  int dw = sim_graph_conv2d(g, "dw", x, &p);
+  ASSERT_SHAPE(g, dw, 4, 32, 30, 30);
+  cr_assert_eq(sim_graph_op_n_params(g, op_of(g, dw)), 32 * 9);
+}
+
+Test(conv2d, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 4, 30, 32, 32);
+  SimConvParams p = sim_conv_params(64, 3, 3);
+  p.groups = 4;
+  sim_graph_conv2d(g, "g4", x, &p);
+  assert_error(g, "op 'g4' (conv2d)", "multiples of the groups");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP32, 4, 3, 4, 4);
+  p = sim_conv_params(8, 7, 7);
+  sim_graph_conv2d(g2, "big", x, &p);
+  assert_error(g2, "op 'big' (conv2d)", "does not fit");
+
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  x = INPUT(g3, "x", SIM_DTYPE_FP32, 4, 3, 32);
+  p = sim_conv_params(8, 3, 3);
+  sim_graph_conv2d(g3, "rank", x, &p);
+  assert_error(g3, "op 'rank' (conv2d)", "expected 4 dimensions");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Pool2d                                                                              */
+
+Test(pool2d, shapes_saved_halo)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 64, 112, 112);
+  /* ResNet's 3x3 stride-2 pad-1 max pool: floor((112 + 2 - 3) / 2) + 1 = 56. */
+  int y = sim_graph_pool2d(g, "pool", x, SIM_POOL_MAX, 3, 3, 2, 2, 1, 1);
+  ASSERT_SHAPE(g, y, 8, 64, 56, 56);
+  int op = op_of(g, y);
+  /* Max pooling keeps an int64 index per output. */
+  cr_assert_eq(sim_op_class(SIM_OP_POOL2D)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               8 * 8 * 64 * 56 * 56);
+  /* 9 comparisons per output. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 9.0 * 8 * 64 * 56 * 56, 1);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, 1), SIM_ROLE_PARAMETER);
+  int64_t lo[6], hi[6];
+  full_range(g, op, lo, hi);
+  lo[2] = 28;
+  SimRegion r = project(g, op, 'x', 0, lo, hi);
+  /* Rows 28*2 - 1 = 55 up to 55*2 + 2 - 1 = 111. */
+  assert_range(&r, 2, 55, 112);
+
+  /* Average pooling with the stride defaulting to the window: 112 / 2 = 56; it keeps
+   * nothing for backward. */
+  SimAttrs *a = sim_attrs_new(SIM_OP_POOL2D);
+  cr_assert(sim_attrs_set_string(a, "kind", "avg", NULL));
+  cr_assert(sim_attrs_set_int(a, "kernel", 2, NULL));
+  g_autoptr(GError) error = NULL;
+  int aop = sim_graph_add_op(g, SIM_OP_POOL2D, "avg", 1, &x, a, &error);
+  sim_attrs_free(a);
+  cr_assert(aop >= 0, "%s", error ? error->message : "");
+  ASSERT_SHAPE(g, sim_graph_op_output(g, aop, 0), 8, 64, 56, 56);
+  cr_assert_eq(sim_op_class(SIM_OP_POOL2D)->saved_bytes(sim_graph_op_get(g, aop), NULL), 0);
+}
+
+Test(pool2d, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 64, 8, 8);
+  sim_graph_pool2d(g, "p", x, SIM_POOL_MAX, 2, 2, 2, 2, 2, 2);
+  assert_error(g, "op 'p' (pool2d)", "more than half");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP32, 8, 64, 2, 2);
+  sim_graph_pool2d(g2, "p", x, SIM_POOL_AVG, 3, 3, 1, 1, 0, 0);
+  assert_error(g2, "op 'p' (pool2d)", "does not fit");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Normalization                                                                       */
+
+Test(batchnorm, shape_params_space)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 64, 56, 56);
+  int y = sim_graph_batchnorm(g, "bn", x, TRUE);
+  ASSERT_SHAPE(g, y, 8, 64, 56, 56);
+  int op = op_of(g, y);
+  /* gamma and beta per channel. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 128);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, 1), SIM_ROLE_PARAMETER);
+  cr_assert_str_eq(sim_graph_op_dim_name(g, op, 2), "h");
+  /* A channel split owns its gamma and beta. */
+  int64_t lo[4], hi[4];
+  full_range(g, op, lo, hi);
+  lo[1] = 32;
+  SimRegion r = project(g, op, 'w', 0, lo, hi);
+  assert_range(&r, 0, 32, 64);
+  /* Saved: x, y (for relu's mask) and two fp32 statistics per channel. */
+  int64_t n = 8 * 64 * 56 * 56;
+  cr_assert_eq(sim_op_class(SIM_OP_BATCHNORM)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               n * 4 * 2 + 64 * 8);
+  cr_assert(sim_graph_op_forward_flops(g, op) > 0);
+  /* Memory bound: no GEMM. */
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, TRUE), 0, 1e-9);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  int ids = INPUT(g2, "ids", SIM_DTYPE_INT64, 8, 64, 4, 4);
+  sim_graph_batchnorm(g2, "bn", ids, FALSE);
+  assert_error(g2, "op 'bn' (batchnorm)", "not floating point");
+}
+
+Test(layernorm, shape_params_space)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 512, 1024);
+  int y = sim_graph_layernorm(g, "ln", x);
+  ASSERT_SHAPE(g, y, 4, 512, 1024);
+  int op = op_of(g, y);
+  cr_assert_eq(sim_graph_op_n_params(g, op), 2048);
+  /* b, s split freely; the normalized d does not. */
+  cr_assert(sim_graph_op_dim_splittable(g, op, 1));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, 2));
+  /* Saved: x in fp16 and an fp32 mean and rstd per row. */
+  cr_assert_eq(sim_op_class(SIM_OP_LAYERNORM)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               4 * 512 * 1024 * 2 + 4 * 512 * 8);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP16, 4);
+  sim_graph_layernorm(g2, "ln", x);
+  assert_error(g2, "op 'ln' (layernorm)", "expected 2 to 4 dimensions");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Embedding                                                                           */
+
+Test(embedding, tokens_and_vocab_parallel)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int ids = INPUT(g, "ids", SIM_DTYPE_INT32, 8, 128);
+  int y = sim_graph_embedding(g, "emb", ids, 50000, 768);
+  ASSERT_SHAPE(g, y, 8, 128, 768);
+  cr_assert_eq(sim_graph_tensor_dtype(g, y), SIM_DTYPE_FP32);
+  int op = op_of(g, y);
+  cr_assert_eq(sim_graph_op_n_params(g, op), 50000 * 768);
+  /* b, s, d, v; the output is not indexed by v: splitting the vocabulary sums partial
+   * outputs. */
+  int v = dim_index(g, op, "v");
+  cr_assert_eq(sim_graph_op_dim_role(g, op, v), SIM_ROLE_REDUCTION);
+  cr_assert_not(indexed_by(g, op, 'y', 0, v));
+  int64_t lo[4], hi[4];
+  full_range(g, op, lo, hi);
+  hi[v] = 25000;
+  SimRegion w = project(g, op, 'w', 0, lo, hi);
+  assert_range(&w, 0, 0, 25000);
+  assert_range(&w, 1, 0, 768);
+  /* One gather kernel; it reads the rows and writes the output (fp32), and reads the
+   * int32 ids: 2 * 8*128*768*4 + 8*128*4 bytes. */
+  SimWork work;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &work);
+  cr_assert_eq(work.n, 1);
+  cr_assert_eq(work.k[0].kind, SIM_KERNEL_GATHER);
+  cr_assert_float_eq(work.k[0].bytes, 2.0 * 8 * 128 * 768 * 4 + 8 * 128 * 4, 1);
+  /* Only the ids are kept. */
+  cr_assert_eq(sim_op_class(SIM_OP_EMBEDDING)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               8 * 128 * 4);
+}
+
+Test(embedding, bags)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int ids = INPUT(g, "ids", SIM_DTYPE_INT64, 64, 20);
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_EMBEDDING);
+  cr_assert(sim_attrs_set_int(a, "vocab", 1000, NULL));
+  cr_assert(sim_attrs_set_int(a, "dim", 16, NULL));
+  cr_assert(sim_attrs_set_string(a, "bags", "true", NULL));
+  g_autoptr(GError) error = NULL;
+  int op = sim_graph_add_op(g, SIM_OP_EMBEDDING, "bag", 1, &ids, a, &error);
+  cr_assert(op >= 0, "%s", error ? error->message : "");
+  /* 20 lookups per sample summed into one row: [64, 16]; the bag dimension n is a
+   * reduction. */
+  ASSERT_SHAPE(g, sim_graph_op_output(g, op, 0), 64, 16);
+  int n = dim_index(g, op, "n");
+  cr_assert_eq(sim_graph_op_dim_role(g, op, n), SIM_ROLE_REDUCTION);
+  /* The sums: 64 * 20 * 16 additions. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 64.0 * 20 * 16, 1e-9);
+}
+
+Test(embedding, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 8, 128);
+  sim_graph_embedding(g, "emb", x, 100, 16);
+  assert_error(g, "op 'emb' (embedding)", "not int32 or int64");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  int ids = INPUT(g2, "ids", SIM_DTYPE_INT32, 8, 128);
+  sim_graph_embedding(g2, "emb", ids, 0, 16);
+  assert_error(g2, "op 'emb' (embedding)", "must be positive");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Element-wise                                                                        */
+
+Test(unary, flops_and_saved)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 256, 1024);
+  int64_t n = 4 * 256 * 1024;
+  int gl = sim_graph_unary(g, "gelu", x, SIM_UNARY_GELU);
+  ASSERT_SHAPE(g, gl, 4, 256, 1024);
+  /* GELU: 8 operations per element forward; reads and writes fp16. */
+  int op = op_of(g, gl);
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 8.0 * n, 1e-6);
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), 2.0 * n * 2, 1e-6);
+  /* relu keeps its output; identity is free and keeps nothing. */
+  int r = sim_graph_unary(g, "relu", x, SIM_UNARY_RELU);
+  cr_assert_eq(sim_op_class(SIM_OP_UNARY)->saved_bytes(sim_graph_op_get(g, op_of(g, r)), NULL),
+               n * 2);
+  int id = sim_graph_unary(g, "id", x, SIM_UNARY_IDENTITY);
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op_of(g, id)), 0, 1e-9);
+  cr_assert_eq(sim_op_class(SIM_OP_UNARY)->saved_bytes(sim_graph_op_get(g, op_of(g, id)), NULL),
+               0);
+  /* Every dimension splits. */
+  for (int d = 0; d < 3; d++)
+    cr_assert(sim_graph_op_dim_splittable(g, op, d));
+  assert_full_projections(g);
+}
+
+Test(binary, broadcasting)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  /* [8, 1, 16] + [4, 16] -> [8, 4, 16]. */
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 8, 1, 16);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 4, 16);
+  int c = sim_graph_binary(g, "add", a, b, SIM_BINARY_ADD);
+  ASSERT_SHAPE(g, c, 8, 4, 16);
+  int op = op_of(g, c);
+  const SimOp *o = sim_graph_op_get(g, op);
+  /* a's middle dimension stretches from 1: read whole; b's dimensions are the output's
+   * last two. */
+  cr_assert_eq(sim_space_input_map(o, 0)->map[0].dim, 0);
+  cr_assert_eq(sim_space_input_map(o, 0)->map[1].dim, -1);
+  cr_assert_eq(sim_space_input_map(o, 0)->map[2].dim, 2);
+  cr_assert_eq(sim_space_input_map(o, 1)->map[0].dim, 1);
+  cr_assert_eq(sim_space_input_map(o, 1)->map[1].dim, 2);
+  /* A shard of the batch reads all of b. */
+  int64_t lo[3], hi[3];
+  full_range(g, op, lo, hi);
+  hi[0] = 4;
+  SimRegion rb = project(g, op, 'x', 1, lo, hi);
+  cr_assert_eq(sim_region_volume(&rb), 64);
+  /* One operation per output; bytes: a (128) + b (64) + out (512) fp32 values. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 512, 1e-9);
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), (128.0 + 64 + 512) * 4, 1e-9);
+  /* A bias vector [d] against [b, s, d]. */
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 2, 3, 5);
+  int bias = INPUT(g, "bias", SIM_DTYPE_FP32, 5);
+  ASSERT_SHAPE(g, sim_graph_binary(g, "mul", x, bias, SIM_BINARY_MUL), 2, 3, 5);
+  /* mul keeps both inputs: 30 + 5 values. */
+  int m = sim_graph_tensor_producer(g, sim_graph_n_tensors(g) - 1);
+  cr_assert_eq(sim_op_class(SIM_OP_BINARY)->saved_bytes(sim_graph_op_get(g, m), NULL), 35 * 4);
+}
+
+Test(binary, rejects_mismatch)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 8, 3, 16);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 4, 16);
+  sim_graph_binary(g, "add", a, b, SIM_BINARY_ADD);
+  assert_error(g, "op 'add' (binary): shapes [8, 3, 16] and [4, 16] do not broadcast", "3 meets 4");
+}
+
+Test(softmax, last_dim_whole)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, 4, 8, 64, 64);
+  int y = sim_graph_softmax(g, "sm", x);
+  ASSERT_SHAPE(g, y, 4, 8, 64, 64);
+  int op = op_of(g, y);
+  cr_assert(sim_graph_op_dim_splittable(g, op, 1));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, 3));
+  /* It keeps its output. */
+  cr_assert_eq(sim_op_class(SIM_OP_SOFTMAX)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               4 * 8 * 64 * 64 * 4);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP32, 4);
+  sim_graph_softmax(g2, "sm", x);
+  assert_error(g2, "op 'sm' (softmax)", "expected 2 to 6 dimensions");
+}
+
+Test(dropout, mask_and_bounds)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 100);
+  int y = sim_graph_dropout(g, "drop", x, 0.1);
+  ASSERT_SHAPE(g, y, 4, 100);
+  /* A one-byte mask per element; forward reads x, writes y and the mask. */
+  int op = op_of(g, y);
+  cr_assert_eq(sim_op_class(SIM_OP_DROPOUT)->saved_bytes(sim_graph_op_get(g, op), NULL), 400);
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), 400.0 * 2 * 2 + 400, 1e-9);
+  /* p = 0 passes through. */
+  int z = sim_graph_dropout(g, "none", x, 0.0);
+  cr_assert_float_eq(sim_graph_op_bytes(g, op_of(g, z)), 0, 1e-9);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP16, 4, 100);
+  sim_graph_dropout(g2, "drop", x, 1.0);
+  assert_error(g2, "op 'drop' (dropout)", "outside [0, 1)");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Shape operators                                                                     */
+
+Test(concat, offsets)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 2, 4, 8);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 2, 6, 8);
+  int c = sim_graph_concat(g, "cat", -2, 2, (int[]){ a, b });
+  ASSERT_SHAPE(g, c, 2, 10, 8);
+  int op = op_of(g, c);
+  /* The negative axis is stored resolved. */
+  cr_assert_eq(sim_op_attr_int(sim_graph_op_get(g, op), "axis"), 1);
+  /* Output rows [2, 6) come from a's rows [2, 4) and b's rows [0, 2). */
+  int64_t lo[3], hi[3];
+  full_range(g, op, lo, hi);
+  lo[1] = 2;
+  hi[1] = 6;
+  SimRegion ra = project(g, op, 'x', 0, lo, hi), rb = project(g, op, 'x', 1, lo, hi);
+  assert_range(&ra, 1, 2, 4);
+  assert_range(&rb, 1, 0, 2);
+  /* Rows [6, 10) are all b's: a contributes nothing. */
+  lo[1] = 6;
+  hi[1] = 10;
+  ra = project(g, op, 'x', 0, lo, hi);
+  cr_assert_eq(sim_region_volume(&ra), 0);
+  assert_full_projections(g);
+}
+
+Test(concat, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int a = INPUT(g, "a", SIM_DTYPE_FP32, 2, 4, 8);
+  int b = INPUT(g, "b", SIM_DTYPE_FP32, 2, 6, 9);
+  sim_graph_concat(g, "cat", 1, 2, (int[]){ a, b });
+  assert_error(g, "op 'cat' (concat): input 1 is [2, 6, 9]", "except along axis 1");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  a = INPUT(g2, "a", SIM_DTYPE_FP32, 2, 4);
+  sim_graph_concat(g2, "cat", 0, 2, (int[]){ a, a });
+  assert_error(g2, "op 'cat' (concat)", "axis 0 is the batch");
+}
+
+Test(split, parts)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 16, 3072);
+  int outs[3];
+  int first = sim_graph_split(g, "qkv", x, 2, 3, (int64_t[]){ 1024, 1024, 1024 }, outs);
+  cr_assert_eq(first, outs[0]);
+  for (int j = 0; j < 3; j++)
+    ASSERT_SHAPE(g, outs[j], 4, 16, 1024);
+  int op = op_of(g, first);
+  cr_assert_eq(sim_graph_op_n_outputs(g, op), 3);
+  cr_assert_str_eq(sim_graph_tensor_name(g, outs[2]), "qkv:2");
+  /* The iteration space is the input's; input columns [1000, 2100) touch part 0 in
+   * [1000, 1024), part 1 whole and part 2 in [0, 52). */
+  int64_t lo[3], hi[3];
+  full_range(g, op, lo, hi);
+  lo[2] = 1000;
+  hi[2] = 2100;
+  SimRegion r0 = project(g, op, 'y', 0, lo, hi), r1 = project(g, op, 'y', 1, lo, hi);
+  SimRegion r2 = project(g, op, 'y', 2, lo, hi);
+  assert_range(&r0, 2, 1000, 1024);
+  assert_range(&r1, 2, 0, 1024);
+  assert_range(&r2, 2, 0, 52);
+  /* A view forward, a concatenation of gradients backward. */
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), 0, 1e-9);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP16, 4, 16, 3072);
+  sim_graph_split(g2, "bad", x, 2, 2, (int64_t[]){ 1024, 1024 }, NULL);
+  assert_error(g2, "op 'bad' (split): the sizes of the 2 parts add up to 2048", "3072");
+}
+
+Test(reshape, maps_and_inference)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  /* Split heads: [b, s, h*e] -> [b, s, h, e]; b and s map one to one, h and e are read
+   * from the whole last input dimension and are not split. */
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 128, 768);
+  int y = sim_graph_reshape(g, "heads", x, 4, (int64_t[]){ 4, 128, 12, -1 });
+  ASSERT_SHAPE(g, y, 4, 128, 12, 64);
+  int op = op_of(g, y);
+  const SimOp *o = sim_graph_op_get(g, op);
+  cr_assert_eq(o->attrs[0].i[3], 64);
+  cr_assert(sim_graph_op_dim_splittable(g, op, 0));
+  cr_assert(sim_graph_op_dim_splittable(g, op, 1));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, 2));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, 3));
+  cr_assert_eq(sim_space_input_map(o, 0)->map[1].dim, 1);
+  cr_assert_eq(sim_space_input_map(o, 0)->map[2].dim, -1);
+  /* A view: no work. */
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), 0, 1e-9);
+
+  /* Flatten [N, C, H, W] -> [N, C*H*W]. */
+  int f = INPUT(g, "f", SIM_DTYPE_FP32, 8, 512, 7, 7);
+  ASSERT_SHAPE(g, sim_graph_reshape(g, "flat", f, 2, (int64_t[]){ 8, -1 }), 8, 25088);
+  /* Folding the batch into rows leaves a sample dimension that does not split. */
+  int fold = sim_graph_reshape(g, "fold", x, 2, (int64_t[]){ -1, 768 });
+  ASSERT_SHAPE(g, fold, 512, 768);
+  cr_assert_not(sim_graph_op_dim_splittable(g, op_of(g, fold), 0));
+  cr_assert(sim_graph_op_dim_splittable(g, op_of(g, fold), 1));
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP16, 4, 10);
+  sim_graph_reshape(g2, "bad", x, 2, (int64_t[]){ 3, -1 });
+  assert_error(g2, "op 'bad' (reshape): cannot reshape [4, 10] (40 elements) into [3, -1]", NULL);
+}
+
+Test(transpose, permutation)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 128, 12, 64);
+  int y = sim_graph_transpose(g, "t", x, (int[]){ 0, 2, 1, 3 });
+  ASSERT_SHAPE(g, y, 4, 12, 128, 64);
+  int op = op_of(g, y);
+  /* Output (iteration) dimension 1, the heads, indexes input dimension 2. */
+  int64_t lo[4], hi[4];
+  full_range(g, op, lo, hi);
+  hi[1] = 6;
+  SimRegion r = project(g, op, 'x', 0, lo, hi);
+  assert_range(&r, 2, 0, 6);
+  assert_range(&r, 1, 0, 128);
+  /* A copy: reads and writes every fp16 element. */
+  double n = 4.0 * 128 * 12 * 64;
+  cr_assert_float_eq(sim_graph_op_bytes(g, op), 2 * n * 2, 1e-6);
+  /* Moving the batch keeps dimension 0 from splitting. */
+  int z = sim_graph_transpose(g, "t2", x, (int[]){ 1, 0, 2, 3 });
+  cr_assert_not(sim_graph_op_dim_splittable(g, op_of(g, z), 0));
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP16, 4, 8, 2);
+  sim_graph_transpose(g2, "bad", x, (int[]){ 0, 1, 1 });
+  assert_error(g2, "op 'bad' (transpose)", "must order 0..2");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Attention                                                                           */
+
+Test(attention, gpt_layer)
+{
+  /* GPT-2 small: b 4, s 1024, d 768, 12 heads of 64, causal, biases, no dropout. */
+  int64_t b = 4, s = 1024, d = 768, H = 12, e = 64;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, b, s, d);
+  int y = sim_graph_attention(g, "attn", x, x, x, (int)H, e, TRUE);
+  ASSERT_SHAPE(g, y, 4, 1024, 768);
+  int op = op_of(g, y);
+  /* 4 d^2 weights and 4 d biases. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 4 * d * d + 4 * d);
+  cr_assert_eq(sim_graph_op_n_weights(g, op), 8);
+  /* Forward GEMMs: QKV 2 b s d 3d, scores and context 2 * 2 b H s^2 e, output 2 b s d^2:
+   * 8 b s d^2 + 4 b s^2 d (the attention part of Narayanan et al.'s 24 b s h^2 +
+   * 4 b s^2 h per layer; the MLP makes the other 16 b s h^2). */
+  double gemm = 8.0 * b * s * d * d + 4.0 * b * s * s * d;
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, TRUE), gemm, 1);
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_BACKWARD, TRUE), 2 * gemm, 1);
+  /* Plus softmax: 10 operations per score (b H s^2), 5 in backward. */
+  double scores = (double)b * H * s * s;
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), gemm + 10 * scores, 1);
+  cr_assert_float_eq(sim_graph_op_backward_flops(g, op), 2 * gemm + 5 * scores, 1);
+  /* Self-attention over the whole sequence projects with one fused GEMM. */
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.k[0].n, 3 * d);
+  cr_assert_leq(w.n, SIM_MAX_KERNELS);
+}
+
+Test(attention, head_and_sequence_splits)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int q = INPUT(g, "q", SIM_DTYPE_FP16, 2, 64, 256);
+  int kv = INPUT(g, "kv", SIM_DTYPE_FP16, 2, 32, 256);
+  int y = sim_graph_attention(g, "cross", q, kv, kv, 8, 32, FALSE);
+  ASSERT_SHAPE(g, y, 2, 64, 256);
+  int op = op_of(g, y);
+  int h = dim_index(g, op, "h"), s = dim_index(g, op, "s");
+  cr_assert_eq(sim_graph_op_dim_role(g, op, h), SIM_ROLE_PARAMETER);
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, dim_index(g, op, "e")));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, dim_index(g, op, "d")));
+  /* Heads [4, 8): Wq's columns [128, 256), Wo's rows [128, 256), the Q bias [128, 256);
+   * the output is not indexed by h (row-parallel output projection: partial sums). */
+  int64_t lo[5], hi[5];
+  full_range(g, op, lo, hi);
+  lo[h] = 4;
+  SimRegion wq = project(g, op, 'w', 0, lo, hi), wo = project(g, op, 'w', 3, lo, hi);
+  SimRegion bq = project(g, op, 'w', 4, lo, hi);
+  assert_range(&wq, 0, 0, 256);
+  assert_range(&wq, 1, 128, 256);
+  assert_range(&wo, 0, 128, 256);
+  assert_range(&bq, 0, 128, 256);
+  cr_assert_not(indexed_by(g, op, 'y', 0, h));
+  /* Query rows [0, 32): q and the output halve, k and v are read whole. */
+  full_range(g, op, lo, hi);
+  hi[s] = 32;
+  SimRegion rq = project(g, op, 'x', 0, lo, hi), rk = project(g, op, 'x', 1, lo, hi);
+  assert_range(&rq, 1, 0, 32);
+  assert_range(&rk, 1, 0, 32);
+  cr_assert_eq(sim_region_volume(&rk), 2 * 32 * 256);
+  /* Cross-attention, k = v: Q GEMM plus one KV GEMM of width 2 * 256. */
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.k[1].n, 512);
+  cr_assert_eq(w.k[1].m, 2 * 32);
+  /* Backward stays within the kernel budget even with dropout and three distinct
+   * inputs. */
+  int v = INPUT(g, "v", SIM_DTYPE_FP16, 2, 32, 256);
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+  cr_assert(sim_attrs_set_int(a, "heads", 8, NULL));
+  cr_assert(sim_attrs_set_int(a, "head_dim", 32, NULL));
+  cr_assert(sim_attrs_set_float(a, "dropout", 0.1, NULL));
+  int op3 = sim_graph_add_op(g, SIM_OP_ATTENTION, "three", 3, (int[]){ q, kv, v }, a, NULL);
+  cr_assert(op3 >= 0);
+  sim_graph_op_work(g, op3, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 12);
+}
+
+Test(attention, selective_recomputation)
+{
+  /* Korthikanti et al. 2022: with dropout, attention keeps per layer (fp16) the input
+   * 2sbh, Q, K, V 6sbh, the context 2sbh, and the score-sized softmax output 2as^2b,
+   * dropout mask as^2b and dropout output 2as^2b.  Selective recomputation keeps the
+   * sbh-sized ones only. */
+  int64_t b = 2, s = 512, hdim = 1024, a = 16;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, b, s, hdim);
+  g_autoptr(SimAttrs) at = sim_attrs_new(SIM_OP_ATTENTION);
+  cr_assert(sim_attrs_set_int(at, "heads", a, NULL));
+  cr_assert(sim_attrs_set_int(at, "head_dim", hdim / a, NULL));
+  cr_assert(sim_attrs_set_float(at, "dropout", 0.1, NULL));
+  int op = sim_graph_add_op(g, SIM_OP_ATTENTION, "attn", 3, (int[]){ x, x, x }, at, NULL);
+  cr_assert(op >= 0);
+  const SimOp *o = sim_graph_op_get(g, op);
+  const SimOpClass *c = sim_op_class(SIM_OP_ATTENTION);
+  int64_t sbh = s * b * hdim, as2b = a * s * s * b;
+  cr_assert_eq(c->saved_bytes(o, NULL), 10 * sbh + 5 * as2b);
+  SimWork rw;
+  int64_t kept = 0;
+  c->selective(o, NULL, &rw, &kept);
+  cr_assert_eq(kept, 10 * sbh);
+  /* The recomputation: the two score GEMMs (4 b s^2 h), softmax and dropout. */
+  double gemm = 0;
+  for (int i = 0; i < rw.n; i++)
+    if (rw.k[i].kind == SIM_KERNEL_GEMM)
+      gemm += rw.k[i].flops;
+  cr_assert_float_eq(gemm, 4.0 * b * s * s * hdim, 1);
+  cr_assert_eq(rw.n, 4);
+}
+
+Test(attention, rejections)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int q = INPUT(g, "q", SIM_DTYPE_FP16, 2, 64, 256);
+  int k = INPUT(g, "k", SIM_DTYPE_FP16, 2, 32, 128);
+  sim_graph_attention(g, "attn", q, k, k, 8, 32, FALSE);
+  assert_error(g, "op 'attn' (attention): q [2, 64, 256], k [2, 32, 128]", "expected q");
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  q = INPUT(g2, "q", SIM_DTYPE_FP16, 2, 64, 256);
+  sim_graph_attention(g2, "attn", q, q, q, 0, 32, FALSE);
+  assert_error(g2, "op 'attn' (attention)", "must be positive");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* LSTM                                                                                */
+
+Test(lstm, shapes_flops_space)
+{
+  /* GNMT-like: b 64, s 50, in 1024, hidden 1024. */
+  int64_t b = 64, s = 50, in = 512, h = 1024;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP32, b, s, in);
+  int y = sim_graph_lstm(g, "lstm", x, h);
+  ASSERT_SHAPE(g, y, 64, 50, 1024);
+  int op = op_of(g, y);
+  /* W [in + h, 4h] and a bias [4h]. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), (in + h) * 4 * h + 4 * h);
+  /* Input GEMM 2 b s 4h in, recurrence 2 s b 4h h, gates 24 b s h. */
+  double gemm = 2.0 * b * s * 4 * h * in + 2.0 * s * b * 4 * h * h;
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, TRUE), gemm, 1);
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), gemm + 24.0 * b * s * h, 1);
+  /* Backward: twice the GEMMs. */
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_BACKWARD, TRUE), 2 * gemm, 1);
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.k[1].kind, SIM_KERNEL_RECURRENT);
+  cr_assert_eq(w.k[1].steps, s);
+  /* Only the batch splits. */
+  cr_assert(sim_graph_op_dim_splittable(g, op, 0));
+  for (int d = 1; d < 4; d++)
+    cr_assert_not(sim_graph_op_dim_splittable(g, op, d));
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_FP32, 64, 512);
+  sim_graph_lstm(g2, "lstm", x, 128);
+  assert_error(g2, "op 'lstm' (lstm)", "expected 3 dimensions");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Losses                                                                              */
+
+Test(cross_entropy, tokens_and_vocab_split)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int logits = INPUT(g, "logits", SIM_DTYPE_FP16, 4, 128, 50000);
+  int labels = INPUT(g, "labels", SIM_DTYPE_INT64, 4, 128);
+  int loss = sim_graph_cross_entropy(g, "ce", logits, labels);
+  ASSERT_SHAPE(g, loss, 4, 128);
+  int op = op_of(g, loss);
+  int c = dim_index(g, op, "c");
+  cr_assert_eq(sim_graph_op_dim_role(g, op, c), SIM_ROLE_REDUCTION);
+  cr_assert(sim_graph_op_dim_splittable(g, op, c));
+  cr_assert_not(indexed_by(g, op, 'y', 0, c));
+  /* Keeps the log-probabilities (fp16) and the int64 labels. */
+  cr_assert_eq(sim_op_class(SIM_OP_CROSS_ENTROPY)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               4 * 128 * 50000 * 2 + 4 * 128 * 8);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  logits = INPUT(g2, "logits", SIM_DTYPE_FP16, 4, 10);
+  labels = INPUT(g2, "labels", SIM_DTYPE_FP16, 4);
+  sim_graph_cross_entropy(g2, "ce", logits, labels);
+  assert_error(g2, "op 'ce' (cross_entropy)", "not int32 or int64");
+
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  logits = INPUT(g3, "logits", SIM_DTYPE_FP16, 4, 10);
+  labels = INPUT(g3, "labels", SIM_DTYPE_INT32, 5);
+  sim_graph_cross_entropy(g3, "ce", logits, labels);
+  assert_error(g3, "op 'ce' (cross_entropy): logits [4, 10] and labels [5]", NULL);
+}
+
+Test(mse_loss, per_sample)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int p = INPUT(g, "p", SIM_DTYPE_FP32, 16, 10);
+  int t = INPUT(g, "t", SIM_DTYPE_FP32, 16, 10);
+  int loss = sim_graph_mse_loss(g, "mse", p, t);
+  ASSERT_SHAPE(g, loss, 16);
+  int op = op_of(g, loss);
+  cr_assert_eq(sim_graph_op_dim_role(g, op, 1), SIM_ROLE_REDUCTION);
+  /* 3 operations per element. */
+  cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 480, 1e-9);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  p = INPUT(g2, "p", SIM_DTYPE_FP32, 16, 10);
+  t = INPUT(g2, "t", SIM_DTYPE_FP32, 16, 11);
+  sim_graph_mse_loss(g2, "mse", p, t);
+  assert_error(g2, "op 'mse' (mse_loss)", "differ in shape");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The catalogue                                                                       */
+
+Test(catalogue, every_type)
+{
+  for (int t = 0; t < SIM_OP_COUNT; t++) {
+    const SimOpClass *c = sim_op_class(t);
+    cr_assert_eq(c->type, t);
+    cr_assert(c->infer && c->space && c->work && c->saved_bytes, "%s", c->name);
+    cr_assert_eq(sim_op_type_from_name(sim_op_type_name(t)), t);
+    cr_assert(strlen(sim_op_type_description(t)) > 10);
+    for (int a = 0; a < c->n_attrs; a++)
+      cr_assert(c->attrs[a].type != SIM_ATTR_ENUM || c->attrs[a].enum_names);
+  }
+  cr_assert_eq(sim_op_type_from_name("linaer"), -1);
+  cr_assert_str_eq(sim_dim_role_name(SIM_ROLE_REDUCTION), "reduction");
+  cr_assert_str_eq(sim_unary_kind_name(SIM_UNARY_GELU), "gelu");
+  cr_assert_str_eq(sim_binary_kind_name(SIM_BINARY_DIV), "div");
+  cr_assert_str_eq(sim_kernel_kind_name(SIM_KERNEL_RECURRENT), "recurrent");
+  cr_assert_str_eq(sim_pass_name(SIM_PASS_UPDATE), "update");
+}
+
+Test(catalogue, kernels)
+{
+  /* GEMM: 2 * batch * m * n * k FLOPs, element size * batch * (mk + kn + mn) bytes. */
+  SimKernel k = sim_kernel_gemm(SIM_DTYPE_FP16, 3, 4, 5, 6);
+  cr_assert_float_eq(k.flops, 2.0 * 3 * 4 * 5 * 6, 1e-9);
+  cr_assert_float_eq(k.bytes, 2.0 * 3 * (24 + 30 + 20), 1e-9);
+  SimKernel m = sim_kernel_memory(SIM_DTYPE_FP32, 10, 20);
+  cr_assert_eq(m.kind, SIM_KERNEL_MEMORY);
+  cr_assert_float_eq(m.bytes, 20, 1e-9);
+}
+
+Test(catalogue, shard_key)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 8, 1024, 4096);
+  int op = op_of(g, sim_graph_linear(g, "fc", x, 1024, FALSE, SIM_UNARY_IDENTITY));
+  /* Column parallel in 4: the shard's X is whole, W is [4096, 256]. */
+  int64_t ext[] = { 8, 1024, 256, 4096 };
+  g_autofree char *key = sim_graph_op_shard_key(g, op, ext);
+  cr_assert_str_eq(key, "linear|x=[8,1024,4096]|w=[4096,256]|y=[8,1024,256]|fp16|bias=false|"
+                        "activation=identity");
+  /* Another op with the same shard shapes shares the key. */
+  int op2 = op_of(g, sim_graph_linear(g, "fc2", x, 256, FALSE, SIM_UNARY_IDENTITY));
+  g_autofree char *key2 = sim_graph_op_shard_key(g, op2, NULL);
+  cr_assert_str_eq(key, key2);
+}

@@ -1,0 +1,572 @@
+/* test-zoo.c — the model zoo: parameters, the registry, loading, and every model's size
+ * against the figure its paper or reference implementation publishes.  Each test names
+ * its source.  Where the graph holds a tied weight twice (the output layer of language
+ * models, see sim/models/transformer.c) the test subtracts the copy explicitly. */
+#include <criterion/criterion.h>
+#include <glib/gstdio.h>
+#include <math.h>
+#include <string.h>
+
+#include "parasol-sim.h"
+
+static SimGraph *build(const char *name, const char *params)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  g_autoptr(GError) error = NULL;
+  if (params)
+    cr_assert(sim_model_params_parse(p, params, &error), "%s", error ? error->message : "");
+  SimGraph *g = sim_zoo_build(name, p, &error);
+  cr_assert_not_null(g, "%s: %s", name, error ? error->message : "no error");
+  return g;
+}
+
+/* The error building @name with @params gives, which must exist. */
+static GError *build_error(const char *name, const char *params)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  GError *error = NULL;
+  cr_assert(sim_model_params_parse(p, params, &error));
+  SimGraph *g = sim_zoo_build(name, p, &error);
+  cr_assert_null(g, "%s with %s built", name, params);
+  cr_assert_not_null(error);
+  return error;
+}
+
+static void assert_close(double got, double want, double rel, const char *what)
+{
+  cr_assert(fabs(got - want) <= rel * fabs(want), "%s: %.6g, expected %.6g within %.2g%%",
+            what, got, want, rel * 100);
+}
+
+static int64_t op_params(const SimGraph *g, const char *op)
+{
+  int id = sim_graph_op_by_name(g, op);
+  cr_assert(id >= 0, "no op '%s'", op);
+  return sim_graph_op_n_params(g, id);
+}
+
+static int count_ops(const SimGraph *g, SimOpType type)
+{
+  int n = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    n += sim_graph_op_type(g, op) == type;
+  return n;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Parameters                                                                          */
+
+Test(params, parse_suffixes_and_lists)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  g_autoptr(GError) error = NULL;
+  cr_assert(sim_model_params_parse(p, "batch=64", &error));
+  cr_assert(sim_model_params_parse(p, "a=1k, b=2M,c=3G", &error));
+  cr_assert(sim_model_params_parse(p, "d=1.5k,batch=128", &error));
+  int64_t v;
+  cr_assert(sim_model_params_lookup(p, "batch", &v) && v == 128, "later values win");
+  cr_assert(sim_model_params_lookup(p, "a", &v) && v == 1000);
+  cr_assert(sim_model_params_lookup(p, "b", &v) && v == 2000000);
+  cr_assert(sim_model_params_lookup(p, "c", &v) && v == 3000000000LL);
+  cr_assert(sim_model_params_lookup(p, "d", &v) && v == 1500);
+  cr_assert_not(sim_model_params_lookup(p, "e", &v));
+  sim_model_params_set(p, "e", 7);
+  cr_assert(sim_model_params_lookup(p, "e", &v) && v == 7);
+}
+
+Test(params, malformed_text_is_invalid_and_changes_nothing)
+{
+  static const char *const bad[] = { "batch", "=3", "batch=abc", "batch=5x", "batch=1.2345k",
+                                     "batch=64,", "a b=1", "batch=" };
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    g_autoptr(SimModelParams) p = sim_model_params_new();
+    g_autoptr(GError) error = NULL;
+    cr_assert_not(sim_model_params_parse(p, bad[i], &error), "'%s' parsed", bad[i]);
+    cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_INVALID), "'%s'", bad[i]);
+    cr_assert_not(sim_model_params_lookup(p, "batch", NULL), "'%s' left a value", bad[i]);
+  }
+}
+
+Test(params, unknown_name_lists_the_valid_ones)
+{
+  g_autoptr(GError) error = build_error("resnet-50", "hidden=1024");
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_UNKNOWN));
+  cr_assert(strstr(error->message, "hidden") && strstr(error->message, "batch") &&
+            strstr(error->message, "image") && strstr(error->message, "classes"),
+            "%s", error->message);
+}
+
+Test(params, non_positive_values_are_invalid)
+{
+  g_autoptr(GError) e1 = build_error("resnet-50", "batch=0");
+  cr_assert(g_error_matches(e1, SIM_ERROR, SIM_ERROR_INVALID), "%s", e1->message);
+  g_autoptr(GError) e2 = build_error("gpt", "layers=-2");
+  cr_assert(g_error_matches(e2, SIM_ERROR, SIM_ERROR_INVALID), "%s", e2->message);
+  g_autoptr(GError) e3 = build_error("gpt", "hidden=5G");
+  cr_assert(g_error_matches(e3, SIM_ERROR, SIM_ERROR_INVALID), "%s", e3->message);
+}
+
+Test(params, heads_must_divide_hidden)
+{
+  g_autoptr(GError) error = build_error("gpt", "hidden=1000,heads=16");
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_INVALID));
+  cr_assert(strstr(error->message, "hidden") && strstr(error->message, "heads"), "%s",
+            error->message);
+  g_autoptr(GError) e2 = build_error("bert-base", "heads=5");
+  cr_assert(g_error_matches(e2, SIM_ERROR, SIM_ERROR_INVALID));
+  g_autoptr(GError) e3 = build_error("rnnlm", "seq=25,chunk=10");
+  cr_assert(g_error_matches(e3, SIM_ERROR, SIM_ERROR_INVALID));
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The registry and loading                                                            */
+
+Test(registry, names_descriptions_and_batch)
+{
+  cr_assert_geq(sim_zoo_n_models(), 28);
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+  for (int i = 0; i < sim_zoo_n_models(); i++) {
+    const char *name = sim_zoo_model_name(i);
+    cr_assert_not_null(name);
+    cr_assert(g_hash_table_add(seen, (gpointer)name), "'%s' twice", name);
+    cr_assert(sim_zoo_model_description(i) && *sim_zoo_model_description(i));
+    const SimModelParam *p = sim_zoo_model_params(name);
+    cr_assert_not_null(p, "%s", name);
+    gboolean has_batch = FALSE;
+    for (; p->name; p++) {
+      cr_assert_gt(p->value, 0, "%s.%s", name, p->name);
+      cr_assert(p->help && *p->help);
+      has_batch = has_batch || !strcmp(p->name, "batch");
+    }
+    cr_assert(has_batch, "%s takes no batch", name);
+  }
+  static const char *const required[] = {
+    "mlp", "alexnet", "vgg-16", "resnet-50", "resnet-101", "resnet-152", "resnext-50",
+    "inception-v3", "rnntc", "rnnlm", "nmt", "bert-base", "bert-large", "gpt", "gpt2-1.5b",
+    "gpt3-1.3b", "gpt3-175b", "megatron-1.7b", "megatron-1t", "dlrm", "xdl", "candle-uno",
+    "transformer",
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(required); i++)
+    cr_assert(g_hash_table_contains(seen, required[i]), "no %s", required[i]);
+  cr_assert_null(sim_zoo_model_params("no-such-model"));
+}
+
+/* Every model builds with its defaults, has the default batch, weights and work; a
+ * different batch changes the batch and the FLOPs in proportion, not the weights. */
+Test(registry, every_model_builds_and_scales_with_batch)
+{
+  for (int i = 0; i < sim_zoo_n_models(); i++) {
+    const char *name = sim_zoo_model_name(i);
+    int64_t batch = 0;
+    for (const SimModelParam *p = sim_zoo_model_params(name); p->name; p++)
+      if (!strcmp(p->name, "batch"))
+        batch = p->value;
+    g_autoptr(SimGraph) g = build(name, NULL);
+    cr_assert_str_eq(sim_graph_get_name(g), name);
+    cr_assert_eq(sim_graph_batch_size(g), batch, "%s", name);
+    cr_assert_gt(sim_graph_n_params(g), 0, "%s", name);
+    cr_assert_gt(sim_graph_forward_flops(g), 0, "%s", name);
+    cr_assert_gt(sim_graph_backward_flops(g), sim_graph_forward_flops(g), "%s", name);
+
+    g_autofree char *twice = g_strdup_printf("batch=%" G_GINT64_FORMAT, 2 * batch);
+    g_autoptr(SimGraph) g2 = build(name, twice);
+    cr_assert_eq(sim_graph_batch_size(g2), 2 * batch, "%s", name);
+    cr_assert_eq(sim_graph_n_params(g2), sim_graph_n_params(g), "%s", name);
+    assert_close(sim_graph_forward_flops(g2), 2 * sim_graph_forward_flops(g), 1e-9, name);
+  }
+}
+
+Test(registry, unknown_model)
+{
+  g_autoptr(GError) error = NULL;
+  cr_assert_null(sim_model_load("no-such-model", NULL, &error));
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_UNKNOWN));
+  cr_assert_str_eq(error->message, "unknown model 'no-such-model'; 'parasol models' lists them");
+
+  g_autoptr(GError) e2 = NULL;
+  cr_assert_null(sim_zoo_build("no-such-model", NULL, &e2));
+  cr_assert(g_error_matches(e2, SIM_ERROR, SIM_ERROR_UNKNOWN));
+
+  g_autoptr(GError) e3 = NULL;
+  cr_assert_null(sim_model_load("ResNet50", NULL, &e3));
+  cr_assert(g_error_matches(e3, SIM_ERROR, SIM_ERROR_UNKNOWN));
+  cr_assert(strstr(e3->message, "did you mean 'resnet-50'"), "%s", e3->message);
+}
+
+Test(registry, load_by_name_and_from_a_graph_file)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  cr_assert(sim_model_params_parse(p, "layers=2,batch=4", NULL));
+  g_autoptr(GError) error = NULL;
+  g_autoptr(SimGraph) g = sim_model_load("gpt", p, &error);
+  cr_assert_not_null(g, "%s", error ? error->message : "");
+  cr_assert_eq(sim_graph_batch_size(g), 4);
+
+  g_autofree char *dir = g_dir_make_tmp("parasol-zoo-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "gpt.json", NULL);
+  cr_assert(sim_graph_save(g, path, &error), "%s", error ? error->message : "");
+  g_autoptr(SimGraph) back = sim_model_load(path, NULL, &error);
+  cr_assert_not_null(back, "%s", error ? error->message : "");
+  cr_assert_eq(sim_graph_n_ops(back), sim_graph_n_ops(g));
+  cr_assert_eq(sim_graph_n_params(back), sim_graph_n_params(g));
+
+  /* Parameters cannot reshape a graph file. */
+  cr_assert_null(sim_model_load(path, p, &error));
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_INVALID));
+  g_clear_error(&error);
+
+  /* A path that does not exist is reported as a file, not as an unknown model. */
+  g_autofree char *missing = g_build_filename(dir, "missing.json", NULL);
+  cr_assert_null(sim_model_load(missing, NULL, &error));
+  cr_assert(error && !g_error_matches(error, SIM_ERROR, SIM_ERROR_UNKNOWN));
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* CNNs: torchvision's parameter counts (torchvision.models weights tables, "num_params")
+ * and GMACs per 224x224 image ("GFLOPS" there counts multiply-accumulates of the
+ * convolutions and linear layers).  Forward FLOPs are 2 per MAC plus the element-wise
+ * work of normalization, activations and pooling, which adds about 1%. */
+
+static void check_cnn(const char *name, int64_t params, double gmacs, double rel)
+{
+  g_autoptr(SimGraph) g = build(name, "batch=8");
+  cr_assert_eq(sim_graph_n_params(g), params, "%s: %" G_GINT64_FORMAT " params", name,
+               sim_graph_n_params(g));
+  assert_close(sim_graph_forward_flops(g), 2 * gmacs * 1e9 * 8, rel, name);
+}
+
+Test(cnn, alexnet) { check_cnn("alexnet", 61100840, 0.714, 0.03); }
+Test(cnn, vgg16) { check_cnn("vgg-16", 138357544, 15.47, 0.03); }
+Test(cnn, resnet50) { check_cnn("resnet-50", 25557032, 4.09, 0.03); }
+Test(cnn, resnet101) { check_cnn("resnet-101", 44549160, 7.80, 0.03); }
+Test(cnn, resnet152) { check_cnn("resnet-152", 60192808, 11.51, 0.03); }
+/* Xie et al. 2017 table 1 gives 25.0 M and 4.2 GFLOPs (MACs); torchvision 4.23. */
+Test(cnn, resnext50) { check_cnn("resnext-50", 25028904, 4.23, 0.03); }
+/* torchvision's inception_v3 has 27,161,264 parameters with the auxiliary classifier,
+ * whose 3,326,696 (conv 768->128 1x1 + BN, conv 128->768 5x5 + BN, fc 768->1000) this
+ * graph leaves out; 5.71 GMACs at 299x299, measured without it. */
+Test(cnn, inception_v3) { check_cnn("inception-v3", 27161264 - 3326696, 5.71, 0.03); }
+
+Test(cnn, structure)
+{
+  g_autoptr(SimGraph) g = build("resnet-50", NULL);
+  /* 1 stem + 16 bottlenecks x 3 + 4 downsampling shortcuts. */
+  cr_assert_eq(count_ops(g, SIM_OP_CONV2D), 53);
+  cr_assert_eq(count_ops(g, SIM_OP_BATCHNORM), 53);
+  cr_assert_geq(sim_graph_op_by_name(g, "layer4.2.conv3"), 0);
+  SimShape s = sim_graph_tensor_shape(g, sim_graph_op_output(g, sim_graph_op_by_name(g, "fc"), 0));
+  cr_assert(s.ndim == 2 && s.dims[0] == 64 && s.dims[1] == 1000);
+
+  g_autoptr(SimGraph) small = build("resnet-50", "image=112,classes=10");
+  /* fc: 2048 x 10 + 10 instead of 2048 x 1000 + 1000. */
+  cr_assert_eq(sim_graph_n_params(small), 25557032 - 2049000 + 20490);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* GPT: Narayanan et al. SC'21 eq. 2 counts the parameters of a GPT with l layers,
+ * hidden size h, vocabulary V and sequence length s as
+ *   P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 12 l h^2 + 13 l h + (V + s) h,
+ * the word embedding counted once (tied with the output layer) and the final layer
+ * norm (2h) left out.  The graph holds the tied output weight as lm_head's own [h, V]
+ * and has the final layer norm, so: graph - lm_head = P + 2h, exactly. */
+
+/* The formula expanded, in integers so that the graph's count can be compared exactly;
+ * the factored form as printed agrees to rounding. */
+static int64_t narayanan_params(int64_t l, int64_t h, int64_t V, int64_t s)
+{
+  int64_t p = 12 * l * h * h + 13 * l * h + (V + s) * h;
+  double printed = 12.0 * l * h * h * (1 + 13.0 / (12 * h) + (double)(V + s) / (12.0 * l * h));
+  cr_assert(fabs(printed - (double)p) <= 1e-12 * (double)p);
+  return p;
+}
+
+static int64_t gpt_unique_params(const SimGraph *g)
+{
+  return sim_graph_n_params(g) - op_params(g, "lm_head");
+}
+
+static void check_gpt(const char *name, int l, int h, int V, int s, double published,
+                      double rel)
+{
+  g_autoptr(SimGraph) g = build(name, "batch=1");
+  cr_assert_eq(op_params(g, "lm_head"), (int64_t)V * h, "%s: lm_head is [h, V]", name);
+  int64_t expect = narayanan_params(l, h, V, s) + 2 * h;
+  cr_assert_eq(gpt_unique_params(g), expect, "%s: %" G_GINT64_FORMAT ", expected %"
+               G_GINT64_FORMAT, name, gpt_unique_params(g), expect);
+  assert_close((double)gpt_unique_params(g), published, rel, name);
+}
+
+/* GPT-2 XL: 1,557,611,200 parameters (Hugging Face gpt2-xl), "1.5B" in Radford et al. */
+Test(gpt, gpt2_1_5b) { check_gpt("gpt2-1.5b", 48, 1600, 50257, 1024, 1557611200.0, 1e-9); }
+/* GPT-3 XL: "1.3B" in Brown et al. 2020 table 2.1. */
+Test(gpt, gpt3_1_3b) { check_gpt("gpt3-1.3b", 24, 2048, 50257, 2048, 1.3e9, 0.02); }
+/* GPT-3: 174.6 B by Narayanan's formula with V = 50257, s = 2048 ("175B" in Brown). */
+Test(gpt, gpt3_175b) { check_gpt("gpt3-175b", 96, 12288, 50257, 2048, 174.6e9, 0.001); }
+
+/* Narayanan et al. SC'21 table 1 prints the sizes to one decimal, in billions; the
+ * formula with V = 51200 and s = 2048 must round to them. */
+Test(gpt, megatron_table1)
+{
+  static const struct { const char *name; int l, h, heads; double billions; } rows[] = {
+    { "megatron-1.7b", 24, 2304, 24, 1.7 },      { "megatron-3.6b", 30, 3072, 32, 3.6 },
+    { "megatron-7.5b", 36, 4096, 32, 7.5 },      { "megatron-18.4b", 40, 6144, 48, 18.4 },
+    { "megatron-39.1b", 48, 8192, 64, 39.1 },    { "megatron-76.1b", 60, 10240, 80, 76.1 },
+    { "megatron-145.6b", 80, 12288, 96, 145.6 }, { "megatron-310.1b", 96, 16384, 128, 310.1 },
+    { "megatron-529.6b", 105, 20480, 128, 529.6 }, { "megatron-1t", 128, 25600, 160, 1008.0 },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(rows); i++) {
+    g_autoptr(SimGraph) g = build(rows[i].name, "batch=1");
+    int64_t p = gpt_unique_params(g) - 2 * rows[i].h;
+    cr_assert_eq(p, narayanan_params(rows[i].l, rows[i].h, 51200, 2048), "%s", rows[i].name);
+    cr_assert(fabs((double)p / 1e9 - rows[i].billions) <= 0.05, "%s: %.3f B", rows[i].name,
+              (double)p / 1e9);
+    int attn = sim_graph_op_by_name(g, "layer0.attn");
+    cr_assert_eq(op_params(g, "layer0.attn"), 4LL * rows[i].h * rows[i].h + 4LL * rows[i].h,
+                 "%s: QKV and output projections with bias", rows[i].name);
+    cr_assert(attn >= 0);
+  }
+}
+
+/* Forward FLOPs of one iteration (B sequences of s tokens): per layer the GEMMs do
+ * 24 B s h^2 (QKV 6, output projection 2, MLP 16) and the attention scores and their
+ * product with the values 4 B s^2 h; the logits 2 B s h V.  Narayanan et al. eq. 3
+ * counts 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) for forward, backward and recomputation
+ * (four forward passes of the layers, three of the logits), which is this forward
+ * count times 4 but for the logits.  Element-wise work adds well under 1% at h = 12288;
+ * a causal mask may save up to half of the s^2 term (1.4% here). */
+Test(gpt, forward_flops_gpt3_175b)
+{
+  g_autoptr(SimGraph) g = build("gpt3-175b", "batch=2");
+  double B = 2, s = 2048, l = 96, h = 12288, V = 50257;
+  double expect = 24 * B * s * l * h * h * (1 + s / (6 * h)) + 2 * B * s * h * V;
+  assert_close(sim_graph_forward_flops(g), expect, 0.02, "gpt3-175b forward FLOPs");
+  /* Backward does the two GEMMs per forward GEMM: about twice the forward. */
+  assert_close(sim_graph_backward_flops(g), 2 * expect, 0.05, "gpt3-175b backward FLOPs");
+}
+
+/* The same for Narayanan et al. table 1, and against eq. 3 itself divided by four, which
+ * undercounts the logits by a quarter: within 3% down to the 1.7 B model, whose
+ * vocabulary term is the largest. */
+Test(gpt, forward_flops_megatron_table1)
+{
+  static const char *const names[] = { "megatron-1.7b", "megatron-18.4b", "megatron-1t" };
+  for (size_t i = 0; i < G_N_ELEMENTS(names); i++) {
+    g_autoptr(SimGraph) g = build(names[i], "batch=1");
+    double B = 1, s = 2048, V = 51200, l = 0, h = 0;
+    for (const SimModelParam *p = sim_zoo_model_params(names[i]); p->name; p++) {
+      if (!strcmp(p->name, "layers"))
+        l = (double)p->value;
+      if (!strcmp(p->name, "hidden"))
+        h = (double)p->value;
+    }
+    double layers = 24 * B * s * l * h * h * (1 + s / (6 * h));
+    assert_close(sim_graph_forward_flops(g), layers + 2 * B * s * h * V, 0.01, names[i]);
+    double eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    assert_close(sim_graph_forward_flops(g), eq3 / 4, 0.03, names[i]);
+  }
+}
+
+Test(gpt, structure)
+{
+  g_autoptr(SimGraph) g = build("gpt3-175b", NULL);
+  cr_assert_eq(sim_graph_tokens_per_sample(g), 2048);
+  cr_assert_eq(sim_graph_batch_size(g), 1536);
+  int checkpoints = 0, selective = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    checkpoints += sim_graph_op_is_checkpoint(g, op);
+    selective += sim_graph_op_is_selective_recompute(g, op);
+  }
+  cr_assert_eq(checkpoints, 96, "one checkpoint per layer");
+  cr_assert_eq(selective, 96, "one selective-recompute attention per layer");
+  int attn = sim_graph_op_by_name(g, "layer95.attn");
+  cr_assert(attn >= 0 && sim_graph_op_type(g, attn) == SIM_OP_ATTENTION);
+  cr_assert(sim_graph_op_is_selective_recompute(g, attn));
+  int last = sim_graph_op_by_name(g, "layer95.mlp.residual");
+  cr_assert(last >= 0 && sim_graph_op_is_checkpoint(g, last));
+  cr_assert_eq(sim_graph_op_type(g, sim_graph_op_by_name(g, "layer7.mlp.fc1")), SIM_OP_LINEAR);
+  cr_assert_eq(sim_graph_op_type(g, sim_graph_op_by_name(g, "embed")), SIM_OP_EMBEDDING);
+  cr_assert_eq(sim_graph_op_type(g, sim_graph_op_by_name(g, "loss")), SIM_OP_CROSS_ENTROPY);
+  /* 3 inputs, 4 embedding ops, 9 per layer, final norm, lm_head, loss. */
+  cr_assert_eq(sim_graph_n_ops(g), 3 + 4 + 96 * 9 + 3);
+  SimShape w = sim_graph_op_weight_shape(g, sim_graph_op_by_name(g, "layer0.mlp.fc1"), 0);
+  cr_assert_eq(w.dims[0] * w.dims[1], 12288LL * 4 * 12288);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* BERT and the Transformer                                                            */
+
+/* Hugging Face BertForMaskedLM: 109,514,298 (base) and 335,174,458 (large) parameters:
+ * embeddings (word, 512 positions, 2 token types, layer norm), 12h^2 + 13h per layer and
+ * the MLM head (h^2 + h transform, 2h norm, V decoder bias; its weight is tied to the
+ * word embeddings, so lm_head's weight is counted once).  Devlin et al. quote 110 M and
+ * 340 M, counting the pooler. */
+Test(bert, parameters)
+{
+  g_autoptr(SimGraph) base = build("bert-base", "batch=1");
+  int64_t tied = 30522LL * 768;
+  cr_assert_eq(sim_graph_n_params(base) - tied, 109514298);
+  assert_close((double)(sim_graph_n_params(base) - tied), 110e6, 0.01, "bert-base");
+  g_autoptr(SimGraph) large = build("bert-large", "batch=1");
+  tied = 30522LL * 1024;
+  cr_assert_eq(sim_graph_n_params(large) - tied, 335174458);
+  assert_close((double)(sim_graph_n_params(large) - tied), 340e6, 0.02, "bert-large");
+  cr_assert_eq(sim_graph_tokens_per_sample(large), 512);
+
+  g_autoptr(GError) error = build_error("bert-base", "seq=1024");
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_INVALID));
+}
+
+/* Transformer base, d = 512, d_ff = 2048, V = 37000 shared by both embeddings and the
+ * output layer: encoder layers 6 x (4(d^2 + d) + 2 d d_ff + d_ff + d + 2 x 2d)
+ * = 18,914,304, decoder layers 6 x (8(d^2 + d) + 2 d d_ff + d_ff + d + 3 x 2d)
+ * = 25,224,192 and one embedding 18,944,000: 63,082,496; Vaswani et al. table 3 says
+ * 65 M. */
+Test(transformer, parameters)
+{
+  g_autoptr(SimGraph) g = build("transformer", "batch=1");
+  int64_t shared = sim_graph_n_params(g) - op_params(g, "decoder.embed") -
+                   op_params(g, "lm_head");
+  cr_assert_eq(shared, 63082496);
+  assert_close((double)shared, 65e6, 0.04, "transformer base");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Recommendation models and the MLPs                                                   */
+
+/* MLPerf DLRM (facebookresearch/dlrm, Criteo Terabyte, --max-ind-range=40000000): the 26
+ * tables hold 187,767,399 rows of 128 (24,034,227,072), the bottom MLP 13-512-256-128
+ * 171,392 and the top MLP 479-1024-1024-512-256-1 2,197,505 parameters. */
+Test(recsys, dlrm)
+{
+  g_autoptr(SimGraph) g = build("dlrm", "batch=16");
+  cr_assert_eq(sim_graph_n_params(g), 24034227072LL + 171392 + 2197505);
+  cr_assert_eq(count_ops(g, SIM_OP_EMBEDDING), 26);
+  /* 27 feature vectors interact pairwise: 351 dot products plus the 128 dense ones. */
+  int top = sim_graph_op_by_name(g, "top.fc0");
+  SimShape in = sim_graph_tensor_shape(g, sim_graph_op_input(g, top, 0));
+  cr_assert(in.ndim == 2 && in.dims[1] == 479, "top MLP input %" G_GINT64_FORMAT, in.dims[1]);
+
+  /* rows=1M caps every table at one million rows. */
+  g_autoptr(SimGraph) small = build("dlrm", "rows=1M");
+  int64_t rows = 0;
+  static const int64_t tb[] = { 39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63,
+                                38532951, 2953546, 403346, 10, 2208, 11938, 155, 4, 976, 14,
+                                39979771, 25641295, 39664984, 585935, 12972, 108, 36 };
+  for (size_t i = 0; i < G_N_ELEMENTS(tb); i++)
+    rows += MIN(tb[i], 1000000);
+  cr_assert_eq(sim_graph_n_params(small), rows * 128 + 171392 + 2197505);
+}
+
+/* FlexFlow examples/cpp/XDL/xdl.cc: 4 tables of 1,000,000 x 64 and dense 256-256-2
+ * without bias: 256,000,000 + 2 x 65,536 + 512. */
+Test(recsys, xdl)
+{
+  g_autoptr(SimGraph) g = build("xdl", NULL);
+  cr_assert_eq(sim_graph_n_params(g), 256000000LL + 2 * 65536 + 512);
+}
+
+/* FlexFlow examples/cpp/candle_uno: towers of 8 dense layers of 4192 without bias on
+ * cell.rnaseq (942), two drug descriptors (5270) and two fingerprints (2048); two doses
+ * join unencoded; then 4 dense layers and one output: 820,948,704 parameters. */
+Test(candle, uno)
+{
+  g_autoptr(SimGraph) g = build("candle-uno", NULL);
+  int64_t h = 4192, tower = 7 * h * h;
+  int64_t expect = (942 * h + tower) + 2 * (5270 * h + tower) + 2 * (2048 * h + tower) +
+                   (2 + 5 * h) * h + 3 * h * h + h;
+  cr_assert_eq(expect, 820948704);
+  cr_assert_eq(sim_graph_n_params(g), expect);
+}
+
+/* Unity's MLP (FlexFlow examples/cpp/MLP_Unify): two towers of 1024 -> 8 x 8192 dense
+ * layers without bias: 2 x (1024 x 8192 + 7 x 8192^2) = 956,301,312. */
+Test(mlp, unity)
+{
+  g_autoptr(SimGraph) g = build("mlp", NULL);
+  cr_assert_eq(sim_graph_n_params(g), 956301312);
+  cr_assert_eq(count_ops(g, SIM_OP_LINEAR), 16);
+  g_autoptr(SimGraph) small = build("mlp", "layers=2,hidden=16,input=8,classes=4,towers=1");
+  cr_assert_eq(sim_graph_n_params(small), 8 * 16 + 16 * 4);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* FlexFlow's recurrent networks.  Each chunk of a layer is its own LSTM operator with
+ * its own weights [in + hidden, 4 hidden] + [4 hidden] (the catalogue has no shared
+ * weights; see sim/models/rnn.c), so the graph holds chunks - 1 extra copies of every
+ * layer's weights, which the tests take out explicitly. */
+
+static int64_t lstm_weights(int64_t in, int64_t hidden)
+{
+  return (in + hidden) * 4 * hidden + 4 * hidden;
+}
+
+/* RNNLM, 2 layers of 2048, vocabulary 10,000, 20 steps in chunks of 10: the embedding
+ * 20,480,000, two LSTM layers 2 x 33,562,624 and the softmax layer 20,490,000. */
+Test(rnn, rnnlm_parameters_and_flops)
+{
+  g_autoptr(SimGraph) g = build("rnnlm", "batch=4");
+  int64_t layer = lstm_weights(2048, 2048), chunks = 2;
+  int64_t model = 10000LL * 2048 + 2 * layer + (2048LL * 10000 + 10000);
+  cr_assert_eq(count_ops(g, SIM_OP_LSTM), 2 * chunks);
+  cr_assert_eq(sim_graph_n_params(g) - 2 * (chunks - 1) * layer, model);
+  /* One operator per layer when a chunk is the whole sequence. */
+  g_autoptr(SimGraph) whole = build("rnnlm", "batch=4,chunk=20");
+  cr_assert_eq(count_ops(whole, SIM_OP_LSTM), 2);
+  cr_assert_eq(sim_graph_n_params(whole), model);
+  /* Every token goes through both layers' weights and the softmax layer once: about
+   * 2 FLOPs per weight and token (the embedding is a lookup; gates add 1%). */
+  double tokens = 4 * 20;
+  assert_close(sim_graph_forward_flops(g), 2 * tokens * (2.0 * layer + 2048.0 * 10000), 0.01,
+               "rnnlm forward FLOPs");
+  cr_assert_eq(sim_graph_tokens_per_sample(g), 20);
+}
+
+/* Chunk j of a layer follows chunk j-1 (the recurrent state) and chunk j of the layer
+ * below (its input); the decoder's first chunks follow the encoder's last. */
+Test(rnn, chunks_keep_the_recurrence)
+{
+  g_autoptr(SimGraph) g = build("nmt", NULL);
+  cr_assert_eq(count_ops(g, SIM_OP_LSTM), 2 * 2 * 4, "2 + 2 layers of 40 / 10 chunks");
+  int chunk = sim_graph_op_by_name(g, "encoder.lstm1.chunk2");
+  cr_assert_geq(chunk, 0);
+  int add = sim_graph_tensor_producer(g, sim_graph_op_input(g, chunk, 0));
+  cr_assert_eq(sim_graph_op_type(g, add), SIM_OP_BINARY);
+  gboolean from_below = FALSE, from_before = FALSE;
+  for (int i = 0; i < 2; i++) {
+    int src = sim_graph_tensor_producer(g, sim_graph_op_input(g, add, i));
+    if (sim_graph_op_type(g, src) == SIM_OP_SPLIT)
+      src = sim_graph_tensor_producer(g, sim_graph_op_input(g, src, 0));
+    from_below = from_below || !strcmp(sim_graph_op_name(g, src), "encoder.lstm0.chunk2");
+    from_before = from_before || !strcmp(sim_graph_op_name(g, src), "encoder.lstm1.chunk1");
+  }
+  cr_assert(from_below && from_before);
+
+  int dec = sim_graph_op_by_name(g, "decoder.lstm1.chunk0");
+  int dadd = sim_graph_tensor_producer(g, sim_graph_op_input(g, dec, 0));
+  int state = sim_graph_tensor_producer(g, sim_graph_op_input(g, dadd, 1));
+  int enc_last = sim_graph_tensor_producer(g, sim_graph_op_input(g, state, 0));
+  cr_assert_str_eq(sim_graph_op_name(g, enc_last), "encoder.lstm1.chunk3");
+
+  /* NMT: embeddings and softmax over 20,480 words, 2 + 2 layers of 2048 and a one-head
+   * attention (4 projections with bias). */
+  int64_t layer = lstm_weights(2048, 2048);
+  int64_t model = 2 * 20480LL * 2048 + 4 * layer + 4 * (2048LL * 2048 + 2048) +
+                  (2048LL * 20480 + 20480);
+  cr_assert_eq(sim_graph_n_params(g) - 4 * 3 * layer, model);
+}
+
+/* RNNTC: 4 layers of 1024 over 40 steps in chunks of 10, then a 2-class softmax on the
+ * last step's state. */
+Test(rnn, rnntc)
+{
+  g_autoptr(SimGraph) g = build("rnntc", NULL);
+  cr_assert_eq(count_ops(g, SIM_OP_LSTM), 16);
+  int64_t layer = lstm_weights(1024, 1024);
+  cr_assert_eq(sim_graph_n_params(g) - 4 * 3 * layer,
+               20480LL * 1024 + 4 * layer + (1024 * 2 + 2));
+  int cls = sim_graph_op_by_name(g, "classifier");
+  SimShape in = sim_graph_tensor_shape(g, sim_graph_op_input(g, cls, 0));
+  cr_assert(in.ndim == 2 && in.dims[0] == 64 && in.dims[1] == 1024);
+}
