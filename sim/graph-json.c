@@ -133,6 +133,10 @@ char *sim_graph_to_json(const SimGraph *g)
       g_string_append(s, ", \"checkpoint\": true");
     if (op->selective_recompute)
       g_string_append(s, ", \"selective_recompute\": true");
+    if (op->weight_owner != op->id) {
+      g_string_append(s, ", \"shares_weights_of\": ");
+      append_string(s, sim_graph_op_get(g, op->weight_owner)->name);
+    }
     g_string_append_c(s, '}');
   }
   g_string_append(s, g->ops->len ? "\n  ]\n}\n" : "]\n}\n");
@@ -268,6 +272,7 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
 
   static const char *const known[] = {
     "name", "type", "inputs", "attrs", "outputs", "checkpoint", "selective_recompute",
+    "shares_weights_of",
     "shape", "dtype",
   };
   g_autoptr(GList) members = json_object_get_members(o);
@@ -278,7 +283,7 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
     if (!ok)
       return reader_fail(r, SIM_ERROR_PARSE, place,
                          "unknown key \"%s\" (an op has name, type, inputs, attrs, outputs, "
-                         "checkpoint, selective_recompute)",
+                         "checkpoint, selective_recompute, shares_weights_of)",
                          (const char *)it->data);
   }
 
@@ -382,6 +387,19 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   SimOp *o_op = sim_graph_op_get(r->g, op);
   o_op->checkpoint = flags[0];
   o_op->selective_recompute = flags[1];
+  if (json_object_has_member(o, "shares_weights_of")) {
+    JsonNode *wn = json_object_get_member(o, "shares_weights_of");
+    if (!holds(wn, G_TYPE_STRING))
+      return reader_fail(r, SIM_ERROR_PARSE, place, "\"shares_weights_of\" is %s, not an op name",
+                         json_type_phrase(wn));
+    int owner = sim_graph_op_by_name(r->g, json_node_get_string(wn));
+    if (owner < 0)
+      return reader_fail(r, SIM_ERROR_UNKNOWN, place,
+                         "\"shares_weights_of\": no earlier op is named '%s'",
+                         json_node_get_string(wn));
+    if (!sim_graph_share_weights(r->g, op, owner, &err))
+      return reader_fail(r, err->code, place, "%s", err->message);
+  }
 
   if (outputs && (int)json_array_get_length(outputs) != o_op->n_outputs)
     return reader_fail(r, SIM_ERROR_INVALID, place, "\"outputs\" names %u tensors but the op "

@@ -431,6 +431,7 @@ int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs
 
   SimOp *op = g_new0(SimOp, 1);
   op->id = (int)g->ops->len;
+  op->weight_owner = op->id;
   op->type = type;
   op->name = name ? g_strdup(name) : generate_name(g, type);
 
@@ -980,7 +981,10 @@ int64_t sim_graph_op_n_params(const SimGraph *g, int op)
   CHECK_OP(g, op, 0);
   const SimOp *o = sim_graph_op_get(g, op);
   int64_t n = 0;
-  for (int i = 0; i < o->n_weights; i++)
+  /* Weights shared with another op count at their owner; a user's further weights (the
+   * output bias of a tied decoder) are its own. */
+  int first = o->weight_owner != o->id ? sim_graph_op_get(g, o->weight_owner)->n_weights : 0;
+  for (int i = first; i < o->n_weights; i++)
     n += sim_shape_numel(&o->w_shape[i]);
   return n;
 }
@@ -1022,6 +1026,44 @@ int sim_graph_tensor_consumer(const SimGraph *g, int t, int i)
   const GArray *c = sim_graph_tensor_get(g, t)->consumers;
   g_return_val_if_fail(i >= 0 && i < (int)c->len, -1);
   return g_array_index(c, int, i);
+}
+
+gboolean sim_graph_share_weights(SimGraph *g, int op, int owner, GError **error)
+{
+  CHECK_OP(g, op, FALSE);
+  CHECK_OP(g, owner, FALSE);
+  SimOp *o = sim_graph_op_get(g, op);
+  const SimOp *w = sim_graph_op_get(g, owner);
+  /* Chains resolve to their root, so every user names the op that holds the weights. */
+  while (w->weight_owner != w->id)
+    w = sim_graph_op_get(g, w->weight_owner);
+  if (w->id == o->id) {
+    sim_op_set_error(o, error, SIM_ERROR_INVALID, "cannot share its own weights");
+    return FALSE;
+  }
+  if (o->n_weights < w->n_weights || w->n_weights == 0) {
+    sim_op_set_error(o, error, SIM_ERROR_INVALID,
+                     "has %d weights and cannot share the %d of op '%s'", o->n_weights,
+                     w->n_weights, w->name);
+    return FALSE;
+  }
+  for (int i = 0; i < w->n_weights; i++)
+    if (sim_shape_numel(&o->w_shape[i]) != sim_shape_numel(&w->w_shape[i])) {
+      g_autofree char *a = sim_shape_to_string(&o->w_shape[i]);
+      g_autofree char *b = sim_shape_to_string(&w->w_shape[i]);
+      sim_op_set_error(o, error, SIM_ERROR_INVALID,
+                       "weight %d %s cannot share weight %d %s of op '%s': sizes differ", i, a,
+                       i, b, w->name);
+      return FALSE;
+    }
+  o->weight_owner = w->id;
+  return TRUE;
+}
+
+int sim_graph_op_weight_owner(const SimGraph *g, int op)
+{
+  CHECK_OP(g, op, -1);
+  return sim_graph_op_get(g, op)->weight_owner;
 }
 
 /* ---------------------------------------------------------------------------------- */

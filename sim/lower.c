@@ -58,6 +58,7 @@ struct _SimLowering {
   OpLay *ops;
   int *tensor_block;
   int sync_block;
+  GArray **sharers;           /* per op: the ops that use its weights, or NULL          */
   uint64_t *rank_f, *rank_b;  /* [stage * M + mb]: place of the unit on its device      */
   uint64_t rank_update;
   int *seg;
@@ -244,6 +245,13 @@ static void lay_op(SimLowering *lw, int x)
     l->t_b[sh] = tb;
     l->t_r[sh] = tr;
     l->t_u[sh] = tu;
+    if (op->weight_owner != x) {
+      /* The owner's shard on this device updates the shared weights. */
+      const SimOpConfig *oc = &lw->s->ops[op->weight_owner];
+      for (int k = 0; k < oc->n_shards; k++)
+        if (oc->devices[k] == c->devices[sh])
+          l->t_u[sh] = 0;
+    }
     l->a_f[sh] = af;
     l->a_r[sh] = ar;
   }
@@ -631,11 +639,41 @@ static void build_sync_block(SimLowering *lw)
 
   /* Items in backward order: later operators' gradients are ready first. */
   GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
   for (int x = lw->n_ops - 1; x >= 0; x--) {
     const OpLay *l = &lw->ops[x];
     if (l->is_input || !l->has_weights)
       continue;
     const SimOp *op = sim_graph_op_get(lw->g, x);
+    double fixed, shardable;
+    param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+    int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
+    if (op->weight_owner != x) {
+      /* A user of another op's weights: where the owner has a shard on the same device the
+       * gradients add up in the owner's buffer; elsewhere this device keeps a copy of the
+       * weights and exchanges gradients with the owner's copy, as Megatron's first and
+       * last pipeline stages do for the tied embedding. */
+      const OpLay *ol = &lw->ops[op->weight_owner];
+      memset(owner_dev, 0, (size_t)lw->n_dev);
+      for (int sh = 0; sh < ol->n_shards; sh++)
+        owner_dev[ol->dev[sh]] = 1;
+      for (int sh = 0; sh < l->n_shards; sh++) {
+        int d = l->dev[sh];
+        if (owner_dev[d])
+          continue;
+        tg->static_mem[d] += (int64_t)((fixed + shardable) * (double)l->w_elems[sh]);
+        int peer = ol->dev[sh % ol->n_shards];
+        if (l->cidx[sh] < 0 && ol->cidx[sh % ol->n_shards] < 0)
+          continue;
+        SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
+        it.shards = g_memdup2(&sh, sizeof(int));
+        int devs[2] = { peer, d };
+        it.devs = g_memdup2(devs, sizeof devs);
+        it.bytes = l->w_elems[sh] * wbytes;
+        g_array_append_val(items, it);
+      }
+      continue;
+    }
     /* Shards that hold the same region of the first weight share its gradient. */
     SimRegion *wr = g_new(SimRegion, l->n_shards);
     const SimOpConfig *c = &s->ops[x];
@@ -655,8 +693,6 @@ static void build_sync_block(SimLowering *lw)
       copy[sh] = sh % reps;
     GArray *groups = group_holders(l, wr, 1, 0, copy);
     g_free(copy);
-    double fixed, shardable;
-    param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
     for (guint k = 0; k < groups->len; k++) {
       Holders *h = &g_array_index(groups, Holders, k);
       int nrep = h->n_devs;
@@ -670,12 +706,13 @@ static void build_sync_block(SimLowering *lw)
       SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
       it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
       it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
-      it.bytes = l->w_elems[h->members[0]] * sim_dtype_size(op->w_dtype);
+      it.bytes = l->w_elems[h->members[0]] * wbytes;
       g_array_append_val(items, it);
     }
     holders_free(groups);
     g_free(wr);
   }
+  g_free(owner_dev);
 
   /* Without overlap, a device's synchronization waits for its whole backward pass. */
   SimTaskRef *done = NULL;
@@ -736,6 +773,23 @@ static void build_sync_block(SimLowering *lw)
         else
           sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), start);
         sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
+      }
+      /* Users of these weights on the same devices add their gradients first. */
+      GArray *users = lw->sharers[it->op];
+      for (guint u = 0; users && u < users->len; u++) {
+        const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+        for (int sh = 0; sh < ul->n_shards; sh++) {
+          if (ul->cidx[sh] < 0)
+            continue;
+          gboolean here = FALSE;
+          for (int dd = 0; dd < it->n_devs && !here; dd++)
+            here = it->devs[dd] == ul->dev[sh];
+          if (!here)
+            continue;
+          if (!done)
+            sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, M - 1, sh), start);
+          sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
+        }
       }
     }
     if (s->memory.zero1) {
@@ -874,6 +928,15 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   for (int t = 0; t < nt; t++)
     lw->tensor_block[t] = -1;
   lw->sync_block = -1;
+  lw->sharers = g_new0(GArray *, lw->n_ops);
+  for (int x = 0; x < lw->n_ops; x++) {
+    int owner = sim_graph_op_weight_owner(g, x);
+    if (owner == x)
+      continue;
+    if (!lw->sharers[owner])
+      lw->sharers[owner] = g_array_new(FALSE, FALSE, sizeof(int));
+    g_array_append_val(lw->sharers[owner], x);
+  }
   lw->tg = sim_taskgraph_new(lw->n_dev);
   build_schedule(lw);
   lw->model_flops = sim_graph_forward_flops(g) + sim_graph_backward_flops(g);
@@ -887,6 +950,10 @@ void sim_lowering_free(SimLowering *lw)
   for (int x = 0; x < lw->n_ops; x++)
     lay_free(&lw->ops[x]);
   g_free(lw->ops);
+  for (int x = 0; x < lw->n_ops; x++)
+    if (lw->sharers[x])
+      g_array_free(lw->sharers[x], TRUE);
+  g_free(lw->sharers);
   g_free(lw->tensor_block);
   g_free(lw->rank_f);
   g_free(lw->rank_b);

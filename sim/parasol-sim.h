@@ -236,6 +236,15 @@ SIM_PUBLIC void sim_graph_set_checkpoint(SimGraph *g, int op, gboolean on);
 SIM_PUBLIC gboolean sim_graph_op_is_checkpoint(const SimGraph *g, int op);
 SIM_PUBLIC gboolean sim_graph_op_is_selective_recompute(const SimGraph *g, int op);
 
+/* Makes @op use the weights of @owner instead of its own: a tied embedding and output
+ * layer, an LSTM layer unrolled over chunks of the sequence.  @op's first weights must
+ * hold as many elements as @owner's, in order; further ones (a bias) stay its own.
+ * Parameters count once; the gradients of all users are summed before the update, over
+ * the network where users sit on different devices. */
+SIM_PUBLIC gboolean sim_graph_share_weights(SimGraph *g, int op, int owner, GError **error);
+/* The op whose weights @op uses: @op itself unless it shares another's. */
+SIM_PUBLIC int sim_graph_op_weight_owner(const SimGraph *g, int op);
+
 /* Rewrites the dtype of every floating-point tensor and weight (fp32 models trained in
  * fp16 mixed precision compute in fp16).  Integer tensors are left alone. */
 SIM_PUBLIC void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype);

@@ -106,6 +106,7 @@ struct _SimOp {
   SimIterSpace space;                /* set by the class's space() after infer()          */
   gboolean selective_recompute;
   gboolean checkpoint;
+  int weight_owner;                  /* the op whose weights this one uses; itself if none */
 };
 
 typedef struct {

@@ -333,7 +333,8 @@ static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *o
       return FALSE;
     if (!(m = json_object_get_member(o, "count")))
       return fail(r, SIM_ERROR_PARSE, place, "missing \"count\"");
-    if (!get_int(r, m, pc, 1, G_MAXINT, &count))
+    /* No operator has a million shards; the bound keeps a typo from allocating gigabytes. */
+    if (!get_int(r, m, pc, 1, 1 << 20, &count))
       return FALSE;
     if ((m = json_object_get_member(o, "stride")) && !get_int(r, m, pk, G_MININT, G_MAXINT, &stride))
       return FALSE;
@@ -587,6 +588,11 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   if ((m = json_object_get_member(root, "microbatches"))) {
     if (!get_int(r, m, "microbatches", 1, G_MAXINT, &v))
       return FALSE;
+    int64_t batch = sim_graph_batch_size(r->g);
+    if (batch > 0 && batch % v != 0)
+      return fail(r, SIM_ERROR_INVALID, "microbatches",
+                  "the batch of %" G_GINT64_FORMAT " samples does not split into %"
+                  G_GINT64_FORMAT " micro-batches", batch, v);
     s->microbatches = (int)v;
   }
   SimSchedule sched = SIM_SCHEDULE_1F1B;

@@ -690,7 +690,7 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   g_autofree char *mb = g_strdup_printf("\"microbatches\": 3, \"ops\": {%s}", base);
   e = read_error(mb);
-  assert_error(e, SIM_ERROR_INVALID, "s.json: the batch of 8 samples does not split into 3");
+  assert_error(e, SIM_ERROR_INVALID, "s.json: microbatches: the batch of 8 samples does not split into 3");
   g_error_free(e);
 
   g_autofree char *type = g_strdup_printf("\"microbatches\": \"two\", \"ops\": {%s}", base);

@@ -1,7 +1,7 @@
 /* test-zoo.c — the model zoo: parameters, the registry, loading, and every model's size
  * against the figure its paper or reference implementation publishes.  Each test names
- * its source.  Where the graph holds a tied weight twice (the output layer of language
- * models, see sim/models/transformer.c) the test subtracts the copy explicitly. */
+ * its source.  Tied weights (the output layer of language models, the chunks of an
+ * unrolled LSTM layer) are shared in the graph and count once, as they do there. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <math.h>
@@ -269,8 +269,8 @@ Test(cnn, structure)
  * hidden size h, vocabulary V and sequence length s as
  *   P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 12 l h^2 + 13 l h + (V + s) h,
  * the word embedding counted once (tied with the output layer) and the final layer
- * norm (2h) left out.  The graph holds the tied output weight as lm_head's own [h, V]
- * and has the final layer norm, so: graph - lm_head = P + 2h, exactly. */
+ * norm (2h) left out.  The graph ties lm_head to the embedding and has the final layer
+ * norm, so: graph = P + 2h, exactly. */
 
 /* The formula expanded, in integers so that the graph's count can be compared exactly;
  * the factored form as printed agrees to rounding. */
@@ -284,14 +284,17 @@ static int64_t narayanan_params(int64_t l, int64_t h, int64_t V, int64_t s)
 
 static int64_t gpt_unique_params(const SimGraph *g)
 {
-  return sim_graph_n_params(g) - op_params(g, "lm_head");
+  return sim_graph_n_params(g);
 }
 
 static void check_gpt(const char *name, int l, int h, int V, int s, double published,
                       double rel)
 {
   g_autoptr(SimGraph) g = build(name, "batch=1");
-  cr_assert_eq(op_params(g, "lm_head"), (int64_t)V * h, "%s: lm_head is [h, V]", name);
+  int head = sim_graph_op_by_name(g, "lm_head"), embed = sim_graph_op_by_name(g, "embed");
+  cr_assert_eq(sim_graph_op_weight_owner(g, head), embed, "%s: lm_head is tied", name);
+  cr_assert_eq(op_params(g, "lm_head"), 0, "%s: the tied table counts at the embedding", name);
+  cr_assert_eq(op_params(g, "embed"), (int64_t)V * h, "%s: the table is [V, h]", name);
   int64_t expect = narayanan_params(l, h, V, s) + 2 * h;
   cr_assert_eq(gpt_unique_params(g), expect, "%s: %" G_GINT64_FORMAT ", expected %"
                G_GINT64_FORMAT, name, gpt_unique_params(g), expect);
@@ -405,13 +408,11 @@ Test(gpt, structure)
 Test(bert, parameters)
 {
   g_autoptr(SimGraph) base = build("bert-base", "batch=1");
-  int64_t tied = 30522LL * 768;
-  cr_assert_eq(sim_graph_n_params(base) - tied, 109514298);
-  assert_close((double)(sim_graph_n_params(base) - tied), 110e6, 0.01, "bert-base");
+  cr_assert_eq(sim_graph_n_params(base), 109514298);
+  assert_close((double)sim_graph_n_params(base), 110e6, 0.01, "bert-base");
   g_autoptr(SimGraph) large = build("bert-large", "batch=1");
-  tied = 30522LL * 1024;
-  cr_assert_eq(sim_graph_n_params(large) - tied, 335174458);
-  assert_close((double)(sim_graph_n_params(large) - tied), 340e6, 0.02, "bert-large");
+  cr_assert_eq(sim_graph_n_params(large), 335174458);
+  assert_close((double)sim_graph_n_params(large), 340e6, 0.02, "bert-large");
   cr_assert_eq(sim_graph_tokens_per_sample(large), 512);
 
   g_autoptr(GError) error = build_error("bert-base", "seq=1024");
@@ -426,8 +427,7 @@ Test(bert, parameters)
 Test(transformer, parameters)
 {
   g_autoptr(SimGraph) g = build("transformer", "batch=1");
-  int64_t shared = sim_graph_n_params(g) - op_params(g, "decoder.embed") -
-                   op_params(g, "lm_head");
+  int64_t shared = sim_graph_n_params(g);
   cr_assert_eq(shared, 63082496);
   assert_close((double)shared, 65e6, 0.04, "transformer base");
 }
@@ -492,10 +492,9 @@ Test(mlp, unity)
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* FlexFlow's recurrent networks.  Each chunk of a layer is its own LSTM operator with
- * its own weights [in + hidden, 4 hidden] + [4 hidden] (the catalogue has no shared
- * weights; see sim/models/rnn.c), so the graph holds chunks - 1 extra copies of every
- * layer's weights, which the tests take out explicitly. */
+/* FlexFlow's recurrent networks.  Each chunk of a layer is its own LSTM operator; the
+ * chunks of a layer share its weights [in + hidden, 4 hidden] + [4 hidden], so a layer
+ * counts once however many chunks it has. */
 
 static int64_t lstm_weights(int64_t in, int64_t hidden)
 {
@@ -510,7 +509,7 @@ Test(rnn, rnnlm_parameters_and_flops)
   int64_t layer = lstm_weights(2048, 2048), chunks = 2;
   int64_t model = 10000LL * 2048 + 2 * layer + (2048LL * 10000 + 10000);
   cr_assert_eq(count_ops(g, SIM_OP_LSTM), 2 * chunks);
-  cr_assert_eq(sim_graph_n_params(g) - 2 * (chunks - 1) * layer, model);
+  cr_assert_eq(sim_graph_n_params(g), model);
   /* One operator per layer when a chunk is the whole sequence. */
   g_autoptr(SimGraph) whole = build("rnnlm", "batch=4,chunk=20");
   cr_assert_eq(count_ops(whole, SIM_OP_LSTM), 2);
@@ -554,7 +553,7 @@ Test(rnn, chunks_keep_the_recurrence)
   int64_t layer = lstm_weights(2048, 2048);
   int64_t model = 2 * 20480LL * 2048 + 4 * layer + 4 * (2048LL * 2048 + 2048) +
                   (2048LL * 20480 + 20480);
-  cr_assert_eq(sim_graph_n_params(g) - 4 * 3 * layer, model);
+  cr_assert_eq(sim_graph_n_params(g), model);
 }
 
 /* RNNTC: 4 layers of 1024 over 40 steps in chunks of 10, then a 2-class softmax on the
@@ -564,7 +563,7 @@ Test(rnn, rnntc)
   g_autoptr(SimGraph) g = build("rnntc", NULL);
   cr_assert_eq(count_ops(g, SIM_OP_LSTM), 16);
   int64_t layer = lstm_weights(1024, 1024);
-  cr_assert_eq(sim_graph_n_params(g) - 4 * 3 * layer,
+  cr_assert_eq(sim_graph_n_params(g),
                20480LL * 1024 + 4 * layer + (1024 * 2 + 2));
   int cls = sim_graph_op_by_name(g, "classifier");
   SimShape in = sim_graph_tensor_shape(g, sim_graph_op_input(g, cls, 0));

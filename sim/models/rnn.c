@@ -10,16 +10,14 @@
  * one operator each, and the sequence is split into chunks after the embedding and
  * concatenated again before the output layer.
  *
- * Two things FlexFlow's chunks have that the catalogue's LSTM operator does not:
+ * One thing FlexFlow's chunks have that the catalogue's LSTM operator does not:
  * - An initial state.  The operator reads only its input sequence, so the recurrent
  *   state (h, c) cannot enter it.  The hand-over is modelled by adding the previous
  *   chunk's last hidden state [b, 1, hidden] to the chunk's input (a broadcast add): the
  *   same dependency as FlexFlow's, and half its bytes (h without c), for an element-wise
  *   add's work.  This needs the input as wide as the LSTM, which every model here has.
- * - Shared weights.  FlexFlow's chunks of one layer share one parameter region; here
- *   every chunk operator has its own [in + hidden, 4 hidden] weights, so the graph holds
- *   seq/chunk copies of each layer's weights and synchronizes each of them.  With
- *   chunk = seq every layer is one operator and the count is the model's. */
+ * - Nothing else: the chunks of one layer share the first chunk's weights
+ *   (sim_graph_share_weights), as FlexFlow's share one parameter region. */
 #include "zoo.h"
 
 /* One LSTM operator over a chunk of @x, continuing the recurrence of @state (the
@@ -69,9 +67,15 @@ static void lstm_stack(SimGraph *g, const char *prefix, int layers, int n, int *
   SimZooName name;
   for (int l = 0; l < layers; l++) {
     int state = init_state ? init_state[l] : -1;
+    int first = -1;
     for (int j = 0; j < n; j++) {
       x[j] = lstm_chunk(g, sim_zoo_name(&name, "%s.lstm%d.chunk%d", prefix, l, j), x[j], state,
                         hidden);
+      /* The chunks of a layer are one LSTM: they share its weights. */
+      if (j == 0)
+        first = x[0];
+      else
+        sim_zoo_share(g, x[j], first);
       state = x[j];
     }
     if (last_state)

@@ -8,14 +8,10 @@
  * two linear layers 4h wide with a fused GeLU, and learned position embeddings.
  *
  * Tied weights.  Megatron, GPT-2 and BERT share the token embedding with the output
- * layer, and the Transformer shares it between encoder, decoder and output.  The graph
- * IR gives every operator its own weights, so the output layer ("lm_head") holds a
- * second copy of the [V, h] table: sim_graph_n_params() counts it, and the published
- * totals (which count it once) equal the graph's count minus lm_head's weight.  That
- * is how Megatron itself runs when pipeline parallelism puts the embedding and the
- * output layer on different stages (each keeps a copy and their gradients are all-
- * reduced); on one stage it keeps one table, and the graph then overstates the weight
- * memory, optimizer state and gradient traffic by one [V, h] table. */
+ * layer, and the Transformer shares it between encoder, decoder and output: the output
+ * layer ("lm_head") uses the embedding's table (sim_graph_share_weights), so the
+ * parameter count holds it once.  Where pipeline parallelism puts the two on different
+ * stages, each keeps a copy and their gradients are all-reduced, as in Megatron. */
 #include "zoo.h"
 
 #include <string.h>
@@ -103,6 +99,7 @@ static SimGraph *build_gpt(const SimZooModel *model, const SimZooArgs *a, GError
   /* Megatron's Embedding: word embeddings plus learned absolute position embeddings
    * (one row per position of the sequence), then embedding dropout. */
   int x = sim_graph_embedding(g, "embed", tokens, vocab, hidden);
+  int word_table = x;
   int p = sim_graph_embedding(g, "embed.pos", positions, seq, hidden);
   x = sim_graph_binary(g, "embed.add", x, p, SIM_BINARY_ADD);
   x = sim_graph_dropout(g, "embed.dropout", x, DROPOUT);
@@ -113,6 +110,7 @@ static SimGraph *build_gpt(const SimZooModel *model, const SimZooArgs *a, GError
   x = sim_graph_layernorm(g, "final_ln", x);
   /* The output layer multiplies by the word embedding table (tied; see the top). */
   x = sim_graph_linear(g, "lm_head", x, vocab, FALSE, SIM_UNARY_IDENTITY);
+  sim_zoo_share(g, x, word_table);
   sim_graph_cross_entropy(g, "loss", x, labels);
   return g_steal_pointer(&g);
 }
@@ -149,6 +147,7 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
   /* Word, position (a table of max_position_embeddings = 512 rows whatever the sequence
    * length) and token-type (two segments) embeddings, summed and normalized. */
   int x = sim_graph_embedding(g, "embed", tokens, vocab, hidden);
+  int word_table = x;
   int p = sim_graph_embedding(g, "embed.pos", positions, max_positions, hidden);
   int t = sim_graph_embedding(g, "embed.type", segments, 2, hidden);
   x = sim_graph_binary(g, "embed.add", x, p, SIM_BINARY_ADD);
@@ -182,6 +181,7 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
   x = sim_graph_linear(g, "mlm.transform", x, hidden, TRUE, SIM_UNARY_GELU);
   x = sim_graph_layernorm(g, "mlm.ln", x);
   x = sim_graph_linear(g, "lm_head", x, vocab, TRUE, SIM_UNARY_IDENTITY);
+  sim_zoo_share(g, x, word_table);
   sim_graph_cross_entropy(g, "loss", x, labels);
   return g_steal_pointer(&g);
 }
@@ -232,6 +232,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   /* Sinusoidal position encodings have no weights and an element-wise cost that the
    * embedding dropout stands for; the sqrt(d) scaling of the embeddings likewise. */
   int x = sim_graph_embedding(g, "encoder.embed", src, vocab, d);
+  int word_table = x;
   x = sim_graph_dropout(g, "encoder.embed.dropout", x, DROPOUT);
   for (int l = 0; l < enc_layers; l++) {
     sim_zoo_name(&p, "encoder.layer%d", l);
@@ -244,6 +245,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   int memory = x;
 
   x = sim_graph_embedding(g, "decoder.embed", tgt, vocab, d);
+  sim_zoo_share(g, x, word_table);
   x = sim_graph_dropout(g, "decoder.embed.dropout", x, DROPOUT);
   for (int l = 0; l < dec_layers; l++) {
     sim_zoo_name(&p, "decoder.layer%d", l);
@@ -258,6 +260,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   }
   /* The pre-softmax projection shares the embedding matrix (paper section 3.4). */
   x = sim_graph_linear(g, "lm_head", x, vocab, FALSE, SIM_UNARY_IDENTITY);
+  sim_zoo_share(g, x, word_table);
   sim_graph_cross_entropy(g, "loss", x, labels);
   return g_steal_pointer(&g);
 }

@@ -256,6 +256,14 @@ int sim_zoo_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs,
   return op < 0 ? -1 : sim_graph_op_output(g, op, 0);
 }
 
+void sim_zoo_share(SimGraph *g, int t, int owner)
+{
+  if (t < 0 || owner < 0 || g->sticky_error)
+    return;
+  sim_graph_share_weights(g, sim_graph_tensor_producer(g, t), sim_graph_tensor_producer(g, owner),
+                          &g->sticky_error);
+}
+
 SimShape sim_zoo_shape(const SimGraph *g, int t)
 {
   if (t < 0) {

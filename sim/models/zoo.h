@@ -68,6 +68,10 @@ void sim_zoo_attr_float(SimGraph *g, SimAttrs *attrs, const char *name, double v
 int sim_zoo_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs,
                    const int *inputs, const SimAttrs *attrs);
 
+/* Makes the op that produced @t use the weights of the op that produced @owner (a tied
+ * embedding, a chunk of an unrolled LSTM layer), keeping the first error in the graph. */
+void sim_zoo_share(SimGraph *g, int t, int owner);
+
 /* The shape of tensor @t, or an empty shape when @t is -1 (a sticky builder error). */
 SimShape sim_zoo_shape(const SimGraph *g, int t);
 
