@@ -225,6 +225,20 @@ SIM_PUBLIC int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, i
 /* Reports the sticky builder error, if any. */
 SIM_PUBLIC gboolean sim_graph_check(const SimGraph *g, GError **error);
 
+/* Reading attributes back, for graph rewrites that rebuild an operator with a change
+ * (graph-edit.c).  sim_graph_op_attrs() copies the attributes of an existing op, defaults
+ * filled in (transfer full); passed to sim_graph_add_op() with the same inputs it builds
+ * the same op.  The getters return FALSE (or -1) for a name the op type lacks or a value
+ * of another type: get_int reads integers, booleans (0/1) and enumerations (the index in
+ * the enumeration, e.g. a SimUnaryKind); get_ints copies at most @max values and returns
+ * how many the list holds. */
+SIM_PUBLIC SimAttrs *sim_graph_op_attrs(const SimGraph *g, int op);
+SIM_PUBLIC SimOpType sim_attrs_get_type(const SimAttrs *a);
+SIM_PUBLIC gboolean sim_attrs_get_int(const SimAttrs *a, const char *name, int64_t *v);
+SIM_PUBLIC int sim_attrs_get_ints(const SimAttrs *a, const char *name, int64_t *v, int max);
+SIM_PUBLIC gboolean sim_attrs_get_float(const SimAttrs *a, const char *name, double *v);
+
+
 /* Marks @op as a candidate for selective recomputation (large, cheap activations such as
  * attention scores), as Korthikanti et al. 2022 do. */
 SIM_PUBLIC void sim_graph_set_selective_recompute(SimGraph *g, int op, gboolean on);
@@ -290,6 +304,21 @@ SIM_PUBLIC SimDimRole sim_graph_op_dim_role(const SimGraph *g, int op, int d);
 SIM_PUBLIC int64_t sim_graph_op_dim_size(const SimGraph *g, int op, int d);
 /* FALSE where the operator cannot be split along @d (an LSTM's time steps, say). */
 SIM_PUBLIC gboolean sim_graph_op_dim_splittable(const SimGraph *g, int op, int d);
+
+/* Which of an operator's tensors a region query is about. */
+typedef enum {
+  SIM_TENSOR_INPUT,
+  SIM_TENSOR_WEIGHT,
+  SIM_TENSOR_OUTPUT,
+} SimTensorRole;
+
+/* The region of input, weight or output @i of @op that the shard covering iteration
+ * dimensions [lo[d], hi[d]) reads or writes (DESIGN.md, "Iteration space and sharding"):
+ * what a search needs to price the data two configurations exchange without simulating
+ * them (shard.c).  Returns FALSE for a tensor the op does not have. */
+SIM_PUBLIC gboolean sim_graph_op_shard_region(const SimGraph *g, int op, SimTensorRole role,
+                                              int i, const int64_t *lo, const int64_t *hi,
+                                              SimRegion *out);
 
 /* JSON ("format": "parasol-graph", "version": 1).  The reader re-runs shape inference and
  * names the file and the operator in its errors. */
@@ -567,6 +596,14 @@ SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);
 SIM_PUBLIC SimSyncOptions sim_strategy_get_sync(const SimStrategy *s);
 SIM_PUBLIC void sim_strategy_set_memory(SimStrategy *s, const SimMemoryOptions *o);
 SIM_PUBLIC SimMemoryOptions sim_strategy_get_memory(const SimStrategy *s);
+
+/* Graph rewrites (substitutions) the strategy was found with, by name and in the order
+ * they were applied; the search records them and applies them to the model before the
+ * configurations, which name the rewritten graph's operators, refer to it. */
+SIM_PUBLIC void sim_strategy_add_rewrite(SimStrategy *s, const char *name);
+SIM_PUBLIC int sim_strategy_n_rewrites(const SimStrategy *s);
+SIM_PUBLIC const char *sim_strategy_rewrite(const SimStrategy *s, int i);
+SIM_PUBLIC void sim_strategy_clear_rewrites(SimStrategy *s);
 
 /* Validates against the graph and machine: degrees that divide their dimensions (the
  * sample dimension per micro-batch), existing devices, stages that cover every op,

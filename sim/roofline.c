@@ -147,6 +147,7 @@ static const SimCostModelClass roofline_class = {
   .finalize = roofline_finalize,
 };
 
+/* NULL @params means sim_roofline_params_default().  The parameters are copied. */
 SimCostModel *sim_cost_model_new_roofline(const SimRooflineParams *params)
 {
   SimRooflineParams p = params ? *params : sim_roofline_params_default();

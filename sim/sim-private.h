@@ -469,14 +469,17 @@ gboolean sim_strategy_check_config(const SimStrategyOpInfo *info, const SimOpCon
                                    int microbatches, int n_devices, char **where,
                                    GError **error);
 
+/* Like sim_strategy_set_op(), with every shard computed redundantly by @replicas copies
+ * on distinct devices (SimOpConfig.replicas): @devices holds the product of the degrees
+ * times @replicas entries, the copies of a shard next to each other.  sim_strategy_set_op()
+ * is this with one copy. */
+gboolean sim_strategy_set_op_replicated(SimStrategy *s, int op, const int *degrees,
+                                        int replicas, const int *devices, GError **error);
+int sim_strategy_op_replicas(const SimStrategy *s, int op);
+
 /* Options that the public header does not expose yet. */
 void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
-/* Graph rewrites, by name, in the order they were applied. */
-void sim_strategy_add_rewrite(SimStrategy *s, const char *name);
-int sim_strategy_n_rewrites(const SimStrategy *s);
-const char *sim_strategy_rewrite(const SimStrategy *s, int i);
-void sim_strategy_clear_rewrites(SimStrategy *s);
 
 /* Enumerations by name, as the strategy files spell them; -1 for unknown names. */
 int sim_schedule_from_name(const char *name);

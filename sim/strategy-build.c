@@ -81,7 +81,7 @@ SimMegatronOptions sim_megatron_options_default(void)
 
 /* How an operator takes part in tensor parallelism. */
 typedef enum {
-  TP_REPLICATED,   /* whole on one device of the tensor-parallel group                 */
+  TP_REPLICATED,   /* whole, computed by every rank of the tensor-parallel group       */
   TP_COLUMN,       /* a linear split on its parameter dimension (outputs)              */
   TP_ROW,          /* a linear split on its reduction dimension (inputs): partial sums */
   TP_HEADS,        /* attention split by heads                                        */
@@ -433,12 +433,17 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
         degrees[x] = tp;
     }
 
+    /* An op that does not split over the tensor-parallel group runs on every rank of it,
+     * as Megatron runs layer norms, dropouts and residual adds: tp copies of each data-
+     * parallel shard.  Either way shard (d, t) sits on rank (d, p, t): a split op's tensor
+     * coordinate is the fastest-varying, as a replicated op's copy is. */
     int p = op_stage[op] % pp;
-    int tpx = x > 0 && x < SIM_MAX_ITER ? degrees[x] : 1;
+    gboolean split = x > 0 && x < SIM_MAX_ITER && degrees[x] > 1;
+    int replicas = split ? 1 : tp;
     for (int d = 0; d < dp; d++)
-      for (int t = 0; t < tpx; t++)
-        devices[d * tpx + t] = RANK(d, p, t);
-    if (!sim_strategy_set_op(s, op, degrees, devices, error))
+      for (int t = 0; t < tp; t++)
+        devices[d * tp + t] = RANK(d, p, t);
+    if (!sim_strategy_set_op_replicated(s, op, degrees, replicas, devices, error))
       return NULL;
   }
 

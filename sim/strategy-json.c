@@ -17,7 +17,8 @@
  *     "rewrites": ["fuse-qkv", ...],
  *     "stages": [{"devices": [0, 1]}, {"devices": {"start": 2, "count": 2, "stride": 1}}],
  *     "default": {"degrees": {"b": 4}, "devices": [0, 1, 2, 3], "stage": 0},
- *     "ops": {"fc1": {"degrees": {"b": 2, "n": 4}, "devices": [...], "stage": 0}, ...}
+ *     "ops": {"fc1": {"degrees": {"b": 2, "n": 4}, "devices": [...], "stage": 0},
+ *             "ln": {"degrees": {"b": 2}, "replicas": 4, "devices": [...]}, ...}
  *   }
  *
  * Every operator of the graph needs a configuration: either its own entry under "ops" or
@@ -25,6 +26,9 @@
  * operator without a default is an error, because silently running it on device 0 would
  * hide a strategy written for another model.  In "default", degrees name dimensions that
  * only some operators have; each operator takes the ones it has.
+ *
+ * "replicas" (default 1) computes every shard that many times, on distinct devices; the
+ * device list then holds the copies of each shard next to each other, as SimOpConfig does.
  *
  * "bucket_MB" counts mebibytes (2^20 bytes), as PyTorch's bucket_cap_mb does.  Devices are
  * a list or, for arithmetic progressions, {"start", "count", "stride" (default 1)}.
@@ -144,7 +148,10 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
       g_string_append_printf(out, ": %d", c->degree[d]);
       first = FALSE;
     }
-    g_string_append(out, "}, \"devices\": ");
+    g_string_append(out, "}, ");
+    if (c->replicas > 1)
+      g_string_append_printf(out, "\"replicas\": %d, ", c->replicas);
+    g_string_append(out, "\"devices\": ");
     put_devices(out, c->devices, c->n_shards);
     if (s->n_stages > 1)
       g_string_append_printf(out, ", \"stage\": %d", s->op_stage[i]);
@@ -336,7 +343,8 @@ static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *o
     /* No operator has a million shards; the bound keeps a typo from allocating gigabytes. */
     if (!get_int(r, m, pc, 1, 1 << 20, &count))
       return FALSE;
-    if ((m = json_object_get_member(o, "stride")) && !get_int(r, m, pk, G_MININT, G_MAXINT, &stride))
+    if ((m = json_object_get_member(o, "stride")) &&
+        !get_int(r, m, pk, G_MININT, G_MAXINT, &stride))
       return FALSE;
     for (int64_t i = 0; i < count; i++) {
       int64_t d = start + i * stride;
@@ -358,6 +366,7 @@ static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *o
 /* A parsed per-operator entry, before it is applied to an operator. */
 typedef struct {
   JsonObject *degrees;     /* may be NULL: all 1                                      */
+  int replicas;            /* copies of every shard; 1 when "replicas" is missing     */
   GArray *devices;         /* int; empty when "devices" is missing                    */
   int stage;               /* -1 when "stage" is missing                              */
 } Entry;
@@ -367,17 +376,25 @@ static gboolean read_entry(Reader *r, JsonNode *n, const char *place, int n_stag
   JsonObject *o = NULL;
   if (!get_object(r, n, place, &o))
     return FALSE;
-  static const char *const keys[] = { "degrees", "devices", "stage", NULL };
+  static const char *const keys[] = { "degrees", "replicas", "devices", "stage", NULL };
   if (!check_keys(r, o, place, keys))
     return FALSE;
   JsonNode *m;
   e->degrees = NULL;
+  e->replicas = 1;
   e->stage = -1;
   g_array_set_size(e->devices, 0);
   if ((m = json_object_get_member(o, "degrees"))) {
     g_autofree char *p = place_key(place, "degrees");
     if (!get_object(r, m, p, &e->degrees))
       return FALSE;
+  }
+  if ((m = json_object_get_member(o, "replicas"))) {
+    g_autofree char *p = place_key(place, "replicas");
+    int64_t v;
+    if (!get_int(r, m, p, 1, r->n_devices, &v))
+      return FALSE;
+    e->replicas = (int)v;
   }
   if (!(m = json_object_get_member(o, "devices")))
     return fail(r, SIM_ERROR_PARSE, place, "missing \"devices\"");
@@ -404,7 +421,7 @@ static gboolean apply_entry(Reader *r, SimStrategy *s, int op, const Entry *e, c
 {
   SimStrategyOpInfo info;
   sim_strategy_op_info_fill(r->g, op, &info);
-  SimOpConfig c = { .n_shards = 1 };
+  SimOpConfig c = { .n_shards = 1, .replicas = e->replicas };
   for (int d = 0; d < SIM_MAX_ITER; d++)
     c.degree[d] = 1;
   if (e->degrees) {
@@ -436,12 +453,19 @@ static gboolean apply_entry(Reader *r, SimStrategy *s, int op, const Entry *e, c
   }
   for (int d = 0; d < SIM_MAX_ITER; d++)
     c.n_shards = (int)MIN((int64_t)c.n_shards * c.degree[d], (int64_t)G_MAXINT / 2);
+  int coords = c.n_shards;
+  c.n_shards = (int)MIN((int64_t)coords * c.replicas, (int64_t)G_MAXINT / 2);
   c.devices = (int *)(void *)e->devices->data;
   if ((int)e->devices->len != c.n_shards) {
     g_autofree char *p = g_strdup_printf("%s.devices", place);
+    if (c.replicas > 1)
+      return fail(r, SIM_ERROR_INVALID, p,
+                  "op '%s' (%s): %u devices for %d shards (the product of the degrees) x %d "
+                  "replicas", info.name, sim_op_type_name(info.type), e->devices->len, coords,
+                  c.replicas);
     return fail(r, SIM_ERROR_INVALID, p,
                 "op '%s' (%s): %u devices for %d shards (the product of the degrees)",
-                info.name, sim_op_type_name(info.type), e->devices->len, c.n_shards);
+                info.name, sim_op_type_name(info.type), e->devices->len, coords);
   }
   g_autofree char *where = NULL;
   g_autoptr(GError) local = NULL;

@@ -149,6 +149,7 @@ static void config_set_single(SimOpConfig *c, int device)
   for (int d = 0; d < SIM_MAX_ITER; d++)
     c->degree[d] = 1;
   c->n_shards = 1;
+  c->replicas = 1;
   g_free(c->devices);
   c->devices = g_new(int, 1);
   c->devices[0] = device;
@@ -255,7 +256,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
     return FALSE;
   for (int i = 0; i < a->n_ops; i++) {
     const SimOpConfig *x = &a->ops[i], *y = &b->ops[i];
-    if (x->n_shards != y->n_shards || !ints_equal(x->degree, y->degree, SIM_MAX_ITER) ||
+    if (x->n_shards != y->n_shards || MAX(x->replicas, 1) != MAX(y->replicas, 1) ||
+        !ints_equal(x->degree, y->degree, SIM_MAX_ITER) ||
         !ints_equal(x->devices, y->devices, x->n_shards))
       return FALSE;
   }
@@ -352,12 +354,25 @@ gboolean sim_strategy_check_config(const SimStrategyOpInfo *info, const SimOpCon
     if (where)
       g_clear_pointer(where, g_free);
   }
-  if (product != c->n_shards) {
+  if (c->replicas < 0) {
+    if (where)
+      *where = g_strdup("replicas");
+    op_error(error, SIM_ERROR_INVALID, info, "%d replicas is not a number of copies",
+             c->replicas);
+    return FALSE;
+  }
+  int reps = MAX(c->replicas, 1);
+  if (product * reps != c->n_shards) {
     if (where)
       *where = g_strdup("devices");
-    op_error(error, SIM_ERROR_INVALID, info,
-             "%d devices for %" G_GINT64_FORMAT " shards (the product of the degrees)",
-             c->n_shards, product);
+    if (reps > 1)
+      op_error(error, SIM_ERROR_INVALID, info,
+               "%d devices for %" G_GINT64_FORMAT " shards (the product of the degrees) x %d "
+               "replicas", c->n_shards, product, reps);
+    else
+      op_error(error, SIM_ERROR_INVALID, info,
+               "%d devices for %" G_GINT64_FORMAT " shards (the product of the degrees)",
+               c->n_shards, product);
     return FALSE;
   }
   for (int i = 0; i < c->n_shards; i++) {
@@ -369,21 +384,44 @@ gboolean sim_strategy_check_config(const SimStrategyOpInfo *info, const SimOpCon
                n_devices - 1);
       return FALSE;
     }
+    /* Two copies of one shard on one device would compute it twice for nothing. */
+    for (int j = i - i % reps; j < i; j++) {
+      if (c->devices[j] == c->devices[i]) {
+        if (where)
+          *where = g_strdup_printf("devices[%d]", i);
+        op_error(error, SIM_ERROR_INVALID, info,
+                 "copies %d and %d of shard %d are both on device %d", j % reps, i % reps,
+                 i / reps, c->devices[i]);
+        return FALSE;
+      }
+    }
   }
   return TRUE;
 }
 
 /* Two shards of one operator may share a device: the device then runs both, one after the
- * other.  That is how a strategy expresses, say, eight shards on four devices. */
+ * other.  That is how a strategy expresses, say, eight shards on four devices.  Copies of
+ * one replicated shard, on the other hand, sit on distinct devices. */
 gboolean sim_strategy_set_op(SimStrategy *s, int op, const int *degrees, const int *devices,
                              GError **error)
+{
+  return sim_strategy_set_op_replicated(s, op, degrees, 1, devices, error);
+}
+
+gboolean sim_strategy_set_op_replicated(SimStrategy *s, int op, const int *degrees,
+                                        int replicas, const int *devices, GError **error)
 {
   g_return_val_if_fail(s != NULL && s->layout != NULL, FALSE);
   g_return_val_if_fail(op >= 0 && op < s->n_ops, FALSE);
   g_return_val_if_fail(degrees != NULL && devices != NULL, FALSE);
 
   const SimStrategyOpInfo *info = &s->layout->ops[op];
-  SimOpConfig c = { .n_shards = 1 };
+  if (replicas < 1) {
+    op_error(error, SIM_ERROR_INVALID, info, "%d replicas: at least one copy needed",
+             replicas);
+    return FALSE;
+  }
+  SimOpConfig c = { .n_shards = 1, .replicas = replicas };
   for (int d = 0; d < SIM_MAX_ITER; d++) {
     c.degree[d] = d < info->ndims ? degrees[d] : 1;
     if (c.degree[d] < 1) {
@@ -394,6 +432,7 @@ gboolean sim_strategy_set_op(SimStrategy *s, int op, const int *degrees, const i
     /* Saturate rather than overflow on absurd degrees; the check below rejects them. */
     c.n_shards = (int)MIN((int64_t)c.n_shards * c.degree[d], (int64_t)G_MAXINT / 2);
   }
+  c.n_shards = (int)MIN((int64_t)c.n_shards * replicas, (int64_t)G_MAXINT / 2);
   c.devices = (int *)devices;
   /* The sample dimension is checked against the whole batch here, since the number of
    * micro-batches may still change; sim_strategy_validate() checks it per micro-batch. */
@@ -407,6 +446,7 @@ gboolean sim_strategy_set_op(SimStrategy *s, int op, const int *degrees, const i
   }
   memcpy(dst->degree, c.degree, sizeof c.degree);
   dst->n_shards = c.n_shards;
+  dst->replicas = replicas;
   memcpy(dst->devices, devices, sizeof(int) * (size_t)c.n_shards);
   return TRUE;
 }
@@ -431,6 +471,14 @@ int sim_strategy_op_n_shards(const SimStrategy *s, int op)
   return s->ops[op].n_shards;
 }
 
+int sim_strategy_op_replicas(const SimStrategy *s, int op)
+{
+  g_return_val_if_fail(s != NULL && op >= 0 && op < s->n_ops, 0);
+  return MAX(s->ops[op].replicas, 1);
+}
+
+/* @shard counts shard coordinates, not copies: with replicas, entry i of the device list
+ * holds coordinates i / replicas. */
 void sim_config_shard_coords(const SimOpConfig *c, int ndims, int shard, int *coords)
 {
   for (int d = ndims - 1; d >= 0; d--) {
@@ -744,6 +792,15 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
       return FALSE;
     }
     n_groups = s->n_stages / s->chunks;
+    /* Megatron's interleaved schedule sends micro-batches through the device groups in
+     * rounds of one per group (Narayanan et al. 2021, section 2.2.2). */
+    if (s->chunks > 1 && s->microbatches % n_groups != 0) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "the interleaved schedule needs the %d micro-batches to be a multiple of "
+                  "the %d device groups of the pipeline",
+                  s->microbatches, n_groups);
+      return FALSE;
+    }
     for (int st = n_groups; st < s->n_stages; st++) {
       int base = st % n_groups;
       if (s->stage_n_devices[st] != s->stage_n_devices[base] ||

@@ -225,6 +225,38 @@ Test(strategy, set_op_rejects_bad_configurations)
   cr_assert_eq(sim_strategy_op_n_shards(s, fc1), 1);
 }
 
+Test(strategy, replicated_shards)
+{
+  g_autoptr(SimGraph) g = tiny_graph(8);
+  g_autoptr(SimMachine) m = machine("dgx-a100");
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  int fc1 = op_id(g, "fc1");
+  int deg[SIM_MAX_ITER];
+  degrees_one(deg, 0, 2);
+  GError *error = NULL;
+  /* Two data-parallel shards, each computed by 3 copies: 6 devices, the copies of shard 0
+   * first. */
+  int dev[] = { 0, 1, 2, 4, 5, 6 };
+  cr_assert(sim_strategy_set_op_replicated(s, fc1, deg, 3, dev, &error), "%s",
+            error ? error->message : "");
+  cr_assert_eq(sim_strategy_op_n_shards(s, fc1), 6);
+  cr_assert_eq(sim_strategy_op_replicas(s, fc1), 3);
+
+  /* Copies of one shard on one device would compute it twice there. */
+  int twice[] = { 0, 1, 0, 4, 5, 6 };
+  cr_assert_not(sim_strategy_set_op_replicated(s, fc1, deg, 3, twice, &error));
+  assert_error(error, SIM_ERROR_INVALID, "copies 0 and 2 of shard 0 are both on device 0");
+  g_clear_error(&error);
+  cr_assert_not(sim_strategy_set_op_replicated(s, fc1, deg, 0, dev, &error));
+  assert_error(error, SIM_ERROR_INVALID, "0 replicas");
+  g_clear_error(&error);
+
+  /* The public setter means one copy again. */
+  cr_assert(sim_strategy_set_op(s, fc1, deg, dev, NULL));
+  cr_assert_eq(sim_strategy_op_replicas(s, fc1), 1);
+  cr_assert_eq(sim_strategy_op_n_shards(s, fc1), 2);
+}
+
 Test(strategy, set_op_rejects_splitting_an_unsplittable_dimension)
 {
   /* An LSTM's time steps depend on each other: its sequence dimension cannot be split. */
@@ -383,8 +415,8 @@ Test(strategy, validate_checks_stages)
       cr_assert(sim_strategy_set_op(s, op, deg, one, NULL));
   cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
 
-  /* fc2 in stage 0 would consume fc1... fine; fc1 in stage 1 feeding fc2 in stage 0 is
-   * a backward edge. */
+  /* fc1 in stage 1 feeding fc2 in stage 0 sends activations backwards through the
+   * pipeline. */
   g_autoptr(SimStrategy) back = sim_strategy_copy(s);
   int rev[8];
   memcpy(rev, stage, sizeof rev);
@@ -561,7 +593,8 @@ Test(strategy_json, reads_a_hand_written_file)
     " \"memory\": {\"recompute\": \"selective\", \"zero\": 1, \"precision\": \"mixed-fp16\"},\n"
     " \"default\": {\"devices\": [0]},\n"
     " \"ops\": {\"fc1\": {\"degrees\": {\"b\": 2, \"n\": 2},\n"
-    "                   \"devices\": {\"start\": 0, \"count\": 4, \"stride\": 2}}}}\n";
+    "                   \"devices\": {\"start\": 0, \"count\": 4, \"stride\": 2}},\n"
+    "         \"fc2\": {\"replicas\": 2, \"devices\": [0, 2]}}}\n";
   GError *error = NULL;
   g_autoptr(SimStrategy) s = sim_strategy_from_json(text, "h.json", g, m, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -580,6 +613,7 @@ Test(strategy_json, reads_a_hand_written_file)
   cr_assert_eq(n, 4);
   cr_assert_arr_eq(dev, want, sizeof want);
   cr_assert_eq(degree_on(s, g, "fc1", "n"), 2);
+  cr_assert_eq(sim_strategy_op_replicas(s, op_id(g, "fc2")), 2);
   /* Without "stages", the one stage runs on the devices the ops use. */
   cr_assert_eq(s->stage_n_devices[0], 4);
 }
@@ -644,6 +678,16 @@ Test(strategy_json, errors_name_the_file_and_the_place)
   assert_error(e, SIM_ERROR_INVALID, "1 devices for 2 shards");
   g_error_free(e);
 
+  e = read_error("\"ops\": {\"fc1\": {\"replicas\": 2, \"devices\": [0, 1, 2]}}");
+  assert_error(e, SIM_ERROR_INVALID, "3 devices for 1 shards (the product of the degrees) x 2 "
+                                     "replicas");
+  g_error_free(e);
+
+  e = read_error("\"ops\": {\"fc1\": {\"replicas\": 2, \"devices\": [3, 3]}}");
+  assert_error(e, SIM_ERROR_INVALID, "s.json: ops.fc1.devices[1]: op 'fc1' (linear): copies 0 "
+                                     "and 1 of shard 0 are both on device 3");
+  g_error_free(e);
+
   e = read_error("\"ops\": {\"fc1\": {\"devices\": [0]}}");
   assert_error(e, SIM_ERROR_INVALID, "s.json: ops: no configuration for op 'x' (input)");
   g_error_free(e);
@@ -690,7 +734,8 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   g_autofree char *mb = g_strdup_printf("\"microbatches\": 3, \"ops\": {%s}", base);
   e = read_error(mb);
-  assert_error(e, SIM_ERROR_INVALID, "s.json: microbatches: the batch of 8 samples does not split into 3");
+  assert_error(e, SIM_ERROR_INVALID,
+               "s.json: microbatches: the batch of 8 samples does not split into 3");
   g_error_free(e);
 
   g_autofree char *type = g_strdup_printf("\"microbatches\": \"two\", \"ops\": {%s}", base);
@@ -857,10 +902,16 @@ Test(strategy_build, megatron_gpt_tp2_pp2_dp2)
     if (heads < 0)
       heads = dim_with_role(g, oa, SIM_ROLE_PARAMETER);
     cr_assert_eq(sim_strategy_op_degrees(s, oa)[heads], 2);
-    /* Every op: dp 2 on the sample dimension; layer norms replicated over tp. */
+    /* Every op: dp 2 on the sample dimension; layer norms computed by both tp ranks:
+     * 2 shards x 2 copies. */
     cr_assert_eq(sim_strategy_op_degrees(s, o1)[0], 2);
     cr_assert_eq(sim_strategy_op_n_shards(s, o1), 4);
-    cr_assert_eq(sim_strategy_op_n_shards(s, ol), 2);
+    cr_assert_eq(sim_strategy_op_replicas(s, o1), 1);
+    cr_assert_eq(sim_strategy_op_degrees(s, ol)[0], 2);
+    for (int d = 1; d < SIM_MAX_ITER; d++)
+      cr_assert_eq(sim_strategy_op_degrees(s, ol)[d], 1);
+    cr_assert_eq(sim_strategy_op_replicas(s, ol), 2);
+    cr_assert_eq(sim_strategy_op_n_shards(s, ol), 4);
     /* Two layers per stage. */
     cr_assert_eq(sim_strategy_op_stage(s, o1), l / 2);
     cr_assert_eq(sim_strategy_op_stage(s, oa), l / 2);
@@ -873,10 +924,10 @@ Test(strategy_build, megatron_gpt_tp2_pp2_dp2)
   assert_devices(s, g, "layer0.mlp.fc1", stage0, 4);
   assert_devices(s, g, "layer1.mlp.fc2", stage0, 4);
   assert_devices(s, g, "layer3.mlp.fc1", stage1, 4);
-  /* Replicated over tp: on tp rank 0 of each data-parallel replica. */
-  int ln0[] = { 0, 4 }, ln3[] = { 2, 6 };
-  assert_devices(s, g, "layer0.ln1", ln0, 2);
-  assert_devices(s, g, "layer3.ln2", ln3, 2);
+  /* Replicated over tp: the copies of data-parallel shard d on ranks (d, p, 0..1). */
+  assert_devices(s, g, "layer0.ln1", stage0, 4);
+  assert_devices(s, g, "layer3.ln2", stage1, 4);
+  assert_devices(s, g, "layer2.mlp.residual", stage1, 4);
   cr_assert_eq(sim_strategy_n_stages(s), 2);
   cr_assert_arr_eq(s->stage_devices[0], stage0, sizeof stage0);
   cr_assert_arr_eq(s->stage_devices[1], stage1, sizeof stage1);
@@ -914,6 +965,7 @@ Test(strategy_build, megatron_sequence_parallel_splits_norms_on_the_sequence)
   int seq = dim_with_role(g, ln, SIM_ROLE_ATTRIBUTE);
   cr_assert_geq(seq, 0);
   cr_assert_eq(sim_strategy_op_degrees(s, ln)[seq], 4);
+  cr_assert_eq(sim_strategy_op_replicas(s, ln), 1, "split, not replicated");
   int add = op_id(g, "layer1.mlp.residual");
   cr_assert_eq(sim_strategy_op_degrees(s, add)[dim_with_role(g, add, SIM_ROLE_ATTRIBUTE)], 4);
   int ranks[] = { 0, 1, 2, 3 };
@@ -945,6 +997,13 @@ Test(strategy_build, megatron_interleaved_assigns_chunks_round_robin)
   cr_assert_eq(sim_strategy_get_schedule(s, &chunks), SIM_SCHEDULE_INTERLEAVED);
   cr_assert_eq(chunks, 2);
   cr_assert_eq(sim_strategy_get_microbatches(s), 4, "given, not derived");
+
+  /* Micro-batches go through the 2 device groups in rounds: a single one cannot. */
+  o.microbatches = 1;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  assert_error(error, SIM_ERROR_INVALID, "the 1 micro-batches to be a multiple of the 2 device "
+                                         "groups");
+  g_clear_error(&error);
 }
 
 Test(strategy_build, megatron_errors)

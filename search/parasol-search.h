@@ -1,0 +1,332 @@
+/* parasol-search.h — the public interface of libsearch.
+ *
+ * libsearch finds fast parallelization strategies by asking the simulator (DESIGN.md,
+ * "Search").  A problem is a graph on a machine with a cost model and constraints (memory
+ * capacity, the kinds of parallelism allowed, the devices to use).  An algorithm is a
+ * struct of function pointers registered by name; the driver runs it with a context that
+ * owns the budget (seconds or evaluations), the seed, the worker threads, the log of
+ * improvements, the progress line and interruption, and that keeps the best strategy any
+ * evaluation found.  Algorithms talk to the simulator only through this context and the
+ * public API of libsim.
+ *
+ * Built in: data-parallel, expert (Megatron-style plans), owt ("one weird trick"),
+ * exhaustive, mcmc (FlexFlow), optcnn and dp (dynamic programming after OptCNN and
+ * Unity), pipeline (stage partitioning), beam and subst (Unity's substitutions searched
+ * jointly with an inner algorithm).  External algorithms load from shared objects. */
+#pragma once
+
+#include "parasol-sim.h"
+
+G_BEGIN_DECLS
+
+#define SEARCH_PUBLIC __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                              */
+
+#define SEARCH_ERROR (search_error_quark())
+typedef enum {
+  SEARCH_ERROR_UNKNOWN,      /* an unknown algorithm or option                           */
+  SEARCH_ERROR_INVALID,      /* an impossible budget, constraint or option value          */
+  SEARCH_ERROR_PLUGIN,       /* a plugin that cannot be loaded or has the wrong version   */
+  SEARCH_ERROR_TOO_LARGE,    /* a problem too large for the algorithm (exhaustive)        */
+  SEARCH_ERROR_FAILED,       /* the algorithm failed                                     */
+} SearchErrorCode;
+SEARCH_PUBLIC GQuark search_error_quark(void);
+
+/* ---------------------------------------------------------------------------------- */
+/* Problems                                                                            */
+
+/* Kinds of parallelism a problem allows (DESIGN.md, "Iteration space and sharding"). */
+typedef enum {
+  SEARCH_KIND_DATA = 1 << 0,       /* split sample dimensions                          */
+  SEARCH_KIND_ATTRIBUTE = 1 << 1,  /* split spatial and sequence dimensions            */
+  SEARCH_KIND_PARAMETER = 1 << 2,  /* split output channels, features, heads           */
+  SEARCH_KIND_REDUCTION = 1 << 3,  /* split contracted dimensions (partial sums)       */
+  SEARCH_KIND_PIPELINE = 1 << 4,   /* pipeline stages over device groups               */
+  SEARCH_KIND_ALL = 0x1f,
+} SearchKinds;
+
+/* Parses "data,parameter,pipeline" (also "model" for parameter and reduction, "spatial"
+ * and "sequence" for attribute, "all"); SEARCH_ERROR_UNKNOWN names a bad word. */
+SEARCH_PUBLIC gboolean search_kinds_parse(const char *text, SearchKinds *out, GError **error);
+
+typedef struct _SearchProblem SearchProblem;
+
+/* A problem on @g, @m and @cost, which it borrows: they must outlive it.  By default it
+ * uses every device, allows every kind of parallelism, counts a strategy that does not
+ * fit in device memory as infeasible, and gives its strategies the default options of
+ * sim_megatron_options_default() (mixed precision, Adam, overlapped ring all-reduce). */
+SEARCH_PUBLIC SearchProblem *search_problem_new(const SimGraph *g, SimMachine *m,
+                                                SimCostModel *cost);
+SEARCH_PUBLIC SearchProblem *search_problem_ref(SearchProblem *p);
+SEARCH_PUBLIC void search_problem_unref(SearchProblem *p);
+
+/* Settings; change them before a search starts. */
+SEARCH_PUBLIC void search_problem_set_sim_options(SearchProblem *p, const SimOptions *o);
+SEARCH_PUBLIC void search_problem_set_sync(SearchProblem *p, const SimSyncOptions *o);
+SEARCH_PUBLIC void search_problem_set_memory(SearchProblem *p, const SimMemoryOptions *o);
+/* Whether strategies that do not fit in device memory are infeasible (default TRUE). */
+SEARCH_PUBLIC void search_problem_set_memory_limit(SearchProblem *p, gboolean on);
+SEARCH_PUBLIC void search_problem_set_kinds(SearchProblem *p, SearchKinds kinds);
+/* Restricts the search to @n devices of the machine (distinct, in the order given). */
+SEARCH_PUBLIC gboolean search_problem_set_devices(SearchProblem *p, const int *devices, int n,
+                                                  GError **error);
+
+SEARCH_PUBLIC const SimGraph *search_problem_get_graph(const SearchProblem *p);
+SEARCH_PUBLIC SimMachine *search_problem_get_machine(const SearchProblem *p);
+SEARCH_PUBLIC SimCostModel *search_problem_get_cost(const SearchProblem *p);
+SEARCH_PUBLIC SimOptions search_problem_get_sim_options(const SearchProblem *p);
+SEARCH_PUBLIC gboolean search_problem_get_memory_limit(const SearchProblem *p);
+SEARCH_PUBLIC SearchKinds search_problem_get_kinds(const SearchProblem *p);
+/* The devices the search may use (transfer none). */
+SEARCH_PUBLIC const int *search_problem_get_devices(const SearchProblem *p, int *n);
+/* Graph rewrites the problem's graph carries (substitutions); NULL-terminated. */
+SEARCH_PUBLIC const char *const *search_problem_get_rewrites(const SearchProblem *p);
+
+/* The same problem on @g (taken), a rewrite of the problem's graph by @rewrite (a name
+ * recorded in every strategy of the new problem, after the rewrites it already has). */
+SEARCH_PUBLIC SearchProblem *search_problem_derive(const SearchProblem *p, SimGraph *g,
+                                                   const char *rewrite);
+
+/* A strategy with the problem's options, one stage over the problem's devices, and every
+ * operator on the first of them (transfer full). */
+SEARCH_PUBLIC SimStrategy *search_problem_new_strategy(const SearchProblem *p);
+
+/* Simulates @s outside any budget.  Returns its iteration time, or +inf when it is
+ * infeasible (invalid, deadlocked, or out of memory under the memory limit); stores the
+ * report in @report when not NULL. */
+SEARCH_PUBLIC double search_problem_simulate(const SearchProblem *p, const SimStrategy *s,
+                                             SimReport **report, GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* Per-operator configurations                                                         */
+
+#define SEARCH_MAX_DIMS 8
+
+/* One parallel configuration of an operator: a degree per iteration dimension and a
+ * device view, the @n consecutive problem devices from index @start (FlexFlow's machine
+ * views: blocks aligned to their size).  @n is the product of the degrees. */
+typedef struct {
+  int degree[SEARCH_MAX_DIMS];
+  int start;
+  int n;
+} SearchConfig;
+
+/* The candidate configurations of @op under the problem's constraints: degrees over
+ * splittable dimensions of allowed kinds that divide their dimensions, with a product
+ * that divides the number of devices, on every aligned view.  The list is fixed for the
+ * problem's life; index 0 is the operator on the first device alone. */
+SEARCH_PUBLIC int search_problem_n_configs(const SearchProblem *p, int op);
+SEARCH_PUBLIC const SearchConfig *search_problem_config(const SearchProblem *p, int op, int i);
+/* The index of @c in @op's list, or -1. */
+SEARCH_PUBLIC int search_problem_find_config(const SearchProblem *p, int op,
+                                             const SearchConfig *c);
+/* The index of the configuration @s gives @op, or -1 if it is not a candidate. */
+SEARCH_PUBLIC int search_problem_config_of(const SearchProblem *p, const SimStrategy *s, int op);
+/* Writes the machine devices of @c's shards, in the strategy's shard order, to @devices
+ * (c->n entries). */
+SEARCH_PUBLIC void search_problem_config_devices(const SearchProblem *p, const SearchConfig *c,
+                                                 int *devices);
+SEARCH_PUBLIC gboolean search_problem_apply_config(const SearchProblem *p, SimStrategy *s,
+                                                   int op, const SearchConfig *c,
+                                                   GError **error);
+/* "b=4 n=2 @0-7" */
+SEARCH_PUBLIC char *search_problem_config_to_string(const SearchProblem *p, int op,
+                                                    const SearchConfig *c);
+
+/* ---------------------------------------------------------------------------------- */
+/* Baselines the commands compare against                                              */
+
+/* Every operator data parallel over the problem's devices (transfer full). */
+SEARCH_PUBLIC SimStrategy *search_problem_data_parallel(const SearchProblem *p, GError **error);
+/* The best of the expert plans (Megatron-style tensor, pipeline and data parallelism
+ * after Narayanan et al. SC'21, and "one weird trick" for networks with convolutions),
+ * simulated outside any budget; its time goes to @time (+inf if none is feasible). */
+SEARCH_PUBLIC SimStrategy *search_problem_expert(const SearchProblem *p, double *time,
+                                                 GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* The context an algorithm runs in                                                    */
+
+typedef struct _SearchContext SearchContext;
+
+SEARCH_PUBLIC const SearchProblem *search_context_get_problem(const SearchContext *ctx);
+SEARCH_PUBLIC guint64 search_context_get_seed(const SearchContext *ctx);
+SEARCH_PUBLIC int search_context_get_threads(const SearchContext *ctx);
+/* The budget: evaluations (0: none) and seconds (0: none). */
+SEARCH_PUBLIC gint64 search_context_get_eval_budget(const SearchContext *ctx);
+SEARCH_PUBLIC double search_context_get_time_budget(const SearchContext *ctx);
+SEARCH_PUBLIC gint64 search_context_get_evals(const SearchContext *ctx);
+/* Evaluations left in the budget (G_MAXINT64 without an evaluation budget). */
+SEARCH_PUBLIC gint64 search_context_evals_left(const SearchContext *ctx);
+SEARCH_PUBLIC double search_context_elapsed(const SearchContext *ctx);
+/* TRUE once the budget is spent or the user interrupted: algorithms poll it and return. */
+SEARCH_PUBLIC gboolean search_context_should_stop(const SearchContext *ctx);
+
+/* Algorithm options ("key=value" from the command line).  The getters return @def when
+ * the key is absent and report malformed values once, as warnings, then use @def. */
+SEARCH_PUBLIC const char *search_context_get_option(const SearchContext *ctx, const char *key);
+SEARCH_PUBLIC double search_context_get_option_double(const SearchContext *ctx, const char *key,
+                                                      double def);
+SEARCH_PUBLIC int search_context_get_option_int(const SearchContext *ctx, const char *key,
+                                                int def);
+
+/* A random generator for stream @stream of the context's seed: the same seed and stream
+ * give the same numbers, whatever the threads do (transfer full; g_rand_free). */
+SEARCH_PUBLIC GRand *search_context_rand_new(const SearchContext *ctx, guint32 stream);
+
+/* The best feasible strategy any evaluation found so far, and its time (+inf, NULL when
+ * none).  The strategy is a copy (transfer full) on the problem's graph or, under
+ * substitutions, on a rewritten graph. */
+SEARCH_PUBLIC double search_context_get_best(SearchContext *ctx, SimStrategy **best);
+
+/* Evaluates @s with a full simulation: counts one evaluation and returns its time, or +inf
+ * if it is infeasible.  Safe from worker threads. */
+SEARCH_PUBLIC double search_context_evaluate(SearchContext *ctx, const SimStrategy *s);
+/* Reports the cost of the algorithm's current state (for the log and progress line). */
+SEARCH_PUBLIC void search_context_set_current(SearchContext *ctx, double cost);
+
+/* Runs @fn(@i, @data) for i in [0, @n) on the context's worker threads and waits for
+ * all.  Each task must use its own evaluators and random streams; what it computes must
+ * not depend on the order tasks run in. */
+SEARCH_PUBLIC void search_context_parallel(SearchContext *ctx, int n,
+                                           void (*fn)(int i, gpointer data), gpointer data);
+
+/* ---------------------------------------------------------------------------------- */
+/* Delta evaluation                                                                    */
+
+/* An evaluator keeps a strategy and its simulation (a SimSession): changing a few
+ * operators and running again re-simulates only what they touch.  One evaluator belongs
+ * to one thread at a time. */
+typedef struct _SearchEvaluator SearchEvaluator;
+
+/* A new evaluator at @start (copied).  @stream orders equal-cost discoveries between
+ * evaluators deterministically (use the task index). */
+SEARCH_PUBLIC SearchEvaluator *search_evaluator_new(SearchContext *ctx, const SimStrategy *start,
+                                                    guint32 stream, GError **error);
+SEARCH_PUBLIC void search_evaluator_free(SearchEvaluator *ev);
+/* Sets @op's configuration; FALSE (and nothing changed) if it is not valid. */
+SEARCH_PUBLIC gboolean search_evaluator_set_config(SearchEvaluator *ev, int op,
+                                                   const SearchConfig *c);
+/* Simulates the current strategy: counts one evaluation, records it with the driver and
+ * returns its time, or +inf if it is infeasible. */
+SEARCH_PUBLIC double search_evaluator_run(SearchEvaluator *ev);
+/* The last run's time whether or not it fits, and its peak memory over capacity on the
+ * fullest device (1.0 means full): algorithms that walk through infeasible strategies
+ * use them to measure how far from feasible they are. */
+SEARCH_PUBLIC double search_evaluator_last_time(const SearchEvaluator *ev);
+SEARCH_PUBLIC double search_evaluator_last_memory(const SearchEvaluator *ev);
+SEARCH_PUBLIC const SimStrategy *search_evaluator_get_strategy(const SearchEvaluator *ev);
+/* Caps this evaluator's runs at @max_evals (0: no cap beyond the budget).  Algorithms that
+ * run several evaluators in parallel give each a share of the evaluation budget, so the
+ * result does not depend on which thread runs faster. */
+SEARCH_PUBLIC void search_evaluator_set_limit(SearchEvaluator *ev, gint64 max_evals);
+/* TRUE when this evaluator's cap is reached or the context should stop. */
+SEARCH_PUBLIC gboolean search_evaluator_should_stop(const SearchEvaluator *ev);
+SEARCH_PUBLIC gint64 search_evaluator_get_evals(const SearchEvaluator *ev);
+
+/* ---------------------------------------------------------------------------------- */
+/* Algorithms                                                                          */
+
+/* An option an algorithm reads with search_context_get_option*(). */
+typedef struct {
+  const char *name;
+  const char *help;   /* one line, with the default */
+} SearchOptionSpec;
+
+/* The interface of a search algorithm (STYLE.md 4).  New slots go at the end. */
+#define SEARCH_ALGORITHM_API_VERSION 1
+typedef struct _SearchAlgorithm SearchAlgorithm;
+struct _SearchAlgorithm {
+  int api_version;                   /* SEARCH_ALGORITHM_API_VERSION                    */
+  const char *name;                  /* required: unique, lower case, no spaces          */
+  const char *description;           /* required: one line for `parasol search --list`   */
+  /* Required.  Searches until it is done or search_context_should_stop(); every strategy
+   * it evaluates through the context is a candidate, and the driver returns the best.
+   * Returns FALSE with @error set only on a failure, never for running out of budget. */
+  gboolean (*run)(const SearchAlgorithm *self, SearchContext *ctx, GError **error);
+  /* Optional (NULL: none): the options it reads, ended by an entry with a NULL name. */
+  const SearchOptionSpec *options;
+  /* Optional: data of the implementation, untouched by the driver. */
+  gpointer user_data;
+};
+
+/* Registers the built-in algorithms (once; later calls do nothing). */
+SEARCH_PUBLIC void search_register_builtins(void);
+/* Registers @a (not copied: it must live as long as the process).  Errors: a wrong
+ * api_version, a missing name, description or run, a name already taken. */
+SEARCH_PUBLIC gboolean search_register(const SearchAlgorithm *a, GError **error);
+SEARCH_PUBLIC const SearchAlgorithm *search_lookup(const char *name);
+/* The registered algorithms in registration order. */
+SEARCH_PUBLIC int search_n_algorithms(void);
+SEARCH_PUBLIC const SearchAlgorithm *search_algorithm_get(int i);
+
+/* A plugin is a shared object that exports this function; it returns its algorithm. */
+#define SEARCH_PLUGIN_INIT_SYMBOL "parasol_search_plugin_init"
+typedef const SearchAlgorithm *(*SearchPluginInitFunc)(void);
+/* Loads the plugin at @path through GModule, checks its api_version and registers its
+ * algorithm, which it returns (transfer none).  The module stays loaded. */
+SEARCH_PUBLIC const SearchAlgorithm *search_load_plugin(const char *path, GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* The driver                                                                          */
+
+typedef struct {
+  double time_budget;            /* seconds; 0: none                                   */
+  gint64 eval_budget;            /* evaluations; 0: none                               */
+  guint64 seed;
+  int threads;                   /* worker threads; 0: one                             */
+  const char *log_path;          /* CSV of improvements; NULL: none                    */
+  gboolean progress;             /* a progress line on stderr (for terminals)          */
+  gboolean handle_sigint;        /* Ctrl-C stops the search and keeps the best         */
+  const char *const *options;    /* "key=value" algorithm options, NULL-terminated     */
+} SearchRunOptions;
+
+SEARCH_PUBLIC SearchRunOptions search_run_options_default(void);
+/* Parses "60s", "2m", "1h", "5000evals", "5000" (evaluations) into @o's budget. */
+SEARCH_PUBLIC gboolean search_parse_budget(const char *text, SearchRunOptions *o,
+                                           GError **error);
+
+typedef struct _SearchResult SearchResult;
+
+/* Runs @algo on @p.  Without any budget the search stops after 60 s.  Returns NULL with
+ * @error set on bad options or a failure of the algorithm; a search that found nothing
+ * feasible still returns a result, without a strategy. */
+SEARCH_PUBLIC SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p,
+                                       const SearchRunOptions *o, GError **error);
+SEARCH_PUBLIC void search_result_free(SearchResult *r);
+/* The best strategy (NULL if none was feasible), its time (+inf) and its graph: the
+ * problem's, or a rewrite of it whose rewrites the strategy records (transfer none). */
+SEARCH_PUBLIC const SimStrategy *search_result_get_strategy(const SearchResult *r);
+SEARCH_PUBLIC double search_result_get_time(const SearchResult *r);
+SEARCH_PUBLIC const SimGraph *search_result_get_graph(const SearchResult *r);
+SEARCH_PUBLIC const SearchProblem *search_result_get_problem(const SearchResult *r);
+SEARCH_PUBLIC gint64 search_result_get_evals(const SearchResult *r);
+SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
+/* Whether the search stopped on Ctrl-C. */
+SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
+/* The improvements in order: wall time (s), evaluations so far and the new best time. */
+SEARCH_PUBLIC int search_result_n_improvements(const SearchResult *r);
+SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, double *wall,
+                                                 gint64 *evals, double *best);
+/* Wall time and evaluations when the best time first came within @fraction of the final
+ * best (0.95: "time to 95%" means best <= final / 0.95). */
+SEARCH_PUBLIC double search_result_time_to(const SearchResult *r, double fraction,
+                                           gint64 *evals);
+
+/* ---------------------------------------------------------------------------------- */
+/* Substitutions                                                                       */
+
+/* The graph @g rewritten by the rewrites named in @names, in order (transfer full). */
+SEARCH_PUBLIC SimGraph *search_rewrite_graph(const SimGraph *g, const char *const *names,
+                                             GError **error);
+/* The rewrites a strategy file records ("rewrites": [...]); an empty vector when it has
+ * none (transfer full; g_strfreev). */
+SEARCH_PUBLIC char **search_strategy_file_rewrites(const char *path, GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchResult, search_result_free)
+
+G_END_DECLS
