@@ -64,6 +64,7 @@ struct _SimLowering {
   int *seg;
   int last_checkpoint;
   SimTaskGraph *tg;
+  gboolean record;            /* record what tasks mean, for executors                  */
   gboolean fold_violated;
   double model_flops;
 };
@@ -430,8 +431,22 @@ typedef struct {
 
 /* Makes the reductions of @groups (partial sums over the shards of op @l) for micro-batch
  * @mb of pass @pass (a compute pass of @l) and returns where each group is ready. */
+static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef at, int tensor,
+                         gboolean grad, const SimRegion *region, const int *devs, int n_devs)
+{
+  if (!lw->record)
+    return;
+  SimTaskSem m = { .index = at.index, .kind = kind, .grad = grad, .tensor = tensor,
+                   .n_devs = n_devs };
+  if (region)
+    m.region = *region;
+  m.devs = g_memdup2(devs, sizeof(int) * (size_t)MAX(n_devs, 1));
+  sim_taskgraph_sem_add(lw->tg, block, &m);
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
-                          gboolean partial, int pass, int mb, SimDType dt, Ready *ready)
+                          gboolean partial, int pass, int mb, SimDType dt, int tensor,
+                          Ready *ready)
 {
   for (guint k = 0; k < groups->len; k++) {
     Holders *h = &g_array_index(groups, Holders, k);
@@ -450,6 +465,8 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       SimTask nop = sim_task_nop();
       start = ready[k].end = sim_taskgraph_add(lw->tg, block, &nop);
     }
+    record_group(lw, block, SIM_SEM_REDUCE, ready[k].end, tensor, pass == P_B, &h->region,
+                 h->devs, h->n_devs);
     for (int i = 0; i < h->n; i++)
       if (l->cidx[h->members[i]] >= 0)
         sim_taskgraph_depend(lw->tg, block, ref_compute(lw, l, pass, mb, h->members[i]), start);
@@ -467,7 +484,7 @@ static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int
  * @src_pass produced the data, @dst_pass consumes it. */
 static void deliver(SimLowering *lw, int block, const OpLay *src, GArray *groups,
                     const Ready *ready, int src_pass, const OpLay *dst, const SimRegion *need,
-                    int dst_pass, int mb, SimDType dt, int tensor_op)
+                    int dst_pass, int mb, SimDType dt, int tensor_op, int tensor)
 {
   for (int c = 0; c < dst->n_shards; c++) {
     if (dst->cidx[c] < 0)
@@ -499,6 +516,11 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, GArray *groups
       SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, src->dev[holder], dev,
                                 (double)region_bytes(&inter, dt), tensor_op, mb);
       SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+      if (lw->record) {
+        SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
+                         .tensor = tensor, .region = inter };
+        sim_taskgraph_sem_add(lw->tg, block, &m);
+      }
       sim_taskgraph_depend(lw->tg, block, from, fr);
       sim_taskgraph_depend(lw->tg, block, fr, to);
     }
@@ -533,9 +555,10 @@ static void build_tensor_block(SimLowering *lw, int t)
   Ready *pready_f = g_new(Ready, (size_t)M * ng);
   Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
   for (int mb = 0; mb < M; mb++) {
-    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, pready_f + (size_t)mb * ng);
+    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng);
     if (pready_r)
-      reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, pready_r + (size_t)mb * ng);
+      reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, t,
+                    pready_r + (size_t)mb * ng);
   }
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
@@ -574,14 +597,14 @@ static void build_tensor_block(SimLowering *lw, int t)
     Ready *cready = g_new(Ready, ncg);
     for (int mb = 0; mb < M; mb++) {
       deliver(lw, block, pl, pgroups, pready_f + (size_t)mb * ng, P_F, cl, need, P_F, mb, dt,
-              px);
+              px, t);
       if (recomputed)
         deliver(lw, block, pl, pgroups, pready_r + (size_t)mb * ng, P_R, cl, need, P_R, mb,
-                dt, px);
+                dt, px, t);
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
-      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, cready);
-      deliver(lw, block, cl, cgroups, cready, P_B, pl, pneed, P_B, mb, dt, cx);
+      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
+      deliver(lw, block, cl, cgroups, cready, P_B, pl, pneed, P_B, mb, dt, cx, t);
     }
     holders_free(cgroups);
     g_free(cready);
@@ -761,6 +784,15 @@ static void build_sync_block(SimLowering *lw)
     g_array_append_val(chain_end, end);
     int first_idx = (int)i;
     g_array_append_val(chain_item, first_idx);
+    if (lw->record) {
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = kind, .tensor = -1,
+                       .n_devs = first->n_devs, .n_ops = (int)(j - i) };
+      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+      m.ops = g_new(int32_t, j - i);
+      for (guint k = i; k < j; k++)
+        m.ops[k - i] = g_array_index(items, SyncItem, k).op;
+      sim_taskgraph_sem_add(tg, block, &m);
+    }
     for (guint k = i; k < j; k++) {
       SyncItem *it = &g_array_index(items, SyncItem, k);
       const OpLay *l = &lw->ops[it->op];
@@ -798,6 +830,15 @@ static void build_sync_block(SimLowering *lw)
       sim_collective_lower(tg, block, lw->m, SIM_COLL_ALLGATHER, s->sync.algorithm,
                            lw->o.detail, &lw->cp, SIM_CLASS_PARAM_SYNC, first->devs,
                            first->n_devs, (double)bytes, first->op, -1, &gs, &ge);
+      if (lw->record) {
+        SimTaskSem m = { .index = ge.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
+                         .n_devs = first->n_devs, .n_ops = (int)(j - i) };
+        m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+        m.ops = g_new(int32_t, j - i);
+        for (guint k = i; k < j; k++)
+          m.ops[k - i] = g_array_index(items, SyncItem, k).op;
+        sim_taskgraph_sem_add(tg, block, &m);
+      }
       for (guint k = i; k < j; k++) {
         SyncItem *it = &g_array_index(items, SyncItem, k);
         const OpLay *l = &lw->ops[it->op];
@@ -941,6 +982,44 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   build_schedule(lw);
   lw->model_flops = sim_graph_forward_flops(g) + sim_graph_backward_flops(g);
   return lw;
+}
+
+void sim_lowering_shard_range(const SimLowering *lw, int x, int shard, int64_t *lo, int64_t *hi)
+{
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  const SimOpConfig *c = &lw->s->ops[x];
+  int reps = c->replicas > 1 ? c->replicas : 1;
+  int coords[SIM_MAX_ITER];
+  sim_config_shard_coords(c, op->space.ndims, shard / reps, coords);
+  sim_config_shard_range(op, c, coords, lw->M, lo, hi);
+}
+
+SimShape sim_lowering_tensor_shape(const SimLowering *lw, int x, SimTensorRole role, int i)
+{
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  if (role == SIM_TENSOR_WEIGHT)
+    return op->w_shape[i];
+  const SimTensorMap *map =
+    role == SIM_TENSOR_INPUT ? sim_space_input_map(op, i) : sim_space_output_map(op, i);
+  return mb_shape(map, role == SIM_TENSOR_INPUT ? &op->in_shape[i] : &op->out_shape[i], lw->M);
+}
+
+void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTensorRole role,
+                               int i, SimRegion *out)
+{
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+  sim_lowering_shard_range(lw, x, shard, lo, hi);
+  const SimTensorMap *map = role == SIM_TENSOR_INPUT    ? sim_space_input_map(op, i)
+                            : role == SIM_TENSOR_WEIGHT ? sim_space_weight_map(op, i)
+                                                        : sim_space_output_map(op, i);
+  SimShape shp = sim_lowering_tensor_shape(lw, x, role, i);
+  sim_map_project(map, &shp, lo, hi, out);
+}
+
+void sim_lowering_record_semantics(SimLowering *lw, gboolean on)
+{
+  lw->record = on;
 }
 
 void sim_lowering_free(SimLowering *lw)

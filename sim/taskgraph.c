@@ -31,8 +31,20 @@ SimTaskGraph *sim_taskgraph_new(int n_devices)
   return tg;
 }
 
+static void sem_clear(SimTaskBlock *b)
+{
+  for (guint i = 0; i < b->sem->len; i++) {
+    SimTaskSem *m = &g_array_index(b->sem, SimTaskSem, i);
+    g_free(m->devs);
+    g_free(m->ops);
+  }
+  g_array_set_size(b->sem, 0);
+}
+
 static void block_destroy(SimTaskBlock *b)
 {
+  sem_clear(b);
+  g_array_free(b->sem, TRUE);
   g_array_free(b->tasks, TRUE);
   g_array_free(b->edges, TRUE);
   g_array_free(b->stream, TRUE);
@@ -68,6 +80,7 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
   b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
   b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
+  b->sem = g_array_new(FALSE, FALSE, sizeof(SimTaskSem));
   b->live = TRUE;
   g_ptr_array_add(tg->blocks, b);
   return (int)tg->blocks->len - 1;
@@ -79,6 +92,7 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->tasks, 0);
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
+  sem_clear(b);
   tg->dirty = TRUE;
 }
 
@@ -110,6 +124,11 @@ void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t 
   SimStreamEntry e = { key, device, index };
   g_array_append_val(b->stream, e);
   tg->dirty = TRUE;
+}
+
+void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem)
+{
+  g_array_append_val(sim_taskgraph_block(tg, block)->sem, *sem);
 }
 
 SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb,

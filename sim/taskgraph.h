@@ -70,8 +70,34 @@ typedef struct {
   int32_t index;       /* task in the block                                           */
 } SimStreamEntry;
 
+/* What a task means for an executor (recorded only when asked: the simulator needs
+ * none of it).  A copy moves @region of @tensor (or of its gradient) from the task's
+ * device to its peer; a reduction sums the partial values of @region over @devs, which
+ * all end with the sum; a weight synchronization sums (or reduce-scatters, or after a
+ * sharded update all-gathers) the weight gradients of @ops over @devs. */
+typedef enum {
+  SIM_SEM_COPY,
+  SIM_SEM_REDUCE,
+  SIM_SEM_SYNC,
+  SIM_SEM_GATHER_PARAMS,
+} SimSemKind;
+
+typedef struct {
+  int32_t index;       /* the task in its block                                       */
+  uint8_t kind;        /* SimSemKind                                                  */
+  uint8_t grad;        /* the gradient of the tensor, not its value                    */
+  uint8_t coll;        /* SimCollKind of a synchronization                             */
+  int32_t tensor;
+  SimRegion region;
+  int32_t n_devs;
+  int32_t *devs;
+  int32_t n_ops;
+  int32_t *ops;
+} SimTaskSem;
+
 typedef struct {
   GArray *tasks;       /* SimTask                                                     */
+  GArray *sem;         /* SimTaskSem, when the lowering records meanings                */
   GArray *edges;       /* SimTaskEdge: dependencies this block declares                */
   GArray *stream;      /* SimStreamEntry                                              */
   gboolean live;       /* FALSE for a block slot that is free                          */
@@ -118,6 +144,9 @@ static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
 {
   return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;
 }
+
+/* Records what task @index of @block means (the record's pointers are taken). */
+void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem);
 
 /* Task constructors. */
 SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb,
@@ -192,6 +221,9 @@ typedef struct _SimLowering SimLowering;
 SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const uint8_t *simulated);
+/* Makes the lowering record what copies, reductions and synchronizations mean (for
+ * executors); call before sim_lowering_build(). */
+void sim_lowering_record_semantics(SimLowering *lw, gboolean on);
 void sim_lowering_free(SimLowering *lw);
 /* Builds every block. */
 void sim_lowering_build(SimLowering *lw);
@@ -199,6 +231,11 @@ void sim_lowering_build(SimLowering *lw);
  * reductions of its input and output tensors, and the gradient synchronization. */
 void sim_lowering_update_op(SimLowering *lw, int op);
 SimTaskGraph *sim_lowering_taskgraph(SimLowering *lw);
+/* Iteration range and tensor regions of a shard, in micro-batch coordinates. */
+void sim_lowering_shard_range(const SimLowering *lw, int op, int shard, int64_t *lo, int64_t *hi);
+void sim_lowering_shard_region(const SimLowering *lw, int op, int shard, SimTensorRole role,
+                               int i, SimRegion *out);
+SimShape sim_lowering_tensor_shape(const SimLowering *lw, int op, SimTensorRole role, int i);
 /* TRUE if a simulated task needed data from a device that is not simulated: folding does
  * not hold for this strategy and the lowering must be redone unfolded. */
 gboolean sim_lowering_fold_violated(const SimLowering *lw);

@@ -1,0 +1,242 @@
+/* plan.c — the lowered task graph with the meaning of each task, for executors.
+ *
+ * A plan is the lowering sim_simulate() runs, unfolded and with collectives as flows,
+ * recorded with what every copy, reduction and synchronization moves.  The task ids are
+ * those of the task graph, so an executor's measured times line up with the simulator's
+ * timeline task by task (sim_plan_simulate) and can be written in the same trace format. */
+#include "taskgraph.h"
+
+#include <math.h>
+
+struct _SimPlan {
+  const SimGraph *g;
+  SimMachine *m;
+  SimStrategy *s;
+  SimCostModel *cost;
+  SimCostModel *own_cost;
+  SimOptions o;
+  SimCollParams cp;
+  SimLowering *lw;
+  SimTaskGraph *tg;
+  const SimTaskSem **sem;   /* per task, or NULL */
+};
+
+SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *cost,
+                      GError **error)
+{
+  if (!sim_strategy_validate(s, g, m, error))
+    return NULL;
+  SimPlan *p = g_new0(SimPlan, 1);
+  p->g = g;
+  p->m = m;
+  p->s = sim_strategy_copy(s);
+  if (!cost) {
+    SimRooflineParams rp = sim_roofline_params_default();
+    cost = p->own_cost = sim_cost_model_new_roofline(&rp);
+  }
+  p->cost = cost;
+  p->o = sim_options_default();
+  p->o.fold = FALSE;
+  p->o.detail = SIM_DETAIL_FLOWS;
+  p->cp = sim_coll_params_from_options(&p->o);
+  p->lw = sim_lowering_new(g, m, p->s, cost, &p->o, &p->cp, NULL);
+  sim_lowering_record_semantics(p->lw, TRUE);
+  sim_lowering_build(p->lw);
+  p->tg = sim_lowering_taskgraph(p->lw);
+  sim_taskgraph_assemble(p->tg);
+  p->sem = g_new0(const SimTaskSem *, MAX(p->tg->n_tasks, 1));
+  for (guint b = 0; b < p->tg->blocks->len; b++) {
+    SimTaskBlock *blk = p->tg->blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    for (guint k = 0; k < blk->sem->len; k++) {
+      const SimTaskSem *m2 = &g_array_index(blk->sem, SimTaskSem, k);
+      p->sem[blk->offset + m2->index] = m2;
+    }
+  }
+  return p;
+}
+
+void sim_plan_free(SimPlan *p)
+{
+  if (!p)
+    return;
+  sim_lowering_free(p->lw);
+  sim_strategy_free(p->s);
+  sim_cost_model_free(p->own_cost);
+  g_free(p->sem);
+  g_free(p);
+}
+
+int sim_plan_n_tasks(const SimPlan *p)
+{
+  return p->tg->n_tasks;
+}
+
+int sim_plan_n_devices(const SimPlan *p)
+{
+  return p->tg->n_devices;
+}
+
+int sim_plan_microbatches(const SimPlan *p)
+{
+  return p->s->microbatches > 0 ? p->s->microbatches : 1;
+}
+
+const SimStrategy *sim_plan_get_strategy(const SimPlan *p)
+{
+  return p->s;
+}
+
+const SimGraph *sim_plan_get_graph(const SimPlan *p)
+{
+  return p->g;
+}
+
+void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
+{
+  g_return_if_fail(i >= 0 && i < p->tg->n_tasks);
+  const SimTask *t = &p->tg->task[i];
+  const SimTaskSem *m = p->sem[i];
+  *out = (SimPlanTask){ .device = t->device, .peer = t->peer, .op = t->op, .shard = t->shard,
+                        .mb = t->mb, .tensor = -1, .bytes = t->bytes };
+  switch (t->kind) {
+  case SIM_TASK_COMPUTE:
+    out->kind = SIM_PLAN_COMPUTE;
+    out->pass = t->cls == SIM_CLASS_BACKWARD ? SIM_PASS_BACKWARD
+                : t->cls == SIM_CLASS_UPDATE ? SIM_PASS_UPDATE
+                                             : SIM_PASS_FORWARD;
+    out->recompute = t->cls == SIM_CLASS_RECOMPUTE;
+    out->predicted = t->duration;
+    return;
+  case SIM_TASK_FLOW:
+    if (m && m->kind == SIM_SEM_COPY) {
+      out->kind = SIM_PLAN_COPY;
+      out->tensor = m->tensor;
+      out->grad = m->grad;
+      out->region = m->region;
+      double bw = sim_machine_bandwidth(p->m, t->device, t->peer);
+      out->predicted = isfinite(bw) && bw > 0 ? t->bytes / bw : 0;
+    } else {
+      out->kind = SIM_PLAN_TIMING;
+    }
+    return;
+  case SIM_TASK_DELAY:
+    out->kind = SIM_PLAN_TIMING;
+    return;
+  case SIM_TASK_NOP:
+    out->kind = SIM_PLAN_JOIN;
+    if (!m)
+      return;
+    out->tensor = m->tensor;
+    out->grad = m->grad;
+    out->region = m->region;
+    out->n_devices = m->n_devs;
+    out->devices = m->devs;
+    out->n_ops = m->n_ops;
+    out->ops = m->ops;
+    if (m->kind == SIM_SEM_REDUCE) {
+      out->kind = SIM_PLAN_REDUCE;
+    } else if (m->kind == SIM_SEM_SYNC) {
+      out->kind = SIM_PLAN_SYNC;
+      out->sharded = m->coll == SIM_COLL_REDUCE_SCATTER;
+    } else if (m->kind == SIM_SEM_GATHER_PARAMS) {
+      out->kind = SIM_PLAN_GATHER_PARAMS;
+    }
+    return;
+  }
+}
+
+int sim_plan_n_predecessors(const SimPlan *p, int i)
+{
+  g_return_val_if_fail(i >= 0 && i < p->tg->n_tasks, 0);
+  return p->tg->task[i].n_pred;
+}
+
+int sim_plan_n_successors(const SimPlan *p, int i)
+{
+  g_return_val_if_fail(i >= 0 && i < p->tg->n_tasks, 0);
+  return p->tg->task[i].n_succ;
+}
+
+int sim_plan_successor(const SimPlan *p, int i, int k)
+{
+  g_return_val_if_fail(i >= 0 && i < p->tg->n_tasks, -1);
+  g_return_val_if_fail(k >= 0 && k < p->tg->task[i].n_succ, -1);
+  return p->tg->succ[p->tg->task[i].succ_off + k];
+}
+
+int sim_plan_stream_length(const SimPlan *p, int d)
+{
+  g_return_val_if_fail(d >= 0 && d < p->tg->n_devices, 0);
+  return p->tg->stream_off[d + 1] - p->tg->stream_off[d];
+}
+
+int sim_plan_stream_task(const SimPlan *p, int d, int k)
+{
+  g_return_val_if_fail(d >= 0 && d < p->tg->n_devices, -1);
+  g_return_val_if_fail(k >= 0 && k < sim_plan_stream_length(p, d), -1);
+  return p->tg->stream[p->tg->stream_off[d] + k];
+}
+
+void sim_plan_shard_range(const SimPlan *p, int op, int shard, int64_t *lo, int64_t *hi)
+{
+  sim_lowering_shard_range(p->lw, op, shard, lo, hi);
+}
+
+void sim_plan_shard_region(const SimPlan *p, int op, int shard, SimTensorRole role, int i,
+                           SimRegion *out)
+{
+  sim_lowering_shard_region(p->lw, op, shard, role, i, out);
+}
+
+SimShape sim_plan_tensor_shape(const SimPlan *p, int op, SimTensorRole role, int i)
+{
+  return sim_lowering_tensor_shape(p->lw, op, role, i);
+}
+
+SimReport *sim_plan_simulate(SimPlan *p, GError **error)
+{
+  SimEngine *e = sim_engine_new(p->m, p->cp.bandwidth_efficiency);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, p->tg, &tl);
+  SimReport *r = NULL;
+  if (tl.deadlock) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "the plan's schedule cannot run");
+  } else {
+    SimOptions o = p->o;
+    o.keep_timeline = TRUE;
+    r = sim_report_build(p->g, p->m, p->s, p->tg, &tl, NULL, "none", &o,
+                         sim_lowering_model_flops(p->lw));
+  }
+  sim_timeline_clear(&tl);
+  sim_engine_free(e);
+  return r;
+}
+
+gboolean sim_plan_write_trace(const SimPlan *p, const double *start, const double *end,
+                              const char *path, GError **error)
+{
+  /* A report holding the measured times in place of the simulated ones. */
+  SimTimeline tl = { 0 };
+  int n = p->tg->n_tasks;
+  tl.start = g_memdup2(start, sizeof(double) * (size_t)MAX(n, 1));
+  tl.end = g_memdup2(end, sizeof(double) * (size_t)MAX(n, 1));
+  tl.crit = g_new(int32_t, MAX(n, 1));
+  for (int i = 0; i < n; i++) {
+    tl.crit[i] = -1;
+    if (end[i] > tl.makespan)
+      tl.makespan = end[i];
+  }
+  tl.peak_mem = g_new0(int64_t, p->tg->n_devices);
+  int nl = sim_machine_n_links(p->m);
+  tl.link_bytes = g_new0(double, MAX(nl, 1));
+  SimOptions o = p->o;
+  o.keep_timeline = TRUE;
+  SimReport *r = sim_report_build(p->g, p->m, p->s, p->tg, &tl, NULL, "none", &o,
+                                  sim_lowering_model_flops(p->lw));
+  gboolean ok = sim_report_write_trace(r, path, error);
+  sim_report_free(r);
+  sim_timeline_clear(&tl);
+  return ok;
+}
