@@ -720,6 +720,81 @@ SIM_PUBLIC double sim_session_run(SimSession *ss);
 SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
 SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
 
+/* ---------------------------------------------------------------------------------- */
+/* Plans: the lowered task graph with what each task means, for executors               */
+
+/* A plan is the task graph sim_simulate() times (without folding, collectives as
+ * flows), with the meaning of every task an executor must carry out.  Executors run the
+ * tasks in dependency order, compute tasks of one device in its stream order, and can
+ * then compare their measured times with the simulator's, task by task. */
+typedef struct _SimPlan SimPlan;
+
+typedef enum {
+  SIM_PLAN_COMPUTE,        /* op's shard in a pass, on device                            */
+  SIM_PLAN_COPY,           /* region of tensor (or its gradient) from device to peer      */
+  SIM_PLAN_REDUCE,         /* sum the partial values of region of tensor (or its gradient)
+                            * held by devices; every one of them ends with the sum; one
+                            * device means partial results of its shards add up in place  */
+  SIM_PLAN_SYNC,           /* sum the weight gradients of ops over devices (ZeRO-1: reduce-
+                            * scatter them); an op that shares another's weights sums its
+                            * copy's gradients with the owner's                           */
+  SIM_PLAN_GATHER_PARAMS,  /* after a sharded update, gather the weights of ops            */
+  SIM_PLAN_TIMING,         /* a flow or delay that only times a collective                 */
+  SIM_PLAN_JOIN,           /* a join point                                               */
+} SimPlanKind;
+
+
+typedef struct {
+  SimPlanKind kind;
+  SimPass pass;            /* COMPUTE: forward, backward or update                        */
+  gboolean recompute;      /* COMPUTE: a forward pass recomputed before the backward       */
+  int device, peer;        /* COMPUTE: device; COPY: source and destination               */
+  int op, shard, mb;       /* COMPUTE; the op, shard and micro-batch (-1 for updates)       */
+  int tensor;              /* COPY, REDUCE                                                */
+  gboolean grad;           /* COPY, REDUCE: the gradient of the tensor                      */
+  SimRegion region;        /* COPY, REDUCE: in micro-batch coordinates (see below)          */
+  int n_devices;           /* REDUCE, SYNC, GATHER_PARAMS                                  */
+  const int *devices;
+  int n_ops;               /* SYNC, GATHER_PARAMS                                          */
+  const int *ops;
+  gboolean sharded;        /* SYNC: reduce-scatter                                        */
+  double predicted;        /* COMPUTE: the cost model's seconds; COPY: bytes / route bandwidth */
+  double bytes;            /* COPY, TIMING flows                                          */
+} SimPlanTask;
+
+/* Lowers @s for execution.  @cost may be NULL (the roofline model). */
+SIM_PUBLIC SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                 SimCostModel *cost, GError **error);
+SIM_PUBLIC void sim_plan_free(SimPlan *p);
+SIM_PUBLIC int sim_plan_n_tasks(const SimPlan *p);
+SIM_PUBLIC void sim_plan_task(const SimPlan *p, int task, SimPlanTask *out);
+SIM_PUBLIC int sim_plan_n_predecessors(const SimPlan *p, int task);
+SIM_PUBLIC int sim_plan_n_successors(const SimPlan *p, int task);
+SIM_PUBLIC int sim_plan_successor(const SimPlan *p, int task, int k);
+/* The compute tasks of @device in the order its stream runs them. */
+SIM_PUBLIC int sim_plan_stream_length(const SimPlan *p, int device);
+SIM_PUBLIC int sim_plan_stream_task(const SimPlan *p, int device, int k);
+SIM_PUBLIC int sim_plan_microbatches(const SimPlan *p);
+SIM_PUBLIC int sim_plan_n_devices(const SimPlan *p);
+/* Regions are in micro-batch coordinates: along the dimensions that the op's sample
+ * dimension (iteration dimension 0) indexes, index i of micro-batch mb is sample
+ * mb * (batch / microbatches) + i of the whole tensor. */
+SIM_PUBLIC void sim_plan_shard_range(const SimPlan *p, int op, int shard, int64_t *lo,
+                                     int64_t *hi);
+SIM_PUBLIC void sim_plan_shard_region(const SimPlan *p, int op, int shard, SimTensorRole role,
+                                      int i, SimRegion *out);
+/* The micro-batch shape of tensor @i of @role of @op (its sample dimensions divided). */
+SIM_PUBLIC SimShape sim_plan_tensor_shape(const SimPlan *p, int op, SimTensorRole role, int i);
+SIM_PUBLIC const SimStrategy *sim_plan_get_strategy(const SimPlan *p);
+SIM_PUBLIC const SimGraph *sim_plan_get_graph(const SimPlan *p);
+/* The simulator's timeline of the plan (task ids are the plan's). */
+SIM_PUBLIC SimReport *sim_plan_simulate(SimPlan *p, GError **error);
+/* Writes a timeline measured on the plan (per task start and end, seconds; -1 for tasks
+ * not run) in the trace format of sim_report_write_trace(). */
+SIM_PUBLIC gboolean sim_plan_write_trace(const SimPlan *p, const double *start, const double *end,
+                                         const char *path, GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimPlan, sim_plan_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimGraph, sim_graph_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimAttrs, sim_attrs_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimModelParams, sim_model_params_free)
