@@ -38,12 +38,14 @@ typedef struct {
   const SimCollParams *cp;
   SimTaskClass cls;
   int op, mb;
+  int coll;
 } Ctx;
 
 static SimTaskRef add_flow(Ctx *c, int src, int dst, double bytes, double extra_latency)
 {
   SimTask t = sim_task_flow(c->cls, src, dst, bytes, c->op, c->mb);
   t.duration = extra_latency;
+  t.coll = c->coll;
   return sim_taskgraph_add(c->tg, c->block, &t);
 }
 
@@ -178,7 +180,15 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
                           SimTaskClass cls, const int *devices, int n, double bytes, int op,
                           int mb, SimTaskRef *start, SimTaskRef *end)
 {
-  Ctx c = { tg, block, m, detail, cp, cls, op, mb };
+  Ctx c = { tg, block, m, detail, cp, cls, op, mb, -1 };
+  if (tg->track_collectives) {
+    if (!tg->coll_devs)
+      tg->coll_devs = g_ptr_array_new_with_free_func((GDestroyNotify)g_array_unref);
+    GArray *set = g_array_sized_new(FALSE, FALSE, sizeof(int), (guint)n);
+    g_array_append_vals(set, devices, (guint)n);
+    c.coll = (int)tg->coll_devs->len;
+    g_ptr_array_add(tg->coll_devs, set);
+  }
   *start = add_nop(&c);
   *end = add_nop(&c);
   if (n <= 1 || bytes <= 0) {

@@ -87,11 +87,10 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
 
 double sim_session_run(SimSession *ss)
 {
-  for (guint i = 0; i < ss->changed->len; i++) {
-    int op = g_array_index(ss->changed, int, i);
-    sim_lowering_update_op(ss->lw, op);
-    ss->is_changed[op] = 0;
-  }
+  if (ss->changed->len)
+    sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
+  for (guint i = 0; i < ss->changed->len; i++)
+    ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
   if (ss->changed->len || !ss->ran) {
     g_array_set_size(ss->changed, 0);
     SimTaskGraph *tg = sim_lowering_taskgraph(ss->lw);
@@ -114,4 +113,14 @@ SimReport *sim_session_report(SimSession *ss)
     return NULL;
   return sim_report_build(ss->g, ss->m, ss->s, sim_lowering_taskgraph(ss->lw), &ss->tl, NULL,
                           "none", &ss->o, sim_lowering_model_flops(ss->lw));
+}
+
+const SimTaskGraph *sim_session_taskgraph(SimSession *ss)
+{
+  return sim_lowering_taskgraph(ss->lw);
+}
+
+const SimTimeline *sim_session_timeline(SimSession *ss)
+{
+  return &ss->tl;
 }

@@ -41,6 +41,7 @@ struct _SimEngine {
   int32_t *preds_left;
   int32_t *flow_slot;
   int32_t *flow_event;
+  const SimRoute **flow_route;
   double *ready_time;
   uint8_t *ready;
   /* per-device state */
@@ -189,6 +190,7 @@ void sim_engine_free(SimEngine *e)
   g_free(e->preds_left);
   g_free(e->flow_slot);
   g_free(e->flow_event);
+  g_free(e->flow_route);
   g_free(e->ready_time);
   g_free(e->ready);
   g_free(e->stream_pos);
@@ -271,8 +273,9 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
       g_array_append_val(e->work, t);
     } else {
       /* A flow's duration is protocol latency paid on top of its route's. */
-      double lat = sim_machine_latency(e->machine, task->device, task->peer);
-      schedule(e, e->now + lat + task->duration, t, EV_FLOW_START);
+      const SimRoute *r = sim_machine_route_info(e->machine, task->device, task->peer);
+      e->flow_route[t] = r;
+      schedule(e, e->now + r->latency + task->duration, t, EV_FLOW_START);
     }
     break;
   }
@@ -333,6 +336,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->preds_left = g_renew(int32_t, e->preds_left, n);
     e->flow_slot = g_renew(int32_t, e->flow_slot, n);
     e->flow_event = g_renew(int32_t, e->flow_event, n);
+    e->flow_route = g_renew(const SimRoute *, e->flow_route, n);
     e->ready_time = g_renew(double, e->ready_time, n);
     e->ready = g_renew(uint8_t, e->ready, n);
   }
@@ -388,8 +392,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
       break;
     case EV_FLOW_START: {
       const SimTask *task = &tg->task[ev.task];
-      e->flow_slot[ev.task] =
-        sim_net_add(e->net, ev.task, task->device, task->peer, task->bytes, e->now);
+      const SimRoute *r = e->flow_route[ev.task];
+      (void)task;
+      e->flow_slot[ev.task] = sim_net_add(e->net, ev.task, r->links, r->n_links, task->bytes, e->now);
       break;
     }
     case EV_FLOW_END:

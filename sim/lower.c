@@ -454,6 +454,8 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     if (!partial || h->n <= 1 || !h->any_sim)
       continue;
     ready[k].reduced = TRUE;
+    if (block < 0)
+      continue; /* only asked which groups reduce */
     SimTaskRef start;
     if (h->n_devs > 1) {
       sim_collective_lower(lw->tg, block, lw->m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING,
@@ -482,48 +484,104 @@ static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int
 /* Sends what the shards of @dst_op need (@need[sh]) from @groups of @src_op, for one
  * micro-batch: a dependency where a holder is on the same device, a flow otherwise.
  * @src_pass produced the data, @dst_pass consumes it. */
-static void deliver(SimLowering *lw, int block, const OpLay *src, GArray *groups,
-                    const Ready *ready, int src_pass, const OpLay *dst, const SimRegion *need,
-                    int dst_pass, int mb, SimDType dt, int tensor_op, int tensor)
+/* The key of a transfer: source, destination and region.  Consumers on one device that
+ * need the same data from another share one transfer (the activation crosses a stage
+ * boundary once); in the backward pass the gradients they produce on one device add up
+ * there and cross once. */
+static GBytes *transfer_key(int src, int dst, const SimRegion *r)
 {
+  struct {
+    int src, dst, ndim;
+    int64_t lo[SIM_MAX_DIMS], hi[SIM_MAX_DIMS];
+  } k;
+  memset(&k, 0, sizeof k);
+  k.src = src;
+  k.dst = dst;
+  k.ndim = r->ndim;
+  for (int d = 0; d < r->ndim; d++) {
+    k.lo[d] = r->lo[d];
+    k.hi[d] = r->hi[d];
+  }
+  return g_bytes_new(&k, sizeof k);
+}
+
+/* One piece of data a consumer shard needs from a group of holders: which holder sends
+ * it (or holds it on the consumer's own device) and the region.  The pieces are the same
+ * in every micro-batch, so they are worked out once. */
+typedef struct {
+  int c, k, holder;
+  gboolean local;
+  SimRegion inter;
+} Piece;
+
+static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
+                           const OpLay *dst, const SimRegion *need)
+{
+  GArray *out = g_array_new(FALSE, FALSE, sizeof(Piece));
   for (int c = 0; c < dst->n_shards; c++) {
     if (dst->cidx[c] < 0)
       continue;
     int dev = dst->dev[c];
-    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, c);
     for (guint k = 0; k < groups->len; k++) {
       Holders *h = &g_array_index(groups, Holders, k);
-      SimRegion inter;
-      if (!sim_region_intersect(&need[c], &h->region, &inter))
+      Piece p = { .c = c, .k = (int)k, .holder = -1 };
+      if (!sim_region_intersect(&need[c], &h->region, &p.inter))
         continue;
-      int holder = -1;
-      for (int i = 0; i < h->n && holder < 0; i++)
+      for (int i = 0; i < h->n && p.holder < 0; i++)
         if (src->dev[h->members[i]] == dev)
-          holder = h->members[i];
-      gboolean local = holder >= 0;
-      if (!local)
-        holder = h->members[c % h->n];
-      if (!ready[k].reduced && src->cidx[holder] < 0) {
+          p.holder = h->members[i];
+      p.local = p.holder >= 0;
+      if (!p.local)
+        p.holder = h->members[c % h->n];
+      if (!ready[k].reduced && src->cidx[p.holder] < 0) {
         /* The data would come from a device that is folded away. */
         lw->fold_violated = TRUE;
         continue;
       }
-      SimTaskRef from = ready_ref(lw, src, &ready[k], src_pass, mb, holder);
-      if (local) {
-        sim_taskgraph_depend(lw->tg, block, from, to);
-        continue;
-      }
-      SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, src->dev[holder], dev,
-                                (double)region_bytes(&inter, dt), tensor_op, mb);
-      SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
-      if (lw->record) {
-        SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
-                         .tensor = tensor, .region = inter };
-        sim_taskgraph_sem_add(lw->tg, block, &m);
-      }
+      g_array_append_val(out, p);
+    }
+  }
+  return out;
+}
+
+/* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
+ * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it. */
+static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
+                    const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
+                    int tensor_op, int tensor, GHashTable **sent)
+{
+  for (guint i = 0; i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
+    SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb, p->holder);
+    if (p->local) {
+      sim_taskgraph_depend(lw->tg, block, from, to);
+      continue;
+    }
+    int dev = dst->dev[p->c], sdev = src->dev[p->holder];
+    if (!*sent)
+      *sent = g_hash_table_new_full(g_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
+                                    NULL);
+    GBytes *key = transfer_key(sdev, dev, &p->inter);
+    gpointer known = g_hash_table_lookup(*sent, key);
+    if (known) {
+      SimTaskRef fr = { block, GPOINTER_TO_INT(known) - 1 };
       sim_taskgraph_depend(lw->tg, block, from, fr);
       sim_taskgraph_depend(lw->tg, block, fr, to);
+      g_bytes_unref(key);
+      continue;
     }
+    SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(&p->inter, dt),
+                              tensor_op, mb);
+    SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+    g_hash_table_insert(*sent, key, GINT_TO_POINTER(fr.index + 1));
+    if (lw->record) {
+      SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
+                       .tensor = tensor, .region = p->inter };
+      sim_taskgraph_sem_add(lw->tg, block, &m);
+    }
+    sim_taskgraph_depend(lw->tg, block, from, fr);
+    sim_taskgraph_depend(lw->tg, block, fr, to);
   }
 }
 
@@ -563,6 +621,9 @@ static void build_tensor_block(SimLowering *lw, int t)
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
     pneed[p] = pl->out_reg[p * pl->n_out + j];
+  /* Transfers already made, per micro-batch and pass (forward, recompute, backward),
+   * made when first needed. */
+  GHashTable **sent = g_new0(GHashTable *, (size_t)M * 3);
 
   for (guint ci = 0; ci < ten->consumers->len; ci++) {
     int cx = g_array_index(ten->consumers, int, ci);
@@ -595,21 +656,32 @@ static void build_tensor_block(SimLowering *lw, int t)
     GArray *cgroups = group_holders(cl, need, 1, 0, NULL);
     int ncg = (int)cgroups->len;
     Ready *cready = g_new(Ready, ncg);
+    /* Whether a group is reduced is the same in every micro-batch: the first one's
+     * readiness tells the pieces where the data comes from. */
+    reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
+    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need);
+    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed);
     for (int mb = 0; mb < M; mb++) {
-      deliver(lw, block, pl, pgroups, pready_f + (size_t)mb * ng, P_F, cl, need, P_F, mb, dt,
-              px, t);
+      deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
+              &sent[mb * 3]);
       if (recomputed)
-        deliver(lw, block, pl, pgroups, pready_r + (size_t)mb * ng, P_R, cl, need, P_R, mb,
-                dt, px, t);
+        deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
+                &sent[mb * 3 + 1]);
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
-      deliver(lw, block, cl, cgroups, cready, P_B, pl, pneed, P_B, mb, dt, cx, t);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, &sent[mb * 3 + 2]);
     }
+    g_array_free(fwd, TRUE);
+    g_array_free(bwd, TRUE);
     holders_free(cgroups);
     g_free(cready);
     g_free(need);
   }
+  for (int i = 0; i < M * 3; i++)
+    if (sent[i])
+      g_hash_table_destroy(sent[i]);
+  g_free(sent);
   g_free(pneed);
   holders_free(pgroups);
   g_free(pready_f);
@@ -1055,16 +1127,27 @@ void sim_lowering_build(SimLowering *lw)
   build_sync_block(lw);
 }
 
-void sim_lowering_update_op(SimLowering *lw, int x)
+void sim_lowering_update_ops(SimLowering *lw, const int *ops, int n)
 {
-  lay_op(lw, x);
+  /* Every changed op gets its new layout before any block is rebuilt: blocks read the
+   * layouts of their neighbours. */
+  for (int i = 0; i < n; i++)
+    lay_op(lw, ops[i]);
   order_backward(lw);
-  build_op_block(lw, x);
-  const SimOp *op = sim_graph_op_get(lw->g, x);
-  for (int i = 0; i < op->n_inputs; i++)
-    build_tensor_block(lw, op->inputs[i]);
-  for (int j = 0; j < op->n_outputs; j++)
-    build_tensor_block(lw, op->outputs[j]);
+  int nt = sim_graph_n_tensors(lw->g);
+  uint8_t *touched = g_new0(uint8_t, MAX(nt, 1));
+  for (int i = 0; i < n; i++) {
+    build_op_block(lw, ops[i]);
+    const SimOp *op = sim_graph_op_get(lw->g, ops[i]);
+    for (int k = 0; k < op->n_inputs; k++)
+      touched[op->inputs[k]] = 1;
+    for (int k = 0; k < op->n_outputs; k++)
+      touched[op->outputs[k]] = 1;
+  }
+  for (int t = 0; t < nt; t++)
+    if (touched[t])
+      build_tensor_block(lw, t);
+  g_free(touched);
   build_sync_block(lw);
 }
 

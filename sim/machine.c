@@ -19,7 +19,8 @@
  * the tied NICs in turn (on a DGX A100, GPU i uses NIC i: one rail per GPU).  In the
  * network, a route climbs to a spine only when the two NICs hang under different leaves,
  * and it picks the spine by a hash of the (source, destination) pair, as ECMP does, so
- * the pairs of a collective spread over the spines deterministically.
+ * the pairs of a collective spread over the spines deterministically; in a rail-
+ * optimized network the pair hashed is the pair of nodes, the same on every rail.
  *
  * Routes are computed on first use and cached, under route_lock since search workers
  * query the same machine from several threads.  Nothing is precomputed per pair of
@@ -543,7 +544,13 @@ static SimRoute *compute_route(const Machine *mm, int src, int dst)
     g_array_append_val(links, mm->nic_up[qa]);
     int la = mm->nic_leaf[qa], lb = mm->nic_leaf[qb];
     if (la != lb) {
-      int s = (int)(mix64(((guint64)src << 32) | (guint64)dst) % (guint64)mm->n_spines);
+      /* In a rail-optimized network the rails are separate planes, and every rail sends
+       * the traffic of one pair of nodes through the same spine index: the rails stay
+       * alike, which is what lets the simulator fold their symmetric ranks. */
+      guint64 key = d->network == SIM_NETWORK_RAIL_OPTIMIZED
+                      ? ((guint64)a->node << 32) | (guint64)b->node
+                      : ((guint64)src << 32) | (guint64)dst;
+      int s = (int)(mix64(key) % (guint64)mm->n_spines);
       g_array_append_val(links, mm->leaf_up[la * mm->n_spines + s]);
       g_array_append_val(links, mm->spine_down[s * mm->n_leaves + lb]);
     }
@@ -585,6 +592,11 @@ static const SimRoute *get_route(SimMachine *m, int src, int dst)
 
 #define CHECK_DEVICE(m, d, val) \
   g_return_val_if_fail((m) != NULL && (d) >= 0 && (d) < (m)->n_devices, (val))
+
+const SimRoute *sim_machine_route_info(SimMachine *m, int src, int dst)
+{
+  return get_route(m, src, dst);
+}
 
 const int *sim_machine_route(SimMachine *m, int src, int dst, int *n_links)
 {

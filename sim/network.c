@@ -105,7 +105,7 @@ static void mark_dirty(SimNet *net, int l)
   }
 }
 
-int sim_net_add(SimNet *net, int task, int src, int dst, double bytes, double now)
+int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now)
 {
   int slot;
   if (net->free_slots->len) {
@@ -121,8 +121,6 @@ int sim_net_add(SimNet *net, int task, int src, int dst, double bytes, double no
     net->flow[slot].n_links = 0;
   }
   Flow *f = &net->flow[slot];
-  int n_links;
-  const int *links = sim_machine_route(net->machine, src, dst, &n_links);
   if (f->n_links < n_links || !f->pos) {
     g_free(f->pos);
     f->pos = g_new(int, n_links > 0 ? n_links : 1);
@@ -174,12 +172,6 @@ void sim_net_remove(SimNet *net, int slot, double now)
   g_array_append_val(net->free_slots, slot);
 }
 
-static int int_cmp(const void *a, const void *b)
-{
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
 void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
 {
   if (!net->dirty_links->len)
@@ -215,9 +207,9 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
       }
     }
   }
-  /* Sorted ids make the filling order, and so the rounding, deterministic. */
-  qsort(cl->data, cl->len, sizeof(int), int_cmp);
-  qsort(cf->data, cf->len, sizeof(int), int_cmp);
+  /* The component is found in the order the links became dirty and their flows were
+   * added, which the event order fixes: the filling, and its rounding, are deterministic
+   * without sorting. */
 
   int *links = (int *)cl->data;
   int nl = (int)cl->len;

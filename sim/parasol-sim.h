@@ -746,16 +746,23 @@ typedef enum {
 
 typedef struct {
   SimPlanKind kind;
-  SimPass pass;            /* COMPUTE: forward, backward or update                        */
+  SimPass pass;            /* COMPUTE: forward, backward or update; REDUCE (see op)       */
   gboolean recompute;      /* COMPUTE: a forward pass recomputed before the backward       */
   int device, peer;        /* COMPUTE: device; COPY: source and destination               */
-  int op, shard, mb;       /* COMPUTE; the op, shard and micro-batch (-1 for updates)       */
+  /* COMPUTE: the op, shard and micro-batch (-1 for updates).  COPY: the op whose results
+   * move (the producer for values, the consumer for gradients) and the micro-batch.
+   * REDUCE: likewise the op whose shards' partial results are summed, the micro-batch,
+   * and in @pass and @recompute the pass that computed them. */
+  int op, shard, mb;
   int tensor;              /* COPY, REDUCE                                                */
   gboolean grad;           /* COPY, REDUCE: the gradient of the tensor                      */
   SimRegion region;        /* COPY, REDUCE: in micro-batch coordinates (see below)          */
   int n_devices;           /* REDUCE, SYNC, GATHER_PARAMS                                  */
   const int *devices;
-  int n_ops;               /* SYNC, GATHER_PARAMS                                          */
+  /* SYNC, GATHER_PARAMS: the ops whose weights.  COPY: the ops whose results it carries:
+   * the producer for values; for gradients every consumer on the source device whose
+   * contributions to the region it sums (consumers on one device send once). */
+  int n_ops;
   const int *ops;
   gboolean sharded;        /* SYNC: reduce-scatter                                        */
   double predicted;        /* COMPUTE: the cost model's seconds; COPY: bytes / route bandwidth */
@@ -783,6 +790,11 @@ SIM_PUBLIC void sim_plan_shard_range(const SimPlan *p, int op, int shard, int64_
                                      int64_t *hi);
 SIM_PUBLIC void sim_plan_shard_region(const SimPlan *p, int op, int shard, SimTensorRole role,
                                       int i, SimRegion *out);
+/* Which copy of its shard coordinates shard @shard of @op is, for ops computed redundantly
+ * on several devices (Megatron's layer norms on every tensor-parallel rank): 0 .. copies
+ * - 1; 0 for ops that are not replicated.  Copies synchronize their weight gradients with
+ * the same copy of the other shards only. */
+SIM_PUBLIC int sim_plan_shard_copy(const SimPlan *p, int op, int shard);
 /* The micro-batch shape of tensor @i of @role of @op (its sample dimensions divided). */
 SIM_PUBLIC SimShape sim_plan_tensor_shape(const SimPlan *p, int op, SimTensorRole role, int i);
 SIM_PUBLIC const SimStrategy *sim_plan_get_strategy(const SimPlan *p);

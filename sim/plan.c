@@ -19,7 +19,79 @@ struct _SimPlan {
   SimLowering *lw;
   SimTaskGraph *tg;
   const SimTaskSem **sem;   /* per task, or NULL */
+  int32_t *reduce_src;      /* per task: for reductions, a compute task whose partial
+                             * results it sums, else -1 */
+  int32_t *copy_ops_off;    /* per task + 1: the ops a copy carries results of, in */
+  int32_t *copy_ops;
 };
+
+/* A reduction's task is a join point (after the flows of its collective, if any), which
+ * names neither the operator nor the micro-batch; both are those of the compute tasks
+ * that precede it, found by walking back over the flows and join points in between.
+ * A copy of gradients may carry the contributions of several consumers on its source
+ * device (the lowering sends them once, summed), so it records every op among the
+ * compute tasks it waits for, the same way. */
+static void find_sources(SimPlan *p)
+{
+  const SimTaskGraph *tg = p->tg;
+  int n = tg->n_tasks;
+  p->reduce_src = g_new(int32_t, MAX(n, 1));
+  p->copy_ops_off = g_new0(int32_t, (size_t)n + 1);
+  GArray *copy_ops = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  int32_t *pred_off = g_new0(int32_t, (size_t)n + 1);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < tg->task[i].n_succ; k++)
+      pred_off[tg->succ[tg->task[i].succ_off + k] + 1]++;
+  for (int i = 0; i < n; i++)
+    pred_off[i + 1] += pred_off[i];
+  int32_t *pred = g_new(int32_t, MAX(pred_off[n], 1));
+  int32_t *fill = g_memdup2(pred_off, sizeof(int32_t) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < tg->task[i].n_succ; k++)
+      pred[fill[tg->succ[tg->task[i].succ_off + k]]++] = i;
+  int32_t *seen = g_new0(int32_t, MAX(n, 1));
+  GArray *queue = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  for (int i = 0; i < n; i++) {
+    p->reduce_src[i] = -1;
+    p->copy_ops_off[i + 1] = (int32_t)copy_ops->len;
+    const SimTaskSem *m = p->sem[i];
+    gboolean reduce = m && m->kind == SIM_SEM_REDUCE;
+    gboolean copy = m && m->kind == SIM_SEM_COPY && tg->task[i].kind == SIM_TASK_FLOW;
+    if (!reduce && !copy)
+      continue;
+    guint first = copy_ops->len;
+    g_array_set_size(queue, 0);
+    g_array_append_val(queue, i);
+    seen[i] = i + 1;
+    for (guint q = 0; q < queue->len; q++) {
+      int32_t t = g_array_index(queue, int32_t, q);
+      for (int k = pred_off[t]; k < pred_off[t + 1]; k++) {
+        int32_t u = pred[k];
+        if (seen[u] == i + 1)
+          continue;
+        seen[u] = i + 1;
+        if (tg->task[u].kind != SIM_TASK_COMPUTE) {
+          g_array_append_val(queue, u);
+          continue;
+        }
+        if (p->reduce_src[i] < 0)
+          p->reduce_src[i] = u;
+        gboolean dup = FALSE;
+        for (guint j = first; j < copy_ops->len && !dup; j++)
+          dup = g_array_index(copy_ops, int32_t, j) == tg->task[u].op;
+        if (copy && !dup)
+          g_array_append_val(copy_ops, tg->task[u].op);
+      }
+    }
+    p->copy_ops_off[i + 1] = (int32_t)copy_ops->len;
+  }
+  p->copy_ops = (int32_t *)g_array_free(copy_ops, FALSE);
+  g_array_free(queue, TRUE);
+  g_free(seen);
+  g_free(fill);
+  g_free(pred);
+  g_free(pred_off);
+}
 
 SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *cost,
                       GError **error)
@@ -54,6 +126,7 @@ SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s, Si
       p->sem[blk->offset + m2->index] = m2;
     }
   }
+  find_sources(p);
   return p;
 }
 
@@ -65,6 +138,9 @@ void sim_plan_free(SimPlan *p)
   sim_strategy_free(p->s);
   sim_cost_model_free(p->own_cost);
   g_free(p->sem);
+  g_free(p->reduce_src);
+  g_free(p->copy_ops_off);
+  g_free(p->copy_ops);
   g_free(p);
 }
 
@@ -112,6 +188,8 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
   case SIM_TASK_FLOW:
     if (m && m->kind == SIM_SEM_COPY) {
       out->kind = SIM_PLAN_COPY;
+      out->n_ops = p->copy_ops_off[i + 1] - p->copy_ops_off[i];
+      out->ops = p->copy_ops + p->copy_ops_off[i];
       out->tensor = m->tensor;
       out->grad = m->grad;
       out->region = m->region;
@@ -137,6 +215,14 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
     out->ops = m->ops;
     if (m->kind == SIM_SEM_REDUCE) {
       out->kind = SIM_PLAN_REDUCE;
+      int src = p->reduce_src[i];
+      if (src >= 0) {
+        const SimTask *c = &p->tg->task[src];
+        out->op = c->op;
+        out->mb = c->mb;
+        out->pass = c->cls == SIM_CLASS_BACKWARD ? SIM_PASS_BACKWARD : SIM_PASS_FORWARD;
+        out->recompute = c->cls == SIM_CLASS_RECOMPUTE;
+      }
     } else if (m->kind == SIM_SEM_SYNC) {
       out->kind = SIM_PLAN_SYNC;
       out->sharded = m->coll == SIM_COLL_REDUCE_SCATTER;
@@ -188,6 +274,13 @@ void sim_plan_shard_region(const SimPlan *p, int op, int shard, SimTensorRole ro
                            SimRegion *out)
 {
   sim_lowering_shard_region(p->lw, op, shard, role, i, out);
+}
+
+int sim_plan_shard_copy(const SimPlan *p, int op, int shard)
+{
+  g_return_val_if_fail(op >= 0 && op < p->s->n_ops, 0);
+  int reps = p->s->ops[op].replicas;
+  return reps > 1 ? shard % reps : 0;
 }
 
 SimShape sim_plan_tensor_shape(const SimPlan *p, int op, SimTensorRole role, int i)

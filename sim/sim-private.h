@@ -321,6 +321,10 @@ struct _SimMachine {
   char *json;             /* the description it was loaded from, for round trips        */
 };
 
+/* The cached route from @src to @dst (links, bottleneck, latency), valid while the
+ * machine lives: one lookup where the public functions take several. */
+const SimRoute *sim_machine_route_info(SimMachine *m, int src, int dst);
+
 /* Device specs that are not in the library (from a machine file) live as long as the
  * process: the loader interns them here. */
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec);

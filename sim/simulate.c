@@ -30,6 +30,36 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o)
 
 /* ---- folding analysis ---------------------------------------------------------------- */
 
+/* The symmetry folding relies on, as device maps: D data-parallel replicas (replica q's
+ * image of replica-0 device d0 is phi[q * nd + d0]) and, inside replica 0, the
+ * tensor-parallel ranks of each stage (members[c], representative first). */
+typedef struct {
+  int nd;
+  int D;              /* replicas folded (1: none)                                   */
+  int *phi;           /* D * nd                                                      */
+  int *repl;          /* per device: its replica, or -1                               */
+  int *base;          /* per device: its replica-0 device                              */
+  int n_classes;      /* rank classes folded (0: none)                                 */
+  int *cls;           /* per replica-0 device: its class, or -1                         */
+  int *pos;           /* its place in the class                                        */
+  GPtrArray *members; /* int arrays                                                    */
+  GArray *sizes;      /* int                                                          */
+} Fold;
+
+static void fold_clear(Fold *f)
+{
+  g_free(f->phi);
+  g_free(f->repl);
+  g_free(f->base);
+  g_free(f->cls);
+  g_free(f->pos);
+  if (f->members)
+    g_ptr_array_free(f->members, TRUE);
+  if (f->sizes)
+    g_array_free(f->sizes, TRUE);
+  memset(f, 0, sizeof *f);
+}
+
 static int first_compute_op(const SimGraph *g)
 {
   for (int x = 0; x < sim_graph_n_ops(g); x++)
@@ -38,40 +68,17 @@ static int first_compute_op(const SimGraph *g)
   return -1;
 }
 
-/* Whether @phi (device -> device, -1 where undefined) maps the machine onto itself on the
- * devices of @set: same device specs, same bandwidth and latency between every pair. */
-static gboolean machine_symmetric(SimMachine *m, const int *set, int n, const int *phi)
+/* Data-parallel replicas: every operator splits its sample dimension D ways, and the
+ * shards of replica r sit on devices that one one-to-one map (of the same device kind)
+ * carries from replica 0's. */
+static gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
 {
-  for (int i = 0; i < n; i++) {
-    int a = set[i], pa = phi[a];
-    if (sim_machine_device_spec(m, a) != sim_machine_device_spec(m, pa))
-      return FALSE;
-    for (int j = 0; j < n; j++) {
-      int b = set[j], pb = phi[b];
-      if (a == b)
-        continue;
-      if (sim_machine_bandwidth(m, a, b) != sim_machine_bandwidth(m, pa, pb) ||
-          sim_machine_latency(m, a, b) != sim_machine_latency(m, pa, pb))
-        return FALSE;
-    }
-  }
-  return TRUE;
-}
-
-/* Data-parallel replicas: every operator splits its sample dimension D ways, the shards of
- * replica r sit on devices that a one-to-one map carries from replica 0's, and the map
- * keeps the machine's shape.  Fills @in_rep0 (devices of replica 0) and @rep_of. */
-static gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                              uint8_t *in_rep0, int *rep_of)
-{
-  int nd = sim_machine_n_devices(m), x0 = first_compute_op(g);
-  if (x0 < 0)
+  int nd = f->nd, x0 = first_compute_op(g);
+  if (x0 < 0 || s->ops[x0].degree[0] <= 1)
     return FALSE;
   int D = s->ops[x0].degree[0];
-  if (D <= 1)
-    return FALSE;
-  int *phi = g_new(int, (size_t)D * nd); /* phi[r * nd + d0]: replica r's image of d0 */
-  int *owner = g_new(int, nd);           /* which replica a device belongs to          */
+  int *phi = g_new(int, (size_t)D * nd);
+  int *owner = g_new(int, nd);
   for (int i = 0; i < D * nd; i++)
     phi[i] = -1;
   for (int d = 0; d < nd; d++)
@@ -92,131 +99,379 @@ static gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrateg
         int *slot = &phi[(size_t)r * nd + d0];
         if (*slot < 0)
           *slot = dr;
-        ok = *slot == dr && (owner[dr] < 0 || owner[dr] == r);
+        ok = *slot == dr && (owner[dr] < 0 || owner[dr] == r) &&
+             sim_machine_device_spec(m, d0) == sim_machine_device_spec(m, dr);
         owner[dr] = r;
       }
   }
   if (ok) {
-    memset(in_rep0, 0, (size_t)nd);
-    GArray *set = g_array_new(FALSE, FALSE, sizeof(int));
-    for (int d = 0; d < nd; d++)
-      if (owner[d] == 0) {
-        in_rep0[d] = 1;
-        g_array_append_val(set, d);
-      }
-    for (int d = 0; d < nd; d++)
-      rep_of[d] = d;
-    int *map = g_new(int, nd);
-    for (int r = 1; ok && r < D; r++) {
-      for (int d = 0; d < nd; d++)
-        map[d] = d;
-      for (guint i = 0; i < set->len; i++) {
-        int d0 = g_array_index(set, int, i);
-        map[d0] = phi[(size_t)r * nd + d0];
-        if (map[d0] < 0)
-          ok = FALSE;
-        else
-          rep_of[map[d0]] = d0;
-      }
-      ok = ok && machine_symmetric(m, (int *)set->data, (int)set->len, map);
+    f->D = D;
+    f->phi = phi;
+    f->repl = g_new(int, nd);
+    f->base = g_new(int, nd);
+    for (int d = 0; d < nd; d++) {
+      f->repl[d] = owner[d];
+      f->base[d] = d;
     }
-    g_free(map);
-    g_array_free(set, TRUE);
+    for (int r = 0; r < D; r++)
+      for (int d0 = 0; d0 < nd; d0++)
+        if (phi[(size_t)r * nd + d0] >= 0)
+          f->base[phi[(size_t)r * nd + d0]] = d0;
+  } else {
+    g_free(phi);
   }
-  g_free(phi);
   g_free(owner);
   return ok;
 }
 
 /* Tensor-parallel ranks: inside replica 0, every operator of a stage spreads its shards
- * over the same set of devices, one shard per device, and the first shard of each is on
- * the same device, which stands for the others. */
-static gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                           const uint8_t *in_rep0, int D, uint8_t *simulated, int *rep_of)
+ * over the same set of devices of one kind, one shard per device, the first shard of each
+ * on the same device, which stands for the others. */
+static gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
 {
-  int nd = sim_machine_n_devices(m);
-  int S = s->n_stages;
+  int nd = f->nd, S = s->n_stages, D = f->D > 1 ? f->D : 1;
   int *rep = g_new(int, S);
   for (int st = 0; st < S; st++)
     rep[st] = -1;
   GHashTable **sets = g_new0(GHashTable *, S);
-  gboolean any = FALSE, ok = TRUE;
+  gboolean ok = TRUE;
   for (int x = 0; ok && x < s->n_ops; x++) {
     if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
       continue;
     const SimOpConfig *c = &s->ops[x];
     int st = s->op_stage[x];
-    int per = c->n_shards / (D > 1 ? D : 1);
+    int per = c->n_shards / D;
     GHashTable *mine = g_hash_table_new(g_direct_hash, g_direct_equal);
     for (int k = 0; k < per; k++)
       g_hash_table_add(mine, GINT_TO_POINTER(c->devices[k] + 1));
-    if ((int)g_hash_table_size(mine) != per)
-      ok = FALSE; /* two shards on one device */
-    if (rep[st] < 0) {
+    ok = (int)g_hash_table_size(mine) == per; /* no two shards on one device */
+    if (ok && rep[st] < 0) {
       rep[st] = c->devices[0];
       sets[st] = mine;
       mine = NULL;
-    } else {
-      ok = ok && rep[st] == c->devices[0] &&
-           g_hash_table_size(mine) == g_hash_table_size(sets[st]);
-      if (ok) {
-        GHashTableIter it;
-        gpointer key;
-        g_hash_table_iter_init(&it, mine);
-        while (ok && g_hash_table_iter_next(&it, &key, NULL))
-          ok = g_hash_table_contains(sets[st], key);
-      }
+    } else if (ok) {
+      ok = rep[st] == c->devices[0] && g_hash_table_size(mine) == g_hash_table_size(sets[st]);
+      GHashTableIter it;
+      gpointer key;
+      g_hash_table_iter_init(&it, mine);
+      while (ok && g_hash_table_iter_next(&it, &key, NULL))
+        ok = g_hash_table_contains(sets[st], key);
     }
     if (mine)
       g_hash_table_destroy(mine);
   }
+  gboolean any = FALSE;
   if (ok) {
-    for (int st = 0; st < S; st++) {
-      if (!sets[st])
-        continue;
-      int r = rep[st];
-      GHashTableIter it;
-      gpointer key;
-      g_hash_table_iter_init(&it, sets[st]);
-      while (g_hash_table_iter_next(&it, &key, NULL)) {
-        int d = GPOINTER_TO_INT(key) - 1;
-        if (d == r || !in_rep0[d])
-          continue;
-        if (sim_machine_device_spec(m, d) != sim_machine_device_spec(m, r)) {
-          ok = FALSE;
-          continue;
-        }
-        simulated[d] = 0;
-        any = TRUE;
-      }
-    }
-  }
-  if (ok && any) {
-    /* Folded ranks take their representative's timeline, and so do their images in the
-     * other replicas. */
-    int *rank_rep = g_new(int, nd);
+    f->cls = g_new(int, nd);
+    f->pos = g_new0(int, nd);
     for (int d = 0; d < nd; d++)
-      rank_rep[d] = d;
-    for (int st = 0; st < S; st++) {
-      if (!sets[st])
+      f->cls[d] = -1;
+    f->members = g_ptr_array_new_with_free_func(g_free);
+    f->sizes = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int st = 0; st < S && ok; st++) {
+      if (!sets[st] || g_hash_table_size(sets[st]) < 2)
         continue;
+      int n = (int)g_hash_table_size(sets[st]);
+      int *devs = g_new(int, n);
+      int k = 0;
       GHashTableIter it;
       gpointer key;
       g_hash_table_iter_init(&it, sets[st]);
       while (g_hash_table_iter_next(&it, &key, NULL))
-        rank_rep[GPOINTER_TO_INT(key) - 1] = rep[st];
+        devs[k++] = GPOINTER_TO_INT(key) - 1;
+      /* Device order, rotated so that the representative comes first. */
+      for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && devs[j - 1] > devs[j]; j--) {
+          int t = devs[j];
+          devs[j] = devs[j - 1];
+          devs[j - 1] = t;
+        }
+      int ri = 0;
+      while (devs[ri] != rep[st])
+        ri++;
+      int *rot = g_new(int, n);
+      for (int i = 0; i < n; i++)
+        rot[i] = devs[(ri + i) % n];
+      g_free(devs);
+      int known = f->cls[rot[0]];
+      if (known >= 0) {
+        /* Stages that share a device group (interleaved chunks) share its ranks. */
+        const int *mem = f->members->pdata[known];
+        ok = g_array_index(f->sizes, int, known) == n &&
+             memcmp(mem, rot, sizeof(int) * (size_t)n) == 0;
+        g_free(rot);
+        continue;
+      }
+      for (int i = 0; i < n; i++) {
+        ok = ok && f->cls[rot[i]] < 0 &&
+             sim_machine_device_spec(m, rot[i]) == sim_machine_device_spec(m, rot[0]);
+        f->cls[rot[i]] = (int)f->members->len;
+        f->pos[rot[i]] = i;
+      }
+      g_ptr_array_add(f->members, rot);
+      g_array_append_val(f->sizes, n);
+      any = TRUE;
     }
-    for (int d = 0; d < nd; d++)
-      rep_of[d] = rank_rep[rep_of[d]];
-    g_free(rank_rep);
   }
   for (int st = 0; st < S; st++)
     if (sets[st])
       g_hash_table_destroy(sets[st]);
   g_free(sets);
   g_free(rep);
-  (void)nd;
+  f->n_classes = ok && any ? (int)f->members->len : 0;
   return ok && any;
+}
+
+/* The image of device @d under the fold's map (replica shift @r, rank shift @k). */
+static int fold_map(const Fold *f, int d, int r, int k, gboolean ranks)
+{
+  if (!f->repl || f->repl[d] < 0) {
+    if (!ranks || !f->cls || f->cls[d] < 0)
+      return d;
+    const int *mem = f->members->pdata[f->cls[d]];
+    int n = g_array_index(f->sizes, int, f->cls[d]);
+    return mem[(f->pos[d] + k) % n];
+  }
+  int d0 = f->base[d];
+  if (ranks && f->cls && f->cls[d0] >= 0) {
+    const int *mem = f->members->pdata[f->cls[d0]];
+    int n = g_array_index(f->sizes, int, f->cls[d0]);
+    d0 = mem[(f->pos[d0] + k) % n];
+  }
+  return f->phi[(size_t)((f->repl[d] + r) % f->D) * f->nd + d0];
+}
+
+/* The device whose timeline stands for @d's when replicas (@use_r) and ranks (@use_k)
+ * are folded. */
+static int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k)
+{
+  int q = f->repl ? f->repl[d] : -1;
+  int d0 = q >= 0 ? f->base[d] : d;
+  if (use_k && f->cls && f->cls[d0] >= 0)
+    d0 = ((const int *)f->members->pdata[f->cls[d0]])[0];
+  if (q >= 0 && !use_r)
+    return f->phi[(size_t)q * f->nd + d0]; /* a replica keeps its own representatives */
+  return d0;
+}
+
+/* Folded devices compute nothing in the simulation, but they still communicate, and
+ * their traffic shares links with what is simulated.  A collective whose devices every
+ * symmetry maps onto themselves is built whole and loses nothing.  Every other flow of a
+ * simulated device (a transfer, a collective among representatives) gets its images
+ * under the symmetries as shadow flows: the same bytes, started by the same predecessors
+ * (symmetric devices reach them at the same time), waited for by nothing.
+ *
+ * The result is exact when the symmetries map the routes of those flows onto their
+ * images link by link (equal lengths, capacities and latencies, one consistent one-to-one
+ * map of links), so that the traffic of every folded device is a copy of its
+ * representative's; flows of whole collectives must map the same way or keep to links no
+ * other flow uses.  Returns FALSE, adding nothing, when that does not hold. */
+typedef struct {
+  int32_t block, index, a, b;
+} FlowAt;
+
+static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, gboolean ranks)
+{
+  for (int r = 0; r < R; r++)
+    for (int k = 0; k < K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      for (guint i = 0; i < set->len; i++) {
+        int img = fold_map(f, g_array_index(set, int, i), r, k, ranks);
+        gboolean in = FALSE;
+        for (guint j = 0; j < set->len && !in; j++)
+          in = g_array_index(set, int, j) == img;
+        if (!in)
+          return FALSE;
+      }
+    }
+  return TRUE;
+}
+
+/* Extends the link map of one symmetry with the route of pair (a, b); FALSE if it does
+ * not fit. */
+static gboolean map_route(SimMachine *m, int a, int b, int pa, int pb, int *lam, int *inv,
+                          uint8_t *mark)
+{
+  int n1, n2;
+  const int *r1 = sim_machine_route(m, a, b, &n1);
+  const int *r2 = sim_machine_route(m, pa, pb, &n2);
+  gboolean fits = pa != pb && n1 == n2;
+  for (int h = 0; fits && h < n1; h++) {
+    int x = r1[h], y = r2[h];
+    fits = sim_machine_link_bandwidth(m, x) == sim_machine_link_bandwidth(m, y) &&
+           sim_machine_link_latency(m, x) == sim_machine_link_latency(m, y) &&
+           (lam[x] < 0 || lam[x] == y) && (inv[y] < 0 || inv[y] == x);
+    lam[x] = y;
+    inv[y] = x;
+  }
+  for (int h = 0; h < n1; h++)
+    mark[r1[h]] = 1;
+  for (int h = 0; h < n2; h++)
+    mark[r2[h]] = 1;
+  return fits;
+}
+
+static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
+                            gboolean ranks)
+{
+  int nl = sim_machine_n_links(m), nd = f->nd;
+  int R = replicas ? MAX(f->D, 1) : 1, K = 1;
+  if (ranks)
+    for (int c = 0; c < f->n_classes; c++)
+      K = MAX(K, g_array_index(f->sizes, int, c));
+  int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
+  int8_t *coll_whole = g_new(int8_t, MAX(n_coll, 1));
+  for (int c = 0; c < n_coll; c++)
+    coll_whole[c] = -1;
+
+  /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
+   * device-by-device table: 1 whole, 2 with shadows). */
+  GArray *part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
+  uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
+  GArray *part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  GArray *whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  GPtrArray *blocks = tg->blocks;
+  for (guint b = 0; b < blocks->len; b++) {
+    SimTaskBlock *blk = blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    for (guint i = 0; i < blk->tasks->len; i++) {
+      const SimTask *t = &g_array_index(blk->tasks, SimTask, i);
+      if (t->kind != SIM_TASK_FLOW || t->device == t->peer)
+        continue;
+      gboolean whole = FALSE;
+      if (t->coll >= 0 && t->coll < n_coll) {
+        if (coll_whole[t->coll] < 0)
+          coll_whole[t->coll] = coll_invariant(tg->coll_devs->pdata[t->coll], f, R, K, ranks);
+        whole = coll_whole[t->coll];
+      }
+      gint64 key = (gint64)t->device * nd + t->peer;
+      uint8_t bit = whole ? 1 : 2;
+      if (!(kind[key] & bit)) {
+        kind[key] |= bit;
+        g_array_append_val(whole ? whole_keys : part_keys, key);
+      }
+      if (!whole) {
+        FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer };
+        g_array_append_val(part, at);
+      }
+    }
+  }
+  g_free(kind);
+
+  int *lam = g_new(int, MAX(nl, 1)), *inv = g_new(int, MAX(nl, 1));
+  uint8_t *part_links = g_new0(uint8_t, MAX(nl, 1)), *whole_links = g_new0(uint8_t, MAX(nl, 1));
+  gboolean ok = TRUE, whole_symmetric = TRUE;
+  for (int r = 0; ok && r < R; r++)
+    for (int k = 0; ok && k < K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      for (int l = 0; l < nl; l++)
+        lam[l] = inv[l] = -1;
+      for (int phase = 0; phase < 2 && ok; phase++) {
+        GArray *set = phase ? whole_keys : part_keys;
+        for (guint i = 0; ok && i < set->len; i++) {
+          gint64 key = g_array_index(set, gint64, i);
+          int a = (int)(key / nd), b = (int)(key % nd);
+          int pa = fold_map(f, a, r, k, ranks), pb = fold_map(f, b, r, k, ranks);
+          if (!map_route(m, a, b, pa, pb, lam, inv, phase ? whole_links : part_links)) {
+            if (phase)
+              whole_symmetric = FALSE;
+            else
+              ok = FALSE;
+          }
+        }
+      }
+    }
+  if (ok && !whole_symmetric)
+    for (int l = 0; l < nl && ok; l++)
+      ok = !(whole_links[l] && part_links[l]);
+
+  if (ok && part->len) {
+    /* The predecessors of the flows that get shadows: each block's part flows by index. */
+    GPtrArray *slot = g_ptr_array_new_with_free_func(g_free);
+    g_ptr_array_set_size(slot, blocks->len);
+    for (guint q = 0; q < part->len; q++) {
+      FlowAt at = g_array_index(part, FlowAt, q);
+      int32_t **sl = (int32_t **)&slot->pdata[at.block];
+      if (!*sl) {
+        guint n = sim_taskgraph_block(tg, at.block)->tasks->len;
+        *sl = g_new(int32_t, n);
+        for (guint i = 0; i < n; i++)
+          (*sl)[i] = -1;
+      }
+      (*sl)[at.index] = (int32_t)q;
+    }
+    GArray **preds = g_new0(GArray *, part->len);
+    for (guint b = 0; b < blocks->len; b++) {
+      SimTaskBlock *blk = blocks->pdata[b];
+      if (!blk->live)
+        continue;
+      for (guint e = 0; e < blk->edges->len; e++) {
+        const SimTaskEdge *ed = &g_array_index(blk->edges, SimTaskEdge, e);
+        const int32_t *sl = ed->to.block < (int)slot->len ? slot->pdata[ed->to.block] : NULL;
+        if (!sl || sl[ed->to.index] < 0)
+          continue;
+        GArray **pa = &preds[sl[ed->to.index]];
+        if (!*pa)
+          *pa = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+        g_array_append_val(*pa, ed->from);
+      }
+    }
+    g_ptr_array_free(slot, TRUE);
+    int shadow_block = sim_taskgraph_block_new(tg);
+    /* A collective's flows map onto each other under its own symmetries, so different
+     * symmetries can give one flow the same image: one shadow per image and collective. */
+    GHashTable *made = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+                                             (GDestroyNotify)g_bytes_unref, NULL);
+    for (int r = 0; r < R; r++)
+      for (int k = 0; k < K; k++) {
+        if (r == 0 && k == 0)
+          continue;
+        for (guint q = 0; q < part->len; q++) {
+          FlowAt at = g_array_index(part, FlowAt, q);
+          SimTask sh = g_array_index(sim_taskgraph_block(tg, at.block)->tasks, SimTask, at.index);
+          sh.device = fold_map(f, at.a, r, k, ranks);
+          sh.peer = fold_map(f, at.b, r, k, ranks);
+          if (sh.coll >= 0) {
+            /* An image inside the collective's own devices is one of its own flows. */
+            const GArray *set = tg->coll_devs->pdata[sh.coll];
+            gboolean in_a = FALSE, in_b = FALSE;
+            for (guint i = 0; i < set->len; i++) {
+              in_a |= g_array_index(set, int, i) == sh.device;
+              in_b |= g_array_index(set, int, i) == sh.peer;
+            }
+            if (in_a && in_b)
+              continue;
+            int32_t key[3] = { sh.device, sh.peer, sh.coll };
+            GBytes *kb = g_bytes_new(key, sizeof key);
+            if (g_hash_table_contains(made, kb)) {
+              g_bytes_unref(kb);
+              continue;
+            }
+            g_hash_table_add(made, kb);
+          }
+          SimTaskRef sr = sim_taskgraph_add(tg, shadow_block, &sh);
+          for (guint j = 0; preds[q] && j < preds[q]->len; j++)
+            sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
+        }
+      }
+    g_hash_table_destroy(made);
+    for (guint q = 0; q < part->len; q++)
+      if (preds[q])
+        g_array_free(preds[q], TRUE);
+    g_free(preds);
+  }
+  g_free(lam);
+  g_free(inv);
+  g_free(part_links);
+  g_free(whole_links);
+  g_free(coll_whole);
+  g_array_free(part_keys, TRUE);
+  g_array_free(whole_keys, TRUE);
+  g_array_free(part, TRUE);
+  return ok;
 }
 
 /* ---- the driver ---------------------------------------------------------------------- */
@@ -248,44 +503,35 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
   int nd = sim_machine_n_devices(m);
   Lowered out = { 0 };
   out.rep_of = g_new(int, nd);
-  uint8_t *in_rep0 = g_new(uint8_t, nd);
-  uint8_t *mask = g_new(uint8_t, nd);
-  int levels = 0;
+  Fold f = { .nd = nd, .D = 1 };
+  gboolean replicas = FALSE, ranks = FALSE;
   if (o->fold) {
-    if (fold_replicas(g, m, s, in_rep0, out.rep_of)) {
-      levels = 1;
-      memcpy(mask, in_rep0, (size_t)nd);
-      int D = s->ops[first_compute_op(g)].degree[0];
-      if (fold_ranks(g, m, s, in_rep0, D, mask, out.rep_of))
-        levels = 2;
-    } else {
-      for (int d = 0; d < nd; d++) {
-        in_rep0[d] = 1;
-        out.rep_of[d] = d;
-      }
-      memcpy(mask, in_rep0, (size_t)nd);
-      if (fold_ranks(g, m, s, in_rep0, 1, mask, out.rep_of))
-        levels = 3;
-    }
+    replicas = fold_replicas(g, m, s, &f);
+    ranks = fold_ranks(g, m, s, &f);
   }
-  while (levels > 0) {
-    SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
-    sim_lowering_build(lw);
-    if (!sim_lowering_fold_violated(lw)) {
-      out.lw = lw;
-      out.folding = levels == 1   ? "data-parallel replicas"
-                    : levels == 2 ? "data-parallel replicas and tensor-parallel ranks"
-                                  : "tensor-parallel ranks";
-      break;
+  uint8_t *mask = g_new(uint8_t, nd);
+  /* Try both symmetries, then each alone; keep the first that is exact. */
+  const gboolean tries[3][2] = { { TRUE, TRUE }, { TRUE, FALSE }, { FALSE, TRUE } };
+  for (int t = 0; t < 3 && !out.lw; t++) {
+    gboolean use_r = tries[t][0] && replicas, use_k = tries[t][1] && ranks;
+    /* Skip a try that asks for nothing, or for what the first try already was. */
+    if ((!use_r && !use_k) || (t > 0 && use_r == (replicas && TRUE) && use_k == ranks))
+      continue;
+    for (int d = 0; d < nd; d++) {
+      out.rep_of[d] = fold_rep(&f, d, use_r, use_k);
+      mask[d] = out.rep_of[d] == d;
     }
-    sim_lowering_free(lw);
-    if (levels == 2) {
-      /* Keep the replicas, give up the ranks. */
-      memcpy(mask, in_rep0, (size_t)nd);
-      fold_replicas(g, m, s, in_rep0, out.rep_of);
-      levels = 1;
+    SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
+    sim_lowering_taskgraph(lw)->track_collectives = TRUE;
+    sim_lowering_build(lw);
+    if (!sim_lowering_fold_violated(lw) &&
+        add_shadows(sim_lowering_taskgraph(lw), m, &f, use_r, use_k)) {
+      out.lw = lw;
+      out.folding = use_r && use_k ? "data-parallel replicas and tensor-parallel ranks"
+                    : use_r        ? "data-parallel replicas"
+                                   : "tensor-parallel ranks";
     } else {
-      levels = 0;
+      sim_lowering_free(lw);
     }
   }
   if (!out.lw) {
@@ -295,7 +541,7 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
     sim_lowering_build(out.lw);
     out.folding = "none";
   }
-  g_free(in_rep0);
+  fold_clear(&f);
   g_free(mask);
   return out;
 }

@@ -63,6 +63,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->succ);
   g_free(tg->stream);
   g_free(tg->stream_off);
+  if (tg->coll_devs)
+    g_ptr_array_free(tg->coll_devs, TRUE);
   g_free(tg);
 }
 
@@ -135,25 +137,25 @@ SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb
                          double duration)
 {
   return (SimTask){ .kind = SIM_TASK_COMPUTE, .cls = cls, .device = device, .peer = -1,
-                    .op = op, .shard = shard, .mb = mb, .duration = duration };
+                    .op = op, .shard = shard, .mb = mb, .duration = duration, .coll = -1 };
 }
 
 SimTask sim_task_flow(SimTaskClass cls, int src, int dst, double bytes, int op, int mb)
 {
   return (SimTask){ .kind = SIM_TASK_FLOW, .cls = cls, .device = src, .peer = dst, .op = op,
-                    .shard = -1, .mb = mb, .bytes = bytes };
+                    .shard = -1, .mb = mb, .bytes = bytes, .coll = -1 };
 }
 
 SimTask sim_task_delay(SimTaskClass cls, int device, double duration)
 {
   return (SimTask){ .kind = SIM_TASK_DELAY, .cls = cls, .device = device, .peer = -1,
-                    .op = -1, .shard = -1, .mb = -1, .duration = duration };
+                    .op = -1, .shard = -1, .mb = -1, .duration = duration, .coll = -1 };
 }
 
 SimTask sim_task_nop(void)
 {
   return (SimTask){ .kind = SIM_TASK_NOP, .cls = SIM_CLASS_TRANSFER, .device = -1, .peer = -1,
-                    .op = -1, .shard = -1, .mb = -1 };
+                    .op = -1, .shard = -1, .mb = -1, .coll = -1 };
 }
 
 typedef struct {

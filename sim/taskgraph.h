@@ -47,6 +47,7 @@ typedef struct {
   double bytes;        /* flows                                                       */
   int64_t mem_alloc;   /* bytes allocated on @device when the task starts              */
   int64_t mem_free;    /* bytes released on @device when the task ends                 */
+  int32_t coll;        /* flows of a collective: its id in the task graph, or -1       */
   /* Filled by assembly: */
   int32_t n_pred;
   int32_t succ_off;    /* into SimTaskGraph.succ                                      */
@@ -117,6 +118,9 @@ typedef struct {
   int32_t *stream;     /* compute task ids per device in run order                      */
   int32_t *stream_off; /* n_devices + 1 entries                                       */
   gboolean dirty;      /* blocks changed since the last assembly                        */
+  /* The devices of every collective, by id, when tracked (folding needs them). */
+  gboolean track_collectives;
+  GPtrArray *coll_devs;  /* GArray of int, or NULL when not tracked                    */
 } SimTaskGraph;
 
 SimTaskGraph *sim_taskgraph_new(int n_devices);
@@ -199,8 +203,9 @@ typedef void (*SimNetRescheduleFunc)(void *user, int flow_task, double end_time)
 SimNet *sim_net_new(SimMachine *m, double bandwidth_efficiency);
 void sim_net_free(SimNet *net);
 void sim_net_reset(SimNet *net);
-/* Starts flow @task from @src to @dst of @bytes at time @now; returns its slot. */
-int sim_net_add(SimNet *net, int task, int src, int dst, double bytes, double now);
+/* Starts flow @task of @bytes along the @n_links links of @links at time @now; returns
+ * its slot. */
+int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now);
 /* Removes the finished flow in @slot. */
 void sim_net_remove(SimNet *net, int slot, double now);
 /* Recomputes the rates of the flows whose links changed and reports new end times. */
@@ -227,9 +232,10 @@ void sim_lowering_record_semantics(SimLowering *lw, gboolean on);
 void sim_lowering_free(SimLowering *lw);
 /* Builds every block. */
 void sim_lowering_build(SimLowering *lw);
-/* Rebuilds what operator @op's configuration touches: its own tasks, the transfers and
- * reductions of its input and output tensors, and the gradient synchronization. */
-void sim_lowering_update_op(SimLowering *lw, int op);
+/* Rebuilds what the configurations of the @n operators @ops touch: their own tasks, the
+ * transfers and reductions of their input and output tensors, and the gradient
+ * synchronization. */
+void sim_lowering_update_ops(SimLowering *lw, const int *ops, int n);
 SimTaskGraph *sim_lowering_taskgraph(SimLowering *lw);
 /* Iteration range and tensor regions of a shard, in micro-batch coordinates. */
 void sim_lowering_shard_range(const SimLowering *lw, int op, int shard, int64_t *lo, int64_t *hi);
@@ -267,6 +273,10 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
 void sim_timeline_clear(SimTimeline *tl);
 
 G_END_DECLS
+
+/* The task graph and timeline of a session's last run (delta.c), for tests. */
+const SimTaskGraph *sim_session_taskgraph(SimSession *ss);
+const SimTimeline *sim_session_timeline(SimSession *ss);
 
 /* ---------------------------------------------------------------------------------- */
 /* Reports (report.c)                                                                   */
