@@ -43,3 +43,8 @@ int cmd_machine(int argc, char **argv);
 
 /* The commands (one file each). */
 int cmd_simulate(int argc, char **argv);
+int cmd_search(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_validate(int argc, char **argv);

@@ -1,6 +1,7 @@
 /* cmd-simulate.c — parasol simulate: predicts one training iteration of a model on a
  * machine under a strategy given as a file or built from Megatron-style flags. */
 #include "cli.h"
+#include "parasol-search.h"
 #include "sim-options.h"
 
 #include <string.h>
@@ -41,8 +42,25 @@ int cmd_simulate(int argc, char **argv)
                         &plan, &error))
     return cli_report_error(error);
   g_autoptr(SimStrategy) s = NULL;
-  if (strategy_file)
+  if (strategy_file) {
+    /* A strategy found with graph rewrites names the rewritten graph's operators: the
+     * model is rewritten the same way before the strategy is read. */
+    g_auto(GStrv) rewrites = search_strategy_file_rewrites(strategy_file, &error);
+    if (!rewrites) {
+      cli_problem_clear(&pb);
+      return cli_report_error(error);
+    }
+    if (rewrites[0]) {
+      SimGraph *g = search_rewrite_graph(pb.graph, (const char *const *)rewrites, &error);
+      if (!g) {
+        cli_problem_clear(&pb);
+        return cli_report_error(error);
+      }
+      sim_graph_free(pb.graph);
+      pb.graph = g;
+    }
     s = sim_strategy_load(strategy_file, pb.graph, pb.machine, &error);
+  }
   else
     s = cli_plan_build(&plan, pb.graph, pb.machine, &error);
   if (!s) {

@@ -13,6 +13,11 @@ static const CliCommand commands[] = {
   { "machines", "list the machines of the library", cmd_machines },
   { "machine", "describe a machine: devices, links, bandwidths", cmd_machine },
   { "simulate", "predict one training iteration of a model on a machine", cmd_simulate },
+  { "search", "find a fast parallelization strategy with a search algorithm", cmd_search },
+  { "compare", "compare search algorithms on one problem and budget (CSV and plot)", cmd_compare },
+  { "profile", "measure operators and collectives into a profile database", cmd_profile },
+  { "exec", "run training steps of a plan on a back end (cpu, cuda)", cmd_exec },
+  { "validate", "predicted against measured time of one plan, per class of task", cmd_validate },
   { NULL, NULL, NULL },
 };
 

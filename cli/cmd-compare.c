@@ -1,0 +1,334 @@
+/* cmd-compare.c — parasol compare: runs several search algorithms with several seeds on the
+ * same problem and budget, writes every improvement as CSV and draws the best predicted
+ * iteration time against search time with gnuplot. */
+#include "cli.h"
+#include "search-options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+  const SearchAlgorithm *algo;
+  guint64 seed;
+  double final;
+  double elapsed;
+  gint64 evals;
+  double t95;
+  GArray *points;   /* double pairs: wall, best */
+} Run;
+
+static int compare_doubles(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+  if (n == 0)
+    return NAN;
+  qsort(v, (size_t)n, sizeof(double), compare_doubles);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Whether @a reads option @key ("key=value"), or the algorithm its "inner" option names
+ * does (default dp, as subst's). */
+static gboolean algo_knows(const SearchAlgorithm *a, const char *opt, char **opts)
+{
+  g_autofree char *key = g_strndup(opt, strcspn(opt, "="));
+  for (const SearchOptionSpec *s = a->options; s && s->name; s++) {
+    if (!strcmp(s->name, key))
+      return TRUE;
+    if (!strcmp(s->name, "inner")) {
+      const char *inner = "dp";
+      for (char **it = opts; it && *it; it++)
+        if (g_str_has_prefix(*it, "inner="))
+          inner = *it + strlen("inner=");
+      const SearchAlgorithm *in = search_lookup(inner);
+      if (in && in != a && algo_knows(in, opt, opts))
+        return TRUE;
+    }
+  }
+  return FALSE;
+}
+
+/* A gnuplot script with the data inline (datablocks), so the figure can be redrawn from
+ * the script alone. */
+static gboolean write_plot(const char *gp, const char *png, const char *title, Run *runs,
+                           int n_runs, GPtrArray *algos, double dp_time, GError **error)
+{
+  FILE *f = fopen(gp, "w");
+  if (!f) {
+    int e = errno;
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", gp, g_strerror(e));
+    return FALSE;
+  }
+  fprintf(f, "# parasol compare: best predicted iteration time against search time.\n");
+  for (guint a = 0; a < algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+    fprintf(f, "$a%u << EOD\n", a);
+    for (int i = 0; i < n_runs; i++) {
+      if (runs[i].algo != algo)
+        continue;
+      for (guint k = 0; k < runs[i].points->len / 2; k++)
+        fprintf(f, "%.6f %.9g\n", g_array_index(runs[i].points, double, 2 * k),
+                1e3 * g_array_index(runs[i].points, double, 2 * k + 1));
+      fprintf(f, "\n");
+    }
+    fprintf(f, "EOD\n");
+  }
+  fprintf(f,
+          "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+          "  set terminal pngcairo size 960,600 font ',11'\n"
+          "} else {\n"
+          "  set terminal png size 960,600\n"
+          "}\n"
+          "set output '%s'\n"
+          "set title \"%s\" noenhanced\n"
+          "set xlabel 'search time (s)'\n"
+          "set ylabel 'best predicted iteration time (ms)'\n"
+          "set key outside right top noenhanced\n"
+          "set grid\n",
+          png, title);
+  GString *plot = g_string_new("plot ");
+  for (guint a = 0; a < algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+    g_string_append_printf(plot, "%s$a%u using 1:2 with steps linewidth 2 linecolor %u title '%s'",
+                           a ? ", \\\n     " : "", a, a + 1, algo->name);
+  }
+  if (isfinite(dp_time))
+    g_string_append_printf(plot, ", \\\n     %.9g with lines dashtype 2 linecolor 'gray' "
+                                 "title 'data parallel'", 1e3 * dp_time);
+  fprintf(f, "%s\n", plot->str);
+  g_string_free(plot, TRUE);
+  fclose(f);
+  return TRUE;
+}
+
+int cmd_compare(int argc, char **argv)
+{
+  g_autofree char *model = NULL, *machine = NULL, *algos_text = NULL, *prefix = NULL;
+  g_auto(GStrv) params = NULL;
+  int seeds = 3;
+  gboolean quiet = FALSE;
+  CliPlanOptions plan;
+  cli_plan_options_init(&plan);
+  CliSearchOptions so;
+  cli_search_options_init(&so);
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default mlp)", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "algos", 'A', 0, G_OPTION_ARG_STRING, &algos_text, "Algorithms, comma-separated (default mcmc,dp,beam)", "LIST" },
+    { "seeds", 'k', 0, G_OPTION_ARG_INT, &seeds, "Seeds per algorithm: 1..K (default 3)", "K" },
+    { "out", 0, 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX.gp and PREFIX.png (default compare)", "PREFIX" },
+    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress lines", NULL },
+    { NULL },
+  };
+  g_autoptr(GOptionContext) ctx = g_option_context_new("- compare search algorithms");
+  g_option_context_set_summary(ctx,
+    "Runs each algorithm with seeds 1..K on MODEL and MACHINE with the same budget, writes\n"
+    "every improvement to PREFIX.csv (algo, seed, wall_s, evals, best_s) and a gnuplot\n"
+    "figure of the best predicted iteration time against search time (PREFIX.gp, .png).\n"
+    "Each --opt goes to the algorithms that read it.");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_add_group(ctx, cli_search_option_group(&so));
+  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
+  if (!cli_parse_options(ctx, &argc, &argv)) {
+    cli_search_options_clear(&so);
+    return CLI_EXIT_USAGE;
+  }
+  int status = CLI_EXIT_OK;
+  GError *error = NULL;
+  CliProblem pb = { 0 };
+  g_autoptr(SearchProblem) problem = NULL;
+  g_autoptr(GPtrArray) algos = g_ptr_array_new();
+  Run *runs = NULL;
+  int n_runs = 0;
+  FILE *csv = NULL;
+  g_autofree char *csv_path = NULL, *gp_path = NULL, *png_path = NULL;
+  g_autofree char *title = NULL, *gnuplot = NULL;
+
+  if (argc > 1) {
+    status = cli_usage_error("compare", "unexpected argument '%s'", argv[1]);
+    goto done;
+  }
+  if (seeds < 1 || seeds > 1000) {
+    status = cli_usage_error("compare", "--seeds %d: expected 1 to 1000", seeds);
+    goto done;
+  }
+  if (!cli_search_setup(&so, &error))
+    goto fail;
+  {
+    g_auto(GStrv) names = g_strsplit(algos_text ? algos_text : "mcmc,dp,beam", ",", -1);
+    for (char **it = names; *it; it++) {
+      char *name = g_strstrip(*it);
+      if (!*name)
+        continue;
+      const SearchAlgorithm *a = cli_search_lookup(name, &error);
+      if (!a)
+        goto fail;
+      g_ptr_array_add(algos, (gpointer)a);
+    }
+  }
+  if (algos->len == 0) {
+    status = cli_usage_error("compare", "--algos names no algorithm");
+    goto done;
+  }
+  SearchRunOptions ro;
+  if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
+    goto fail;
+  if (!so.budget)
+    ro.time_budget = 10, ro.eval_budget = 0;
+  if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
+                        &error))
+    goto fail;
+  if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
+    goto fail;
+
+  const char *base = prefix ? prefix : "compare";
+  csv_path = g_strconcat(base, ".csv", NULL);
+  gp_path = g_strconcat(base, ".gp", NULL);
+  png_path = g_strconcat(base, ".png", NULL);
+  if (!(csv = fopen(csv_path, "w"))) {
+    int e = errno;
+    g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path, g_strerror(e));
+    goto fail;
+  }
+  fprintf(csv, "algo,seed,wall_s,evals,best_s\n");
+
+  /* Options go to the algorithms that read them; one that none reads is a mistake. */
+  for (char **it = so.opts; it && *it; it++) {
+    gboolean known = FALSE;
+    for (guint a = 0; a < algos->len && !known; a++)
+      known = algo_knows(g_ptr_array_index(algos, a), *it, so.opts);
+    if (!known) {
+      status = cli_usage_error("compare", "--opt %s: none of the algorithms has that option; "
+                               "'parasol search --list' shows their options", *it);
+      goto done;
+    }
+  }
+  ro.handle_sigint = FALSE;
+  ro.progress = !quiet && cli_stderr_is_tty();
+  runs = g_new0(Run, algos->len * (gsize)seeds);
+  for (guint a = 0; a < algos->len; a++) {
+    for (int k = 1; k <= seeds; k++) {
+      const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+      ro.seed = (guint64)k;
+      g_autoptr(GPtrArray) mine = g_ptr_array_new();
+      for (char **it = so.opts; it && *it; it++)
+        if (algo_knows(algo, *it, so.opts))
+          g_ptr_array_add(mine, *it);
+      g_ptr_array_add(mine, NULL);
+      ro.options = (const char *const *)mine->pdata;
+      g_autoptr(SearchResult) r = search_run(algo, problem, &ro, &error);
+      if (!r)
+        goto fail;
+      Run *run = &runs[n_runs++];
+      run->algo = algo;
+      run->seed = (guint64)k;
+      run->final = search_result_get_time(r);
+      run->elapsed = search_result_get_elapsed(r);
+      run->evals = search_result_get_evals(r);
+      run->t95 = search_result_time_to(r, 0.95, NULL);
+      run->points = g_array_new(FALSE, FALSE, sizeof(double));
+      char b[G_ASCII_DTOSTR_BUF_SIZE];
+      for (int i = 0; i < search_result_n_improvements(r); i++) {
+        double wall, best;
+        gint64 evals;
+        search_result_get_improvement(r, i, &wall, &evals, &best);
+        fprintf(csv, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k, wall, evals,
+                g_ascii_formatd(b, sizeof b, "%.9g", best));
+        g_array_append_val(run->points, wall);
+        g_array_append_val(run->points, best);
+      }
+      /* The final row carries the line to the end of the search. */
+      fprintf(csv, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k, run->elapsed,
+              run->evals, isfinite(run->final) ? g_ascii_formatd(b, sizeof b, "%.9g", run->final) : "");
+      if (isfinite(run->final)) {
+        g_array_append_val(run->points, run->elapsed);
+        g_array_append_val(run->points, run->final);
+      }
+    }
+  }
+  fclose(csv);
+  csv = NULL;
+
+  double dp_time = INFINITY;
+  {
+    g_autoptr(SimStrategy) dp = search_problem_data_parallel(problem, NULL);
+    g_autoptr(SimReport) r = NULL;
+    if (dp && search_problem_simulate(problem, dp, &r, NULL) >= 0 && r)
+      dp_time = sim_report_iteration_time(r);
+  }
+
+  /* The summary: per algorithm over its seeds. */
+  printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(pb.graph),
+         sim_machine_get_name(pb.machine), sim_machine_n_devices(pb.machine),
+         so.budget ? so.budget : "10s", seeds, seeds == 1 ? "" : "s");
+  printf("%-14s %12s %12s %10s %12s %10s\n", "algorithm", "best", "median", "vs dp", "to 95% (s)",
+         "evals/s");
+  for (guint a = 0; a < algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+    double finals[1000], t95[1000];
+    int nf = 0, nt = 0;
+    double best = INFINITY, evals = 0, wall = 0;
+    for (int i = 0; i < n_runs; i++) {
+      if (runs[i].algo != algo)
+        continue;
+      if (isfinite(runs[i].final))
+        finals[nf++] = runs[i].final;
+      if (!isnan(runs[i].t95))
+        t95[nt++] = runs[i].t95;
+      best = MIN(best, runs[i].final);
+      evals += (double)runs[i].evals;
+      wall += runs[i].elapsed;
+    }
+    g_autofree char *tb = isfinite(best) ? cli_format_time(best) : g_strdup("none");
+    double med = median(finals, nf);
+    g_autofree char *tm = isfinite(med) ? cli_format_time(med) : g_strdup("none");
+    g_autofree char *sp = isfinite(best) && isfinite(dp_time)
+                            ? g_strdup_printf("%.2fx", dp_time / best) : g_strdup("n/a");
+    double m95 = median(t95, nt);
+    printf("%-14s %12s %12s %10s %12.2f %10.0f\n", algo->name, tb, tm, sp, isnan(m95) ? 0.0 : m95,
+           wall > 0 ? evals / wall : 0.0);
+  }
+
+  title = g_strdup_printf("%s on %s", sim_graph_get_name(pb.graph),
+                                           sim_machine_get_name(pb.machine));
+  if (!write_plot(gp_path, png_path, title, runs, n_runs, algos, dp_time, &error))
+    goto fail;
+  gnuplot = g_find_program_in_path("gnuplot");
+  if (gnuplot) {
+    const char *args[] = { gnuplot, gp_path, NULL };
+    int wait = 0;
+    g_autoptr(GError) e = NULL;
+    if (g_spawn_sync(NULL, (char **)args, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL, &wait,
+                     &e) &&
+        g_spawn_check_wait_status(wait, NULL))
+      g_printerr("parasol compare: wrote %s, %s and %s\n", csv_path, gp_path, png_path);
+    else
+      g_printerr("parasol compare: wrote %s and %s; gnuplot failed to draw %s%s%s\n", csv_path,
+                 gp_path, png_path, e ? ": " : "", e ? e->message : "");
+  } else {
+    g_printerr("parasol compare: wrote %s and %s; gnuplot is not installed, so run "
+               "'gnuplot %s' where it is to draw %s\n",
+               csv_path, gp_path, gp_path, png_path);
+  }
+  goto done;
+
+fail:
+  status = cli_report_error(error);
+done:
+  if (csv)
+    fclose(csv);
+  for (int i = 0; i < n_runs; i++)
+    g_array_unref(runs[i].points);
+  g_free(runs);
+  /* The problem borrows the graph and machine: it goes first. */
+  g_clear_pointer(&problem, search_problem_unref);
+  cli_problem_clear(&pb);
+  cli_search_options_clear(&so);
+  return status;
+}

@@ -1,0 +1,105 @@
+/* cmd-exec.c — parasol exec: runs training steps of a model under a strategy with a back
+ * end, prints the loss and time of each step, and with --check compares the loss, the
+ * gradients and the updated weights with one device running the same steps. */
+#include "cli.h"
+#include "exec-options.h"
+
+#include <math.h>
+
+int cmd_exec(int argc, char **argv)
+{
+  g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
+  g_auto(GStrv) params = NULL;
+  gboolean check = FALSE, list = FALSE;
+  double tolerance = 1e-5;
+  CliPlanOptions plan;
+  cli_plan_options_init(&plan);
+  CliExecOptions eo;
+  cli_exec_options_init(&eo, 3);
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt with a tiny size)", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default dgx-a100)", "X" },
+    { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
+    { "check", 0, 0, G_OPTION_ARG_NONE, &check, "Compare with one device running the same steps", NULL },
+    { "tolerance", 0, 0, G_OPTION_ARG_DOUBLE, &tolerance, "Largest relative error --check accepts (default 1e-5)", "T" },
+    { "trace", 0, 0, G_OPTION_ARG_FILENAME, &trace, "Write the last step's measured timeline (Chrome trace format)", "FILE" },
+    { "list-backends", 0, 0, G_OPTION_ARG_NONE, &list, "List the back ends of this build", NULL },
+    { NULL },
+  };
+  g_autoptr(GOptionContext) ctx = g_option_context_new("- run training steps of a plan");
+  g_option_context_set_summary(ctx,
+    "Executes the plan of MODEL on MACHINE under a strategy (a file, Megatron-style\n"
+    "degrees, or data parallelism over every GPU) for --steps training steps, and prints\n"
+    "each step's loss and time.  The cpu back end computes in fp32 with one thread per\n"
+    "simulated device; it is slow and meant for small models and for checking that a\n"
+    "strategy computes what one device does (--check).  With Adam, parameters whose exact\n"
+    "gradient is zero move by the learning rate in the direction of rounding noise, which\n"
+    "differs between strategies: check with --optimizer sgd, or a larger --adam-eps.");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_add_group(ctx, cli_exec_option_group(&eo));
+  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
+  if (!cli_parse_options(ctx, &argc, &argv)) {
+    cli_exec_options_clear(&eo);
+    return CLI_EXIT_USAGE;
+  }
+  if (argc > 1) {
+    cli_exec_options_clear(&eo);
+    return cli_usage_error("exec", "unexpected argument '%s'", argv[1]);
+  }
+  if (list) {
+    g_auto(GStrv) names = exec_backend_names();
+    for (char **n = names; *n; n++)
+      printf("%-8s %s\n", *n, exec_backend_description(*n));
+    cli_exec_options_clear(&eo);
+    return CLI_EXIT_OK;
+  }
+  static const char *const tiny[] = { "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8", NULL };
+  GError *error = NULL;
+  CliExec e, ref = { 0 };
+  int status = CLI_EXIT_OK;
+  if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
+                      machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
+    goto fail;
+  if (check && !cli_exec_setup_reference(&ref, &e, &eo, &error))
+    goto fail;
+  printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
+         sim_machine_get_name(e.pb.machine), sim_plan_n_devices(e.plan),
+         exec_backend_get_name(e.backend));
+  printf("%-6s %14s %12s\n", "step", "loss", "time");
+  for (int k = 0; k < eo.steps; k++) {
+    if (!exec_run_step(e.run, &error))
+      goto fail;
+    if (check && !exec_run_step(ref.run, &error))
+      goto fail;
+    g_autofree char *t = cli_format_time(exec_run_step_time(e.run));
+    printf("%-6d %14.8f %12s\n", k + 1, exec_run_loss(e.run), t);
+  }
+  if (trace) {
+    if (!sim_plan_write_trace(e.plan, exec_run_task_start(e.run), exec_run_task_end(e.run), trace,
+                              &error))
+      goto fail;
+    g_printerr("parasol exec: timeline written to %s\n", trace);
+  }
+  if (check) {
+    ExecDiff d;
+    if (!exec_run_compare(e.run, ref.run, &d, &error))
+      goto fail;
+    printf("\nagainst one device after %d steps (max relative error):\n", eo.steps);
+    printf("  loss      %.3g\n  gradients %.3g\n  weights   %.3g\n  worst     %s\n", d.loss,
+           d.grads, d.weights, d.worst);
+    gboolean ok = d.loss <= tolerance && d.grads <= tolerance && d.weights <= tolerance;
+    printf("%s (tolerance %g)\n", ok ? "match" : "MISMATCH", tolerance);
+    if (!ok)
+      status = CLI_EXIT_FAILURE;
+  }
+  goto done;
+
+fail:
+  status = cli_exec_report_error(error);
+done:
+  cli_exec_clear(&ref);
+  cli_exec_clear(&e);
+  cli_exec_options_clear(&eo);
+  return status;
+}

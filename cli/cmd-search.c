@@ -1,0 +1,223 @@
+/* cmd-search.c — parasol search: finds a fast strategy for a model on a machine with a
+ * search algorithm, prints its report and its speedup over data parallelism and over the
+ * best expert plan, and writes it as a strategy file that `parasol simulate --strategy`
+ * reproduces. */
+#include "cli.h"
+#include "search-options.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+static void add_time(JsonBuilder *b, const char *name, double t)
+{
+  json_builder_set_member_name(b, name);
+  if (isfinite(t))
+    json_builder_add_double_value(b, t);
+  else
+    json_builder_add_null_value(b);
+}
+
+static void add_json_text(JsonBuilder *b, const char *name, const char *text)
+{
+  json_builder_set_member_name(b, name);
+  JsonNode *node = text ? json_from_string(text, NULL) : NULL;
+  if (node)
+    json_builder_add_value(b, node);
+  else
+    json_builder_add_null_value(b);
+}
+
+static char *speedup_text(double base, double best)
+{
+  if (!isfinite(base) || !isfinite(best) || best <= 0)
+    return g_strdup("n/a");
+  return g_strdup_printf("%.2fx", base / best);
+}
+
+int cmd_search(int argc, char **argv)
+{
+  g_autofree char *model = NULL, *machine = NULL, *algo_name = NULL, *out = NULL, *log = NULL;
+  g_auto(GStrv) params = NULL;
+  gboolean json = FALSE, list = FALSE, quiet = FALSE;
+  CliPlanOptions plan;
+  cli_plan_options_init(&plan);
+  CliSearchOptions so;
+  cli_search_options_init(&so);
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default mlp)", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "algo", 'a', 0, G_OPTION_ARG_STRING, &algo_name, "Search algorithm (default mcmc; --list shows them)", "NAME" },
+    { "out", 0, 0, G_OPTION_ARG_FILENAME, &out, "Write the best strategy (for parasol simulate --strategy)", "FILE" },
+    { "log", 0, 0, G_OPTION_ARG_FILENAME, &log, "Write every improvement as CSV (wall_s, evals, best_s, current_s)", "FILE" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the result as JSON", NULL },
+    { "list", 0, 0, G_OPTION_ARG_NONE, &list, "List the search algorithms and their options", NULL },
+    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress line", NULL },
+    { NULL },
+  };
+  g_autoptr(GOptionContext) ctx = g_option_context_new("- find a fast parallelization strategy");
+  g_option_context_set_summary(ctx,
+    "Searches for a fast strategy to train MODEL on MACHINE within a budget, prints its\n"
+    "predicted iteration and its speedup over data parallelism and over the best expert\n"
+    "plan.  Ctrl-C stops the search and keeps the best strategy found so far.");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_add_group(ctx, cli_search_option_group(&so));
+  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
+  if (!cli_parse_options(ctx, &argc, &argv)) {
+    cli_search_options_clear(&so);
+    return CLI_EXIT_USAGE;
+  }
+  int status = CLI_EXIT_OK;
+  GError *error = NULL;
+  CliProblem pb = { 0 };
+  g_autoptr(SearchProblem) problem = NULL;
+  g_autoptr(SearchResult) result = NULL;
+  g_autoptr(SimReport) report = NULL;
+  g_autoptr(SimStrategy) dp = NULL;
+  g_autoptr(SimStrategy) expert = NULL;
+  const SearchAlgorithm *algo = NULL;
+
+  if (argc > 1) {
+    status = cli_usage_error("search", "unexpected argument '%s'", argv[1]);
+    goto done;
+  }
+  if (!cli_search_setup(&so, &error))
+    goto fail;
+  if (list) {
+    cli_search_print_algorithms(stdout);
+    goto done;
+  }
+  if (!(algo = cli_search_lookup(algo_name ? algo_name : "mcmc", &error)))
+    goto fail;
+  SearchRunOptions ro;
+  if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
+    goto fail;
+  if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
+                        &error))
+    goto fail;
+  if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
+    goto fail;
+  ro.log_path = log;
+  ro.progress = !quiet && !json && cli_stderr_is_tty();
+  ro.handle_sigint = TRUE;
+  if (!(result = search_run(algo, problem, &ro, &error)))
+    goto fail;
+
+  /* The yardsticks, outside the budget. */
+  double dp_raw = INFINITY, expert_time = INFINITY;
+  gboolean dp_fits = FALSE;
+  if ((dp = search_problem_data_parallel(problem, NULL))) {
+    g_autoptr(SimReport) r = NULL;
+    search_problem_simulate(problem, dp, &r, NULL);
+    if (r) {
+      dp_raw = sim_report_iteration_time(r);
+      dp_fits = sim_report_fits(r);
+    }
+  }
+  expert = search_problem_expert(problem, &expert_time, NULL);
+
+  const SimStrategy *best = search_result_get_strategy(result);
+  const SearchProblem *bp = search_result_get_problem(result);
+  double elapsed = search_result_get_elapsed(result);
+  gint64 evals = search_result_get_evals(result);
+  double rate = elapsed > 0 ? (double)evals / elapsed : 0;
+  if (search_result_get_interrupted(result))
+    g_printerr("parasol search: interrupted; keeping the best strategy found so far\n");
+  if (!best) {
+    g_printerr("parasol search: %s found no feasible strategy in %.1f s and %" G_GINT64_FORMAT
+               " evaluations%s\n",
+               algo->name, elapsed, evals,
+               search_problem_get_memory_limit(problem)
+                 ? " (every strategy it tried runs out of device memory or failed)" : "");
+    status = CLI_EXIT_FAILURE;
+    goto done;
+  }
+  double best_time = search_problem_simulate(bp, best, &report, &error);
+  if (!report)
+    goto fail;
+  if (out) {
+    if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
+      goto fail;
+    g_printerr("parasol search: strategy written to %s\n", out);
+  }
+
+  if (json) {
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "format");
+    json_builder_add_string_value(b, "parasol-search-result");
+    json_builder_set_member_name(b, "version");
+    json_builder_add_int_value(b, 1);
+    json_builder_set_member_name(b, "algorithm");
+    json_builder_add_string_value(b, algo->name);
+    json_builder_set_member_name(b, "model");
+    json_builder_add_string_value(b, sim_graph_get_name(pb.graph));
+    json_builder_set_member_name(b, "machine");
+    json_builder_add_string_value(b, sim_machine_get_name(pb.machine));
+    json_builder_set_member_name(b, "seed");
+    json_builder_add_int_value(b, (gint64)ro.seed);
+    json_builder_set_member_name(b, "threads");
+    json_builder_add_int_value(b, ro.threads);
+    json_builder_set_member_name(b, "elapsed_s");
+    json_builder_add_double_value(b, elapsed);
+    json_builder_set_member_name(b, "evals");
+    json_builder_add_int_value(b, evals);
+    json_builder_set_member_name(b, "evals_per_s");
+    json_builder_add_double_value(b, rate);
+    json_builder_set_member_name(b, "interrupted");
+    json_builder_add_boolean_value(b, search_result_get_interrupted(result));
+    add_time(b, "iteration_time_s", best_time);
+    add_time(b, "data_parallel_s", dp_raw);
+    json_builder_set_member_name(b, "data_parallel_fits");
+    json_builder_add_boolean_value(b, dp_fits);
+    add_time(b, "expert_s", expert_time);
+    add_time(b, "speedup_over_data_parallel", isfinite(dp_raw) ? dp_raw / best_time : NAN);
+    add_time(b, "speedup_over_expert", expert_time / best_time);
+    json_builder_set_member_name(b, "rewrites");
+    json_builder_begin_array(b);
+    for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
+      json_builder_add_string_value(b, sim_strategy_rewrite(best, i));
+    json_builder_end_array(b);
+    g_autofree char *rj = sim_report_to_json(report);
+    add_json_text(b, "report", rj);
+    g_autofree char *sj = sim_strategy_to_json(best, search_problem_get_graph(bp));
+    add_json_text(b, "strategy", sj);
+    json_builder_end_object(b);
+    g_autoptr(JsonNode) root = json_builder_get_root(b);
+    g_autofree char *text = json_to_string(root, TRUE);
+    printf("%s\n", text);
+  } else {
+    sim_report_print(report, stdout);
+    printf("\nsearch\n");
+    printf("  algorithm           %s, seed %" G_GUINT64_FORMAT ", %d thread%s\n", algo->name,
+           ro.seed, ro.threads, ro.threads == 1 ? "" : "s");
+    printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s\n", elapsed,
+           evals, rate, search_result_get_interrupted(result) ? ", interrupted" : "");
+    if (sim_strategy_n_rewrites(best) > 0) {
+      printf("  rewrites           ");
+      for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
+        printf(" %s", sim_strategy_rewrite(best, i));
+      printf("\n");
+    }
+    g_autofree char *s_dp = speedup_text(dp_raw, best_time);
+    g_autofree char *s_ex = speedup_text(expert_time, best_time);
+    g_autofree char *t_dp = cli_format_time(dp_raw);
+    g_autofree char *t_ex = cli_format_time(expert_time);
+    printf("  speedup             %s over data parallel (%s%s), %s over expert (%s)\n", s_dp,
+           isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
+           s_ex, isfinite(expert_time) ? t_ex : "none fits");
+  }
+  goto done;
+
+fail:
+  status = cli_report_error(error);
+done:
+  /* The problem and results borrow the graph and machine: they go first. */
+  g_clear_pointer(&report, sim_report_free);
+  g_clear_pointer(&result, search_result_free);
+  g_clear_pointer(&problem, search_problem_unref);
+  cli_problem_clear(&pb);
+  cli_search_options_clear(&so);
+  return status;
+}

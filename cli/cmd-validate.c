@@ -1,0 +1,260 @@
+/* cmd-validate.c — parasol validate: simulates a plan and executes the same plan, then
+ * prints predicted against measured time per class of task and in total, and writes them
+ * as CSV (per class and per task) and as a gnuplot figure.
+ *
+ * The two timelines share task ids (one plan, two back ends).  Per class, both sides sum
+ * device time: the simulator's compute tasks and flows (a collective's flows, one per
+ * member), the executor's time each device spent in its part of a task (a copy's sender
+ * and receiver, a collective's members); the totals are the predicted iteration time and
+ * the measured step time. */
+#include "cli.h"
+#include "exec-options.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *const classes[] = { "forward", "backward", "recompute", "update", "transfer",
+                                       "reduction", "grad-sync", "param-sync" };
+#define N_CLASSES G_N_ELEMENTS(classes)
+
+static int class_index(const char *name)
+{
+  for (guint k = 0; k < N_CLASSES; k++)
+    if (!strcmp(classes[k], name))
+      return (int)k;
+  return -1;
+}
+
+/* The class of a plan task as the executor carries it out. */
+static const char *task_class(const SimPlanTask *t)
+{
+  switch (t->kind) {
+  case SIM_PLAN_COMPUTE:
+    return t->pass == SIM_PASS_BACKWARD ? "backward"
+           : t->pass == SIM_PASS_UPDATE ? "update"
+           : t->recompute               ? "recompute"
+                                        : "forward";
+  case SIM_PLAN_COPY:
+    return "transfer";
+  case SIM_PLAN_REDUCE:
+    return "reduction";
+  case SIM_PLAN_SYNC:
+    return "grad-sync";
+  case SIM_PLAN_GATHER_PARAMS:
+    return "param-sync";
+  default:
+    return NULL;
+  }
+}
+
+static const char *kind_name(SimPlanKind k)
+{
+  static const char *const names[] = { "compute", "copy", "reduce", "sync", "gather-params",
+                                       "timing", "join" };
+  return names[k];
+}
+
+static FILE *open_out(const char *path, GError **error)
+{
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    int e = errno;
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", path, g_strerror(e));
+  }
+  return f;
+}
+
+/* A clustered bar chart, the data inline so that the script redraws it alone. */
+static gboolean write_plot(const char *gp, const char *png, const char *title,
+                           const double *pred, const double *meas, double pred_total,
+                           double meas_total, GError **error)
+{
+  FILE *f = open_out(gp, error);
+  if (!f)
+    return FALSE;
+  fprintf(f, "# parasol validate: predicted and measured time per class of task (ms).\n");
+  fprintf(f, "$data << EOD\n");
+  for (guint k = 0; k < N_CLASSES; k++)
+    if (pred[k] > 0 || meas[k] > 0)
+      fprintf(f, "%s %.9g %.9g\n", classes[k], 1e3 * pred[k], 1e3 * meas[k]);
+  fprintf(f, "iteration %.9g %.9g\nEOD\n", 1e3 * pred_total, 1e3 * meas_total);
+  fprintf(f,
+          "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+          "  set terminal pngcairo size 960,600 font ',11'\n"
+          "} else {\n"
+          "  set terminal png size 960,600\n"
+          "}\n"
+          "set output '%s'\n"
+          "set title \"%s\" noenhanced\n"
+          "set ylabel 'time (ms, device time summed per class)'\n"
+          "set logscale y\n"
+          "set style data histograms\n"
+          "set style histogram clustered gap 1\n"
+          "set style fill solid 0.8 border -1\n"
+          "set xtics rotate by -30 noenhanced\n"
+          "set key top left\n"
+          "set grid ytics\n"
+          "plot $data using 2:xtic(1) title 'predicted', '' using 3 title 'measured'\n",
+          png, title);
+  fclose(f);
+  return TRUE;
+}
+
+static void run_gnuplot(const char *gp, const char *png, const char *csv)
+{
+  g_autofree char *gnuplot = g_find_program_in_path("gnuplot");
+  if (!gnuplot) {
+    g_printerr("parasol validate: wrote %s and %s; gnuplot is not installed, so run "
+               "'gnuplot %s' where it is to draw %s\n", csv, gp, gp, png);
+    return;
+  }
+  const char *args[] = { gnuplot, gp, NULL };
+  int wait = 0;
+  g_autoptr(GError) e = NULL;
+  if (g_spawn_sync(NULL, (char **)args, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL, &wait, &e) &&
+      g_spawn_check_wait_status(wait, NULL))
+    g_printerr("parasol validate: wrote %s, %s and %s\n", csv, gp, png);
+  else
+    g_printerr("parasol validate: wrote %s and %s; gnuplot failed to draw %s%s%s\n", csv, gp, png,
+               e ? ": " : "", e ? e->message : "");
+}
+
+int cmd_validate(int argc, char **argv)
+{
+  g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *prefix = NULL;
+  g_auto(GStrv) params = NULL;
+  CliPlanOptions plan;
+  cli_plan_options_init(&plan);
+  CliExecOptions eo;
+  cli_exec_options_init(&eo, 3);
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt with a tiny size)", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default dgx-a100)", "X" },
+    { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
+    { "out", 'o', 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX-tasks.csv, PREFIX.gp and PREFIX.png (default validate)", "PREFIX" },
+    { NULL },
+  };
+  g_autoptr(GOptionContext) ctx = g_option_context_new("- predicted against measured time of a plan");
+  g_option_context_set_summary(ctx,
+    "Simulates the plan of MODEL on MACHINE under a strategy and executes the same plan\n"
+    "for --steps training steps; compares the simulator's timeline with the last step's\n"
+    "measured one per class of task (forward, backward, recompute, update, transfer,\n"
+    "reduction, grad-sync, param-sync) and in total.  The predictions are for MACHINE's\n"
+    "GPUs: with the cpu back end the measured times are the host's and differ by orders\n"
+    "of magnitude, which exercises the mechanism only; --backend cuda on the machine the\n"
+    "plan describes makes the comparison meaningful.");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  g_option_context_add_group(ctx, cli_exec_option_group(&eo));
+  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
+  if (!cli_parse_options(ctx, &argc, &argv)) {
+    cli_exec_options_clear(&eo);
+    return CLI_EXIT_USAGE;
+  }
+  if (argc > 1) {
+    cli_exec_options_clear(&eo);
+    return cli_usage_error("validate", "unexpected argument '%s'", argv[1]);
+  }
+  static const char *const tiny[] = { "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8", NULL };
+  GError *error = NULL;
+  CliExec e;
+  SimReport *rep = NULL;
+  FILE *csv = NULL, *tcsv = NULL;
+  int status = CLI_EXIT_OK;
+  const char *base = prefix ? prefix : "validate";
+  g_autofree char *csv_path = g_strconcat(base, ".csv", NULL);
+  g_autofree char *tasks_path = g_strconcat(base, "-tasks.csv", NULL);
+  g_autofree char *gp_path = g_strconcat(base, ".gp", NULL);
+  g_autofree char *png_path = g_strconcat(base, ".png", NULL);
+  g_autofree char *title = NULL;
+  if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
+                      machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
+    goto fail;
+  rep = sim_plan_simulate(e.plan, &error);
+  if (!rep)
+    goto fail;
+  for (int k = 0; k < eo.steps; k++)
+    if (!exec_run_step(e.run, &error))
+      goto fail;
+
+  int n = sim_plan_n_tasks(e.plan);
+  const double *ms = exec_run_task_start(e.run), *me = exec_run_task_end(e.run);
+  const double *busy = exec_run_task_busy(e.run);
+  double pred[N_CLASSES] = { 0 }, meas[N_CLASSES] = { 0 };
+  if (!(tcsv = open_out(tasks_path, &error)))
+    goto fail;
+  fprintf(tcsv, "task,kind,class,device,peer,op,mb,predicted_start_s,predicted_end_s,"
+                "measured_start_s,measured_end_s,measured_busy_s\n");
+  for (int i = 0; i < n; i++) {
+    SimPlanTask t;
+    sim_plan_task(e.plan, i, &t);
+    SimTaskRecord rec;
+    gboolean have = sim_report_record(rep, i, &rec) && rec.start >= 0;
+    if (have && (!strcmp(rec.kind, "compute") || !strcmp(rec.kind, "flow"))) {
+      int c = class_index(rec.cls);
+      if (c >= 0)
+        pred[c] += rec.end - rec.start;
+    }
+    const char *cls = task_class(&t);
+    if (cls && ms[i] >= 0)
+      meas[class_index(cls)] += busy[i];
+    if (!cls && !(have && !strcmp(rec.kind, "flow")))
+      continue;
+    fprintf(tcsv, "%d,%s,%s,%d,%d,%s,%d,%.9g,%.9g,%.9g,%.9g,%.9g\n", i, kind_name(t.kind),
+            cls ? cls : rec.cls, t.device, t.peer,
+            t.op >= 0 ? sim_graph_op_name(e.pb.graph, t.op) : "", t.mb, have ? rec.start : -1,
+            have ? rec.end : -1, ms[i], me[i], busy[i]);
+  }
+  fclose(tcsv);
+  tcsv = NULL;
+
+  double pred_total = sim_report_iteration_time(rep), meas_total = exec_run_step_time(e.run);
+  printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
+         sim_graph_get_name(e.pb.graph), sim_machine_get_name(e.pb.machine),
+         sim_plan_n_devices(e.plan), sim_machine_device_spec(e.pb.machine, 0)->name,
+         exec_backend_get_name(e.backend), eo.steps);
+  printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
+  if (!(csv = open_out(csv_path, &error)))
+    goto fail;
+  fprintf(csv, "class,predicted_s,measured_s\n");
+  for (guint k = 0; k < N_CLASSES; k++) {
+    if (pred[k] == 0 && meas[k] == 0)
+      continue;
+    g_autofree char *tp = cli_format_time(pred[k]);
+    g_autofree char *tm = cli_format_time(meas[k]);
+    g_autofree char *r = pred[k] > 0 ? g_strdup_printf("%.3g", meas[k] / pred[k]) : g_strdup("-");
+    printf("%-12s %14s %14s %10s\n", classes[k], tp, tm, r);
+    fprintf(csv, "%s,%.9g,%.9g\n", classes[k], pred[k], meas[k]);
+  }
+  {
+    g_autofree char *tp = cli_format_time(pred_total);
+    g_autofree char *tm = cli_format_time(meas_total);
+    printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
+    fprintf(csv, "iteration,%.9g,%.9g\n", pred_total, meas_total);
+  }
+  fclose(csv);
+  csv = NULL;
+  if (!strcmp(exec_backend_get_name(e.backend), "cpu"))
+    printf("(predictions are for the machine's GPUs; the cpu back end measures this host's "
+           "CPU, so only the mechanism is compared)\n");
+  title = g_strdup_printf("%s on %s: predicted vs measured (%s back end)",
+                          sim_graph_get_name(e.pb.graph), sim_machine_get_name(e.pb.machine),
+                          exec_backend_get_name(e.backend));
+  if (!write_plot(gp_path, png_path, title, pred, meas, pred_total, meas_total, &error))
+    goto fail;
+  run_gnuplot(gp_path, png_path, csv_path);
+  goto done;
+
+fail:
+  status = cli_exec_report_error(error);
+done:
+  if (csv)
+    fclose(csv);
+  if (tcsv)
+    fclose(tcsv);
+  if (rep)
+    sim_report_free(rep);
+  cli_exec_clear(&e);
+  cli_exec_options_clear(&eo);
+  return status;
+}

@@ -1,0 +1,254 @@
+/* kernels-attention.c — the CPU kernel of multi-head attention with its four projections
+ * (sim/ops/attention.c gives the formula).
+ *
+ * A shard covers samples, query positions and heads.  It projects its queries and the
+ * whole key and value sequences for its heads, and adds its heads' share of the output
+ * projection to its rows of the output: with the heads split, shards hold partial outputs
+ * and only the shard of head 0 adds the output bias.  Causal masks compare global
+ * positions, so a shard of query positions masks what one device would.  The backward
+ * pass recomputes the forward quantities of each (sample, head) rather than keeping them. */
+#include "cpu-private.h"
+
+#include <string.h>
+
+typedef struct {
+  int64_t heads, hd, dm, sq, skv, s0, ns;
+  gboolean causal, bias;
+  double p;
+  float scale;
+  const ExecKernelArgs *a;
+} Att;
+
+/* out[r][e] = sum over c of in[row r, c] W[c, col0 + e] (+ bias), rows of a 3-D view. */
+static void project(const ExecView *in, int64_t b, int64_t r0, int64_t nr, const ExecView *W,
+                    const ExecView *bias, int64_t col0, int64_t hd, int64_t dm, float *out)
+{
+  const float *x = cpu_f32(in), *w = cpu_f32(W);
+  for (int64_t r = 0; r < nr; r++) {
+    float *o = out + r * hd;
+    for (int64_t e = 0; e < hd; e++)
+      o[e] = bias ? cpu_f32(bias)[(col0 + e - bias->box.lo[0]) * bias->stride[0]] : 0.0f;
+    int64_t idx[3] = { b, r0 + r, 0 };
+    const float *xr = x + cpu_off(in, idx);
+    for (int64_t c = 0; c < dm; c++) {
+      float xv = xr[c * in->stride[2]];
+      const float *wr = w + cpu_off2(W, c, col0);
+      for (int64_t e = 0; e < hd; e++)
+        o[e] += xv * wr[e * W->stride[1]];
+    }
+  }
+}
+
+/* The backward of project: d(in) += dout W^T, dW += in^T dout, dbias += sum of dout. */
+static void project_back(const ExecView *in, const ExecView *din, int64_t b, int64_t r0,
+                         int64_t nr, const ExecView *W, const ExecView *dW, const ExecView *dbias,
+                         int64_t col0, int64_t hd, int64_t dm, const float *dout)
+{
+  const float *x = cpu_f32(in), *w = cpu_f32(W);
+  float *dw = cpu_f32(dW);
+  for (int64_t r = 0; r < nr; r++) {
+    const float *g = dout + r * hd;
+    int64_t idx[3] = { b, r0 + r, 0 };
+    const float *xr = x + cpu_off(in, idx);
+    float *dxr = cpu_has(din) ? cpu_f32(din) + cpu_off(din, idx) : NULL;
+    for (int64_t c = 0; c < dm; c++) {
+      float xv = xr[c * in->stride[2]];
+      const float *wr = w + cpu_off2(W, c, col0);
+      float *dwr = dw + cpu_off2(dW, c, col0);
+      float acc = 0;
+      for (int64_t e = 0; e < hd; e++) {
+        acc += g[e] * wr[e * W->stride[1]];
+        dwr[e * dW->stride[1]] += xv * g[e];
+      }
+      if (dxr)
+        dxr[c * din->stride[2]] += acc;
+    }
+    if (dbias)
+      for (int64_t e = 0; e < hd; e++)
+        cpu_f32(dbias)[(col0 + e - dbias->box.lo[0]) * dbias->stride[0]] += g[e];
+  }
+}
+
+/* Scores, masked and normalized: P (before dropout) and the kept-and-scaled mask. */
+static void probabilities(const Att *t, int64_t b, int64_t h, const float *Q, const float *K,
+                          float *P, float *mask)
+{
+  const char *name = sim_graph_op_name(t->a->graph, t->a->op);
+  float keep = (float)(1.0 / (1.0 - t->p));
+  for (int64_t i = 0; i < t->ns; i++) {
+    int64_t qi = t->s0 + i;
+    float *pr = P + i * t->skv;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < t->skv; j++) {
+      if (t->causal && j > qi) {
+        pr[j] = -INFINITY;
+        continue;
+      }
+      float s = 0;
+      for (int64_t e = 0; e < t->hd; e++)
+        s += Q[i * t->hd + e] * K[j * t->hd + e];
+      pr[j] = s * t->scale;
+      m = MAX(m, pr[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < t->skv; j++) {
+      pr[j] = pr[j] == -INFINITY ? 0.0f : expf(pr[j] - m);
+      sum += pr[j];
+    }
+    for (int64_t j = 0; j < t->skv; j++) {
+      pr[j] = (float)(pr[j] / sum);
+      uint64_t flat = (uint64_t)((((b + t->a->sample_offset) * t->heads + h) * t->sq + qi) *
+                                 t->skv + j);
+      mask[i * t->skv + j] =
+        t->p > 0 ? (exec_dropout_keep(name, flat, t->a->step, t->p) ? keep : 0.0f) : 1.0f;
+    }
+  }
+}
+
+gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
+{
+  Att t = { .a = a };
+  t.heads = cpu_attr_int(a, "heads", 1);
+  t.hd = cpu_attr_int(a, "head_dim", 1);
+  t.causal = cpu_attr_int(a, "causal", 0) != 0;
+  t.bias = a->n_weights == 8;
+  t.p = cpu_attr_float(a, "dropout", 0.0);
+  t.scale = (float)(1.0 / sqrt((double)t.hd));
+  SimShape qs = sim_graph_tensor_shape(a->graph, sim_graph_op_input(a->graph, a->op, 0));
+  SimShape ks = sim_graph_tensor_shape(a->graph, sim_graph_op_input(a->graph, a->op, 1));
+  t.dm = qs.dims[2];
+  t.sq = qs.dims[1];
+  t.skv = ks.dims[1];
+  t.s0 = a->lo[1];
+  t.ns = a->hi[1] - a->lo[1];
+  int64_t h0 = a->lo[2], h1 = a->hi[2];
+  gboolean fwd = a->phase == EXEC_KERNEL_FORWARD;
+  gboolean out_bias = t.bias && h0 == 0;
+  const ExecView *q = &a->in[0], *k = &a->in[1], *v = &a->in[2];
+  const ExecView *bq = t.bias ? &a->w[4] : NULL, *bk = t.bias ? &a->w[5] : NULL;
+  const ExecView *bv = t.bias ? &a->w[6] : NULL;
+  const ExecView *Wo = &a->w[3];
+  int64_t hd = t.hd, ns = t.ns, skv = t.skv, dm = t.dm;
+  float *Q = g_new(float, MAX(ns * hd, 1)), *K = g_new(float, MAX(skv * hd, 1));
+  float *V = g_new(float, MAX(skv * hd, 1)), *P = g_new(float, MAX(ns * skv, 1));
+  float *mask = g_new(float, MAX(ns * skv, 1)), *O = g_new(float, MAX(ns * hd, 1));
+  float *dO = fwd ? NULL : g_new(float, MAX(ns * hd, 1));
+  float *dQ = fwd ? NULL : g_new(float, MAX(ns * hd, 1));
+  float *dK = fwd ? NULL : g_new(float, MAX(skv * hd, 1));
+  float *dV = fwd ? NULL : g_new(float, MAX(skv * hd, 1));
+  float *dS = fwd ? NULL : g_new(float, MAX(ns * skv, 1));
+  const ExecView *Y = fwd ? &a->out[0] : &a->out_grad[0];
+  for (int64_t b = a->lo[0]; b < a->hi[0]; b++) {
+    if (fwd && !a->accumulate)
+      for (int64_t i = 0; i < ns; i++)
+        for (int64_t c = 0; c < dm; c++) {
+          int64_t idx[3] = { b, t.s0 + i, c };
+          cpu_f32(Y)[cpu_off(Y, idx)] = 0;
+        }
+    for (int64_t h = h0; h < h1; h++) {
+      int64_t col = h * hd;
+      project(q, b, t.s0, ns, &a->w[0], bq, col, hd, dm, Q);
+      project(k, b, 0, skv, &a->w[1], bk, col, hd, dm, K);
+      project(v, b, 0, skv, &a->w[2], bv, col, hd, dm, V);
+      probabilities(&t, b, h, Q, K, P, mask);
+      for (int64_t i = 0; i < ns; i++)
+        for (int64_t e = 0; e < hd; e++) {
+          float acc = 0;
+          for (int64_t j = 0; j < skv; j++)
+            acc += P[i * skv + j] * mask[i * skv + j] * V[j * hd + e];
+          O[i * hd + e] = acc;
+        }
+      if (fwd) {
+        /* out rows += O Wo[head rows] */
+        for (int64_t i = 0; i < ns; i++) {
+          int64_t idx[3] = { b, t.s0 + i, 0 };
+          float *yr = cpu_f32(Y) + cpu_off(Y, idx);
+          for (int64_t e = 0; e < hd; e++) {
+            float ov = O[i * hd + e];
+            const float *wr = cpu_f32(Wo) + cpu_off2(Wo, col + e, 0);
+            for (int64_t c = 0; c < dm; c++)
+              yr[c * Y->stride[2]] += ov * wr[c * Wo->stride[1]];
+          }
+        }
+        continue;
+      }
+      /* dO = dY Wo[head rows]^T, dWo[head rows] += O^T dY. */
+      const ExecView *dWo = &a->w_grad[3];
+      for (int64_t i = 0; i < ns; i++) {
+        int64_t idx[3] = { b, t.s0 + i, 0 };
+        const float *gr = cpu_f32(Y) + cpu_off(Y, idx);
+        for (int64_t e = 0; e < hd; e++) {
+          const float *wr = cpu_f32(Wo) + cpu_off2(Wo, col + e, 0);
+          float *dwr = cpu_f32(dWo) + cpu_off2(dWo, col + e, 0);
+          float acc = 0, ov = O[i * hd + e];
+          for (int64_t c = 0; c < dm; c++) {
+            float gv = gr[c * Y->stride[2]];
+            acc += gv * wr[c * Wo->stride[1]];
+            dwr[c * dWo->stride[1]] += ov * gv;
+          }
+          dO[i * hd + e] = acc;
+        }
+      }
+      /* Through the probabilities: dV, then dS = P (dP - rowsum(dP P)). */
+      memset(dV, 0, sizeof(float) * (size_t)(skv * hd));
+      for (int64_t i = 0; i < ns; i++) {
+        double dot = 0;
+        for (int64_t j = 0; j < skv; j++) {
+          float pm = P[i * skv + j] * mask[i * skv + j];
+          float dpd = 0;
+          for (int64_t e = 0; e < hd; e++) {
+            dpd += dO[i * hd + e] * V[j * hd + e];
+            dV[j * hd + e] += pm * dO[i * hd + e];
+          }
+          dS[i * skv + j] = dpd * mask[i * skv + j];
+          dot += dS[i * skv + j] * P[i * skv + j];
+        }
+        for (int64_t j = 0; j < skv; j++)
+          dS[i * skv + j] = P[i * skv + j] * (float)(dS[i * skv + j] - dot) * t.scale;
+      }
+      memset(dK, 0, sizeof(float) * (size_t)(skv * hd));
+      for (int64_t i = 0; i < ns; i++)
+        for (int64_t e = 0; e < hd; e++) {
+          float acc = 0;
+          for (int64_t j = 0; j < skv; j++) {
+            float s = dS[i * skv + j];
+            acc += s * K[j * hd + e];
+            dK[j * hd + e] += s * Q[i * hd + e];
+          }
+          dQ[i * hd + e] = acc;
+        }
+      project_back(q, &a->in_grad[0], b, t.s0, ns, &a->w[0], &a->w_grad[0],
+                   t.bias ? &a->w_grad[4] : NULL, col, hd, dm, dQ);
+      project_back(k, &a->in_grad[1], b, 0, skv, &a->w[1], &a->w_grad[1],
+                   t.bias ? &a->w_grad[5] : NULL, col, hd, dm, dK);
+      project_back(v, &a->in_grad[2], b, 0, skv, &a->w[2], &a->w_grad[2],
+                   t.bias ? &a->w_grad[6] : NULL, col, hd, dm, dV);
+    }
+    if (!out_bias)
+      continue;
+    const ExecView *bo = fwd ? &a->w[7] : &a->w_grad[7];
+    for (int64_t i = 0; i < ns; i++) {
+      int64_t idx[3] = { b, t.s0 + i, 0 };
+      float *yr = cpu_f32(Y) + cpu_off(Y, idx);
+      for (int64_t c = 0; c < dm; c++) {
+        float *bp = cpu_f32(bo) + (c - bo->box.lo[0]) * bo->stride[0];
+        if (fwd)
+          yr[c * Y->stride[2]] += *bp;
+        else
+          *bp += yr[c * Y->stride[2]];
+      }
+    }
+  }
+  g_free(Q);
+  g_free(K);
+  g_free(V);
+  g_free(P);
+  g_free(mask);
+  g_free(O);
+  g_free(dO);
+  g_free(dQ);
+  g_free(dK);
+  g_free(dV);
+  g_free(dS);
+  return TRUE;
+}

@@ -1,0 +1,1220 @@
+/* db.c — the profile database: measured operator shards and collectives, their JSON
+ * files, and lookups that answer exactly or by interpolation.
+ *
+ * Operator entries are keyed by (device, shard key, pass).  The shard key
+ * (sim_graph_op_shard_key()) names the operator type, the shapes of the shard's tensors,
+ * its dtype and the attributes that do not give sizes, so equal shards of different
+ * operators, models and strategies share one entry.  Interpolation splits a key into
+ * its family (type, dtype, attributes and the names and ranks of its tensors) and the
+ * vector of its tensors' dimensions; parasol-profile.h says which pairs of entries of a
+ * family may bracket a shard.
+ *
+ * Collective entries are keyed by (device, kind, GPU count, bytes) and written to files
+ * as one series of points per (device, kind, GPU count, source), which keeps files of
+ * thousands of measured sizes short. */
+#include "profile-private.h"
+
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+
+G_DEFINE_QUARK(profile-error-quark, profile_error)
+
+static const char *const coll_names[PROFILE_COLL_COUNT] = {
+  [PROFILE_COLL_ALLREDUCE] = "all-reduce",
+  [PROFILE_COLL_ALLGATHER] = "all-gather",
+  [PROFILE_COLL_REDUCE_SCATTER] = "reduce-scatter",
+  [PROFILE_COLL_SENDRECV] = "send-recv",
+};
+
+const char *profile_coll_kind_name(ProfileCollKind k)
+{
+  g_return_val_if_fail(k >= 0 && k < PROFILE_COLL_COUNT, NULL);
+  return coll_names[k];
+}
+
+int profile_coll_kind_from_name(const char *name)
+{
+  g_return_val_if_fail(name != NULL, -1);
+  static const char *const plain[PROFILE_COLL_COUNT] = {
+    "allreduce", "allgather", "reducescatter", "sendrecv",
+  };
+  for (int k = 0; k < PROFILE_COLL_COUNT; k++)
+    if (!g_ascii_strcasecmp(name, coll_names[k]) || !g_ascii_strcasecmp(name, plain[k]))
+      return k;
+  return -1;
+}
+
+int profile_kernel_kind_from_name(const char *name)
+{
+  for (int k = 0; k < SIM_KERNEL_KIND_COUNT; k++)
+    if (!strcmp(name, sim_kernel_kind_name((SimKernelKind)k)))
+      return k;
+  return -1;
+}
+
+int profile_pass_from_name(const char *name)
+{
+  for (int p = 0; p < SIM_PASS_COUNT; p++)
+    if (!strcmp(name, sim_pass_name((SimPass)p)))
+      return p;
+  return -1;
+}
+
+gboolean profile_work_is_compute(const SimWork *w)
+{
+  for (int i = 0; i < w->n; i++)
+    if (w->k[i].kind == SIM_KERNEL_GEMM || w->k[i].kind == SIM_KERNEL_CONV ||
+        w->k[i].kind == SIM_KERNEL_RECURRENT)
+      return TRUE;
+  return FALSE;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double profile_median(double *v, int n)
+{
+  g_return_val_if_fail(v != NULL && n > 0, 0.0);
+  qsort(v, (size_t)n, sizeof *v, compare_doubles);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+char *profile_op_index_key(const char *gpu, SimPass pass, const char *key)
+{
+  return g_strdup_printf("%s\x1f%d\x1f%s", gpu, (int)pass, key);
+}
+
+static char *coll_index_key(const char *gpu, ProfileCollKind kind, int n, double bytes)
+{
+  return g_strdup_printf("%s\x1f%d\x1f%d\x1f%.0f", gpu, (int)kind, n, bytes);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Records                                                                             */
+
+static void op_record_free(gpointer p)
+{
+  OpRecord *r = p;
+  g_free(r->gpu);
+  g_free(r->key);
+  g_free(r->kernels);
+  g_free(r);
+}
+
+static OpRecord *op_record_new(const ProfileOpEntry *e)
+{
+  OpRecord *r = g_new0(OpRecord, 1);
+  r->e = *e;
+  r->gpu = g_strdup(e->gpu);
+  r->key = g_strdup(e->key);
+  r->e.gpu = r->gpu;
+  r->e.key = r->key;
+  if (e->n_kernels > 0 && e->kernels) {
+    r->kernels = g_memdup2(e->kernels, sizeof(SimKernel) * (gsize)e->n_kernels);
+    r->e.kernels = r->kernels;
+  } else {
+    r->e.n_kernels = 0;
+    r->e.kernels = NULL;
+  }
+  return r;
+}
+
+static void coll_record_free(gpointer p)
+{
+  CollRecord *r = p;
+  g_free(r->gpu);
+  g_free(r->source);
+  g_free(r);
+}
+
+static CollRecord *coll_record_new(const ProfileCollEntry *e)
+{
+  CollRecord *r = g_new0(CollRecord, 1);
+  r->e = *e;
+  r->gpu = g_strdup(e->gpu);
+  r->source = g_strdup(e->source);
+  r->e.gpu = r->gpu;
+  r->e.source = r->source;
+  return r;
+}
+
+ProfileDb *profile_db_new(void)
+{
+  ProfileDb *db = g_new0(ProfileDb, 1);
+  db->sources = g_ptr_array_new_with_free_func(g_free);
+  db->notes = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                    (GDestroyNotify)g_hash_table_unref);
+  db->ops = g_ptr_array_new_with_free_func(op_record_free);
+  db->op_index = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  db->colls = g_ptr_array_new_with_free_func(coll_record_free);
+  db->coll_index = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  db->sorted = TRUE;
+  return db;
+}
+
+void profile_db_free(ProfileDb *db)
+{
+  if (!db)
+    return;
+  profile_db_invalidate(db);
+  g_free(db->description);
+  g_ptr_array_unref(db->sources);
+  g_hash_table_unref(db->notes);
+  g_hash_table_unref(db->op_index);
+  g_ptr_array_unref(db->ops);
+  g_hash_table_unref(db->coll_index);
+  g_ptr_array_unref(db->colls);
+  g_free(db);
+}
+
+void profile_db_set_description(ProfileDb *db, const char *text)
+{
+  g_return_if_fail(db != NULL);
+  g_free(db->description);
+  db->description = g_strdup(text);
+}
+
+const char *profile_db_get_description(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, NULL);
+  return db->description;
+}
+
+void profile_db_add_source(ProfileDb *db, const char *source)
+{
+  g_return_if_fail(db != NULL && source != NULL);
+  for (guint i = 0; i < db->sources->len; i++)
+    if (!strcmp(db->sources->pdata[i], source))
+      return;
+  g_ptr_array_add(db->sources, g_strdup(source));
+}
+
+int profile_db_n_sources(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, 0);
+  return (int)db->sources->len;
+}
+
+const char *profile_db_source(const ProfileDb *db, int i)
+{
+  g_return_val_if_fail(db != NULL && i >= 0 && i < (int)db->sources->len, NULL);
+  return db->sources->pdata[i];
+}
+
+void profile_db_set_device_note(ProfileDb *db, const char *gpu, const char *name,
+                                const char *value)
+{
+  g_return_if_fail(db != NULL && gpu != NULL && name != NULL && value != NULL);
+  GHashTable *t = g_hash_table_lookup(db->notes, gpu);
+  if (!t) {
+    t = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+    g_hash_table_insert(db->notes, g_strdup(gpu), t);
+  }
+  g_hash_table_insert(t, g_strdup(name), g_strdup(value));
+}
+
+const char *profile_db_get_device_note(const ProfileDb *db, const char *gpu, const char *name)
+{
+  g_return_val_if_fail(db != NULL && gpu != NULL && name != NULL, NULL);
+  GHashTable *t = g_hash_table_lookup(db->notes, gpu);
+  return t ? g_hash_table_lookup(t, name) : NULL;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char **profile_db_devices(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, NULL);
+  g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+  GHashTableIter it;
+  gpointer k;
+  g_hash_table_iter_init(&it, db->notes);
+  while (g_hash_table_iter_next(&it, &k, NULL))
+    g_hash_table_add(seen, k);
+  for (guint i = 0; i < db->ops->len; i++)
+    g_hash_table_add(seen, ((OpRecord *)db->ops->pdata[i])->gpu);
+  for (guint i = 0; i < db->colls->len; i++)
+    g_hash_table_add(seen, ((CollRecord *)db->colls->pdata[i])->gpu);
+  guint n = 0;
+  gpointer *keys = g_hash_table_get_keys_as_array(seen, &n);
+  char **out = g_new0(char *, n + 1);
+  for (guint i = 0; i < n; i++)
+    out[i] = g_strdup(keys[i]);
+  g_free(keys);
+  qsort(out, n, sizeof *out, compare_strings);
+  return out;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Operator entries                                                                    */
+
+void profile_db_add_op(ProfileDb *db, const ProfileOpEntry *e)
+{
+  g_return_if_fail(db != NULL && e != NULL && e->gpu != NULL && e->key != NULL);
+  g_return_if_fail(e->pass >= 0 && e->pass < SIM_PASS_COUNT);
+  char *ik = profile_op_index_key(e->gpu, e->pass, e->key);
+  OpRecord *old = g_hash_table_lookup(db->op_index, ik);
+  OpRecord *r = op_record_new(e);
+  if (old) {
+    /* Replace in place: the order and the index stay valid. */
+    for (guint i = 0; i < db->ops->len; i++)
+      if (db->ops->pdata[i] == old) {
+        db->ops->pdata[i] = r;
+        break;
+      }
+    op_record_free(old);
+  } else {
+    g_ptr_array_add(db->ops, r);
+    db->sorted = FALSE;
+  }
+  g_hash_table_replace(db->op_index, ik, r);
+  profile_db_invalidate(db);
+}
+
+static int compare_ops(const void *a, const void *b)
+{
+  const OpRecord *x = *(OpRecord *const *)a, *y = *(OpRecord *const *)b;
+  int c = strcmp(x->gpu, y->gpu);
+  if (!c)
+    c = strcmp(x->key, y->key);
+  if (!c)
+    c = (int)x->e.pass - (int)y->e.pass;
+  return c;
+}
+
+static int compare_colls(const void *a, const void *b)
+{
+  const CollRecord *x = *(CollRecord *const *)a, *y = *(CollRecord *const *)b;
+  int c = strcmp(x->gpu, y->gpu);
+  if (!c)
+    c = (int)x->e.kind - (int)y->e.kind;
+  if (!c)
+    c = x->e.n_gpus - y->e.n_gpus;
+  if (!c)
+    c = g_strcmp0(x->source, y->source);
+  if (!c)
+    c = (x->e.bytes > y->e.bytes) - (x->e.bytes < y->e.bytes);
+  return c;
+}
+
+void profile_db_sort(ProfileDb *db)
+{
+  if (db->sorted)
+    return;
+  g_ptr_array_sort(db->ops, compare_ops);
+  g_ptr_array_sort(db->colls, compare_colls);
+  db->sorted = TRUE;
+}
+
+int profile_db_n_ops(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, 0);
+  return (int)db->ops->len;
+}
+
+const ProfileOpEntry *profile_db_op(const ProfileDb *db, int i)
+{
+  g_return_val_if_fail(db != NULL && i >= 0 && i < (int)db->ops->len, NULL);
+  profile_db_sort((ProfileDb *)db);
+  return &((OpRecord *)db->ops->pdata[i])->e;
+}
+
+const ProfileOpEntry *profile_db_find_op(const ProfileDb *db, const char *gpu, const char *key,
+                                         SimPass pass)
+{
+  g_return_val_if_fail(db != NULL && gpu != NULL && key != NULL, NULL);
+  g_autofree char *ik = profile_op_index_key(gpu, pass, key);
+  OpRecord *r = g_hash_table_lookup(db->op_index, ik);
+  return r ? &r->e : NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Interpolation                                                                       */
+
+/* Positions of a dimension vector that interpolation can compare: one bit each. */
+#define MAX_KEY_DIMS 64
+
+typedef struct {
+  const OpRecord *r;
+  int n;
+  int64_t dims[MAX_KEY_DIMS];
+} Member;
+
+/* Whether field @f of a key is a tensor shape: "x=[..]", "x1=[..]", "w0=[..]", "y=[..]". */
+static gboolean is_shape_field(const char *f)
+{
+  if (f[0] != 'x' && f[0] != 'w' && f[0] != 'y')
+    return FALSE;
+  const char *p = f + 1;
+  while (g_ascii_isdigit(*p))
+    p++;
+  return p[0] == '=' && p[1] == '[';
+}
+
+/* Splits @key into its family (written to @family) and its dimensions.  FALSE when the
+ * key has more dimensions than interpolation compares, or a malformed shape. */
+static gboolean split_key(const char *key, GString *family, int *n, int64_t *dims)
+{
+  g_auto(GStrv) fields = g_strsplit(key, "|", -1);
+  g_string_truncate(family, 0);
+  *n = 0;
+  for (int i = 0; fields[i]; i++) {
+    const char *f = fields[i];
+    if (i == 0 || !is_shape_field(f)) {
+      g_string_append(family, f);
+      g_string_append_c(family, '|');
+      continue;
+    }
+    const char *open = strchr(f, '[');
+    g_string_append_len(family, f, open - f);
+    int rank = 0;
+    const char *p = open + 1;
+    while (*p && *p != ']') {
+      char *end = NULL;
+      gint64 v = g_ascii_strtoll(p, &end, 10);
+      if (end == p || *n >= MAX_KEY_DIMS)
+        return FALSE;
+      dims[(*n)++] = v;
+      rank++;
+      p = *end == ',' ? end + 1 : end;
+    }
+    if (*p != ']')
+      return FALSE;
+    g_string_append_printf(family, ":%d|", rank);
+  }
+  return TRUE;
+}
+
+static char *family_index_key(const char *gpu, SimPass pass, const char *family)
+{
+  return g_strdup_printf("%s\x1f%d\x1f%s", gpu, (int)pass, family);
+}
+
+static void build_families(ProfileDb *db)
+{
+  db->families = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                       (GDestroyNotify)g_ptr_array_unref);
+  g_autoptr(GString) family = g_string_new(NULL);
+  for (guint i = 0; i < db->ops->len; i++) {
+    const OpRecord *r = db->ops->pdata[i];
+    if (r->e.flops <= 0.0 && r->e.bytes <= 0.0)
+      continue;
+    Member m = { .r = r };
+    if (!split_key(r->key, family, &m.n, m.dims))
+      continue;
+    char *fk = family_index_key(r->gpu, r->e.pass, family->str);
+    GPtrArray *list = g_hash_table_lookup(db->families, fk);
+    if (!list) {
+      list = g_ptr_array_new_with_free_func(g_free);
+      g_hash_table_insert(db->families, fk, list);
+    } else {
+      g_free(fk);
+    }
+    g_ptr_array_add(list, g_memdup2(&m, sizeof m));
+  }
+}
+
+void profile_db_invalidate(ProfileDb *db)
+{
+  g_clear_pointer(&db->families, g_hash_table_unref);
+}
+
+/* The nearest entries below and above the query along one set of differing dimensions. */
+typedef struct {
+  guint64 mask;
+  const Member *below, *above;
+  double m_below, m_above;
+} Bracket;
+
+static double measure_of(const OpRecord *r, gboolean compute)
+{
+  return compute ? r->e.flops : r->e.bytes;
+}
+
+static double interpolate(const ProfileDb *db, const char *gpu, const char *key, SimPass pass,
+                          const SimWork *work)
+{
+  if (!db->families)
+    build_families((ProfileDb *)db);
+  g_autoptr(GString) family = g_string_new(NULL);
+  Member q = { 0 };
+  if (!split_key(key, family, &q.n, q.dims))
+    return -1.0;
+  g_autofree char *fk = family_index_key(gpu, pass, family->str);
+  GPtrArray *list = g_hash_table_lookup(db->families, fk);
+  if (!list)
+    return -1.0;
+  gboolean compute = profile_work_is_compute(work);
+  double mq = compute ? sim_work_flops(work) : sim_work_bytes(work);
+  if (!(mq > 0.0))
+    return -1.0;
+
+  g_autoptr(GArray) brackets = g_array_new(FALSE, TRUE, sizeof(Bracket));
+  for (guint i = 0; i < list->len; i++) {
+    const Member *m = list->pdata[i];
+    if (m->n != q.n)
+      continue;
+    guint64 mask = 0;
+    int below = 0, above = 0;
+    for (int d = 0; d < q.n; d++) {
+      if (m->dims[d] == q.dims[d])
+        continue;
+      mask |= G_GUINT64_CONSTANT(1) << d;
+      if (m->dims[d] < q.dims[d])
+        below++;
+      else
+        above++;
+    }
+    if (!mask || (below && above))
+      continue;
+    double mm = measure_of(m->r, compute);
+    if (!(mm > 0.0))
+      continue;
+    Bracket *b = NULL;
+    for (guint j = 0; j < brackets->len && !b; j++)
+      if (g_array_index(brackets, Bracket, j).mask == mask)
+        b = &g_array_index(brackets, Bracket, j);
+    if (!b) {
+      Bracket nb = { .mask = mask };
+      g_array_append_val(brackets, nb);
+      b = &g_array_index(brackets, Bracket, brackets->len - 1);
+    }
+    /* Keep the nearest on each side, by work. */
+    if (below && mm <= mq && (!b->below || mm > b->m_below)) {
+      b->below = m;
+      b->m_below = mm;
+    } else if (above && mm >= mq && (!b->above || mm < b->m_above)) {
+      b->above = m;
+      b->m_above = mm;
+    }
+  }
+
+  const Bracket *best = NULL;
+  for (guint j = 0; j < brackets->len; j++) {
+    const Bracket *b = &g_array_index(brackets, Bracket, j);
+    if (!b->below || !b->above || !(b->m_above > b->m_below))
+      continue;
+    if (!best || b->m_above / b->m_below < best->m_above / best->m_below)
+      best = b;
+  }
+  if (!best)
+    return -1.0;
+  double t0 = best->below->r->e.median, t1 = best->above->r->e.median;
+  double f = (mq - best->m_below) / (best->m_above - best->m_below);
+  return t0 + (t1 - t0) * f;
+}
+
+double profile_db_lookup_op(const ProfileDb *db, const char *gpu, const SimGraph *g, int op,
+                            const int64_t *extent, SimPass pass, ProfileLookup *how)
+{
+  if (how)
+    *how = PROFILE_LOOKUP_NONE;
+  g_return_val_if_fail(db != NULL && gpu != NULL && g != NULL, -1.0);
+  g_return_val_if_fail(op >= 0 && op < sim_graph_n_ops(g), -1.0);
+  g_return_val_if_fail(pass >= 0 && pass < SIM_PASS_COUNT, -1.0);
+  g_autofree char *key = sim_graph_op_shard_key(g, op, extent);
+  const ProfileOpEntry *e = profile_db_find_op(db, gpu, key, pass);
+  if (e) {
+    if (how)
+      *how = PROFILE_LOOKUP_EXACT;
+    return e->median;
+  }
+  SimWork work = { 0 };
+  sim_graph_op_work(g, op, extent, pass, &work);
+  double t = interpolate(db, gpu, key, pass, &work);
+  if (t >= 0.0 && how)
+    *how = PROFILE_LOOKUP_INTERPOLATED;
+  return t >= 0.0 ? t : -1.0;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Collective entries                                                                  */
+
+void profile_db_add_collective(ProfileDb *db, const ProfileCollEntry *e)
+{
+  g_return_if_fail(db != NULL && e != NULL && e->gpu != NULL);
+  g_return_if_fail(e->kind >= 0 && e->kind < PROFILE_COLL_COUNT && e->n_gpus >= 1);
+  char *ik = coll_index_key(e->gpu, e->kind, e->n_gpus, e->bytes);
+  CollRecord *old = g_hash_table_lookup(db->coll_index, ik);
+  CollRecord *r = coll_record_new(e);
+  if (old) {
+    for (guint i = 0; i < db->colls->len; i++)
+      if (db->colls->pdata[i] == old) {
+        db->colls->pdata[i] = r;
+        break;
+      }
+    coll_record_free(old);
+  } else {
+    g_ptr_array_add(db->colls, r);
+  }
+  db->sorted = FALSE;
+  g_hash_table_replace(db->coll_index, ik, r);
+}
+
+int profile_db_n_collectives(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, 0);
+  return (int)db->colls->len;
+}
+
+const ProfileCollEntry *profile_db_collective(const ProfileDb *db, int i)
+{
+  g_return_val_if_fail(db != NULL && i >= 0 && i < (int)db->colls->len, NULL);
+  profile_db_sort((ProfileDb *)db);
+  return &((CollRecord *)db->colls->pdata[i])->e;
+}
+
+double profile_db_lookup_collective(const ProfileDb *db, const char *gpu, ProfileCollKind kind,
+                                    int n_gpus, double bytes, ProfileLookup *how)
+{
+  if (how)
+    *how = PROFILE_LOOKUP_NONE;
+  g_return_val_if_fail(db != NULL && gpu != NULL, -1.0);
+  g_return_val_if_fail(kind >= 0 && kind < PROFILE_COLL_COUNT, -1.0);
+  g_autofree char *ik = coll_index_key(gpu, kind, n_gpus, bytes);
+  CollRecord *r = g_hash_table_lookup(db->coll_index, ik);
+  if (r) {
+    if (how)
+      *how = PROFILE_LOOKUP_EXACT;
+    return r->e.median;
+  }
+  const ProfileCollEntry *lo = NULL, *hi = NULL;
+  for (guint i = 0; i < db->colls->len; i++) {
+    const ProfileCollEntry *e = &((CollRecord *)db->colls->pdata[i])->e;
+    if (e->kind != kind || e->n_gpus != n_gpus || strcmp(e->gpu, gpu))
+      continue;
+    if (e->bytes < bytes && (!lo || e->bytes > lo->bytes))
+      lo = e;
+    if (e->bytes > bytes && (!hi || e->bytes < hi->bytes))
+      hi = e;
+  }
+  if (!lo || !hi)
+    return -1.0;
+  if (how)
+    *how = PROFILE_LOOKUP_INTERPOLATED;
+  double f = (bytes - lo->bytes) / (hi->bytes - lo->bytes);
+  return lo->median + (hi->median - lo->median) * f;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Merging                                                                             */
+
+void profile_db_merge(ProfileDb *dst, const ProfileDb *src)
+{
+  g_return_if_fail(dst != NULL && src != NULL);
+  if (src->description && !dst->description)
+    dst->description = g_strdup(src->description);
+  for (guint i = 0; i < src->sources->len; i++)
+    profile_db_add_source(dst, src->sources->pdata[i]);
+  GHashTableIter it;
+  gpointer gpu, table;
+  g_hash_table_iter_init(&it, src->notes);
+  while (g_hash_table_iter_next(&it, &gpu, &table)) {
+    GHashTableIter jt;
+    gpointer name, value;
+    g_hash_table_iter_init(&jt, table);
+    while (g_hash_table_iter_next(&jt, &name, &value))
+      profile_db_set_device_note(dst, gpu, name, value);
+  }
+  for (guint i = 0; i < src->ops->len; i++)
+    profile_db_add_op(dst, &((OpRecord *)src->ops->pdata[i])->e);
+  for (guint i = 0; i < src->colls->len; i++)
+    profile_db_add_collective(dst, &((CollRecord *)src->colls->pdata[i])->e);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Writing                                                                             */
+
+static void put_string(GString *s, const char *v)
+{
+  g_string_append_c(s, '"');
+  for (const char *p = v; *p; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c == '"' || c == '\\')
+      g_string_append_printf(s, "\\%c", c);
+    else if (c < 0x20)
+      g_string_append_printf(s, "\\u%04x", c);
+    else
+      g_string_append_c(s, (char)c);
+  }
+  g_string_append_c(s, '"');
+}
+
+/* Seconds keep six significant digits: far finer than the spread of repeated runs. */
+static void put_seconds(GString *s, double v)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_string_append(s, g_ascii_formatd(buf, sizeof buf, "%.6g", v));
+}
+
+/* Counts (FLOPs, bytes) are integers that doubles hold exactly up to 2^53. */
+static void put_count(GString *s, double v)
+{
+  char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  g_string_append(s, g_ascii_formatd(buf, sizeof buf, "%.17g", v));
+}
+
+static void put_op(GString *s, const OpRecord *r)
+{
+  const ProfileOpEntry *e = &r->e;
+  g_string_append(s, "    {\"gpu\": ");
+  put_string(s, e->gpu);
+  g_string_append(s, ", \"key\": ");
+  put_string(s, e->key);
+  g_string_append_printf(s, ", \"pass\": \"%s\", \"median\": ", sim_pass_name(e->pass));
+  put_seconds(s, e->median);
+  g_string_append(s, ", \"min\": ");
+  put_seconds(s, e->min);
+  g_string_append(s, ", \"max\": ");
+  put_seconds(s, e->max);
+  g_string_append_printf(s, ", \"repetitions\": %d", e->repetitions);
+  if (e->flops > 0.0 || e->bytes > 0.0) {
+    g_string_append(s, ", \"flops\": ");
+    put_count(s, e->flops);
+    g_string_append(s, ", \"bytes\": ");
+    put_count(s, e->bytes);
+  }
+  if (e->n_kernels > 0) {
+    g_string_append(s, ", \"kernels\": [");
+    for (int i = 0; i < e->n_kernels; i++) {
+      const SimKernel *k = &e->kernels[i];
+      g_string_append_printf(s, "%s[\"%s\", \"%s\", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                             ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
+                             ", ",
+                             i ? ", " : "", sim_kernel_kind_name(k->kind),
+                             sim_dtype_name(k->dtype), k->batch, k->m, k->n, k->k, k->steps);
+      put_count(s, k->flops);
+      g_string_append(s, ", ");
+      put_count(s, k->bytes);
+      g_string_append_c(s, ']');
+    }
+    g_string_append_c(s, ']');
+  }
+  g_string_append_c(s, '}');
+}
+
+static gboolean same_series(const CollRecord *a, const CollRecord *b)
+{
+  return !strcmp(a->gpu, b->gpu) && a->e.kind == b->e.kind && a->e.n_gpus == b->e.n_gpus &&
+         !g_strcmp0(a->source, b->source);
+}
+
+char *profile_db_to_json(const ProfileDb *db)
+{
+  g_return_val_if_fail(db != NULL, NULL);
+  profile_db_sort((ProfileDb *)db);
+  GString *s = g_string_new("{\n  \"format\": \"parasol-profile\",\n  \"version\": 1,\n");
+  if (db->description) {
+    g_string_append(s, "  \"description\": ");
+    put_string(s, db->description);
+    g_string_append(s, ",\n");
+  }
+  g_string_append(s, "  \"sources\": [");
+  for (guint i = 0; i < db->sources->len; i++) {
+    g_string_append(s, i ? ",\n    " : "\n    ");
+    put_string(s, db->sources->pdata[i]);
+  }
+  g_string_append(s, db->sources->len ? "\n  ],\n" : "],\n");
+
+  g_string_append(s, "  \"devices\": {");
+  g_autofree gpointer *gpus = NULL;
+  guint n_gpus = 0;
+  gpus = g_hash_table_get_keys_as_array(db->notes, &n_gpus);
+  qsort(gpus, n_gpus, sizeof *gpus, compare_strings);
+  for (guint i = 0; i < n_gpus; i++) {
+    GHashTable *t = g_hash_table_lookup(db->notes, gpus[i]);
+    g_string_append(s, i ? ",\n    " : "\n    ");
+    put_string(s, gpus[i]);
+    g_string_append(s, ": {");
+    guint n_names = 0;
+    g_autofree gpointer *names = g_hash_table_get_keys_as_array(t, &n_names);
+    qsort(names, n_names, sizeof *names, compare_strings);
+    for (guint j = 0; j < n_names; j++) {
+      g_string_append(s, j ? ", " : "");
+      put_string(s, names[j]);
+      g_string_append(s, ": ");
+      put_string(s, g_hash_table_lookup(t, names[j]));
+    }
+    g_string_append_c(s, '}');
+  }
+  g_string_append(s, n_gpus ? "\n  },\n" : "},\n");
+
+  g_string_append(s, "  \"ops\": [");
+  for (guint i = 0; i < db->ops->len; i++) {
+    g_string_append(s, i ? ",\n" : "\n");
+    put_op(s, db->ops->pdata[i]);
+  }
+  g_string_append(s, db->ops->len ? "\n  ],\n" : "],\n");
+
+  g_string_append(s, "  \"collectives\": [");
+  for (guint i = 0; i < db->colls->len;) {
+    const CollRecord *first = db->colls->pdata[i];
+    g_string_append(s, i ? ",\n    {\"gpu\": " : "\n    {\"gpu\": ");
+    put_string(s, first->gpu);
+    g_string_append_printf(s, ", \"kind\": \"%s\", \"gpus\": %d", coll_names[first->e.kind],
+                           first->e.n_gpus);
+    if (first->source) {
+      g_string_append(s, ", \"source\": ");
+      put_string(s, first->source);
+    }
+    g_string_append(s, ",\n     \"points\": [");
+    guint j = i;
+    for (; j < db->colls->len && same_series(first, db->colls->pdata[j]); j++) {
+      const ProfileCollEntry *e = &((CollRecord *)db->colls->pdata[j])->e;
+      g_string_append(s, j == i ? "\n       [" : ",\n       [");
+      put_count(s, e->bytes);
+      g_string_append(s, ", ");
+      put_seconds(s, e->median);
+      g_string_append(s, ", ");
+      put_seconds(s, e->min);
+      g_string_append(s, ", ");
+      put_seconds(s, e->max);
+      g_string_append_printf(s, ", %d]", e->repetitions);
+    }
+    g_string_append(s, "]}");
+    i = j;
+  }
+  g_string_append(s, db->colls->len ? "\n  ]\n}\n" : "]\n}\n");
+  return g_string_free(s, FALSE);
+}
+
+gboolean profile_db_save(const ProfileDb *db, const char *path, GError **error)
+{
+  g_return_val_if_fail(db != NULL && path != NULL, FALSE);
+  g_autofree char *text = profile_db_to_json(db);
+  g_autoptr(GError) e = NULL;
+  if (!g_file_set_contents(path, text, -1, &e)) {
+    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_IO, "%s", e->message);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Reading                                                                             */
+
+typedef struct {
+  const char *file;
+  GError **error;
+} Reader;
+
+static gboolean fail(Reader *rd, const char *path, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+
+static gboolean fail(Reader *rd, const char *path, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_set_error(rd->error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s: %s: %s", rd->file, path, msg);
+  return FALSE;
+}
+
+static gboolean is_number(JsonNode *n)
+{
+  if (!n || !JSON_NODE_HOLDS_VALUE(n))
+    return FALSE;
+  GType t = json_node_get_value_type(n);
+  return t == G_TYPE_INT64 || t == G_TYPE_DOUBLE;
+}
+
+static gboolean read_number(Reader *rd, JsonNode *n, const char *path, double min, double *out)
+{
+  if (!is_number(n))
+    return fail(rd, path, "expected a number");
+  double v = json_node_get_double(n);
+  if (!isfinite(v) || v < min)
+    return fail(rd, path, "expected a number of at least %g, got %g", min, v);
+  *out = v;
+  return TRUE;
+}
+
+static gboolean read_int(Reader *rd, JsonNode *n, const char *path, int64_t min, int64_t *out)
+{
+  if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_INT64)
+    return fail(rd, path, "expected an integer");
+  int64_t v = json_node_get_int(n);
+  if (v < min)
+    return fail(rd, path, "expected an integer of at least %" G_GINT64_FORMAT ", got %"
+                G_GINT64_FORMAT, min, v);
+  *out = v;
+  return TRUE;
+}
+
+static gboolean read_string(Reader *rd, JsonNode *n, const char *path, const char **out)
+{
+  if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
+    return fail(rd, path, "expected a string");
+  *out = json_node_get_string(n);
+  return TRUE;
+}
+
+static gboolean check_keys(Reader *rd, JsonObject *o, const char *path,
+                           const char *const *allowed)
+{
+  g_autoptr(GList) members = json_object_get_members(o);
+  for (GList *l = members; l; l = l->next) {
+    gboolean ok = FALSE;
+    for (int i = 0; allowed[i] && !ok; i++)
+      ok = !strcmp(l->data, allowed[i]);
+    if (!ok)
+      return fail(rd, path, "unknown key '%s'", (const char *)l->data);
+  }
+  return TRUE;
+}
+
+static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel *k)
+{
+  if (!JSON_NODE_HOLDS_ARRAY(n) || json_array_get_length(json_node_get_array(n)) != 9)
+    return fail(rd, path, "expected [kind, dtype, batch, m, n, k, steps, flops, bytes]");
+  JsonArray *a = json_node_get_array(n);
+  const char *kind, *dtype;
+  g_autofree char *p0 = g_strdup_printf("%s[0]", path);
+  g_autofree char *p1 = g_strdup_printf("%s[1]", path);
+  if (!read_string(rd, json_array_get_element(a, 0), p0, &kind) ||
+      !read_string(rd, json_array_get_element(a, 1), p1, &dtype))
+    return FALSE;
+  int kk = profile_kernel_kind_from_name(kind);
+  if (kk < 0)
+    return fail(rd, p0, "unknown kernel kind '%s'", kind);
+  int dt = sim_dtype_from_name(dtype);
+  if (dt < 0)
+    return fail(rd, p1, "unknown dtype '%s'", dtype);
+  int64_t v[5];
+  for (int i = 0; i < 5; i++) {
+    g_autofree char *pi = g_strdup_printf("%s[%d]", path, i + 2);
+    if (!read_int(rd, json_array_get_element(a, (guint)i + 2), pi, 0, &v[i]))
+      return FALSE;
+  }
+  double f[2];
+  for (int i = 0; i < 2; i++) {
+    g_autofree char *pi = g_strdup_printf("%s[%d]", path, i + 7);
+    if (!read_number(rd, json_array_get_element(a, (guint)i + 7), pi, 0.0, &f[i]))
+      return FALSE;
+  }
+  *k = (SimKernel){
+    .kind = (SimKernelKind)kk,
+    .dtype = (SimDType)dt,
+    .batch = v[0],
+    .m = v[1],
+    .n = v[2],
+    .k = v[3],
+    .steps = v[4],
+    .flops = f[0],
+    .bytes = f[1],
+  };
+  return TRUE;
+}
+
+static gboolean read_times(Reader *rd, const char *path, double median, double mn, double mx)
+{
+  if (mn > median || median > mx)
+    return fail(rd, path, "expected min <= median <= max, got %g, %g, %g", mn, median, mx);
+  return TRUE;
+}
+
+static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path)
+{
+  static const char *const keys[] = { "gpu", "key", "pass", "median", "min", "max",
+                                      "repetitions", "flops", "bytes", "kernels", NULL };
+  if (!JSON_NODE_HOLDS_OBJECT(n))
+    return fail(rd, path, "expected an object");
+  JsonObject *o = json_node_get_object(n);
+  if (!check_keys(rd, o, path, keys))
+    return FALSE;
+  ProfileOpEntry e = { 0 };
+  const char *pass = NULL;
+  int64_t reps = 1;
+  g_autofree char *pg = g_strdup_printf("%s.gpu", path);
+  g_autofree char *pk = g_strdup_printf("%s.key", path);
+  g_autofree char *pp = g_strdup_printf("%s.pass", path);
+  g_autofree char *pm = g_strdup_printf("%s.median", path);
+  g_autofree char *pmin = g_strdup_printf("%s.min", path);
+  g_autofree char *pmax = g_strdup_printf("%s.max", path);
+  g_autofree char *pr = g_strdup_printf("%s.repetitions", path);
+  if (!read_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
+      !read_string(rd, json_object_get_member(o, "key"), pk, &e.key) ||
+      !read_string(rd, json_object_get_member(o, "pass"), pp, &pass) ||
+      !read_number(rd, json_object_get_member(o, "median"), pm, 0.0, &e.median))
+    return FALSE;
+  int p = profile_pass_from_name(pass);
+  if (p < 0)
+    return fail(rd, pp, "unknown pass '%s'; expected forward, backward or update", pass);
+  e.pass = (SimPass)p;
+  e.min = e.max = e.median;
+  if (json_object_has_member(o, "min") &&
+      !read_number(rd, json_object_get_member(o, "min"), pmin, 0.0, &e.min))
+    return FALSE;
+  if (json_object_has_member(o, "max") &&
+      !read_number(rd, json_object_get_member(o, "max"), pmax, 0.0, &e.max))
+    return FALSE;
+  if (!read_times(rd, path, e.median, e.min, e.max))
+    return FALSE;
+  if (json_object_has_member(o, "repetitions") &&
+      !read_int(rd, json_object_get_member(o, "repetitions"), pr, 1, &reps))
+    return FALSE;
+  e.repetitions = (int)MIN(reps, G_MAXINT);
+  if (json_object_has_member(o, "flops")) {
+    g_autofree char *pf = g_strdup_printf("%s.flops", path);
+    if (!read_number(rd, json_object_get_member(o, "flops"), pf, 0.0, &e.flops))
+      return FALSE;
+  }
+  if (json_object_has_member(o, "bytes")) {
+    g_autofree char *pb = g_strdup_printf("%s.bytes", path);
+    if (!read_number(rd, json_object_get_member(o, "bytes"), pb, 0.0, &e.bytes))
+      return FALSE;
+  }
+  SimKernel kernels[SIM_MAX_KERNELS];
+  if (json_object_has_member(o, "kernels")) {
+    JsonNode *kn = json_object_get_member(o, "kernels");
+    g_autofree char *pks = g_strdup_printf("%s.kernels", path);
+    if (!JSON_NODE_HOLDS_ARRAY(kn))
+      return fail(rd, pks, "expected an array");
+    JsonArray *ka = json_node_get_array(kn);
+    guint nk = json_array_get_length(ka);
+    if (nk > SIM_MAX_KERNELS)
+      return fail(rd, pks, "%u kernels; at most %d", nk, SIM_MAX_KERNELS);
+    for (guint i = 0; i < nk; i++) {
+      g_autofree char *pi = g_strdup_printf("%s[%u]", pks, i);
+      if (!read_kernel(rd, json_array_get_element(ka, i), pi, &kernels[i]))
+        return FALSE;
+    }
+    e.n_kernels = (int)nk;
+    e.kernels = kernels;
+  }
+  profile_db_add_op(db, &e);
+  return TRUE;
+}
+
+static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *path)
+{
+  static const char *const keys[] = { "gpu", "kind", "gpus", "source", "points", NULL };
+  if (!JSON_NODE_HOLDS_OBJECT(n))
+    return fail(rd, path, "expected an object");
+  JsonObject *o = json_node_get_object(n);
+  if (!check_keys(rd, o, path, keys))
+    return FALSE;
+  ProfileCollEntry e = { 0 };
+  const char *kind = NULL;
+  int64_t gpus = 0;
+  g_autofree char *pg = g_strdup_printf("%s.gpu", path);
+  g_autofree char *pk = g_strdup_printf("%s.kind", path);
+  g_autofree char *pn = g_strdup_printf("%s.gpus", path);
+  g_autofree char *ps = g_strdup_printf("%s.source", path);
+  g_autofree char *pp = g_strdup_printf("%s.points", path);
+  if (!read_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
+      !read_string(rd, json_object_get_member(o, "kind"), pk, &kind) ||
+      !read_int(rd, json_object_get_member(o, "gpus"), pn, 1, &gpus))
+    return FALSE;
+  int k = profile_coll_kind_from_name(kind);
+  if (k < 0)
+    return fail(rd, pk, "unknown collective '%s'; expected all-reduce, all-gather, "
+                "reduce-scatter or send-recv", kind);
+  e.kind = (ProfileCollKind)k;
+  e.n_gpus = (int)MIN(gpus, G_MAXINT);
+  if (json_object_has_member(o, "source") &&
+      !read_string(rd, json_object_get_member(o, "source"), ps, &e.source))
+    return FALSE;
+  JsonNode *pts = json_object_get_member(o, "points");
+  if (!pts || !JSON_NODE_HOLDS_ARRAY(pts))
+    return fail(rd, pp, "expected an array of [bytes, median, min, max, repetitions]");
+  JsonArray *a = json_node_get_array(pts);
+  for (guint i = 0; i < json_array_get_length(a); i++) {
+    g_autofree char *pi = g_strdup_printf("%s[%u]", pp, i);
+    JsonNode *pn2 = json_array_get_element(a, i);
+    if (!JSON_NODE_HOLDS_ARRAY(pn2) || json_array_get_length(json_node_get_array(pn2)) != 5)
+      return fail(rd, pi, "expected [bytes, median, min, max, repetitions]");
+    JsonArray *v = json_node_get_array(pn2);
+    int64_t reps = 0;
+    g_autofree char *p0 = g_strdup_printf("%s[0]", pi);
+    g_autofree char *p1 = g_strdup_printf("%s[1]", pi);
+    g_autofree char *p2 = g_strdup_printf("%s[2]", pi);
+    g_autofree char *p3 = g_strdup_printf("%s[3]", pi);
+    g_autofree char *p4 = g_strdup_printf("%s[4]", pi);
+    if (!read_number(rd, json_array_get_element(v, 0), p0, 1.0, &e.bytes) ||
+        !read_number(rd, json_array_get_element(v, 1), p1, 0.0, &e.median) ||
+        !read_number(rd, json_array_get_element(v, 2), p2, 0.0, &e.min) ||
+        !read_number(rd, json_array_get_element(v, 3), p3, 0.0, &e.max) ||
+        !read_int(rd, json_array_get_element(v, 4), p4, 1, &reps) ||
+        !read_times(rd, pi, e.median, e.min, e.max))
+      return FALSE;
+    e.repetitions = (int)MIN(reps, G_MAXINT);
+    profile_db_add_collective(db, &e);
+  }
+  return TRUE;
+}
+
+ProfileDb *profile_db_from_json(const char *text, const char *filename, GError **error)
+{
+  g_return_val_if_fail(text != NULL, NULL);
+  Reader rd = { .file = filename ? filename : "<profile>", .error = error };
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) pe = NULL;
+  if (!json_parser_load_from_data(parser, text, -1, &pe)) {
+    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s:%s", rd.file, pe->message);
+    return NULL;
+  }
+  JsonNode *root = json_parser_get_root(parser);
+  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+    fail(&rd, "(top level)", "expected an object");
+    return NULL;
+  }
+  JsonObject *o = json_node_get_object(root);
+  static const char *const keys[] = { "format", "version", "description", "sources", "devices",
+                                      "ops", "collectives", NULL };
+  const char *format = NULL;
+  int64_t version = 0;
+  if (!check_keys(&rd, o, "(top level)", keys) ||
+      !read_string(&rd, json_object_get_member(o, "format"), "format", &format))
+    return NULL;
+  if (strcmp(format, "parasol-profile")) {
+    fail(&rd, "format", "expected \"parasol-profile\", got \"%s\"", format);
+    return NULL;
+  }
+  if (!read_int(&rd, json_object_get_member(o, "version"), "version", 1, &version))
+    return NULL;
+  if (version != 1) {
+    fail(&rd, "version", "version %" G_GINT64_FORMAT " is not supported; expected 1", version);
+    return NULL;
+  }
+  g_autoptr(ProfileDb) db = profile_db_new();
+  if (json_object_has_member(o, "description")) {
+    const char *d = NULL;
+    if (!read_string(&rd, json_object_get_member(o, "description"), "description", &d))
+      return NULL;
+    profile_db_set_description(db, d);
+  }
+  if (json_object_has_member(o, "sources")) {
+    JsonNode *n = json_object_get_member(o, "sources");
+    if (!JSON_NODE_HOLDS_ARRAY(n)) {
+      fail(&rd, "sources", "expected an array of strings");
+      return NULL;
+    }
+    JsonArray *a = json_node_get_array(n);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+      g_autofree char *p = g_strdup_printf("sources[%u]", i);
+      const char *s = NULL;
+      if (!read_string(&rd, json_array_get_element(a, i), p, &s))
+        return NULL;
+      profile_db_add_source(db, s);
+    }
+  }
+  if (json_object_has_member(o, "devices")) {
+    JsonNode *n = json_object_get_member(o, "devices");
+    if (!JSON_NODE_HOLDS_OBJECT(n)) {
+      fail(&rd, "devices", "expected an object of device notes");
+      return NULL;
+    }
+    JsonObject *devs = json_node_get_object(n);
+    g_autoptr(GList) names = json_object_get_members(devs);
+    for (GList *l = names; l; l = l->next) {
+      g_autofree char *p = g_strdup_printf("devices.%s", (const char *)l->data);
+      JsonNode *dn = json_object_get_member(devs, l->data);
+      if (!JSON_NODE_HOLDS_OBJECT(dn)) {
+        fail(&rd, p, "expected an object of strings");
+        return NULL;
+      }
+      JsonObject *notes = json_node_get_object(dn);
+      g_autoptr(GList) nn = json_object_get_members(notes);
+      for (GList *m = nn; m; m = m->next) {
+        g_autofree char *pm = g_strdup_printf("%s.%s", p, (const char *)m->data);
+        const char *v = NULL;
+        if (!read_string(&rd, json_object_get_member(notes, m->data), pm, &v))
+          return NULL;
+        profile_db_set_device_note(db, l->data, m->data, v);
+      }
+    }
+  }
+  if (json_object_has_member(o, "ops")) {
+    JsonNode *n = json_object_get_member(o, "ops");
+    if (!JSON_NODE_HOLDS_ARRAY(n)) {
+      fail(&rd, "ops", "expected an array");
+      return NULL;
+    }
+    JsonArray *a = json_node_get_array(n);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+      g_autofree char *p = g_strdup_printf("ops[%u]", i);
+      if (!read_op(&rd, db, json_array_get_element(a, i), p))
+        return NULL;
+    }
+  }
+  if (json_object_has_member(o, "collectives")) {
+    JsonNode *n = json_object_get_member(o, "collectives");
+    if (!JSON_NODE_HOLDS_ARRAY(n)) {
+      fail(&rd, "collectives", "expected an array");
+      return NULL;
+    }
+    JsonArray *a = json_node_get_array(n);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+      g_autofree char *p = g_strdup_printf("collectives[%u]", i);
+      if (!read_series(&rd, db, json_array_get_element(a, i), p))
+        return NULL;
+    }
+  }
+  return g_steal_pointer(&db);
+}
+
+static gboolean load_file(ProfileDb *into, const char *path, const char *shown, GError **error)
+{
+  g_autofree char *text = NULL;
+  g_autoptr(GError) e = NULL;
+  if (!g_file_get_contents(path, &text, NULL, &e)) {
+    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_IO, "%s", e->message);
+    return FALSE;
+  }
+  g_autoptr(ProfileDb) db = profile_db_from_json(text, shown, error);
+  if (!db)
+    return FALSE;
+  profile_db_merge(into, db);
+  return TRUE;
+}
+
+/* Every *.json under @dir, depth first, in name order; @prefix names them in errors. */
+static gboolean load_dir(ProfileDb *into, const char *dir, const char *prefix, GError **error)
+{
+  g_autoptr(GError) e = NULL;
+  g_autoptr(GDir) d = g_dir_open(dir, 0, &e);
+  if (!d) {
+    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_IO, "%s", e->message);
+    return FALSE;
+  }
+  g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
+  const char *name;
+  while ((name = g_dir_read_name(d)))
+    g_ptr_array_add(names, g_strdup(name));
+  g_ptr_array_sort(names, compare_strings);
+  for (guint i = 0; i < names->len; i++) {
+    const char *n = names->pdata[i];
+    g_autofree char *path = g_build_filename(dir, n, NULL);
+    g_autofree char *shown = prefix ? g_build_filename(prefix, n, NULL) : g_strdup(n);
+    if (g_file_test(path, G_FILE_TEST_IS_DIR)) {
+      if (!load_dir(into, path, shown, error))
+        return FALSE;
+    } else if (g_str_has_suffix(n, ".json")) {
+      if (!load_file(into, path, shown, error))
+        return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+ProfileDb *profile_db_load(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  g_autoptr(ProfileDb) db = profile_db_new();
+  if (g_file_test(path, G_FILE_TEST_IS_DIR)) {
+    g_autofree char *base = g_path_get_basename(path);
+    if (!load_dir(db, path, base, error))
+      return NULL;
+  } else if (!load_file(db, path, path, error)) {
+    return NULL;
+  }
+  return g_steal_pointer(&db);
+}

@@ -1,0 +1,227 @@
+/* baselines.c — the plans a practitioner writes by hand, as algorithms and as the
+ * yardsticks `parasol search` reports speedups against:
+ *   - data parallelism over every device;
+ *   - Megatron-style expert plans after Narayanan et al. (SC'21): tensor parallelism inside
+ *     a node (powers of two up to the node's size), pipeline stages across the rest, data
+ *     parallelism for what remains, micro-batch sizes 1 to 8, and, for a plan that would
+ *     not fit otherwise, the distributed optimizer and full recomputation; the fastest;
+ *   - "one weird trick" (Krizhevsky 2014) for networks with convolutions: the layers up to
+ *     the first dense one data parallel, the dense layers model parallel. */
+#include "search-private.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------- */
+/* One weird trick                                                                    */
+
+static gboolean has_conv(const SimGraph *g)
+{
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_CONV2D)
+      return TRUE;
+  return FALSE;
+}
+
+static int largest_divisor(int64_t size, int n)
+{
+  for (int k = n; k > 1; k--)
+    if (size % k == 0 && n % k == 0)
+      return k;
+  return 1;
+}
+
+SimStrategy *search_owt_strategy(const SearchProblem *p, GError **error)
+{
+  const SimGraph *g = p->g;
+  int n_ops = sim_graph_n_ops(g);
+  int first_dense = n_ops;
+  for (int op = 0; op < n_ops && first_dense == n_ops; op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_LINEAR)
+      first_dense = op;
+  g_autoptr(SimStrategy) s = search_problem_data_parallel(p, error);
+  if (!s)
+    return NULL;
+  for (int op = first_dense; op < n_ops; op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_LINEAR)
+      continue;
+    /* The dense layer's output features split over every device: its weights are divided
+     * instead of replicated, and its input is gathered from the data-parallel layers. */
+    int nd = sim_graph_op_n_dims(g, op);
+    int degrees[SEARCH_MAX_DIMS];
+    for (int d = 0; d < SEARCH_MAX_DIMS; d++)
+      degrees[d] = 1;
+    for (int d = 0; d < nd; d++) {
+      if (sim_graph_op_dim_role(g, op, d) == SIM_ROLE_PARAMETER &&
+          sim_graph_op_dim_splittable(g, op, d)) {
+        degrees[d] = largest_divisor(sim_graph_op_dim_size(g, op, d), p->n_devices);
+        break;
+      }
+    }
+    int k = 1;
+    for (int d = 0; d < nd; d++)
+      k *= degrees[d];
+    if (k > 1 && !sim_strategy_set_op(s, op, degrees, p->devices, error))
+      return NULL;
+  }
+  return g_steal_pointer(&s);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Megatron rules                                                                     */
+
+static int n_checkpoints(const SimGraph *g)
+{
+  int n = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    n += sim_graph_op_is_checkpoint(g, op);
+  return n;
+}
+
+static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
+                         SimRecompute recompute, GPtrArray *out)
+{
+  int64_t batch = sim_graph_batch_size(p->g);
+  if (batch % ((int64_t)dp * mbs) != 0)
+    return;
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.dp = dp;
+  o.tp = tp;
+  o.pp = pp;
+  o.microbatch_size = mbs;
+  o.microbatches = (int)(batch / ((int64_t)dp * mbs));
+  o.sync = p->sync;
+  o.memory = p->memory;
+  o.memory.recompute = recompute;
+  /* A device subset is numbered 0..n-1 for the builder and mapped back afterwards. */
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(p->g, p->m, &o, NULL);
+  if (!s)
+    return;
+  SimStrategy *mapped = search_problem_map_devices(p, s, NULL);
+  if (mapped)
+    g_ptr_array_add(out, mapped);
+}
+
+void search_expert_candidates(const SearchProblem *p, GPtrArray *out)
+{
+  int n = p->n_devices;
+  int node_size = sim_machine_node_n_devices(p->m, sim_machine_device_node(p->m, p->devices[0]));
+  int layers = n_checkpoints(p->g);
+  int64_t batch = sim_graph_batch_size(p->g);
+  for (int tp = 1; tp <= MIN(node_size, n); tp *= 2) {
+    if (n % tp != 0)
+      continue;
+    for (int pp = 1; pp <= n / tp; pp++) {
+      if ((n / tp) % pp != 0 || (pp > 1 && pp > layers))
+        continue;
+      int dp = n / (tp * pp);
+      if (pp == 1) {
+        /* Without a pipeline one micro-batch holds the replica's whole batch. */
+        if (batch % dp == 0)
+          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out);
+        continue;
+      }
+      /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as
+       * many micro-batches as stages, so the pipeline can fill. */
+      for (int64_t mbs = 1; mbs <= 8 && mbs * dp * pp <= batch; mbs *= 2)
+        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out);
+    }
+  }
+  if (has_conv(p->g)) {
+    SimStrategy *owt = search_owt_strategy(p, NULL);
+    if (owt)
+      g_ptr_array_add(out, owt);
+  }
+}
+
+SimStrategy *search_problem_expert(const SearchProblem *p, double *time, GError **error)
+{
+  g_return_val_if_fail(p != NULL, NULL);
+  search_problem_prepare(p);
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  search_expert_candidates(p, cands);
+  SimStrategy *dp = search_problem_data_parallel(p, error);
+  if (!dp)
+    return NULL;
+  g_ptr_array_add(cands, dp);
+  double best = INFINITY;
+  int arg = -1;
+  for (guint i = 0; i < cands->len; i++) {
+    SimStrategy *s = g_ptr_array_index(cands, i);
+    double c = search_problem_simulate(p, s, NULL, NULL);
+    /* A plan that does not fit saves memory as Megatron would: the distributed optimizer,
+     * then full recomputation, then both. */
+    if (!isfinite(c) && p->memory_limit) {
+      SimMemoryOptions base = sim_strategy_get_memory(s);
+      for (int k = 0; k < 3 && !isfinite(c); k++) {
+        SimMemoryOptions m = search_memory_step(base, k);
+        sim_strategy_set_memory(s, &m);
+        c = search_problem_simulate(p, s, NULL, NULL);
+      }
+    }
+    if (c < best) {
+      best = c;
+      arg = (int)i;
+    }
+  }
+  if (time)
+    *time = best;
+  return arg >= 0 ? g_ptr_array_steal_index(cands, arg) : NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The algorithms                                                                     */
+
+static gboolean data_parallel_run(const SearchAlgorithm *self, SearchContext *ctx,
+                                  GError **error)
+{
+  g_autoptr(SimStrategy) s = search_problem_data_parallel(search_context_get_problem(ctx), error);
+  if (!s)
+    return FALSE;
+  search_context_evaluate(ctx, s);
+  return TRUE;
+}
+
+static gboolean expert_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  search_expert_candidates(p, cands);
+  for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
+    SimStrategy *s = g_ptr_array_index(cands, i);
+    search_fit(ctx, &s);
+    g_ptr_array_index(cands, i) = s;
+  }
+  return TRUE;
+}
+
+static gboolean owt_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  g_autoptr(SimStrategy) s = search_owt_strategy(search_context_get_problem(ctx), error);
+  if (!s)
+    return FALSE;
+  search_context_evaluate(ctx, s);
+  return TRUE;
+}
+
+const SearchAlgorithm search_algo_data_parallel = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "data-parallel",
+  .description = "every operator data parallel over every device (the baseline)",
+  .run = data_parallel_run,
+};
+
+const SearchAlgorithm search_algo_expert = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "expert",
+  .description = "the fastest expert plan: Megatron-style (tensor parallel in a node, "
+                 "pipeline across, data parallel for the rest) or one weird trick",
+  .run = expert_run,
+};
+
+const SearchAlgorithm search_algo_owt = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "owt",
+  .description = "one weird trick: data parallel up to the first dense layer, model "
+                 "parallel dense layers",
+  .run = owt_run,
+};

@@ -1,0 +1,855 @@
+/* driver.c — runs a search algorithm: the budget (seconds or evaluations), the seed and
+ * its random streams, the worker threads, the evaluations (full simulations and delta
+ * evaluators over SimSession), the best strategy, the log of improvements, the progress
+ * line and Ctrl-C.
+ *
+ * Determinism: an algorithm that gives each parallel task its own random stream
+ * (search_context_rand_new) and its own share of the evaluations
+ * (search_evaluator_set_limit) evaluates the same strategies whatever the threads' timing.
+ * The best is then the same too, because strategies of equal time are ordered by a key
+ * (stream, index in the stream) rather than by which thread reported first. */
+#include "search-private.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* The default budget when the caller gives none: a search always ends. */
+#define DEFAULT_SECONDS 60.0
+/* The stream of search_context_evaluate(): after every evaluator's. */
+#define FULL_EVAL_STREAM 0xffffffu
+
+/* ---------------------------------------------------------------------------------- */
+/* Options and budgets                                                                */
+
+SearchRunOptions search_run_options_default(void)
+{
+  return (SearchRunOptions){ .time_budget = 0, .eval_budget = 0, .seed = 1, .threads = 1 };
+}
+
+/* One term of a budget: "60s", "2m", "1h", "5000evals", "5k" (evaluations). */
+static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError **error)
+{
+  char *end = NULL;
+  double v = g_ascii_strtod(term, &end);
+  if (end == term || !isfinite(v) || v <= 0)
+    goto bad;
+  while (*end == ' ')
+    end++;
+  double scale = 1;
+  if (*end == 'k' || *end == 'M') {
+    /* Multipliers only make sense for evaluations: "5k" or "5kevals". */
+    scale = *end == 'k' ? 1e3 : 1e6;
+    end++;
+    if (*end && strcmp(end, "evals") && strcmp(end, "eval") && strcmp(end, "e"))
+      goto bad;
+    o->eval_budget = (gint64)(v * scale);
+    return TRUE;
+  }
+  if (!*end || !strcmp(end, "evals") || !strcmp(end, "eval") || !strcmp(end, "e")) {
+    if (v != floor(v))
+      goto bad;
+    o->eval_budget = (gint64)v;
+    return TRUE;
+  }
+  if (!strcmp(end, "s") || !strcmp(end, "sec"))
+    scale = 1;
+  else if (!strcmp(end, "m") || !strcmp(end, "min"))
+    scale = 60;
+  else if (!strcmp(end, "h"))
+    scale = 3600;
+  else
+    goto bad;
+  o->time_budget = v * scale;
+  return TRUE;
+bad:
+  g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+              "budget '%s': expected seconds (60s, 2m, 1h) or evaluations (5000evals, 5k)",
+              term);
+  return FALSE;
+}
+
+gboolean search_parse_budget(const char *text, SearchRunOptions *o, GError **error)
+{
+  g_return_val_if_fail(text != NULL && o != NULL, FALSE);
+  o->time_budget = 0;
+  o->eval_budget = 0;
+  g_auto(GStrv) terms = g_strsplit(text, ",", -1);
+  gboolean any = FALSE;
+  for (char **it = terms; *it; it++) {
+    char *t = g_strstrip(*it);
+    if (!*t)
+      continue;
+    if (!parse_budget_term(t, o, error))
+      return FALSE;
+    any = TRUE;
+  }
+  if (!any) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                "empty budget: expected seconds (60s) or evaluations (5000evals)");
+    return FALSE;
+  }
+  return TRUE;
+}
+
+/* Whether @key is an option of @algo, or of the algorithm its "inner" option names. */
+static gboolean option_known(const SearchAlgorithm *algo, GHashTable *options, const char *key)
+{
+  for (const SearchOptionSpec *s = algo->options; s && s->name; s++)
+    if (!strcmp(s->name, key))
+      return TRUE;
+  const char *inner = g_hash_table_lookup(options, "inner");
+  const SearchAlgorithm *in = inner ? search_lookup(inner) : NULL;
+  return in && in != algo && option_known(in, options, key);
+}
+
+static GHashTable *parse_options(const SearchAlgorithm *algo, const char *const *opts,
+                                 GError **error)
+{
+  g_autoptr(GHashTable) h = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  for (const char *const *it = opts; it && *it; it++) {
+    const char *eq = strchr(*it, '=');
+    if (!eq || eq == *it) {
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                  "algorithm option '%s': expected KEY=VALUE", *it);
+      return NULL;
+    }
+    g_hash_table_replace(h, g_strndup(*it, (gsize)(eq - *it)), g_strdup(eq + 1));
+  }
+  GHashTableIter iter;
+  gpointer key;
+  g_hash_table_iter_init(&iter, h);
+  while (g_hash_table_iter_next(&iter, &key, NULL)) {
+    if (option_known(algo, h, key))
+      continue;
+    GString *known = g_string_new(NULL);
+    for (const SearchOptionSpec *s = algo->options; s && s->name; s++)
+      g_string_append_printf(known, "%s%s", known->len ? ", " : "", s->name);
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_UNKNOWN,
+                "algorithm '%s' has no option '%s' (it has: %s)", algo->name,
+                (const char *)key, known->len ? known->str : "none");
+    g_string_free(known, TRUE);
+    return NULL;
+  }
+  return g_steal_pointer(&h);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Ctrl-C                                                                             */
+
+static atomic_int sigint_seen;
+
+static void on_sigint(int sig)
+{
+  atomic_store(&sigint_seen, 1);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The context's queries                                                              */
+
+const SearchProblem *search_context_get_problem(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, NULL);
+  return ctx->problem;
+}
+
+guint64 search_context_get_seed(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  return ctx->seed;
+}
+
+int search_context_get_threads(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 1);
+  return ctx->threads;
+}
+
+gint64 search_context_get_eval_budget(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  return ctx->eval_budget;
+}
+
+double search_context_get_time_budget(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  return ctx->time_budget;
+}
+
+gint64 search_context_get_evals(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  return atomic_load(&ctx->root->evals) - ctx->eval_base;
+}
+
+gint64 search_context_evals_left(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  if (ctx->eval_limit == G_MAXINT64)
+    return G_MAXINT64;
+  return MAX(0, ctx->eval_limit - atomic_load(&ctx->root->evals));
+}
+
+double search_context_elapsed(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, 0);
+  return (double)(g_get_monotonic_time() - ctx->root->t0) / 1e6;
+}
+
+gboolean search_context_should_stop(const SearchContext *ctx)
+{
+  g_return_val_if_fail(ctx != NULL, TRUE);
+  SearchContext *root = ctx->root;
+  if (atomic_load(&root->interrupted))
+    return TRUE;
+  if (root->handle_sigint && atomic_load(&sigint_seen)) {
+    atomic_store(&root->interrupted, 1);
+    return TRUE;
+  }
+  if (ctx->eval_limit != G_MAXINT64 && atomic_load(&root->evals) >= ctx->eval_limit)
+    return TRUE;
+  return ctx->deadline < G_MAXDOUBLE && search_context_elapsed(ctx) >= ctx->deadline;
+}
+
+const char *search_context_get_option(const SearchContext *ctx, const char *key)
+{
+  g_return_val_if_fail(ctx != NULL && key != NULL, NULL);
+  return ctx->options ? g_hash_table_lookup(ctx->options, key) : NULL;
+}
+
+/* A malformed option value stops the search, which then fails with this message. */
+static void option_error(const SearchContext *ctx, const char *key, const char *value,
+                         const char *what)
+{
+  SearchContext *root = ctx->root;
+  g_mutex_lock(&root->lock);
+  if (!root->option_error)
+    g_set_error(&root->option_error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                "algorithm '%s': option %s=%s: expected %s", ctx->algo->name, key, value, what);
+  g_mutex_unlock(&root->lock);
+  atomic_store(&root->interrupted, 1);
+}
+
+double search_context_get_option_double(const SearchContext *ctx, const char *key, double def)
+{
+  const char *v = search_context_get_option(ctx, key);
+  if (!v)
+    return def;
+  char *end = NULL;
+  double x = g_ascii_strtod(v, &end);
+  if (end == v || *end || !isfinite(x)) {
+    option_error(ctx, key, v, "a number");
+    return def;
+  }
+  return x;
+}
+
+int search_context_get_option_int(const SearchContext *ctx, const char *key, int def)
+{
+  const char *v = search_context_get_option(ctx, key);
+  if (!v)
+    return def;
+  char *end = NULL;
+  gint64 x = g_ascii_strtoll(v, &end, 10);
+  if (end == v || *end || x < G_MININT || x > G_MAXINT) {
+    option_error(ctx, key, v, "an integer");
+    return def;
+  }
+  return (int)x;
+}
+
+GRand *search_context_rand_new(const SearchContext *ctx, guint32 stream)
+{
+  g_return_val_if_fail(ctx != NULL, NULL);
+  guint32 seed[4] = { (guint32)ctx->seed, (guint32)(ctx->seed >> 32), stream, 0x9e3779b9u };
+  return g_rand_new_with_seed_array(seed, 4);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The best strategy, the log and the progress line                                   */
+
+static char *format_time(double s)
+{
+  if (!isfinite(s))
+    return g_strdup("-");
+  if (s >= 1.0)
+    return g_strdup_printf("%.3f s", s);
+  if (s >= 1e-3)
+    return g_strdup_printf("%.3f ms", s * 1e3);
+  return g_strdup_printf("%.2f us", s * 1e6);
+}
+
+static void print_progress(SearchContext *root, double wall, gboolean final)
+{
+  gint64 evals = atomic_load(&root->evals);
+  g_autofree char *best = format_time(root->best_cost);
+  g_autofree char *cur = format_time(root->current);
+  fprintf(stderr, "\r\033[K%s %6.1f s  %" G_GINT64_FORMAT " evals  %.0f/s  best %s  current %s%s",
+          root->algo->name, wall, evals, wall > 0 ? (double)evals / wall : 0.0, best, cur,
+          final ? "\n" : "");
+  fflush(stderr);
+}
+
+static void log_row(SearchContext *root, double wall, gint64 evals)
+{
+  if (!root->log)
+    return;
+  char b[G_ASCII_DTOSTR_BUF_SIZE], c[G_ASCII_DTOSTR_BUF_SIZE];
+  fprintf(root->log, "%.3f,%" G_GINT64_FORMAT ",%s,%s\n", wall, evals,
+          isfinite(root->best_cost) ? g_ascii_formatd(b, sizeof b, "%.9g", root->best_cost) : "",
+          isfinite(root->current) ? g_ascii_formatd(c, sizeof c, "%.9g", root->current) : "");
+  fflush(root->log);
+}
+
+/* Replaces @c's best with @s when @cost beats it, or equals it with a smaller key. */
+static gboolean offer_best(SearchContext *c, const SearchProblem *p, const SimStrategy *s,
+                           double cost, guint64 key)
+{
+  if (!(cost < c->best_cost || (cost == c->best_cost && key < c->best_key)))
+    return FALSE;
+  gboolean better = cost < c->best_cost;
+  g_clear_pointer(&c->best, sim_strategy_free);
+  g_clear_pointer(&c->best_problem, search_problem_unref);
+  c->best = sim_strategy_copy(s);
+  /* The strategy names the rewritten graph's operators, so it carries the rewrites that
+   * lead there, whoever built it. */
+  sim_strategy_clear_rewrites(c->best);
+  for (const char *const *rw = search_problem_get_rewrites(p); *rw; rw++)
+    sim_strategy_add_rewrite(c->best, *rw);
+  c->best_problem = search_problem_ref((SearchProblem *)p);
+  c->best_cost = cost;
+  c->best_key = key;
+  return better;
+}
+
+void search_context_record(SearchContext *ctx, const SearchProblem *p, const SimStrategy *s,
+                           double cost, guint64 key)
+{
+  SearchContext *root = ctx->root;
+  g_mutex_lock(&root->lock);
+  if (isfinite(cost)) {
+    if (ctx != root)
+      offer_best(ctx, p, s, cost, key);
+    if (offer_best(root, p, s, cost, key)) {
+      double wall = search_context_elapsed(root);
+      gint64 evals = atomic_load(&root->evals);
+      root->current = cost;
+      SearchImprovement imp = { wall, evals, cost };
+      g_array_append_val(root->improvements, imp);
+      log_row(root, wall, evals);
+    }
+  }
+  root->current = cost;
+  if (root->progress) {
+    gint64 now = g_get_monotonic_time();
+    if (now - root->last_progress > 250000) {
+      root->last_progress = now;
+      print_progress(root, (double)(now - root->t0) / 1e6, FALSE);
+    }
+  }
+  g_mutex_unlock(&root->lock);
+}
+
+double search_context_get_best(SearchContext *ctx, SimStrategy **best)
+{
+  g_return_val_if_fail(ctx != NULL, INFINITY);
+  g_mutex_lock(&ctx->root->lock);
+  double cost = ctx->best_cost;
+  if (best)
+    *best = ctx->best ? sim_strategy_copy(ctx->best) : NULL;
+  g_mutex_unlock(&ctx->root->lock);
+  return cost;
+}
+
+void search_context_set_current(SearchContext *ctx, double cost)
+{
+  g_return_if_fail(ctx != NULL);
+  g_mutex_lock(&ctx->root->lock);
+  ctx->root->current = cost;
+  g_mutex_unlock(&ctx->root->lock);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Evaluations                                                                        */
+
+double search_context_evaluate(SearchContext *ctx, const SimStrategy *s)
+{
+  g_return_val_if_fail(ctx != NULL && s != NULL, INFINITY);
+  SearchContext *root = ctx->root;
+  atomic_fetch_add(&root->evals, 1);
+  double cost = search_problem_simulate(ctx->problem, s, NULL, NULL);
+  g_mutex_lock(&root->lock);
+  gint64 index = root->full_evals++;
+  g_mutex_unlock(&root->lock);
+  search_context_record(ctx, ctx->problem, s, cost, search_key(FULL_EVAL_STREAM, index));
+  return cost;
+}
+
+struct _SearchEvaluator {
+  SearchContext *ctx;
+  SimSession *ss;
+  int pending;        /* the op changed since the last run, or -1                  */
+  SimStrategy *staged;/* with several ops changed: the strategy to simulate anew     */
+  guint32 stream;
+  gint64 n;
+  gint64 limit;
+  double last_time;
+  double last_memory;
+  int devices[256];
+};
+
+SearchEvaluator *search_evaluator_new(SearchContext *ctx, const SimStrategy *start,
+                                      guint32 stream, GError **error)
+{
+  g_return_val_if_fail(ctx != NULL && start != NULL, NULL);
+  const SearchProblem *p = ctx->problem;
+  SimSession *ss = sim_session_new(p->g, p->m, start, p->cost, &p->sim, error);
+  if (!ss)
+    return NULL;
+  SearchEvaluator *ev = g_new0(SearchEvaluator, 1);
+  ev->ctx = ctx;
+  ev->ss = ss;
+  ev->pending = -1;
+  ev->stream = stream;
+  ev->last_time = INFINITY;
+  return ev;
+}
+
+void search_evaluator_free(SearchEvaluator *ev)
+{
+  if (!ev)
+    return;
+  sim_strategy_free(ev->staged);
+  sim_session_free(ev->ss);
+  g_free(ev);
+}
+
+/* The session re-lowers the ops changed since its last run one at a time, and the
+ * lowering of one reads the layout of its neighbours and of every weight: with two ops
+ * pending, the first would be lowered against the second's stale layout.  So one changed
+ * op goes to the session (delta simulation), and changes to several are staged on a copy
+ * of the strategy that the next run simulates in a new session. */
+static gboolean session_set(SearchEvaluator *ev, int op, const int *degrees, const int *devices)
+{
+  if (!ev->staged && (ev->pending < 0 || ev->pending == op)) {
+    if (!sim_session_set_op(ev->ss, op, degrees, devices, NULL))
+      return FALSE;
+    ev->pending = op;
+    return TRUE;
+  }
+  if (!ev->staged)
+    ev->staged = sim_strategy_copy(sim_session_get_strategy(ev->ss));
+  const SearchProblem *p = ev->ctx->problem;
+  int n = 0;
+  int old_degrees[SEARCH_MAX_DIMS];
+  memcpy(old_degrees, sim_strategy_op_degrees(ev->staged, op), sizeof old_degrees);
+  const int *dev = sim_strategy_op_devices(ev->staged, op, &n);
+  g_autofree int *old_devices = g_memdup2(dev, sizeof(int) * (gsize)MAX(n, 1));
+  if (!sim_strategy_set_op(ev->staged, op, degrees, devices, NULL))
+    return FALSE;
+  if (!sim_strategy_validate(ev->staged, p->g, p->m, NULL)) {
+    sim_strategy_set_op(ev->staged, op, old_degrees, old_devices, NULL);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean search_evaluator_set_config(SearchEvaluator *ev, int op, const SearchConfig *c)
+{
+  g_return_val_if_fail(ev != NULL && c != NULL, FALSE);
+  g_return_val_if_fail(c->n >= 1 && c->n <= (int)G_N_ELEMENTS(ev->devices), FALSE);
+  search_problem_config_devices(ev->ctx->problem, c, ev->devices);
+  return session_set(ev, op, c->degree, ev->devices);
+}
+
+gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
+                                 const int *devices)
+{
+  return session_set(ev, op, degrees, devices);
+}
+
+double search_evaluator_run(SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, INFINITY);
+  const SearchProblem *p = ev->ctx->problem;
+  atomic_fetch_add(&ev->ctx->root->evals, 1);
+  ev->n++;
+  if (ev->staged) {
+    SimSession *ss = sim_session_new(p->g, p->m, ev->staged, p->cost, &p->sim, NULL);
+    g_clear_pointer(&ev->staged, sim_strategy_free);
+    if (ss) {
+      sim_session_free(ev->ss);
+      ev->ss = ss;
+    }
+  }
+  double t = sim_session_run(ev->ss);
+  ev->pending = -1;
+  double cost = INFINITY;
+  ev->last_time = INFINITY;
+  ev->last_memory = 0;
+  if (t > 0 && isfinite(t)) {
+    SimReport *r = sim_session_report(ev->ss);
+    if (r) {
+      cost = search_problem_report_cost(p, r, &ev->last_time, &ev->last_memory);
+      sim_report_free(r);
+    }
+  }
+  search_context_record(ev->ctx, p, sim_session_get_strategy(ev->ss), cost,
+                        search_key(ev->stream, ev->n));
+  return cost;
+}
+
+double search_evaluator_last_time(const SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, INFINITY);
+  return ev->last_time;
+}
+
+double search_evaluator_last_memory(const SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, 0);
+  return ev->last_memory;
+}
+
+const SimStrategy *search_evaluator_get_strategy(const SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, NULL);
+  return ev->staged ? ev->staged : sim_session_get_strategy(ev->ss);
+}
+
+void search_evaluator_set_limit(SearchEvaluator *ev, gint64 max_evals)
+{
+  g_return_if_fail(ev != NULL && max_evals >= 0);
+  ev->limit = max_evals;
+}
+
+gboolean search_evaluator_should_stop(const SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, TRUE);
+  if (ev->limit > 0 && ev->n >= ev->limit)
+    return TRUE;
+  return search_context_should_stop(ev->ctx);
+}
+
+gint64 search_evaluator_get_evals(const SearchEvaluator *ev)
+{
+  g_return_val_if_fail(ev != NULL, 0);
+  return ev->n;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Worker threads                                                                     */
+
+typedef struct {
+  atomic_int next;
+  int n;
+  void (*fn)(int i, gpointer data);
+  gpointer data;
+} Parallel;
+
+static gpointer parallel_worker(gpointer data)
+{
+  Parallel *par = data;
+  for (;;) {
+    int i = atomic_fetch_add(&par->next, 1);
+    if (i >= par->n)
+      break;
+    par->fn(i, par->data);
+  }
+  return NULL;
+}
+
+void search_context_parallel(SearchContext *ctx, int n, void (*fn)(int i, gpointer data),
+                             gpointer data)
+{
+  g_return_if_fail(ctx != NULL && fn != NULL);
+  int workers = MIN(ctx->threads, n);
+  if (workers <= 1) {
+    for (int i = 0; i < n; i++)
+      fn(i, data);
+    return;
+  }
+  Parallel par = { .n = n, .fn = fn, .data = data };
+  atomic_init(&par.next, 0);
+  GThread **threads = g_new(GThread *, workers - 1);
+  for (int w = 0; w < workers - 1; w++)
+    threads[w] = g_thread_new("search-worker", parallel_worker, &par);
+  parallel_worker(&par);
+  for (int w = 0; w < workers - 1; w++)
+    g_thread_join(threads[w]);
+  g_free(threads);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Contexts                                                                           */
+
+static SearchContext *context_new(const SearchAlgorithm *algo, SearchProblem *p)
+{
+  SearchContext *ctx = g_new0(SearchContext, 1);
+  ctx->root = ctx;
+  ctx->algo = algo;
+  ctx->problem = search_problem_ref(p);
+  ctx->best_cost = INFINITY;
+  ctx->best_key = G_MAXUINT64;
+  ctx->deadline = G_MAXDOUBLE;
+  ctx->eval_limit = G_MAXINT64;
+  ctx->current = INFINITY;
+  atomic_init(&ctx->evals, 0);
+  atomic_init(&ctx->interrupted, 0);
+  g_mutex_init(&ctx->lock);
+  return ctx;
+}
+
+static void context_free(SearchContext *ctx)
+{
+  g_clear_pointer(&ctx->best, sim_strategy_free);
+  g_clear_pointer(&ctx->best_problem, search_problem_unref);
+  g_clear_pointer(&ctx->options, g_hash_table_unref);
+  g_clear_pointer(&ctx->improvements, g_array_unref);
+  g_clear_error(&ctx->option_error);
+  search_problem_unref(ctx->problem);
+  g_mutex_clear(&ctx->lock);
+  g_free(ctx);
+}
+
+SearchContext *search_context_new_inner(SearchContext *ctx, const SearchAlgorithm *inner,
+                                        SearchProblem *p, gint64 evals, double seconds)
+{
+  g_return_val_if_fail(ctx != NULL && inner != NULL && p != NULL, NULL);
+  search_problem_prepare(p);
+  SearchContext *c = context_new(inner, p);
+  c->root = ctx->root;
+  c->options = ctx->options ? g_hash_table_ref(ctx->options) : NULL;
+  c->seed = ctx->seed;
+  c->threads = ctx->threads;
+  double now = search_context_elapsed(ctx);
+  c->deadline = seconds > 0 ? MIN(now + seconds, ctx->deadline) : ctx->deadline;
+  c->time_budget = c->deadline < G_MAXDOUBLE ? MAX(0, c->deadline - now) : 0;
+  c->eval_base = atomic_load(&ctx->root->evals);
+  c->eval_limit = evals > 0 ? MIN(c->eval_base + evals, ctx->eval_limit) : ctx->eval_limit;
+  c->eval_budget = c->eval_limit < G_MAXINT64 ? MAX(0, c->eval_limit - c->eval_base) : 0;
+  return c;
+}
+
+void search_context_free_inner(SearchContext *inner)
+{
+  if (inner)
+    context_free(inner);
+}
+
+double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner,
+                                SearchProblem *p, gint64 evals, double seconds,
+                                SimStrategy **best, GError **error)
+{
+  SearchContext *c = search_context_new_inner(ctx, inner, p, evals, seconds);
+  gboolean ok = inner->run(inner, c, error);
+  double cost = INFINITY;
+  if (ok)
+    cost = search_context_get_best(c, best);
+  else if (best)
+    *best = NULL;
+  search_context_free_inner(c);
+  return ok ? cost : NAN;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Results                                                                            */
+
+struct _SearchResult {
+  SearchProblem *problem;
+  SimStrategy *best;
+  double time;
+  gint64 evals;
+  double elapsed;
+  gboolean interrupted;
+  GArray *improvements;
+};
+
+SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
+                         GError **error)
+{
+  g_return_val_if_fail(algo != NULL && p != NULL, NULL);
+  SearchRunOptions def = search_run_options_default();
+  if (!o)
+    o = &def;
+  if (o->time_budget < 0 || o->eval_budget < 0 || !isfinite(o->time_budget)) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                "the budget must be positive seconds or evaluations");
+    return NULL;
+  }
+  if (o->threads < 0 || o->threads > 1024) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                "%d threads: expected 1 to 1024", o->threads);
+    return NULL;
+  }
+  GHashTable *options = parse_options(algo, o->options, error);
+  if (!options)
+    return NULL;
+
+  search_problem_prepare(p);
+  SearchContext *ctx = context_new(algo, p);
+  ctx->options = options;
+  ctx->seed = o->seed;
+  ctx->threads = MAX(o->threads, 1);
+  ctx->time_budget = o->time_budget;
+  ctx->eval_budget = o->eval_budget;
+  if (o->time_budget > 0)
+    ctx->deadline = o->time_budget;
+  else if (o->eval_budget == 0)
+    ctx->deadline = ctx->time_budget = DEFAULT_SECONDS;
+  if (o->eval_budget > 0)
+    ctx->eval_limit = o->eval_budget;
+  ctx->improvements = g_array_new(FALSE, FALSE, sizeof(SearchImprovement));
+  ctx->progress = o->progress;
+  ctx->handle_sigint = o->handle_sigint;
+  if (o->log_path) {
+    ctx->log = fopen(o->log_path, "w");
+    if (!ctx->log) {
+      int e = errno;
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID, "cannot write the log %s: %s",
+                  o->log_path, g_strerror(e));
+      context_free(ctx);
+      return NULL;
+    }
+    fprintf(ctx->log, "wall_s,evals,best_s,current_s\n");
+  }
+
+  struct sigaction old_action, action;
+  if (o->handle_sigint) {
+    atomic_store(&sigint_seen, 0);
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_sigint;
+    /* A second Ctrl-C kills the program as usual. */
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_action);
+  }
+
+  ctx->t0 = g_get_monotonic_time();
+  GError *run_error = NULL;
+  gboolean ok = algo->run(algo, ctx, &run_error);
+  double elapsed = search_context_elapsed(ctx);
+
+  if (o->handle_sigint)
+    sigaction(SIGINT, &old_action, NULL);
+  if (ctx->progress)
+    print_progress(ctx, elapsed, TRUE);
+  if (ctx->log) {
+    log_row(ctx, elapsed, atomic_load(&ctx->evals));
+    fclose(ctx->log);
+    ctx->log = NULL;
+  }
+  if (ctx->option_error) {
+    g_clear_error(&run_error);
+    g_propagate_error(error, g_steal_pointer(&ctx->option_error));
+    context_free(ctx);
+    return NULL;
+  }
+  if (!ok) {
+    g_propagate_error(error, run_error);
+    context_free(ctx);
+    return NULL;
+  }
+
+  SearchResult *r = g_new0(SearchResult, 1);
+  r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
+  r->best = g_steal_pointer(&ctx->best);
+  r->time = ctx->best_cost;
+  r->evals = atomic_load(&ctx->evals);
+  r->elapsed = elapsed;
+  r->interrupted = atomic_load(&ctx->interrupted) != 0;
+  r->improvements = g_steal_pointer(&ctx->improvements);
+  context_free(ctx);
+  return r;
+}
+
+void search_result_free(SearchResult *r)
+{
+  if (!r)
+    return;
+  search_problem_unref(r->problem);
+  sim_strategy_free(r->best);
+  g_array_unref(r->improvements);
+  g_free(r);
+}
+
+const SimStrategy *search_result_get_strategy(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  return r->best;
+}
+
+double search_result_get_time(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, INFINITY);
+  return r->time;
+}
+
+const SimGraph *search_result_get_graph(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  return r->problem->g;
+}
+
+const SearchProblem *search_result_get_problem(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  return r->problem;
+}
+
+gint64 search_result_get_evals(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  return r->evals;
+}
+
+double search_result_get_elapsed(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  return r->elapsed;
+}
+
+gboolean search_result_get_interrupted(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, FALSE);
+  return r->interrupted;
+}
+
+int search_result_n_improvements(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  return (int)r->improvements->len;
+}
+
+void search_result_get_improvement(const SearchResult *r, int i, double *wall, gint64 *evals,
+                                   double *best)
+{
+  g_return_if_fail(r != NULL && i >= 0 && i < (int)r->improvements->len);
+  const SearchImprovement *imp = &g_array_index(r->improvements, SearchImprovement, i);
+  if (wall)
+    *wall = imp->wall;
+  if (evals)
+    *evals = imp->evals;
+  if (best)
+    *best = imp->best;
+}
+
+double search_result_time_to(const SearchResult *r, double fraction, gint64 *evals)
+{
+  g_return_val_if_fail(r != NULL && fraction > 0 && fraction <= 1, NAN);
+  if (evals)
+    *evals = 0;
+  if (!isfinite(r->time))
+    return NAN;
+  for (guint i = 0; i < r->improvements->len; i++) {
+    const SearchImprovement *imp = &g_array_index(r->improvements, SearchImprovement, i);
+    if (imp->best * fraction <= r->time) {
+      if (evals)
+        *evals = imp->evals;
+      return imp->wall;
+    }
+  }
+  return NAN;
+}

@@ -1,0 +1,368 @@
+/* local.c — local search with the simulator: the refinement the constructive algorithms
+ * (dynamic programs, beam, pipeline partitioning) end with, since their own cost models
+ * see neither overlap nor contention. */
+#include "search-private.h"
+
+#include <string.h>
+
+double search_penalized(const SearchEvaluator *ev, double cost)
+{
+  if (isfinite(cost))
+    return cost;
+  double t = search_evaluator_last_time(ev);
+  if (!isfinite(t))
+    return INFINITY;
+  return 1e3 * t * (1 + MAX(0, search_evaluator_last_memory(ev) - 1));
+}
+
+/* The configuration @s gives @op, as set_op arguments, to put it back after a trial. */
+typedef struct {
+  int degree[SEARCH_MAX_DIMS];
+  int n;
+  int devices[256];
+} Saved;
+
+static void save_op(const SimStrategy *s, int op, Saved *out)
+{
+  const int *deg = sim_strategy_op_degrees(s, op);
+  for (int d = 0; d < SEARCH_MAX_DIMS; d++)
+    out->degree[d] = deg[d];
+  const int *dev = sim_strategy_op_devices(s, op, &out->n);
+  memcpy(out->devices, dev, sizeof(int) * (gsize)MIN(out->n, 256));
+}
+
+/* The producers of @op whose outputs only @op reads, and theirs, up the graph: the ops
+ * that move with @op when it moves to other devices (its data sources, a private chain of
+ * layers before it).  Appends them to @out. */
+static void private_producers(const SimGraph *g, int op, GArray *out)
+{
+  for (int i = 0; i < sim_graph_op_n_inputs(g, op); i++) {
+    int t = sim_graph_op_input(g, op, i);
+    int src = sim_graph_tensor_producer(g, t);
+    if (src < 0 || src == op)
+      continue;
+    gboolean private = TRUE;
+    for (int o = 0; o < sim_graph_op_n_outputs(g, src) && private; o++) {
+      int u = sim_graph_op_output(g, src, o);
+      for (int c = 0; c < sim_graph_tensor_n_consumers(g, u); c++)
+        private = private && sim_graph_tensor_consumer(g, u, c) == op;
+    }
+    gboolean seen = FALSE;
+    for (guint k = 0; k < out->len && !seen; k++)
+      seen = g_array_index(out, int, k) == src;
+    if (private && !seen && out->len < 16) {
+      g_array_append_val(out, src);
+      private_producers(g, src, out);
+    }
+  }
+}
+
+int search_matching_config(const SearchProblem *p, int op, const SearchConfig *c)
+{
+  int n = search_problem_n_configs(p, op);
+  for (int i = 0; i < n; i++) {
+    const SearchConfig *x = search_problem_config(p, op, i);
+    if (x->start == c->start && x->n == c->n && x->degree[0] == c->degree[0])
+      return i;
+  }
+  return -1;
+}
+
+/* Chooses configurations for @ops jointly by the estimate (variable elimination), each
+ * among @allowed[i], every other op fixed at its configuration in @s.  Writes them to
+ * @choice. */
+static void reoptimize(SearchEstimate *e, const SearchProblem *p, const SimStrategy *s,
+                       GArray *ops, GArray **allowed, int *choice)
+{
+  int n = (int)ops->len;
+  g_autofree int *k = g_new(int, n);
+  for (int i = 0; i < n; i++)
+    k[i] = (int)allowed[i]->len;
+  SearchVE *ve = search_ve_new(n, k);
+  for (int i = 0; i < n; i++) {
+    int op = g_array_index(ops, int, i);
+    g_autofree double *u = g_new(double, k[i]);
+    for (int x = 0; x < k[i]; x++)
+      u[x] = search_estimate_node(e, op, g_array_index(allowed[i], int, x));
+    /* Edges to ops outside the set, whose configurations stay. */
+    int ne = 0;
+    const int *edges = search_estimate_op_edges(e, op, &ne);
+    for (int q = 0; q < ne; q++) {
+      int src, dst;
+      search_estimate_edge_ends(e, edges[q], &src, &dst);
+      int other = src == op ? dst : src;
+      gboolean inside = FALSE;
+      for (int j = 0; j < n && !inside; j++)
+        inside = g_array_index(ops, int, j) == other;
+      int oc = inside ? -1 : search_problem_config_of(p, s, other);
+      if (oc < 0)
+        continue;
+      for (int x = 0; x < k[i]; x++) {
+        int c = g_array_index(allowed[i], int, x);
+        u[x] += src == op ? search_estimate_edge(e, edges[q], c, oc)
+                          : search_estimate_edge(e, edges[q], oc, c);
+      }
+    }
+    search_ve_add_unary(ve, i, u);
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      int a = g_array_index(ops, int, i), b = g_array_index(ops, int, j);
+      int ne = 0;
+      const int *edges = search_estimate_op_edges(e, a, &ne);
+      for (int q = 0; q < ne; q++) {
+        int src, dst;
+        search_estimate_edge_ends(e, edges[q], &src, &dst);
+        if (src != a || dst != b)
+          continue;
+        g_autofree double *m = g_new(double, (gsize)k[i] * k[j]);
+        for (int x = 0; x < k[i]; x++)
+          for (int y = 0; y < k[j]; y++)
+            m[(gsize)x * k[j] + y] = search_estimate_edge(e, edges[q],
+                                                          g_array_index(allowed[i], int, x),
+                                                          g_array_index(allowed[j], int, y));
+        search_ve_add_pair(ve, i, j, m);
+      }
+    }
+  search_ve_solve(ve, NULL);
+  g_autofree int *values = g_new0(int, n);
+  search_ve_assign(ve, NULL, values);
+  for (int i = 0; i < n; i++)
+    choice[i] = g_array_index(allowed[i], int, values[i]);
+  search_ve_free(ve);
+}
+
+/* Splits the devices among the branches that meet at @join (the producers of its inputs
+ * with the producers only they read): branch b on the b-th of as many equal blocks, its
+ * ops configured inside the block by the estimate's dynamic program (reoptimize).
+ * Unity's resource split, as a move: two towers that each cost more than they save when
+ * moved alone pay off when they move together.  Returns the new cost, keeping the move,
+ * or @cur after undoing it. */
+static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProblem *p, int join,
+                        double cur)
+{
+  const SimGraph *g = p->g;
+  int k = 0;
+  g_autoptr(GArray) ops = g_array_new(FALSE, FALSE, sizeof(int));
+  g_autoptr(GArray) branch = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < sim_graph_op_n_inputs(g, join); i++) {
+    int src = sim_graph_tensor_producer(g, sim_graph_op_input(g, join, i));
+    gboolean dup = src < 0;
+    for (guint x = 0; x < ops->len && !dup; x++)
+      dup = g_array_index(ops, int, x) == src;
+    if (dup)
+      continue;
+    GArray *members = g_array_new(FALSE, FALSE, sizeof(int));
+    g_array_append_val(members, src);
+    private_producers(g, src, members);
+    for (guint x = 0; x < members->len; x++) {
+      g_array_append_val(ops, g_array_index(members, int, x));
+      g_array_append_val(branch, k);
+    }
+    g_array_unref(members);
+    k++;
+  }
+  if (k < 2 || k > p->n_devices || p->n_devices % k != 0)
+    return cur;
+  int size = p->n_devices / k;
+  int n = (int)ops->len;
+  GArray **allowed = g_new(GArray *, n);
+  for (int x = 0; x < n; x++) {
+    int op = g_array_index(ops, int, x);
+    int lo = g_array_index(branch, int, x) * size;
+    allowed[x] = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int i = 0; i < search_problem_n_configs(p, op); i++) {
+      const SearchConfig *c = search_problem_config(p, op, i);
+      if (c->start >= lo && c->start + c->n <= lo + size)
+        g_array_append_val(allowed[x], i);
+    }
+  }
+  g_autofree int *choice = g_new(int, n);
+  reoptimize(e, p, search_evaluator_get_strategy(ev), ops, allowed, choice);
+  for (int x = 0; x < n; x++)
+    g_array_unref(allowed[x]);
+  g_free(allowed);
+
+  Saved *saved = g_new(Saved, n);
+  gboolean ok = TRUE;
+  for (int x = 0; x < n; x++)
+    save_op(search_evaluator_get_strategy(ev), g_array_index(ops, int, x), &saved[x]);
+  for (int x = 0; x < n && ok; x++) {
+    int op = g_array_index(ops, int, x);
+    ok = search_evaluator_set_config(ev, op, search_problem_config(p, op, choice[x]));
+  }
+  double cost = ok ? search_penalized(ev, search_evaluator_run(ev)) : INFINITY;
+  if (cost < cur) {
+    g_free(saved);
+    return cost;
+  }
+  for (int x = 0; x < n; x++)
+    search_evaluator_set_op(ev, g_array_index(ops, int, x), saved[x].degree, saved[x].devices);
+  g_free(saved);
+  return cur;
+}
+
+double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, int max_sweeps,
+                     guint32 stream)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  int n = sim_graph_n_ops(p->g);
+  g_autoptr(SearchEvaluator) ev = search_evaluator_new(ctx, *s, stream, NULL);
+  if (!ev)
+    return INFINITY;
+  SearchEstimate *e = search_estimate_new(p);
+  double cur = search_penalized(ev, search_evaluator_run(ev));
+  gboolean stop = FALSE;
+  for (int sweep = 0; (max_sweeps <= 0 || sweep < max_sweeps) && !stop; sweep++) {
+    gboolean improved = FALSE;
+    for (int op = 0; op < n && !stop; op++) {
+      Saved orig;
+      save_op(search_evaluator_get_strategy(ev), op, &orig);
+      int orig_idx = search_problem_config_of(p, search_evaluator_get_strategy(ev), op);
+      int m = cands ? (int)cands[op]->len : search_problem_n_configs(p, op);
+      int best_i = -1;
+      double best = cur;
+      for (int k = 0; k < m; k++) {
+        int i = cands ? g_array_index(cands[op], int, k) : k;
+        if (i == orig_idx)
+          continue;
+        if (search_evaluator_should_stop(ev)) {
+          stop = TRUE;
+          break;
+        }
+        if (!search_evaluator_set_config(ev, op, search_problem_config(p, op, i)))
+          continue;
+        double c = search_penalized(ev, search_evaluator_run(ev));
+        if (c < best) {
+          best = c;
+          best_i = i;
+        }
+      }
+      /* The best trial if one was better, else the original; the session re-simulates
+       * what changed on its next run. */
+      if (best_i >= 0) {
+        search_evaluator_set_config(ev, op, search_problem_config(p, op, best_i));
+        cur = best;
+        improved = TRUE;
+        continue;
+      }
+      search_evaluator_set_op(ev, op, orig.degree, orig.devices);
+      if (stop)
+        break;
+      /* Group moves: the op with the producers only it reads (its data, a private chain
+       * of layers), all to matching configurations, which no single move can reach when
+       * each step alone would add a transfer. */
+      g_autoptr(GArray) group = g_array_new(FALSE, FALSE, sizeof(int));
+      private_producers(p->g, op, group);
+      if (group->len == 0)
+        continue;
+      Saved *saved = g_new(Saved, group->len);
+      for (guint g = 0; g < group->len; g++)
+        save_op(search_evaluator_get_strategy(ev), g_array_index(group, int, g), &saved[g]);
+      int best_g = -1;
+      for (int k = 0; k < m && !stop; k++) {
+        int i = cands ? g_array_index(cands[op], int, k) : k;
+        if (i == orig_idx)
+          continue;
+        if (search_evaluator_should_stop(ev)) {
+          stop = TRUE;
+          break;
+        }
+        const SearchConfig *c = search_problem_config(p, op, i);
+        gboolean moved = FALSE;
+        for (guint g = 0; g < group->len; g++) {
+          int u = g_array_index(group, int, g);
+          int j = search_matching_config(p, u, c);
+          if (j >= 0 && search_evaluator_set_config(ev, u, search_problem_config(p, u, j)))
+            moved = TRUE;
+        }
+        if (moved && search_evaluator_set_config(ev, op, c)) {
+          double cost = search_penalized(ev, search_evaluator_run(ev));
+          if (cost < best) {
+            best = cost;
+            best_g = i;
+          }
+        }
+        search_evaluator_set_op(ev, op, orig.degree, orig.devices);
+        for (guint g = 0; g < group->len; g++)
+          search_evaluator_set_op(ev, g_array_index(group, int, g), saved[g].degree,
+                                  saved[g].devices);
+      }
+      if (best_g >= 0) {
+        const SearchConfig *c = search_problem_config(p, op, best_g);
+        for (guint g = 0; g < group->len; g++) {
+          int u = g_array_index(group, int, g);
+          int j = search_matching_config(p, u, c);
+          if (j >= 0)
+            search_evaluator_set_config(ev, u, search_problem_config(p, u, j));
+        }
+        search_evaluator_set_config(ev, op, c);
+        cur = best;
+        improved = TRUE;
+      }
+      g_free(saved);
+    }
+    /* Resource splits at every op where branches meet. */
+    for (int op = 0; op < n && !stop; op++) {
+      if (sim_graph_op_n_inputs(p->g, op) < 2)
+        continue;
+      if (search_evaluator_should_stop(ev)) {
+        stop = TRUE;
+        break;
+      }
+      double c = try_split(ev, e, p, op, cur);
+      if (c < cur) {
+        cur = c;
+        improved = TRUE;
+      }
+    }
+    if (!improved)
+      break;
+  }
+  search_estimate_free(e);
+  sim_strategy_free(*s);
+  *s = sim_strategy_copy(search_evaluator_get_strategy(ev));
+  return cur;
+}
+
+SimMemoryOptions search_memory_step(SimMemoryOptions base, int step)
+{
+  if (step == 0 || step == 2)
+    base.zero1 = TRUE;
+  if (step == 1 || step == 2)
+    base.recompute = SIM_RECOMPUTE_FULL;
+  return base;
+}
+
+double search_fit(SearchContext *ctx, SimStrategy **s)
+{
+  double cost = search_context_evaluate(ctx, *s);
+  if (isfinite(cost) || !search_problem_get_memory_limit(search_context_get_problem(ctx)))
+    return cost;
+  SimMemoryOptions base = sim_strategy_get_memory(*s);
+  for (int i = 0; i < 3 && !search_context_should_stop(ctx); i++) {
+    SimMemoryOptions m = search_memory_step(base, i);
+    if (m.zero1 == base.zero1 && m.recompute == base.recompute)
+      continue;
+    g_autoptr(SimStrategy) v = sim_strategy_copy(*s);
+    sim_strategy_set_memory(v, &m);
+    cost = search_context_evaluate(ctx, v);
+    if (isfinite(cost)) {
+      sim_strategy_free(*s);
+      *s = g_steal_pointer(&v);
+      return cost;
+    }
+  }
+  return INFINITY;
+}
+
+SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error)
+{
+  SimStrategy *s = search_problem_data_parallel(search_context_get_problem(ctx), error);
+  if (s) {
+    double c = search_fit(ctx, &s);
+    if (cost)
+      *cost = c;
+  }
+  return s;
+}

@@ -1,0 +1,276 @@
+/* mcmc.c — FlexFlow's search (Jia et al. MLSys'19): Metropolis-Hastings over the
+ * per-operator configurations.
+ *
+ * A proposal redraws one operator's configuration uniformly among its candidates and,
+ * with probability "propagate", gives its neighbours the matching configuration (same
+ * devices, same split of the batch).  A proposal whose cost is new and the current cost is
+ * cur is accepted with probability min(1, exp(-beta * (new - cur) / cur)): beta is relative
+ * to the current time, so one setting suits models whose iterations take microseconds or
+ * seconds.  Each step is a delta simulation (SimSession).
+ *
+ * Several chains run on the worker threads, each with its own random stream and its own
+ * share of the evaluation budget.  They meet after every epoch: a chain that did not
+ * improve during the epoch restarts from the best strategy found so far. */
+#include "search-private.h"
+
+#include <string.h>
+
+typedef struct {
+  SearchEvaluator *ev;
+  GRand *rng;
+  gint64 share;      /* evaluations this chain may use; 0: no cap */
+  gint64 used;       /* by evaluators it dropped at restarts       */
+  double cur;
+  double best;
+  gboolean improved;
+  gboolean done;
+} Chain;
+
+typedef struct {
+  SearchContext *ctx;
+  const SearchProblem *p;
+  Chain *chains;
+  int n_chains;
+  int epoch;
+  double beta;
+  double propagate;
+  GArray **nbrs;     /* per op: neighbouring ops                   */
+  int *movable;      /* ops with more than one candidate           */
+  int n_movable;
+} Mcmc;
+
+typedef struct {
+  int op;
+  int degree[SEARCH_MAX_DIMS];
+  int n;
+  int devices[256];
+} Undo;
+
+static void save(const SearchEvaluator *ev, int op, Undo *u)
+{
+  const SimStrategy *s = search_evaluator_get_strategy(ev);
+  u->op = op;
+  memcpy(u->degree, sim_strategy_op_degrees(s, op), sizeof u->degree);
+  const int *dev = sim_strategy_op_devices(s, op, &u->n);
+  memcpy(u->devices, dev, sizeof(int) * (gsize)MIN(u->n, 256));
+}
+
+static void chain_epoch(int i, gpointer data)
+{
+  Mcmc *m = data;
+  Chain *c = &m->chains[i];
+  const SearchProblem *p = m->p;
+  c->improved = FALSE;
+  Undo undo[16];
+  for (int step = 0; step < m->epoch; step++) {
+    if (search_evaluator_should_stop(c->ev)) {
+      c->done = TRUE;
+      break;
+    }
+    int op = m->movable[g_rand_int_range(c->rng, 0, m->n_movable)];
+    int n = search_problem_n_configs(p, op);
+    int cur = search_problem_config_of(p, search_evaluator_get_strategy(c->ev), op);
+    int pick = g_rand_int_range(c->rng, 0, cur >= 0 ? n - 1 : n);
+    if (cur >= 0 && pick >= cur)
+      pick++;
+    const SearchConfig *cfg = search_problem_config(p, op, pick);
+    int n_undo = 0;
+    save(c->ev, op, &undo[n_undo++]);
+    if (!search_evaluator_set_config(c->ev, op, cfg))
+      continue;
+    if (g_rand_double(c->rng) < m->propagate) {
+      GArray *nb = m->nbrs[op];
+      for (guint k = 0; k < nb->len && n_undo < (int)G_N_ELEMENTS(undo); k++) {
+        int u = g_array_index(nb, int, k);
+        int j = search_matching_config(p, u, cfg);
+        if (j < 0 || j == search_problem_config_of(p, search_evaluator_get_strategy(c->ev), u))
+          continue;
+        save(c->ev, u, &undo[n_undo]);
+        if (search_evaluator_set_config(c->ev, u, search_problem_config(p, u, j)))
+          n_undo++;
+      }
+    }
+    double cost = search_penalized(c->ev, search_evaluator_run(c->ev));
+    gboolean accept = cost <= c->cur;
+    if (!accept && isfinite(cost) && isfinite(c->cur) && c->cur > 0)
+      accept = g_rand_double(c->rng) < exp(-m->beta * (cost - c->cur) / c->cur);
+    if (!accept && !isfinite(c->cur))
+      accept = TRUE;
+    if (accept) {
+      c->cur = cost;
+      if (cost < c->best) {
+        c->best = cost;
+        c->improved = TRUE;
+      }
+    } else {
+      for (int k = n_undo - 1; k >= 0; k--)
+        search_evaluator_set_op(c->ev, undo[k].op, undo[k].degree, undo[k].devices);
+    }
+    if (i == 0)
+      search_context_set_current(m->ctx, c->cur);
+  }
+}
+
+/* A first strategy for chain @i: data parallelism, the best single-stage expert plan (as
+ * FlexFlow starts from expert-designed strategies), or random. */
+static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
+{
+  const SearchProblem *p = m->p;
+  if (i % 3 == 1) {
+    g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+    search_expert_candidates(p, cands);
+    SimStrategy *best = NULL;
+    double best_cost = INFINITY;
+    for (guint k = 0; k < cands->len; k++) {
+      SimStrategy *s = g_ptr_array_index(cands, k);
+      if (sim_strategy_n_stages(s) != 1 || sim_strategy_get_microbatches(s) != 1)
+        continue;
+      double c = search_context_evaluate(m->ctx, s);
+      if (c < best_cost) {
+        best_cost = c;
+        best = s;
+      }
+    }
+    if (best)
+      return sim_strategy_copy(best);
+  }
+  if (i % 3 == 2) {
+    int n = sim_graph_n_ops(p->g);
+    g_autofree int *cfg = g_new(int, MAX(n, 1));
+    for (int op = 0; op < n; op++)
+      cfg[op] = g_rand_int_range(rng, 0, search_problem_n_configs(p, op));
+    return search_problem_strategy_from_configs(p, cfg, NULL);
+  }
+  return search_problem_data_parallel(p, NULL);
+}
+
+static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  int n = sim_graph_n_ops(p->g);
+  Mcmc m = { .ctx = ctx, .p = p };
+  m.n_chains = MAX(1, search_context_get_option_int(ctx, "chains",
+                                                    search_context_get_threads(ctx)));
+  m.beta = search_context_get_option_double(ctx, "beta", 20);
+  m.propagate = search_context_get_option_double(ctx, "propagate", 0.2);
+  m.movable = g_new(int, MAX(n, 1));
+  m.nbrs = g_new(GArray *, MAX(n, 1));
+  for (int op = 0; op < n; op++) {
+    m.nbrs[op] = g_array_new(FALSE, FALSE, sizeof(int));
+    if (search_problem_n_configs(p, op) > 1)
+      m.movable[m.n_movable++] = op;
+  }
+  for (int op = 0; op < n; op++)
+    for (int i = 0; i < sim_graph_op_n_inputs(p->g, op); i++) {
+      int src = sim_graph_tensor_producer(p->g, sim_graph_op_input(p->g, op, i));
+      if (src < 0 || src == op)
+        continue;
+      g_array_append_val(m.nbrs[op], src);
+      g_array_append_val(m.nbrs[src], op);
+    }
+  m.epoch = MAX(1, search_context_get_option_int(ctx, "epoch", MAX(100, 2 * m.n_movable)));
+  gboolean ok = TRUE;
+  if (m.n_movable == 0) {
+    g_autoptr(SimStrategy) s = search_problem_data_parallel(p, error);
+    ok = s != NULL;
+    if (ok)
+      search_context_evaluate(ctx, s);
+    goto out;
+  }
+
+  /* First strategies, made to fit where they can, one chain after the other. */
+  m.chains = g_new0(Chain, m.n_chains);
+  SimStrategy **starts = g_new0(SimStrategy *, m.n_chains);
+  for (int i = 0; i < m.n_chains && ok; i++) {
+    m.chains[i].rng = search_context_rand_new(ctx, (guint32)i);
+    starts[i] = start_for(&m, i, m.chains[i].rng);
+    if (!starts[i])
+      starts[i] = search_problem_data_parallel(p, error);
+    if (!starts[i])
+      ok = FALSE;
+    else
+      search_fit(ctx, &starts[i]);
+  }
+  /* Then each chain its share of the evaluations left, so no chain's pace changes
+   * another's work. */
+  gint64 left = search_context_evals_left(ctx);
+  for (int i = 0; i < m.n_chains && ok; i++) {
+    Chain *c = &m.chains[i];
+    if (left != G_MAXINT64)
+      c->share = MAX(1, left / m.n_chains + (i < left % m.n_chains ? 1 : 0));
+    c->ev = search_evaluator_new(ctx, starts[i], (guint32)i, error);
+    if (!c->ev) {
+      ok = FALSE;
+      break;
+    }
+    search_evaluator_set_limit(c->ev, c->share);
+    c->cur = c->best = search_evaluator_should_stop(c->ev)
+                         ? INFINITY : search_penalized(c->ev, search_evaluator_run(c->ev));
+  }
+  for (int i = 0; i < m.n_chains; i++)
+    if (starts[i])
+      sim_strategy_free(starts[i]);
+  g_free(starts);
+  if (!ok)
+    goto out;
+
+  while (!search_context_should_stop(ctx)) {
+    search_context_parallel(ctx, m.n_chains, chain_epoch, &m);
+    gboolean all_done = TRUE;
+    for (int i = 0; i < m.n_chains; i++)
+      all_done = all_done && m.chains[i].done;
+    if (all_done)
+      break;
+    /* Restarts from the best so far, chain by chain in order. */
+    g_autoptr(SimStrategy) best = NULL;
+    double best_cost = search_context_get_best(ctx, &best);
+    if (!best)
+      continue;
+    for (int i = 0; i < m.n_chains; i++) {
+      Chain *c = &m.chains[i];
+      if (c->done || c->improved || c->cur <= best_cost)
+        continue;
+      gint64 used = c->used + search_evaluator_get_evals(c->ev);
+      if (c->share > 0 && used >= c->share)
+        continue;
+      SearchEvaluator *ev = search_evaluator_new(ctx, best, (guint32)i, NULL);
+      if (!ev)
+        continue;
+      search_evaluator_free(c->ev);
+      c->used = used;
+      c->ev = ev;
+      search_evaluator_set_limit(ev, c->share > 0 ? c->share - used : 0);
+      c->cur = search_penalized(ev, search_evaluator_run(ev));
+    }
+  }
+
+out:
+  for (int i = 0; m.chains && i < m.n_chains; i++) {
+    search_evaluator_free(m.chains[i].ev);
+    if (m.chains[i].rng)
+      g_rand_free(m.chains[i].rng);
+  }
+  g_free(m.chains);
+  for (int op = 0; op < n; op++)
+    g_array_unref(m.nbrs[op]);
+  g_free(m.nbrs);
+  g_free(m.movable);
+  return ok;
+}
+
+static const SearchOptionSpec mcmc_options[] = {
+  { "chains", "Markov chains, run on the worker threads (default: --threads)" },
+  { "beta", "acceptance sharpness, relative to the current time (default 20)" },
+  { "propagate", "probability that a move also reconfigures the neighbours (default 0.2)" },
+  { "epoch", "steps between restarts from the best (default max(100, 2 x operators))" },
+  { NULL, NULL },
+};
+
+const SearchAlgorithm search_algo_mcmc = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "mcmc",
+  .description = "FlexFlow's Metropolis-Hastings search over per-operator configurations "
+                 "with delta simulation and restarts from the best",
+  .run = mcmc_run,
+  .options = mcmc_options,
+};

@@ -1,0 +1,247 @@
+/* search-private.h — struct bodies and helpers shared by the files of libsearch.  Nothing
+ * outside search/ (and its tests) includes this header. */
+#pragma once
+
+#include "parasol-search.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+G_BEGIN_DECLS
+
+/* ---------------------------------------------------------------------------------- */
+/* Problems                                                                            */
+
+struct _SearchProblem {
+  gint refcount;
+  const SimGraph *g;
+  SimGraph *own_graph;        /* set when the problem owns its graph (a rewrite)        */
+  int n_ops;
+  SimMachine *m;
+  SimCostModel *cost;
+  SimOptions sim;
+  SimSyncOptions sync;
+  SimMemoryOptions memory;
+  gboolean memory_limit;
+  SearchKinds kinds;
+  int n_devices;
+  int *devices;               /* problem device index -> machine device                 */
+  GPtrArray *rewrites;        /* char*, NULL-terminated                                  */
+  /* The candidate configurations of every op, built on first use.  The driver builds
+   * them before any worker thread starts, so readers need no lock afterwards. */
+  GMutex lock;
+  GArray **configs;           /* n_ops arrays of SearchConfig, or NULL                   */
+};
+
+/* Builds the candidate lists if they are not built yet. */
+void search_problem_prepare(const SearchProblem *p);
+/* Whether @c's degrees divide @op's sample dimension split into @microbatches. */
+gboolean search_config_fits_microbatches(const SearchProblem *p, int op, const SearchConfig *c,
+                                         int microbatches);
+/* The index of @op's data-parallel configuration over the view (@start, @n): the sample
+ * dimension split as far as it divides, within the view.  Always exists. */
+int search_problem_dp_config(const SearchProblem *p, int op, int start, int n);
+/* The strategy that gives every op the configuration @cfg[op] (indices into the lists),
+ * with the problem's options and one stage (transfer full). */
+SimStrategy *search_problem_strategy_from_configs(const SearchProblem *p, const int *cfg,
+                                                  GError **error);
+/* Copies @s with its devices mapped from problem indices to machine devices: builders that
+ * number devices 0..n-1 then run on the problem's subset (transfer full). */
+SimStrategy *search_problem_map_devices(const SearchProblem *p, const SimStrategy *s,
+                                        GError **error);
+/* Iteration time, memory ratio and feasibility of a report under the problem's rules. */
+double search_problem_report_cost(const SearchProblem *p, const SimReport *r, double *time,
+                                  double *memory);
+
+/* ---------------------------------------------------------------------------------- */
+/* The context                                                                         */
+
+typedef struct {
+  double wall;
+  gint64 evals;
+  double best;
+} SearchImprovement;
+
+struct _SearchContext {
+  SearchContext *root;        /* itself, or the context of the outermost search         */
+  SearchProblem *problem;
+  const SearchAlgorithm *algo;
+  GHashTable *options;        /* key -> value (shared with inner contexts)              */
+  guint64 seed;
+  int threads;
+  double time_budget;
+  gint64 eval_budget;
+  double deadline;            /* seconds since the root's start; G_MAXDOUBLE: none      */
+  gint64 eval_base;           /* root evaluations when this context started             */
+  gint64 eval_limit;          /* root evaluations at which it stops; G_MAXINT64: none   */
+
+  /* Root only: the clock, the counters, the log, the progress line. */
+  gint64 t0;                  /* monotonic microseconds                                 */
+  _Atomic gint64 evals;
+  atomic_int interrupted;     /* Ctrl-C, or a malformed option value                    */
+  gboolean handle_sigint;
+  GError *option_error;       /* the first malformed option value                       */
+  GMutex lock;                /* best, log, progress, option_error                      */
+  FILE *log;
+  GArray *improvements;       /* SearchImprovement                                      */
+  gboolean progress;
+  gint64 last_progress;
+  double current;
+  gint64 full_evals;          /* search_context_evaluate() calls, for tie keys          */
+
+  /* Every context: its best (the root's is the search's result). */
+  double best_cost;
+  guint64 best_key;
+  SimStrategy *best;
+  SearchProblem *best_problem;
+};
+
+/* Records one evaluation of @s (on @p) with cost @cost; @key orders equal costs. */
+void search_context_record(SearchContext *ctx, const SearchProblem *p, const SimStrategy *s,
+                           double cost, guint64 key);
+/* A context for an inner search of @inner on @p that shares @ctx's clock, counters and
+ * best, with a budget of @evals evaluations (0: what is left) and @seconds (0: what is
+ * left).  Free with search_context_free_inner(). */
+SearchContext *search_context_new_inner(SearchContext *ctx, const SearchAlgorithm *inner,
+                                        SearchProblem *p, gint64 evals, double seconds);
+void search_context_free_inner(SearchContext *inner);
+/* Runs @inner in a new inner context and returns its best time (+inf); its best strategy
+ * goes to @best when not NULL. */
+double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner,
+                                 SearchProblem *p, gint64 evals, double seconds,
+                                 SimStrategy **best, GError **error);
+/* Tie key for an evaluation: stream first, then the stream's own count. */
+static inline guint64 search_key(guint32 stream, gint64 index)
+{
+  return ((guint64)stream << 40) | ((guint64)index & ((G_GUINT64_CONSTANT(1) << 40) - 1));
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The analytic estimate (estimate.c)                                                  */
+
+/* OptCNN's cost model: the time of an operator under a configuration (its shard's compute,
+ * its weight-gradient all-reduce, the reduction of its partial sums) plus, for every edge
+ * between two operators, the time to move the data the consumer's shards read from the
+ * producer's, both passes.  The dynamic programs minimize its sum; the simulator then
+ * judges what they find.  Not thread-safe: one per thread. */
+typedef struct _SearchEstimate SearchEstimate;
+
+SearchEstimate *search_estimate_new(const SearchProblem *p);
+void search_estimate_free(SearchEstimate *e);
+double search_estimate_node(SearchEstimate *e, int op, int cfg);
+/* Edges join distinct ops (producer, consumer), one per pair whatever the tensors. */
+int search_estimate_n_edges(const SearchEstimate *e);
+void search_estimate_edge_ends(const SearchEstimate *e, int edge, int *src, int *dst);
+double search_estimate_edge(SearchEstimate *e, int edge, int cfg_src, int cfg_dst);
+/* The edges of @op (as src or dst), transfer none. */
+const int *search_estimate_op_edges(const SearchEstimate *e, int op, int *n);
+/* The sum of node and edge estimates of the configurations @cfg (per op). */
+double search_estimate_total(SearchEstimate *e, const int *cfg);
+/* Compute time of @op on @n devices, data parallel: what a pipeline stage costs. */
+double search_estimate_dp_compute(SearchEstimate *e, int op, int n);
+
+/* ---------------------------------------------------------------------------------- */
+/* Variable elimination over pairwise costs (ve.c), shared by the dynamic programs     */
+
+typedef struct _SearchVE SearchVE;
+
+/* A problem over @n variables, variable v taking one of @k[v] values. */
+SearchVE *search_ve_new(int n, const int *k);
+void search_ve_free(SearchVE *ve);
+/* Adds @cost (k[v] entries) to v's unary cost. */
+void search_ve_add_unary(SearchVE *ve, int v, const double *cost);
+/* Adds @cost (k[u] x k[v], row-major) to the pairwise cost of u and v (u != v). */
+void search_ve_add_pair(SearchVE *ve, int u, int v, const double *cost);
+/* Marks @v as kept: it is not eliminated, and solve() returns costs as a function of the
+ * kept variables (at most two). */
+void search_ve_keep(SearchVE *ve, int v);
+/* Eliminates every variable that is not kept: exactly while some has at most two
+ * neighbours (OptCNN's node and edge eliminations), else by fixing the one with fewest
+ * neighbours to its best value given the rest's minima.  Returns the number of such
+ * fixes (0: the result is exact).  With kept variables a, b (in the order kept) the
+ * minimum over the others for each (va, vb) goes to @table (k[a] x k[b]; k[a] with one
+ * kept, a single number with none). */
+int search_ve_solve(SearchVE *ve, double *table);
+/* After solve(): the values of all variables given the kept ones' @kept_values (in the
+ * order kept), written to @values. */
+void search_ve_assign(SearchVE *ve, const int *kept_values, int *values);
+
+/* ---------------------------------------------------------------------------------- */
+/* Shared pieces of the algorithms                                                     */
+
+/* Sets @op's degrees and devices (as sim_strategy_set_op takes them), whether or not they
+ * form a candidate configuration: how trials are undone. */
+gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
+                                 const int *devices);
+
+/* The cost an algorithm compares strategies by: the time of a feasible one; for one that
+ * does not fit, its time scaled up by a thousand and by how far it overflows, so that
+ * every feasible strategy ranks first and the less infeasible ones next. */
+double search_penalized(const SearchEvaluator *ev, double cost);
+
+/* Evaluates @s and, when it does not fit in memory, the same strategy saving more memory:
+ * optimizer states sharded over data-parallel replicas (ZeRO-1), then activations
+ * recomputed, then both.  Replaces *s by the first variant that fits and returns its time
+ * (+inf, *s unchanged, when none does).  The data-parallel baseline, which the algorithms
+ * also start from, is made to fit this way. */
+double search_fit(SearchContext *ctx, SimStrategy **s);
+/* Step 0, 1 or 2 of that ladder from the options @base. */
+SimMemoryOptions search_memory_step(SimMemoryOptions base, int step);
+/* The data-parallel strategy made to fit (transfer full) and its time. */
+SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error);
+
+/* The candidate of @op on the same devices with the same split of the batch as @c (an
+ * operator of another shape following @c), or -1. */
+int search_matching_config(const SearchProblem *p, int op, const SearchConfig *c);
+
+/* Greedy local search with the simulator: sweeps over the ops in order, trying each of
+ * the candidate configurations @cands[op] (NULL: all), alone and together with the
+ * producers only the op reads, and keeping the best that lowers the time, until a sweep
+ * changes nothing, @max_sweeps passes (0: no limit) or the budget ends.  Starts from and
+ * updates @s; returns its time. */
+double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, int max_sweeps,
+                     guint32 stream);
+/* Up to @max candidate configurations of @op for constructive algorithms: the best by the
+ * estimate, per number of devices, always with the data-parallel one over all devices
+ * (config indices; transfer full). */
+GArray *search_shortlist(const SearchProblem *p, SearchEstimate *e, int op, int max);
+
+/* The dynamic programs, for the pipeline search and the tests: the configurations they
+ * choose (per op) for the problem, by the estimate, with at most @max_cands candidates per
+ * operator (and view).  OptCNN's returns the estimate's sum for its choice.  Unity's returns
+ * its own objective, in which branches on disjoint halves of a view cost the slower of
+ * them; without @splits every branch shares the devices, and the objective is the sum. */
+double search_dp_optcnn(const SearchProblem *p, SearchEstimate *e, int max_cands, int *cfg);
+double search_dp_unity(const SearchProblem *p, SearchEstimate *e, int max_cands,
+                       gboolean splits, int *cfg);
+/* Candidates for local search: every configuration of an op that has few, else the
+ * shortlist and every placement of its best few degree vectors (transfer full). */
+GArray *search_polish_candidates(const SearchProblem *p, SearchEstimate *e, int op, int max);
+
+/* Expert plans (baselines.c): candidate strategies of the Megatron rules and "one weird
+ * trick", appended to @out (SimStrategy*, transfer full). */
+void search_expert_candidates(const SearchProblem *p, GPtrArray *out);
+SimStrategy *search_owt_strategy(const SearchProblem *p, GError **error);
+
+/* Substitutions (substitutions.c): the rewrites applicable to @g, by name (transfer
+ * full), and one rewrite applied. */
+GPtrArray *search_rewrites_find(const SimGraph *g);
+SimGraph *search_rewrite_apply(const SimGraph *g, const char *name, GError **error);
+/* Carries @s (on @from) over to @to by operator names; ops without a counterpart get the
+ * configuration of their first producer when it is valid, else data parallelism. */
+SimStrategy *search_strategy_transfer(const SearchProblem *from, const SimStrategy *s,
+                                      const SearchProblem *to);
+
+/* The built-in algorithms. */
+extern const SearchAlgorithm search_algo_data_parallel;
+extern const SearchAlgorithm search_algo_expert;
+extern const SearchAlgorithm search_algo_owt;
+extern const SearchAlgorithm search_algo_exhaustive;
+extern const SearchAlgorithm search_algo_mcmc;
+extern const SearchAlgorithm search_algo_optcnn;
+extern const SearchAlgorithm search_algo_dp;
+extern const SearchAlgorithm search_algo_pipeline;
+extern const SearchAlgorithm search_algo_beam;
+extern const SearchAlgorithm search_algo_subst;
+
+G_END_DECLS

@@ -1,0 +1,767 @@
+/* substitutions.c — Unity's algebraic graph rewrites, searched jointly with the
+ * parallelization (Unger et al. OSDI'22, after TASO's substitutions).
+ *
+ * Rewrites, each named with the operators it applies to, so a strategy file can record
+ * them and `parasol simulate` can apply them again to the model it loads:
+ *   fuse-activation:X        a linear, convolution or batch norm X followed by its only
+ *                            consumer, an activation, becomes one operator (the kernel's
+ *                            epilogue applies it: one pass over memory less);
+ *   merge-linears:A,B,..     linears reading the same tensor become one wider linear and a
+ *                            split (Q, K and V projections: one GEMM, one input gradient);
+ *   merge-convs:A,B,..       the same for convolutions (Inception's 1x1 branches);
+ *   fuse-attention:SM        Q/K/V projections, scores, softmax SM, weighted sum and output
+ *                            projection written out op by op become one attention operator.
+ * A rewrite rebuilds the graph through the public builder, so every shape is checked again.
+ *
+ * The search ("subst") is best-first over rewritten graphs: it runs an inner algorithm on
+ * a graph with a share of the budget, then looks at each rewrite of that graph; carrying the
+ * graph's best strategy over to the rewrite gives a first time for it, and rewrites slower
+ * than alpha times the best so far are pruned (TASO's and Unity's relaxation, alpha > 1,
+ * lets a search pass through a slightly worse graph to a better one). */
+#include "search-private.h"
+
+#include <json-glib/json-glib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------- */
+/* Rebuilding a graph                                                                 */
+
+typedef struct Rebuild Rebuild;
+/* Emits the replacement at its anchor, mapping the tensors it replaces. */
+typedef gboolean (*EmitFunc)(Rebuild *rb, GError **error);
+
+struct Rebuild {
+  const SimGraph *g;
+  SimGraph *out;
+  int *tmap;          /* old tensor -> new tensor                                  */
+  int *omap;          /* old op -> new op (-1: gone)                               */
+  gboolean *skip;     /* old ops the replacement stands for                        */
+  int anchor;         /* the old op at whose place the replacement goes            */
+  EmitFunc emit;
+  /* What the rewrites need. */
+  int ops[8];
+  int n_ops;
+  int64_t ival[4];
+  double fval;
+  int unary;
+};
+
+static int *mapped_inputs(Rebuild *rb, int op)
+{
+  int n = sim_graph_op_n_inputs(rb->g, op);
+  int *in = g_new(int, MAX(n, 1));
+  for (int i = 0; i < n; i++)
+    in[i] = rb->tmap[sim_graph_op_input(rb->g, op, i)];
+  return in;
+}
+
+static void copy_flags(Rebuild *rb, int from, int to)
+{
+  if (sim_graph_op_is_checkpoint(rb->g, from))
+    sim_graph_set_checkpoint(rb->out, to, TRUE);
+  if (sim_graph_op_is_selective_recompute(rb->g, from))
+    sim_graph_set_selective_recompute(rb->out, to, TRUE);
+}
+
+static void map_outputs(Rebuild *rb, int old_op, int new_op)
+{
+  for (int o = 0; o < sim_graph_op_n_outputs(rb->g, old_op); o++)
+    rb->tmap[sim_graph_op_output(rb->g, old_op, o)] = sim_graph_op_output(rb->out, new_op, o);
+  rb->omap[old_op] = new_op;
+}
+
+static gboolean copy_op(Rebuild *rb, int op, GError **error)
+{
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(rb->g, op);
+  g_autofree int *in = mapped_inputs(rb, op);
+  int id = sim_graph_add_op(rb->out, sim_graph_op_type(rb->g, op), sim_graph_op_name(rb->g, op),
+                            sim_graph_op_n_inputs(rb->g, op), in, a, error);
+  if (id < 0)
+    return FALSE;
+  map_outputs(rb, op, id);
+  copy_flags(rb, op, id);
+  return TRUE;
+}
+
+/* Runs the rebuild: every op copied but the skipped ones, the replacement at the anchor. */
+static SimGraph *rebuild(Rebuild *rb, GError **error)
+{
+  const SimGraph *g = rb->g;
+  int n = sim_graph_n_ops(g);
+  rb->out = sim_graph_new(sim_graph_get_name(g));
+  gboolean ok = TRUE;
+  for (int op = 0; op < n && ok; op++) {
+    if (op == rb->anchor && rb->emit)
+      ok = rb->emit(rb, error);
+    if (ok && !rb->skip[op])
+      ok = copy_op(rb, op, error);
+  }
+  /* Shared weights stay shared where both ops survive unchanged. */
+  for (int op = 0; op < n && ok; op++) {
+    int owner = sim_graph_op_weight_owner(g, op);
+    if (owner >= 0 && owner != op && !rb->skip[op] && !rb->skip[owner] && rb->omap[op] >= 0 &&
+        rb->omap[owner] >= 0)
+      ok = sim_graph_share_weights(rb->out, rb->omap[op], rb->omap[owner], error);
+  }
+  if (ok) {
+    sim_graph_set_tokens_per_sample(rb->out, sim_graph_tokens_per_sample(g));
+    ok = sim_graph_check(rb->out, error);
+  }
+  if (!ok)
+    g_clear_pointer(&rb->out, sim_graph_free);
+  return rb->out;
+}
+
+static void rebuild_init(Rebuild *rb, const SimGraph *g)
+{
+  memset(rb, 0, sizeof *rb);
+  rb->g = g;
+  int nt = sim_graph_n_tensors(g), n = sim_graph_n_ops(g);
+  rb->tmap = g_new(int, MAX(nt, 1));
+  for (int t = 0; t < nt; t++)
+    rb->tmap[t] = -1;
+  rb->omap = g_new(int, MAX(n, 1));
+  for (int i = 0; i < n; i++)
+    rb->omap[i] = -1;
+  rb->skip = g_new0(gboolean, MAX(n, 1));
+  rb->anchor = -1;
+}
+
+static void rebuild_clear(Rebuild *rb)
+{
+  g_free(rb->tmap);
+  g_free(rb->omap);
+  g_free(rb->skip);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Pattern helpers                                                                    */
+
+/* The only consumer of @op's only output, or -1. */
+static int sole_consumer(const SimGraph *g, int op)
+{
+  if (sim_graph_op_n_outputs(g, op) != 1)
+    return -1;
+  int t = sim_graph_op_output(g, op, 0);
+  if (sim_graph_tensor_n_consumers(g, t) != 1)
+    return -1;
+  int c = sim_graph_tensor_consumer(g, t, 0);
+  /* Reading the tensor twice (x * x) is not a single use. */
+  int uses = 0;
+  for (int i = 0; i < sim_graph_op_n_inputs(g, c); i++)
+    uses += sim_graph_op_input(g, c, i) == t;
+  return uses == 1 ? c : -1;
+}
+
+static int64_t attr_int(const SimGraph *g, int op, const char *name)
+{
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
+  int64_t v = 0;
+  sim_attrs_get_int(a, name, &v);
+  return v;
+}
+
+/* Whether @op neither uses another's weights nor lends its own. */
+static gboolean owns_weights_alone(const SimGraph *g, int op)
+{
+  if (sim_graph_op_weight_owner(g, op) != op)
+    return FALSE;
+  for (int x = 0; x < sim_graph_n_ops(g); x++)
+    if (x != op && sim_graph_op_weight_owner(g, x) == op)
+      return FALSE;
+  return TRUE;
+}
+
+static gboolean fusable_activation(int kind)
+{
+  return kind == SIM_UNARY_RELU || kind == SIM_UNARY_GELU || kind == SIM_UNARY_SIGMOID ||
+         kind == SIM_UNARY_TANH || kind == SIM_UNARY_SILU;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* fuse-activation                                                                    */
+
+static int fuse_activation_match(const SimGraph *g, int x)
+{
+  SimOpType t = sim_graph_op_type(g, x);
+  if (t != SIM_OP_LINEAR && t != SIM_OP_CONV2D && t != SIM_OP_BATCHNORM)
+    return -1;
+  int u = sole_consumer(g, x);
+  if (u < 0 || sim_graph_op_type(g, u) != SIM_OP_UNARY)
+    return -1;
+  int kind = (int)attr_int(g, u, "kind");
+  if (t == SIM_OP_BATCHNORM)
+    return attr_int(g, x, "relu") == 0 && kind == SIM_UNARY_RELU ? u : -1;
+  return attr_int(g, x, "activation") == SIM_UNARY_IDENTITY && fusable_activation(kind) ? u : -1;
+}
+
+static gboolean fuse_activation_emit(Rebuild *rb, GError **error)
+{
+  int x = rb->ops[0], u = rb->ops[1];
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(rb->g, x);
+  gboolean ok = sim_graph_op_type(rb->g, x) == SIM_OP_BATCHNORM
+                  ? sim_attrs_set_string(a, "relu", "true", error)
+                  : sim_attrs_set_string(a, "activation", sim_unary_kind_name(rb->unary), error);
+  if (!ok)
+    return FALSE;
+  g_autofree int *in = mapped_inputs(rb, x);
+  int id = sim_graph_add_op(rb->out, sim_graph_op_type(rb->g, x), sim_graph_op_name(rb->g, x),
+                            sim_graph_op_n_inputs(rb->g, x), in, a, error);
+  if (id < 0)
+    return FALSE;
+  map_outputs(rb, x, id);
+  rb->tmap[sim_graph_op_output(rb->g, u, 0)] = sim_graph_op_output(rb->out, id, 0);
+  copy_flags(rb, x, id);
+  copy_flags(rb, u, id);
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* merge-linears, merge-convs                                                         */
+
+static gboolean same_conv_shape(const SimGraph *g, int a, int b)
+{
+  g_autoptr(SimAttrs) x = sim_graph_op_attrs(g, a);
+  g_autoptr(SimAttrs) y = sim_graph_op_attrs(g, b);
+  static const char *const lists[] = { "kernel", "stride", "padding", "dilation" };
+  for (gsize i = 0; i < G_N_ELEMENTS(lists); i++) {
+    int64_t va[SIM_MAX_DIMS], vb[SIM_MAX_DIMS];
+    int na = sim_attrs_get_ints(x, lists[i], va, SIM_MAX_DIMS);
+    int nb = sim_attrs_get_ints(y, lists[i], vb, SIM_MAX_DIMS);
+    if (na != nb)
+      return FALSE;
+    for (int k = 0; k < na && k < SIM_MAX_DIMS; k++)
+      if (va[k] != vb[k])
+        return FALSE;
+  }
+  return attr_int(g, a, "groups") == 1 && attr_int(g, b, "groups") == 1;
+}
+
+/* Whether linears (or convolutions) @a and @b can be one operator. */
+static gboolean mergeable(const SimGraph *g, SimOpType type, int a, int b)
+{
+  if (sim_graph_op_type(g, a) != type || sim_graph_op_type(g, b) != type)
+    return FALSE;
+  if (sim_graph_op_n_inputs(g, a) != 1 || sim_graph_op_n_inputs(g, b) != 1 ||
+      sim_graph_op_input(g, a, 0) != sim_graph_op_input(g, b, 0))
+    return FALSE;
+  if (attr_int(g, a, "bias") != attr_int(g, b, "bias") ||
+      attr_int(g, a, "activation") != attr_int(g, b, "activation"))
+    return FALSE;
+  if (!owns_weights_alone(g, a) || !owns_weights_alone(g, b))
+    return FALSE;
+  return type == SIM_OP_LINEAR || same_conv_shape(g, a, b);
+}
+
+static gboolean merge_emit(Rebuild *rb, GError **error)
+{
+  const SimGraph *g = rb->g;
+  int first = rb->ops[0];
+  SimOpType type = sim_graph_op_type(g, first);
+  const char *width = type == SIM_OP_LINEAR ? "out_features" : "out_channels";
+  int64_t sizes[SIM_MAX_DIMS], total = 0;
+  GString *name = g_string_new(NULL);
+  for (int i = 0; i < rb->n_ops; i++) {
+    sizes[i] = attr_int(g, rb->ops[i], width);
+    total += sizes[i];
+    g_string_append_printf(name, "%s%s", i ? "+" : "", sim_graph_op_name(g, rb->ops[i]));
+  }
+  g_autofree char *merged_name = g_string_free(name, FALSE);
+  g_autofree char *split_name = g_strconcat(merged_name, ".split", NULL);
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, first);
+  if (!sim_attrs_set_int(a, width, total, error))
+    return FALSE;
+  g_autofree int *in = mapped_inputs(rb, first);
+  int id = sim_graph_add_op(rb->out, type, merged_name, 1, in, a, error);
+  if (id < 0)
+    return FALSE;
+  for (int i = 0; i < rb->n_ops; i++)
+    copy_flags(rb, rb->ops[i], id);
+  int out = sim_graph_op_output(rb->out, id, 0);
+  SimShape sh = sim_graph_tensor_shape(rb->out, out);
+  int axis = type == SIM_OP_LINEAR ? sh.ndim - 1 : 1;
+  g_autoptr(SimAttrs) sa = sim_attrs_new(SIM_OP_SPLIT);
+  if (!sim_attrs_set_int(sa, "axis", axis, error) ||
+      !sim_attrs_set_ints(sa, "sizes", rb->n_ops, sizes, error))
+    return FALSE;
+  int split = sim_graph_add_op(rb->out, SIM_OP_SPLIT, split_name, 1, &out, sa, error);
+  if (split < 0)
+    return FALSE;
+  for (int i = 0; i < rb->n_ops; i++)
+    rb->tmap[sim_graph_op_output(g, rb->ops[i], 0)] = sim_graph_op_output(rb->out, split, i);
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* fuse-attention                                                                     */
+
+typedef struct {
+  int q, k, v, o;             /* the four linears                                    */
+  int heads;
+  int64_t head_dim;
+  double dropout;
+  int ops[24];                /* every op the attention operator replaces            */
+  int n_ops;
+} Attention;
+
+static void att_add(Attention *at, int op)
+{
+  if (at->n_ops < (int)G_N_ELEMENTS(at->ops))
+    at->ops[at->n_ops++] = op;
+}
+
+/* Follows tensor @t back through a head split (reshape to [b, s, h, d], transpose to
+ * [b, h, s, d]) to the linear that made it; returns the linear or -1. */
+static int head_source(const SimGraph *g, int t, Attention *at, int *heads)
+{
+  int op = sim_graph_tensor_producer(g, t);
+  *heads = 1;
+  if (op >= 0 && sim_graph_op_type(g, op) == SIM_OP_TRANSPOSE) {
+    int r = sim_graph_tensor_producer(g, sim_graph_op_input(g, op, 0));
+    if (r < 0 || sim_graph_op_type(g, r) != SIM_OP_RESHAPE || sole_consumer(g, r) != op)
+      return -1;
+    SimShape sh = sim_graph_tensor_shape(g, sim_graph_op_output(g, r, 0));
+    if (sh.ndim != 4)
+      return -1;
+    *heads = (int)sh.dims[2];
+    att_add(at, op);
+    att_add(at, r);
+    op = sim_graph_tensor_producer(g, sim_graph_op_input(g, r, 0));
+    if (op >= 0 && sole_consumer(g, op) != r)
+      return -1;
+  }
+  if (op < 0 || sim_graph_op_type(g, op) != SIM_OP_LINEAR ||
+      attr_int(g, op, "activation") != SIM_UNARY_IDENTITY || !owns_weights_alone(g, op))
+    return -1;
+  return op;
+}
+
+static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
+{
+  memset(at, 0, sizeof *at);
+  if (sim_graph_op_type(g, sm) != SIM_OP_SOFTMAX)
+    return FALSE;
+  att_add(at, sm);
+  /* Backwards: optional scale, then the scores Q K^T. */
+  int prev = sim_graph_tensor_producer(g, sim_graph_op_input(g, sm, 0));
+  if (prev >= 0 && sim_graph_op_type(g, prev) == SIM_OP_UNARY && sole_consumer(g, prev) == sm) {
+    att_add(at, prev);
+    int before = sim_graph_tensor_producer(g, sim_graph_op_input(g, prev, 0));
+    if (before < 0 || sole_consumer(g, before) != prev)
+      return FALSE;
+    prev = before;
+  }
+  if (prev < 0 || sim_graph_op_type(g, prev) != SIM_OP_MATMUL || !attr_int(g, prev, "trans_b"))
+    return FALSE;
+  int scores = prev;
+  att_add(at, scores);
+  /* Forwards: optional dropout, then P V. */
+  int probs = sm;
+  int next = sole_consumer(g, sm);
+  if (next >= 0 && sim_graph_op_type(g, next) == SIM_OP_DROPOUT) {
+    g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, next);
+    sim_attrs_get_float(a, "p", &at->dropout);
+    att_add(at, next);
+    probs = next;
+    next = sole_consumer(g, next);
+  }
+  if (next < 0 || sim_graph_op_type(g, next) != SIM_OP_MATMUL || attr_int(g, next, "trans_b") ||
+      sim_graph_tensor_producer(g, sim_graph_op_input(g, next, 0)) != probs)
+    return FALSE;
+  int weighted = next;
+  att_add(at, weighted);
+  int hq, hk, hv;
+  at->q = head_source(g, sim_graph_op_input(g, scores, 0), at, &hq);
+  at->k = head_source(g, sim_graph_op_input(g, scores, 1), at, &hk);
+  at->v = head_source(g, sim_graph_op_input(g, weighted, 1), at, &hv);
+  if (at->q < 0 || at->k < 0 || at->v < 0 || hq != hk || hq != hv)
+    return FALSE;
+  at->heads = hq;
+  /* Each projection feeds only its path into the attention. */
+  for (int i = 0; i < 3; i++) {
+    int lin = i == 0 ? at->q : i == 1 ? at->k : at->v;
+    if (sole_consumer(g, lin) < 0)
+      return FALSE;
+    att_add(at, lin);
+  }
+  if (sim_graph_op_input(g, at->k, 0) != sim_graph_op_input(g, at->v, 0))
+    return FALSE;
+  /* The heads merged back and the output projection. */
+  int cur = sole_consumer(g, weighted);
+  if (at->heads > 1) {
+    if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_TRANSPOSE)
+      return FALSE;
+    att_add(at, cur);
+    cur = sole_consumer(g, cur);
+    if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_RESHAPE)
+      return FALSE;
+    att_add(at, cur);
+    cur = sole_consumer(g, cur);
+  }
+  if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_LINEAR ||
+      attr_int(g, cur, "activation") != SIM_UNARY_IDENTITY || !owns_weights_alone(g, cur))
+    return FALSE;
+  at->o = cur;
+  att_add(at, cur);
+  /* Shapes: x_q [b, sq, d], x_kv [b, skv, d], projections d -> h * hd, output hd * h -> d. */
+  SimShape xq = sim_graph_tensor_shape(g, sim_graph_op_input(g, at->q, 0));
+  SimShape xkv = sim_graph_tensor_shape(g, sim_graph_op_input(g, at->k, 0));
+  if (xq.ndim != 3 || xkv.ndim != 3 || xq.dims[2] != xkv.dims[2] || xq.dims[0] != xkv.dims[0])
+    return FALSE;
+  int64_t width = attr_int(g, at->q, "out_features");
+  if (width != attr_int(g, at->k, "out_features") || width != attr_int(g, at->v, "out_features") ||
+      width % at->heads != 0 || attr_int(g, at->o, "out_features") != xq.dims[2])
+    return FALSE;
+  int64_t bias = attr_int(g, at->q, "bias");
+  if (bias != attr_int(g, at->k, "bias") || bias != attr_int(g, at->v, "bias") ||
+      bias != attr_int(g, at->o, "bias"))
+    return FALSE;
+  at->head_dim = width / at->heads;
+  return TRUE;
+}
+
+static gboolean attention_emit(Rebuild *rb, GError **error)
+{
+  const SimGraph *g = rb->g;
+  int q = rb->ops[0], k = rb->ops[1], o = rb->ops[3], sm = rb->ops[4];
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+  if (!sim_attrs_set_int(a, "heads", rb->ival[0], error) ||
+      !sim_attrs_set_int(a, "head_dim", rb->ival[1], error) ||
+      !sim_attrs_set_float(a, "dropout", rb->fval, error) ||
+      !sim_attrs_set_string(a, "bias", rb->ival[2] ? "true" : "false", error))
+    return FALSE;
+  int kv = rb->tmap[sim_graph_op_input(g, k, 0)];
+  int in[3] = { rb->tmap[sim_graph_op_input(g, q, 0)], kv, kv };
+  g_autofree char *name = g_strconcat(sim_graph_op_name(g, sm), ".attention", NULL);
+  int id = sim_graph_add_op(rb->out, SIM_OP_ATTENTION, name, 3, in, a, error);
+  if (id < 0)
+    return FALSE;
+  rb->tmap[sim_graph_op_output(g, o, 0)] = sim_graph_op_output(rb->out, id, 0);
+  copy_flags(rb, o, id);
+  return TRUE;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Finding and applying rewrites                                                      */
+
+GPtrArray *search_rewrites_find(const SimGraph *g)
+{
+  GPtrArray *out = g_ptr_array_new_with_free_func(g_free);
+  int n = sim_graph_n_ops(g);
+  for (int x = 0; x < n; x++)
+    if (fuse_activation_match(g, x) >= 0)
+      g_ptr_array_add(out, g_strconcat("fuse-activation:", sim_graph_op_name(g, x), NULL));
+  /* Merges: every maximal group of mergeable ops reading one tensor. */
+  for (int pass = 0; pass < 2; pass++) {
+    SimOpType type = pass == 0 ? SIM_OP_LINEAR : SIM_OP_CONV2D;
+    const char *kind = pass == 0 ? "merge-linears:" : "merge-convs:";
+    g_autofree gboolean *used = g_new0(gboolean, MAX(n, 1));
+    for (int a = 0; a < n; a++) {
+      if (used[a] || sim_graph_op_type(g, a) != type)
+        continue;
+      GString *name = g_string_new(kind);
+      g_string_append(name, sim_graph_op_name(g, a));
+      int members = 1;
+      for (int b = a + 1; b < n && members < SIM_MAX_DIMS; b++) {
+        if (!used[b] && mergeable(g, type, a, b)) {
+          used[b] = TRUE;
+          g_string_append_printf(name, ",%s", sim_graph_op_name(g, b));
+          members++;
+        }
+      }
+      if (members > 1)
+        g_ptr_array_add(out, g_string_free(name, FALSE));
+      else
+        g_string_free(name, TRUE);
+    }
+  }
+  for (int x = 0; x < n; x++) {
+    Attention at;
+    if (attention_match(g, x, &at))
+      g_ptr_array_add(out, g_strconcat("fuse-attention:", sim_graph_op_name(g, x), NULL));
+  }
+  return out;
+}
+
+static gboolean unknown_op(const SimGraph *g, const char *rewrite, const char *name,
+                           GError **error)
+{
+  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+              "rewrite '%s': model '%s' has no operator '%s' to which it applies", rewrite,
+              sim_graph_get_name(g), name);
+  return FALSE;
+}
+
+SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **error)
+{
+  g_return_val_if_fail(g != NULL && rewrite != NULL, NULL);
+  const char *colon = strchr(rewrite, ':');
+  if (!colon) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "rewrite '%s': expected KIND:OPERATORS with KIND one of fuse-activation, "
+                "merge-linears, merge-convs, fuse-attention", rewrite);
+    return NULL;
+  }
+  g_autofree char *kind = g_strndup(rewrite, (gsize)(colon - rewrite));
+  const char *args = colon + 1;
+  Rebuild rb;
+  rebuild_init(&rb, g);
+  SimGraph *out = NULL;
+  if (!strcmp(kind, "fuse-activation")) {
+    int x = sim_graph_op_by_name(g, args);
+    int u = x >= 0 ? fuse_activation_match(g, x) : -1;
+    if (u < 0) {
+      unknown_op(g, rewrite, args, error);
+      goto done;
+    }
+    rb.ops[0] = x;
+    rb.ops[1] = u;
+    rb.unary = (int)attr_int(g, u, "kind");
+    rb.anchor = x;
+    rb.skip[x] = rb.skip[u] = TRUE;
+    rb.emit = fuse_activation_emit;
+  } else if (!strcmp(kind, "merge-linears") || !strcmp(kind, "merge-convs")) {
+    SimOpType type = !strcmp(kind, "merge-linears") ? SIM_OP_LINEAR : SIM_OP_CONV2D;
+    g_auto(GStrv) names = g_strsplit(args, ",", -1);
+    for (char **it = names; *it; it++) {
+      int x = sim_graph_op_by_name(g, *it);
+      if (x < 0 || rb.n_ops >= SIM_MAX_DIMS || (rb.n_ops > 0 && !mergeable(g, type, rb.ops[0], x))) {
+        unknown_op(g, rewrite, *it, error);
+        goto done;
+      }
+      rb.ops[rb.n_ops++] = x;
+    }
+    if (rb.n_ops < 2 || sim_graph_op_type(g, rb.ops[0]) != type) {
+      unknown_op(g, rewrite, args, error);
+      goto done;
+    }
+    /* In graph order, so the merged op comes where the first of them was. */
+    for (int i = 1; i < rb.n_ops; i++)
+      for (int j = i; j > 0 && rb.ops[j - 1] > rb.ops[j]; j--) {
+        int t = rb.ops[j];
+        rb.ops[j] = rb.ops[j - 1];
+        rb.ops[j - 1] = t;
+      }
+    rb.anchor = rb.ops[0];
+    for (int i = 0; i < rb.n_ops; i++)
+      rb.skip[rb.ops[i]] = TRUE;
+    rb.emit = merge_emit;
+  } else if (!strcmp(kind, "fuse-attention")) {
+    int sm = sim_graph_op_by_name(g, args);
+    Attention at;
+    if (sm < 0 || !attention_match(g, sm, &at)) {
+      unknown_op(g, rewrite, args, error);
+      goto done;
+    }
+    rb.ops[0] = at.q;
+    rb.ops[1] = at.k;
+    rb.ops[2] = at.v;
+    rb.ops[3] = at.o;
+    rb.ops[4] = sm;
+    rb.ival[0] = at.heads;
+    rb.ival[1] = at.head_dim;
+    rb.ival[2] = attr_int(g, at.q, "bias");
+    rb.fval = at.dropout;
+    /* At the output projection's place: every input of the attention is made before it,
+     * and every reader of its output comes after it. */
+    rb.anchor = at.o;
+    for (int i = 0; i < at.n_ops; i++)
+      rb.skip[at.ops[i]] = TRUE;
+    rb.emit = attention_emit;
+  } else {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "unknown rewrite '%s'; expected fuse-activation, merge-linears, merge-convs or "
+                "fuse-attention", kind);
+    goto done;
+  }
+  out = rebuild(&rb, error);
+done:
+  rebuild_clear(&rb);
+  return out;
+}
+
+SimGraph *search_rewrite_graph(const SimGraph *g, const char *const *names, GError **error)
+{
+  g_return_val_if_fail(g != NULL, NULL);
+  SimGraph *cur = sim_graph_copy(g);
+  for (const char *const *it = names; it && *it; it++) {
+    SimGraph *next = search_rewrite_apply(cur, *it, error);
+    sim_graph_free(cur);
+    if (!next)
+      return NULL;
+    cur = next;
+  }
+  return cur;
+}
+
+char **search_strategy_file_rewrites(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  GError *e = NULL;
+  if (!json_parser_load_from_file(parser, path, &e)) {
+    g_set_error(error, SIM_ERROR, e->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
+                "%s: %s", path, e->message);
+    g_error_free(e);
+    return NULL;
+  }
+  GPtrArray *out = g_ptr_array_new();
+  JsonNode *root = json_parser_get_root(parser);
+  JsonObject *obj = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
+  JsonNode *rw = obj ? json_object_get_member(obj, "rewrites") : NULL;
+  if (rw && JSON_NODE_HOLDS_ARRAY(rw)) {
+    JsonArray *a = json_node_get_array(rw);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+      JsonNode *el = json_array_get_element(a, i);
+      if (JSON_NODE_HOLDS_VALUE(el) && json_node_get_value_type(el) == G_TYPE_STRING)
+        g_ptr_array_add(out, g_strdup(json_node_get_string(el)));
+    }
+  }
+  /* The strategy reader reports anything malformed about the file; here only the names
+   * that are there matter. */
+  g_ptr_array_add(out, NULL);
+  return (char **)g_ptr_array_free(out, FALSE);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Carrying a strategy over to a rewritten graph                                      */
+
+SimStrategy *search_strategy_transfer(const SearchProblem *from, const SimStrategy *s,
+                                      const SearchProblem *to)
+{
+  SimStrategy *t = search_problem_data_parallel(to, NULL);
+  if (!t || sim_strategy_n_stages(s) != 1)
+    return t;
+  const SimGraph *gf = from->g, *gt = to->g;
+  for (int op = 0; op < sim_graph_n_ops(gt); op++) {
+    int x = sim_graph_op_by_name(gf, sim_graph_op_name(gt, op));
+    if (x < 0 || sim_graph_op_type(gf, x) != sim_graph_op_type(gt, op) ||
+        sim_graph_op_n_dims(gf, x) != sim_graph_op_n_dims(gt, op))
+      continue;
+    int n = 0;
+    const int *dev = sim_strategy_op_devices(s, x, &n);
+    sim_strategy_set_op(t, op, sim_strategy_op_degrees(s, x), dev, NULL);
+  }
+  if (!sim_strategy_validate(t, gt, to->m, NULL)) {
+    sim_strategy_free(t);
+    return search_problem_data_parallel(to, NULL);
+  }
+  return t;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The search                                                                         */
+
+typedef struct {
+  SearchProblem *p;
+  double prio;
+  int order;
+} Node;
+
+static double evaluate_on(SearchContext *ctx, SearchProblem *p, const SimStrategy *s)
+{
+  SearchContext *c = search_context_new_inner(ctx, ctx->algo, p, 0, 0);
+  double cost = search_context_evaluate(c, s);
+  search_context_free_inner(c);
+  return cost;
+}
+
+static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  const char *inner_name = search_context_get_option(ctx, "inner");
+  if (!inner_name)
+    inner_name = "dp";
+  const SearchAlgorithm *inner = search_lookup(inner_name);
+  if (!inner || inner == self) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_UNKNOWN,
+                "subst: inner=%s is not an algorithm it can run; 'parasol search --list' "
+                "lists them", inner_name);
+    return FALSE;
+  }
+  double alpha = search_context_get_option_double(ctx, "alpha", 1.05);
+  int max_graphs = MAX(1, search_context_get_option_int(ctx, "graphs", 8));
+
+  GArray *queue = g_array_new(FALSE, FALSE, sizeof(Node));
+  GHashTable *seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  Node root = { search_problem_ref(ctx->problem), 0, 0 };
+  g_array_append_val(queue, root);
+  g_hash_table_add(seen, sim_graph_to_json(ctx->problem->g));
+  double best = INFINITY;
+  int order = 1;
+  gboolean ok = TRUE;
+  for (int explored = 0; explored < max_graphs && queue->len && !search_context_should_stop(ctx);
+       explored++) {
+    guint pick = 0;
+    for (guint i = 1; i < queue->len; i++) {
+      const Node *a = &g_array_index(queue, Node, i), *b = &g_array_index(queue, Node, pick);
+      if (a->prio < b->prio || (a->prio == b->prio && a->order < b->order))
+        pick = i;
+    }
+    Node node = g_array_index(queue, Node, pick);
+    g_array_remove_index(queue, pick);
+    /* This graph's share of what is left: the graphs that may still follow are those
+     * queued and this one's rewrites, up to the limit; the first graph counts twice. */
+    g_autoptr(GPtrArray) names = search_rewrites_find(node.p->g);
+    int later = MIN(max_graphs - explored - 1, (int)(queue->len + names->len));
+    int parts = explored == 0 ? 2 : 1;
+    gint64 evals_now = search_context_evals_left(ctx);
+    double time_now = ctx->deadline < G_MAXDOUBLE ? ctx->deadline - search_context_elapsed(ctx) : 0;
+    gint64 ev = evals_now != G_MAXINT64 ? MAX(1, evals_now * parts / (parts + later)) : 0;
+    double sec = time_now > 0 ? time_now * parts / (parts + later) : 0;
+    g_autoptr(SimStrategy) s = NULL;
+    double cost = search_context_run_inner(ctx, inner, node.p, ev, sec, &s, error);
+    if (isnan(cost)) {
+      search_problem_unref(node.p);
+      ok = FALSE;
+      break;
+    }
+    best = MIN(best, cost);
+    if (s) {
+      for (guint i = 0; i < names->len && !search_context_should_stop(ctx); i++) {
+        const char *name = g_ptr_array_index(names, i);
+        SimGraph *g = search_rewrite_apply(node.p->g, name, NULL);
+        if (!g)
+          continue;
+        char *key = sim_graph_to_json(g);
+        if (g_hash_table_contains(seen, key)) {
+          g_free(key);
+          sim_graph_free(g);
+          continue;
+        }
+        g_hash_table_add(seen, key);
+        SearchProblem *child = search_problem_derive(node.p, g, name);
+        g_autoptr(SimStrategy) t = search_strategy_transfer(node.p, s, child);
+        double est = t ? evaluate_on(ctx, child, t) : INFINITY;
+        /* Alpha pruning: a rewrite far slower than the best is not worth a search. */
+        if (!(est <= alpha * best)) {
+          search_problem_unref(child);
+          continue;
+        }
+        Node nn = { child, est, order++ };
+        g_array_append_val(queue, nn);
+      }
+    }
+    search_problem_unref(node.p);
+  }
+  for (guint i = 0; i < queue->len; i++)
+    search_problem_unref(g_array_index(queue, Node, i).p);
+  g_array_unref(queue);
+  g_hash_table_unref(seen);
+  return ok;
+}
+
+static const SearchOptionSpec subst_options[] = {
+  { "inner", "the algorithm run on each graph (default dp)" },
+  { "alpha", "prune rewrites slower than alpha x the best (default 1.05)" },
+  { "graphs", "the most graphs searched (default 8)" },
+  { NULL, NULL },
+};
+
+const SearchAlgorithm search_algo_subst = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "subst",
+  .description = "Unity's graph substitutions searched best-first with pruning, jointly "
+                 "with an inner algorithm (inner=dp)",
+  .run = subst_run,
+  .options = subst_options,
+};

@@ -1,0 +1,690 @@
+/* test-exec.c — the executor: every parallelization kind computes what one device does.
+ *
+ * Each test builds a small model and a parallel strategy for it, runs three training
+ * steps with the CPU reference back end, runs the same steps on one device (the same
+ * micro-batches, optimizer and data), and checks that the loss, every weight gradient of
+ * the last step and every updated weight agree to 1e-5 relative error (max |a - b| over
+ * max |b|, per tensor).  Activations are poisoned with NaN before each step, so a plan
+ * that reads data nobody delivered fails loudly instead of reading last step's values. */
+#include <criterion/criterion.h>
+#include <glib/gstdio.h>
+#include <math.h>
+#include <string.h>
+
+#include "parasol-exec.h"
+
+#define TOL 1e-5
+#define STEPS 3
+
+/* ---------------------------------------------------------------------------------- */
+/* Fixtures                                                                           */
+
+static SimMachine *machine(void)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load("dgx-a100", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  return m;
+}
+
+static SimGraph *zoo(const char *name, const char *params)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  GError *error = NULL;
+  cr_assert(sim_model_params_parse(p, params, &error), "%s", error ? error->message : "");
+  SimGraph *g = sim_zoo_build(name, p, &error);
+  cr_assert_not_null(g, "%s: %s", name, error ? error->message : "");
+  return g;
+}
+
+static SimGraph *mlp(void)
+{
+  return zoo("mlp", "batch=16,layers=3,hidden=32,input=16,classes=12,towers=2");
+}
+
+/* conv (3x3, pad 1, bias) -> relu -> max pool -> conv (3x3, pad 1) -> batch norm + relu
+ * -> average pool -> flatten -> linear -> cross entropy, over [8, 3, 16, 16] images.  The
+ * convolution before batch norm has no bias, as is usual: batch norm would cancel it, and
+ * its gradient would be rounding noise. */
+static SimGraph *small_cnn(void)
+{
+  SimGraph *g = sim_graph_new("small-cnn");
+  int64_t xd[] = { 8, 3, 16, 16 };
+  int x = sim_graph_input(g, "images", SIM_DTYPE_FP32, 4, xd);
+  SimConvParams c1 = sim_conv_params(8, 3, 3);
+  c1.padding[0] = c1.padding[1] = 1;
+  c1.bias = TRUE;
+  x = sim_graph_conv2d(g, "conv1", x, &c1);
+  x = sim_graph_unary(g, "relu1", x, SIM_UNARY_RELU);
+  x = sim_graph_pool2d(g, "pool1", x, SIM_POOL_MAX, 2, 2, 2, 2, 0, 0);
+  SimConvParams c2 = sim_conv_params(8, 3, 3);
+  c2.padding[0] = c2.padding[1] = 1;
+  x = sim_graph_conv2d(g, "conv2", x, &c2);
+  x = sim_graph_batchnorm(g, "bn2", x, TRUE);
+  x = sim_graph_pool2d(g, "pool2", x, SIM_POOL_AVG, 2, 2, 2, 2, 0, 0);
+  int64_t flat[] = { 8, 8 * 4 * 4 };
+  x = sim_graph_reshape(g, "flatten", x, 2, flat);
+  x = sim_graph_linear(g, "fc", x, 10, TRUE, SIM_UNARY_IDENTITY);
+  int64_t ld[] = { 8 };
+  int labels = sim_graph_input(g, "labels", SIM_DTYPE_INT32, 1, ld);
+  sim_graph_cross_entropy(g, "loss", x, labels);
+  GError *error = NULL;
+  cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
+  return g;
+}
+
+static SimGraph *gpt(void)
+{
+  return zoo("gpt", "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8");
+}
+
+static SimGraph *rnnlm(void)
+{
+  return zoo("rnnlm", "batch=4,seq=8,chunk=4,layers=2,hidden=16,vocab=32");
+}
+
+static int dim_named(const SimGraph *g, int op, const char *name)
+{
+  for (int d = 0; d < sim_graph_op_n_dims(g, op); d++)
+    if (strcmp(sim_graph_op_dim_name(g, op, d), name) == 0)
+      return d;
+  return -1;
+}
+
+/* Splits op @op along the dimension named @dim @n ways over devices @first.. (one shard
+ * per device); ops without that dimension stay as they are. */
+static void split(SimStrategy *s, const SimGraph *g, int op, const char *dim, int n, int first)
+{
+  int d = dim_named(g, op, dim);
+  if (d < 0)
+    return;
+  int degrees[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+  degrees[d] = n;
+  int devices[8];
+  for (int k = 0; k < n; k++)
+    devices[k] = first + k;
+  GError *error = NULL;
+  cr_assert(sim_strategy_set_op(s, op, degrees, devices, &error), "%s: %s",
+            sim_graph_op_name(g, op), error ? error->message : "");
+}
+
+/* A pipeline: the ops, in graph order, cut into @stages stages of consecutive ops, stage k
+ * on device k % @devices (more stages than devices interleave), @mb micro-batches. */
+static void pipeline(SimStrategy *s, const SimGraph *g, int stages, int devices, int mb,
+                     SimSchedule sched)
+{
+  int n = sim_graph_n_ops(g), real = 0, k = 0;
+  for (int op = 0; op < n; op++)
+    real += sim_graph_op_type(g, op) != SIM_OP_INPUT;
+  g_autofree int *stage = g_new0(int, (size_t)MAX(n, 1));
+  for (int op = 0; op < n; op++)
+    if (sim_graph_op_type(g, op) != SIM_OP_INPUT)
+      stage[op] = k++ * stages / real;
+  /* A graph input belongs to the stage of its first reader. */
+  for (int op = 0; op < n; op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_INPUT)
+      stage[op] = stage[sim_graph_tensor_consumer(g, sim_graph_op_output(g, op, 0), 0)];
+  for (int op = 0; op < n; op++)
+    split(s, g, op, "b", 1, stage[op] % devices);
+  int devs[16], ndev[16];
+  const int *groups[16];
+  for (int st = 0; st < stages; st++) {
+    devs[st] = st % devices;
+    groups[st] = &devs[st];
+    ndev[st] = 1;
+  }
+  GError *error = NULL;
+  cr_assert(sim_strategy_set_stages(s, stages, stage, groups, ndev, &error), "%s",
+            error ? error->message : "");
+  sim_strategy_set_microbatches(s, mb);
+  sim_strategy_set_schedule(s, sched, stages / devices);
+}
+
+static void set_recompute(SimStrategy *s, SimRecompute r)
+{
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.recompute = r;
+  sim_strategy_set_memory(s, &mo);
+}
+
+static void set_optimizer(SimStrategy *s, SimOptimizer opt)
+{
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.optimizer = opt;
+  sim_strategy_set_memory(s, &mo);
+}
+
+/* With one stage, makes its device group every device an op uses. */
+static void cover_devices(SimStrategy *s, const SimGraph *g)
+{
+  if (sim_strategy_n_stages(s) > 1)
+    return;
+  gboolean used[64] = { FALSE };
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    int n;
+    const int *dev = sim_strategy_op_devices(s, op, &n);
+    for (int k = 0; k < n; k++)
+      used[dev[k]] = TRUE;
+  }
+  int devs[64], n = 0;
+  for (int d = 0; d < 64; d++)
+    if (used[d])
+      devs[n++] = d;
+  g_autofree int *stage = g_new0(int, (size_t)MAX(sim_graph_n_ops(g), 1));
+  const int *groups[1] = { devs };
+  GError *error = NULL;
+  cr_assert(sim_strategy_set_stages(s, 1, stage, groups, &n, &error), "%s",
+            error ? error->message : "");
+}
+
+/* Runs @s and the one-device reference for STEPS steps and checks they agree. */
+static void check(const SimGraph *g, SimMachine *m, SimStrategy *s, SimOptimizer opt)
+{
+  GError *error = NULL;
+  set_optimizer(s, opt);
+  cover_devices(s, g);
+  cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  g_autoptr(SimStrategy) rs = exec_reference_strategy(plan, m, &error);
+  cr_assert_not_null(rs, "%s", error ? error->message : "");
+  g_autoptr(SimPlan) rplan = sim_plan_new(g, m, rs, NULL, &error);
+  cr_assert_not_null(rplan, "%s", error ? error->message : "");
+  g_autoptr(ExecBackend) b = exec_backend_new("cpu", &error);
+  g_autoptr(ExecBackend) rb = exec_backend_new("cpu", &error);
+  cr_assert_not_null(b);
+  /* Adam divides each gradient by its own magnitude, so the rounding noise of a small
+   * gradient (different in every strategy: sums run in other orders) moves a weight by up
+   * to the learning rate; attention's key bias, whose exact gradient is zero (softmax
+   * ignores a constant added to a row), gets nothing but noise.  A larger epsilon and a
+   * smaller learning rate bound that to well under the tolerance. */
+  ExecOptions o = exec_options_default();
+  if (opt == SIM_OPTIMIZER_ADAM) {
+    o.eps = 1e-5;
+    o.lr = 1e-4;
+  }
+  g_autoptr(ExecRun) run = exec_run_new(b, plan, &o, &error);
+  cr_assert_not_null(run, "%s", error ? error->message : "");
+  g_autoptr(ExecRun) ref = exec_run_new(rb, rplan, &o, &error);
+  cr_assert_not_null(ref, "%s", error ? error->message : "");
+  for (int k = 0; k < STEPS; k++) {
+    cr_assert(exec_run_step(run, &error), "step %d: %s", k + 1, error ? error->message : "");
+    cr_assert(exec_run_step(ref, &error), "reference step %d: %s", k + 1,
+              error ? error->message : "");
+    cr_assert(isfinite(exec_run_loss(ref)), "reference loss %g", exec_run_loss(ref));
+  }
+  ExecDiff diff;
+  cr_assert(exec_run_compare(run, ref, &diff, &error), "%s", error ? error->message : "");
+  if (g_getenv("EXEC_TEST_VERBOSE"))
+    g_printerr("loss %.9g ref %.9g | errors: loss %.3g grads %.3g weights %.3g (%s)\n",
+               exec_run_loss(run), exec_run_loss(ref), diff.loss, diff.grads, diff.weights,
+               diff.worst);
+  cr_expect_leq(diff.loss, TOL, "loss %.9g vs %.9g: relative error %g", exec_run_loss(run),
+                exec_run_loss(ref), diff.loss);
+  cr_expect_leq(diff.grads, TOL, "gradients: relative error %g (worst: %s)", diff.grads,
+                diff.worst);
+  cr_expect_leq(diff.weights, TOL, "weights: relative error %g (worst: %s)", diff.weights,
+                diff.worst);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Data parallelism                                                                    */
+
+Test(exec, mlp_data_parallel)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+Test(exec, mlp_data_parallel_adam)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+Test(exec, mlp_zero1)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = TRUE;
+  sim_strategy_set_memory(s, &mo);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Parameter and reduction splits                                                      */
+
+/* Every linear layer's output features over two devices (column-parallel), the rest on
+ * device 0. */
+Test(exec, mlp_parameter_split)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_LINEAR)
+      split(s, g, op, "n", 2, 0);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* Samples and features at once: 2 x 2 shards on four devices. */
+Test(exec, mlp_sample_and_parameter)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_LINEAR)
+      continue;
+    int degrees[8] = { 2, 2, 1, 1, 1, 1, 1, 1 };
+    int devices[4] = { 0, 1, 2, 3 };
+    cr_assert(sim_strategy_set_op(s, op, degrees, devices, NULL));
+  }
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* The towers' last layers (no activation) split their input features: partial sums,
+ * summed by an all-reduce (row-parallel); the loss splits its classes (vocabulary-
+ * parallel cross entropy). */
+Test(exec, mlp_reduction_split)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  split(s, g, sim_graph_op_by_name(g, "tower0.fc2"), "k", 2, 0);
+  split(s, g, sim_graph_op_by_name(g, "tower1.fc2"), "k", 2, 2);
+  split(s, g, sim_graph_op_by_name(g, "loss"), "c", 3, 1);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Convolutions: samples, spatial halos, channels, input channels                       */
+
+/* Batch norm keeps its batch whole (split, it would normalize per shard). */
+Test(exec, cnn_data_parallel)
+{
+  g_autoptr(SimGraph) g = small_cnn();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) != SIM_OP_BATCHNORM)
+      split(s, g, op, "b", 4, 0);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* Output rows over two devices: each convolution reads its neighbour's halo rows and
+ * sends back their gradients; batch norm splits its channels. */
+Test(exec, cnn_spatial)
+{
+  g_autoptr(SimGraph) g = small_cnn();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    SimOpType t = sim_graph_op_type(g, op);
+    if (t == SIM_OP_CONV2D || t == SIM_OP_POOL2D)
+      split(s, g, op, "h", 2, 0);
+    else if (t == SIM_OP_BATCHNORM)
+      split(s, g, op, "c", 2, 1);
+    else
+      split(s, g, op, "b", 2, 2);
+  }
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Output channels split (parameter), the first convolution's three input channels over
+ * three devices (reduction: partial sums, the bias added once). */
+Test(exec, cnn_channels)
+{
+  g_autoptr(SimGraph) g = small_cnn();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  split(s, g, sim_graph_op_by_name(g, "conv1"), "cin", 3, 0);
+  split(s, g, sim_graph_op_by_name(g, "relu1"), "d1", 2, 1);
+  split(s, g, sim_graph_op_by_name(g, "pool1"), "c", 4, 0);
+  split(s, g, sim_graph_op_by_name(g, "conv2"), "cout", 2, 2);
+  split(s, g, sim_graph_op_by_name(g, "bn2"), "c", 2, 1);
+  split(s, g, sim_graph_op_by_name(g, "pool2"), "c", 2, 2);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Transformers                                                                         */
+
+Test(exec, gpt_data_parallel)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Sequence parallelism: every op splits its positions in two; attention's query shards
+ * read whole key and value sequences and mask causally by global position. */
+Test(exec, gpt_sequence_split)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (dim_named(g, op, "s") >= 0)
+      split(s, g, op, "s", 2, 0);
+    else
+      split(s, g, op, "d1", 2, 0);
+  }
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* Attention heads over two devices: partial outputs summed, the output bias once. */
+Test(exec, gpt_heads_split)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_ATTENTION)
+      split(s, g, op, "h", 2, 1);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Vocabulary-parallel embedding, output layer (tied to the embedding) and loss. */
+Test(exec, gpt_vocab_parallel)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  split(s, g, sim_graph_op_by_name(g, "embed"), "v", 2, 0);
+  split(s, g, sim_graph_op_by_name(g, "lm_head"), "n", 2, 0);
+  split(s, g, sim_graph_op_by_name(g, "loss"), "c", 2, 0);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+Test(exec, gpt_megatron_tp)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 4;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+Test(exec, gpt_megatron_3d)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 2;
+  o.dp = 2;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Recurrent networks                                                                   */
+
+Test(exec, rnnlm_data_parallel)
+{
+  g_autoptr(SimGraph) g = rnnlm();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, NULL);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Each LSTM chunk on its own device: the chunks of a layer share its weights across
+ * devices, and the copies exchange gradients. */
+Test(exec, rnnlm_chunks_on_devices)
+{
+  g_autoptr(SimGraph) g = rnnlm();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  int k = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_LSTM)
+      split(s, g, op, "b", 1, k++ % 4);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Pipelines                                                                            */
+
+Test(exec, mlp_pipeline_1f1b)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 3, 3, 4, SIM_SCHEDULE_1F1B);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+Test(exec, cnn_pipeline_gpipe)
+{
+  g_autoptr(SimGraph) g = small_cnn();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 2, 2, 2, SIM_SCHEDULE_GPIPE);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* The tied embedding and output layer sit on the first and last stages: the last keeps a
+ * copy of the table and exchanges gradients with the first. */
+Test(exec, gpt_pipeline_gpipe)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 2, 2, 4, SIM_SCHEDULE_GPIPE);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+Test(exec, gpt_pipeline_1f1b)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 4, 4, 4, SIM_SCHEDULE_1F1B);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Four stages on two devices, two model chunks each. */
+Test(exec, gpt_pipeline_interleaved)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 4, 2, 4, SIM_SCHEDULE_INTERLEAVED);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* The LSTM chunks of one layer land on different stages and share the layer's weights. */
+Test(exec, rnnlm_pipeline)
+{
+  g_autoptr(SimGraph) g = rnnlm();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 3, 3, 2, SIM_SCHEDULE_1F1B);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Recomputation and sharded optimizer states                                           */
+
+/* Every layer recomputed from its checkpointed input before its backward pass; the
+ * executor poisons the dropped activations, so only recomputed values can be used. */
+Test(exec, gpt_recompute_full)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, NULL);
+  sim_strategy_set_microbatches(s, 2);
+  set_recompute(s, SIM_RECOMPUTE_FULL);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+Test(exec, gpt_recompute_selective)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  pipeline(s, g, 2, 2, 2, SIM_SCHEDULE_1F1B);
+  set_recompute(s, SIM_RECOMPUTE_SELECTIVE);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+Test(exec, gpt_zero1)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = TRUE;
+  sim_strategy_set_memory(s, &mo);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Megatron with sharded optimizer states and full recomputation. */
+Test(exec, gpt_megatron_zero1_recompute)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.dp = 2;
+  o.memory.zero1 = TRUE;
+  o.memory.recompute = SIM_RECOMPUTE_FULL;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The interface around the numbers                                                     */
+
+Test(exec, registry)
+{
+  g_auto(GStrv) names = exec_backend_names();
+  cr_assert(g_strv_contains((const char *const *)names, "cpu"));
+  cr_assert_not_null(exec_backend_description("cpu"));
+  GError *error = NULL;
+  ExecBackend *b = exec_backend_new("no-such-back-end", &error);
+  cr_assert_null(b);
+  cr_assert(g_error_matches(error, EXEC_ERROR, EXEC_ERROR_UNKNOWN));
+  cr_assert(strstr(error->message, "cpu") != NULL, "the message lists the back ends: %s",
+            error->message);
+  g_error_free(error);
+}
+
+/* A fused activation cannot apply to partial sums: a split reduction under it is refused
+ * with a message that names the op. */
+Test(exec, unsupported_plan)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  split(s, g, sim_graph_op_by_name(g, "tower0.fc0"), "k", 2, 0);
+  cover_devices(s, g);
+  GError *error = NULL;
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  g_autoptr(ExecBackend) b = exec_backend_new("cpu", NULL);
+  ExecOptions o = exec_options_default();
+  ExecRun *run = exec_run_new(b, plan, &o, &error);
+  cr_assert_null(run);
+  cr_assert(g_error_matches(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED));
+  cr_assert(strstr(error->message, "tower0.fc0") != NULL, "%s", error->message);
+  g_error_free(error);
+}
+
+/* What the executor reads from a plan: every reduction names the op and micro-batch whose
+ * partial results it sums, every copy the ops whose results it carries, and replicated
+ * shards their copy. */
+Test(exec, plan_semantics)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = 2;
+  mo.pp = 2;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  g_autoptr(SimPlan) p = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(p, "%s", error ? error->message : "");
+  int reduces = 0, copies = 0;
+  for (int i = 0; i < sim_plan_n_tasks(p); i++) {
+    SimPlanTask t;
+    sim_plan_task(p, i, &t);
+    if (t.kind == SIM_PLAN_REDUCE) {
+      reduces++;
+      cr_assert_geq(t.op, 0, "reduction %d names no op", i);
+      cr_assert(t.mb >= 0 && t.mb < sim_plan_microbatches(p));
+    } else if (t.kind == SIM_PLAN_COPY) {
+      copies++;
+      cr_assert_geq(t.n_ops, 1, "copy %d carries no op's results", i);
+      if (!t.grad)
+        cr_assert_eq(t.n_ops, 1);
+    }
+  }
+  cr_assert_gt(reduces, 0);
+  cr_assert_gt(copies, 0);
+  int ln = sim_graph_op_by_name(g, "layer0.ln1");
+  int n;
+  sim_strategy_op_devices(s, ln, &n);
+  cr_assert_eq(n, 2, "the layer norm runs on both tensor-parallel ranks");
+  cr_assert_eq(sim_plan_shard_copy(p, ln, 0), 0);
+  cr_assert_eq(sim_plan_shard_copy(p, ln, 1), 1);
+}
+
+/* The measured timeline: every task that does something here has a start and an end in
+ * order, the others -1, and it is written in the simulator's trace format. */
+Test(exec, timeline)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, NULL);
+  GError *error = NULL;
+  g_autoptr(SimPlan) p = sim_plan_new(g, m, s, NULL, &error);
+  g_autoptr(ExecBackend) b = exec_backend_new("cpu", NULL);
+  ExecOptions o = exec_options_default();
+  g_autoptr(ExecRun) run = exec_run_new(b, p, &o, &error);
+  cr_assert_not_null(run, "%s", error ? error->message : "");
+  cr_assert(exec_run_step(run, &error), "%s", error ? error->message : "");
+  cr_assert_eq(exec_run_steps_done(run), 1);
+  const double *start = exec_run_task_start(run), *end = exec_run_task_end(run);
+  int timed = 0;
+  for (int i = 0; i < sim_plan_n_tasks(p); i++) {
+    SimPlanTask t;
+    sim_plan_task(p, i, &t);
+    if (t.kind == SIM_PLAN_TIMING || t.kind == SIM_PLAN_JOIN) {
+      cr_assert_eq(start[i], -1);
+      continue;
+    }
+    cr_assert_geq(start[i], 0, "task %d did not run", i);
+    cr_assert_geq(end[i], start[i]);
+    cr_assert_leq(end[i], exec_run_step_time(run) + 1e-9);
+    timed++;
+  }
+  cr_assert_gt(timed, 0);
+  g_autofree char *dir = g_dir_make_tmp("parasol-exec-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "trace.json", NULL);
+  cr_assert(sim_plan_write_trace(p, start, end, path, &error), "%s",
+            error ? error->message : "");
+  g_autofree char *text = NULL;
+  cr_assert(g_file_get_contents(path, &text, NULL, NULL));
+  cr_assert(strstr(text, "traceEvents") != NULL);
+  g_unlink(path);
+  g_rmdir(dir);
+}

@@ -1,0 +1,744 @@
+/* test-search.c — the search library: the registry and plugins, the driver (budgets,
+ * determinism, the log, Ctrl-C, bad arguments), constraints, the dynamic programs against
+ * brute force, every algorithm against exhaustive enumeration on a small problem, and
+ * substitutions with the strategy files that record them.
+ *
+ * The small problem is Unity's MLP cut down to one dense layer per tower, 256 units and 32
+ * samples, on two GPUs of a DGX A100: nine operators with 3 to 5 candidate configurations
+ * each, 19,200 strategies in all, which exhaustive search simulates in about a second. */
+#include "parasol-search.h"
+#include "search-private.h"
+
+#include <criterion/criterion.h>
+#include <glib/gstdio.h>
+#include <signal.h>
+#include <string.h>
+
+typedef struct {
+  SimGraph *g;
+  SimMachine *m;
+  SimCostModel *cost;
+  SearchProblem *p;
+} Fixture;
+
+static void fixture_load(Fixture *f, const char *model, const char *params, const char *machine,
+                         int n_devices)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(SimModelParams) mp = sim_model_params_new();
+  if (params)
+    cr_assert(sim_model_params_parse(mp, params, &error));
+  f->g = sim_zoo_build(model, mp, &error);
+  cr_assert_not_null(f->g, "%s", error ? error->message : "");
+  sim_graph_set_float_dtype(f->g, SIM_DTYPE_FP16);
+  f->m = sim_machine_load(machine, &error);
+  cr_assert_not_null(f->m, "%s", error ? error->message : "");
+  SimRooflineParams rp = sim_roofline_params_default();
+  f->cost = sim_cost_model_new_roofline(&rp);
+  f->p = search_problem_new(f->g, f->m, f->cost);
+  if (n_devices > 0) {
+    int devs[64];
+    for (int i = 0; i < n_devices; i++)
+      devs[i] = i;
+    cr_assert(search_problem_set_devices(f->p, devs, n_devices, NULL));
+  }
+}
+
+static void fixture_small(Fixture *f)
+{
+  fixture_load(f, "mlp", "layers=1,hidden=256,batch=32", "dgx-a100", 2);
+}
+
+static void fixture_free(Fixture *f)
+{
+  search_problem_unref(f->p);
+  sim_cost_model_free(f->cost);
+  sim_machine_free(f->m);
+  sim_graph_free(f->g);
+}
+
+static SearchResult *run(const char *algo, SearchProblem *p, gint64 evals, guint64 seed,
+                         int threads, const char *const *options)
+{
+  search_register_builtins();
+  const SearchAlgorithm *a = search_lookup(algo);
+  cr_assert_not_null(a, "algorithm %s", algo);
+  SearchRunOptions o = search_run_options_default();
+  o.eval_budget = evals;
+  o.seed = seed;
+  o.threads = threads;
+  o.options = options;
+  g_autoptr(GError) error = NULL;
+  SearchResult *r = search_run(a, p, &o, &error);
+  cr_assert_not_null(r, "%s: %s", algo, error ? error->message : "");
+  return r;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Registry and plugins                                                               */
+
+Test(search, registry_lists_every_builtin)
+{
+  search_register_builtins();
+  search_register_builtins();
+  static const char *const names[] = { "data-parallel", "expert", "owt", "exhaustive", "mcmc",
+                                       "optcnn", "dp", "pipeline", "beam", "subst" };
+  for (gsize i = 0; i < G_N_ELEMENTS(names); i++) {
+    const SearchAlgorithm *a = search_lookup(names[i]);
+    cr_assert_not_null(a, "%s is registered", names[i]);
+    cr_assert_str_eq(a->name, names[i]);
+    cr_assert(a->description && *a->description && !strchr(a->description, '\n'));
+  }
+  cr_assert_geq(search_n_algorithms(), (int)G_N_ELEMENTS(names));
+  cr_assert_null(search_lookup("no-such-search"));
+}
+
+static gboolean nothing_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  return TRUE;
+}
+
+Test(search, registry_rejects_bad_algorithms)
+{
+  search_register_builtins();
+  static const SearchAlgorithm old = { .api_version = SEARCH_ALGORITHM_API_VERSION + 1,
+                                       .name = "from-the-future", .description = "d",
+                                       .run = nothing_run };
+  static const SearchAlgorithm dup = { .api_version = SEARCH_ALGORITHM_API_VERSION,
+                                       .name = "mcmc", .description = "d", .run = nothing_run };
+  static const SearchAlgorithm norun = { .api_version = SEARCH_ALGORITHM_API_VERSION,
+                                         .name = "norun", .description = "d" };
+  GError *error = NULL;
+  cr_assert_not(search_register(&old, &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN));
+  cr_assert(strstr(error->message, "version"), "%s", error->message);
+  g_clear_error(&error);
+  cr_assert_not(search_register(&dup, &error));
+  cr_assert(strstr(error->message, "already registered"), "%s", error->message);
+  g_clear_error(&error);
+  cr_assert_not(search_register(&norun, &error));
+  g_clear_error(&error);
+}
+
+Test(search, plugin_loads_and_runs)
+{
+  const char *path = g_getenv("PARASOL_SEARCH_PLUGIN");
+  cr_assert_not_null(path, "the test runs with PARASOL_SEARCH_PLUGIN set by meson");
+  GError *error = NULL;
+  search_register_builtins();
+  const SearchAlgorithm *a = search_load_plugin(path, &error);
+  cr_assert_not_null(a, "%s", error ? error->message : "");
+  cr_assert_str_eq(a->name, "random");
+  cr_assert_eq(search_lookup("random"), a);
+
+  Fixture f;
+  fixture_small(&f);
+  SearchResult *r = run("random", f.p, 200, 3, 1, NULL);
+  cr_assert_not_null(search_result_get_strategy(r));
+  cr_assert_eq(search_result_get_evals(r), 200);
+  cr_assert(isfinite(search_result_get_time(r)));
+  search_result_free(r);
+  fixture_free(&f);
+
+  /* Loading it again registers nothing new: the same algorithm is already there. */
+  cr_assert_not_null(search_load_plugin(path, &error));
+}
+
+Test(search, plugin_errors_name_the_file)
+{
+  GError *error = NULL;
+  cr_assert_null(search_load_plugin("/nonexistent/plugin.so", &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN));
+  cr_assert(strstr(error->message, "/nonexistent/plugin.so"), "%s", error->message);
+  g_clear_error(&error);
+  /* A shared object without the entry point: the C library itself. */
+  cr_assert_null(search_load_plugin("libc.so.6", &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN));
+  g_clear_error(&error);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Configurations and constraints                                                     */
+
+Test(search, configs_respect_kinds_and_devices)
+{
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=1,hidden=256,batch=32", "dgx-a100", 0);
+  int devs[4] = { 4, 5, 6, 7 };
+  cr_assert(search_problem_set_devices(f.p, devs, 4, NULL));
+  search_problem_set_kinds(f.p, SEARCH_KIND_DATA | SEARCH_KIND_PIPELINE);
+  const SimGraph *g = f.g;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    int n = search_problem_n_configs(f.p, op);
+    cr_assert_geq(n, 1);
+    const SearchConfig *c0 = search_problem_config(f.p, op, 0);
+    cr_assert_eq(c0->n, 1, "index 0 is the op whole on one device");
+    for (int i = 0; i < n; i++) {
+      const SearchConfig *c = search_problem_config(f.p, op, i);
+      int dev[64];
+      search_problem_config_devices(f.p, c, dev);
+      for (int k = 0; k < c->n; k++)
+        cr_assert(dev[k] >= 4 && dev[k] <= 7, "device %d outside the subset", dev[k]);
+      for (int d = 1; d < sim_graph_op_n_dims(g, op); d++)
+        cr_assert_eq(c->degree[d], 1, "op %s splits dimension %d with only data allowed",
+                     sim_graph_op_name(g, op), d);
+      cr_assert_eq(search_problem_find_config(f.p, op, c), i);
+    }
+  }
+  /* A strategy from configurations gives each op back its configuration. */
+  int n_ops = sim_graph_n_ops(g);
+  g_autofree int *cfg = g_new(int, n_ops);
+  for (int op = 0; op < n_ops; op++)
+    cfg[op] = search_problem_n_configs(f.p, op) - 1;
+  g_autoptr(SimStrategy) s = search_problem_strategy_from_configs(f.p, cfg, NULL);
+  cr_assert_not_null(s);
+  for (int op = 0; op < n_ops; op++)
+    cr_assert_eq(search_problem_config_of(f.p, s, op), cfg[op]);
+  fixture_free(&f);
+}
+
+Test(search, infeasible_strategies_are_never_returned)
+{
+  /* A four-GPU machine whose GPUs hold 24 MiB: the MLP's 33.6 M fp16 parameters with
+   * Adam's states (16 bytes each, 537 MB) need the weights split 32 ways at least when
+   * data parallel, so replicating them does not fit; splitting them across the GPUs
+   * lowers the need, though only so far. */
+  static const char machine[] =
+    "{\"format\": \"parasol-machine\", \"version\": 1, \"name\": \"small-gpus\","
+    " \"node\": {\"gpu\": {\"name\": \"a100-small\", \"base\": \"a100-80gb\", \"memory_GiB\": 0.2},"
+    " \"gpus\": 4, \"fabric\": {\"type\": \"nvswitch\", \"bandwidth_GBps\": 300},"
+    " \"pcie\": {\"bandwidth_GBps\": 31.5}}}";
+  GError *error = NULL;
+  SimMachine *m = sim_machine_from_json(machine, "small-gpus.json", 0, &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  g_autoptr(SimModelParams) mp = sim_model_params_new();
+  cr_assert(sim_model_params_parse(mp, "layers=2,hidden=1024,batch=32", NULL));
+  SimGraph *g = sim_zoo_build("mlp", mp, NULL);
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  SimRooflineParams rp = sim_roofline_params_default();
+  SimCostModel *cost = sim_cost_model_new_roofline(&rp);
+  SearchProblem *p = search_problem_new(g, m, cost);
+
+  g_autoptr(SimStrategy) dp = search_problem_data_parallel(p, NULL);
+  cr_assert(isinf(search_problem_simulate(p, dp, NULL, NULL)), "data parallelism must not fit");
+
+  static const char *const algos[] = { "mcmc", "dp", "beam", "optcnn" };
+  gboolean found = FALSE;
+  for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
+    SearchResult *r = run(algos[i], p, 600, 1, 2, NULL);
+    const SimStrategy *s = search_result_get_strategy(r);
+    if (s) {
+      g_autoptr(SimReport) rep = NULL;
+      double t = search_problem_simulate(p, s, &rep, NULL);
+      cr_assert(isfinite(t) && sim_report_fits(rep), "%s returned a strategy that does not fit",
+                algos[i]);
+      cr_assert_float_eq(t, search_result_get_time(r), 1e-15);
+      found = TRUE;
+    } else {
+      cr_assert(isinf(search_result_get_time(r)));
+    }
+    search_result_free(r);
+  }
+  cr_assert(found, "some algorithm finds a strategy that fits");
+
+  /* Without the limit the same problem has a "best" that needs more memory than there is. */
+  search_problem_set_memory_limit(p, FALSE);
+  cr_assert(isfinite(search_problem_simulate(p, dp, NULL, NULL)));
+
+  search_problem_unref(p);
+  sim_cost_model_free(cost);
+  sim_graph_free(g);
+  sim_machine_free(m);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Dynamic programs against brute force on the estimate                               */
+
+/* The minimum of the estimate over every combination of each op's start-0 candidates:
+ * the space OptCNN's program covers when it may keep them all. */
+static double brute_force_estimate(const SearchProblem *p, SearchEstimate *e)
+{
+  int n = sim_graph_n_ops(search_problem_get_graph(p));
+  GArray **c = g_new(GArray *, n);
+  for (int op = 0; op < n; op++) {
+    c[op] = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int i = 0; i < search_problem_n_configs(p, op); i++)
+      if (search_problem_config(p, op, i)->start == 0)
+        g_array_append_val(c[op], i);
+  }
+  int *digit = g_new0(int, n), *cfg = g_new(int, n);
+  double best = INFINITY;
+  for (;;) {
+    for (int op = 0; op < n; op++)
+      cfg[op] = g_array_index(c[op], int, digit[op]);
+    best = MIN(best, search_estimate_total(e, cfg));
+    int op = n - 1;
+    while (op >= 0 && digit[op] + 1 >= (int)c[op]->len)
+      digit[op--] = 0;
+    if (op < 0)
+      break;
+    digit[op]++;
+  }
+  for (int op = 0; op < n; op++)
+    g_array_unref(c[op]);
+  g_free(c);
+  g_free(digit);
+  g_free(cfg);
+  return best;
+}
+
+Test(search, dynamic_programs_are_exact_on_series_parallel_graphs)
+{
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
+  SearchEstimate *e = search_estimate_new(f.p);
+  double brute = brute_force_estimate(f.p, e);
+  int n = sim_graph_n_ops(f.g);
+  g_autofree int *cfg = g_new(int, n);
+  /* With every candidate kept, node and edge eliminations find the exact minimum, and so
+   * does Unity's decomposition when branches share the devices. */
+  double optcnn = search_dp_optcnn(f.p, e, 1000, cfg);
+  cr_assert_float_eq(optcnn, brute, 1e-12 * brute, "optcnn %.9g, brute force %.9g", optcnn, brute);
+  double unity = search_dp_unity(f.p, e, 1000, FALSE, cfg);
+  cr_assert_float_eq(unity, brute, 1e-12 * brute, "unity %.9g, brute force %.9g", unity, brute);
+  cr_assert_float_eq(search_estimate_total(e, cfg), unity, 1e-12 * brute);
+  /* Resource splits only add choices: the two towers on two GPUs each cost the slower. */
+  double split = search_dp_unity(f.p, e, 1000, TRUE, cfg);
+  cr_assert_leq(split, unity * (1 + 1e-12), "with splits %.9g > without %.9g", split, unity);
+  search_estimate_free(e);
+  fixture_free(&f);
+}
+
+/* Variable elimination on random costs: exact on a series-parallel cost graph, and on a
+ * complete graph of four (not series-parallel) a valid assignment whose cost it reports. */
+static double ve_cost(int n, const int *k, double **u, double *pair[8][8], const int *v)
+{
+  double c = 0;
+  for (int i = 0; i < n; i++) {
+    c += u[i][v[i]];
+    for (int j = i + 1; j < n; j++)
+      if (pair[i][j])
+        c += pair[i][j][v[i] * k[j] + v[j]];
+  }
+  return c;
+}
+
+static void ve_check(int n, const int (*edges)[2], int n_edges, gboolean exact)
+{
+  GRand *r = g_rand_new_with_seed(42);
+  int k[8];
+  double *u[8], *pair[8][8] = { { NULL } };
+  for (int i = 0; i < n; i++) {
+    k[i] = 2 + g_rand_int_range(r, 0, 3);
+    u[i] = g_new(double, k[i]);
+    for (int x = 0; x < k[i]; x++)
+      u[i][x] = g_rand_double(r);
+  }
+  SearchVE *ve = search_ve_new(n, k);
+  for (int i = 0; i < n; i++)
+    search_ve_add_unary(ve, i, u[i]);
+  for (int e = 0; e < n_edges; e++) {
+    int a = edges[e][0], b = edges[e][1];
+    pair[a][b] = g_new(double, k[a] * k[b]);
+    for (int x = 0; x < k[a] * k[b]; x++)
+      pair[a][b][x] = g_rand_double(r);
+    search_ve_add_pair(ve, a, b, pair[a][b]);
+  }
+  double table;
+  int fixes = search_ve_solve(ve, &table);
+  int v[8];
+  search_ve_assign(ve, NULL, v);
+  double got = ve_cost(n, k, u, pair, v);
+  cr_assert_float_eq(got, table, 1e-9, "the reported cost is the assignment's");
+  int d[8] = { 0 };
+  double best = INFINITY;
+  for (;;) {
+    best = MIN(best, ve_cost(n, k, u, pair, d));
+    int i = n - 1;
+    while (i >= 0 && d[i] + 1 >= k[i])
+      d[i--] = 0;
+    if (i < 0)
+      break;
+    d[i]++;
+  }
+  if (exact) {
+    cr_assert_eq(fixes, 0);
+    cr_assert_float_eq(got, best, 1e-9);
+  } else {
+    cr_assert_gt(fixes, 0);
+    cr_assert_geq(got, best - 1e-9);
+  }
+  search_ve_free(ve);
+  for (int i = 0; i < n; i++) {
+    g_free(u[i]);
+    for (int j = 0; j < n; j++)
+      g_free(pair[i][j]);
+  }
+  g_rand_free(r);
+}
+
+Test(search, variable_elimination)
+{
+  /* A diamond with a tail and a parallel edge: series-parallel. */
+  static const int sp[][2] = { { 0, 1 }, { 0, 2 }, { 1, 3 }, { 2, 3 }, { 3, 4 }, { 0, 3 } };
+  ve_check(5, sp, G_N_ELEMENTS(sp), TRUE);
+  static const int k4[][2] = { { 0, 1 }, { 0, 2 }, { 0, 3 }, { 1, 2 }, { 1, 3 }, { 2, 3 } };
+  ve_check(4, k4, G_N_ELEMENTS(k4), FALSE);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Every algorithm against exhaustive enumeration                                     */
+
+Test(search, every_algorithm_reaches_the_exhaustive_optimum, .timeout = 120)
+{
+  Fixture f;
+  fixture_small(&f);
+  SearchResult *ex = run("exhaustive", f.p, 0, 1, 1, NULL);
+  double best = search_result_get_time(ex);
+  cr_assert(isfinite(best));
+  cr_assert_eq(search_result_get_evals(ex), 19200, "every strategy once: %" G_GINT64_FORMAT,
+               search_result_get_evals(ex));
+  search_result_free(ex);
+
+  static const struct {
+    const char *algo;
+    gint64 evals;
+  } cases[] = {
+    { "mcmc", 4000 }, { "dp", 2000 }, { "optcnn", 2000 }, { "beam", 2000 },
+    { "pipeline", 2000 }, { "subst", 4000 },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(cases); i++) {
+    SearchResult *r = run(cases[i].algo, f.p, cases[i].evals, 1, 2, NULL);
+    double t = search_result_get_time(r);
+    /* Equal up to strategies whose times differ in the last digits (a label's shard
+     * placed elsewhere): a millionth. */
+    cr_assert_float_eq(t, best, 1e-6 * best, "%s: %.9g, exhaustive %.9g", cases[i].algo, t, best);
+    cr_assert_leq(search_result_get_evals(r), cases[i].evals);
+    search_result_free(r);
+  }
+  /* The baselines are strategies too: never better than the optimum. */
+  static const char *const baselines[] = { "data-parallel", "expert", "owt" };
+  for (gsize i = 0; i < G_N_ELEMENTS(baselines); i++) {
+    SearchResult *r = run(baselines[i], f.p, 1000, 1, 1, NULL);
+    cr_assert_geq(search_result_get_time(r), best * (1 - 1e-12), "%s", baselines[i]);
+    search_result_free(r);
+  }
+  fixture_free(&f);
+}
+
+Test(search, exhaustive_refuses_large_problems)
+{
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 8);
+  search_register_builtins();
+  GError *error = NULL;
+  SearchRunOptions o = search_run_options_default();
+  o.eval_budget = 10;
+  cr_assert_null(search_run(search_lookup("exhaustive"), f.p, &o, &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_TOO_LARGE));
+  cr_assert(strstr(error->message, "max="), "%s", error->message);
+  g_clear_error(&error);
+  fixture_free(&f);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* The driver                                                                         */
+
+Test(search, same_seed_and_budget_give_the_same_strategy)
+{
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
+  static const char *const algos[] = { "mcmc", "beam", "subst" };
+  for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
+    SearchResult *a = run(algos[i], f.p, 1500, 7, 2, NULL);
+    SearchResult *b = run(algos[i], f.p, 1500, 7, 2, NULL);
+    cr_assert_eq(search_result_get_time(a), search_result_get_time(b), "%s", algos[i]);
+    cr_assert(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(b)),
+              "%s: the same seed and budget give the same strategy", algos[i]);
+    cr_assert_eq(search_result_get_evals(a), search_result_get_evals(b));
+    search_result_free(a);
+    search_result_free(b);
+  }
+  fixture_free(&f);
+}
+
+Test(search, log_has_a_row_per_improvement)
+{
+  Fixture f;
+  fixture_small(&f);
+  g_autofree char *dir = g_dir_make_tmp("parasol-search-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "log.csv", NULL);
+  search_register_builtins();
+  SearchRunOptions o = search_run_options_default();
+  o.eval_budget = 500;
+  o.log_path = path;
+  SearchResult *r = search_run(search_lookup("mcmc"), f.p, &o, NULL);
+  cr_assert_not_null(r);
+  g_autofree char *text = NULL;
+  cr_assert(g_file_get_contents(path, &text, NULL, NULL));
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  cr_assert_str_eq(lines[0], "wall_s,evals,best_s,current_s");
+  int rows = 0;
+  for (char **l = lines + 1; *l && **l; l++)
+    rows++;
+  /* One row per improvement and a last one when the search ends. */
+  cr_assert_eq(rows, search_result_n_improvements(r) + 1);
+  double last_best = INFINITY;
+  for (int i = 0; i < search_result_n_improvements(r); i++) {
+    double best;
+    search_result_get_improvement(r, i, NULL, NULL, &best);
+    cr_assert_lt(best, last_best);
+    last_best = best;
+  }
+  cr_assert_eq(last_best, search_result_get_time(r));
+  search_result_free(r);
+  g_unlink(path);
+  g_rmdir(dir);
+  fixture_free(&f);
+}
+
+/* An algorithm that is interrupted like a user's Ctrl-C after its first evaluation. */
+static gboolean interrupted_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  g_autoptr(SimStrategy) s = search_problem_data_parallel(search_context_get_problem(ctx), error);
+  search_context_evaluate(ctx, s);
+  raise(SIGINT);
+  while (!search_context_should_stop(ctx))
+    search_context_evaluate(ctx, s);
+  return TRUE;
+}
+
+Test(search, ctrl_c_keeps_the_best)
+{
+  static const SearchAlgorithm a = { .api_version = SEARCH_ALGORITHM_API_VERSION,
+                                     .name = "interrupted", .description = "test",
+                                     .run = interrupted_run };
+  Fixture f;
+  fixture_small(&f);
+  SearchRunOptions o = search_run_options_default();
+  o.time_budget = 30;
+  o.handle_sigint = TRUE;
+  SearchResult *r = search_run(&a, f.p, &o, NULL);
+  cr_assert_not_null(r);
+  cr_assert(search_result_get_interrupted(r));
+  cr_assert_not_null(search_result_get_strategy(r));
+  cr_assert_lt(search_result_get_elapsed(r), 30);
+  search_result_free(r);
+  fixture_free(&f);
+}
+
+Test(search, bad_arguments_give_clear_errors)
+{
+  SearchRunOptions o = search_run_options_default();
+  GError *error = NULL;
+  cr_assert(search_parse_budget("60s", &o, NULL) && o.time_budget == 60 && o.eval_budget == 0);
+  cr_assert(search_parse_budget("5000evals", &o, NULL) && o.eval_budget == 5000);
+  cr_assert(search_parse_budget("2m,5k", &o, NULL) && o.time_budget == 120 &&
+            o.eval_budget == 5000);
+  cr_assert_not(search_parse_budget("soon", &o, &error));
+  cr_assert(strstr(error->message, "soon") && strstr(error->message, "60s"), "%s",
+            error->message);
+  g_clear_error(&error);
+  cr_assert_not(search_parse_budget("-3s", &o, &error));
+  g_clear_error(&error);
+
+  SearchKinds k;
+  cr_assert(search_kinds_parse("data,model", &k, NULL));
+  cr_assert_eq(k, SEARCH_KIND_DATA | SEARCH_KIND_PARAMETER | SEARCH_KIND_REDUCTION);
+  cr_assert_not(search_kinds_parse("data,magic", &k, &error));
+  cr_assert(strstr(error->message, "magic"), "%s", error->message);
+  g_clear_error(&error);
+
+  Fixture f;
+  fixture_small(&f);
+  int devs[2] = { 0, 99 };
+  cr_assert_not(search_problem_set_devices(f.p, devs, 2, &error));
+  cr_assert(strstr(error->message, "99"), "%s", error->message);
+  g_clear_error(&error);
+
+  search_register_builtins();
+  o = search_run_options_default();
+  o.eval_budget = 10;
+  const char *unknown[] = { "temperature=3", NULL };
+  o.options = unknown;
+  cr_assert_null(search_run(search_lookup("mcmc"), f.p, &o, &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_UNKNOWN));
+  cr_assert(strstr(error->message, "temperature") && strstr(error->message, "beta"), "%s",
+            error->message);
+  g_clear_error(&error);
+  const char *malformed[] = { "beta=hot", NULL };
+  o.options = malformed;
+  cr_assert_null(search_run(search_lookup("mcmc"), f.p, &o, &error));
+  cr_assert(strstr(error->message, "beta=hot") && strstr(error->message, "number"), "%s",
+            error->message);
+  g_clear_error(&error);
+  const char *inner[] = { "inner=nothing", NULL };
+  o.options = inner;
+  cr_assert_null(search_run(search_lookup("subst"), f.p, &o, &error));
+  cr_assert(strstr(error->message, "nothing"), "%s", error->message);
+  g_clear_error(&error);
+  o.options = NULL;
+  o.threads = -1;
+  cr_assert_null(search_run(search_lookup("mcmc"), f.p, &o, &error));
+  g_clear_error(&error);
+  fixture_free(&f);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Substitutions                                                                      */
+
+/* x -> fc1 -> relu -> {q, k, v} (three linears reading one tensor) -> sum -> loss. */
+static SimGraph *rewritable_graph(void)
+{
+  SimGraph *g = sim_graph_new("rewritable");
+  int64_t xs[2] = { 64, 512 };
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP16, 2, xs);
+  int h = sim_graph_linear(g, "fc1", x, 1024, TRUE, SIM_UNARY_IDENTITY);
+  h = sim_graph_unary(g, "relu1", h, SIM_UNARY_RELU);
+  int q = sim_graph_linear(g, "q", h, 512, FALSE, SIM_UNARY_IDENTITY);
+  int k = sim_graph_linear(g, "k", h, 512, FALSE, SIM_UNARY_IDENTITY);
+  int v = sim_graph_linear(g, "v", h, 512, FALSE, SIM_UNARY_IDENTITY);
+  int s = sim_graph_binary(g, "qk", q, k, SIM_BINARY_ADD);
+  s = sim_graph_binary(g, "qkv", s, v, SIM_BINARY_ADD);
+  int64_t ls[1] = { 64 };
+  int labels = sim_graph_input(g, "labels", SIM_DTYPE_INT32, 1, ls);
+  sim_graph_cross_entropy(g, "loss", s, labels);
+  cr_assert(sim_graph_check(g, NULL));
+  return g;
+}
+
+Test(search, rewrites_apply_and_name_their_operators)
+{
+  SimGraph *g = rewritable_graph();
+  GPtrArray *names = search_rewrites_find(g);
+  gboolean fuse = FALSE, merge = FALSE;
+  for (guint i = 0; i < names->len; i++) {
+    const char *n = g_ptr_array_index(names, i);
+    fuse = fuse || !strcmp(n, "fuse-activation:fc1");
+    merge = merge || !strcmp(n, "merge-linears:q,k,v");
+  }
+  cr_assert(fuse && merge, "found %u rewrites", names->len);
+  g_ptr_array_unref(names);
+
+  const char *both[] = { "fuse-activation:fc1", "merge-linears:q,k,v", NULL };
+  GError *error = NULL;
+  SimGraph *r = search_rewrite_graph(g, both, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  /* relu1 folded into fc1; q, k, v became one linear and a split. */
+  cr_assert_eq(sim_graph_n_ops(r), sim_graph_n_ops(g) - 1 - 3 + 2);
+  cr_assert_lt(sim_graph_op_by_name(r, "relu1"), 0);
+  int merged = sim_graph_op_by_name(r, "q+k+v");
+  cr_assert_geq(merged, 0);
+  SimShape w = sim_graph_op_weight_shape(r, merged, 0);
+  cr_assert_eq(sim_shape_numel(&w), 1024 * 1536);
+  cr_assert_eq(sim_graph_n_params(r), sim_graph_n_params(g));
+
+  const char *bad[] = { "fuse-activation:q", NULL };
+  cr_assert_null(search_rewrite_graph(g, bad, &error));
+  cr_assert(strstr(error->message, "'q'"), "%s", error->message);
+  g_clear_error(&error);
+  sim_graph_free(r);
+  sim_graph_free(g);
+}
+
+/* Multi-head attention written out op by op, as an exported graph has it. */
+static SimGraph *unfused_attention_graph(void)
+{
+  SimGraph *g = sim_graph_new("unfused-attention");
+  const int64_t b = 4, s = 128, d = 256, h = 4, hd = 64;
+  int64_t xs[3] = { b, s, d };
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP16, 3, xs);
+  int heads[3];
+  const char *names[3] = { "q", "k", "v" };
+  for (int i = 0; i < 3; i++) {
+    int p = sim_graph_linear(g, names[i], x, h * hd, TRUE, SIM_UNARY_IDENTITY);
+    int64_t shape[4] = { b, s, h, hd };
+    g_autofree char *rn = g_strconcat(names[i], ".heads", NULL);
+    g_autofree char *tn = g_strconcat(names[i], ".t", NULL);
+    p = sim_graph_reshape(g, rn, p, 4, shape);
+    int perm[4] = { 0, 2, 1, 3 };
+    heads[i] = sim_graph_transpose(g, tn, p, perm);
+  }
+  int sc = sim_graph_matmul(g, "scores", heads[0], heads[1], TRUE);
+  sc = sim_graph_unary(g, "scale", sc, SIM_UNARY_SCALE);
+  sc = sim_graph_softmax(g, "probs", sc);
+  int o = sim_graph_matmul(g, "context", sc, heads[2], FALSE);
+  int perm[4] = { 0, 2, 1, 3 };
+  o = sim_graph_transpose(g, "context.t", o, perm);
+  int64_t back[3] = { b, s, h * hd };
+  o = sim_graph_reshape(g, "context.merge", o, 3, back);
+  o = sim_graph_linear(g, "out", o, d, TRUE, SIM_UNARY_IDENTITY);
+  sim_graph_mse_loss(g, "loss", o, x);
+  cr_assert(sim_graph_check(g, NULL));
+  return g;
+}
+
+Test(search, attention_is_fused)
+{
+  SimGraph *g = unfused_attention_graph();
+  GPtrArray *names = search_rewrites_find(g);
+  gboolean found = FALSE;
+  for (guint i = 0; i < names->len; i++)
+    found = found || !strcmp(g_ptr_array_index(names, i), "fuse-attention:probs");
+  cr_assert(found);
+  g_ptr_array_unref(names);
+  GError *error = NULL;
+  SimGraph *r = search_rewrite_apply(g, "fuse-attention:probs", &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  int att = sim_graph_op_by_name(r, "probs.attention");
+  cr_assert_geq(att, 0);
+  cr_assert_eq(sim_graph_op_type(r, att), SIM_OP_ATTENTION);
+  /* x, attention, loss */
+  cr_assert_eq(sim_graph_n_ops(r), 3);
+  cr_assert_eq(sim_graph_n_params(r), sim_graph_n_params(g));
+  sim_graph_free(r);
+  sim_graph_free(g);
+}
+
+Test(search, substitutions_are_recorded_and_reproduced, .timeout = 60)
+{
+  SimGraph *g = rewritable_graph();
+  SimMachine *m = sim_machine_load("dgx-a100", NULL);
+  SimRooflineParams rp = sim_roofline_params_default();
+  SimCostModel *cost = sim_cost_model_new_roofline(&rp);
+  SearchProblem *p = search_problem_new(g, m, cost);
+  int devs[4] = { 0, 1, 2, 3 };
+  cr_assert(search_problem_set_devices(p, devs, 4, NULL));
+  /* Under data parallelism one wide linear for q, k and v (200 us) beats three (259 us),
+   * so the best strategy carries the merge. */
+  const char *opts[] = { "inner=data-parallel", "graphs=6", "alpha=1.5", NULL };
+  SearchResult *r = run("subst", p, 3000, 1, 1, opts);
+  const SimStrategy *s = search_result_get_strategy(r);
+  cr_assert_not_null(s);
+  gboolean merged = FALSE;
+  for (int i = 0; i < sim_strategy_n_rewrites(s); i++)
+    merged = merged || !strcmp(sim_strategy_rewrite(s, i), "merge-linears:q,k,v");
+  cr_assert(merged, "%d rewrites", sim_strategy_n_rewrites(s));
+
+  g_autofree char *dir = g_dir_make_tmp("parasol-search-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "plan.json", NULL);
+  GError *error = NULL;
+  cr_assert(sim_strategy_save(s, search_result_get_graph(r), path, &error));
+  /* What `parasol simulate --strategy` does: rewrite the model as the file says, read
+   * the strategy, simulate.  The time is the search's. */
+  g_auto(GStrv) rw = search_strategy_file_rewrites(path, &error);
+  cr_assert_not_null(rw);
+  cr_assert_eq((int)g_strv_length(rw), sim_strategy_n_rewrites(s));
+  SimGraph *g2 = search_rewrite_graph(g, (const char *const *)rw, &error);
+  cr_assert_not_null(g2, "%s", error ? error->message : "");
+  g_autoptr(SimStrategy) loaded = sim_strategy_load(path, g2, m, &error);
+  cr_assert_not_null(loaded, "%s", error ? error->message : "");
+  SimOptions so = sim_options_default();
+  g_autoptr(SimReport) rep = sim_simulate(g2, m, loaded, cost, &so, &error);
+  cr_assert_not_null(rep);
+  cr_assert_eq(sim_report_iteration_time(rep), search_result_get_time(r));
+
+  g_unlink(path);
+  g_rmdir(dir);
+  sim_graph_free(g2);
+  search_result_free(r);
+  search_problem_unref(p);
+  sim_cost_model_free(cost);
+  sim_machine_free(m);
+  sim_graph_free(g);
+}
