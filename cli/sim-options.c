@@ -26,7 +26,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "bucket-mb", 0, 0, G_OPTION_ARG_DOUBLE, &p->bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
-    { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as flows (default) or steps", "D" },
+    { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
     { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
@@ -182,9 +182,10 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   }
   o->sync.bucket_bytes = p->bucket_mb >= 0 ? (int64_t)(p->bucket_mb * 1e6) : 25000000;
   o->sync.overlap = !p->no_overlap;
-  if (p->detail && strcmp(p->detail, "steps") && strcmp(p->detail, "flows")) {
+  if (p->detail && strcmp(p->detail, "steps") && strcmp(p->detail, "flows") &&
+      strcmp(p->detail, "collective")) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                "--detail: unknown '%s'; expected flows or steps", p->detail);
+                "--detail: unknown '%s'; expected flows, collective or steps", p->detail);
     return FALSE;
   }
   if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->coll_latency_us < 0) {
@@ -222,6 +223,8 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p)
   SimOptions o = sim_options_default();
   if (p->detail && !strcmp(p->detail, "steps"))
     o.detail = SIM_DETAIL_STEPS;
+  else if (p->detail && !strcmp(p->detail, "collective"))
+    o.detail = SIM_DETAIL_COLLECTIVE;
   o.fold = !p->no_fold;
   o.coll_bandwidth_efficiency = p->coll_efficiency;
   o.coll_step_latency = p->coll_latency_us * 1e-6;

@@ -9,7 +9,11 @@
  * it forwards (the previous rank's previous step) and for its own previous send.  At
  * SIM_DETAIL_FLOWS each rank sends one flow carrying all its steps' bytes, after the
  * latency of all its steps: n flows instead of 2n(n-1), the same time on an idle
- * network, and the same bandwidth share where links are contended.
+ * network, and the same bandwidth share where links are contended.  At
+ * SIM_DETAIL_COLLECTIVE the whole collective is one flow over the links of every rank's
+ * route, each as often as the ring crosses it: one flow instead of n, again the same
+ * time on an idle network; under contention it moves at its slowest link's share, which
+ * is when the ring would end.
  *
  * Trees follow NCCL's double binary tree: two trees, each carrying half of the buffer,
  * whose reduction up and broadcast down are pipelined, so every tree edge carries its
@@ -68,6 +72,24 @@ static void dep(Ctx *c, SimTaskRef a, SimTaskRef b)
 static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
                  SimTaskRef end)
 {
+  if (c->detail == SIM_DETAIL_COLLECTIVE) {
+    /* One flow over every link of the ring, as often as the ring crosses it. */
+    GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+    double lat = 0;
+    for (int i = 0; i < n; i++) {
+      int hops;
+      const int *r = sim_machine_route(c->m, dev[i], dev[(i + 1) % n], &hops);
+      g_array_append_vals(links, r, (guint)hops);
+      lat = MAX(lat, sim_machine_latency(c->m, dev[i], dev[(i + 1) % n]));
+    }
+    SimTaskRef f = sim_taskgraph_add_collective_flow(
+      c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, chunk * steps,
+      steps * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
+    g_array_free(links, TRUE);
+    dep(c, start, f);
+    dep(c, f, end);
+    return;
+  }
   if (c->detail == SIM_DETAIL_FLOWS) {
     for (int i = 0; i < n; i++) {
       int src = dev[i], dst = dev[(i + 1) % n];
@@ -115,6 +137,29 @@ static void tree_allreduce(Ctx *c, const int *dev, int n, double bytes, SimTaskR
 {
   int depth = tree_depth(n);
   double half = bytes / 2;
+  if (c->detail == SIM_DETAIL_COLLECTIVE) {
+    /* One flow over both trees' edges, both ways: each carries half of the buffer. */
+    GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+    double lat = 0;
+    for (int tree = 0; tree < 2; tree++)
+      for (int i = 1; i < n; i++) {
+        int a = tree ? dev[n - 1 - i] : dev[i];
+        int b = tree ? dev[n - 1 - (i - 1) / 2] : dev[(i - 1) / 2];
+        for (int dir = 0; dir < 2; dir++) {
+          int hops;
+          const int *r = sim_machine_route(c->m, dir ? b : a, dir ? a : b, &hops);
+          g_array_append_vals(links, r, (guint)hops);
+        }
+        lat = MAX(lat, sim_machine_latency(c->m, a, b));
+      }
+    SimTaskRef f = sim_taskgraph_add_collective_flow(
+      c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, half,
+      2 * depth * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
+    g_array_free(links, TRUE);
+    dep(c, start, f);
+    dep(c, f, end);
+    return;
+  }
   for (int tree = 0; tree < 2; tree++) {
     for (int i = 1; i < n; i++) {
       int parent = (i - 1) / 2;

@@ -267,7 +267,10 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
     break;
   case SIM_TASK_FLOW:
     tl->start[t] = e->now;
-    if (task->device == task->peer || task->bytes <= 0) {
+    if (task->n_links) {
+      /* A whole collective: its latency is all in its duration. */
+      schedule(e, e->now + task->duration, t, EV_FLOW_START);
+    } else if (task->device == task->peer || task->bytes <= 0) {
       tl->end[t] = e->now;
       e->n_done++;
       g_array_append_val(e->work, t);
@@ -392,9 +395,14 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
       break;
     case EV_FLOW_START: {
       const SimTask *task = &tg->task[ev.task];
-      const SimRoute *r = e->flow_route[ev.task];
-      (void)task;
-      e->flow_slot[ev.task] = sim_net_add(e->net, ev.task, r->links, r->n_links, task->bytes, e->now);
+      if (task->n_links) {
+        e->flow_slot[ev.task] = sim_net_add(e->net, ev.task, sim_task_links(tg, task),
+                                            task->n_links, task->bytes, e->now);
+      } else {
+        const SimRoute *r = e->flow_route[ev.task];
+        e->flow_slot[ev.task] =
+          sim_net_add(e->net, ev.task, r->links, r->n_links, task->bytes, e->now);
+      }
       break;
     }
     case EV_FLOW_END:

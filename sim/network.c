@@ -1,5 +1,9 @@
 /* network.c — flows on routes that share links by max-min fairness.
  *
+ * A flow may cross one link several times (one flow standing for a whole collective
+ * whose ring passes a bridge twice); it then counts that many times on the link, which
+ * is weighted max-min fairness with integer weights.
+ *
  * A flow holds its remaining bytes as of the last time its rate changed; between
  * changes it drains at a constant rate, so the engine needs to hear only about flows
  * whose rate changes.  When flows start or end, only the connected component of links
@@ -153,18 +157,19 @@ void sim_net_remove(SimNet *net, int slot, double now)
   Flow *f = &net->flow[slot];
   for (int h = 0; h < f->n_links; h++) {
     Link *l = &net->link[f->links[h]];
-    /* Swap-remove, and tell the moved flow its new position on this link. */
+    /* Swap-remove, and tell the moved entry its new position on this link.  A flow may
+     * cross a link more than once (a collective's ring through a shared bridge), so the
+     * entry is found by its position, not by the link alone. */
     int p = f->pos[h];
-    int moved = l->flows[--l->n];
+    int last = --l->n;
+    int moved = l->flows[last];
     l->flows[p] = moved;
-    if (moved != slot) {
-      Flow *mf = &net->flow[moved];
-      for (int k = 0; k < mf->n_links; k++)
-        if (mf->links[k] == f->links[h]) {
-          mf->pos[k] = p;
-          break;
-        }
-    }
+    Flow *mf = &net->flow[moved];
+    for (int k = 0; k < mf->n_links; k++)
+      if (mf->links[k] == f->links[h] && mf->pos[k] == last) {
+        mf->pos[k] = p;
+        break;
+      }
     mark_dirty(net, f->links[h]);
   }
   f->task = -1;

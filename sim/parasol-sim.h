@@ -650,9 +650,13 @@ SIM_PUBLIC SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachin
 /* Simulation                                                                          */
 
 typedef enum {
-  SIM_DETAIL_STEPS,   /* collectives expanded into per-step transfers on real links */
-  SIM_DETAIL_FLOWS,   /* one flow per peer and collective, analytic step latencies  */
+  SIM_DETAIL_STEPS,       /* collectives expanded into per-step transfers on real links  */
+  SIM_DETAIL_FLOWS,       /* one flow per peer and collective, analytic step latencies   */
+  SIM_DETAIL_COLLECTIVE,  /* one flow per collective over all the links it crosses, with
+                           * its algorithm's analytic latency                         */
 } SimDetail;
+
+SIM_PUBLIC const char *sim_detail_name(SimDetail d);
 
 typedef struct {
   SimDetail detail;

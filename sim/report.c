@@ -121,6 +121,15 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
       if (!cint[k->device])
         cint[k->device] = g_array_new(FALSE, FALSE, sizeof(Interval));
       g_array_append_val(cint[k->device], iv);
+    } else if (k->kind == SIM_TASK_FLOW && k->n_links && iv.b > iv.a) {
+      /* A whole collective occupies every member. */
+      const int32_t *mem = sim_task_members(tg, k);
+      for (int i = 0; i < k->n_members; i++) {
+        int d = mem[i];
+        if (!mint[d])
+          mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
+        g_array_append_val(mint[d], iv);
+      }
     } else if (k->kind == SIM_TASK_FLOW && k->device != k->peer && iv.b > iv.a) {
       for (int side = 0; side < 2; side++) {
         int d = side ? k->peer : k->device;
@@ -213,6 +222,12 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   if (o->keep_timeline) {
     r->n_records = tg->n_tasks;
     r->tasks = g_memdup2(tg->task, sizeof(SimTask) * (size_t)MAX(tg->n_tasks, 1));
+    size_t n_extra = 0;
+    for (int t = 0; t < tg->n_tasks; t++)
+      if (tg->task[t].kind == SIM_TASK_FLOW && tg->task[t].n_links)
+        n_extra = MAX(n_extra, (size_t)tg->task[t].links_off + tg->task[t].n_links +
+                                 tg->task[t].n_members);
+    r->extra = g_memdup2(tg->extra, sizeof(int32_t) * MAX(n_extra, 1));
     r->start = g_memdup2(tl->start, sizeof(double) * (size_t)MAX(tg->n_tasks, 1));
     r->end = g_memdup2(tl->end, sizeof(double) * (size_t)MAX(tg->n_tasks, 1));
     r->n_ops = sim_graph_n_ops(g);
@@ -241,6 +256,7 @@ void sim_report_free(SimReport *r)
   g_free(r->links);
   g_free(r->folding);
   g_free(r->tasks);
+  g_free(r->extra);
   g_free(r->start);
   g_free(r->end);
   g_free(r);
@@ -397,8 +413,10 @@ void sim_report_print(const SimReport *r, FILE *out)
   fprintf(out, "  pipeline            %d stage%s, %d micro-batch%s, %s\n", r->n_stages,
           r->n_stages == 1 ? "" : "s", r->microbatches, r->microbatches == 1 ? "" : "es",
           sim_schedule_name(r->schedule));
+  static const char *const detail_words[] = { "per-step transfers", "a flow per rank",
+                                              "one flow each" };
   fprintf(out, "  simulated           %" G_GINT64_FORMAT " tasks, collectives as %s, folding: %s\n",
-          r->n_tasks, r->detail == SIM_DETAIL_STEPS ? "steps" : "flows", r->folding);
+          r->n_tasks, detail_words[r->detail], r->folding);
 
   fprintf(out, "\ncritical path\n");
   for (int c = 0; c <= SIM_CLASS_COUNT; c++) {
@@ -519,7 +537,7 @@ char *sim_report_to_json(const SimReport *r)
   json_builder_set_member_name(jb, "tasks");
   json_builder_add_int_value(jb, r->n_tasks);
   json_builder_set_member_name(jb, "collectives");
-  json_builder_add_string_value(jb, r->detail == SIM_DETAIL_STEPS ? "steps" : "flows");
+  json_builder_add_string_value(jb, sim_detail_name(r->detail));
   json_builder_set_member_name(jb, "folding");
   json_builder_add_string_value(jb, r->folding);
   json_builder_end_object(jb);

@@ -13,6 +13,19 @@
 #include <math.h>
 #include <string.h>
 
+const char *sim_detail_name(SimDetail d)
+{
+  switch (d) {
+  case SIM_DETAIL_STEPS:
+    return "steps";
+  case SIM_DETAIL_FLOWS:
+    return "flows";
+  case SIM_DETAIL_COLLECTIVE:
+    return "collective";
+  }
+  return "?";
+}
+
 SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE };
@@ -312,6 +325,23 @@ static gboolean map_route(SimMachine *m, int a, int b, int pa, int pb, int *lam,
   return fits;
 }
 
+/* Whether a whole collective's flow is a ring: its links are its members' routes in
+ * ring order. */
+static gboolean ring_links_match(SimMachine *m, const SimTaskBlock *blk, const SimTask *t)
+{
+  const int32_t *links = &g_array_index(blk->extra, int32_t, t->links_off);
+  const int32_t *mem = links + t->n_links;
+  int pos = 0;
+  for (int i = 0; i < t->n_members; i++) {
+    int hops;
+    const int *r = sim_machine_route(m, mem[i], mem[(i + 1) % t->n_members], &hops);
+    for (int h = 0; h < hops; h++, pos++)
+      if (pos >= t->n_links || links[pos] != r[h])
+        return FALSE;
+  }
+  return pos == t->n_links;
+}
+
 static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
                             gboolean ranks)
 {
@@ -321,6 +351,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     for (int c = 0; c < f->n_classes; c++)
       K = MAX(K, g_array_index(f->sizes, int, c));
   int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
+  gboolean ok = TRUE, ring_ok = TRUE;
   int8_t *coll_whole = g_new(int8_t, MAX(n_coll, 1));
   for (int c = 0; c < n_coll; c++)
     coll_whole[c] = -1;
@@ -346,11 +377,20 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
           coll_whole[t->coll] = coll_invariant(tg->coll_devs->pdata[t->coll], f, R, K, ranks);
         whole = coll_whole[t->coll];
       }
-      gint64 key = (gint64)t->device * nd + t->peer;
-      uint8_t bit = whole ? 1 : 2;
-      if (!(kind[key] & bit)) {
-        kind[key] |= bit;
-        g_array_append_val(whole ? whole_keys : part_keys, key);
+      /* A pair, or the ring edges of a whole collective's one flow. */
+      const int32_t *mem = t->n_links ? &g_array_index(blk->extra, int32_t, t->links_off + t->n_links)
+                                      : NULL;
+      int n_edges = t->n_links ? t->n_members : 1;
+      if (t->n_links && !whole && !ring_links_match(m, blk, t))
+        ring_ok = FALSE; /* a tree's flow: its images are not rings */
+      for (int e = 0; e < n_edges; e++) {
+        int src = mem ? mem[e] : t->device, dst = mem ? mem[(e + 1) % n_edges] : t->peer;
+        gint64 key = (gint64)src * nd + dst;
+        uint8_t bit = whole ? 1 : 2;
+        if (!(kind[key] & bit)) {
+          kind[key] |= bit;
+          g_array_append_val(whole ? whole_keys : part_keys, key);
+        }
       }
       if (!whole) {
         FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer };
@@ -359,10 +399,12 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     }
   }
   g_free(kind);
+  if (!ring_ok)
+    ok = FALSE;
 
   int *lam = g_new(int, MAX(nl, 1)), *inv = g_new(int, MAX(nl, 1));
   uint8_t *part_links = g_new0(uint8_t, MAX(nl, 1)), *whole_links = g_new0(uint8_t, MAX(nl, 1));
-  gboolean ok = TRUE, whole_symmetric = TRUE;
+  gboolean whole_symmetric = TRUE;
   for (int r = 0; ok && r < R; r++)
     for (int k = 0; ok && k < K; k++) {
       if (r == 0 && k == 0)
@@ -431,7 +473,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
           continue;
         for (guint q = 0; q < part->len; q++) {
           FlowAt at = g_array_index(part, FlowAt, q);
-          SimTask sh = g_array_index(sim_taskgraph_block(tg, at.block)->tasks, SimTask, at.index);
+          SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+          SimTask sh = g_array_index(ob->tasks, SimTask, at.index);
           sh.device = fold_map(f, at.a, r, k, ranks);
           sh.peer = fold_map(f, at.b, r, k, ranks);
           if (sh.coll >= 0) {
@@ -452,7 +495,28 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
             }
             g_hash_table_add(made, kb);
           }
-          SimTaskRef sr = sim_taskgraph_add(tg, shadow_block, &sh);
+          SimTaskRef sr;
+          if (sh.n_links) {
+            /* The image of a whole collective's flow: the ring of the images. */
+            int n = sh.n_members;
+            int *mem = g_new(int, n);
+            for (int i = 0; i < n; i++)
+              mem[i] = fold_map(f, g_array_index(ob->extra, int32_t, sh.links_off + sh.n_links + i),
+                                r, k, ranks);
+            GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+            for (int i = 0; i < n; i++) {
+              int hops;
+              const int *rt = sim_machine_route(m, mem[i], mem[(i + 1) % n], &hops);
+              g_array_append_vals(links, rt, (guint)hops);
+            }
+            sr = sim_taskgraph_add_collective_flow(tg, shadow_block, sh.cls, (int *)links->data,
+                                                   (int)links->len, mem, n, sh.bytes, sh.duration,
+                                                   sh.op, sh.mb, sh.coll);
+            g_array_free(links, TRUE);
+            g_free(mem);
+          } else {
+            sr = sim_taskgraph_add(tg, shadow_block, &sh);
+          }
           for (guint j = 0; preds[q] && j < preds[q]->len; j++)
             sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
         }

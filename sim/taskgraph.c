@@ -45,6 +45,7 @@ static void block_destroy(SimTaskBlock *b)
 {
   sem_clear(b);
   g_array_free(b->sem, TRUE);
+  g_array_free(b->extra, TRUE);
   g_array_free(b->tasks, TRUE);
   g_array_free(b->edges, TRUE);
   g_array_free(b->stream, TRUE);
@@ -62,6 +63,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->task);
   g_free(tg->succ);
   g_free(tg->stream);
+  g_free(tg->extra);
   g_free(tg->stream_off);
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
@@ -83,6 +85,7 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
   b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
   b->sem = g_array_new(FALSE, FALSE, sizeof(SimTaskSem));
+  b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
   b->live = TRUE;
   g_ptr_array_add(tg->blocks, b);
   return (int)tg->blocks->len - 1;
@@ -94,6 +97,7 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->tasks, 0);
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
+  g_array_set_size(b->extra, 0);
   sem_clear(b);
   tg->dirty = TRUE;
 }
@@ -126,6 +130,23 @@ void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t 
   SimStreamEntry e = { key, device, index };
   g_array_append_val(b->stream, e);
   tg->dirty = TRUE;
+}
+
+SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
+                                             const int *links, int n_links, const int *members,
+                                             int n, double bytes, double latency, int op, int mb,
+                                             int coll)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  SimTask t = sim_task_flow(cls, members[0], members[n > 1 ? 1 : 0], bytes, op, mb);
+  t.duration = latency;
+  t.coll = coll;
+  t.links_off = (int32_t)b->extra->len;
+  t.n_links = (uint16_t)n_links;
+  t.n_members = (uint16_t)n;
+  g_array_append_vals(b->extra, links, (guint)n_links);
+  g_array_append_vals(b->extra, members, (guint)n);
+  return sim_taskgraph_add(tg, block, &t);
 }
 
 void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem)
@@ -187,10 +208,31 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   g_free(tg->task);
   tg->task = g_new(SimTask, n > 0 ? n : 1);
   tg->n_tasks = n;
+  size_t n_extra = 0;
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
-    if (b->live && b->tasks->len)
+    if (b->live)
+      n_extra += b->extra->len;
+  }
+  g_free(tg->extra);
+  tg->extra = g_new(int32_t, n_extra > 0 ? n_extra : 1);
+  n_extra = 0;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live)
+      continue;
+    if (b->tasks->len)
       memcpy(tg->task + b->offset, b->tasks->data, b->tasks->len * sizeof(SimTask));
+    if (b->extra->len) {
+      memcpy(tg->extra + n_extra, b->extra->data, b->extra->len * sizeof(int32_t));
+      /* Collective flows point into their block's extra array: rebase them. */
+      for (guint k = 0; k < b->tasks->len; k++) {
+        SimTask *t = &tg->task[b->offset + k];
+        if (t->kind == SIM_TASK_FLOW && t->n_links)
+          t->links_off += (int32_t)n_extra;
+      }
+      n_extra += b->extra->len;
+    }
   }
   for (int t = 0; t < n; t++) {
     tg->task[t].n_pred = 0;

@@ -37,7 +37,7 @@ const char *sim_task_class_name(SimTaskClass c);
 typedef struct {
   uint8_t kind;        /* SimTaskKind                                                 */
   uint8_t cls;         /* SimTaskClass                                                */
-  uint16_t pad;
+  uint16_t n_links;    /* a collective's flow: the links it crosses (0 for a pair)    */
   int32_t device;      /* compute, delay: the device; flow: the source; nop: -1        */
   int32_t peer;        /* flow: the destination device                                */
   int32_t op;          /* the operator, or -1                                         */
@@ -48,6 +48,9 @@ typedef struct {
   int64_t mem_alloc;   /* bytes allocated on @device when the task starts              */
   int64_t mem_free;    /* bytes released on @device when the task ends                 */
   int32_t coll;        /* flows of a collective: its id in the task graph, or -1       */
+  uint16_t n_members;  /* a collective's flow: its devices, after its links in extra   */
+  uint16_t pad;
+  int32_t links_off;   /* a collective's flow: its links (then members) in extra        */
   /* Filled by assembly: */
   int32_t n_pred;
   int32_t succ_off;    /* into SimTaskGraph.succ                                      */
@@ -101,6 +104,7 @@ typedef struct {
   GArray *sem;         /* SimTaskSem, when the lowering records meanings                */
   GArray *edges;       /* SimTaskEdge: dependencies this block declares                */
   GArray *stream;      /* SimStreamEntry                                              */
+  GArray *extra;       /* int32: link and member lists of collectives' flows           */
   gboolean live;       /* FALSE for a block slot that is free                          */
   int32_t offset;      /* first global task id, after assembly                          */
 } SimTaskBlock;
@@ -116,6 +120,7 @@ typedef struct {
   int32_t *succ;       /* successor ids, by task.succ_off                              */
   int n_succ_total;
   int32_t *stream;     /* compute task ids per device in run order                      */
+  int32_t *extra;      /* the blocks' extra arrays, one after the other                 */
   int32_t *stream_off; /* n_devices + 1 entries                                       */
   gboolean dirty;      /* blocks changed since the last assembly                        */
   /* The devices of every collective, by id, when tracked (folding needs them). */
@@ -151,6 +156,22 @@ static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
 
 /* Records what task @index of @block means (the record's pointers are taken). */
 void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem);
+
+/* Appends a flow of a whole collective to @block: @bytes per member over the @n_links
+ * links of @links (each once), after @latency, for the @n members @members. */
+SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
+                                             const int *links, int n_links, const int *members,
+                                             int n, double bytes, double latency, int op, int mb,
+                                             int coll);
+/* The links and members of a collective's flow, after assembly. */
+static inline const int32_t *sim_task_links(const SimTaskGraph *tg, const SimTask *t)
+{
+  return tg->extra + t->links_off;
+}
+static inline const int32_t *sim_task_members(const SimTaskGraph *tg, const SimTask *t)
+{
+  return tg->extra + t->links_off + t->n_links;
+}
 
 /* Task constructors. */
 SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb,
@@ -316,6 +337,7 @@ struct _SimReport {
   /* The timeline, when kept: */
   int64_t n_records;
   SimTask *tasks;
+  int32_t *extra;             /* links and members of collectives' flows                */
   double *start, *end;
 };
 

@@ -22,6 +22,16 @@ static void put_escaped(FILE *f, const char *s)
   fputc('"', f);
 }
 
+/* The links a flow crosses: its route, or a whole collective's own list. */
+static const int *flow_links(const SimReport *r, const SimTask *t, int *n)
+{
+  if (t->n_links) {
+    *n = t->n_links;
+    return r->extra + t->links_off;
+  }
+  return sim_machine_route(r->machine, t->device, t->peer, n);
+}
+
 static void meta(FILE *f, gboolean *first, const char *what, int pid, int tid, const char *name)
 {
   fprintf(f, "%s\n{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
@@ -70,7 +80,7 @@ gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **e
     if (t->kind != SIM_TASK_FLOW || t->device == t->peer || r->start[i] < 0)
       continue;
     int hops;
-    const int *links = sim_machine_route(m, t->device, t->peer, &hops);
+    const int *links = flow_links(r, t, &hops);
     for (int h = 0; h < hops; h++)
       used[links[h]] = 1;
   }
@@ -107,17 +117,24 @@ gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **e
     }
     if (t->device == t->peer)
       continue;
-    /* A flow: on its source GPU's communication track and on every link it crosses. */
-    g_autofree char *nm = g_strdup_printf("%s %d->%d", cls, t->device, t->peer);
-    fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":", cls);
-    put_escaped(f, nm);
-    fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%.0f,\"op\":",
-            sim_machine_device_node(m, t->device),
-            2 * sim_machine_device_local_rank(m, t->device) + 1, ts, dur, t->bytes);
-    put_escaped(f, opname);
-    fprintf(f, ",\"mb\":%d}}", t->mb);
+    /* A flow: on its source GPU's communication track and on every link it crosses; a
+     * whole collective on every member's. */
+    g_autofree char *nm = t->n_links
+                            ? g_strdup_printf("%s over %d GPUs", cls, t->n_members)
+                            : g_strdup_printf("%s %d->%d", cls, t->device, t->peer);
+    int n_src = t->n_links ? t->n_members : 1;
+    for (int k = 0; k < n_src; k++) {
+      int dev = t->n_links ? r->extra[t->links_off + t->n_links + k] : t->device;
+      fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":", cls);
+      put_escaped(f, nm);
+      fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%.0f,\"op\":",
+              sim_machine_device_node(m, dev), 2 * sim_machine_device_local_rank(m, dev) + 1, ts,
+              dur, t->bytes);
+      put_escaped(f, opname);
+      fprintf(f, ",\"mb\":%d}}", t->mb);
+    }
     int hops;
-    const int *links = sim_machine_route(m, t->device, t->peer, &hops);
+    const int *links = flow_links(r, t, &hops);
     for (int h = 0; h < hops; h++) {
       fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"link\",\"name\":");
       put_escaped(f, nm);

@@ -168,11 +168,12 @@ static void check_collective(SimCollKind kind, SimDetail detail, int n, double S
   cr_assert_float_eq(t, expect, expect * 1e-9, "n=%d detail=%d: %g vs %g", n, detail, t, expect);
   cr_assert_float_eq(sim_collective_time(machine, kind, SIM_ALLREDUCE_RING, &cp, dev, n, S),
                      expect, expect * 1e-9);
-  /* Every byte sent arrives: the flows carry steps * S / n per rank. */
+  /* Every byte sent arrives: the flows carry steps * S / n per rank (a whole
+   * collective's one flow carries it for each of its members). */
   double sent = 0;
   for (int i = 0; i < tg->n_tasks; i++)
     if (tg->task[i].kind == SIM_TASK_FLOW) {
-      sent += tg->task[i].bytes;
+      sent += tg->task[i].bytes * (tg->task[i].n_links ? tg->task[i].n_members : 1);
       cr_assert_geq(tl.end[i], tl.start[i]);
     }
   cr_assert_float_eq(sent, steps * S, S * 1e-9);
@@ -187,6 +188,7 @@ Test(engine, ring_allreduce_closed_form)
   for (int n = 2; n <= 8; n++) {
     check_collective(SIM_COLL_ALLREDUCE, SIM_DETAIL_STEPS, n, 1e9, 2 * (n - 1));
     check_collective(SIM_COLL_ALLREDUCE, SIM_DETAIL_FLOWS, n, 1e9, 2 * (n - 1));
+    check_collective(SIM_COLL_ALLREDUCE, SIM_DETAIL_COLLECTIVE, n, 1e9, 2 * (n - 1));
   }
   cr_assert_float_eq(ring_closed_form(8, 1e9, 14), 14 * 5e-6 + 1.75e-2, 1e-12);
 }
@@ -197,6 +199,7 @@ Test(engine, reduce_scatter_and_all_gather_closed_form)
   for (int n = 2; n <= 8; n++) {
     check_collective(SIM_COLL_REDUCE_SCATTER, SIM_DETAIL_STEPS, n, 2e8, n - 1);
     check_collective(SIM_COLL_ALLGATHER, SIM_DETAIL_FLOWS, n, 2e8, n - 1);
+    check_collective(SIM_COLL_ALLGATHER, SIM_DETAIL_COLLECTIVE, n, 2e8, n - 1);
   }
 }
 

@@ -416,9 +416,9 @@ Test(properties, random_strategies_keep_the_invariants)
 /* ---------------------------------------------------------------------------------- */
 /* Folding                                                                              */
 
-static void check_fold(const char *machine, const char *model, const char *params, int dp,
-                       int tp, int pp, int mbs, SimSchedule sched, int chunks,
-                       SimRecompute rc, const char *expect_fold)
+static void check_fold_at(SimDetail detail, const char *machine, const char *model,
+                          const char *params, int dp, int tp, int pp, int mbs, SimSchedule sched,
+                          int chunks, SimRecompute rc, const char *expect_fold)
 {
   g_autoptr(SimGraph) g = zoo(model, params);
   sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
@@ -436,6 +436,7 @@ static void check_fold(const char *machine, const char *model, const char *param
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
+  o.detail = detail;
   g_autoptr(SimReport) folded = sim_simulate(g, m, s, NULL, &o, &error);
   cr_assert_not_null(folded, "%s", error ? error->message : "");
   o.fold = FALSE;
@@ -456,6 +457,16 @@ static void check_fold(const char *machine, const char *model, const char *param
     cr_assert_float_eq(sim_report_compute_time(folded, d), sim_report_compute_time(full, d),
                        1e-9 * b);
   }
+}
+
+static void check_fold(const char *machine, const char *model, const char *params, int dp,
+                       int tp, int pp, int mbs, SimSchedule sched, int chunks,
+                       SimRecompute rc, const char *expect_fold)
+{
+  check_fold_at(SIM_DETAIL_FLOWS, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
+                expect_fold);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
+                expect_fold);
 }
 
 Test(folding, equals_the_unfolded_simulation)
