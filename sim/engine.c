@@ -2,8 +2,8 @@
  *
  * Events sit in a binary min-heap ordered by (time, sequence number), so events due at
  * the same time run in the order they were scheduled and every run is reproducible
- * (libuv's timer heap).  Each event remembers its heap position, so a flow whose rate
- * changes moves its end event in O(log n).
+ * (libuv's timer heap).  A flow whose rate changes gets a new end event; the old one is
+ * dropped when it surfaces.
  *
  * Resources: one compute stream per device runs its compute tasks one at a time, in the
  * stream order the lowering chose (a CUDA stream runs kernels in issue order); flows move
@@ -17,30 +17,29 @@
 
 typedef enum { EV_END, EV_FLOW_START, EV_FLOW_END } EventType;
 
+/* Events live in the heap by value.  A flow whose rate changes gets a new end event and a
+ * new version; the old event stays in the heap and is dropped when it comes out (lazy
+ * deletion), which keeps the heap a plain array of values. */
 typedef struct {
   double time;
   uint64_t seq;
   int32_t task;
   int32_t type;
-  int32_t heap_pos;   /* -1 when not in the heap */
+  uint32_t version;
+  uint32_t pad;
 } Event;
 
 struct _SimEngine {
   SimMachine *machine;
   SimNet *net;
-  /* event pool and heap */
-  Event *ev;
-  int n_ev, cap_ev;
-  int32_t *free_ev;
-  int n_free_ev, cap_free_ev;
-  int32_t *heap;
+  Event *heap;
   int n_heap, cap_heap;
   uint64_t seq;
   /* per-task state, sized for the last graph */
   int cap_tasks;
   int32_t *preds_left;
   int32_t *flow_slot;
-  int32_t *flow_event;
+  uint32_t *flow_ver;     /* the version of a flow's live end event; 0: none */
   const SimRoute **flow_route;
   double *ready_time;
   uint8_t *ready;
@@ -67,99 +66,46 @@ static inline gboolean ev_less(const Event *a, const Event *b)
   return a->seq < b->seq;
 }
 
-static void heap_swap(SimEngine *e, int i, int j)
+static void schedule_v(SimEngine *e, double time, int task, EventType type, uint32_t version)
 {
-  int32_t a = e->heap[i], b = e->heap[j];
-  e->heap[i] = b;
-  e->heap[j] = a;
-  e->ev[b].heap_pos = i;
-  e->ev[a].heap_pos = j;
-}
-
-static void sift_up(SimEngine *e, int i)
-{
-  while (i > 0) {
-    int p = (i - 1) / 2;
-    if (!ev_less(&e->ev[e->heap[i]], &e->ev[e->heap[p]]))
-      break;
-    heap_swap(e, i, p);
-    i = p;
-  }
-}
-
-static void sift_down(SimEngine *e, int i)
-{
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < e->n_heap && ev_less(&e->ev[e->heap[l]], &e->ev[e->heap[m]]))
-      m = l;
-    if (r < e->n_heap && ev_less(&e->ev[e->heap[r]], &e->ev[e->heap[m]]))
-      m = r;
-    if (m == i)
-      break;
-    heap_swap(e, i, m);
-    i = m;
-  }
-}
-
-static int32_t event_alloc(SimEngine *e)
-{
-  if (e->n_free_ev)
-    return e->free_ev[--e->n_free_ev];
-  if (e->n_ev == e->cap_ev) {
-    e->cap_ev = e->cap_ev ? e->cap_ev * 2 : 1024;
-    e->ev = g_renew(Event, e->ev, e->cap_ev);
-  }
-  return e->n_ev++;
-}
-
-static void event_release(SimEngine *e, int32_t id)
-{
-  if (e->n_free_ev == e->cap_free_ev) {
-    e->cap_free_ev = e->cap_free_ev ? e->cap_free_ev * 2 : 1024;
-    e->free_ev = g_renew(int32_t, e->free_ev, e->cap_free_ev);
-  }
-  e->free_ev[e->n_free_ev++] = id;
-}
-
-static int32_t schedule(SimEngine *e, double time, int task, EventType type)
-{
-  int32_t id = event_alloc(e);
-  Event *ev = &e->ev[id];
-  ev->time = time;
-  ev->seq = e->seq++;
-  ev->task = task;
-  ev->type = type;
   if (e->n_heap == e->cap_heap) {
     e->cap_heap = e->cap_heap ? e->cap_heap * 2 : 1024;
-    e->heap = g_renew(int32_t, e->heap, e->cap_heap);
+    e->heap = g_renew(Event, e->heap, e->cap_heap);
   }
-  ev->heap_pos = e->n_heap;
-  e->heap[e->n_heap++] = id;
-  sift_up(e, ev->heap_pos);
-  return id;
+  Event ev = { time, e->seq++, task, type, version, 0 };
+  int i = e->n_heap++;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (!ev_less(&ev, &e->heap[p]))
+      break;
+    e->heap[i] = e->heap[p];
+    i = p;
+  }
+  e->heap[i] = ev;
 }
 
-static void reschedule(SimEngine *e, int32_t id, double time)
+static inline void schedule(SimEngine *e, double time, int task, EventType type)
 {
-  Event *ev = &e->ev[id];
-  double old = ev->time;
-  ev->time = time;
-  ev->seq = e->seq++;
-  if (time < old)
-    sift_up(e, ev->heap_pos);
-  else
-    sift_down(e, ev->heap_pos);
+  schedule_v(e, time, task, type, 0);
 }
 
-static int32_t heap_pop(SimEngine *e)
+static Event heap_pop(SimEngine *e)
 {
-  int32_t top = e->heap[0];
-  heap_swap(e, 0, e->n_heap - 1);
-  e->n_heap--;
-  if (e->n_heap > 0)
-    sift_down(e, 0);
-  e->ev[top].heap_pos = -1;
+  Event top = e->heap[0];
+  Event last = e->heap[--e->n_heap];
+  int n = e->n_heap, i = 0;
+  for (;;) {
+    int l = 2 * i + 1;
+    if (l >= n)
+      break;
+    int c = l + 1 < n && ev_less(&e->heap[l + 1], &e->heap[l]) ? l + 1 : l;
+    if (!ev_less(&e->heap[c], &last))
+      break;
+    e->heap[i] = e->heap[c];
+    i = c;
+  }
+  if (n > 0)
+    e->heap[i] = last;
   return top;
 }
 
@@ -184,12 +130,10 @@ void sim_engine_free(SimEngine *e)
   if (!e)
     return;
   sim_net_free(e->net);
-  g_free(e->ev);
-  g_free(e->free_ev);
   g_free(e->heap);
   g_free(e->preds_left);
   g_free(e->flow_slot);
-  g_free(e->flow_event);
+  g_free(e->flow_ver);
   g_free(e->flow_route);
   g_free(e->ready_time);
   g_free(e->ready);
@@ -324,11 +268,7 @@ static void complete(SimEngine *e, int32_t t)
 static void on_reschedule(void *user, int task, double end)
 {
   SimEngine *e = user;
-  int32_t id = e->flow_event[task];
-  if (id < 0)
-    e->flow_event[task] = schedule(e, end, task, EV_FLOW_END);
-  else
-    reschedule(e, id, end);
+  schedule_v(e, end, task, EV_FLOW_END, ++e->flow_ver[task]);
 }
 
 void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
@@ -338,7 +278,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->cap_tasks = n;
     e->preds_left = g_renew(int32_t, e->preds_left, n);
     e->flow_slot = g_renew(int32_t, e->flow_slot, n);
-    e->flow_event = g_renew(int32_t, e->flow_event, n);
+    e->flow_ver = g_renew(uint32_t, e->flow_ver, n);
     e->flow_route = g_renew(const SimRoute *, e->flow_route, n);
     e->ready_time = g_renew(double, e->ready_time, n);
     e->ready = g_renew(uint8_t, e->ready, n);
@@ -354,12 +294,10 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->n_done = 0;
   e->seq = 0;
   e->n_heap = 0;
-  e->n_ev = 0;
-  e->n_free_ev = 0;
   sim_net_reset(e->net);
   for (int t = 0; t < n; t++) {
     e->preds_left[t] = tg->task[t].n_pred;
-    e->flow_event[t] = -1;
+    e->flow_ver[t] = 0;
     e->flow_slot[t] = -1;
     e->ready[t] = 0;
     tl->start[t] = -1;
@@ -379,15 +317,15 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   drain_work(e);
 
   for (;;) {
-    if (e->n_heap == 0 || e->ev[e->heap[0]].time > e->now) {
+    if (e->n_heap == 0 || e->heap[0].time > e->now) {
       /* Every event due now has run: settle the network before time moves on. */
       sim_net_update(e->net, e->now, on_reschedule, e);
     }
     if (e->n_heap == 0)
       break;
-    int32_t id = heap_pop(e);
-    Event ev = e->ev[id];
-    event_release(e, id);
+    Event ev = heap_pop(e);
+    if (ev.type == EV_FLOW_END && ev.version != e->flow_ver[ev.task])
+      continue; /* superseded by a later end of the same flow */
     e->now = ev.time;
     switch (ev.type) {
     case EV_END:
@@ -406,7 +344,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
       break;
     }
     case EV_FLOW_END:
-      e->flow_event[ev.task] = -1;
+      e->flow_ver[ev.task]++;
       sim_net_remove(e->net, e->flow_slot[ev.task], e->now);
       complete(e, ev.task);
       break;

@@ -65,6 +65,11 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->stream);
   g_free(tg->extra);
   g_free(tg->stream_off);
+  if (tg->sorted) {
+    for (int d = 0; d < tg->n_devices; d++)
+      g_array_free(tg->sorted[d], TRUE);
+    g_free(tg->sorted);
+  }
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
   g_free(tg);
@@ -77,6 +82,7 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
     SimTaskBlock *b = tg->blocks->pdata[i];
     if (!b->live) {
       b->live = TRUE;
+      b->changed = TRUE;
       return (int)i;
     }
   }
@@ -87,6 +93,7 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   b->sem = g_array_new(FALSE, FALSE, sizeof(SimTaskSem));
   b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
   b->live = TRUE;
+  b->changed = TRUE;
   g_ptr_array_add(tg->blocks, b);
   return (int)tg->blocks->len - 1;
 }
@@ -99,6 +106,7 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->stream, 0);
   g_array_set_size(b->extra, 0);
   sem_clear(b);
+  b->changed = TRUE;
   tg->dirty = TRUE;
 }
 
@@ -179,23 +187,87 @@ SimTask sim_task_nop(void)
                     .op = -1, .shard = -1, .mb = -1, .coll = -1 };
 }
 
+/* A stream entry by block and index: that order is the order of global ids, so the
+ * streams come out the same whether sorted whole or merged. */
 typedef struct {
   uint64_t key;
-  int32_t id;
-} KeyedId;
+  int32_t block;
+  int32_t index;
+} SortedEntry;
 
-static int keyed_cmp(const void *a, const void *b)
+static int entry_cmp(const void *a, const void *b)
 {
-  const KeyedId *x = a, *y = b;
+  const SortedEntry *x = a, *y = b;
   if (x->key != y->key)
     return x->key < y->key ? -1 : 1;
-  return x->id < y->id ? -1 : x->id > y->id;
+  if (x->block != y->block)
+    return x->block < y->block ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Brings tg->sorted up to date: the entries of unchanged blocks stay where they are, those
+ * of changed blocks are sorted and merged in. */
+static void update_streams(SimTaskGraph *tg)
+{
+  int nd = tg->n_devices;
+  gboolean fresh = tg->sorted == NULL;
+  if (fresh) {
+    tg->sorted = g_new(GArray *, MAX(nd, 1));
+    for (int d = 0; d < nd; d++)
+      tg->sorted[d] = g_array_new(FALSE, FALSE, sizeof(SortedEntry));
+  }
+  GArray **add = g_new0(GArray *, MAX(nd, 1));
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->live || (!fresh && !b->changed))
+      continue;
+    for (guint j = 0; j < b->stream->len; j++) {
+      const SimStreamEntry *se = &g_array_index(b->stream, SimStreamEntry, j);
+      if (!add[se->device])
+        add[se->device] = g_array_new(FALSE, FALSE, sizeof(SortedEntry));
+      SortedEntry e = { se->key, (int32_t)i, se->index };
+      g_array_append_val(add[se->device], e);
+    }
+  }
+  for (int d = 0; d < nd; d++) {
+    GArray *old = tg->sorted[d];
+    /* Drop the entries of changed blocks. */
+    guint k = 0;
+    if (!fresh)
+      for (guint j = 0; j < old->len; j++) {
+        SortedEntry e = g_array_index(old, SortedEntry, j);
+        SimTaskBlock *b = tg->blocks->pdata[e.block];
+        if (!b->changed)
+          g_array_index(old, SortedEntry, k++) = e;
+      }
+    g_array_set_size(old, k);
+    if (!add[d])
+      continue;
+    qsort(add[d]->data, add[d]->len, sizeof(SortedEntry), entry_cmp);
+    GArray *merged = g_array_sized_new(FALSE, FALSE, sizeof(SortedEntry), old->len + add[d]->len);
+    guint a = 0, c = 0;
+    while (a < old->len || c < add[d]->len) {
+      const SortedEntry *x = a < old->len ? &g_array_index(old, SortedEntry, a) : NULL;
+      const SortedEntry *y = c < add[d]->len ? &g_array_index(add[d], SortedEntry, c) : NULL;
+      if (x && (!y || entry_cmp(x, y) <= 0)) {
+        g_array_append_vals(merged, x, 1);
+        a++;
+      } else {
+        g_array_append_vals(merged, y, 1);
+        c++;
+      }
+    }
+    g_array_free(old, TRUE);
+    g_array_free(add[d], TRUE);
+    tg->sorted[d] = merged;
+  }
+  g_free(add);
 }
 
 void sim_taskgraph_assemble(SimTaskGraph *tg)
 {
   /* Global ids: blocks in slot order, tasks in block order. */
-  int n = 0, n_edges = 0, n_stream = 0;
+  int n = 0, n_edges = 0;
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
     b->offset = n;
@@ -203,7 +275,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       continue;
     n += (int)b->tasks->len;
     n_edges += (int)b->edges->len;
-    n_stream += (int)b->stream->len;
   }
   g_free(tg->task);
   tg->task = g_new(SimTask, n > 0 ? n : 1);
@@ -273,40 +344,23 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   g_free(from);
   g_free(to);
 
-  /* Streams: bucket the entries by device, then sort each device's by key. */
+  /* Streams: sorted entries per device, turned into global ids. */
+  update_streams(tg);
   int nd = tg->n_devices;
-  memset(tg->stream_off, 0, (size_t)(nd + 1) * sizeof(int32_t));
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
-    if (!b->live)
-      continue;
-    for (guint j = 0; j < b->stream->len; j++)
-      tg->stream_off[g_array_index(b->stream, SimStreamEntry, j).device + 1]++;
-  }
+  tg->stream_off[0] = 0;
   for (int d = 0; d < nd; d++)
-    tg->stream_off[d + 1] += tg->stream_off[d];
-  KeyedId *buf = g_new(KeyedId, n_stream > 0 ? n_stream : 1);
-  int32_t *fill = g_new0(int32_t, nd > 0 ? (gsize)nd : 1);
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
-    if (!b->live)
-      continue;
-    for (guint j = 0; j < b->stream->len; j++) {
-      SimStreamEntry *se = &g_array_index(b->stream, SimStreamEntry, j);
-      KeyedId *k = &buf[tg->stream_off[se->device] + fill[se->device]++];
-      k->key = se->key;
-      k->id = b->offset + se->index;
+    tg->stream_off[d + 1] = tg->stream_off[d] + (int32_t)tg->sorted[d]->len;
+  g_free(tg->stream);
+  tg->stream = g_new(int32_t, MAX(tg->stream_off[nd], 1));
+  for (int d = 0; d < nd; d++) {
+    const GArray *arr = tg->sorted[d];
+    for (guint j = 0; j < arr->len; j++) {
+      const SortedEntry *se = &g_array_index(arr, SortedEntry, j);
+      tg->stream[tg->stream_off[d] + (int)j] =
+        ((SimTaskBlock *)tg->blocks->pdata[se->block])->offset + se->index;
     }
   }
-  g_free(tg->stream);
-  tg->stream = g_new(int32_t, n_stream > 0 ? n_stream : 1);
-  for (int d = 0; d < nd; d++) {
-    int lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
-    qsort(buf + lo, (size_t)(hi - lo), sizeof(KeyedId), keyed_cmp);
-    for (int k = lo; k < hi; k++)
-      tg->stream[k] = buf[k].id;
-  }
-  g_free(buf);
-  g_free(fill);
+  for (guint i = 0; i < tg->blocks->len; i++)
+    ((SimTaskBlock *)tg->blocks->pdata[i])->changed = FALSE;
   tg->dirty = FALSE;
 }

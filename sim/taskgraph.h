@@ -106,6 +106,7 @@ typedef struct {
   GArray *stream;      /* SimStreamEntry                                              */
   GArray *extra;       /* int32: link and member lists of collectives' flows           */
   gboolean live;       /* FALSE for a block slot that is free                          */
+  gboolean changed;    /* cleared, rebuilt or freed since the last assembly             */
   int32_t offset;      /* first global task id, after assembly                          */
 } SimTaskBlock;
 
@@ -123,6 +124,9 @@ typedef struct {
   int32_t *extra;      /* the blocks' extra arrays, one after the other                 */
   int32_t *stream_off; /* n_devices + 1 entries                                       */
   gboolean dirty;      /* blocks changed since the last assembly                        */
+  /* The streams of the last assembly, sorted (SortedEntry arrays per device): a later
+   * assembly merges in only the entries of changed blocks. */
+  GArray **sorted;
   /* The devices of every collective, by id, when tracked (folding needs them). */
   gboolean track_collectives;
   GPtrArray *coll_devs;  /* GArray of int, or NULL when not tracked                    */
