@@ -1,0 +1,233 @@
+/* bench-sim.c — the simulator's speed and memory, as a table.
+ *
+ * Not a test: it asserts nothing about time.  Each large case runs in a child process so
+ * that its peak resident memory is its own (getrusage of the child).  Run it with
+ *   meson test -C build --benchmark --suite bench --verbose
+ * or directly: build/tests/bench-sim [--quick]. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "taskgraph.h"
+
+static gboolean quick;
+
+static double now(void)
+{
+  return (double)g_get_monotonic_time() / 1e6;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+  qsort(v, (size_t)n, sizeof(double), dbl_cmp);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static SimGraph *model(const char *name, const char *params, SimDType dt)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  GError *error = NULL;
+  if (params && !sim_model_params_parse(p, params, &error))
+    g_error("%s", error->message);
+  SimGraph *g = sim_zoo_build(name, p, &error);
+  if (!g)
+    g_error("%s", error->message);
+  sim_graph_set_float_dtype(g, dt);
+  return g;
+}
+
+static SimMachine *machine(const char *name)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load(name, &error);
+  if (!m)
+    g_error("%s", error->message);
+  return m;
+}
+
+/* ---- one full simulation in a child process: time, tasks and peak memory ---- */
+
+typedef struct {
+  double seconds;
+  double iteration;
+  int64_t tasks;
+  char folding[64];
+} ChildResult;
+
+static void run_child(const char *label, const char *mname, const char *gname,
+                      const char *params, int dp, int tp, int pp, int64_t mbs, SimDetail detail,
+                      SimRecompute rc)
+{
+  int fds[2];
+  if (pipe(fds) != 0)
+    g_error("pipe failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    g_autoptr(SimGraph) g = model(gname, params, SIM_DTYPE_FP16);
+    g_autoptr(SimMachine) m = machine(mname);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = dp;
+    mo.tp = tp;
+    mo.pp = pp;
+    mo.microbatch_size = mbs;
+    mo.memory.recompute = rc;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    if (!s)
+      g_error("%s", error->message);
+    SimOptions o = sim_options_default();
+    o.detail = detail;
+    double t0 = now();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+    double t1 = now();
+    if (!r)
+      g_error("%s", error->message);
+    ChildResult res = { t1 - t0, sim_report_iteration_time(r), sim_report_n_tasks(r), "" };
+    g_strlcpy(res.folding, sim_report_folding(r), sizeof res.folding);
+    if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res)
+      _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  ChildResult res;
+  memset(&res, 0, sizeof res);
+  ssize_t got = read(fds[0], &res, sizeof res);
+  close(fds[0]);
+  int status;
+  struct rusage ru;
+  wait4(pid, &status, 0, &ru);
+  if (got != (ssize_t)sizeof res || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    printf("| %-44s | failed |\n", label);
+    return;
+  }
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6;
+  printf("| %-44s | %10" G_GINT64_FORMAT " | %8.2f s | %8.2f s | %8.2f GiB | %9.3f s | %s |\n",
+         label, res.tasks, res.seconds, cpu, ru.ru_maxrss / 1048576.0, res.iteration, res.folding);
+  fflush(stdout);
+}
+
+/* ---- the engine's speed in tasks per second ---- */
+
+static void engine_rate(void)
+{
+  g_autoptr(SimGraph) g = model("inception-v3", "batch=512", SIM_DTYPE_FP16);
+  g_autoptr(SimMachine) m = machine("dgx-a100:8");
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 64, &error);
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(NULL);
+  SimLowering *lw = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+  double t0 = now();
+  sim_lowering_build(lw);
+  SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+  sim_taskgraph_assemble(tg);
+  double t1 = now();
+  SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+  SimTimeline tl = { 0 };
+  int reps = quick ? 5 : 21;
+  double *v = g_new(double, reps);
+  for (int i = 0; i < reps; i++) {
+    double a = now();
+    sim_engine_run(e, tg, &tl);
+    v[i] = now() - a;
+  }
+  double med = median(v, reps);
+  printf("| engine: inception-v3, data parallel, 64 GPUs   | %10d tasks | lowering %.3f s | "
+         "engine %.4f s (median of %d) | %.2f M tasks/s |\n",
+         tg->n_tasks, t1 - t0, med, reps, tg->n_tasks / med / 1e6);
+  g_free(v);
+  sim_timeline_clear(&tl);
+  sim_engine_free(e);
+  sim_lowering_free(lw);
+}
+
+/* ---- delta against full simulation after single-operator changes ---- */
+
+static void delta_vs_full(const char *gname, const char *params)
+{
+  g_autoptr(SimGraph) g = model(gname, params, SIM_DTYPE_FP16);
+  g_autoptr(SimMachine) m = machine("dgx-a100:8");
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 64, &error);
+  SimOptions o = sim_options_default();
+  g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(NULL);
+  SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+  sim_session_run(ss);
+  GRand *rng = g_rand_new_with_seed(1);
+  int want = quick ? 7 : 25, got = 0;
+  double *td = g_new(double, want), *tf = g_new(double, want), *ratio = g_new(double, want);
+  int n = sim_graph_n_ops(g), mismatches = 0;
+  while (got < want) {
+    /* A single operator gets a random data-parallel degree over the first devices, as an
+     * MCMC proposal does. */
+    int x = g_rand_int_range(rng, 0, n);
+    if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
+      continue;
+    int deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, devs[64];
+    int k = 1 << g_rand_int_range(rng, 0, 7);
+    if (sim_graph_op_dim_size(g, x, 0) % k)
+      continue;
+    deg[0] = k;
+    for (int i = 0; i < k; i++)
+      devs[i] = i;
+    if (!sim_session_set_op(ss, x, deg, devs, NULL))
+      continue;
+    double a = now();
+    double t_delta = sim_session_run(ss);
+    double b = now();
+    g_autoptr(SimReport) r = sim_simulate(g, m, sim_session_get_strategy(ss), c, &o, &error);
+    double d = now();
+    if (!r || sim_report_iteration_time(r) != t_delta)
+      mismatches++;
+    td[got] = b - a;
+    tf[got] = d - b;
+    ratio[got] = tf[got] / td[got];
+    got++;
+  }
+  double mf = median(tf, want), md = median(td, want), mr = median(ratio, want);
+  double lo = ratio[0]; /* sorted by median() */
+  printf("| delta vs full: %-12s on 64 GPUs | %d changes | full %.4f s | delta %.4f s | "
+         "ratio %.1fx (median; min %.1fx) | %d mismatches |\n",
+         gname, want, mf, md, mr, lo, mismatches);
+  g_free(td);
+  g_free(tf);
+  g_free(ratio);
+  g_rand_free(rng);
+  sim_session_free(ss);
+}
+
+int main(int argc, char **argv)
+{
+  quick = argc > 1 && !strcmp(argv[1], "--quick");
+  printf("parasol simulator benchmark (%s)\n\n", quick ? "quick" : "full");
+  printf("| case | tasks | simulation wall time | process CPU time | peak RSS | predicted iteration "
+         "| folding |\n|---|---|---|---|---|---|---|\n");
+  run_child("gpt3-175b, 1,024 A100, TP8 PP16 DP8, 1F1B (collective)", "dgx-a100:128",
+            "gpt3-175b", "vocab=51200,batch=1536", 8, 8, 16, 1, SIM_DETAIL_COLLECTIVE,
+            SIM_RECOMPUTE_FULL);
+  if (!quick)
+    run_child("gpt3-175b, 1,024 A100, TP8 PP16 DP8, 1F1B (flows)", "dgx-a100:128", "gpt3-175b",
+              "vocab=51200,batch=1536", 8, 8, 16, 1, SIM_DETAIL_FLOWS, SIM_RECOMPUTE_FULL);
+  run_child("resnet-50, data parallel, 64 A100", "dgx-a100:8", "resnet-50", "batch=2048", 64, 1,
+            1, 32, SIM_DETAIL_FLOWS, SIM_RECOMPUTE_NONE);
+  printf("\n");
+  engine_rate();
+  printf("\n");
+  delta_vs_full("inception-v3", "batch=512");
+  delta_vs_full("bert-large", "batch=256,seq=128");
+  return 0;
+}
