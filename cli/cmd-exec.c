@@ -64,7 +64,7 @@ int cmd_exec(int argc, char **argv)
   if (check && !cli_exec_setup_reference(&ref, &e, &eo, &error))
     goto fail;
   printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
-         sim_machine_get_name(e.pb.machine), sim_plan_n_devices(e.plan),
+         sim_machine_get_name(e.pb.machine), cli_exec_devices_used(e.plan),
          exec_backend_get_name(e.backend));
   printf("%-6s %14s %12s\n", "step", "loss", "time");
   for (int k = 0; k < eo.steps; k++) {

@@ -211,7 +211,7 @@ int cmd_validate(int argc, char **argv)
   double pred_total = sim_report_iteration_time(rep), meas_total = exec_run_step_time(e.run);
   printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
          sim_graph_get_name(e.pb.graph), sim_machine_get_name(e.pb.machine),
-         sim_plan_n_devices(e.plan), sim_machine_device_spec(e.pb.machine, 0)->name,
+         cli_exec_devices_used(e.plan), sim_machine_device_spec(e.pb.machine, 0)->name,
          exec_backend_get_name(e.backend), eo.steps);
   printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
   if (!(csv = open_out(csv_path, &error)))

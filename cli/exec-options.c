@@ -129,3 +129,11 @@ int cli_exec_report_error(GError *error)
   }
   return cli_report_error(error);
 }
+
+int cli_exec_devices_used(const SimPlan *p)
+{
+  int n = 0;
+  for (int d = 0; d < sim_plan_n_devices(p); d++)
+    n += sim_plan_stream_length(p, d) > 0;
+  return n;
+}

@@ -42,3 +42,5 @@ void cli_exec_clear(CliExec *e);
 ExecOptions cli_exec_run_options(const CliExecOptions *o);
 /* Like cli_report_error(), with a back end's failure a failure of the work (status 1). */
 int cli_exec_report_error(GError *error);
+/* The devices of the machine that the plan gives work to. */
+int cli_exec_devices_used(const SimPlan *p);

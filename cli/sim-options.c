@@ -1,5 +1,6 @@
 /* sim-options.c — parsing the plan and simulation options shared by several commands. */
 #include "sim-options.h"
+#include "parasol-profile.h"
 
 #include <string.h>
 
@@ -30,6 +31,8 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
     { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
+    { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
+    { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
     { NULL },
   };
   GOptionGroup *g = g_option_group_new("plan", "Plan and simulation options:",
@@ -96,6 +99,15 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
   }
   SimRooflineParams rp = sim_roofline_params_default();
   pb->cost = sim_cost_model_new_roofline(&rp);
+  if (p->profile) {
+    ProfileDb *db = profile_db_load(p->profile, error);
+    if (!db) {
+      cli_problem_clear(pb);
+      return FALSE;
+    }
+    pb->cost = profile_cost_model_new(db, p->profile_gpu, pb->cost);
+    profile_db_free(db);
+  }
   return TRUE;
 }
 

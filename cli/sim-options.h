@@ -11,12 +11,14 @@ typedef struct {
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, no_fold;
   double coll_efficiency, coll_latency_us;
+  char *profile, *profile_gpu;  /* a profile database for the cost model              */
 } CliPlanOptions;
 
 void cli_plan_options_init(CliPlanOptions *p);
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
- * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --coll-latency-us). */
+ * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --coll-latency-us,
+ * --profile, --profile-gpu). */
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
 
 /* A model on a machine with a cost model, as the options describe them. */
@@ -26,8 +28,9 @@ typedef struct {
   SimCostModel *cost;
 } CliProblem;
 
-/* Loads the model (--global-batch sets its batch), the machine and the cost model, and
- * gives the graph the plan's compute precision. */
+/* Loads the model (--global-batch sets its batch), the machine and the cost model (the
+ * roofline, under the profile database of --profile when given), and gives the graph the
+ * plan's compute precision. */
 gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
                           const CliPlanOptions *p, GError **error);
 void cli_problem_clear(CliProblem *pb);

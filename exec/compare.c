@@ -51,9 +51,10 @@ gboolean exec_run_compare(ExecRun *run, ExecRun *reference, ExecDiff *out, GErro
   for (int pass = 0; pass < 2; pass++) {
     double worst = -1;
     for (int op = 0; op < sim_graph_n_ops(g); op++) {
-      if (sim_graph_op_weight_owner(g, op) != op)
-        continue;
-      for (int i = 0; i < sim_graph_op_n_weights(g, op); i++) {
+      /* An op's own weights: all of them, or those beside the ones it shares. */
+      int owner = sim_graph_op_weight_owner(g, op);
+      int first = owner == op ? 0 : sim_graph_op_n_weights(g, owner);
+      for (int i = first; i < sim_graph_op_n_weights(g, op); i++) {
         SimShape s = sim_graph_op_weight_shape(g, op, i);
         int64_t n = sim_shape_numel(&s);
         g_autofree float *a = g_new(float, MAX(n, 1));

@@ -228,6 +228,17 @@ static gboolean describe_ops(Ctx *x)
     for (int i = 0; i < o->n_in; i++)
       o->in_partial[i] = partial_over(g, c->s, op, SIM_TENSOR_INPUT, i);
     o->ce_split = o->type == SIM_OP_CROSS_ENTROPY && o->out_partial[0];
+    /* Integer tensors (token ids, labels) are read only by the ops that look them up. */
+    for (int i = 0; i < o->n_in; i++) {
+      SimDType dt = sim_graph_tensor_dtype(g, sim_graph_op_input(g, op, i));
+      gboolean reader = o->type == SIM_OP_EMBEDDING || (o->type == SIM_OP_CROSS_ENTROPY && i == 1);
+      if (!is_float_dtype(dt) && !reader)
+        return fail(x, EXEC_ERROR_UNSUPPORTED,
+                    "op '%s' (%s) computes on integer tensor '%s': the executor's kernels "
+                    "compute on floating-point data",
+                    sim_graph_op_name(g, op), sim_op_type_name(o->type),
+                    sim_graph_tensor_name(g, sim_graph_op_input(g, op, i)));
+    }
     /* A function applied to a partial sum is not the function of the sum. */
     if (o->n_out > 0 && o->out_partial[0] && fused_nonlinear(g, op))
       return fail(x, EXEC_ERROR_UNSUPPORTED,
@@ -842,41 +853,30 @@ static void emit_update_region(Ctx *x, int d, const ExecWeightSlot *slot, const 
   emit(x, d, &m);
 }
 
+/* An update applies the summed gradient to the weight regions of its own shard, each
+ * region once per device (shards of a data-parallel group on one device share it), after
+ * that shard's synchronization; under ZeRO-1 only this device's part of the region. */
 static void emit_update(Ctx *x, int task, int op, int sh)
 {
   ExecCompiled *c = x->c;
   const OpInfo *o = &x->ops[op];
   int d = o->dev[sh];
   emit_time(x, d, task, TRUE);
-  if (first_time(x, SEEN_UPDATE, op, 0, 0, d, NULL)) {
-    for (guint k = 0; k < c->slots->len; k++) {
-      const ExecWeightSlot *slot = &g_array_index(c->slots, ExecWeightSlot, k);
-      if (slot->holder != op || slot->device != d)
-        continue;
-      int i = slot->weight;
-      /* Every distinct region the device's shards hold, each once; under ZeRO-1 only
-       * this device's part of a region synchronized by reduce-scatter. */
-      GArray *done = g_array_new(FALSE, FALSE, sizeof(SimRegion));
-      for (int s2 = 0; s2 < o->n_shards; s2++) {
-        if (o->dev[s2] != d)
-          continue;
-        const SimRegion *r = &o->w_reg[s2 * o->n_w + i];
-        gboolean dup = FALSE;
-        for (guint q = 0; q < done->len && !dup; q++)
-          dup = region_equal(&g_array_index(done, SimRegion, q), r);
-        if (dup)
-          continue;
-        g_array_append_vals(done, r, 1);
-        int64_t n = sim_region_volume(r), plo = 0, phi = n;
-        ExecWeightGroup *gr = i < o->n_shared ? NULL : group_of(x, op, s2);
-        if (gr && gr->sharded) {
-          int k2 = rank_in(gr->devices, gr->n_devices, d);
-          exec_part_range(n, gr->n_devices, k2, &plo, &phi);
-        }
-        emit_update_region(x, d, slot, r, plo, phi);
-      }
-      g_array_free(done, TRUE);
+  for (guint k = 0; k < c->slots->len; k++) {
+    const ExecWeightSlot *slot = &g_array_index(c->slots, ExecWeightSlot, k);
+    if (slot->holder != op || slot->device != d)
+      continue;
+    int i = slot->weight;
+    const SimRegion *r = &o->w_reg[sh * o->n_w + i];
+    if (!first_time(x, SEEN_UPDATE, op, i, 0, d, r))
+      continue;
+    int64_t n = sim_region_volume(r), plo = 0, phi = n;
+    ExecWeightGroup *gr = i < o->n_shared ? NULL : group_of(x, op, sh);
+    if (gr && gr->sharded) {
+      int k2 = rank_in(gr->devices, gr->n_devices, d);
+      exec_part_range(n, gr->n_devices, k2, &plo, &phi);
     }
+    emit_update_region(x, d, slot, r, plo, phi);
   }
   emit_time(x, d, task, FALSE);
 }
@@ -1103,22 +1103,25 @@ static void emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
  *   split reduction dimensions);
  * - the sum of the gradients of copies of shared weights over the copies that hold the
  *   same part (the output layer's copy of a tied embedding on every data-parallel replica
- *   of the last stage), before each copy exchanges gradients with the owner's. */
-typedef enum { SYNTH_LOSS, SYNTH_COPIES } SynthKind;
+ *   of the last stage), before each copy exchanges gradients with the owner's;
+ * - the sum of the gradients of an op's own weights beside the ones it shares (the bias
+ *   of an output layer tied to the embedding) over the shards holding the same part. */
+typedef enum { SYNTH_LOSS, SYNTH_WEIGHTS } SynthKind;
 
 typedef struct {
   SynthKind kind;
   int op, mb;
-  int shard;               /* SYNTH_COPIES: a shard holding the copied part             */
-  int *devices;            /* SYNTH_COPIES: the copies' devices                         */
+  int shard;               /* SYNTH_WEIGHTS: a shard holding the part                   */
+  int w0, w1;              /* SYNTH_WEIGHTS: the op's weights [w0, w1)                  */
+  int *devices;            /* SYNTH_WEIGHTS: the devices holding it                     */
   int n_devices;
 } Synth;
 
 static void emit_synth(Ctx *x, int id, const Synth *s)
 {
   const OpInfo *o = &x->ops[s->op];
-  if (s->kind == SYNTH_COPIES) {
-    for (int i = 0; i < o->n_shared; i++) {
+  if (s->kind == SYNTH_WEIGHTS) {
+    for (int i = s->w0; i < s->w1; i++) {
       const SimRegion *r = &o->w_reg[s->shard * o->n_w + i];
       for (int k = 0; k < s->n_devices; k++) {
         ExecView v = weight_view(x, s->op, i, s->devices[k], EXEC_BUF_WGRAD);
@@ -1301,7 +1304,8 @@ static gboolean build_programs(Ctx *x)
     }
     if (seen_before)
       continue;
-    Synth sy = { .kind = SYNTH_COPIES, .op = it->op, .mb = -1, .shard = it->shard };
+    Synth sy = { .kind = SYNTH_WEIGHTS, .op = it->op, .mb = -1, .shard = it->shard, .w0 = 0,
+                 .w1 = o->n_shared };
     sy.devices = own(c, g_new(int, x->sharers->len));
     for (guint q = k; q < x->sharers->len; q++) {
       const SharerItem *nx = &g_array_index(x->sharers, SharerItem, q);
@@ -1340,6 +1344,44 @@ static gboolean build_programs(Ctx *x)
         g_array_append_val(edges, e);
       }
     }
+  }
+  /* An op's own weights beside the shared ones: summed over the shards holding the same
+   * part before the op's updates there. */
+  for (int op = 0; op < c->n_ops; op++) {
+    const OpInfo *o = &x->ops[op];
+    if (o->is_input || o->n_shared == 0 || o->n_w <= o->n_shared)
+      continue;
+    gboolean *used = g_new0(gboolean, o->n_shards);
+    for (int sh = 0; sh < o->n_shards; sh++) {
+      if (used[sh])
+        continue;
+      Synth sy = { .kind = SYNTH_WEIGHTS, .op = op, .mb = -1, .shard = sh, .w0 = o->n_shared,
+                   .w1 = o->n_w };
+      sy.devices = own(c, g_new(int, o->n_shards));
+      for (int s2 = sh; s2 < o->n_shards; s2++)
+        if (!used[s2] && o->copy[s2] == o->copy[sh] &&
+            region_equal(&o->w_reg[s2 * o->n_w + o->n_shared],
+                         &o->w_reg[sh * o->n_w + o->n_shared])) {
+          used[s2] = TRUE;
+          if (rank_in(sy.devices, sy.n_devices, o->dev[s2]) < 0)
+            sy.devices[sy.n_devices++] = o->dev[s2];
+        }
+      if (sy.n_devices < 2)
+        continue;
+      int id = n + (int)synth->len;
+      g_array_append_val(synth, sy);
+      GArray *users = owner_tasks[o->owner];
+      for (guint j = 0; users && j < users->len; j++) {
+        int u = g_array_index(users, int, j);
+        SimPlanTask ut;
+        sim_plan_task(p, u, &ut);
+        if (ut.op != op || rank_in(sy.devices, sy.n_devices, ut.device) < 0)
+          continue;
+        Edge e = ut.pass == SIM_PASS_BACKWARD ? (Edge){ u, id } : (Edge){ id, u };
+        g_array_append_val(edges, e);
+      }
+    }
+    g_free(used);
   }
   for (guint k = 0; k < syncs->len; k++) {
     int i = g_array_index(syncs, int, k);

@@ -39,7 +39,15 @@
  *   whose range along those dimensions starts at 0, so that the sum counts them once.
  * - Backward ADDS the shard's gradient contributions into args->in_grad and args->w_grad
  *   (the driver zeroes them when it must); where an input is read by several shards (a
- *   convolution's halo rows, a replicated weight) the contributions are summed.
+ *   convolution's halo rows, a replicated weight) the contributions are summed.  It takes
+ *   what it needs from the inputs, the weights and its saved state (args->saved), not
+ *   from the outputs: a recomputed partial output is not summed again.
+ * - An op that shares another's weights (sim_graph_share_weights) sees them through a
+ *   view in its own coordinates: as they are for equal shapes, with swapped strides for a
+ *   transposed shape (a language model's output layer [hidden, vocab] reading the
+ *   embedding table [vocab, hidden]), as a reshape of the whole tensor otherwise.
+ * - The loss of a step is the mean over the elements of every loss tensor: the gradient
+ *   flowing into a loss tensor is 1 / its number of elements (in the whole batch).
  * - Cross entropy over split classes cannot sum partial losses: its forward then merges
  *   the shard's per-row statistics (max logit, sum of exponentials relative to it, logit
  *   of the label) into args->stats, and the driver combines them over devices with
@@ -389,8 +397,9 @@ EXEC_PUBLIC double exec_run_loss(const ExecRun *r);
  * last device's end. */
 EXEC_PUBLIC double exec_run_step_time(const ExecRun *r);
 
-/* The whole weight @i of @op (an op that owns its weights) as fp32, row-major, gathered
- * from the devices holding its parts: @out holds its number of elements. */
+/* The whole weight @i of @op as fp32, row-major, gathered from the devices holding its
+ * parts: @out holds its number of elements.  @op owns the weight: an op sharing another's
+ * weights owns only those beyond the shared ones (sim_graph_share_weights). */
 EXEC_PUBLIC gboolean exec_run_read_weight(ExecRun *r, int op, int i, float *out, GError **error);
 /* Its gradient in the last step, summed over micro-batches and devices (before the
  * update applied it). */

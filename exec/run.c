@@ -27,6 +27,12 @@ typedef struct {
   int device;
 } Worker;
 
+/* Devices this process runs that have work: a plan may leave some of a machine idle. */
+static gboolean active(const ExecCompiled *c, int d)
+{
+  return c->local[d] && c->programs[d].mops->len > 0;
+}
+
 ExecOptions exec_options_default(void)
 {
   return (ExecOptions){ .lr = 0, .momentum = 0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
@@ -53,7 +59,7 @@ ExecRun *exec_run_new(ExecBackend *b, SimPlan *plan, const ExecOptions *o, GErro
   g_mutex_init(&r->lock);
   g_cond_init(&r->cond);
   for (int d = 0; d < c->n_devices; d++)
-    r->n_local += c->local[d];
+    r->n_local += active(c, d);
   return r;
 }
 
@@ -207,7 +213,7 @@ gboolean exec_run_step(ExecRun *r, GError **error)
   GPtrArray *threads = g_ptr_array_new();
   Worker *workers = g_new(Worker, c->n_devices);
   for (int d = 0; d < c->n_devices; d++) {
-    if (!c->local[d])
+    if (!active(c, d))
       continue;
     workers[d] = (Worker){ r, d };
     g_autofree char *name = g_strdup_printf("exec-dev%d", d);
@@ -240,13 +246,13 @@ gboolean exec_run_step(ExecRun *r, GError **error)
   }
   double t0 = G_MAXDOUBLE, tend = 0;
   for (int d = 0; d < c->n_devices; d++)
-    if (c->local[d])
+    if (active(c, d))
       t0 = MIN(t0, c->programs[d].t0);
   /* A task that several devices take part in (a copy, a collective) starts when the last
    * of them arrives: the time a device waits for its peers is not the transfer's. */
   for (int d = 0; d < c->n_devices; d++) {
     ExecProgram *p = &c->programs[d];
-    if (!c->local[d])
+    if (!active(c, d))
       continue;
     for (int k = 0; k < p->n_times; k++) {
       int task = g_array_index(p->time_task, int, k);
@@ -258,7 +264,7 @@ gboolean exec_run_step(ExecRun *r, GError **error)
   }
   for (int d = 0; d < c->n_devices; d++) {
     ExecProgram *p = &c->programs[d];
-    if (!c->local[d])
+    if (!active(c, d))
       continue;
     for (int k = 0; k < p->n_times; k++) {
       int task = g_array_index(p->time_task, int, k);
@@ -388,8 +394,9 @@ static gboolean read_weight(ExecRun *r, int op, int i, ExecBufKind kind, float *
 {
   ExecCompiled *c = r->c;
   g_return_val_if_fail(op >= 0 && op < c->n_ops, FALSE);
-  g_return_val_if_fail(sim_graph_op_weight_owner(c->g, op) == op, FALSE);
-  g_return_val_if_fail(i >= 0 && i < sim_graph_op_n_weights(c->g, op), FALSE);
+  int owner = sim_graph_op_weight_owner(c->g, op);
+  g_return_val_if_fail(i >= (owner == op ? 0 : sim_graph_op_n_weights(c->g, owner)), FALSE);
+  g_return_val_if_fail(i < sim_graph_op_n_weights(c->g, op), FALSE);
   SimShape shape = sim_graph_op_weight_shape(c->g, op, i);
   SimRegion full = sim_region_full(&shape);
   int64_t numel = sim_region_volume(&full);

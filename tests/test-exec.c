@@ -259,6 +259,27 @@ Test(exec, mlp_zero1)
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
+/* Two shards of every linear layer on each of two devices, feature halves of one sample
+ * half: each device holds two weight regions, each synchronized (reduce-scattered) with
+ * the other device on its own. */
+Test(exec, mlp_zero1_two_regions_per_device)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_LINEAR)
+      continue;
+    int degrees[8] = { 2, 2, 1, 1, 1, 1, 1, 1 };
+    int devices[4] = { 0, 0, 1, 1 };
+    cr_assert(sim_strategy_set_op(s, op, degrees, devices, NULL));
+  }
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = TRUE;
+  sim_strategy_set_memory(s, &mo);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Parameter and reduction splits                                                      */
 
@@ -430,6 +451,30 @@ Test(exec, gpt_megatron_3d)
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* BERT ties its output layer to the embedding and gives it a bias of its own, which data
+ * parallelism must synchronize like any weight. */
+Test(exec, bert_data_parallel)
+{
+  g_autoptr(SimGraph) g = zoo("bert-base", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4,"
+                                           "positions=8");
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, NULL);
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* The encoder-decoder Transformer: cross attention over the encoder's output, heads split. */
+Test(exec, transformer_heads_split)
+{
+  g_autoptr(SimGraph) g = zoo("transformer", "encoder_layers=1,decoder_layers=1,hidden=32,"
+                                             "ffn=64,heads=2,seq=8,vocab=64,batch=4");
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_ATTENTION)
+      split(s, g, op, "h", 2, 0);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
 /* ---------------------------------------------------------------------------------- */
