@@ -1078,6 +1078,27 @@ static void emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
         it = s;
     }
     if (!it) {
+      /* Not an exchange with the owner: the copies' own sum over the devices that hold
+       * the same part (the output layer's copy on every data-parallel replica of the last
+       * stage), before their exchange. */
+      int part = -1;
+      for (guint k = 0; k < x->sharers->len && part < 0; k++) {
+        const SharerItem *s = &g_array_index(x->sharers, SharerItem, k);
+        if (s->op == op && s->devs[1] == t->devices[0])
+          part = s->shard;
+      }
+      if (part >= 0 && t->n_devices > 1) {
+        for (int i = 0; i < o->n_shared; i++) {
+          const SimRegion *r = &o->w_reg[part * o->n_w + i];
+          for (int k = 0; k < t->n_devices; k++) {
+            ExecView v = weight_view(x, op, i, t->devices[k], EXEC_BUF_WGRAD);
+            emit_coll(x, EXEC_MOP_ALL_REDUCE, t->devices[k], t->devices, t->n_devices,
+                      coll_tag(task, sub), &v, r, EXEC_REDUCE_SUM);
+          }
+          sub++;
+        }
+        continue;
+      }
       fail(x, EXEC_ERROR_UNSUPPORTED, "task %d exchanges gradients of op '%s' between devices "
            "that hold no copy of its weights", task, sim_graph_op_name(x->g, op));
       return;
@@ -1101,9 +1122,6 @@ static void emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
 /* Work the plan leaves out and exact results need, which the executor adds (untimed):
  * - the reduction of partial outputs that nothing consumes (a loss over split classes or
  *   split reduction dimensions);
- * - the sum of the gradients of copies of shared weights over the copies that hold the
- *   same part (the output layer's copy of a tied embedding on every data-parallel replica
- *   of the last stage), before each copy exchanges gradients with the owner's;
  * - the sum of the gradients of an op's own weights beside the ones it shares (the bias
  *   of an output layer tied to the embedding) over the shards holding the same part. */
 typedef enum { SYNTH_LOSS, SYNTH_WEIGHTS } SynthKind;
@@ -1287,60 +1305,6 @@ static gboolean build_programs(Ctx *x)
         if (rank_in(t.devices, t.n_devices, ut.device) < 0)
           continue;
         Edge e = ut.pass == SIM_PASS_BACKWARD ? (Edge){ u, i } : (Edge){ i, u };
-        g_array_append_val(edges, e);
-      }
-    }
-  }
-  /* Copies of shared weights: summed over the copies holding the same part, then
-   * exchanged with the owner's gradients once the owner's own synchronization is done. */
-  for (guint k = 0; k < x->sharers->len; k++) {
-    const SharerItem *it = &g_array_index(x->sharers, SharerItem, k);
-    const OpInfo *o = &x->ops[it->op];
-    gboolean seen_before = FALSE;
-    for (guint q = 0; q < k && !seen_before; q++) {
-      const SharerItem *pv = &g_array_index(x->sharers, SharerItem, q);
-      seen_before = pv->op == it->op && o->copy[pv->shard] == o->copy[it->shard] &&
-                    region_equal(&o->w_reg[pv->shard * o->n_w], &o->w_reg[it->shard * o->n_w]);
-    }
-    if (seen_before)
-      continue;
-    Synth sy = { .kind = SYNTH_WEIGHTS, .op = it->op, .mb = -1, .shard = it->shard, .w0 = 0,
-                 .w1 = o->n_shared };
-    sy.devices = own(c, g_new(int, x->sharers->len));
-    for (guint q = k; q < x->sharers->len; q++) {
-      const SharerItem *nx = &g_array_index(x->sharers, SharerItem, q);
-      if (nx->op == it->op && o->copy[nx->shard] == o->copy[it->shard] &&
-          region_equal(&o->w_reg[nx->shard * o->n_w], &o->w_reg[it->shard * o->n_w]) &&
-          rank_in(sy.devices, sy.n_devices, nx->devs[1]) < 0)
-        sy.devices[sy.n_devices++] = nx->devs[1];
-    }
-    if (sy.n_devices < 2)
-      continue;
-    int id = n + (int)synth->len;
-    g_array_append_val(synth, sy);
-    GArray *users = owner_tasks[o->owner];
-    for (guint j = 0; users && j < users->len; j++) {
-      int u = g_array_index(users, int, j);
-      SimPlanTask ut;
-      sim_plan_task(p, u, &ut);
-      if (ut.op == it->op && ut.pass == SIM_PASS_BACKWARD &&
-          rank_in(sy.devices, sy.n_devices, ut.device) >= 0) {
-        Edge e = { u, id };
-        g_array_append_val(edges, e);
-      }
-    }
-    for (guint q = 0; q < syncs->len; q++) {
-      int i = g_array_index(syncs, int, q);
-      SimPlanTask t;
-      sim_plan_task(p, i, &t);
-      gboolean mine = FALSE;
-      for (int r = 0; r < t.n_ops && !mine; r++)
-        mine = t.ops[r] == it->op;
-      gboolean touches = FALSE;
-      for (int r = 0; r < t.n_devices && !touches; r++)
-        touches = rank_in(sy.devices, sy.n_devices, t.devices[r]) >= 0;
-      if (mine && touches) {
-        Edge e = { id, i };
         g_array_append_val(edges, e);
       }
     }

@@ -75,14 +75,16 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
   if (!ok) {
     g_free(ss->s->ops[op].devices);
     ss->s->ops[op] = old;
-    return FALSE;
+  } else {
+    g_free(old.devices);
   }
-  g_free(old.devices);
+  /* Even a refused change replaced the op's device array: the lowering must read the
+   * configuration again either way. */
   if (!ss->is_changed[op]) {
     ss->is_changed[op] = 1;
     g_array_append_val(ss->changed, op);
   }
-  return TRUE;
+  return ok;
 }
 
 double sim_session_run(SimSession *ss)

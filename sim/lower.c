@@ -595,13 +595,36 @@ static void build_tensor_block(SimLowering *lw, int t)
   else
     sim_taskgraph_block_clear(lw->tg, lw->tensor_block[t]);
   int block = lw->tensor_block[t];
-  if (pl->is_input || ten->consumers->len == 0)
+  if (pl->is_input)
     return;
   int M = lw->M, j = ten->producer_slot;
   SimDType dt = ten->dtype;
   GArray *pgroups = group_holders(pl, pl->out_reg, pl->n_out, j, NULL);
   int ng = (int)pgroups->len;
   gboolean ppartial = pl->out_partial[j];
+  if (ten->consumers->len == 0) {
+    /* An output nothing reads (the loss) still combines its partial values (a loss over
+     * split classes needs the global maximum and sum), and the backward pass starts from
+     * the combined result. */
+    if (ppartial) {
+      Ready *r = g_new(Ready, ng);
+      for (int mb = 0; mb < M; mb++) {
+        reduce_groups(lw, block, pl, pgroups, TRUE, P_F, mb, dt, t, r);
+        for (int k = 0; k < ng; k++) {
+          Holders *h = &g_array_index(pgroups, Holders, k);
+          if (!r[k].reduced)
+            continue;
+          for (int i = 0; i < h->n; i++)
+            if (pl->cidx[h->members[i]] >= 0)
+              sim_taskgraph_depend(lw->tg, block, r[k].end,
+                                   ref_compute(lw, pl, P_B, mb, h->members[i]));
+        }
+      }
+      g_free(r);
+    }
+    holders_free(pgroups);
+    return;
+  }
 
   /* The producer's partial sums are reduced once per micro-batch, for all consumers;
    * where consumers in the same stage recompute, the recomputation reduces again. */
@@ -734,6 +757,7 @@ static void build_sync_block(SimLowering *lw)
 
   /* Items in backward order: later operators' gradients are ready first. */
   GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
   for (int x = lw->n_ops - 1; x >= 0; x--) {
     const OpLay *l = &lw->ops[x];
@@ -743,30 +767,24 @@ static void build_sync_block(SimLowering *lw)
     double fixed, shardable;
     param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
     int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
-    if (op->weight_owner != x) {
-      /* A user of another op's weights: where the owner has a shard on the same device the
-       * gradients add up in the owner's buffer; elsewhere this device keeps a copy of the
-       * weights and exchanges gradients with the owner's copy, as Megatron's first and
-       * last pipeline stages do for the tied embedding. */
-      const OpLay *ol = &lw->ops[op->weight_owner];
+    gboolean sharer = op->weight_owner != x;
+    const OpLay *ol = sharer ? &lw->ops[op->weight_owner] : NULL;
+    /* Which shards hold weights of their own: all of an owner's; of a user of another
+     * op's weights, those on devices where the owner has no shard (the gradients of the
+     * others add up in the owner's buffer).  Those copies keep their weights, synchronize
+     * among their data-parallel peers, and then exchange gradients with the owner's copy,
+     * as Megatron's first and last pipeline stages do for the tied embedding. */
+    uint8_t *own = g_new(uint8_t, l->n_shards);
+    if (sharer) {
       memset(owner_dev, 0, (size_t)lw->n_dev);
       for (int sh = 0; sh < ol->n_shards; sh++)
         owner_dev[ol->dev[sh]] = 1;
-      for (int sh = 0; sh < l->n_shards; sh++) {
-        int d = l->dev[sh];
-        if (owner_dev[d])
-          continue;
-        tg->static_mem[d] += (int64_t)((fixed + shardable) * (double)l->w_elems[sh]);
-        int peer = ol->dev[sh % ol->n_shards];
-        if (l->cidx[sh] < 0 && ol->cidx[sh % ol->n_shards] < 0)
-          continue;
-        SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
-        it.shards = g_memdup2(&sh, sizeof(int));
-        int devs[2] = { peer, d };
-        it.devs = g_memdup2(devs, sizeof devs);
-        it.bytes = l->w_elems[sh] * wbytes;
-        g_array_append_val(items, it);
-      }
+    }
+    int n_own = 0;
+    for (int sh = 0; sh < l->n_shards; sh++)
+      n_own += own[sh] = !sharer || !owner_dev[l->dev[sh]];
+    if (n_own == 0) {
+      g_free(own);
       continue;
     }
     /* Shards that hold the same region of the first weight share its gradient. */
@@ -775,21 +793,32 @@ static void build_sync_block(SimLowering *lw)
     int reps = c->replicas > 1 ? c->replicas : 1;
     int coords[SIM_MAX_ITER];
     int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+    /* Copies of a replicated shard compute the same gradient: each copy synchronizes
+     * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
+     * all-reduces its own layer-norm gradients.  Shards without weights of their own get
+     * a tag of their own and stay out of every group. */
+    int *tag = g_new(int, l->n_shards);
     for (int sh = 0; sh < l->n_shards; sh++) {
       sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
       sim_config_shard_range(op, c, coords, M, lo, hi);
       sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
+      tag[sh] = own[sh] ? sh % reps : reps + sh;
     }
-    /* Copies of a replicated shard compute the same gradient: each copy synchronizes
-     * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
-     * all-reduces its own layer-norm gradients. */
-    int *copy = g_new(int, l->n_shards);
-    for (int sh = 0; sh < l->n_shards; sh++)
-      copy[sh] = sh % reps;
-    GArray *groups = group_holders(l, wr, 1, 0, copy);
-    g_free(copy);
+    GArray *groups = group_holders(l, wr, 1, 0, tag);
+    g_free(tag);
+    /* The weights of users on the owner's devices beyond the shared ones (a tied
+     * decoder's own bias) travel with the owner's gradients. */
+    int64_t extra = 0;
+    GArray *users = lw->sharers[x];
+    for (guint u = 0; !sharer && users && u < users->len; u++) {
+      const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+      if (ul->n_shards && l->n_shards)
+        extra += MAX(0, ul->w_elems[0] - l->w_elems[0]);
+    }
     for (guint k = 0; k < groups->len; k++) {
       Holders *h = &g_array_index(groups, Holders, k);
+      if (!own[h->members[0]])
+        continue;
       int nrep = h->n_devs;
       for (int i = 0; i < h->n; i++) {
         int sh = h->members[i];
@@ -801,11 +830,24 @@ static void build_sync_block(SimLowering *lw)
       SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
       it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
       it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
-      it.bytes = l->w_elems[h->members[0]] * wbytes;
+      it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
       g_array_append_val(items, it);
     }
+    if (sharer)
+      for (int sh = 0; sh < l->n_shards; sh++) {
+        int osh = sh % ol->n_shards;
+        if (!own[sh] || (l->cidx[sh] < 0 && ol->cidx[osh] < 0))
+          continue;
+        SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
+        it.shards = g_memdup2(&sh, sizeof(int));
+        int devs[2] = { ol->dev[osh], l->dev[sh] };
+        it.devs = g_memdup2(devs, sizeof devs);
+        it.bytes = ol->w_elems[osh] * wbytes;
+        g_array_append_val(ties, it);
+      }
     holders_free(groups);
     g_free(wr);
+    g_free(own);
   }
   g_free(owner_dev);
 
@@ -828,6 +870,8 @@ static void build_sync_block(SimLowering *lw)
   }
 
   SimCollKind kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE;
+  /* Where each shard's synchronization ends, for the exchanges between weight copies. */
+  GHashTable *sync_end = g_hash_table_new(g_direct_hash, g_direct_equal);
   GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
   GArray *chain_item = g_array_new(FALSE, FALSE, sizeof(int));
   guint i = 0;
@@ -870,6 +914,8 @@ static void build_sync_block(SimLowering *lw)
       const OpLay *l = &lw->ops[it->op];
       for (int m = 0; m < it->n; m++) {
         int sh = it->shards[m];
+        g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
+                            GINT_TO_POINTER(end.index + 1));
         if (l->cidx[sh] < 0)
           continue;
         if (done)
@@ -921,6 +967,46 @@ static void build_sync_block(SimLowering *lw)
     }
     i = j;
   }
+  /* The exchanges between copies of shared weights and their owner: after both sides
+   * have their gradients (synchronized among their replicas where they have replicas),
+   * before either side updates. */
+  for (guint k = 0; k < ties->len; k++) {
+    SyncItem *it = &g_array_index(ties, SyncItem, k);
+    const OpLay *l = &lw->ops[it->op];
+    int owner = sim_graph_op_weight_owner(lw->g, it->op);
+    const OpLay *ol = &lw->ops[owner];
+    int sh = it->shards[0], osh = sh % ol->n_shards;
+    SimTaskRef start, end;
+    sim_collective_lower(tg, block, lw->m, SIM_COLL_ALLREDUCE, s->sync.algorithm, lw->o.detail,
+                         &lw->cp, SIM_CLASS_GRAD_SYNC, it->devs, 2, (double)it->bytes, it->op, -1,
+                         &start, &end);
+    if (lw->record) {
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = SIM_COLL_ALLREDUCE,
+                       .tensor = -1, .n_devs = 2, .n_ops = 1 };
+      m.devs = g_memdup2(it->devs, sizeof(int) * 2);
+      m.ops = g_memdup2(&it->op, sizeof(int32_t));
+      sim_taskgraph_sem_add(tg, block, &m);
+    }
+    const OpLay *side[2] = { ol, l };
+    int side_op[2] = { owner, it->op }, side_sh[2] = { osh, sh };
+    for (int q = 0; q < 2; q++) {
+      const OpLay *sl = side[q];
+      if (sl->cidx[side_sh[q]] < 0)
+        continue;
+      gpointer e = g_hash_table_lookup(sync_end, GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
+      SimTaskRef before = e ? (SimTaskRef){ block, GPOINTER_TO_INT(e) - 1 }
+                            : ref_compute(lw, sl, P_B, M - 1, side_sh[q]);
+      sim_taskgraph_depend(tg, block, before, start);
+      sim_taskgraph_depend(tg, block, end, ref_update(lw, sl, side_sh[q]));
+    }
+  }
+  g_hash_table_destroy(sync_end);
+  for (guint k = 0; k < ties->len; k++) {
+    SyncItem *it = &g_array_index(ties, SyncItem, k);
+    g_free(it->shards);
+    g_free(it->devs);
+  }
+  g_array_free(ties, TRUE);
   g_array_free(chain_end, TRUE);
   g_array_free(chain_item, TRUE);
   g_free(done);

@@ -178,6 +178,11 @@ static void reach_from(const SimGraph *g, int op, Reach *r)
   }
 }
 
+static SimUnaryKind linear_activation(const SimGraph *g, int op)
+{
+  return (SimUnaryKind)sim_op_attr_int(sim_graph_op_get(g, op), "activation");
+}
+
 /* Assigns a tensor-parallel role to every operator from the graph's structure. */
 static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRole *role)
 {
@@ -204,7 +209,9 @@ static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRol
         role[g_array_index(r.losses, int, i)] = TP_LOSS;
     } else if (r.linears->len == 1 && r.losses->len == 0) {
       int b = g_array_index(r.linears, int, 0);
-      if (role[b] == TP_COLUMN)
+      /* A row-parallel linear holds partial sums until the reduction after it: a fused
+       * activation there (an MLP of relu layers) would apply to the partial sums. */
+      if (role[b] == TP_COLUMN || linear_activation(g, b) != SIM_UNARY_IDENTITY)
         continue;
       /* Megatron's MLP (and any linear feeding exactly one linear): the first splits its
        * outputs, the second its inputs, so nothing moves between them and one reduction

@@ -836,6 +836,45 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
   return TRUE;
 }
 
+/* What a configuration cannot mean whatever the degrees: a split reduction yields partial
+ * sums, to which a fused nonlinear activation cannot apply; and an operator that moves the
+ * sample dimension away from dimension 0 of its output (a reshape or transpose) cannot
+ * keep micro-batches apart. */
+static gboolean check_semantics(const SimGraph *g, int op, const SimOpConfig *c, int microbatches,
+                                GError **error)
+{
+  const SimOp *o = sim_graph_op_get(g, op);
+  const SimOpClass *klass = sim_op_class(o->type);
+  const SimAttrValue *act = NULL;
+  for (int k = 0; k < klass->n_attrs; k++)
+    if (!strcmp(klass->attrs[k].name, "activation"))
+      act = &o->attrs[k];
+  if (act && act->i[0] != SIM_UNARY_IDENTITY)
+    for (int d = 0; d < o->space.ndims; d++) {
+      if (c->degree[d] <= 1 || o->space.dims[d].role != SIM_ROLE_REDUCTION)
+        continue;
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "op '%s' (%s): degree %d on reduction dimension '%s' leaves partial sums, "
+                  "which its fused %s activation cannot take; unfuse the activation or keep "
+                  "the dimension whole",
+                  o->name, sim_op_type_name(o->type), c->degree[d], o->space.dims[d].name,
+                  sim_unary_kind_name((SimUnaryKind)act->i[0]));
+      return FALSE;
+    }
+  if (microbatches > 1 && (o->type == SIM_OP_RESHAPE || o->type == SIM_OP_TRANSPOSE)) {
+    const SimTensorMap *out = sim_space_output_map(o, 0);
+    const SimTensorMap *in = sim_space_input_map(o, 0);
+    if (out->map[0].dim != 0 || in->map[0].dim != 0) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "op '%s' (%s) moves the sample dimension, so its input and output cannot be "
+                  "split into the same %d micro-batches",
+                  o->name, sim_op_type_name(o->type), microbatches);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g, const SimMachine *m,
                                GError **error)
 {
@@ -865,6 +904,8 @@ gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g, const Si
     SimStrategyOpInfo info;
     sim_strategy_op_info_fill(g, i, &info);
     if (!sim_strategy_check_config(&info, &s->ops[i], s->microbatches, n_devices, NULL, error))
+      return FALSE;
+    if (!check_semantics(g, i, &s->ops[i], s->microbatches, error))
       return FALSE;
   }
   return validate_stages(s, g, n_devices, error);

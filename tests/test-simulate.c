@@ -292,7 +292,12 @@ static SimStrategy *random_strategy(const SimGraph *g, SimMachine *m, GRand *rng
       }
       int d = g_rand_int_range(rng, 1, MAX(nd, 2));
       int k = 1 << g_rand_int_range(rng, 0, 2);
+      /* Split reductions of layers with fused activations are not valid plans; leave
+       * reductions to the ops that take partial sums. */
+      SimOpType type = sim_graph_op_type(g, x);
+      gboolean fused = type == SIM_OP_LINEAR || type == SIM_OP_CONV2D;
       if (d < nd && total * k <= 4 && sim_graph_op_dim_splittable(g, x, d) &&
+          !(fused && sim_graph_op_dim_role(g, x, d) == SIM_ROLE_REDUCTION) &&
           sim_graph_op_dim_size(g, x, d) % k == 0) {
         deg[d] = k;
         total *= k;

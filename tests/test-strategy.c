@@ -1050,13 +1050,22 @@ Test(strategy_build, megatron_errors)
 
 Test(strategy_build, megatron_reads_structure_not_names)
 {
-  /* Unity's MLP has no transformer names: its linear layers pair up as column then row
-   * by the way one feeds the next.  tower0.fc0 -> fc1 -> fc2 -> fc3. */
-  g_autoptr(SimGraph) g = zoo("mlp", "batch=8,layers=4,hidden=64,input=32,classes=16,towers=1");
+  /* Layers with no transformer names pair up as column then row by the way one feeds the
+   * next: a (gelu) -> b -> c (relu) -> d.  A linear with a fused activation is never
+   * made row-parallel, since the activation would apply to partial sums: in Unity's MLP,
+   * whose layers all fuse a relu, nothing pairs. */
+  g_autoptr(SimGraph) g = sim_graph_new("pairs");
+  int64_t dims[2] = { 8, 64 };
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 2, dims);
+  x = sim_graph_linear(g, "a", x, 128, TRUE, SIM_UNARY_GELU);
+  x = sim_graph_linear(g, "b", x, 64, TRUE, SIM_UNARY_IDENTITY);
+  x = sim_graph_linear(g, "c", x, 128, TRUE, SIM_UNARY_RELU);
+  x = sim_graph_linear(g, "d", x, 64, TRUE, SIM_UNARY_IDENTITY);
+  cr_assert(sim_graph_check(g, NULL));
   g_autoptr(SimMachine) m = machine("dgx-a100");
   g_autoptr(SimStrategy) s = megatron(g, m, 1, 2, 1, FALSE);
-  const char *col[] = { "tower0.fc0", "tower0.fc2" };
-  const char *row[] = { "tower0.fc1", "tower0.fc3" };
+  const char *col[] = { "a", "c" };
+  const char *row[] = { "b", "d" };
   for (int i = 0; i < 2; i++) {
     int c = op_id(g, col[i]), r = op_id(g, row[i]);
     cr_assert_eq(sim_strategy_op_degrees(s, c)[dim_with_role(g, c, SIM_ROLE_PARAMETER)], 2,
@@ -1064,4 +1073,11 @@ Test(strategy_build, megatron_reads_structure_not_names)
     cr_assert_eq(sim_strategy_op_degrees(s, r)[dim_with_role(g, r, SIM_ROLE_REDUCTION)], 2,
                  "%s row-parallel", row[i]);
   }
+  g_autoptr(SimGraph) mlp = zoo("mlp", "batch=8,layers=4,hidden=64,input=32,classes=16,towers=1");
+  g_autoptr(SimStrategy) t = megatron(mlp, m, 1, 2, 1, FALSE);
+  int fc1 = op_id(mlp, "tower0.fc1");
+  cr_assert_eq(sim_strategy_op_degrees(t, fc1)[dim_with_role(mlp, fc1, SIM_ROLE_REDUCTION)], 1,
+               "a relu layer keeps its reduction whole");
+  GError *error = NULL;
+  cr_assert(sim_strategy_validate(t, mlp, m, &error), "%s", error ? error->message : "");
 }
