@@ -662,6 +662,12 @@ static void compare_row(FILE *out, const SimGraph *g, int op, const int64_t *ext
   }
 }
 
+static int compare_doubles(const void *x, const void *y)
+{
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
 static void summarize_errors(const GArray *errs)
 {
   const char *names[] = { "profile database", "interpolation (leave one out)",
@@ -681,11 +687,10 @@ static void summarize_errors(const GArray *errs)
     }
     if (!n)
       continue;
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-      sum += a[i];
-    g_printerr("%-32s %4d shards: mean |error| %5.1f%%, within 10%%: %5.1f%%, worst %6.1f%%\n",
-               names[j], n, 100 * sum / n, 100.0 * within / n, 100 * worst);
+    qsort(a, (size_t)n, sizeof *a, compare_doubles);
+    double median = n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+    g_printerr("%-32s %4d shards: median |error| %5.1f%%, within 10%%: %5.1f%%, worst %6.1f%%\n",
+               names[j], n, 100 * median, 100.0 * within / n, 100 * worst);
   }
 }
 

@@ -191,50 +191,52 @@ run() {
            /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/local/cuda/lib64; do
     [ -d "$d" ] && libs="$libs:$d"
   done
-  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  P="$pack/bin/parasol"
+  # Only the carried programs see the carried libraries: the machine's own tools keep
+  # theirs.
+  libs="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  P=(env "LD_LIBRARY_PATH=$libs" "$pack/bin/parasol")
   {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
     nvcc --version 2>/dev/null | tail -1
     ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/ 2>/dev/null
   } >>"$log" 2>&1
-  if ! "$P" --version >>"$log" 2>&1; then
-    ldd "$P" >>"$log" 2>&1
+  if ! "${P[@]}" --version >>"$log" 2>&1; then
+    env "LD_LIBRARY_PATH=$libs" ldd "$pack/bin/parasol" >>"$log" 2>&1
     cp "$log" "$out/" 2>/dev/null
     die "the carried parasol does not start here (see ldd in $log)"
   fi
 
   # 1. The gpu test suite.
-  step 200 "gpu tests" "$pack/bin/test-gpu" --jobs 1 --verbose
+  step 200 "gpu tests" env "LD_LIBRARY_PATH=$libs" "$pack/bin/test-gpu" --jobs 1 --verbose
   grep -E '^\[(PASS|FAIL|SKIP|----)\]|Synthesis|Assertion|differs|error' "$log" >"$out/test-gpu.log"
 
   # 2. Profiles: fp16 as models train, and fp32 for the plans the executor runs.
   db="$work/h200-profile.json"
   common=(--backend cuda --gpu h200 -o "$db" --merge --warmup 3 --repetitions 15)
-  step 150 "profile gpt (fp16, 1 GPU)" "$P" profile ops -m gpt --precision fp16 -x h200-1 "${common[@]}" --update
-  step 150 "profile resnet-50 (fp16, 1 GPU)" "$P" profile ops -m resnet-50 --precision fp16 -x h200-1 "${common[@]}" --update
-  step 150 "profile bert-base (fp16, 1 GPU)" "$P" profile ops -m bert-base --precision fp16 -x h200-1 "${common[@]}" --update
-  step 120 "profile gpt shards (fp16, 8 GPUs)" "$P" profile ops -m gpt --precision fp16 -x h200 --max-shapes 240 "${common[@]}" --repetitions 7
+  step 150 "profile gpt (fp16, 1 GPU)" "${P[@]}" profile ops -m gpt --precision fp16 -x h200-1 "${common[@]}" --update
+  step 150 "profile resnet-50 (fp16, 1 GPU)" "${P[@]}" profile ops -m resnet-50 --precision fp16 -x h200-1 "${common[@]}" --update
+  step 150 "profile bert-base (fp16, 1 GPU)" "${P[@]}" profile ops -m bert-base --precision fp16 -x h200-1 "${common[@]}" --update
+  step 120 "profile gpt shards (fp16, 8 GPUs)" "${P[@]}" profile ops -m gpt --precision fp16 -x h200 --max-shapes 240 "${common[@]}" --repetitions 7
   v_gpt=(-m gpt)
   v_resnet=(-m resnet-50 -p batch=32)
   v_bert=(-m bert-base -p batch=16)
-  step 120 "profile gpt (fp32, validate)" "$P" profile ops "${v_gpt[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
-  step 120 "profile resnet-50 (fp32, validate)" "$P" profile ops "${v_resnet[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
-  step 120 "profile bert-base (fp32, validate)" "$P" profile ops "${v_bert[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
+  step 120 "profile gpt (fp32, validate)" "${P[@]}" profile ops "${v_gpt[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
+  step 120 "profile resnet-50 (fp32, validate)" "${P[@]}" profile ops "${v_resnet[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
+  step 120 "profile bert-base (fp32, validate)" "${P[@]}" profile ops "${v_bert[@]}" --precision fp32 -x h200-1 "${common[@]}" --update
   [ -f "$db" ] && cp "$db" "$out/h200-profile.json"
 
   # 3. Every fp16 shard measured again against the predictions.
   echo "model,op,pass,key,measured_s,profile_s,profile_lookup,interpolated_loo_s,roofline_s,roofline_calibrated_s" >"$out/compare.csv"
   for m in gpt resnet-50 bert-base; do
-    if step 90 "compare $m" "$P" profile compare -m "$m" --precision fp16 -x h200-1 \
+    if step 90 "compare $m" "${P[@]}" profile compare -m "$m" --precision fp16 -x h200-1 \
         --backend cuda --gpu h200 --db "$db" --csv "$work/compare-$m.csv" --repetitions 15; then
       tail -n +2 "$work/compare-$m.csv" | sed "s/^/$m,/" >>"$out/compare.csv"
     fi
   done
 
   # 4. The roofline fitted to the database.
-  STEP_OUT="$out/calibrate.txt" step 60 "calibrate" "$P" profile calibrate --db "$db" --gpu h200 \
+  STEP_OUT="$out/calibrate.txt" step 60 "calibrate" "${P[@]}" profile calibrate --db "$db" --gpu h200 \
     --machine h200-1 --worst 15
 
   # 5. Single-GPU plans executed against their predictions.
@@ -246,11 +248,11 @@ run() {
       resnet) args=("${v_resnet[@]}") ;;
       bert) args=("${v_bert[@]}") ;;
     esac
-    STEP_OUT="$work/simulate-$name.json" step 30 "simulate $name (roofline)" "$P" simulate \
+    STEP_OUT="$work/simulate-$name.json" step 30 "simulate $name (roofline)" "${P[@]}" simulate \
       "${args[@]}" -x h200-1 --precision fp32 --json
     roof=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["iteration_time_s"])' \
       "$work/simulate-$name.json" 2>/dev/null)
-    if step 150 "validate $name" "$P" validate "${args[@]}" -x h200-1 --precision fp32 \
+    if step 150 "validate $name" "${P[@]}" validate "${args[@]}" -x h200-1 --precision fp32 \
         --profile "$db" --profile-gpu h200 --backend cuda --steps 3 -o "$work/validate-$name"; then
       tail -n +2 "$work/validate-$name.csv" |
         awk -F, -v m="$name" -v r="${roof:-0}" '{ print m "," $0 "," ($1 == "iteration" ? r : "") }' >>"$out/validate.csv"

@@ -875,7 +875,7 @@ static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel
   if (!JSON_NODE_HOLDS_ARRAY(n) || json_array_get_length(json_node_get_array(n)) != 9)
     return fail(rd, path, "expected [kind, dtype, batch, m, n, k, steps, flops, bytes]");
   JsonArray *a = json_node_get_array(n);
-  const char *kind, *dtype;
+  const char *kind = NULL, *dtype = NULL;
   g_autofree char *p0 = g_strdup_printf("%s[0]", path);
   g_autofree char *p1 = g_strdup_printf("%s[1]", path);
   if (!read_string(rd, json_array_get_element(a, 0), p0, &kind) ||

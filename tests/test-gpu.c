@@ -666,12 +666,25 @@ Test(training, one_device_mlp_and_gpt)
   }
 }
 
+/* Two H200s on NVSwitch: a plan of two devices, which the back end runs on two GPUs
+ * with NCCL, or emulates on fewer. */
+static SimMachine *two_gpus(void)
+{
+  const char *json = "{\"format\": \"parasol-machine\", \"version\": 1, \"name\": \"two\","
+                     " \"node\": {\"gpu\": \"h200\", \"gpus\": 2,"
+                     " \"fabric\": {\"type\": \"nvswitch\", \"bandwidth_GBps\": 450},"
+                     " \"pcie\": {\"bandwidth_GBps\": 63}}}";
+  GError *error = NULL;
+  SimMachine *m = sim_machine_from_json(json, "two.json", 0, &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  return m;
+}
+
 Test(training, data_parallel_emulated_on_one_gpu)
 {
   need_gpu();
   GError *error = NULL;
-  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
-  cr_assert_not_null(m);
+  g_autoptr(SimMachine) m = two_gpus();
   g_autoptr(SimGraph) g = zoo("gpt", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4");
   g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -688,7 +701,7 @@ Test(training, data_parallel_nccl)
   if (pcu_device_count(NULL, 0) < 2)
     cr_skip_test("NCCL between devices needs two GPUs");
   GError *error = NULL;
-  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
+  g_autoptr(SimMachine) m = two_gpus();
   g_autoptr(SimGraph) g = zoo("gpt", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4");
   g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");

@@ -179,11 +179,13 @@ static Span span_of(int64_t o0, int64_t o1, int64_t k, int64_t s, int64_t p, int
   return sp;
 }
 
-/* Whether cuDNN's symmetric padding by pad_lo yields exactly the shard's outputs. */
+/* Whether cuDNN's symmetric padding by pad_lo yields exactly the shard's outputs: over
+ * the rows held, it makes floor(((outputs - 1) s + pad_lo - pad_hi) / s) + 1 outputs,
+ * the right number when 0 <= pad_lo - pad_hi < s.  A negative pad_hi (held rows no
+ * window reaches, as under a stride-2 1x1 convolution) is fine. */
 static bool symmetric(const Span &sp, int64_t s)
 {
-  return sp.pad_lo >= 0 && sp.pad_hi >= 0 && sp.pad_lo >= sp.pad_hi &&
-         sp.pad_lo - sp.pad_hi < s;
+  return sp.pad_lo >= 0 && sp.pad_lo >= sp.pad_hi && sp.pad_lo - sp.pad_hi < s;
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -4,12 +4,29 @@
  * prepare() gives every tensor of the shard its own dense device buffer over the shard's
  * region, filled with deterministic values in [-1, 1) (ids and labels within their
  * ranges), and runs the forward pass once so that a backward pass has the state it
- * keeps.  A run is one operator call between two events; the events of a batch of runs
- * are read after the batch, so the host never stalls the stream between runs. */
+ * keeps.  A shard smaller than the GPU's L2 cache gets several such sets of buffers, used
+ * in turn, so that a run does not find the previous run's data in the cache, as it would
+ * not inside a training step (METHOD.md, "Time properly").  A run is one operator call
+ * between two events; the events of a batch of runs are read after the batch, so the
+ * host never stalls the stream between runs. */
 #include "../profile-private.h"
 #include "cuda-desc.h"
 
 #include <string.h>
+
+/* One set of the shard's buffers. */
+typedef struct {
+  PcuOpArgs fwd, bwd;
+  void *saved;
+  /* Update: per weight, fp32 states. */
+  PcuUpdateArgs update[PCU_MAX_WEIGHTS];
+  int n_update;
+} Set;
+
+/* Sets cycle until their buffers are this many bytes together: several times the L2
+ * cache of current GPUs (60 MB on an H200). */
+#define ROTATION_BYTES ((int64_t)256 << 20)
+#define MAX_SETS 8
 
 typedef struct {
   PcuContext *ctx;
@@ -18,12 +35,9 @@ typedef struct {
   char **notes;               /* name, value, ..., NULL                                  */
   /* The prepared shard. */
   gboolean ready;
-  PcuOpArgs fwd, bwd;
-  void *saved;
+  Set sets[MAX_SETS];
+  int n_sets, next;
   GPtrArray *buffers;         /* device pointers to free                                 */
-  /* Update: per weight, fp32 states. */
-  PcuUpdateArgs update[PCU_MAX_WEIGHTS];
-  int n_update;
 } Cuda;
 
 static const char *cuda_device_name(ProfileRunner *self)
@@ -42,27 +56,30 @@ static void cuda_release(ProfileRunner *self)
   if (!c->ctx)
     return;
   pcu_context_activate(c->ctx);
-  if (c->saved) {
-    pcu_saved_free(c->ctx, c->saved);
-    c->saved = NULL;
-  }
+  for (int k = 0; k < c->n_sets; k++)
+    if (c->sets[k].saved) {
+      pcu_saved_free(c->ctx, c->sets[k].saved);
+      c->sets[k].saved = NULL;
+    }
   for (guint i = 0; c->buffers && i < c->buffers->len; i++)
     pcu_free(c->ctx, c->buffers->pdata[i]);
   if (c->buffers)
     g_ptr_array_set_size(c->buffers, 0);
   pcu_synchronize(c->ctx);
   c->ready = FALSE;
-  c->n_update = 0;
+  c->n_sets = 0;
+  c->next = 0;
 }
 
 /* A device buffer for @region of @dtype, filled with deterministic values (integers in
  * [0, @range)), or zeros with @zero. */
 static gboolean buffer_for(Cuda *c, PcuArg *arg, int dtype, gboolean zero, int64_t range,
-                           uint64_t seed, GError **error)
+                           uint64_t seed, int64_t *bytes, GError **error)
 {
   int64_t n = 1;
   for (int d = 0; d < arg->region.ndim; d++)
     n *= arg->region.hi[d] - arg->region.lo[d];
+  *bytes += n * pcu_dtype_size(dtype);
   void *p = NULL;
   PcuStatus s = pcu_malloc(c->ctx, (size_t)n * (size_t)pcu_dtype_size(dtype), &p);
   if (s == PCU_OK) {
@@ -91,6 +108,75 @@ static int64_t int_range(const SimGraph *g, int op, int i)
     return s.dims[s.ndim - 1];
   }
   return 2;
+}
+
+/* Buffers for one set of the shard's tensors, described by @proto. */
+static gboolean fill_set(Cuda *c, Set *set, const PcuOpArgs *proto, const SimGraph *g, int op,
+                         gboolean split, uint64_t seed, int64_t *bytes, GError **error)
+{
+  PcuOpArgs *a = &set->fwd;
+  *a = *proto;
+  int dt = a->dtype;
+  for (int i = 0; i < a->n_inputs; i++) {
+    SimDType t = sim_graph_tensor_dtype(g, sim_graph_op_input(g, op, i));
+    gboolean integer = t == SIM_DTYPE_INT32 || t == SIM_DTYPE_INT64;
+    if (!buffer_for(c, &a->in[i], integer ? PCU_I64 : dt, FALSE, int_range(g, op, i),
+                    seed + (uint64_t)i, bytes, error))
+      return FALSE;
+    if (!integer && !buffer_for(c, &a->in_grad[i], dt, TRUE, 0, 0, bytes, error))
+      return FALSE;
+  }
+  for (int i = 0; i < a->n_weights; i++)
+    if (!buffer_for(c, &a->w[i], dt, FALSE, 0, seed + 100 + (uint64_t)i, bytes, error) ||
+        !buffer_for(c, &a->w_grad[i], dt, TRUE, 0, 0, bytes, error))
+      return FALSE;
+  for (int i = 0; i < a->n_outputs; i++)
+    if (!buffer_for(c, &a->out[i], dt, TRUE, 0, 0, bytes, error) ||
+        !buffer_for(c, &a->out_grad[i], dt, FALSE, 0, seed + 200 + (uint64_t)i, bytes, error))
+      return FALSE;
+  if (a->type == SIM_OP_CROSS_ENTROPY && split) {
+    /* Classes split: the statistics of the rows, as the executor keeps them. */
+    a->split_stats = 1;
+    a->stats.region = a->out[0].region;
+    memmove(a->stats.region.lo + 1, a->stats.region.lo, sizeof(int64_t) * (PCU_MAX_DIMS - 1));
+    memmove(a->stats.region.hi + 1, a->stats.region.hi, sizeof(int64_t) * (PCU_MAX_DIMS - 1));
+    a->stats.region.lo[0] = 0;
+    a->stats.region.hi[0] = PCU_STATS_PLANES;
+    a->stats.region.ndim++;
+    if (!buffer_for(c, &a->stats, PCU_F32, TRUE, 0, 0, bytes, error))
+      return FALSE;
+  }
+  a->saved = &set->saved;
+  set->bwd = *a;
+  set->bwd.phase = PCU_BACKWARD;
+  /* Adam over each weight the op owns, with fp32 states. */
+  set->n_update = 0;
+  if (sim_graph_op_weight_owner(g, op) == op)
+    for (int i = 0; i < a->n_weights; i++) {
+      PcuUpdateArgs *u = &set->update[set->n_update++];
+      memset(u, 0, sizeof *u);
+      u->adam = 1;
+      u->lr = 1e-3;
+      u->beta1 = 0.9;
+      u->beta2 = 0.999;
+      u->eps = 1e-8;
+      u->step = 1;
+      u->weight = a->w[i].v;
+      u->grad = a->w_grad[i].v;
+      u->region = a->w[i].region;
+      PcuArg s1 = a->w[i], s2 = a->w[i];
+      if (!buffer_for(c, &s1, PCU_F32, TRUE, 0, 0, bytes, error) ||
+          !buffer_for(c, &s2, PCU_F32, TRUE, 0, 0, bytes, error))
+        return FALSE;
+      u->state1 = s1.v;
+      u->state2 = s2.v;
+      int64_t n = 1;
+      for (int d = 0; d < u->region.ndim; d++)
+        n *= u->region.hi[d] - u->region.lo[d];
+      u->part_lo = 0;
+      u->part_hi = n;
+    }
+  return TRUE;
 }
 
 static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
@@ -124,78 +210,36 @@ static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
       found = TRUE;
     }
   }
-  PcuOpArgs *a = &c->fwd;
-  if (!pcu_desc_init(a, g, op, lo, hi, dt, error))
+  PcuOpArgs proto;
+  if (!pcu_desc_init(&proto, g, op, lo, hi, dt, error))
     return FALSE;
   gboolean split = pcu_desc_splits_reduction(g, op, lo, hi);
-  a->accumulate = split;
+  proto.accumulate = split;
   uint64_t seed = pcu_name_hash(sim_graph_op_name(g, op));
-  for (int i = 0; i < a->n_inputs; i++) {
-    SimDType t = sim_graph_tensor_dtype(g, sim_graph_op_input(g, op, i));
-    gboolean integer = t == SIM_DTYPE_INT32 || t == SIM_DTYPE_INT64;
-    if (!buffer_for(c, &a->in[i], integer ? PCU_I64 : dt, FALSE, int_range(g, op, i), seed + i,
-                    error))
+  int64_t total = 0;
+  for (int k = 0; k < MAX_SETS && (k == 0 || total * (k + 1) / k <= ROTATION_BYTES); k++) {
+    int64_t bytes = 0;
+    GError *ferr = NULL;
+    if (!fill_set(c, &c->sets[k], &proto, g, op, split, seed + 1000 * (uint64_t)k, &bytes,
+                  &ferr)) {
+      /* Fewer sets than wished for still measure; none does not. */
+      if (k > 0 && ferr->code == PROFILE_ERROR_NO_MEMORY) {
+        g_error_free(ferr);
+        break;
+      }
+      g_propagate_error(error, ferr);
       return FALSE;
-    if (!integer && !buffer_for(c, &a->in_grad[i], dt, TRUE, 0, 0, error))
-      return FALSE;
-  }
-  for (int i = 0; i < a->n_weights; i++)
-    if (!buffer_for(c, &a->w[i], dt, FALSE, 0, seed + 100 + i, error) ||
-        !buffer_for(c, &a->w_grad[i], dt, TRUE, 0, 0, error))
-      return FALSE;
-  for (int i = 0; i < a->n_outputs; i++)
-    if (!buffer_for(c, &a->out[i], dt, TRUE, 0, 0, error) ||
-        !buffer_for(c, &a->out_grad[i], dt, FALSE, 0, seed + 200 + i, error))
-      return FALSE;
-  if (a->type == SIM_OP_CROSS_ENTROPY && split) {
-    /* Classes split: the statistics of the rows, as the executor keeps them. */
-    a->split_stats = 1;
-    a->stats.region = a->out[0].region;
-    memmove(a->stats.region.lo + 1, a->stats.region.lo, sizeof(int64_t) * (PCU_MAX_DIMS - 1));
-    memmove(a->stats.region.hi + 1, a->stats.region.hi, sizeof(int64_t) * (PCU_MAX_DIMS - 1));
-    a->stats.region.lo[0] = 0;
-    a->stats.region.hi[0] = PCU_STATS_PLANES;
-    a->stats.region.ndim++;
-    if (!buffer_for(c, &a->stats, PCU_F32, TRUE, 0, 0, error))
-      return FALSE;
-  }
-  a->saved = &c->saved;
-  c->bwd = *a;
-  c->bwd.phase = PCU_BACKWARD;
-  /* Adam over each weight, with fp32 states. */
-  c->n_update = 0;
-  if (sim_graph_op_weight_owner(g, op) == op)
-    for (int i = 0; i < a->n_weights; i++) {
-      PcuUpdateArgs *u = &c->update[c->n_update++];
-      memset(u, 0, sizeof *u);
-      u->adam = 1;
-      u->lr = 1e-3;
-      u->beta1 = 0.9;
-      u->beta2 = 0.999;
-      u->eps = 1e-8;
-      u->step = 1;
-      u->weight = a->w[i].v;
-      u->grad = a->w_grad[i].v;
-      u->region = a->w[i].region;
-      PcuArg s1 = a->w[i], s2 = a->w[i];
-      if (!buffer_for(c, &s1, PCU_F32, TRUE, 0, 0, error) ||
-          !buffer_for(c, &s2, PCU_F32, TRUE, 0, 0, error))
-        return FALSE;
-      u->state1 = s1.v;
-      u->state2 = s2.v;
-      int64_t n = 1;
-      for (int d = 0; d < u->region.ndim; d++)
-        n *= u->region.hi[d] - u->region.lo[d];
-      u->part_lo = 0;
-      u->part_hi = n;
     }
-  /* One forward pass leaves what backward reads. */
-  s = pcu_op_run(c->ctx, a);
-  if (s == PCU_OK)
-    s = pcu_synchronize(c->ctx);
-  if (s != PCU_OK) {
-    pcu_set_error(error, c->ctx, s, sim_graph_op_name(g, op));
-    return FALSE;
+    c->n_sets = k + 1;
+    total += bytes;
+    /* One forward pass leaves what backward reads. */
+    PcuStatus st = pcu_op_run(c->ctx, &c->sets[k].fwd);
+    if (st == PCU_OK)
+      st = pcu_synchronize(c->ctx);
+    if (st != PCU_OK) {
+      pcu_set_error(error, c->ctx, st, sim_graph_op_name(g, op));
+      return FALSE;
+    }
   }
   c->ready = TRUE;
   return TRUE;
@@ -203,12 +247,14 @@ static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
 
 static PcuStatus run_once(Cuda *c, SimPass pass)
 {
+  Set *set = &c->sets[c->next];
+  c->next = (c->next + 1) % MAX(c->n_sets, 1);
   if (pass == SIM_PASS_FORWARD)
-    return pcu_op_run(c->ctx, &c->fwd);
+    return pcu_op_run(c->ctx, &set->fwd);
   if (pass == SIM_PASS_BACKWARD)
-    return pcu_op_run(c->ctx, &c->bwd);
-  for (int i = 0; i < c->n_update; i++) {
-    PcuStatus s = pcu_update(c->ctx, &c->update[i]);
+    return pcu_op_run(c->ctx, &set->bwd);
+  for (int i = 0; i < set->n_update; i++) {
+    PcuStatus s = pcu_update(c->ctx, &set->update[i]);
     if (s != PCU_OK)
       return s;
   }
