@@ -481,13 +481,18 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
             /* An image inside the collective's own devices is one of its own flows. */
             const GArray *set = tg->coll_devs->pdata[sh.coll];
             gboolean in_a = FALSE, in_b = FALSE;
+            int low = G_MAXINT;
             for (guint i = 0; i < set->len; i++) {
-              in_a |= g_array_index(set, int, i) == sh.device;
-              in_b |= g_array_index(set, int, i) == sh.peer;
+              int d = g_array_index(set, int, i);
+              in_a |= d == sh.device;
+              in_b |= d == sh.peer;
+              low = MIN(low, fold_map(f, d, r, k, ranks));
             }
             if (in_a && in_b)
               continue;
-            int32_t key[3] = { sh.device, sh.peer, sh.coll };
+            /* Rotations of one image set give the same collective: key it by its set (its
+             * smallest device) and, for a flow per rank, by the pair. */
+            int32_t key[3] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll };
             GBytes *kb = g_bytes_new(key, sizeof key);
             if (g_hash_table_contains(made, kb)) {
               g_bytes_unref(kb);
