@@ -179,8 +179,6 @@ int cmd_compare(int argc, char **argv)
   SearchRunOptions ro;
   if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
     goto fail;
-  if (!so.budget)
-    ro.time_budget = 10, ro.eval_budget = 0;
   if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
                         &error))
     goto fail;
@@ -266,7 +264,7 @@ int cmd_compare(int argc, char **argv)
   /* The summary: per algorithm over its seeds. */
   printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(pb.graph),
          sim_machine_get_name(pb.machine), sim_machine_n_devices(pb.machine),
-         so.budget ? so.budget : "10s", seeds, seeds == 1 ? "" : "s");
+         so.budget ? so.budget : "60s", seeds, seeds == 1 ? "" : "s");
   printf("%-14s %12s %12s %10s %12s %10s\n", "algorithm", "best", "median", "vs dp", "to 95% (s)",
          "evals/s");
   for (guint a = 0; a < algos->len; a++) {

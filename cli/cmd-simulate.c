@@ -4,12 +4,82 @@
 #include "parasol-search.h"
 #include "sim-options.h"
 
+#include <json-glib/json-glib.h>
 #include <string.h>
 
-int cmd_simulate(int argc, char **argv)
+static int batch_error(int line, const char *message, int status)
+{
+  g_autoptr(JsonBuilder) jb = json_builder_new();
+  json_builder_begin_object(jb);
+  json_builder_set_member_name(jb, "line");
+  json_builder_add_int_value(jb, line);
+  json_builder_set_member_name(jb, "error");
+  json_builder_add_string_value(jb, message);
+  json_builder_end_object(jb);
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) root = json_builder_get_root(jb);
+  json_generator_set_root(gen, root);
+  g_autofree char *text = json_generator_to_data(gen, NULL);
+  printf("%s\n", text);
+  fflush(stdout);
+  return status;
+}
+
+static int fail(int line, GError *error)
+{
+  if (line < 0)
+    return cli_report_error(error);
+  int status = error->domain == SIM_ERROR && error->code == SIM_ERROR_OOM ? CLI_EXIT_FAILURE
+                                                                         : CLI_EXIT_USAGE;
+  batch_error(line, error->message, status);
+  g_error_free(error);
+  return status;
+}
+
+static int simulate_one(int argc, char **argv, int line);
+
+/* Simulates every line of @path: the lines of a sweep (the vTrain validation, a search
+ * script) without a process and a model build per configuration.  Blank lines and lines
+ * starting with # are skipped.  Returns the worst status of the lines. */
+static int simulate_batch(const char *path)
+{
+  g_autofree char *text = NULL;
+  g_autoptr(GError) error = NULL;
+  if (!strcmp(path, "-")) {
+    GString *all = g_string_new(NULL);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, stdin)) > 0)
+      g_string_append_len(all, buf, (gssize)n);
+    text = g_string_free(all, FALSE);
+  } else if (!g_file_get_contents(path, &text, NULL, &error)) {
+    return cli_usage_error("simulate", "%s", error->message);
+  }
+  g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+  int worst = CLI_EXIT_OK;
+  for (int i = 0; lines[i]; i++) {
+    char *l = g_strstrip(lines[i]);
+    if (!*l || *l == '#')
+      continue;
+    int ac = 0;
+    g_auto(GStrv) av = NULL;
+    g_autoptr(GError) perr = NULL;
+    g_autofree char *cmd = g_strconcat("simulate ", l, NULL);
+    /* MAX evaluates its arguments twice: the status is taken first. */
+    int status = g_shell_parse_argv(cmd, &ac, &av, &perr)
+                   ? simulate_one(ac, av, i + 1)
+                   : batch_error(i + 1, perr->message, CLI_EXIT_USAGE);
+    worst = MAX(worst, status);
+  }
+  return worst;
+}
+
+/* One simulation.  With @line >= 0 (a line of a batch) the result, or the error, is one
+ * line of JSON on stdout and errors go nowhere else. */
+static int simulate_one(int argc, char **argv, int line)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
-  g_autofree char *save = NULL;
+  g_autofree char *save = NULL, *batch = NULL;
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE;
   CliPlanOptions plan;
@@ -22,6 +92,7 @@ int cmd_simulate(int argc, char **argv)
     { "trace", 0, 0, G_OPTION_ARG_FILENAME, &trace, "Write the timeline (Chrome trace format)", "FILE" },
     { "save-strategy", 0, 0, G_OPTION_ARG_FILENAME, &save, "Write the strategy used", "FILE" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the report as JSON", NULL },
+    { "batch", 0, 0, G_OPTION_ARG_FILENAME, &batch, "Simulate every line of FILE (- for stdin): each line holds these options; one line of JSON comes out per line", "FILE" },
     { NULL },
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new("- predict one training iteration");
@@ -31,16 +102,27 @@ int cmd_simulate(int argc, char **argv)
     "every GPU when neither is given.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
-  if (!cli_parse_options(ctx, &argc, &argv))
+  if (line >= 0) {
+    g_autoptr(GError) perr = NULL;
+    if (!g_option_context_parse(ctx, &argc, &argv, &perr))
+      return batch_error(line, perr->message, CLI_EXIT_USAGE);
+    if (batch || trace || save)
+      return batch_error(line, "--batch, --trace and --save-strategy do not belong in a batch line",
+                         CLI_EXIT_USAGE);
+  } else if (!cli_parse_options(ctx, &argc, &argv)) {
     return CLI_EXIT_USAGE;
+  }
   if (argc > 1)
-    return cli_usage_error("simulate", "unexpected argument '%s'", argv[1]);
+    return line >= 0 ? batch_error(line, "unexpected argument", CLI_EXIT_USAGE)
+                     : cli_usage_error("simulate", "unexpected argument '%s'", argv[1]);
+  if (batch)
+    return simulate_batch(batch);
 
   GError *error = NULL;
   CliProblem pb = { 0 };
   if (!cli_problem_load(&pb, model ? model : "gpt3-1.3b", params, machine ? machine : "dgx-a100",
                         &plan, &error))
-    return cli_report_error(error);
+    return fail(line, error);
   g_autoptr(SimStrategy) s = NULL;
   if (strategy_file) {
     /* A strategy found with graph rewrites names the rewritten graph's operators: the
@@ -48,13 +130,13 @@ int cmd_simulate(int argc, char **argv)
     g_auto(GStrv) rewrites = search_strategy_file_rewrites(strategy_file, &error);
     if (!rewrites) {
       cli_problem_clear(&pb);
-      return cli_report_error(error);
+      return fail(line, error);
     }
     if (rewrites[0]) {
       SimGraph *g = search_rewrite_graph(pb.graph, (const char *const *)rewrites, &error);
       if (!g) {
         cli_problem_clear(&pb);
-        return cli_report_error(error);
+        return fail(line, error);
       }
       sim_graph_free(pb.graph);
       pb.graph = g;
@@ -65,20 +147,28 @@ int cmd_simulate(int argc, char **argv)
     s = cli_plan_build(&plan, pb.graph, pb.machine, &error);
   if (!s) {
     cli_problem_clear(&pb);
-    return cli_report_error(error);
+    return fail(line, error);
   }
   if (save && !sim_strategy_save(s, pb.graph, save, &error)) {
     cli_problem_clear(&pb);
-    return cli_report_error(error);
+    return fail(line, error);
   }
   SimOptions o = cli_plan_sim_options(&plan);
   o.keep_timeline = trace != NULL;
   g_autoptr(SimReport) r = sim_simulate(pb.graph, pb.machine, s, pb.cost, &o, &error);
   if (!r) {
     cli_problem_clear(&pb);
-    return cli_report_error(error);
+    return fail(line, error);
   }
-  if (json) {
+  if (line >= 0) {
+    printf("{\"line\": %d, \"iteration_time_s\": %.9g, \"throughput_samples_per_s\": %.9g, "
+           "\"mfu\": %.6f, \"fits\": %s, \"peak_memory_max_bytes\": %" G_GINT64_FORMAT
+           ", \"tasks\": %" G_GINT64_FORMAT ", \"folding\": \"%s\"}\n",
+           line, sim_report_iteration_time(r), sim_report_throughput(r), sim_report_mfu(r),
+           sim_report_fits(r) ? "true" : "false", sim_report_max_peak_memory(r),
+           sim_report_n_tasks(r), sim_report_folding(r));
+    fflush(stdout);
+  } else if (json) {
     g_autofree char *text = sim_report_to_json(r);
     printf("%s\n", text);
   } else {
@@ -87,10 +177,15 @@ int cmd_simulate(int argc, char **argv)
   if (trace) {
     if (!sim_report_write_trace(r, trace, &error)) {
       cli_problem_clear(&pb);
-      return cli_report_error(error);
+      return fail(line, error);
     }
     g_printerr("parasol: timeline written to %s\n", trace);
   }
   cli_problem_clear(&pb);
   return CLI_EXIT_OK;
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+  return simulate_one(argc, argv, -1);
 }

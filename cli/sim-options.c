@@ -31,6 +31,10 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
     { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
+    { "coll-base-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_base_us, "Fixed cost of a whole collective: launch and handshake (us)", "US" },
+    { "gemm-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_efficiency, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
+    { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
+    { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
     { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
     { NULL },
@@ -98,6 +102,10 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     return FALSE;
   }
   SimRooflineParams rp = sim_roofline_params_default();
+  if (p->gemm_efficiency > 0)
+    rp.gemm_efficiency = p->gemm_efficiency;
+  if (p->memory_efficiency > 0)
+    rp.memory_efficiency = p->memory_efficiency;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);
@@ -200,7 +208,15 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
                 "--detail: unknown '%s'; expected flows, collective or steps", p->detail);
     return FALSE;
   }
-  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->coll_latency_us < 0) {
+  if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
+      p->memory_efficiency > 1 || p->host_overhead_us < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
+                "--host-overhead-us be positive");
+    return FALSE;
+  }
+  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->coll_latency_us < 0 ||
+      p->coll_base_us < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--coll-efficiency must lie in (0, 1] and --coll-latency-us be positive");
     return FALSE;
@@ -240,5 +256,8 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p)
   o.fold = !p->no_fold;
   o.coll_bandwidth_efficiency = p->coll_efficiency;
   o.coll_step_latency = p->coll_latency_us * 1e-6;
+  if (p->coll_base_us > 0)
+    o.coll_base_latency = p->coll_base_us * 1e-6;
+  o.host_kernel_time = p->host_overhead_us * 1e-6;
   return o;
 }

@@ -10,7 +10,9 @@ typedef struct {
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, no_fold;
-  double coll_efficiency, coll_latency_us;
+  double coll_efficiency, coll_latency_us, coll_base_us;
+  /* Roofline parameters (0: the defaults). */
+  double gemm_efficiency, memory_efficiency, host_overhead_us;
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
 } CliPlanOptions;
 

@@ -31,7 +31,8 @@ SimCollParams sim_coll_params_default(void)
    * 230 GB/s of the 300 GB/s per direction (NCCL tests; shared/data/vtrain allreduce
    * files), and pays some microseconds per step; experiments/validate-vtrain calibrates
    * both on those files and the simulate command can override them. */
-  return (SimCollParams){ .bandwidth_efficiency = 0.78, .step_latency = 2e-6 };
+  return (SimCollParams){ .bandwidth_efficiency = 0.78, .step_latency = 2e-6,
+                          .base_latency = 0 };
 }
 
 typedef struct {
@@ -240,17 +241,27 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
     dep(&c, *start, *end);
     return;
   }
+  /* The collective's fixed cost comes first: its kernel's launch and the handshake of its
+   * ranks, before any byte moves. */
+  SimTaskRef first = *start;
+  if (cp->base_latency > 0) {
+    SimTask d = sim_task_delay(cls, devices[0], cp->base_latency);
+    d.op = op;
+    d.mb = mb;
+    first = sim_taskgraph_add(tg, block, &d);
+    dep(&c, *start, first);
+  }
   if (kind == SIM_COLL_REDUCE_SCATTER || kind == SIM_COLL_ALLGATHER) {
-    ring(&c, devices, n, n - 1, bytes / n, *start, *end);
+    ring(&c, devices, n, n - 1, bytes / n, first, *end);
     return;
   }
   int *groups = NULL, n_nodes = 0, g = 0;
   if (algo == SIM_ALLREDUCE_HIERARCHICAL && by_node(m, devices, n, &groups, &n_nodes, &g)) {
     SimTaskRef mid1 = add_nop(&c), mid2 = add_nop(&c);
     for (int k = 0; k < n_nodes; k++)
-      ring(&c, groups + k * g, g, g - 1, bytes / g, *start, mid1);
+      ring(&c, groups + k * g, g, g - 1, bytes / g, first, mid1);
     if (g == 1)
-      dep(&c, *start, mid1);
+      dep(&c, first, mid1);
     int *across = g_new(int, n_nodes);
     for (int r = 0; r < g; r++) {
       for (int k = 0; k < n_nodes; k++)
@@ -266,10 +277,10 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
     return;
   }
   if (algo == SIM_ALLREDUCE_TREE && n > 2) {
-    tree_allreduce(&c, devices, n, bytes, *start, *end);
+    tree_allreduce(&c, devices, n, bytes, first, *end);
     return;
   }
-  ring(&c, devices, n, 2 * (n - 1), bytes / n, *start, *end);
+  ring(&c, devices, n, 2 * (n - 1), bytes / n, first, *end);
 }
 
 static void ring_bottleneck(SimMachine *m, const int *dev, int n, double *bw, double *lat)
@@ -299,7 +310,7 @@ double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo alg
   if (kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_TREE && n > 2) {
     int depth = tree_depth(n);
     /* Each rank sends and receives the whole buffer once each way over both trees. */
-    return 2 * depth * (lat + cp->step_latency) + bytes / bw;
+    return cp->base_latency + 2 * depth * (lat + cp->step_latency) + bytes / bw;
   }
-  return steps * (lat + cp->step_latency) + steps * (bytes / n) / bw;
+  return cp->base_latency + steps * (lat + cp->step_latency) + steps * (bytes / n) / bw;
 }

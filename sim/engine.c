@@ -43,6 +43,9 @@ struct _SimEngine {
   const SimRoute **flow_route;
   double *ready_time;
   uint8_t *ready;
+  double *sync_time;      /* the latest end of a transfer the host waits for, per task */
+  double host_kernel;     /* the host's time to issue one kernel                       */
+  double *host;           /* per device: when its host has issued the last task         */
   /* per-device state */
   int n_devices;
   int32_t *stream_pos;
@@ -121,6 +124,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->stream_prev = g_new0(int32_t, e->n_devices);
   e->busy = g_new0(uint8_t, e->n_devices);
   e->mem = g_new0(int64_t, e->n_devices);
+  e->host = g_new0(double, e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
   return e;
 }
@@ -136,6 +140,8 @@ void sim_engine_free(SimEngine *e)
   g_free(e->flow_ver);
   g_free(e->flow_route);
   g_free(e->ready_time);
+  g_free(e->sync_time);
+  g_free(e->host);
   g_free(e->ready);
   g_free(e->stream_pos);
   g_free(e->stream_prev);
@@ -143,6 +149,11 @@ void sim_engine_free(SimEngine *e)
   g_free(e->mem);
   g_array_free(e->work, TRUE);
   g_free(e);
+}
+
+void sim_engine_set_host_kernel_time(SimEngine *e, double seconds)
+{
+  e->host_kernel = seconds > 0 ? seconds : 0;
 }
 
 void sim_timeline_clear(SimTimeline *tl)
@@ -164,7 +175,16 @@ static void start_compute(SimEngine *e, int32_t t)
   const SimTask *task = &e->tg->task[t];
   int d = task->device;
   SimTimeline *tl = e->tl;
-  tl->start[t] = e->now;
+  /* The host issues the device's kernels in stream order, running ahead of the device,
+   * but it waits for the transfers from other pipeline stages (Megatron synchronizes
+   * after its point-to-point exchanges); the task runs once issued. */
+  double start = e->now;
+  if (e->host_kernel > 0) {
+    double issued = MAX(e->host[d], e->sync_time[t]) + task->n_kernels * e->host_kernel;
+    e->host[d] = issued;
+    start = MAX(start, issued);
+  }
+  tl->start[t] = start;
   /* The stream was the last thing this task waited for when it became ready earlier. */
   if (e->ready_time[t] < e->now && e->stream_prev[d] >= 0)
     tl->crit[t] = e->stream_prev[d];
@@ -172,7 +192,7 @@ static void start_compute(SimEngine *e, int32_t t)
   e->mem[d] += task->mem_alloc;
   if (e->mem[d] > tl->peak_mem[d])
     tl->peak_mem[d] = e->mem[d];
-  schedule(e, e->now + task->duration, t, EV_END);
+  schedule(e, start + task->duration, t, EV_END);
 }
 
 static void try_stream(SimEngine *e, int d)
@@ -232,8 +252,11 @@ static void release_successors(SimEngine *e, int32_t t)
 {
   const SimTask *task = &e->tg->task[t];
   const int32_t *succ = e->tg->succ + task->succ_off;
+  gboolean p2p = task->kind == SIM_TASK_FLOW && task->cls == SIM_CLASS_TRANSFER;
   for (int k = 0; k < task->n_succ; k++) {
     int32_t s = succ[k];
+    if (p2p && e->now > e->sync_time[s])
+      e->sync_time[s] = e->now;
     if (--e->preds_left[s] == 0)
       make_ready(e, s, t);
   }
@@ -281,6 +304,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->flow_ver = g_renew(uint32_t, e->flow_ver, n);
     e->flow_route = g_renew(const SimRoute *, e->flow_route, n);
     e->ready_time = g_renew(double, e->ready_time, n);
+    e->sync_time = g_renew(double, e->sync_time, n);
     e->ready = g_renew(uint8_t, e->ready, n);
   }
   sim_timeline_clear(tl);
@@ -298,6 +322,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   for (int t = 0; t < n; t++) {
     e->preds_left[t] = tg->task[t].n_pred;
     e->flow_ver[t] = 0;
+    e->sync_time[t] = 0;
     e->flow_slot[t] = -1;
     e->ready[t] = 0;
     tl->start[t] = -1;
@@ -309,6 +334,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->stream_prev[d] = -1;
     e->busy[d] = 0;
     e->mem[d] = tg->static_mem[d];
+    e->host[d] = 0;
     tl->peak_mem[d] = e->mem[d];
   }
   for (int t = 0; t < n; t++)

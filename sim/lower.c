@@ -41,6 +41,7 @@ typedef struct {
   int64_t *w_elems;        /* weight elements per shard                                */
   gboolean recompute;
   gboolean has_weights;
+  uint16_t k_f, k_b, k_r, k_u;  /* kernels per pass, for the host's issue time         */
   int stage;
   int block;
   uint32_t pos_b, pos_r;   /* places in the backward order                             */
@@ -215,6 +216,13 @@ static void lay_op(SimLowering *lw, int x)
       prev_spec = spec;
       tf = sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_FORWARD);
       tb = sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_BACKWARD);
+      SimWork wk = { 0 };
+      sim_graph_op_work(lw->g, x, ext, SIM_PASS_FORWARD, &wk);
+      l->k_f = l->k_r = (uint16_t)wk.n;
+      wk.n = 0;
+      sim_graph_op_work(lw->g, x, ext, SIM_PASS_BACKWARD, &wk);
+      l->k_b = (uint16_t)wk.n;
+      l->k_u = l->has_weights ? 1 : 0;
       tu = l->has_weights ? sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_UPDATE)
                           : 0;
       int64_t saved = klass->saved_bytes(op, ext);
@@ -232,6 +240,7 @@ static void lay_op(SimLowering *lw, int x)
           klass->selective(op, ext, &rw, &kept);
           af = kept;
           tr = work_time(lw, spec, &rw);
+          l->k_r = (uint16_t)rw.n;
         } else {
           af = in_bytes;
           tr = tf;
@@ -300,14 +309,17 @@ static void build_op_block(SimLowering *lw, int x)
         if (p == P_F) {
           t = sim_task_compute(SIM_CLASS_FORWARD, dev, x, sh, mb, l->t_f[sh]);
           t.mem_alloc = l->a_f[sh];
+          t.n_kernels = l->k_f;
           key = rf[mb] << 32 | (uint32_t)x;
         } else if (p == P_B) {
           t = sim_task_compute(SIM_CLASS_BACKWARD, dev, x, sh, mb, l->t_b[sh]);
           t.mem_free = l->a_f[sh] + l->a_r[sh];
+          t.n_kernels = l->k_b;
           key = rb[mb] << 32 | l->pos_b;
         } else {
           t = sim_task_compute(SIM_CLASS_RECOMPUTE, dev, x, sh, mb, l->t_r[sh]);
           t.mem_alloc = l->a_r[sh];
+          t.n_kernels = l->k_r;
           key = rb[mb] << 32 | l->pos_r;
         }
         SimTaskRef r = sim_taskgraph_add(tg, b, &t);
@@ -318,6 +330,7 @@ static void build_op_block(SimLowering *lw, int x)
       if (l->cidx[sh] < 0)
         continue;
       SimTask t = sim_task_compute(SIM_CLASS_UPDATE, l->dev[sh], x, sh, -1, l->t_u[sh]);
+      t.n_kernels = l->k_u;
       SimTaskRef r = sim_taskgraph_add(tg, b, &t);
       sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | (uint32_t)x,
                                r.index);

@@ -666,6 +666,14 @@ typedef struct {
    * step; 0 takes the calibrated defaults. */
   double coll_bandwidth_efficiency;
   double coll_step_latency;
+  /* The fixed cost of one collective (its kernel's launch and the ranks' handshake);
+   * negative takes the default, 0 none. */
+  double coll_base_latency;
+  /* The host's time to issue one kernel (a framework's dispatch and the launch call).
+   * The host issues a device's kernels in stream order and waits for the transfers a
+   * task receives from other pipeline stages; a task starts only once issued.  0: the
+   * host is never the bottleneck. */
+  double host_kernel_time;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -28,7 +28,8 @@ const char *sim_detail_name(SimDetail d)
 
 SimOptions sim_options_default(void)
 {
-  return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE };
+  return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
+                       .coll_base_latency = -1 };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -38,6 +39,8 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o)
     cp.bandwidth_efficiency = o->coll_bandwidth_efficiency;
   if (o && o->coll_step_latency > 0)
     cp.step_latency = o->coll_step_latency;
+  if (o && o->coll_base_latency >= 0)
+    cp.base_latency = o->coll_base_latency;
   return cp;
 }
 
@@ -634,6 +637,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
   sim_taskgraph_assemble(tg);
   SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+  sim_engine_set_host_kernel_time(e, opts.host_kernel_time);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);
   SimReport *r = NULL;

@@ -49,7 +49,7 @@ typedef struct {
   int64_t mem_free;    /* bytes released on @device when the task ends                 */
   int32_t coll;        /* flows of a collective: its id in the task graph, or -1       */
   uint16_t n_members;  /* a collective's flow: its devices, after its links in extra   */
-  uint16_t pad;
+  uint16_t n_kernels;  /* compute: kernels the host issues for it                      */
   int32_t links_off;   /* a collective's flow: its links (then members) in extra        */
   /* Filled by assembly: */
   int32_t n_pred;
@@ -198,6 +198,7 @@ typedef enum {
 typedef struct {
   double bandwidth_efficiency;  /* achieved fraction of the bottleneck link bandwidth */
   double step_latency;          /* seconds per algorithm step, beyond link latency    */
+  double base_latency;          /* seconds per collective: launch and handshake       */
 } SimCollParams;
 
 SimCollParams sim_coll_params_default(void);
@@ -290,6 +291,8 @@ typedef struct {
 typedef struct _SimEngine SimEngine;
 
 SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
+/* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
+void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
 void sim_engine_free(SimEngine *e);
 /* Runs the assembled task graph from time 0 and fills @tl (whose arrays it allocates,
  * sized for the graph).  Deterministic: equal-time events run in the order they were
