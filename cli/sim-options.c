@@ -8,6 +8,7 @@ void cli_plan_options_init(CliPlanOptions *p)
 {
   memset(p, 0, sizeof *p);
   p->bucket_mb = -1; /* unset: 25 MB, PyTorch DDP's default bucket */
+  p->coll_latency_us = -1; /* unset: the default step cost */
 }
 
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
@@ -215,8 +216,8 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
                 "--host-overhead-us be positive");
     return FALSE;
   }
-  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->coll_latency_us < 0 ||
-      p->coll_base_us < 0) {
+  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 ||
+      (p->coll_latency_us < 0 && p->coll_latency_us != -1) || p->coll_base_us < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--coll-efficiency must lie in (0, 1] and --coll-latency-us be positive");
     return FALSE;
@@ -255,7 +256,7 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p)
     o.detail = SIM_DETAIL_COLLECTIVE;
   o.fold = !p->no_fold;
   o.coll_bandwidth_efficiency = p->coll_efficiency;
-  o.coll_step_latency = p->coll_latency_us * 1e-6;
+  o.coll_step_latency = p->coll_latency_us >= 0 ? p->coll_latency_us * 1e-6 : -1;
   if (p->coll_base_us > 0)
     o.coll_base_latency = p->coll_base_us * 1e-6;
   o.host_kernel_time = p->host_overhead_us * 1e-6;

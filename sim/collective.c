@@ -68,10 +68,42 @@ static void dep(Ctx *c, SimTaskRef a, SimTaskRef b)
   sim_taskgraph_depend(c->tg, c->block, a, b);
 }
 
+static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
+                         SimTaskRef start, SimTaskRef end);
+
 /* A ring of @steps steps over @dev, each moving @chunk bytes per rank, between the join
- * points @start and @end. */
+ * points @start and @end.  A ring over several nodes, each holding g > 1 of its ranks in a
+ * row, runs as g channels (NCCL's rings), each with the ranks of every node rotated by one
+ * more place, so that each channel leaves every node from a different GPU, and so through
+ * a different NIC: the nodes' NICs all carry a share of the traffic. */
 static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
                  SimTaskRef end)
+{
+  int g = 1;
+  while (g < n && sim_machine_device_node(c->m, dev[g]) == sim_machine_device_node(c->m, dev[0]))
+    g++;
+  gboolean channels = g > 1 && g < n && n % g == 0;
+  for (int k = 0; channels && k < n; k++)
+    channels = sim_machine_device_node(c->m, dev[k]) ==
+               sim_machine_device_node(c->m, dev[(k / g) * g]) &&
+               (k % g != 0 || k == 0 ||
+                sim_machine_device_node(c->m, dev[k]) != sim_machine_device_node(c->m, dev[k - 1]));
+  if (!channels) {
+    ring_channel(c, dev, n, steps, chunk, start, end);
+    return;
+  }
+  int *order = g_new(int, n);
+  for (int ch = 0; ch < g; ch++) {
+    for (int node = 0; node < n / g; node++)
+      for (int i = 0; i < g; i++)
+        order[node * g + i] = dev[node * g + (i + ch) % g];
+    ring_channel(c, order, n, steps, chunk / g, start, end);
+  }
+  g_free(order);
+}
+
+static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
+                         SimTaskRef start, SimTaskRef end)
 {
   if (c->detail == SIM_DETAIL_COLLECTIVE) {
     /* One flow over every link of the ring, as often as the ring crosses it. */

@@ -662,8 +662,8 @@ typedef struct {
   SimDetail detail;
   gboolean fold;           /* simulate one of each set of symmetric devices            */
   gboolean keep_timeline;  /* record every task's start and end (traces, tests)        */
-  /* Collectives: achieved fraction of link bandwidth and the fixed cost of one algorithm
-   * step; 0 takes the calibrated defaults. */
+  /* Collectives: achieved fraction of link bandwidth (0 takes the default) and the fixed
+   * cost of one algorithm step (negative takes the default). */
   double coll_bandwidth_efficiency;
   double coll_step_latency;
   /* The fixed cost of one collective (its kernel's launch and the ranks' handshake);

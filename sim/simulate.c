@@ -29,7 +29,7 @@ const char *sim_detail_name(SimDetail d)
 SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
-                       .coll_base_latency = -1 };
+                       .coll_step_latency = -1, .coll_base_latency = -1 };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -37,7 +37,7 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o)
   SimCollParams cp = sim_coll_params_default();
   if (o && o->coll_bandwidth_efficiency > 0)
     cp.bandwidth_efficiency = o->coll_bandwidth_efficiency;
-  if (o && o->coll_step_latency > 0)
+  if (o && o->coll_step_latency >= 0)
     cp.step_latency = o->coll_step_latency;
   if (o && o->coll_base_latency >= 0)
     cp.base_latency = o->coll_base_latency;
