@@ -35,6 +35,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "coll-base-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_base_us, "Fixed cost of a whole collective: launch and handshake (us)", "US" },
     { "gemm-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_efficiency, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
     { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
+    { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
     { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
@@ -107,6 +108,8 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.gemm_efficiency = p->gemm_efficiency;
   if (p->memory_efficiency > 0)
     rp.memory_efficiency = p->memory_efficiency;
+  if (p->gemm_latency_us > 0)
+    rp.gemm_latency = p->gemm_latency_us * 1e-6;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);
@@ -210,7 +213,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
     return FALSE;
   }
   if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
-      p->memory_efficiency > 1 || p->host_overhead_us < 0) {
+      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
                 "--host-overhead-us be positive");

@@ -501,6 +501,9 @@ typedef struct {
   double recurrent_efficiency;
   gboolean tile_quantization;  /* model tile and wave quantization of GEMMs            */
   int tile_m, tile_n;          /* output tile of a GEMM thread block (quantization)     */
+  /* A GEMM's fixed cost beyond its launch: filling and draining the tensor-core pipeline,
+   * prologue and epilogue.  It makes small GEMMs less efficient than large ones. */
+  double gemm_latency;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

@@ -111,9 +111,11 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
   double launch = MAX(dev->launch_overhead, 0.0);
   switch (k->kind) {
   case SIM_KERNEL_GEMM:
-    return gemm_seconds(p, dev, k, k->flops, k->bytes, p->gemm_efficiency) + launch;
+    return gemm_seconds(p, dev, k, k->flops, k->bytes, p->gemm_efficiency) + p->gemm_latency +
+           launch;
   case SIM_KERNEL_CONV:
-    return gemm_seconds(p, dev, k, k->flops, k->bytes, p->conv_efficiency) + launch;
+    return gemm_seconds(p, dev, k, k->flops, k->bytes, p->conv_efficiency) + p->gemm_latency +
+           launch;
   case SIM_KERNEL_MEMORY:
   case SIM_KERNEL_OPTIMIZER:
     return stream_seconds(dev, k, p->memory_efficiency) + launch;
