@@ -34,25 +34,6 @@
 /* ---------------------------------------------------------------------------------- */
 /* Writing                                                                             */
 
-static void append_string(GString *s, const char *str)
-{
-  g_string_append_c(s, '"');
-  for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
-    switch (*p) {
-    case '"': g_string_append(s, "\\\""); break;
-    case '\\': g_string_append(s, "\\\\"); break;
-    case '\n': g_string_append(s, "\\n"); break;
-    case '\t': g_string_append(s, "\\t"); break;
-    case '\r': g_string_append(s, "\\r"); break;
-    default:
-      if (*p < 0x20)
-        g_string_append_printf(s, "\\u%04x", *p);
-      else
-        g_string_append_c(s, (char)*p);
-    }
-  }
-  g_string_append_c(s, '"');
-}
 
 /* The shortest of %.15g and %.17g that reads back as the same double, with a decimal
  * point so that it reads back as a number with a fraction. */
@@ -86,7 +67,7 @@ static void append_attr(GString *s, const SimAttrSpec *spec, const SimAttrValue 
     g_string_append_c(s, ']');
     break;
   case SIM_ATTR_ENUM:
-    append_string(s, spec->enum_names[v->i[0]]);
+    sim_json_append_string(s, spec->enum_names[v->i[0]]);
     break;
   }
 }
@@ -97,7 +78,7 @@ char *sim_graph_to_json(const SimGraph *g)
   GString *s = g_string_new("{\n");
   g_string_append_printf(s, "  \"format\": \"%s\",\n  \"version\": %d,\n  \"name\": ",
                          GRAPH_FORMAT, GRAPH_VERSION);
-  append_string(s, g->name);
+  sim_json_append_string(s, g->name);
   g_string_append_printf(s, ",\n  \"tokens_per_sample\": %" G_GINT64_FORMAT ",\n",
                          g->tokens_per_sample);
   g_string_append(s, "  \"ops\": [");
@@ -105,20 +86,20 @@ char *sim_graph_to_json(const SimGraph *g)
     const SimOp *op = sim_graph_op_get(g, (int)i);
     const SimOpClass *c = sim_op_class(op->type);
     g_string_append(s, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-    append_string(s, op->name);
+    sim_json_append_string(s, op->name);
     g_string_append(s, ", \"type\": ");
-    append_string(s, c->name);
+    sim_json_append_string(s, c->name);
     g_string_append(s, ", \"inputs\": [");
     for (int j = 0; j < op->n_inputs; j++) {
       if (j)
         g_string_append(s, ", ");
-      append_string(s, sim_graph_tensor_get(g, op->inputs[j])->name);
+      sim_json_append_string(s, sim_graph_tensor_get(g, op->inputs[j])->name);
     }
     g_string_append(s, "], \"attrs\": {");
     for (int j = 0; j < c->n_attrs; j++) {
       if (j)
         g_string_append(s, ", ");
-      append_string(s, c->attrs[j].name);
+      sim_json_append_string(s, c->attrs[j].name);
       g_string_append(s, ": ");
       append_attr(s, &c->attrs[j], &op->attrs[j]);
     }
@@ -126,7 +107,7 @@ char *sim_graph_to_json(const SimGraph *g)
     for (int j = 0; j < op->n_outputs; j++) {
       if (j)
         g_string_append(s, ", ");
-      append_string(s, sim_graph_tensor_get(g, op->outputs[j])->name);
+      sim_json_append_string(s, sim_graph_tensor_get(g, op->outputs[j])->name);
     }
     g_string_append_c(s, ']');
     if (op->checkpoint)
@@ -135,7 +116,7 @@ char *sim_graph_to_json(const SimGraph *g)
       g_string_append(s, ", \"selective_recompute\": true");
     if (op->weight_owner != op->id) {
       g_string_append(s, ", \"shares_weights_of\": ");
-      append_string(s, sim_graph_op_get(g, op->weight_owner)->name);
+      sim_json_append_string(s, sim_graph_op_get(g, op->weight_owner)->name);
     }
     g_string_append_c(s, '}');
   }

@@ -46,25 +46,6 @@
 /* ---------------------------------------------------------------------------------- */
 /* Writing                                                                            */
 
-static void put_string(GString *out, const char *s)
-{
-  g_string_append_c(out, '"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    switch (*p) {
-    case '"':  g_string_append(out, "\\\""); break;
-    case '\\': g_string_append(out, "\\\\"); break;
-    case '\n': g_string_append(out, "\\n"); break;
-    case '\t': g_string_append(out, "\\t"); break;
-    case '\r': g_string_append(out, "\\r"); break;
-    default:
-      if (*p < 0x20)
-        g_string_append_printf(out, "\\u%04x", *p);
-      else
-        g_string_append_c(out, (char)*p);
-    }
-  }
-  g_string_append_c(out, '"');
-}
 
 /* Long runs of evenly spaced devices (the usual case) are written in the compact form. */
 static void put_devices(GString *out, const int *dev, int n)
@@ -103,7 +84,7 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
 
   GString *out = g_string_new("{\n");
   g_string_append(out, "  \"format\": \"parasol-strategy\",\n  \"version\": 1,\n  \"model\": ");
-  put_string(out, sim_graph_get_name(g));
+  sim_json_append_string(out, sim_graph_get_name(g));
   g_string_append_printf(out, ",\n  \"microbatches\": %d,\n", s->microbatches);
   g_string_append_printf(out, "  \"schedule\": \"%s\",\n  \"chunks\": %d,\n",
                          sim_schedule_name(s->schedule), s->chunks);
@@ -123,7 +104,7 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
   for (guint i = 0; i < s->rewrites->len; i++) {
     if (i)
       g_string_append(out, ", ");
-    put_string(out, g_ptr_array_index(s->rewrites, i));
+    sim_json_append_string(out, g_ptr_array_index(s->rewrites, i));
   }
   g_string_append(out, "],\n  \"stages\": [\n");
   for (int st = 0; st < s->n_stages; st++) {
@@ -135,7 +116,7 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
   for (int i = 0; i < s->n_ops; i++) {
     const SimOpConfig *c = &s->ops[i];
     g_string_append(out, "    ");
-    put_string(out, sim_graph_op_name(g, i));
+    sim_json_append_string(out, sim_graph_op_name(g, i));
     g_string_append(out, ": {\"degrees\": {");
     gboolean first = TRUE;
     int nd = MIN(sim_graph_op_n_dims(g, i), SIM_MAX_ITER);
@@ -144,7 +125,7 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
         continue;
       if (!first)
         g_string_append(out, ", ");
-      put_string(out, sim_graph_op_dim_name(g, i, d));
+      sim_json_append_string(out, sim_graph_op_dim_name(g, i, d));
       g_string_append_printf(out, ": %d", c->degree[d]);
       first = FALSE;
     }
