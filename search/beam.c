@@ -1,5 +1,6 @@
 /* beam.c — beam search over the operators in topological order.  A partial strategy has
- * chosen configurations for the operators so far and leaves the rest data parallel; each
+ * chosen configurations for the operators so far and leaves the rest as its start had
+ * them (data parallel, or the expert's plan for a second start); each
  * step tries every candidate configuration of the next operator in each of the k best
  * partial strategies, simulates the results (delta simulation) and keeps the k best.  The
  * partial strategies of a step are simulated on the worker threads, each with its share of
@@ -97,6 +98,19 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
       return FALSE;
     }
     beam[0].cost = search_penalized(ev, search_evaluator_run(ev));
+  }
+  /* The expert's plan starts a second partial strategy: its undecided operators keep the
+   * expert's configurations. */
+  if (width > 1) {
+    double ec = INFINITY;
+    SimStrategy *expert = search_start_expert(ctx, &ec);
+    if (expert && isfinite(ec) && !sim_strategy_equal(expert, beam[0].s)) {
+      beam[1].s = expert;
+      beam[1].cost = ec;
+      n_beam = 2;
+    } else if (expert) {
+      sim_strategy_free(expert);
+    }
   }
 
   for (int op = 0; op < n && !search_context_should_stop(ctx); op++) {

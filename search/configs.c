@@ -2,8 +2,9 @@
  *
  * A configuration splits some iteration dimensions (DESIGN.md, SOAP) and places the
  * shards on a device view.  The candidates are the degrees over splittable dimensions of
- * allowed kinds that divide their dimensions, whose product divides the number of
- * devices, on every view of that many consecutive devices aligned to its size: FlexFlow's
+ * allowed kinds that divide their dimensions (never a reduction under a fused activation),
+ * whose product divides the number of devices, on every view of that many consecutive
+ * devices aligned to its size: FlexFlow's
  * machine views, which tile the devices, keep a tensor-parallel group inside a node when
  * it fits, and let small operators run on few devices or side by side. */
 #include "search-private.h"
@@ -58,15 +59,26 @@ static int compare_vectors(gconstpointer a, gconstpointer b)
   return 0;
 }
 
+/* Whether @op applies a nonlinear activation in its epilogue: partial sums from a split
+ * reduction cannot go through it, so the simulator refuses such configurations. */
+static gboolean fused_activation(const SimGraph *g, int op)
+{
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
+  int64_t act = SIM_UNARY_IDENTITY;
+  return sim_attrs_get_int(a, "activation", &act) && act != SIM_UNARY_IDENTITY;
+}
+
 static GArray *op_configs(const SearchProblem *p, int op)
 {
   Enum en = { .n = p->n_devices };
   en.nd = sim_graph_op_n_dims(p->g, op);
   g_assert(en.nd >= 1 && en.nd <= SEARCH_MAX_DIMS);
+  gboolean fused = fused_activation(p->g, op);
   for (int d = 0; d < en.nd; d++) {
+    SimDimRole role = sim_graph_op_dim_role(p->g, op, d);
     en.size[d] = sim_graph_op_dim_size(p->g, op, d);
     en.allowed[d] = sim_graph_op_dim_splittable(p->g, op, d) && en.size[d] > 1 &&
-                    (p->kinds & role_kind(sim_graph_op_dim_role(p->g, op, d)));
+                    (p->kinds & role_kind(role)) && !(fused && role == SIM_ROLE_REDUCTION);
   }
   en.vectors = g_array_new(FALSE, FALSE, sizeof(SearchConfig));
   SearchConfig cur;
@@ -172,10 +184,8 @@ gboolean search_problem_apply_config(const SearchProblem *p, SimStrategy *s, int
                                      const SearchConfig *c, GError **error)
 {
   g_return_val_if_fail(p != NULL && s != NULL && c != NULL, FALSE);
-  int devices[256];
-  g_return_val_if_fail(c->n >= 1 && c->n <= (int)G_N_ELEMENTS(devices), FALSE);
-  search_problem_config_devices(p, c, devices);
-  return sim_strategy_set_op(s, op, c->degree, devices, error);
+  g_return_val_if_fail(c->n >= 1 && c->start >= 0 && c->start + c->n <= p->n_devices, FALSE);
+  return sim_strategy_set_op(s, op, c->degree, p->devices + c->start, error);
 }
 
 char *search_problem_config_to_string(const SearchProblem *p, int op, const SearchConfig *c)
@@ -197,18 +207,6 @@ char *search_problem_config_to_string(const SearchProblem *p, int op, const Sear
   else
     g_string_append_printf(out, " @%d..(%d devices)", first, c->n);
   return g_string_free(out, FALSE);
-}
-
-gboolean search_config_fits_microbatches(const SearchProblem *p, int op, const SearchConfig *c,
-                                         int microbatches)
-{
-  int64_t size = sim_graph_op_dim_size(p->g, op, 0);
-  if (microbatches > 1) {
-    if (size % microbatches != 0)
-      return FALSE;
-    size /= microbatches;
-  }
-  return size % c->degree[0] == 0;
 }
 
 int search_problem_dp_config(const SearchProblem *p, int op, int start, int n)

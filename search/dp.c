@@ -529,11 +529,6 @@ static Tab *combine(Parallel *par, const int *bs, int nb, View v)
   return mn;
 }
 
-static void gint64_free(gpointer p)
-{
-  g_free(p);
-}
-
 static Tab *solve_parallel(Unity *u, GPtrArray *branches, int s, int t, View vin, View vs,
                            View vt)
 {
@@ -542,9 +537,9 @@ static Tab *solve_parallel(Unity *u, GPtrArray *branches, int s, int t, View vin
   par.branch = (GArray **)branches->pdata;
   par.memo = g_new(GHashTable *, par.n_branches);
   for (int b = 0; b < par.n_branches; b++)
-    par.memo[b] = g_hash_table_new_full(g_int64_hash, g_int64_equal, gint64_free,
+    par.memo[b] = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
                                         (GDestroyNotify)tab_unref);
-  par.combos = g_hash_table_new_full(g_int64_hash, g_int64_equal, gint64_free,
+  par.combos = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
                                      (GDestroyNotify)tab_unref);
   g_autofree int *all = g_new(int, par.n_branches);
   for (int b = 0; b < par.n_branches; b++)
@@ -796,21 +791,37 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
   int cands = MAX(1, search_context_get_option_int(ctx, "cands", 8));
-  int max_cands = MAX(cands, search_context_get_option_int(ctx, "max-cands", 64));
+  int max_cands = MAX(cands, search_context_get_option_int(ctx, "max-cands", 32));
   int polish = search_context_get_option_int(ctx, "polish", 1);
   SearchEstimate *e = search_estimate_new(p);
   g_autofree int *cfg = g_new(int, MAX(n, 1));
   g_autofree int *prev = g_new0(int, MAX(n, 1));
-  /* Data parallelism is a candidate too: the estimate cannot see everything. */
-  double best_cost = INFINITY;
+  /* Data parallelism and the expert's plan are candidates too: the estimate cannot see
+   * everything. */
+  double best_cost = INFINITY, expert_cost = INFINITY;
   g_autoptr(SimStrategy) best = search_start_data_parallel(ctx, &best_cost, error);
   if (!best) {
     search_estimate_free(e);
     return FALSE;
   }
+  SimStrategy *expert = search_start_expert(ctx, &expert_cost);
+  if (expert && expert_cost < best_cost) {
+    best_cost = expert_cost;
+    g_clear_pointer(&best, sim_strategy_free);
+    best = expert;
+  } else {
+    g_clear_pointer(&expert, sim_strategy_free);
+  }
   gboolean first = TRUE;
+  double solve_time = 0;
   for (int k = cands; k <= max_cands && !search_context_should_stop(ctx); k *= 2) {
+    /* Twice the candidates cost about four times the time (pairs of them on every edge):
+     * a solve that would not end before the deadline is not started. */
+    double now = search_context_elapsed(ctx);
+    if (!first && ctx->deadline < G_MAXDOUBLE && now + 4 * solve_time > ctx->deadline)
+      break;
     dp(p, e, k, cfg);
+    solve_time = search_context_elapsed(ctx) - now;
     if (!first && memcmp(cfg, prev, sizeof(int) * (gsize)n) == 0)
       break;
     first = FALSE;
@@ -857,7 +868,7 @@ static gboolean unity_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
 
 static const SearchOptionSpec dp_options[] = {
   { "cands", "candidate configurations per operator in the first solve (default 8)" },
-  { "max-cands", "the most candidates per operator as solves widen (default 64)" },
+  { "max-cands", "the most candidates per operator as solves widen (default 32)" },
   { "polish", "1: refine the result by local search with the simulator (default), 0: not" },
   { NULL, NULL },
 };

@@ -390,14 +390,11 @@ double search_context_evaluate(SearchContext *ctx, const SimStrategy *s)
 struct _SearchEvaluator {
   SearchContext *ctx;
   SimSession *ss;
-  int pending;        /* the op changed since the last run, or -1                  */
-  SimStrategy *staged;/* with several ops changed: the strategy to simulate anew     */
   guint32 stream;
   gint64 n;
   gint64 limit;
   double last_time;
   double last_memory;
-  int devices[256];
 };
 
 SearchEvaluator *search_evaluator_new(SearchContext *ctx, const SimStrategy *start,
@@ -411,7 +408,6 @@ SearchEvaluator *search_evaluator_new(SearchContext *ctx, const SimStrategy *sta
   SearchEvaluator *ev = g_new0(SearchEvaluator, 1);
   ev->ctx = ctx;
   ev->ss = ss;
-  ev->pending = -1;
   ev->stream = stream;
   ev->last_time = INFINITY;
   return ev;
@@ -421,53 +417,23 @@ void search_evaluator_free(SearchEvaluator *ev)
 {
   if (!ev)
     return;
-  sim_strategy_free(ev->staged);
   sim_session_free(ev->ss);
   g_free(ev);
-}
-
-/* The session re-lowers the ops changed since its last run one at a time, and the
- * lowering of one reads the layout of its neighbours and of every weight: with two ops
- * pending, the first would be lowered against the second's stale layout.  So one changed
- * op goes to the session (delta simulation), and changes to several are staged on a copy
- * of the strategy that the next run simulates in a new session. */
-static gboolean session_set(SearchEvaluator *ev, int op, const int *degrees, const int *devices)
-{
-  if (!ev->staged && (ev->pending < 0 || ev->pending == op)) {
-    if (!sim_session_set_op(ev->ss, op, degrees, devices, NULL))
-      return FALSE;
-    ev->pending = op;
-    return TRUE;
-  }
-  if (!ev->staged)
-    ev->staged = sim_strategy_copy(sim_session_get_strategy(ev->ss));
-  const SearchProblem *p = ev->ctx->problem;
-  int n = 0;
-  int old_degrees[SEARCH_MAX_DIMS];
-  memcpy(old_degrees, sim_strategy_op_degrees(ev->staged, op), sizeof old_degrees);
-  const int *dev = sim_strategy_op_devices(ev->staged, op, &n);
-  g_autofree int *old_devices = g_memdup2(dev, sizeof(int) * (gsize)MAX(n, 1));
-  if (!sim_strategy_set_op(ev->staged, op, degrees, devices, NULL))
-    return FALSE;
-  if (!sim_strategy_validate(ev->staged, p->g, p->m, NULL)) {
-    sim_strategy_set_op(ev->staged, op, old_degrees, old_devices, NULL);
-    return FALSE;
-  }
-  return TRUE;
 }
 
 gboolean search_evaluator_set_config(SearchEvaluator *ev, int op, const SearchConfig *c)
 {
   g_return_val_if_fail(ev != NULL && c != NULL, FALSE);
-  g_return_val_if_fail(c->n >= 1 && c->n <= (int)G_N_ELEMENTS(ev->devices), FALSE);
-  search_problem_config_devices(ev->ctx->problem, c, ev->devices);
-  return session_set(ev, op, c->degree, ev->devices);
+  const SearchProblem *p = ev->ctx->problem;
+  g_return_val_if_fail(c->n >= 1 && c->start >= 0 && c->start + c->n <= p->n_devices, FALSE);
+  /* A view is a run of consecutive problem devices: its shards' devices in order. */
+  return sim_session_set_op(ev->ss, op, c->degree, p->devices + c->start, NULL);
 }
 
 gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
                                  const int *devices)
 {
-  return session_set(ev, op, degrees, devices);
+  return sim_session_set_op(ev->ss, op, degrees, devices, NULL);
 }
 
 double search_evaluator_run(SearchEvaluator *ev)
@@ -476,16 +442,7 @@ double search_evaluator_run(SearchEvaluator *ev)
   const SearchProblem *p = ev->ctx->problem;
   atomic_fetch_add(&ev->ctx->root->evals, 1);
   ev->n++;
-  if (ev->staged) {
-    SimSession *ss = sim_session_new(p->g, p->m, ev->staged, p->cost, &p->sim, NULL);
-    g_clear_pointer(&ev->staged, sim_strategy_free);
-    if (ss) {
-      sim_session_free(ev->ss);
-      ev->ss = ss;
-    }
-  }
   double t = sim_session_run(ev->ss);
-  ev->pending = -1;
   double cost = INFINITY;
   ev->last_time = INFINITY;
   ev->last_memory = 0;
@@ -516,7 +473,7 @@ double search_evaluator_last_memory(const SearchEvaluator *ev)
 const SimStrategy *search_evaluator_get_strategy(const SearchEvaluator *ev)
 {
   g_return_val_if_fail(ev != NULL, NULL);
-  return ev->staged ? ev->staged : sim_session_get_strategy(ev->ss);
+  return sim_session_get_strategy(ev->ss);
 }
 
 void search_evaluator_set_limit(SearchEvaluator *ev, gint64 max_evals)

@@ -92,6 +92,22 @@ static void cache_put(Cache *c, guint64 key, double v)
   c->vals[i] = v;
 }
 
+/* The regions one tensor of an op takes in each shard under a configuration, and which
+ * shards hold the same region (group_of[s]: the first shard of s's group). */
+typedef struct {
+  int n;
+  int *group_of;
+  SimRegion *r;
+} Regions;
+
+static void regions_free(gpointer data)
+{
+  Regions *x = data;
+  g_free(x->group_of);
+  g_free(x->r);
+  g_free(x);
+}
+
 struct _SearchEstimate {
   const SearchProblem *p;
   int n_ops;
@@ -102,8 +118,9 @@ struct _SearchEstimate {
   GArray **op_edges;      /* per op: edge ids                                       */
   double **node;          /* per op and config: NAN until computed                  */
   Cache edge_cache;
+  GHashTable *regions;    /* (op, role, slot, cfg) -> Regions                        */
   /* Scratch regions. */
-  SimRegion ra[MAX_SHARDS], rb[MAX_SHARDS];
+  SimRegion ra[MAX_SHARDS];
   int group_of[MAX_SHARDS];
 };
 
@@ -178,6 +195,7 @@ SearchEstimate *search_estimate_new(const SearchProblem *p)
       e->node[op][i] = NAN;
   }
   cache_init(&e->edge_cache);
+  e->regions = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, regions_free);
   return e;
 }
 
@@ -195,6 +213,7 @@ void search_estimate_free(SearchEstimate *e)
   g_free(e->op_edges);
   g_free(e->node);
   cache_clear(&e->edge_cache);
+  g_hash_table_unref(e->regions);
   g_free(e);
 }
 
@@ -351,21 +370,41 @@ double search_estimate_node(SearchEstimate *e, int op, int cfg)
   return t;
 }
 
-static double pair_cost(SearchEstimate *e, const Edge *ed, int k, const SearchConfig *ca,
-                        const SearchConfig *cb)
+/* The regions of tensor @slot of @role of @op in each shard of configuration @cfg,
+ * computed once: the dynamic programs price every pair of candidates of every edge. */
+static const Regions *shard_regions(SearchEstimate *e, int op, int cfg, SimTensorRole role,
+                                    int slot)
+{
+  gint64 key = ((((gint64)op << 2 | role) << 3 | slot) << 24) | cfg;
+  Regions *x = g_hash_table_lookup(e->regions, &key);
+  if (x)
+    return x;
+  const SearchConfig *c = search_problem_config(e->p, op, cfg);
+  x = g_new0(Regions, 1);
+  x->n = MIN(c->n, MAX_SHARDS);
+  x->r = g_new(SimRegion, x->n);
+  x->group_of = g_new(int, x->n);
+  int64_t lo[SEARCH_MAX_DIMS], hi[SEARCH_MAX_DIMS];
+  for (int sh = 0; sh < x->n; sh++) {
+    shard_box(e, op, c, sh, lo, hi);
+    sim_graph_op_shard_region(e->p->g, op, role, slot, lo, hi, &x->r[sh]);
+  }
+  group_regions(e, x->r, x->n);
+  memcpy(x->group_of, e->group_of, sizeof(int) * (gsize)x->n);
+  gint64 *kp = g_new(gint64, 1);
+  *kp = key;
+  g_hash_table_insert(e->regions, kp, x);
+  return x;
+}
+
+static double pair_cost(SearchEstimate *e, const Edge *ed, int k, int cfg_a, int cfg_b)
 {
   const SimGraph *g = e->p->g;
-  int na = MIN(ca->n, MAX_SHARDS), nb = MIN(cb->n, MAX_SHARDS);
-  int64_t lo[SEARCH_MAX_DIMS], hi[SEARCH_MAX_DIMS];
-  for (int s = 0; s < na; s++) {
-    shard_box(e, ed->src, ca, s, lo, hi);
-    sim_graph_op_shard_region(g, ed->src, SIM_TENSOR_OUTPUT, ed->out_slot[k], lo, hi, &e->ra[s]);
-  }
-  group_regions(e, e->ra, na);
-  for (int s = 0; s < nb; s++) {
-    shard_box(e, ed->dst, cb, s, lo, hi);
-    sim_graph_op_shard_region(g, ed->dst, SIM_TENSOR_INPUT, ed->in_slot[k], lo, hi, &e->rb[s]);
-  }
+  const SearchConfig *ca = search_problem_config(e->p, ed->src, cfg_a);
+  const SearchConfig *cb = search_problem_config(e->p, ed->dst, cfg_b);
+  const Regions *ra = shard_regions(e, ed->src, cfg_a, SIM_TENSOR_OUTPUT, ed->out_slot[k]);
+  const Regions *rb = shard_regions(e, ed->dst, cfg_b, SIM_TENSOR_INPUT, ed->in_slot[k]);
+  int na = ra->n, nb = rb->n;
   int t = sim_graph_op_output(g, ed->src, ed->out_slot[k]);
   double esize = elem_size(sim_graph_tensor_dtype(g, t));
   double worst = 0;
@@ -373,19 +412,19 @@ static double pair_cost(SearchEstimate *e, const Edge *ed, int k, const SearchCo
     int dj = cb->start + j;
     double cost = 0;
     for (int gi = 0; gi < na; gi++) {
-      if (e->group_of[gi] != gi)
+      if (ra->group_of[gi] != gi)
         continue;
-      int64_t v = overlap(&e->rb[j], &e->ra[gi]);
+      int64_t v = overlap(&rb->r[j], &ra->r[gi]);
       if (v == 0)
         continue;
       /* The best-connected holder of this region serves it; none is needed when the
        * consumer's own device holds it. */
       double bw = 0, lat = 0;
       gboolean local = FALSE;
-      for (int s = gi; s < na && !local; s++) {
-        if (e->group_of[s] != gi)
+      for (int sh = gi; sh < na && !local; sh++) {
+        if (ra->group_of[sh] != gi)
           continue;
-        int ds = ca->start + s;
+        int ds = ca->start + sh;
         if (ds == dj)
           local = TRUE;
         else if (e->bw[(gsize)ds * e->nd + dj] > bw) {
@@ -408,11 +447,9 @@ double search_estimate_edge(SearchEstimate *e, int edge, int cfg_src, int cfg_ds
   if (cache_get(&e->edge_cache, key, &v))
     return v;
   const Edge *ed = &g_array_index(e->edges, Edge, edge);
-  const SearchConfig *ca = search_problem_config(e->p, ed->src, cfg_src);
-  const SearchConfig *cb = search_problem_config(e->p, ed->dst, cfg_dst);
   v = 0;
   for (int k = 0; k < ed->n_pairs; k++)
-    v += pair_cost(e, ed, k, ca, cb);
+    v += pair_cost(e, ed, k, cfg_src, cfg_dst);
   cache_put(&e->edge_cache, key, v);
   return v;
 }

@@ -15,11 +15,12 @@ double search_penalized(const SearchEvaluator *ev, double cost)
   return 1e3 * t * (1 + MAX(0, search_evaluator_last_memory(ev) - 1));
 }
 
-/* The configuration @s gives @op, as set_op arguments, to put it back after a trial. */
+/* The configuration @s gives @op, as set_op arguments, to put it back after a trial;
+ * saved_clear() frees its devices. */
 typedef struct {
   int degree[SEARCH_MAX_DIMS];
   int n;
-  int devices[256];
+  int *devices;
 } Saved;
 
 static void save_op(const SimStrategy *s, int op, Saved *out)
@@ -28,7 +29,14 @@ static void save_op(const SimStrategy *s, int op, Saved *out)
   for (int d = 0; d < SEARCH_MAX_DIMS; d++)
     out->degree[d] = deg[d];
   const int *dev = sim_strategy_op_devices(s, op, &out->n);
-  memcpy(out->devices, dev, sizeof(int) * (gsize)MIN(out->n, 256));
+  out->devices = g_memdup2(dev, sizeof(int) * (gsize)MAX(out->n, 1));
+}
+
+static void saved_free_all(Saved *saved, guint n)
+{
+  for (guint i = 0; i < n; i++)
+    g_free(saved[i].devices);
+  g_free(saved);
 }
 
 /* The producers of @op whose outputs only @op reads, and theirs, up the graph: the ops
@@ -67,6 +75,9 @@ int search_matching_config(const SearchProblem *p, int op, const SearchConfig *c
   }
   return -1;
 }
+
+/* Candidates per op when a resource split reconfigures a branch. */
+#define SPLIT_CANDS 8
 
 /* Chooses configurations for @ops jointly by the estimate (variable elimination), each
  * among @allowed[i], every other op fixed at its configuration in @s.  Writes them to
@@ -166,15 +177,30 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
     return cur;
   int size = p->n_devices / k;
   int n = (int)ops->len;
+  /* Each op's candidates: its configurations on all or part of its block, at the block's
+   * first device, the cheapest few by the estimate with data parallelism always there
+   * (placements inside the block change nothing the estimate sees). */
   GArray **allowed = g_new(GArray *, n);
   for (int x = 0; x < n; x++) {
     int op = g_array_index(ops, int, x);
     int lo = g_array_index(branch, int, x) * size;
     allowed[x] = g_array_new(FALSE, FALSE, sizeof(int));
+    int dp = search_problem_dp_config(p, op, lo, size);
+    g_array_append_val(allowed[x], dp);
+    g_autoptr(GArray) pool = g_array_new(FALSE, FALSE, sizeof(int));
     for (int i = 0; i < search_problem_n_configs(p, op); i++) {
       const SearchConfig *c = search_problem_config(p, op, i);
-      if (c->start >= lo && c->start + c->n <= lo + size)
-        g_array_append_val(allowed[x], i);
+      if (c->start == lo && c->n <= size && i != dp)
+        g_array_append_val(pool, i);
+    }
+    for (int picked = 1; picked < SPLIT_CANDS && pool->len; picked++) {
+      guint best = 0;
+      for (guint j = 1; j < pool->len; j++)
+        if (search_estimate_node(e, op, g_array_index(pool, int, j)) <
+            search_estimate_node(e, op, g_array_index(pool, int, best)))
+          best = j;
+      g_array_append_val(allowed[x], g_array_index(pool, int, best));
+      g_array_remove_index(pool, best);
     }
   }
   g_autofree int *choice = g_new(int, n);
@@ -193,12 +219,12 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
   }
   double cost = ok ? search_penalized(ev, search_evaluator_run(ev)) : INFINITY;
   if (cost < cur) {
-    g_free(saved);
+    saved_free_all(saved, (guint)n);
     return cost;
   }
   for (int x = 0; x < n; x++)
     search_evaluator_set_op(ev, g_array_index(ops, int, x), saved[x].degree, saved[x].devices);
-  g_free(saved);
+  saved_free_all(saved, (guint)n);
   return cur;
 }
 
@@ -218,6 +244,7 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
     for (int op = 0; op < n && !stop; op++) {
       Saved orig;
       save_op(search_evaluator_get_strategy(ev), op, &orig);
+      g_autofree int *orig_devices = orig.devices;
       int orig_idx = search_problem_config_of(p, search_evaluator_get_strategy(ev), op);
       int m = cands ? (int)cands[op]->len : search_problem_n_configs(p, op);
       int best_i = -1;
@@ -300,7 +327,7 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         cur = best;
         improved = TRUE;
       }
-      g_free(saved);
+      saved_free_all(saved, group->len);
     }
     /* Resource splits at every op where branches meet. */
     for (int op = 0; op < n && !stop; op++) {
@@ -365,4 +392,26 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
       *cost = c;
   }
   return s;
+}
+
+SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
+{
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  search_expert_candidates(search_context_get_problem(ctx), cands);
+  int best = -1;
+  double best_cost = INFINITY;
+  for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
+    SimStrategy *s = g_ptr_array_index(cands, i);
+    if (sim_strategy_n_stages(s) != 1 || sim_strategy_get_microbatches(s) != 1)
+      continue;
+    double c = search_fit(ctx, &s);
+    g_ptr_array_index(cands, i) = s;
+    if (c < best_cost) {
+      best_cost = c;
+      best = (int)i;
+    }
+  }
+  if (cost)
+    *cost = best_cost;
+  return best >= 0 ? g_ptr_array_steal_index(cands, best) : NULL;
 }

@@ -43,7 +43,7 @@ typedef struct {
   int op;
   int degree[SEARCH_MAX_DIMS];
   int n;
-  int devices[256];
+  int *devices;
 } Undo;
 
 static void save(const SearchEvaluator *ev, int op, Undo *u)
@@ -52,7 +52,7 @@ static void save(const SearchEvaluator *ev, int op, Undo *u)
   u->op = op;
   memcpy(u->degree, sim_strategy_op_degrees(s, op), sizeof u->degree);
   const int *dev = sim_strategy_op_devices(s, op, &u->n);
-  memcpy(u->devices, dev, sizeof(int) * (gsize)MIN(u->n, 256));
+  u->devices = g_memdup2(dev, sizeof(int) * (gsize)MAX(u->n, 1));
 }
 
 static void chain_epoch(int i, gpointer data)
@@ -76,8 +76,10 @@ static void chain_epoch(int i, gpointer data)
     const SearchConfig *cfg = search_problem_config(p, op, pick);
     int n_undo = 0;
     save(c->ev, op, &undo[n_undo++]);
-    if (!search_evaluator_set_config(c->ev, op, cfg))
+    if (!search_evaluator_set_config(c->ev, op, cfg)) {
+      g_free(undo[0].devices);
       continue;
+    }
     if (g_rand_double(c->rng) < m->propagate) {
       GArray *nb = m->nbrs[op];
       for (guint k = 0; k < nb->len && n_undo < (int)G_N_ELEMENTS(undo); k++) {
@@ -88,6 +90,8 @@ static void chain_epoch(int i, gpointer data)
         save(c->ev, u, &undo[n_undo]);
         if (search_evaluator_set_config(c->ev, u, search_problem_config(p, u, j)))
           n_undo++;
+        else
+          g_free(undo[n_undo].devices);
       }
     }
     double cost = search_penalized(c->ev, search_evaluator_run(c->ev));
@@ -106,6 +110,8 @@ static void chain_epoch(int i, gpointer data)
       for (int k = n_undo - 1; k >= 0; k--)
         search_evaluator_set_op(c->ev, undo[k].op, undo[k].degree, undo[k].devices);
     }
+    for (int k = 0; k < n_undo; k++)
+      g_free(undo[k].devices);
     if (i == 0)
       search_context_set_current(m->ctx, c->cur);
   }
@@ -117,22 +123,9 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
 {
   const SearchProblem *p = m->p;
   if (i % 3 == 1) {
-    g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-    search_expert_candidates(p, cands);
-    SimStrategy *best = NULL;
-    double best_cost = INFINITY;
-    for (guint k = 0; k < cands->len; k++) {
-      SimStrategy *s = g_ptr_array_index(cands, k);
-      if (sim_strategy_n_stages(s) != 1 || sim_strategy_get_microbatches(s) != 1)
-        continue;
-      double c = search_context_evaluate(m->ctx, s);
-      if (c < best_cost) {
-        best_cost = c;
-        best = s;
-      }
-    }
-    if (best)
-      return sim_strategy_copy(best);
+    SimStrategy *s = search_start_expert(m->ctx, NULL);
+    if (s)
+      return s;
   }
   if (i % 3 == 2) {
     int n = sim_graph_n_ops(p->g);

@@ -114,8 +114,9 @@ typedef struct {
 } SearchConfig;
 
 /* The candidate configurations of @op under the problem's constraints: degrees over
- * splittable dimensions of allowed kinds that divide their dimensions, with a product
- * that divides the number of devices, on every aligned view.  The list is fixed for the
+ * splittable dimensions of allowed kinds that divide their dimensions (a reduction never
+ * under a fused activation, whose partial sums it could not take), with a product that
+ * divides the number of devices, on every aligned view.  The list is fixed for the
  * problem's life; index 0 is the operator on the first device alone. */
 SEARCH_PUBLIC int search_problem_n_configs(const SearchProblem *p, int op);
 SEARCH_PUBLIC const SearchConfig *search_problem_config(const SearchProblem *p, int op, int i);
@@ -141,8 +142,10 @@ SEARCH_PUBLIC char *search_problem_config_to_string(const SearchProblem *p, int 
 /* Every operator data parallel over the problem's devices (transfer full). */
 SEARCH_PUBLIC SimStrategy *search_problem_data_parallel(const SearchProblem *p, GError **error);
 /* The best of the expert plans (Megatron-style tensor, pipeline and data parallelism
- * after Narayanan et al. SC'21, and "one weird trick" for networks with convolutions),
- * simulated outside any budget; its time goes to @time (+inf if none is feasible). */
+ * after Narayanan et al. SC'21, with the distributed optimizer and full recomputation for
+ * plans that would not fit otherwise, "one weird trick" for networks with convolutions,
+ * and data parallelism), simulated outside any budget.  Its time goes to @time; when none
+ * is feasible, returns NULL with @time +inf and no error. */
 SEARCH_PUBLIC SimStrategy *search_problem_expert(const SearchProblem *p, double *time,
                                                  GError **error);
 
@@ -292,7 +295,9 @@ typedef struct _SearchResult SearchResult;
 
 /* Runs @algo on @p.  Without any budget the search stops after 60 s.  Returns NULL with
  * @error set on bad options or a failure of the algorithm; a search that found nothing
- * feasible still returns a result, without a strategy. */
+ * feasible still returns a result, without a strategy.  With an evaluation budget the
+ * same seed and number of threads give the same strategy, however the threads are
+ * scheduled; a budget in seconds depends on how fast the machine simulates. */
 SEARCH_PUBLIC SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p,
                                        const SearchRunOptions *o, GError **error);
 SEARCH_PUBLIC void search_result_free(SearchResult *r);

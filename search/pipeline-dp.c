@@ -7,9 +7,11 @@
  * its operators' data-parallel time on the group (estimate.c) plus the activations it
  * sends on.  Cuts go after layer ends (ops marked as checkpoints) when the model marks
  * enough of them, else anywhere, priced by what crosses.  The number of micro-batches is
- * chosen among a few multiples of S by simulating each.  The search compares the best
- * pipeline of every S with the best single-stage strategy of the dynamic program (S = 1),
- * then refines the winner's configurations by local search within its stage groups. */
+ * chosen among a few multiples of S by simulating each; Megatron's pipelines (even layers
+ * per stage, tensor parallelism inside) are candidates too.  The search compares the best
+ * pipeline with the best single-stage strategy (S = 1: data parallelism or the dynamic
+ * program's), refines both by a sweep of local search, then the better one further
+ * (within its stage groups for a pipeline). */
 #include "search-private.h"
 
 #include <string.h>
@@ -166,14 +168,24 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   int max_stages = search_context_get_option_int(ctx, "max-stages", 16);
   int cands = MAX(1, search_context_get_option_int(ctx, "cands", 8));
   SearchEstimate *e = search_estimate_new(p);
-  int best_mb = 1;
 
-  /* S = 1: data parallelism and the dynamic program's single-stage strategy. */
-  double best_cost = INFINITY;
-  g_autoptr(SimStrategy) best = search_start_data_parallel(ctx, &best_cost, error);
-  if (!best) {
+  /* S = 1: data parallelism, the expert's plan and the dynamic program's strategy. */
+  double flat_cost = INFINITY;
+  g_autoptr(SimStrategy) flat = search_start_data_parallel(ctx, &flat_cost, error);
+  if (!flat) {
     search_estimate_free(e);
     return FALSE;
+  }
+  {
+    double ec = INFINITY;
+    SimStrategy *expert = search_start_expert(ctx, &ec);
+    if (expert && ec < flat_cost) {
+      flat_cost = ec;
+      g_clear_pointer(&flat, sim_strategy_free);
+      flat = expert;
+    } else {
+      g_clear_pointer(&expert, sim_strategy_free);
+    }
   }
   {
     g_autofree int *cfg = g_new(int, MAX(n, 1));
@@ -184,10 +196,31 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
       return FALSE;
     }
     double c = search_fit(ctx, &s);
-    if (c < best_cost) {
-      best_cost = c;
-      g_clear_pointer(&best, sim_strategy_free);
-      best = g_steal_pointer(&s);
+    if (c < flat_cost) {
+      flat_cost = c;
+      g_clear_pointer(&flat, sim_strategy_free);
+      flat = g_steal_pointer(&s);
+    }
+  }
+
+  /* S > 1: Megatron's pipelines first (even layers per stage, tensor parallelism inside),
+   * then the partitions of the dynamic program with a few numbers of micro-batches. */
+  double pipe_cost = INFINITY;
+  g_autoptr(SimStrategy) pipe = NULL;
+  if (p->kinds & SEARCH_KIND_PIPELINE) {
+    g_autoptr(GPtrArray) expert = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+    search_expert_candidates(p, expert);
+    for (guint i = 0; i < expert->len && !search_context_should_stop(ctx); i++) {
+      SimStrategy *s = g_ptr_array_index(expert, i);
+      if (sim_strategy_n_stages(s) < 2)
+        continue;
+      double c = search_fit(ctx, &s);
+      g_ptr_array_index(expert, i) = s;
+      if (c < pipe_cost) {
+        pipe_cost = c;
+        g_clear_pointer(&pipe, sim_strategy_free);
+        pipe = sim_strategy_copy(s);
+      }
     }
   }
 
@@ -206,33 +239,31 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
       if (!s)
         continue;
       double c = search_fit(ctx, &s);
-      if (c < best_cost) {
-        best_cost = c;
-        best_mb = mb;
-        g_clear_pointer(&best, sim_strategy_free);
-        best = g_steal_pointer(&s);
+      if (c < pipe_cost) {
+        pipe_cost = c;
+        g_clear_pointer(&pipe, sim_strategy_free);
+        pipe = g_steal_pointer(&s);
       }
     }
   }
 
-  /* Local search within the stages: candidates the micro-batches allow, on the stage's
-   * devices (the evaluator rejects the others). */
-  if (search_context_get_option_int(ctx, "polish", 1) && !search_context_should_stop(ctx)) {
+  /* Local search: one sweep over each of the two, then the better one on. */
+  if (search_context_get_option_int(ctx, "polish", 1)) {
     GArray **lists = g_new(GArray *, MAX(n, 1));
-    for (int op = 0; op < n; op++) {
-      GArray *all = search_polish_candidates(p, e, op, MAX(cands, 16));
-      lists[op] = g_array_new(FALSE, FALSE, sizeof(int));
-      for (guint k = 0; k < all->len; k++) {
-        int i = g_array_index(all, int, k);
-        if (search_config_fits_microbatches(p, op, search_problem_config(p, op, i), best_mb))
-          g_array_append_val(lists[op], i);
-      }
-      g_array_unref(all);
+    for (int op = 0; op < n; op++)
+      lists[op] = search_polish_candidates(p, e, op, MAX(cands, 16));
+    if (!search_context_should_stop(ctx))
+      flat_cost = search_polish(ctx, &flat, lists, 1, 0);
+    /* In a pipeline an op's candidates are those on its stage's devices that divide its
+     * micro-batch; the evaluator rejects the others, so all are offered. */
+    if (pipe && !search_context_should_stop(ctx))
+      pipe_cost = search_polish(ctx, &pipe, NULL, 1, 0);
+    if (!search_context_should_stop(ctx)) {
+      if (pipe && pipe_cost < flat_cost)
+        search_polish(ctx, &pipe, NULL, 0, 0);
+      else
+        search_polish(ctx, &flat, lists, 0, 0);
     }
-    if (sim_strategy_n_stages(best) == 1)
-      search_polish(ctx, &best, lists, 0, 0);
-    else
-      search_polish(ctx, &best, NULL, 1, 0);
     for (int op = 0; op < n; op++)
       g_array_unref(lists[op]);
     g_free(lists);

@@ -35,9 +35,6 @@ struct _SearchProblem {
 
 /* Builds the candidate lists if they are not built yet. */
 void search_problem_prepare(const SearchProblem *p);
-/* Whether @c's degrees divide @op's sample dimension split into @microbatches. */
-gboolean search_config_fits_microbatches(const SearchProblem *p, int op, const SearchConfig *c,
-                                         int microbatches);
 /* The index of @op's data-parallel configuration over the view (@start, @n): the sample
  * dimension split as far as it divides, within the view.  Always exists. */
 int search_problem_dp_config(const SearchProblem *p, int op, int start, int n);
@@ -189,6 +186,9 @@ double search_fit(SearchContext *ctx, SimStrategy **s);
 SimMemoryOptions search_memory_step(SimMemoryOptions base, int step);
 /* The data-parallel strategy made to fit (transfer full) and its time. */
 SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error);
+/* The fastest single-stage expert plan made to fit (transfer full; NULL if none fits) and
+ * its time: constructive algorithms start from the better of it and data parallelism. */
+SimStrategy *search_start_expert(SearchContext *ctx, double *cost);
 
 /* The candidate of @op on the same devices with the same split of the batch as @c (an
  * operator of another shape following @c), or -1. */
