@@ -57,6 +57,9 @@ int cmd_exec(int argc, char **argv)
   static const char *const tiny[] = { "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8", NULL };
   GError *error = NULL;
   CliExec e, ref = { 0 };
+  /* With --check, activations start each step as NaN, so that a value read before it is
+   * written shows in the comparison. */
+  eo.poison = check;
   int status = CLI_EXIT_OK;
   if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
                       machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))

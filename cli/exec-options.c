@@ -40,6 +40,7 @@ ExecOptions cli_exec_run_options(const CliExecOptions *o)
   if (o->adam_eps > 0)
     r.eps = o->adam_eps;
   r.seed = (uint64_t)o->seed;
+  r.poison = o->poison;
   return r;
 }
 

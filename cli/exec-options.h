@@ -13,6 +13,8 @@ typedef struct {
   double lr;           /* 0: the optimizer's default                                 */
   double adam_eps;     /* 0: 1e-8                                                     */
   gint64 seed;
+  gboolean poison;     /* fill activations with NaN before each step (exec --check):   */
+                       /* a correctness aid, kept out of timed runs                     */
 } CliExecOptions;
 
 void cli_exec_options_init(CliExecOptions *o, int default_steps);

@@ -72,6 +72,7 @@ typedef struct {
   TensorInfo *ten;
   GHashTable *boxes;        /* BufKey (mb -1) -> SimRegion*                               */
   GHashTable *seen;         /* GBytes -> 1: "first" flags while emitting                  */
+  GHashTable *alias;        /* BufKey of a CONTRIB (mb -1) -> 1: it is the GRAD buffer   */
   GArray *sharers;          /* SharerItem                                                */
   gpointer *saved;          /* saved-state slots                                         */
   int n_saved;
@@ -442,6 +443,66 @@ static void plan_boxes(Ctx *x)
   }
 }
 
+/* A consumer's gradient contributions go straight into the producer's gradient buffer
+ * where nothing else adds there: the one consumer of the tensor on the device, with the
+ * same box as the gradient, and no copy or reduction of the tensor's gradient touching
+ * the device.  Backward kernels add into their input gradients and the prologue zeroes
+ * the gradient, so this saves a zeroing and a copy of every such tensor in each step,
+ * which is what frameworks do (they write into one gradient buffer). */
+static void find_aliases(Ctx *x)
+{
+  ExecCompiled *c = x->c;
+  g_autoptr(GHashTable) busy = g_hash_table_new(g_int64_hash, g_int64_equal);
+  g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  for (int i = 0; i < c->n_tasks; i++) {
+    SimPlanTask t;
+    sim_plan_task(c->plan, i, &t);
+    if (!t.grad || (t.kind != SIM_PLAN_COPY && t.kind != SIM_PLAN_REDUCE))
+      continue;
+    if (t.kind == SIM_PLAN_COPY) {
+      gint64 a = (gint64)t.device * c->n_tensors + t.tensor;
+      gint64 b = (gint64)t.peer * c->n_tensors + t.tensor;
+      g_array_append_val(keys, a);
+      g_array_append_val(keys, b);
+    } else {
+      for (int k = 0; k < t.n_devices; k++) {
+        gint64 a = (gint64)t.devices[k] * c->n_tensors + t.tensor;
+        g_array_append_val(keys, a);
+      }
+    }
+  }
+  for (guint k = 0; k < keys->len; k++)
+    g_hash_table_add(busy, &g_array_index(keys, gint64, k));
+  /* The contribution keys of each (device, tensor). */
+  g_autoptr(GHashTable) count = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+  GHashTableIter it;
+  gpointer kp, vp;
+  g_hash_table_iter_init(&it, x->boxes);
+  while (g_hash_table_iter_next(&it, &kp, &vp)) {
+    const BufKey *key = kp;
+    if (key->kind != EXEC_BUF_CONTRIB)
+      continue;
+    gint64 *dt = g_new(gint64, 1);
+    *dt = (gint64)key->device * c->n_tensors + key->tensor;
+    int n = GPOINTER_TO_INT(g_hash_table_lookup(count, dt));
+    g_hash_table_replace(count, dt, GINT_TO_POINTER(n + 1));
+  }
+  g_hash_table_iter_init(&it, x->boxes);
+  while (g_hash_table_iter_next(&it, &kp, &vp)) {
+    const BufKey *key = kp;
+    if (key->kind != EXEC_BUF_CONTRIB)
+      continue;
+    gint64 dt = (gint64)key->device * c->n_tensors + key->tensor;
+    if (GPOINTER_TO_INT(g_hash_table_lookup(count, &dt)) != 1 ||
+        g_hash_table_contains(busy, &dt))
+      continue;
+    const SimRegion *grad = hull_get(x, EXEC_BUF_GRAD, key->device, key->tensor, -1, 0);
+    if (grad && region_equal(grad, vp))
+      g_hash_table_add(x->alias, key_new(key->kind, key->device, key->tensor, key->op,
+                                         key->index, key->mb));
+  }
+}
+
 static ExecBuf *buf_alloc(Ctx *x, ExecBufKind kind, int device, int tensor, int op, int index,
                           int mb, SimDType dtype, const SimRegion *box)
 {
@@ -486,6 +547,8 @@ static void alloc_buffers(Ctx *x)
     case EXEC_BUF_CONTRIB:
     case EXEC_BUF_STATS:
     case EXEC_BUF_STAGE: {
+      if (g_hash_table_contains(x->alias, &key))
+        break;
       SimDType dt = key.kind == EXEC_BUF_VALUE && !x->ten[key.tensor].is_float ? SIM_DTYPE_INT64
                                                                                : SIM_DTYPE_FP32;
       for (int mb = 0; mb < c->M; mb++) {
@@ -514,6 +577,18 @@ static void alloc_buffers(Ctx *x)
     }
   }
   g_array_free(keys, TRUE);
+  /* Aliased contributions are their gradient buffers (indexed, not owned twice). */
+  g_hash_table_iter_init(&it, x->alias);
+  while (!x->failed && g_hash_table_iter_next(&it, &kp, &vp)) {
+    const BufKey *key = kp;
+    for (int mb = 0; mb < c->M; mb++) {
+      ExecBuf *gb = exec_compiled_buf(c, EXEC_BUF_GRAD, key->device, key->tensor, -1, 0, mb);
+      g_assert(gb != NULL);
+      g_hash_table_insert(c->buf_index,
+                          key_new(EXEC_BUF_CONTRIB, key->device, key->tensor, key->op, 0, mb),
+                          gb);
+    }
+  }
 }
 
 /* Writes the initial weights: an owner's from its own coordinates, a sharer's copy from
@@ -787,7 +862,7 @@ static void emit_backward(Ctx *x, int task, int op, int sh, int mb)
         continue;
       ExecBuf *cb = find_buf(x, EXEC_BUF_CONTRIB, d, t, cx, 0, mb);
       SimRegion inter;
-      if (!cb || !sim_region_intersect(&cb->box, r, &inter))
+      if (!cb || cb->kind == EXEC_BUF_GRAD || !sim_region_intersect(&cb->box, r, &inter))
         continue;
       ExecMop m = { .kind = EXEC_MOP_COPY, .a = gv, .b = buf_view(cb), .region = inter,
                     .accumulate = TRUE };
@@ -797,7 +872,8 @@ static void emit_backward(Ctx *x, int task, int op, int sh, int mb)
   for (int i = 0; i < o->n_in; i++) {
     int t = sim_graph_op_input(x->g, op, i);
     ExecBuf *cb = find_buf(x, EXEC_BUF_CONTRIB, d, t, op, 0, mb);
-    if (cb && first_time(x, SEEN_ZERO_CONTRIB, t, mb, op, d, NULL)) {
+    /* An aliased contribution is the gradient, which the prologue zeroed. */
+    if (cb && cb->kind == EXEC_BUF_CONTRIB && first_time(x, SEEN_ZERO_CONTRIB, t, mb, op, d, NULL)) {
       ExecView v = buf_view(cb);
       emit_fill(x, d, &v, &cb->box, 0.0f);
     }
@@ -1651,6 +1727,7 @@ ExecCompiled *exec_compile(ExecBackend *b, SimPlan *plan, const ExecOptions *o, 
 
   Ctx x = { .c = c, .g = c->g, .error = error };
   x.boxes = g_hash_table_new_full(key_hash, key_equal, g_free, g_free);
+  x.alias = g_hash_table_new_full(key_hash, key_equal, g_free, NULL);
   x.seen = g_hash_table_new_full(g_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
                                  NULL);
   x.sharers = g_array_new(FALSE, TRUE, sizeof(SharerItem));
@@ -1667,6 +1744,8 @@ ExecCompiled *exec_compile(ExecBackend *b, SimPlan *plan, const ExecOptions *o, 
   }
   if (!x.failed && describe_ops(&x) && describe_tensors(&x)) {
     plan_boxes(&x);
+    if (!x.failed)
+      find_aliases(&x);
     if (!x.failed)
       alloc_buffers(&x);
     if (!x.failed)
@@ -1709,6 +1788,7 @@ ExecCompiled *exec_compile(ExecBackend *b, SimPlan *plan, const ExecOptions *o, 
   g_free(x.ops);
   g_free(x.ten);
   g_hash_table_destroy(x.boxes);
+  g_hash_table_destroy(x.alias);
   g_hash_table_destroy(x.seen);
   g_array_free(x.sharers, TRUE);
   if (x.failed) {

@@ -8,7 +8,11 @@
  * - training steps of small models on one device, and a data-parallel plan emulated on
  *   one GPU, against the CPU reference;
  * - the profiler's CUDA runner and, with two GPUs or more, NCCL collectives. */
+#ifdef PARASOL_INPROC_TESTS
+#include "inproc-tests.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -284,9 +288,22 @@ static void compare(const Call *c, const Result *gpu, const Result *cpu, const c
       double e = rel_error(gpu->din[i], cpu->din[i], c->in[i].n);
       cr_expect_leq(e, TOL, "%s %s: input gradient %d differs by %g", name, what, i, e);
     }
+  /* Weight gradients relative to the largest of the op's: attention's key bias has an
+   * exact gradient of zero, and its computed one is rounding noise on both back ends,
+   * whose difference relative to itself means nothing. */
+  double scale = 0;
+  for (int i = 0; i < c->n_w; i++)
+    for (int64_t k = 0; k < c->w[i].n; k++)
+      scale = MAX(scale, fabs((double)cpu->dw[i][k]));
   for (int i = 0; i < c->n_w; i++) {
     double e = rel_error(gpu->dw[i], cpu->dw[i], c->w[i].n);
-    cr_expect_leq(e, TOL, "%s %s: weight gradient %d differs by %g", name, what, i, e);
+    double own = 0;
+    for (int64_t k = 0; k < c->w[i].n; k++)
+      own = MAX(own, fabs((double)cpu->dw[i][k]));
+    if (own > 0 && scale > own)
+      e *= own / scale;
+    cr_expect_leq(e, TOL, "%s %s: weight gradient %d differs by %g of the op's largest", name,
+                  what, i, e);
   }
 }
 
@@ -625,7 +642,15 @@ static void check_training(SimGraph *g, SimMachine *m, SimStrategy *s)
   g_autoptr(ExecBackend) cpu = exec_backend_new("cpu", &error);
   g_autoptr(ExecBackend) cuda = exec_backend_new("cuda", &error);
   cr_assert_not_null(cuda, "%s", error ? error->message : "");
+  /* Adam divides each gradient by its own magnitude: the rounding noise of a gradient
+   * whose exact value is zero (attention's key bias: softmax ignores a constant added to
+   * a row) would move its weight by the whole learning rate, differently on each back
+   * end.  A larger epsilon and a smaller rate bound that, as in test-exec.c. */
   ExecOptions o = exec_options_default();
+  if (sim_strategy_get_memory(s).optimizer == SIM_OPTIMIZER_ADAM) {
+    o.eps = 1e-5;
+    o.lr = 1e-4;
+  }
   g_autoptr(ExecRun) ref = exec_run_new(cpu, ref_plan, &o, &error);
   cr_assert_not_null(ref, "%s", error ? error->message : "");
   g_autoptr(ExecRun) run = exec_run_new(cuda, plan, &o, &error);
@@ -759,10 +784,14 @@ int main(int argc, char *argv[])
     printf("no usable GPU (%s): the gpu suite is skipped\n", n < 0 ? why : "none present");
     return 77;
   }
+#ifdef PARASOL_INPROC_TESTS
+  return inproc_run_all(argc > 1 ? argv[1] : NULL);
+#else
   struct criterion_test_set *tests = criterion_initialize();
   int result = 0;
   if (criterion_handle_args(argc, argv, true))
     result = !criterion_run_all_tests(tests);
   criterion_finalize(tests);
   return result;
+#endif
 }

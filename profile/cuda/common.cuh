@@ -126,16 +126,54 @@ struct Strided {
   int64_t stride[PCU_MAX_DIMS];
 };
 
-/* The element offset of the @i-th element (row-major order of the sizes). */
+/* The element offset of the @i-th element (row-major order of the sizes).  The outermost
+ * dimension needs no remainder, and a region that pcu_flatten() made one-dimensional needs
+ * no division at all: 64-bit divisions are slow on the GPU, and element-wise kernels over
+ * dense tensors would spend most of their time in them. */
 __device__ __forceinline__ int64_t strided_offset(const Strided &s, int64_t i)
 {
+  if (s.ndim == 1)
+    return i * s.stride[0];
+  /* Unrolled over the largest rank, so that every index into the sizes and strides is a
+   * constant: a loop bound by s.ndim would copy the whole argument into local memory in
+   * every thread, and a kernel over a few million elements would move gigabytes. */
   int64_t off = 0;
-  for (int d = s.ndim - 1; d >= 0; d--) {
-    int64_t c = i % s.size[d];
-    i /= s.size[d];
-    off += c * s.stride[d];
+#pragma unroll
+  for (int d = PCU_MAX_DIMS - 1; d >= 1; d--)
+    if (d < s.ndim) {
+      int64_t c = i % s.size[d];
+      i /= s.size[d];
+      off += c * s.stride[d];
+    }
+  return off + i * s.stride[0];
+}
+
+/* The same walk with as few dimensions as possible: dimensions of size 1 dropped, and each
+ * dimension merged into the one outside it where the two are contiguous with each other.
+ * The offset of every linear index stays what it was. */
+static inline Strided pcu_flatten(Strided s)
+{
+  Strided f = s;
+  int m = 0;
+  for (int d = 0; d < s.ndim; d++) {
+    if (s.size[d] == 1)
+      continue;
+    if (m > 0 && f.stride[m - 1] == s.stride[d] * s.size[d]) {
+      f.size[m - 1] *= s.size[d];
+      f.stride[m - 1] = s.stride[d];
+      continue;
+    }
+    f.size[m] = s.size[d];
+    f.stride[m] = s.stride[d];
+    m++;
   }
-  return off;
+  if (m == 0) {
+    f.size[0] = 1;
+    f.stride[0] = 1;
+    m = 1;
+  }
+  f.ndim = m;
+  return f;
 }
 
 Strided pcu_strided(const PcuView *v, const PcuRegion *r);

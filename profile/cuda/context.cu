@@ -392,7 +392,7 @@ PcuStatus pcu_fill(PcuContext *ctx, const PcuView *v, const PcuRegion *region, f
   int64_t n = pcu_region_numel(region);
   if (n == 0)
     return PCU_OK;
-  Strided s = pcu_strided(v, region);
+  Strided s = pcu_flatten(pcu_strided(v, region));
   DISPATCH_FLOAT(ctx, v->dtype, fill_t, ctx, s, n, value);
 }
 
@@ -443,6 +443,8 @@ static PcuStatus copy_strided(PcuContext *ctx, Strided d, Strided s, int64_t n, 
 {
   if (n == 0)
     return PCU_OK;
+  d = pcu_flatten(d);
+  s = pcu_flatten(s);
   if (d.dtype == PCU_I64 || d.dtype == PCU_I32) {
     if (accumulate)
       return FAIL(ctx, PCU_ERR_UNSUPPORTED, "adding integer tensors");

@@ -445,7 +445,7 @@ __device__ __forceinline__ int64_t walk_offset(const Walk &w, int64_t i)
 static Walk walk_of(const PcuArg &a)
 {
   Walk w;
-  w.s = pcu_strided(&a.v, &a.region);
+  w.s = pcu_flatten(pcu_strided(&a.v, &a.region));
   w.linear = pcu_view_is_dense_region(&a.v, &a.region);
   return w;
 }
@@ -570,8 +570,10 @@ __global__ void binary_backward_kernel(Strided A, Strided B, Strided DY, Strided
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     float dy = to_f<T>(((const T *)DY.base)[strided_offset(DY, i)]);
-    float x = to_f<T>(((const T *)A.base)[strided_offset(A, i)]);
-    float y = to_f<T>(((const T *)B.base)[strided_offset(B, i)]);
+    /* Sums and differences pass the gradient on without reading their operands. */
+    bool reads = kind == B_MUL || kind == B_DIV;
+    float x = reads ? to_f<T>(((const T *)A.base)[strided_offset(A, i)]) : 0.f;
+    float y = reads ? to_f<T>(((const T *)B.base)[strided_offset(B, i)]) : 0.f;
     float g;
     if (which == 0)
       g = kind == B_MUL ? dy * y : kind == B_DIV ? dy / y : dy;
@@ -604,19 +606,21 @@ PcuStatus pcu_op_binary(PcuContext *ctx, const PcuOpArgs *a)
       in[j].v = pcu_view_dense(d.p, dt, &a->in[j].region);
     }
   bool ba, bb;
-  Strided A = broadcast_walk(in[0], O, &ba), B = broadcast_walk(in[1], O, &bb);
+  Strided A = pcu_flatten(broadcast_walk(in[0], O, &ba));
+  Strided B = pcu_flatten(broadcast_walk(in[1], O, &bb));
   if (a->phase == PCU_FORWARD) {
     Dense y;
     TRY(dense_out(ctx, s, a->out[0], dt, &y));
     PcuView yv = y.owned ? pcu_view_dense(y.p, dt, &O) : a->out[0].v;
-    LAUNCH_FLOAT(ctx, dt, binary_kernel, pcu_blocks(n), 256, A, B, pcu_strided(&yv, &O), n,
+    LAUNCH_FLOAT(ctx, dt, binary_kernel, pcu_blocks(n), 256, A, B,
+                 pcu_flatten(pcu_strided(&yv, &O)), n,
                  a->kind);
     return dense_commit(ctx, a->out[0], y, false);
   }
   Dense dy;
   TRY(dense_in(ctx, s, a->out_grad[0], dt, &dy));
   PcuView dyv = pcu_view_dense(dy.p, dt, &O);
-  Strided DY = pcu_strided(&dyv, &O);
+  Strided DY = pcu_flatten(pcu_strided(&dyv, &O));
   for (int j = 0; j < 2; j++) {
     const PcuArg &G = a->in_grad[j];
     if (!present(G))
@@ -625,7 +629,7 @@ PcuStatus pcu_op_binary(PcuContext *ctx, const PcuOpArgs *a)
     if (!broadcast && G.v.dtype == dt) {
       /* Every output element has its own gradient element: add in place. */
       bool dummy;
-      Strided g = broadcast_walk(G, O, &dummy);
+      Strided g = pcu_flatten(broadcast_walk(G, O, &dummy));
       LAUNCH_FLOAT(ctx, dt, binary_backward_kernel, pcu_blocks(n), 256, A, B, DY, g, n, a->kind,
                    j, false);
       continue;
@@ -637,7 +641,7 @@ PcuStatus pcu_op_binary(PcuContext *ctx, const PcuOpArgs *a)
     PcuArg ga = G;
     ga.v = av;
     bool dummy;
-    Strided g = broadcast_walk(ga, O, &dummy);
+    Strided g = pcu_flatten(broadcast_walk(ga, O, &dummy));
     LAUNCH_FLOAT(ctx, dt, binary_backward_kernel, pcu_blocks(n), 256, A, B, DY, g, n, a->kind, j,
                  true);
     TRY(pcu_copy(ctx, &G.v, &av, &G.region, 1));
@@ -659,14 +663,18 @@ struct GlobalIndex {
 
 __device__ __forceinline__ uint64_t global_index(const GlobalIndex &g, int64_t i)
 {
-  int64_t c[PCU_MAX_DIMS];
-  for (int d = g.ndim - 1; d >= 0; d--) {
-    c[d] = i % g.size[d] + g.lo[d];
-    i /= g.size[d];
-  }
-  uint64_t flat = 0;
-  for (int d = 0; d < g.ndim; d++)
-    flat = flat * (uint64_t)g.full[d] + (uint64_t)c[d];
+  /* The sum of each coordinate times the whole tensor's stride, innermost first; unrolled
+   * for constant indices (see strided_offset). */
+  uint64_t flat = 0, scale = 1;
+#pragma unroll
+  for (int d = PCU_MAX_DIMS - 1; d >= 0; d--)
+    if (d < g.ndim) {
+      int64_t c = d > 0 ? i % g.size[d] : i;
+      if (d > 0)
+        i /= g.size[d];
+      flat += (uint64_t)(c + g.lo[d]) * scale;
+      scale *= (uint64_t)g.full[d];
+    }
   return flat;
 }
 
@@ -1084,12 +1092,13 @@ PcuStatus pcu_update(PcuContext *ctx, const PcuUpdateArgs *u)
   bool states = u->adam || u->momentum > 0;
   if (states && (u->state1.dtype != PCU_F32 || (u->adam && u->state2.dtype != PCU_F32)))
     return FAIL(ctx, PCU_ERR_UNSUPPORTED, "optimizer states other than fp32");
-  Strided W = pcu_strided(&u->weight, &u->region), G = pcu_strided(&u->grad, &u->region);
+  Strided W = pcu_flatten(pcu_strided(&u->weight, &u->region));
+  Strided G = pcu_flatten(pcu_strided(&u->grad, &u->region));
   Strided S1 = W, S2 = W;
   if (states)
-    S1 = pcu_strided(&u->state1, &u->region);
+    S1 = pcu_flatten(pcu_strided(&u->state1, &u->region));
   if (u->adam)
-    S2 = pcu_strided(&u->state2, &u->region);
+    S2 = pcu_flatten(pcu_strided(&u->state2, &u->region));
   int step = u->step > 0 ? u->step : 1;
   float bc1 = (float)(1.0 - pow(u->beta1, step)), bc2 = (float)(1.0 - pow(u->beta2, step));
   LAUNCH_FLOAT(ctx, u->weight.dtype, update_kernel, pcu_blocks(n), 256, W, G, S1, S2,
