@@ -82,3 +82,22 @@ gboolean cli_stderr_is_tty(void)
 {
   return isatty(STDERR_FILENO);
 }
+
+void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png)
+{
+  g_autofree char *gnuplot = g_find_program_in_path("gnuplot");
+  if (!gnuplot) {
+    g_printerr("parasol %s: wrote %s and %s; gnuplot is not installed, so run 'gnuplot %s' "
+               "where it is to draw %s\n", command, data, gp, gp, png);
+    return;
+  }
+  const char *args[] = { gnuplot, gp, NULL };
+  int wait = 0;
+  g_autoptr(GError) e = NULL;
+  if (g_spawn_sync(NULL, (char **)args, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL, &wait, &e) &&
+      g_spawn_check_wait_status(wait, e ? NULL : &e))
+    g_printerr("parasol %s: wrote %s, %s and %s\n", command, data, gp, png);
+  else
+    g_printerr("parasol %s: wrote %s and %s; gnuplot failed to draw %s%s%s\n", command, data, gp,
+               png, e ? ": " : "", e ? e->message : "");
+}

@@ -35,6 +35,10 @@ char *cli_format_time(double seconds);
 /* Whether stderr is a terminal (progress lines are shown only then). */
 gboolean cli_stderr_is_tty(void);
 
+/* Draws @png from the gnuplot script @gp when gnuplot is installed, and says on stderr
+ * what COMMAND wrote (@data, the script, the figure) or how to draw it elsewhere. */
+void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png);
+
 /* The commands (cmd-NAME.c). */
 int cmd_models(int argc, char **argv);
 int cmd_model(int argc, char **argv);

@@ -148,7 +148,7 @@ int cmd_compare(int argc, char **argv)
   int n_runs = 0;
   FILE *csv = NULL;
   g_autofree char *csv_path = NULL, *gp_path = NULL, *png_path = NULL;
-  g_autofree char *title = NULL, *gnuplot = NULL;
+  g_autofree char *title = NULL;
 
   if (argc > 1) {
     status = cli_usage_error("compare", "unexpected argument '%s'", argv[1]);
@@ -297,23 +297,7 @@ int cmd_compare(int argc, char **argv)
                                            sim_machine_get_name(pb.machine));
   if (!write_plot(gp_path, png_path, title, runs, n_runs, algos, dp_time, &error))
     goto fail;
-  gnuplot = g_find_program_in_path("gnuplot");
-  if (gnuplot) {
-    const char *args[] = { gnuplot, gp_path, NULL };
-    int wait = 0;
-    g_autoptr(GError) e = NULL;
-    if (g_spawn_sync(NULL, (char **)args, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL, &wait,
-                     &e) &&
-        g_spawn_check_wait_status(wait, NULL))
-      g_printerr("parasol compare: wrote %s, %s and %s\n", csv_path, gp_path, png_path);
-    else
-      g_printerr("parasol compare: wrote %s and %s; gnuplot failed to draw %s%s%s\n", csv_path,
-                 gp_path, png_path, e ? ": " : "", e ? e->message : "");
-  } else {
-    g_printerr("parasol compare: wrote %s and %s; gnuplot is not installed, so run "
-               "'gnuplot %s' where it is to draw %s\n",
-               csv_path, gp_path, gp_path, png_path);
-  }
+  cli_run_gnuplot("compare", csv_path, gp_path, png_path);
   goto done;
 
 fail:

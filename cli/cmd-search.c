@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "search-options.h"
 
+#include <errno.h>
 #include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
@@ -35,9 +36,58 @@ static char *speedup_text(double base, double best)
   return g_strdup_printf("%.2fx", base / best);
 }
 
+/* gnuplot quotes strings in single quotes, where a quote is doubled. */
+static char *gp_quote(const char *s)
+{
+  GString *q = g_string_new("'");
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'')
+      g_string_append_c(q, '\'');
+    g_string_append_c(q, *p);
+  }
+  g_string_append_c(q, '\'');
+  return g_string_free(q, FALSE);
+}
+
+/* A gnuplot script that draws the improvement log @csv: the best and the current
+ * predicted iteration time against search time, with the data-parallel and expert
+ * plans' times as horizontal lines where they are known. */
+static gboolean write_search_plot(const char *gp, const char *png, const char *csv,
+                                  const char *title, double dp, double expert, GError **error)
+{
+  g_autofree char *qpng = gp_quote(png), *qcsv = gp_quote(csv), *qtitle = gp_quote(title);
+  GString *t = g_string_new(NULL);
+  g_string_append_printf(t,
+    "# Drawn by parasol search from its improvement log; gnuplot %s redraws it.\n"
+    "set terminal pngcairo size 900,560 noenhanced\n"
+    "set output %s\n"
+    "set title %s\n"
+    "set datafile separator ','\n"
+    "set xlabel 'search time (s)'\n"
+    "set ylabel 'predicted iteration time (ms)'\n"
+    "set key top right box opaque\n"
+    "set grid\n",
+    gp, qpng, qtitle);
+  g_string_append_printf(t,
+    "plot %s every ::1 using 1:($3*1e3) with steps lw 2 title 'best so far', \\\n"
+    "     '' every ::1 using 1:($4*1e3) with points pt 7 ps 0.4 title 'current'", qcsv);
+  char num[G_ASCII_DTOSTR_BUF_SIZE];
+  if (isfinite(dp))
+    g_string_append_printf(t, ", \\\n     %s with lines dt 2 lw 2 title 'data parallel'",
+                           g_ascii_formatd(num, sizeof num, "%.9g", dp * 1e3));
+  if (isfinite(expert))
+    g_string_append_printf(t, ", \\\n     %s with lines dt 3 lw 2 title 'expert plan'",
+                           g_ascii_formatd(num, sizeof num, "%.9g", expert * 1e3));
+  g_string_append(t, "\n");
+  gboolean ok = g_file_set_contents(gp, t->str, (gssize)t->len, error);
+  g_string_free(t, TRUE);
+  return ok;
+}
+
 int cmd_search(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *algo_name = NULL, *out = NULL, *log = NULL;
+  g_autofree char *plot = NULL, *plot_stem = NULL;
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE, list = FALSE, quiet = FALSE;
   CliPlanOptions plan;
@@ -51,6 +101,7 @@ int cmd_search(int argc, char **argv)
     { "algo", 'a', 0, G_OPTION_ARG_STRING, &algo_name, "Search algorithm (default mcmc; --list shows them)", "NAME" },
     { "out", 0, 0, G_OPTION_ARG_FILENAME, &out, "Write the best strategy (for parasol simulate --strategy)", "FILE" },
     { "log", 0, 0, G_OPTION_ARG_FILENAME, &log, "Write every improvement as CSV (wall_s, evals, best_s, current_s)", "FILE" },
+    { "plot", 0, 0, G_OPTION_ARG_FILENAME, &plot, "Draw the improvement log to this PNG with gnuplot (its script beside it, .gp; the log, .csv, unless --log names one)", "FILE" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the result as JSON", NULL },
     { "list", 0, 0, G_OPTION_ARG_NONE, &list, "List the search algorithms and their options", NULL },
     { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress line", NULL },
@@ -98,6 +149,23 @@ int cmd_search(int argc, char **argv)
     goto fail;
   if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
     goto fail;
+  if (plot) {
+    plot_stem = g_str_has_suffix(plot, ".png") ? g_strndup(plot, strlen(plot) - 4)
+                                               : g_strdup(plot);
+    if (!log)
+      log = g_strconcat(plot_stem, ".csv", NULL);
+  }
+  /* The folders the outputs go to are made where missing. */
+  const char *outputs[] = { log, plot, out };
+  for (gsize i = 0; i < G_N_ELEMENTS(outputs); i++) {
+    g_autofree char *dir = outputs[i] ? g_path_get_dirname(outputs[i]) : NULL;
+    if (dir && g_mkdir_with_parents(dir, 0755) != 0) {
+      int e = errno;
+      g_set_error(&error, G_FILE_ERROR, g_file_error_from_errno(e), "%s: cannot create the folder: %s",
+                  dir, g_strerror(e));
+      goto fail;
+    }
+  }
   ro.log_path = log;
   ro.progress = !quiet && !json && cli_stderr_is_tty();
   ro.handle_sigint = TRUE;
@@ -140,6 +208,14 @@ int cmd_search(int argc, char **argv)
     if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
       goto fail;
     g_printerr("parasol search: strategy written to %s\n", out);
+  }
+  if (plot) {
+    g_autofree char *gp = g_strconcat(plot_stem, ".gp", NULL);
+    g_autofree char *title = g_strdup_printf("%s on %s, %s", sim_graph_get_name(pb.graph),
+                                             sim_machine_get_name(pb.machine), algo->name);
+    if (!write_search_plot(gp, plot, log, title, dp_fits ? dp_raw : NAN, expert_time, &error))
+      goto fail;
+    cli_run_gnuplot("search", log, gp, plot);
   }
 
   if (json) {

@@ -100,25 +100,6 @@ static gboolean write_plot(const char *gp, const char *png, const char *title,
   return TRUE;
 }
 
-static void run_gnuplot(const char *gp, const char *png, const char *csv)
-{
-  g_autofree char *gnuplot = g_find_program_in_path("gnuplot");
-  if (!gnuplot) {
-    g_printerr("parasol validate: wrote %s and %s; gnuplot is not installed, so run "
-               "'gnuplot %s' where it is to draw %s\n", csv, gp, gp, png);
-    return;
-  }
-  const char *args[] = { gnuplot, gp, NULL };
-  int wait = 0;
-  g_autoptr(GError) e = NULL;
-  if (g_spawn_sync(NULL, (char **)args, NULL, G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL, &wait, &e) &&
-      g_spawn_check_wait_status(wait, NULL))
-    g_printerr("parasol validate: wrote %s, %s and %s\n", csv, gp, png);
-  else
-    g_printerr("parasol validate: wrote %s and %s; gnuplot failed to draw %s%s%s\n", csv, gp, png,
-               e ? ": " : "", e ? e->message : "");
-}
-
 int cmd_validate(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *prefix = NULL;
@@ -242,7 +223,7 @@ int cmd_validate(int argc, char **argv)
                           exec_backend_get_name(e.backend));
   if (!write_plot(gp_path, png_path, title, pred, meas, pred_total, meas_total, &error))
     goto fail;
-  run_gnuplot(gp_path, png_path, csv_path);
+  cli_run_gnuplot("validate", csv_path, gp_path, png_path);
   goto done;
 
 fail:
