@@ -1,6 +1,8 @@
 /* cli.c — helpers shared by the command files. */
 #include "cli.h"
 
+#include <errno.h>
+
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -81,6 +83,19 @@ char *cli_format_time(double s)
 gboolean cli_stderr_is_tty(void)
 {
   return isatty(STDERR_FILENO);
+}
+
+gboolean cli_make_parent(const char *path, GError **error)
+{
+  if (!path)
+    return TRUE;
+  g_autofree char *dir = g_path_get_dirname(path);
+  if (g_mkdir_with_parents(dir, 0755) == 0)
+    return TRUE;
+  int e = errno;
+  g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "%s: cannot create the folder: %s",
+              dir, g_strerror(e));
+  return FALSE;
 }
 
 void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png)

@@ -35,6 +35,9 @@ char *cli_format_time(double seconds);
 /* Whether stderr is a terminal (progress lines are shown only then). */
 gboolean cli_stderr_is_tty(void);
 
+/* Creates the folder that @path (a file to be written) lies in, where it is missing. */
+gboolean cli_make_parent(const char *path, GError **error);
+
 /* Draws @png from the gnuplot script @gp when gnuplot is installed, and says on stderr
  * what COMMAND wrote (@data, the script, the figure) or how to draw it elsewhere. */
 void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png);

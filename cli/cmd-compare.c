@@ -189,6 +189,8 @@ int cmd_compare(int argc, char **argv)
   csv_path = g_strconcat(base, ".csv", NULL);
   gp_path = g_strconcat(base, ".gp", NULL);
   png_path = g_strconcat(base, ".png", NULL);
+  if (!cli_make_parent(csv_path, &error))
+    goto fail;
   if (!(csv = fopen(csv_path, "w"))) {
     int e = errno;
     g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path, g_strerror(e));

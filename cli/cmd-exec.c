@@ -79,7 +79,7 @@ int cmd_exec(int argc, char **argv)
     printf("%-6d %14.8f %12s\n", k + 1, exec_run_loss(e.run), t);
   }
   if (trace) {
-    if (!sim_plan_write_trace(e.plan, exec_run_task_start(e.run), exec_run_task_end(e.run), trace,
+    if (!cli_make_parent(trace, &error) || !sim_plan_write_trace(e.plan, exec_run_task_start(e.run), exec_run_task_end(e.run), trace,
                               &error))
       goto fail;
     g_printerr("parasol exec: timeline written to %s\n", trace);

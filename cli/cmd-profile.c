@@ -268,7 +268,7 @@ static int ops_run(ModelOptions *mo, int argc, char **argv)
                                          sim_graph_get_name(g), profile_runner_device_name(r),
                                          r->klass->name);
   profile_db_add_source(db, src);
-  if (!profile_db_save(db, output, &error))
+  if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
   printf("%d entries measured, %d shapes skipped; %d entries in %s\n", added, skipped,
          profile_db_n_ops(db), output);
@@ -380,7 +380,7 @@ static int profile_collectives(int argc, char **argv)
     }
   }
   profile_db_add_source(db, "parasol profile collectives (NCCL)");
-  if (!profile_db_save(db, output, &error))
+  if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
   printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
   return CLI_EXIT_OK;
@@ -437,7 +437,7 @@ static int profile_import_nccl(int argc, char **argv)
     profile_db_set_description(db, description);
   else if (!profile_db_get_description(db))
     profile_db_set_description(db, "Collective timings measured with NCCL's tests.");
-  if (!profile_db_save(db, output, &error))
+  if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
   printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
   return CLI_EXIT_OK;
@@ -699,6 +699,8 @@ static FILE *open_table(const char *csv, GError **error)
 {
   if (!csv)
     return stdout;
+  if (!cli_make_parent(csv, error))
+    return NULL;
   FILE *f = fopen(csv, "w");
   if (!f)
     g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s", csv);

@@ -5,7 +5,6 @@
 #include "cli.h"
 #include "search-options.h"
 
-#include <errno.h>
 #include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
@@ -156,16 +155,9 @@ int cmd_search(int argc, char **argv)
       log = g_strconcat(plot_stem, ".csv", NULL);
   }
   /* The folders the outputs go to are made where missing. */
-  const char *outputs[] = { log, plot, out };
-  for (gsize i = 0; i < G_N_ELEMENTS(outputs); i++) {
-    g_autofree char *dir = outputs[i] ? g_path_get_dirname(outputs[i]) : NULL;
-    if (dir && g_mkdir_with_parents(dir, 0755) != 0) {
-      int e = errno;
-      g_set_error(&error, G_FILE_ERROR, g_file_error_from_errno(e), "%s: cannot create the folder: %s",
-                  dir, g_strerror(e));
-      goto fail;
-    }
-  }
+  if (!cli_make_parent(log, &error) || !cli_make_parent(plot, &error) ||
+      !cli_make_parent(out, &error))
+    goto fail;
   ro.log_path = log;
   ro.progress = !quiet && !json && cli_stderr_is_tty();
   ro.handle_sigint = TRUE;

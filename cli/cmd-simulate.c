@@ -149,7 +149,7 @@ static int simulate_one(int argc, char **argv, int line)
     cli_problem_clear(&pb);
     return fail(line, error);
   }
-  if (save && !sim_strategy_save(s, pb.graph, save, &error)) {
+  if (save && (!cli_make_parent(save, &error) || !sim_strategy_save(s, pb.graph, save, &error))) {
     cli_problem_clear(&pb);
     return fail(line, error);
   }
@@ -175,7 +175,7 @@ static int simulate_one(int argc, char **argv, int line)
     sim_report_print(r, stdout);
   }
   if (trace) {
-    if (!sim_report_write_trace(r, trace, &error)) {
+    if (!cli_make_parent(trace, &error) || !sim_report_write_trace(r, trace, &error)) {
       cli_problem_clear(&pb);
       return fail(line, error);
     }

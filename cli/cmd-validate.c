@@ -56,6 +56,8 @@ static const char *kind_name(SimPlanKind k)
 
 static FILE *open_out(const char *path, GError **error)
 {
+  if (!cli_make_parent(path, error))
+    return NULL;
   FILE *f = fopen(path, "w");
   if (!f) {
     int e = errno;
