@@ -452,29 +452,21 @@ static void plan_boxes(Ctx *x)
 static void find_aliases(Ctx *x)
 {
   ExecCompiled *c = x->c;
-  g_autoptr(GHashTable) busy = g_hash_table_new(g_int64_hash, g_int64_equal);
-  g_autoptr(GArray) keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  /* Per (device, tensor): the consumers contributing there, or -1 where a copy or a
+   * reduction of the gradient touches it. */
+#define DT(device, tensor) GSIZE_TO_POINTER((gsize)(device) * (gsize)c->n_tensors + (gsize)(tensor) + 1)
+  g_autoptr(GHashTable) n_contrib = g_hash_table_new(g_direct_hash, g_direct_equal);
   for (int i = 0; i < c->n_tasks; i++) {
     SimPlanTask t;
     sim_plan_task(c->plan, i, &t);
     if (!t.grad || (t.kind != SIM_PLAN_COPY && t.kind != SIM_PLAN_REDUCE))
       continue;
-    if (t.kind == SIM_PLAN_COPY) {
-      gint64 a = (gint64)t.device * c->n_tensors + t.tensor;
-      gint64 b = (gint64)t.peer * c->n_tensors + t.tensor;
-      g_array_append_val(keys, a);
-      g_array_append_val(keys, b);
-    } else {
-      for (int k = 0; k < t.n_devices; k++) {
-        gint64 a = (gint64)t.devices[k] * c->n_tensors + t.tensor;
-        g_array_append_val(keys, a);
-      }
+    int n = t.kind == SIM_PLAN_COPY ? 2 : t.n_devices;
+    for (int k = 0; k < n; k++) {
+      int d = t.kind == SIM_PLAN_COPY ? (k ? t.peer : t.device) : t.devices[k];
+      g_hash_table_insert(n_contrib, DT(d, t.tensor), GINT_TO_POINTER(-1));
     }
   }
-  for (guint k = 0; k < keys->len; k++)
-    g_hash_table_add(busy, &g_array_index(keys, gint64, k));
-  /* The contribution keys of each (device, tensor). */
-  g_autoptr(GHashTable) count = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
   GHashTableIter it;
   gpointer kp, vp;
   g_hash_table_iter_init(&it, x->boxes);
@@ -482,25 +474,22 @@ static void find_aliases(Ctx *x)
     const BufKey *key = kp;
     if (key->kind != EXEC_BUF_CONTRIB)
       continue;
-    gint64 *dt = g_new(gint64, 1);
-    *dt = (gint64)key->device * c->n_tensors + key->tensor;
-    int n = GPOINTER_TO_INT(g_hash_table_lookup(count, dt));
-    g_hash_table_replace(count, dt, GINT_TO_POINTER(n + 1));
+    int n = GPOINTER_TO_INT(g_hash_table_lookup(n_contrib, DT(key->device, key->tensor)));
+    if (n >= 0)
+      g_hash_table_insert(n_contrib, DT(key->device, key->tensor), GINT_TO_POINTER(n + 1));
   }
   g_hash_table_iter_init(&it, x->boxes);
   while (g_hash_table_iter_next(&it, &kp, &vp)) {
     const BufKey *key = kp;
-    if (key->kind != EXEC_BUF_CONTRIB)
-      continue;
-    gint64 dt = (gint64)key->device * c->n_tensors + key->tensor;
-    if (GPOINTER_TO_INT(g_hash_table_lookup(count, &dt)) != 1 ||
-        g_hash_table_contains(busy, &dt))
+    if (key->kind != EXEC_BUF_CONTRIB ||
+        GPOINTER_TO_INT(g_hash_table_lookup(n_contrib, DT(key->device, key->tensor))) != 1)
       continue;
     const SimRegion *grad = hull_get(x, EXEC_BUF_GRAD, key->device, key->tensor, -1, 0);
     if (grad && region_equal(grad, vp))
       g_hash_table_add(x->alias, key_new(key->kind, key->device, key->tensor, key->op,
                                          key->index, key->mb));
   }
+#undef DT
 }
 
 static ExecBuf *buf_alloc(Ctx *x, ExecBufKind kind, int device, int tensor, int op, int index,
