@@ -98,6 +98,40 @@ gboolean cli_make_parent(const char *path, GError **error)
   return FALSE;
 }
 
+/* gnuplot's single-quoted strings take everything literally but a quote, doubled. */
+static void gp_quoted(GString *s, const char *text)
+{
+  g_string_append_c(s, '\'');
+  for (const char *p = text; *p; p++) {
+    if (*p == '\'')
+      g_string_append_c(s, '\'');
+    g_string_append_c(s, *p);
+  }
+  g_string_append_c(s, '\'');
+}
+
+char *cli_gnuplot_quote(const char *text)
+{
+  GString *s = g_string_new(NULL);
+  gp_quoted(s, text);
+  return g_string_free(s, FALSE);
+}
+
+char *cli_gnuplot_preamble(const char *png, const char *title)
+{
+  GString *s = g_string_new("if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+                            "  set terminal pngcairo size 960,600 font ',11'\n"
+                            "} else {\n"
+                            "  set terminal png size 960,600\n"
+                            "}\n"
+                            "set output ");
+  gp_quoted(s, png);
+  g_string_append(s, "\nset title ");
+  gp_quoted(s, title);
+  g_string_append(s, " noenhanced\n");
+  return g_string_free(s, FALSE);
+}
+
 void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png)
 {
   g_autofree char *gnuplot = g_find_program_in_path("gnuplot");

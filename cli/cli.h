@@ -38,6 +38,13 @@ gboolean cli_stderr_is_tty(void);
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */
 gboolean cli_make_parent(const char *path, GError **error);
 
+/* The start of a gnuplot script that draws a 960x600 PNG @png titled @title: the
+ * terminal (pngcairo where gnuplot has it, png otherwise), the output and the title,
+ * each string quoted for gnuplot. */
+char *cli_gnuplot_preamble(const char *png, const char *title);
+/* @text as a gnuplot string literal. */
+char *cli_gnuplot_quote(const char *text);
+
 /* Draws @png from the gnuplot script @gp when gnuplot is installed, and says on stderr
  * what COMMAND wrote (@data, the script, the figure) or how to draw it elsewhere. */
 void cli_run_gnuplot(const char *command, const char *data, const char *gp, const char *png);

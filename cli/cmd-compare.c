@@ -78,19 +78,13 @@ static gboolean write_plot(const char *gp, const char *png, const char *title, R
     }
     fprintf(f, "EOD\n");
   }
+  g_autofree char *preamble = cli_gnuplot_preamble(png, title);
+  fputs(preamble, f);
   fprintf(f,
-          "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-          "  set terminal pngcairo size 960,600 font ',11'\n"
-          "} else {\n"
-          "  set terminal png size 960,600\n"
-          "}\n"
-          "set output '%s'\n"
-          "set title \"%s\" noenhanced\n"
           "set xlabel 'search time (s)'\n"
           "set ylabel 'best predicted iteration time (ms)'\n"
           "set key outside right top noenhanced\n"
-          "set grid\n",
-          png, title);
+          "set grid\n");
   GString *plot = g_string_new("plot ");
   for (guint a = 0; a < algos->len; a++) {
     const SearchAlgorithm *algo = g_ptr_array_index(algos, a);

@@ -35,38 +35,23 @@ static char *speedup_text(double base, double best)
   return g_strdup_printf("%.2fx", base / best);
 }
 
-/* gnuplot quotes strings in single quotes, where a quote is doubled. */
-static char *gp_quote(const char *s)
-{
-  GString *q = g_string_new("'");
-  for (const char *p = s; *p; p++) {
-    if (*p == '\'')
-      g_string_append_c(q, '\'');
-    g_string_append_c(q, *p);
-  }
-  g_string_append_c(q, '\'');
-  return g_string_free(q, FALSE);
-}
-
 /* A gnuplot script that draws the improvement log @csv: the best and the current
  * predicted iteration time against search time, with the data-parallel and expert
  * plans' times as horizontal lines where they are known. */
 static gboolean write_search_plot(const char *gp, const char *png, const char *csv,
                                   const char *title, double dp, double expert, GError **error)
 {
-  g_autofree char *qpng = gp_quote(png), *qcsv = gp_quote(csv), *qtitle = gp_quote(title);
+  g_autofree char *preamble = cli_gnuplot_preamble(png, title);
+  g_autofree char *qcsv = cli_gnuplot_quote(csv);
   GString *t = g_string_new(NULL);
   g_string_append_printf(t,
-    "# Drawn by parasol search from its improvement log; gnuplot %s redraws it.\n"
-    "set terminal pngcairo size 900,560 noenhanced\n"
-    "set output %s\n"
-    "set title %s\n"
+    "# Drawn by parasol search from its improvement log; gnuplot %s redraws it.\n%s"
     "set datafile separator ','\n"
     "set xlabel 'search time (s)'\n"
     "set ylabel 'predicted iteration time (ms)'\n"
     "set key top right box opaque\n"
     "set grid\n",
-    gp, qpng, qtitle);
+    gp, preamble);
   g_string_append_printf(t,
     "plot %s every ::1 using 1:($3*1e3) with steps lw 2 title 'best so far', \\\n"
     "     '' every ::1 using 1:($4*1e3) with points pt 7 ps 0.4 title 'current'", qcsv);

@@ -80,14 +80,9 @@ static gboolean write_plot(const char *gp, const char *png, const char *title,
     if (pred[k] > 0 || meas[k] > 0)
       fprintf(f, "%s %.9g %.9g\n", classes[k], 1e3 * pred[k], 1e3 * meas[k]);
   fprintf(f, "iteration %.9g %.9g\nEOD\n", 1e3 * pred_total, 1e3 * meas_total);
+  g_autofree char *preamble = cli_gnuplot_preamble(png, title);
+  fputs(preamble, f);
   fprintf(f,
-          "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-          "  set terminal pngcairo size 960,600 font ',11'\n"
-          "} else {\n"
-          "  set terminal png size 960,600\n"
-          "}\n"
-          "set output '%s'\n"
-          "set title \"%s\" noenhanced\n"
           "set ylabel 'time (ms, device time summed per class)'\n"
           "set logscale y\n"
           "set style data histograms\n"
@@ -96,8 +91,7 @@ static gboolean write_plot(const char *gp, const char *png, const char *title,
           "set xtics rotate by -30 noenhanced\n"
           "set key top left\n"
           "set grid ytics\n"
-          "plot $data using 2:xtic(1) title 'predicted', '' using 3 title 'measured'\n",
-          png, title);
+          "plot $data using 2:xtic(1) title 'predicted', '' using 3 title 'measured'\n");
   fclose(f);
   return TRUE;
 }
