@@ -93,6 +93,16 @@ static int dim_named(const SimGraph *g, int op, const char *name)
 
 /* Splits op @op along the dimension named @dim @n ways over devices @first.. (one shard
  * per device); ops without that dimension stay as they are. */
+/* Every linear layer split in two along samples and two along output features, its four
+ * shards (samples major) on @devices. */
+static void split_linears_2x2(SimStrategy *s, const SimGraph *g, const int devices[4])
+{
+  static const int degrees[8] = { 2, 2, 1, 1, 1, 1, 1, 1 };
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_LINEAR)
+      cr_assert(sim_strategy_set_op(s, op, degrees, devices, NULL));
+}
+
 static void split(SimStrategy *s, const SimGraph *g, int op, const char *dim, int n, int first)
 {
   int d = dim_named(g, op, dim);
@@ -267,13 +277,8 @@ Test(exec, mlp_zero1_two_regions_per_device)
   g_autoptr(SimGraph) g = mlp();
   g_autoptr(SimMachine) m = machine();
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
-  for (int op = 0; op < sim_graph_n_ops(g); op++) {
-    if (sim_graph_op_type(g, op) != SIM_OP_LINEAR)
-      continue;
-    int degrees[8] = { 2, 2, 1, 1, 1, 1, 1, 1 };
-    int devices[4] = { 0, 0, 1, 1 };
-    cr_assert(sim_strategy_set_op(s, op, degrees, devices, NULL));
-  }
+  static const int devices[4] = { 0, 0, 1, 1 };
+  split_linears_2x2(s, g, devices);
   SimMemoryOptions mo = sim_strategy_get_memory(s);
   mo.zero1 = TRUE;
   sim_strategy_set_memory(s, &mo);
@@ -302,13 +307,8 @@ Test(exec, mlp_sample_and_parameter)
   g_autoptr(SimGraph) g = mlp();
   g_autoptr(SimMachine) m = machine();
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
-  for (int op = 0; op < sim_graph_n_ops(g); op++) {
-    if (sim_graph_op_type(g, op) != SIM_OP_LINEAR)
-      continue;
-    int degrees[8] = { 2, 2, 1, 1, 1, 1, 1, 1 };
-    int devices[4] = { 0, 1, 2, 3 };
-    cr_assert(sim_strategy_set_op(s, op, degrees, devices, NULL));
-  }
+  static const int devices[4] = { 0, 1, 2, 3 };
+  split_linears_2x2(s, g, devices);
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
