@@ -59,6 +59,11 @@ struct _SimLowering {
   OpLay *ops;
   int *tensor_block;
   int sync_block;
+  /* The collectives of the gradient synchronization, a block each, in the order of the
+   * last build, and a key describing each (a rebuild reuses the blocks of collectives it
+   * finds unchanged). */
+  GArray *coll_blocks;        /* int                                                    */
+  GHashTable *coll_keys;      /* GBytes key -> block + 1                                */
   GArray **sharers;           /* per op: the ops that use its weights, or NULL          */
   uint64_t *rank_f, *rank_b;  /* [stage * M + mb]: place of the unit on its device      */
   uint64_t rank_update;
@@ -756,6 +761,71 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
   *shardable = states;
 }
 
+/* One collective of the gradient synchronization, in a block of its own.  Its tasks
+ * depend on nothing but the key (what, over which devices, how many bytes, for which
+ * op), so when the synchronization is rebuilt for a delta simulation, a collective whose
+ * key the previous build had keeps that build's block untouched.  @prev holds the
+ * previous build's keys; the reused ones are taken out of it. */
+static void sync_collective(SimLowering *lw, GHashTable *prev, GHashTable *keys, SimCollKind kind,
+                            SimTaskClass cls, const int *devs, int n, double bytes, int op,
+                            SimTaskRef *start, SimTaskRef *end)
+{
+  SimTaskGraph *tg = lw->tg;
+  size_t len = 4 * sizeof(int32_t) + sizeof(double) + (size_t)n * sizeof(int32_t);
+  uint8_t *k = g_malloc(len);
+  int32_t head[4] = { kind, cls, op, n };
+  memcpy(k, head, sizeof head);
+  memcpy(k + sizeof head, &bytes, sizeof bytes);
+  for (int i = 0; i < n; i++) {
+    int32_t d = devs[i];
+    memcpy(k + sizeof head + sizeof bytes + (size_t)i * sizeof d, &d, sizeof d);
+  }
+  GBytes *key = g_bytes_new_take(k, len);
+  int block = -1;
+  gpointer old_key, val;
+  if (prev && g_hash_table_steal_extended(prev, key, &old_key, &val)) {
+    block = GPOINTER_TO_INT(val) - 1;
+    g_bytes_unref(old_key);
+    *start = (SimTaskRef){ block, 0 };
+    *end = (SimTaskRef){ block, 1 };
+  } else {
+    block = sim_taskgraph_block_new(tg);
+    sim_collective_lower(tg, block, lw->m, kind, lw->s->sync.algorithm, lw->o.detail, &lw->cp,
+                         cls, devs, n, bytes, op, -1, start, end);
+    g_assert(start->index == 0 && end->index == 1);
+  }
+  g_array_append_val(lw->coll_blocks, block);
+  if (!g_hash_table_contains(keys, key))
+    g_hash_table_insert(keys, key, GINT_TO_POINTER(block + 1));
+  else
+    g_bytes_unref(key); /* a twin in this build: its block is not offered for reuse */
+}
+
+/* Frees the previous build's collective blocks that were not reused and lays the blocks
+ * out for assembly: every other block in slot order, then the collectives in the order
+ * this build made them, which a fresh lowering would give too. */
+static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
+{
+  SimTaskGraph *tg = lw->tg;
+  guint nb = tg->blocks->len;
+  uint8_t *mark = g_new0(uint8_t, MAX(nb, 1));
+  for (guint i = 0; i < lw->coll_blocks->len; i++)
+    mark[g_array_index(lw->coll_blocks, int, i)] = 1;
+  for (guint i = 0; i < old_blocks->len; i++) {
+    int b = g_array_index(old_blocks, int, i);
+    if (!mark[b])
+      sim_taskgraph_block_free(tg, b);
+  }
+  if (!tg->order)
+    tg->order = g_array_new(FALSE, FALSE, sizeof(int));
+  g_array_set_size(tg->order, 0);
+  for (guint i = 0; i < nb; i++)
+    if (!mark[i] && sim_taskgraph_block(tg, (int)i)->live)
+      g_array_append_val(tg->order, i);
+  g_array_append_vals(tg->order, lw->coll_blocks->data, lw->coll_blocks->len);
+  g_free(mark);
+}
+
 static void build_sync_block(SimLowering *lw)
 {
   SimTaskGraph *tg = lw->tg;
@@ -765,6 +835,14 @@ static void build_sync_block(SimLowering *lw)
     sim_taskgraph_block_clear(tg, lw->sync_block);
   int block = lw->sync_block;
   memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  /* The previous build's collectives, offered for reuse unless meanings are recorded
+   * (executors build once) or collectives are numbered for folding. */
+  GArray *old_blocks = lw->coll_blocks;
+  GHashTable *prev_keys = lw->coll_keys;
+  gboolean reuse = !lw->record && !tg->track_collectives;
+  lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
+  lw->coll_keys = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+                                        (GDestroyNotify)g_bytes_unref, NULL);
   const SimStrategy *s = lw->s;
   int M = lw->M;
 
@@ -899,9 +977,8 @@ static void build_sync_block(SimLowering *lw)
       j++;
     }
     SimTaskRef start, end;
-    sim_collective_lower(tg, block, lw->m, kind, s->sync.algorithm, lw->o.detail, &lw->cp,
-                         SIM_CLASS_GRAD_SYNC, first->devs, first->n_devs, (double)bytes,
-                         first->op, -1, &start, &end);
+    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC,
+                    first->devs, first->n_devs, (double)bytes, first->op, &start, &end);
     /* Collectives on the same devices run one after the other, as on one NCCL stream. */
     for (guint k = chain_item->len; k-- > 0;) {
       SyncItem *prev = &g_array_index(items, SyncItem, g_array_index(chain_item, int, k));
@@ -920,7 +997,7 @@ static void build_sync_block(SimLowering *lw)
       m.ops = g_new(int32_t, j - i);
       for (guint k = i; k < j; k++)
         m.ops[k - i] = g_array_index(items, SyncItem, k).op;
-      sim_taskgraph_sem_add(tg, block, &m);
+      sim_taskgraph_sem_add(tg, end.block, &m);
     }
     for (guint k = i; k < j; k++) {
       SyncItem *it = &g_array_index(items, SyncItem, k);
@@ -928,7 +1005,7 @@ static void build_sync_block(SimLowering *lw)
       for (int m = 0; m < it->n; m++) {
         int sh = it->shards[m];
         g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
-                            GINT_TO_POINTER(end.index + 1));
+                            GINT_TO_POINTER(chain_end->len));
         if (l->cidx[sh] < 0)
           continue;
         if (done)
@@ -958,9 +1035,9 @@ static void build_sync_block(SimLowering *lw)
     if (s->memory.zero1) {
       /* Each replica updated its shard of the states; gather the new weights. */
       SimTaskRef gs, ge;
-      sim_collective_lower(tg, block, lw->m, SIM_COLL_ALLGATHER, s->sync.algorithm,
-                           lw->o.detail, &lw->cp, SIM_CLASS_PARAM_SYNC, first->devs,
-                           first->n_devs, (double)bytes, first->op, -1, &gs, &ge);
+      sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLGATHER,
+                      SIM_CLASS_PARAM_SYNC, first->devs, first->n_devs, (double)bytes,
+                      first->op, &gs, &ge);
       if (lw->record) {
         SimTaskSem m = { .index = ge.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
                          .n_devs = first->n_devs, .n_ops = (int)(j - i) };
@@ -968,7 +1045,7 @@ static void build_sync_block(SimLowering *lw)
         m.ops = g_new(int32_t, j - i);
         for (guint k = i; k < j; k++)
           m.ops[k - i] = g_array_index(items, SyncItem, k).op;
-        sim_taskgraph_sem_add(tg, block, &m);
+        sim_taskgraph_sem_add(tg, ge.block, &m);
       }
       for (guint k = i; k < j; k++) {
         SyncItem *it = &g_array_index(items, SyncItem, k);
@@ -990,15 +1067,14 @@ static void build_sync_block(SimLowering *lw)
     const OpLay *ol = &lw->ops[owner];
     int sh = it->shards[0], osh = sh % ol->n_shards;
     SimTaskRef start, end;
-    sim_collective_lower(tg, block, lw->m, SIM_COLL_ALLREDUCE, s->sync.algorithm, lw->o.detail,
-                         &lw->cp, SIM_CLASS_GRAD_SYNC, it->devs, 2, (double)it->bytes, it->op, -1,
-                         &start, &end);
+    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLREDUCE,
+                    SIM_CLASS_GRAD_SYNC, it->devs, 2, (double)it->bytes, it->op, &start, &end);
     if (lw->record) {
       SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = SIM_COLL_ALLREDUCE,
                        .tensor = -1, .n_devs = 2, .n_ops = 1 };
       m.devs = g_memdup2(it->devs, sizeof(int) * 2);
       m.ops = g_memdup2(&it->op, sizeof(int32_t));
-      sim_taskgraph_sem_add(tg, block, &m);
+      sim_taskgraph_sem_add(tg, end.block, &m);
     }
     const OpLay *side[2] = { ol, l };
     int side_op[2] = { owner, it->op }, side_sh[2] = { osh, sh };
@@ -1007,13 +1083,16 @@ static void build_sync_block(SimLowering *lw)
       if (sl->cidx[side_sh[q]] < 0)
         continue;
       gpointer e = g_hash_table_lookup(sync_end, GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
-      SimTaskRef before = e ? (SimTaskRef){ block, GPOINTER_TO_INT(e) - 1 }
+      SimTaskRef before = e ? g_array_index(chain_end, SimTaskRef, GPOINTER_TO_INT(e) - 1)
                             : ref_compute(lw, sl, P_B, M - 1, side_sh[q]);
       sim_taskgraph_depend(tg, block, before, start);
       sim_taskgraph_depend(tg, block, end, ref_update(lw, sl, side_sh[q]));
     }
   }
   g_hash_table_destroy(sync_end);
+  sync_collectives_done(lw, old_blocks);
+  g_array_free(old_blocks, TRUE);
+  g_hash_table_destroy(prev_keys);
   for (guint k = 0; k < ties->len; k++) {
     SyncItem *it = &g_array_index(ties, SyncItem, k);
     g_free(it->shards);
@@ -1140,6 +1219,9 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   for (int t = 0; t < nt; t++)
     lw->tensor_block[t] = -1;
   lw->sync_block = -1;
+  lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
+  lw->coll_keys = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+                                        (GDestroyNotify)g_bytes_unref, NULL);
   lw->sharers = g_new0(GArray *, lw->n_ops);
   for (int x = 0; x < lw->n_ops; x++) {
     int owner = sim_graph_op_weight_owner(g, x);
@@ -1205,6 +1287,8 @@ void sim_lowering_free(SimLowering *lw)
       g_array_free(lw->sharers[x], TRUE);
   g_free(lw->sharers);
   g_free(lw->tensor_block);
+  g_array_free(lw->coll_blocks, TRUE);
+  g_hash_table_destroy(lw->coll_keys);
   g_free(lw->rank_f);
   g_free(lw->rank_b);
   g_free(lw->seg);

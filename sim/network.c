@@ -29,6 +29,7 @@ typedef struct {
 
 typedef struct {
   int *flows;         /* slots of the active flows on this link */
+  int *hop;           /* for each, the index of this link in the flow's route */
   int n, cap;
   double capacity;
   double rem;
@@ -89,8 +90,10 @@ void sim_net_free(SimNet *net)
     return;
   for (int i = 0; i < net->n_flows; i++)
     g_free(net->flow[i].pos);
-  for (int l = 0; l < net->n_links; l++)
+  for (int l = 0; l < net->n_links; l++) {
     g_free(net->link[l].flows);
+    g_free(net->link[l].hop);
+  }
   g_free(net->link);
   g_free(net->flow);
   g_array_free(net->free_slots, TRUE);
@@ -142,8 +145,10 @@ int sim_net_add(SimNet *net, int task, const int *links, int n_links, double byt
     if (l->n == l->cap) {
       l->cap = l->cap ? l->cap * 2 : 8;
       l->flows = g_renew(int, l->flows, l->cap);
+      l->hop = g_renew(int, l->hop, l->cap);
     }
     f->pos[h] = l->n;
+    l->hop[l->n] = h;
     l->flows[l->n++] = slot;
     net->link_bytes[links[h]] += bytes;
     mark_dirty(net, links[h]);
@@ -157,19 +162,14 @@ void sim_net_remove(SimNet *net, int slot, double now)
   Flow *f = &net->flow[slot];
   for (int h = 0; h < f->n_links; h++) {
     Link *l = &net->link[f->links[h]];
-    /* Swap-remove, and tell the moved entry its new position on this link.  A flow may
-     * cross a link more than once (a collective's ring through a shared bridge), so the
-     * entry is found by its position, not by the link alone. */
+    /* Swap-remove, and tell the moved entry its new position on this link (through
+     * the hop it stands for: a flow may cross a link more than once, a collective's
+     * ring through a shared bridge). */
     int p = f->pos[h];
     int last = --l->n;
-    int moved = l->flows[last];
-    l->flows[p] = moved;
-    Flow *mf = &net->flow[moved];
-    for (int k = 0; k < mf->n_links; k++)
-      if (mf->links[k] == f->links[h] && mf->pos[k] == last) {
-        mf->pos[k] = p;
-        break;
-      }
+    l->flows[p] = l->flows[last];
+    l->hop[p] = l->hop[last];
+    net->flow[l->flows[p]].pos[l->hop[p]] = p;
     mark_dirty(net, f->links[h]);
   }
   f->task = -1;

@@ -59,6 +59,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   for (guint i = 0; i < tg->blocks->len; i++)
     block_destroy(tg->blocks->pdata[i]);
   g_ptr_array_free(tg->blocks, TRUE);
+  if (tg->order)
+    g_array_free(tg->order, TRUE);
   g_free(tg->static_mem);
   g_free(tg->task);
   g_free(tg->succ);
@@ -264,12 +266,15 @@ static void update_streams(SimTaskGraph *tg)
   g_free(add);
 }
 
+#define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
+
 void sim_taskgraph_assemble(SimTaskGraph *tg)
 {
-  /* Global ids: blocks in slot order, tasks in block order. */
+  /* Global ids: blocks in assembly order, tasks in block order. */
+  int n_blocks = tg->order ? (int)tg->order->len : (int)tg->blocks->len;
   int n = 0, n_edges = 0;
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     b->offset = n;
     if (!b->live)
       continue;
@@ -280,16 +285,16 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   tg->task = g_new(SimTask, n > 0 ? n : 1);
   tg->n_tasks = n;
   size_t n_extra = 0;
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (b->live)
       n_extra += b->extra->len;
   }
   g_free(tg->extra);
   tg->extra = g_new(int32_t, n_extra > 0 ? n_extra : 1);
   n_extra = 0;
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (!b->live)
       continue;
     if (b->tasks->len)
@@ -315,8 +320,8 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   int32_t *from = g_new(int32_t, n_edges > 0 ? n_edges : 1);
   int32_t *to = g_new(int32_t, n_edges > 0 ? n_edges : 1);
   int e = 0;
-  for (guint i = 0; i < tg->blocks->len; i++) {
-    SimTaskBlock *b = tg->blocks->pdata[i];
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (!b->live)
       continue;
     for (guint j = 0; j < b->edges->len; j++) {

@@ -113,6 +113,10 @@ typedef struct {
 typedef struct {
   int n_devices;
   GPtrArray *blocks;   /* SimTaskBlock*                                               */
+  /* The live blocks in the order assembly lays them out; NULL: slot order.  A lowering
+   * that reuses blocks across rebuilds sets it, so that the flat graph does not depend
+   * on which slots its blocks happened to get. */
+  GArray *order;       /* int                                                          */
   /* Static memory per device (weights, gradients, optimizer states, buffers).       */
   int64_t *static_mem;
   /* The flat form, valid after sim_taskgraph_assemble(): */

@@ -213,6 +213,12 @@ static void delta_vs_full(const char *gname, const char *params)
 int main(int argc, char **argv)
 {
   quick = argc > 1 && !strcmp(argv[1], "--quick");
+  if (argc > 1 && !strcmp(argv[1], "--delta")) {
+    /* Only the delta comparison, for profiling it. */
+    delta_vs_full("inception-v3", "batch=512");
+    delta_vs_full("bert-large", "batch=256,seq=128");
+    return 0;
+  }
   printf("parasol simulator benchmark (%s)\n\n", quick ? "quick" : "full");
   printf("| case | tasks | simulation wall time | process CPU time | peak RSS | predicted iteration "
          "| folding |\n|---|---|---|---|---|---|---|\n");
