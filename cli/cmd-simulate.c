@@ -153,7 +153,7 @@ static int simulate_one(int argc, char **argv, int line)
     cli_problem_clear(&pb);
     return fail(line, error);
   }
-  SimOptions o = cli_plan_sim_options(&plan);
+  SimOptions o = cli_plan_sim_options(&plan, &pb);
   o.keep_timeline = trace != NULL;
   g_autoptr(SimReport) r = sim_simulate(pb.graph, pb.machine, s, pb.cost, &o, &error);
   if (!r) {

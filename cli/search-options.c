@@ -128,7 +128,7 @@ SearchProblem *cli_search_problem(const CliProblem *pb, const CliPlanOptions *pl
   if (!cli_plan_megatron_options(plan, &mo, error))
     return NULL;
   g_autoptr(SearchProblem) p = search_problem_new(pb->graph, pb->machine, pb->cost);
-  SimOptions so = cli_plan_sim_options(plan);
+  SimOptions so = cli_plan_sim_options(plan, pb);
   search_problem_set_sim_options(p, &so);
   search_problem_set_sync(p, &mo.sync);
   search_problem_set_memory(p, &mo.memory);

@@ -37,6 +37,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
     { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
+    { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
     { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
     { NULL },
@@ -120,6 +121,22 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     pb->cost = profile_cost_model_new(db, p->profile_gpu, pb->cost);
     profile_db_free(db);
   }
+  if (p->allreduce_table) {
+    /* Kept for the life of the process: a batch of simulations reads the file once. */
+    static GHashTable *tables;
+    if (!tables)
+      tables = g_hash_table_new(g_str_hash, g_str_equal);
+    SimCollTable *t = g_hash_table_lookup(tables, p->allreduce_table);
+    if (!t) {
+      t = sim_coll_table_load(p->allreduce_table, error);
+      if (!t) {
+        cli_problem_clear(pb);
+        return FALSE;
+      }
+      g_hash_table_insert(tables, g_strdup(p->allreduce_table), t);
+    }
+    pb->allreduce_table = t;
+  }
   return TRUE;
 }
 
@@ -128,6 +145,7 @@ void cli_problem_clear(CliProblem *pb)
   g_clear_pointer(&pb->graph, sim_graph_free);
   g_clear_pointer(&pb->machine, sim_machine_free);
   g_clear_pointer(&pb->cost, sim_cost_model_free);
+  pb->allreduce_table = NULL;
 }
 
 gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error)
@@ -250,9 +268,10 @@ SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m,
   return sim_strategy_megatron(g, m, &o, error);
 }
 
-SimOptions cli_plan_sim_options(const CliPlanOptions *p)
+SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
 {
   SimOptions o = sim_options_default();
+  o.allreduce_table = pb->allreduce_table;
   if (p->detail && !strcmp(p->detail, "steps"))
     o.detail = SIM_DETAIL_STEPS;
   else if (p->detail && !strcmp(p->detail, "collective"))

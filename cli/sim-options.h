@@ -14,13 +14,14 @@ typedef struct {
   /* Roofline parameters (0: the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us;
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
+  char *allreduce_table;        /* measured all-reduce times inside a node            */
 } CliPlanOptions;
 
 void cli_plan_options_init(CliPlanOptions *p);
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
  * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --coll-latency-us,
- * --profile, --profile-gpu). */
+ * --allreduce-table, --profile, --profile-gpu). */
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
 
 /* A model on a machine with a cost model, as the options describe them. */
@@ -28,6 +29,7 @@ typedef struct {
   SimGraph *graph;
   SimMachine *machine;
   SimCostModel *cost;
+  const SimCollTable *allreduce_table; /* --allreduce-table, shared by the process      */
 } CliProblem;
 
 /* Loads the model (--global-batch sets its batch), the machine and the cost model (the
@@ -42,4 +44,5 @@ void cli_problem_clear(CliProblem *pb);
 SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error);
 /* The Megatron options the flags describe (degrees default to 1). */
 gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error);
-SimOptions cli_plan_sim_options(const CliPlanOptions *p);
+/* The simulation options the flags describe, with the problem's measured tables. */
+SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb);

@@ -253,6 +253,33 @@ static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int 
   return ok;
 }
 
+static void ring_bottleneck(SimMachine *m, const int *dev, int n, double *bw, double *lat);
+
+/* With a table of measured all-reduces (colltable.c), an all-reduce over ranks of one node,
+ * of a group size the table holds: the fixed cost that makes the ring's time on an idle
+ * network the measured one.  The measurement includes the per-step costs, so the ring then
+ * runs without them.  FALSE when the table does not apply. */
+static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const int *devices,
+                                 int n, double bytes, double *fixed)
+{
+  if (!cp->allreduce_table || n < 2 || bytes <= 0)
+    return FALSE;
+  int node = sim_machine_device_node(m, devices[0]);
+  for (int i = 1; i < n; i++)
+    if (sim_machine_device_node(m, devices[i]) != node)
+      return FALSE;
+  double at = bytes;
+  double measured = sim_coll_table_lookup(cp->allreduce_table, n, bytes, &at);
+  if (measured < 0)
+    return FALSE;
+  double bw, lat;
+  ring_bottleneck(m, devices, n, &bw, &lat);
+  int steps = 2 * (n - 1);
+  double flows = steps * lat + steps * (at / n) / (bw * cp->bandwidth_efficiency);
+  *fixed = MAX(0, measured - flows);
+  return TRUE;
+}
+
 void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
                           SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
                           SimTaskClass cls, const int *devices, int n, double bytes, int op,
@@ -275,9 +302,17 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
   }
   /* The collective's fixed cost comes first: its kernel's launch and the handshake of its
    * ranks, before any byte moves. */
+  double base = cp->base_latency;
+  SimCollParams measured;
+  if (kind == SIM_COLL_ALLREDUCE && table_fixed_cost(m, cp, devices, n, bytes, &base)) {
+    measured = *cp;
+    measured.step_latency = 0;
+    c.cp = &measured;
+    algo = SIM_ALLREDUCE_RING;
+  }
   SimTaskRef first = *start;
-  if (cp->base_latency > 0) {
-    SimTask d = sim_task_delay(cls, devices[0], cp->base_latency);
+  if (base > 0) {
+    SimTask d = sim_task_delay(cls, devices[0], base);
     d.op = op;
     d.mb = mb;
     first = sim_taskgraph_add(tg, block, &d);
@@ -335,6 +370,14 @@ double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo alg
 {
   if (n <= 1 || bytes <= 0)
     return 0;
+  double fixed;
+  if (kind == SIM_COLL_ALLREDUCE && table_fixed_cost(m, cp, devices, n, bytes, &fixed)) {
+    SimCollParams bare = *cp;
+    bare.step_latency = 0;
+    bare.base_latency = fixed;
+    bare.allreduce_table = NULL;
+    return sim_collective_time(m, kind, SIM_ALLREDUCE_RING, &bare, devices, n, bytes);
+  }
   double bw, lat;
   ring_bottleneck(m, devices, n, &bw, &lat);
   bw *= cp->bandwidth_efficiency;

@@ -661,6 +661,19 @@ typedef enum {
 
 SIM_PUBLIC const char *sim_detail_name(SimDetail d);
 
+/* Measured all-reduce times inside one node, by group size and message size
+ * (colltable.c): CSV "gpus,bytes,seconds", as nccl-tests' all_reduce_perf measures them. */
+#define SIM_COLL_TABLE_MAX_GPUS 64
+typedef struct _SimCollTable SimCollTable;
+SIM_PUBLIC SimCollTable *sim_coll_table_load(const char *path, GError **error);
+SIM_PUBLIC void sim_coll_table_free(SimCollTable *t);
+SIM_PUBLIC const char *sim_coll_table_path(const SimCollTable *t);
+/* The measured time of an all-reduce of @bytes over @n GPUs, interpolated between the
+ * measured sizes; outside their range, the time of the nearest measured size, whose size
+ * goes to *at_bytes (else @bytes does).  -1 when no group of @n GPUs was measured. */
+SIM_PUBLIC double sim_coll_table_lookup(const SimCollTable *t, int n, double bytes,
+                                        double *at_bytes);
+
 typedef struct {
   SimDetail detail;
   gboolean fold;           /* simulate one of each set of symmetric devices            */
@@ -677,6 +690,11 @@ typedef struct {
    * task receives from other pipeline stages; a task starts only once issued.  0: the
    * host is never the bottleneck. */
   double host_kernel_time;
+  /* Measured all-reduce times (NULL: none).  An all-reduce whose ranks share one node
+   * and whose group size the table holds costs the measured time on an idle network:
+   * the table sets its fixed cost, the ring's flows still share the links.  Borrowed:
+   * it must outlive the simulations that use it. */
+  const SimCollTable *allreduce_table;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -41,6 +41,8 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o)
     cp.step_latency = o->coll_step_latency;
   if (o && o->coll_base_latency >= 0)
     cp.base_latency = o->coll_base_latency;
+  if (o)
+    cp.allreduce_table = o->allreduce_table;
   return cp;
 }
 

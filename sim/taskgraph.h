@@ -203,6 +203,7 @@ typedef struct {
   double bandwidth_efficiency;  /* achieved fraction of the bottleneck link bandwidth */
   double step_latency;          /* seconds per algorithm step, beyond link latency    */
   double base_latency;          /* seconds per collective: launch and handshake       */
+  const SimCollTable *allreduce_table; /* measured all-reduces inside a node, or NULL  */
 } SimCollParams;
 
 SimCollParams sim_coll_params_default(void);

@@ -5,7 +5,10 @@
  * Collectives run at full link bandwidth (efficiency 1) and 3 us per step, so that the
  * expectations below are plain arithmetic. */
 #include <criterion/criterion.h>
+#include <glib/gstdio.h>
 #include <math.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "taskgraph.h"
 
@@ -251,4 +254,102 @@ Test(engine, equal_time_events_are_deterministic)
     sim_timeline_clear(&tl);
     sim_taskgraph_free(tg);
   }
+}
+
+/* ---- all-reduces priced from a table of measurements ---- */
+
+static SimCollTable *write_table(const char *text, char **path_out, GError **error)
+{
+  char *path = NULL;
+  int fd = g_file_open_tmp("parasol-table-XXXXXX.csv", &path, NULL);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  cr_assert(g_file_set_contents(path, text, -1, NULL));
+  SimCollTable *t = sim_coll_table_load(path, error);
+  if (path_out)
+    *path_out = path;
+  else {
+    g_unlink(path);
+    g_free(path);
+  }
+  return t;
+}
+
+static double table_allreduce(const SimCollParams *p, SimDetail detail, const int *dev, int n,
+                              double S)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTaskRef start, end;
+  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, detail, p,
+                       SIM_CLASS_REDUCTION, dev, n, S, -1, -1, &start, &end);
+  SimTimeline tl = { 0 };
+  double t = run(tg, &tl);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+  return t;
+}
+
+Test(engine, measured_allreduce_table_sets_the_time_on_an_idle_network)
+{
+  /* Four GPUs: 1 MB in 100 us, 3 MB in 140 us (two runs, 130 and 150), 1 GB in 40 ms. */
+  GError *error = NULL;
+  SimCollTable *t = write_table("# test\ngpus,bytes,seconds\n4,1000000,100e-6\n4,3000000,130e-6\n"
+                                "4,3000000,150e-6\n4,1000000000,0.04\n",
+                                NULL, &error);
+  cr_assert_not_null(t, "%s", error ? error->message : "");
+  SimCollParams p = cp;
+  p.base_latency = 50e-6;
+  p.allreduce_table = t;
+  int dev[4] = { 0, 1, 2, 3 };
+  /* Measured sizes and their linear interpolation: 2 MB takes 120 us, at every level of
+   * detail, whatever the ring's own step costs would say. */
+  SimDetail levels[3] = { SIM_DETAIL_STEPS, SIM_DETAIL_FLOWS, SIM_DETAIL_COLLECTIVE };
+  for (int k = 0; k < 3; k++) {
+    cr_assert_float_eq(table_allreduce(&p, levels[k], dev, 4, 1e6), 100e-6, 1e-12);
+    cr_assert_float_eq(table_allreduce(&p, levels[k], dev, 4, 2e6), 120e-6, 1e-12);
+    cr_assert_float_eq(table_allreduce(&p, levels[k], dev, 4, 3e6), 140e-6, 1e-12);
+  }
+  cr_assert_float_eq(sim_collective_time(machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, &p,
+                                         dev, 4, 2e6), 120e-6, 1e-12);
+  /* Below the smallest size the smallest size's fixed cost holds: 100 us less its ring
+   * time (6 steps of 2 us, and 6 * 250 kB at 100 GB/s = 15 us) is 73 us; 0.5 MB then
+   * takes 73 us + 12 us + 7.5 us = 92.5 us. */
+  cr_assert_float_eq(table_allreduce(&p, SIM_DETAIL_FLOWS, dev, 4, 5e5), 92.5e-6, 1e-12);
+  /* Beyond the largest, the same: 40 ms less 12 us and 15 ms is 24.988 ms of fixed cost;
+   * 2 GB adds 30 ms of transfer. */
+  cr_assert_float_eq(table_allreduce(&p, SIM_DETAIL_FLOWS, dev, 4, 2e9),
+                     24.988e-3 + 12e-6 + 30e-3, 1e-12);
+  /* A group size the table does not hold keeps the ring model and its fixed cost. */
+  double ring3 = 50e-6 + 4 * (L + cp.step_latency) + 4 * (3e6 / 3) / B;
+  cr_assert_float_eq(table_allreduce(&p, SIM_DETAIL_FLOWS, dev, 3, 3e6), ring3, 1e-12);
+  sim_coll_table_free(t);
+}
+
+Test(engine, bad_allreduce_tables_are_refused_with_their_place)
+{
+  const char *bad[][2] = {
+    { "gpus,size,time\n4,1,1\n", "line 1: expected the header 'gpus,bytes,seconds'" },
+    { "gpus,bytes,seconds\n4,1e6\n", "line 2: expected three numbers" },
+    { "gpus,bytes,seconds\n4,1e6,abc\n", "line 2: expected three numbers" },
+    { "gpus,bytes,seconds\n# two GPUs\n1,1e6,1e-4\n", "line 3: expected 2 to 64 GPUs" },
+    { "gpus,bytes,seconds\n4,-5,1e-4\n", "line 2: expected 2 to 64 GPUs, a positive size" },
+    { "gpus,bytes,seconds\n", "no measurements after the header" },
+    { "", "empty file" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+    GError *error = NULL;
+    char *path = NULL;
+    SimCollTable *t = write_table(bad[i][0], &path, &error);
+    cr_assert_null(t, "case %zu accepted", i);
+    cr_assert_not_null(strstr(error->message, bad[i][1]), "case %zu: %s", i, error->message);
+    cr_assert_not_null(strstr(error->message, path), "case %zu: %s", i, error->message);
+    g_clear_error(&error);
+    g_unlink(path);
+    g_free(path);
+  }
+  GError *error = NULL;
+  cr_assert_null(sim_coll_table_load("/nonexistent/table.csv", &error));
+  cr_assert_eq(error->code, SIM_ERROR_IO);
+  g_clear_error(&error);
 }
