@@ -48,6 +48,7 @@ struct _SimEngine {
   double *host;           /* per device: when its host has issued the last task         */
   /* per-device state */
   int n_devices;
+  const SimRoute **routes; /* [src * n_devices + dst], filled on first use */
   int32_t *stream_pos;
   int32_t *stream_prev;   /* the last compute task the stream ran */
   uint8_t *busy;
@@ -125,6 +126,8 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->busy = g_new0(uint8_t, e->n_devices);
   e->mem = g_new0(int64_t, e->n_devices);
   e->host = g_new0(double, e->n_devices);
+  if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
+    e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
   return e;
 }
@@ -142,6 +145,7 @@ void sim_engine_free(SimEngine *e)
   g_free(e->ready_time);
   g_free(e->sync_time);
   g_free(e->host);
+  g_free(e->routes);
   g_free(e->ready);
   g_free(e->stream_pos);
   g_free(e->stream_prev);
@@ -240,7 +244,16 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
       g_array_append_val(e->work, t);
     } else {
       /* A flow's duration is protocol latency paid on top of its route's. */
-      const SimRoute *r = sim_machine_route_info(e->machine, task->device, task->peer);
+      /* The machine's route table is shared and locked; the engine keeps its own. */
+      const SimRoute *r;
+      if (e->routes) {
+        const SimRoute **slot = &e->routes[(size_t)task->device * e->n_devices + task->peer];
+        if (!*slot)
+          *slot = sim_machine_route_info(e->machine, task->device, task->peer);
+        r = *slot;
+      } else {
+        r = sim_machine_route_info(e->machine, task->device, task->peer);
+      }
       e->flow_route[t] = r;
       schedule(e, e->now + r->latency + task->duration, t, EV_FLOW_START);
     }

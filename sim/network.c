@@ -48,6 +48,7 @@ struct _SimNet {
   GArray *dirty_links;  /* int */
   GArray *comp_links;
   GArray *comp_flows;
+  GArray *tied;         /* int: links at the smallest share in a round of the filling */
   double *link_bytes;
   int n_active;
 };
@@ -64,6 +65,7 @@ SimNet *sim_net_new(SimMachine *m, double efficiency)
   net->dirty_links = g_array_new(FALSE, FALSE, sizeof(int));
   net->comp_links = g_array_new(FALSE, FALSE, sizeof(int));
   net->comp_flows = g_array_new(FALSE, FALSE, sizeof(int));
+  net->tied = g_array_new(FALSE, FALSE, sizeof(int));
   net->link_bytes = g_new0(double, net->n_links > 0 ? net->n_links : 1);
   return net;
 }
@@ -100,6 +102,7 @@ void sim_net_free(SimNet *net)
   g_array_free(net->dirty_links, TRUE);
   g_array_free(net->comp_links, TRUE);
   g_array_free(net->comp_flows, TRUE);
+  g_array_free(net->tied, TRUE);
   g_free(net->link_bytes);
   g_free(net);
 }
@@ -224,54 +227,68 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     l->cnt = l->n;
   }
   int unfixed = (int)cf->len;
-  for (guint i = 0; i < cf->len; i++)
+  for (guint i = 0; i < cf->len; i++) {
     net->flow[g_array_index(cf, int, i)].fixed = FALSE;
-  while (unfixed > 0) {
-    int best = -1;
-    double share = INFINITY;
-    for (int i = 0; i < nl; i++) {
-      Link *l = &net->link[links[i]];
-      if (l->cnt <= 0)
-        continue;
-      double s = l->rem / l->cnt;
-      if (s < share) {
-        share = s;
-        best = i;
-      }
-    }
-    if (best < 0)
-      break;
-    if (share < 0)
-      share = 0;
-    Link *bl = &net->link[links[best]];
-    for (int k = 0; k < bl->n; k++) {
-      Flow *f = &net->flow[bl->flows[k]];
-      if (f->fixed)
-        continue;
-      f->fixed = TRUE;
-      unfixed--;
-      /* Settle the bytes drained at the old rate before changing it. */
-      double new_r = share;
-      if (new_r != f->rate) {
-        f->remaining -= f->rate * (now - f->last);
-        if (f->remaining < 0)
-          f->remaining = 0;
-        f->last = now;
-        f->rate = new_r;
-        double end = f->rate > 0 ? now + f->remaining / f->rate : INFINITY;
-        fn(user, f->task, end);
-      }
-      for (int h = 0; h < f->n_links; h++) {
-        Link *l2 = &net->link[f->links[h]];
-        l2->rem -= share;
-        l2->cnt--;
-      }
-    }
+    net->flow[g_array_index(cf, int, i)].in_comp = FALSE;
   }
   for (int i = 0; i < nl; i++)
     net->link[links[i]].in_comp = FALSE;
-  for (guint i = 0; i < cf->len; i++)
-    net->flow[g_array_index(cf, int, i)].in_comp = FALSE;
+  /* Each round fixes the flows of every link whose fair share is the smallest: in exact
+   * arithmetic fixing one of them leaves the others' shares where they were, and symmetric
+   * collectives have many such links.  Links left without unfixed flows drop out of the
+   * scan, which keeps its order. */
+  GArray *tied = net->tied;
+  int n_live = nl;
+  while (unfixed > 0 && n_live > 0) {
+    double share = INFINITY;
+    int k = 0;
+    for (int i = 0; i < n_live; i++) {
+      Link *l = &net->link[links[i]];
+      if (l->cnt <= 0)
+        continue;
+      links[k++] = links[i];
+      double s = l->rem / l->cnt;
+      if (s < share)
+        share = s;
+    }
+    n_live = k;
+    if (n_live == 0)
+      break;
+    g_array_set_size(tied, 0);
+    for (int i = 0; i < n_live; i++) {
+      Link *l = &net->link[links[i]];
+      if (l->rem / l->cnt == share)
+        g_array_append_val(tied, links[i]);
+    }
+    if (share < 0)
+      share = 0;
+    for (guint t = 0; t < tied->len; t++) {
+      Link *bl = &net->link[g_array_index(tied, int, t)];
+      for (int q = 0; q < bl->n; q++) {
+        Flow *f = &net->flow[bl->flows[q]];
+        if (f->fixed)
+          continue;
+        f->fixed = TRUE;
+        unfixed--;
+        /* Settle the bytes drained at the old rate before changing it. */
+        double new_r = share;
+        if (new_r != f->rate) {
+          f->remaining -= f->rate * (now - f->last);
+          if (f->remaining < 0)
+            f->remaining = 0;
+          f->last = now;
+          f->rate = new_r;
+          double end = f->rate > 0 ? now + f->remaining / f->rate : INFINITY;
+          fn(user, f->task, end);
+        }
+        for (int h = 0; h < f->n_links; h++) {
+          Link *l2 = &net->link[f->links[h]];
+          l2->rem -= share;
+          l2->cnt--;
+        }
+      }
+    }
+  }
 }
 
 const double *sim_net_link_bytes(const SimNet *net)

@@ -66,6 +66,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->succ);
   g_free(tg->stream);
   g_free(tg->extra);
+  g_free(tg->edge_from);
+  g_free(tg->edge_to);
   g_free(tg->stream_off);
   if (tg->sorted) {
     for (int d = 0; d < tg->n_devices; d++)
@@ -266,6 +268,19 @@ static void update_streams(SimTaskGraph *tg)
   g_free(add);
 }
 
+/* @p with room for @n elements of @size bytes: reallocated only to grow, and then by half
+ * again, so that a graph that grows a little at a time is not reallocated at every
+ * assembly (the first allocation is exact). */
+static gpointer grow(gpointer p, size_t *cap, size_t n, size_t size)
+{
+  if (n <= *cap && p)
+    return p;
+  size_t want = MAX(p ? n + n / 2 : n, (size_t)1);
+  g_free(p);
+  *cap = want;
+  return g_malloc(want * size);
+}
+
 #define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
 
 void sim_taskgraph_assemble(SimTaskGraph *tg)
@@ -281,8 +296,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     n += (int)b->tasks->len;
     n_edges += (int)b->edges->len;
   }
-  g_free(tg->task);
-  tg->task = g_new(SimTask, n > 0 ? n : 1);
+  tg->task = grow(tg->task, &tg->cap_task, (size_t)n, sizeof(SimTask));
   tg->n_tasks = n;
   size_t n_extra = 0;
   for (int o = 0; o < n_blocks; o++) {
@@ -290,8 +304,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     if (b->live)
       n_extra += b->extra->len;
   }
-  g_free(tg->extra);
-  tg->extra = g_new(int32_t, n_extra > 0 ? n_extra : 1);
+  tg->extra = grow(tg->extra, &tg->cap_extra, n_extra, sizeof(int32_t));
   n_extra = 0;
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
@@ -317,8 +330,15 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
 
   /* Successor lists in CSR form: count, prefix-sum, fill.  Edges are filled in block
    * order, so the successor order is deterministic. */
-  int32_t *from = g_new(int32_t, n_edges > 0 ? n_edges : 1);
-  int32_t *to = g_new(int32_t, n_edges > 0 ? n_edges : 1);
+  size_t cap_succ = tg->cap_succ;
+  tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));
+  if (tg->cap_succ != cap_succ || !tg->edge_from) {
+    g_free(tg->edge_from);
+    g_free(tg->edge_to);
+    tg->edge_from = g_new(int32_t, tg->cap_succ);
+    tg->edge_to = g_new(int32_t, tg->cap_succ);
+  }
+  int32_t *from = tg->edge_from, *to = tg->edge_to;
   int e = 0;
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
@@ -339,15 +359,11 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     off += tg->task[t].n_succ;
     tg->task[t].n_succ = 0;
   }
-  g_free(tg->succ);
-  tg->succ = g_new(int32_t, n_edges > 0 ? n_edges : 1);
   tg->n_succ_total = n_edges;
   for (int k = 0; k < n_edges; k++) {
     SimTask *t = &tg->task[from[k]];
     tg->succ[t->succ_off + t->n_succ++] = to[k];
   }
-  g_free(from);
-  g_free(to);
 
   /* Streams: sorted entries per device, turned into global ids. */
   update_streams(tg);
@@ -355,8 +371,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   tg->stream_off[0] = 0;
   for (int d = 0; d < nd; d++)
     tg->stream_off[d + 1] = tg->stream_off[d] + (int32_t)tg->sorted[d]->len;
-  g_free(tg->stream);
-  tg->stream = g_new(int32_t, MAX(tg->stream_off[nd], 1));
+  tg->stream = grow(tg->stream, &tg->cap_stream, (size_t)tg->stream_off[nd], sizeof(int32_t));
   for (int d = 0; d < nd; d++) {
     const GArray *arr = tg->sorted[d];
     for (guint j = 0; j < arr->len; j++) {

@@ -128,6 +128,10 @@ typedef struct {
   int32_t *extra;      /* the blocks' extra arrays, one after the other                 */
   int32_t *stream_off; /* n_devices + 1 entries                                       */
   gboolean dirty;      /* blocks changed since the last assembly                        */
+  /* Capacities of the flat arrays, which later assemblies reuse (a delta simulation
+   * assembles once per run), and scratch for the edges. */
+  size_t cap_task, cap_extra, cap_succ, cap_stream;
+  int32_t *edge_from, *edge_to;
   /* The streams of the last assembly, sorted (SortedEntry arrays per device): a later
    * assembly merges in only the entries of changed blocks. */
   GArray **sorted;
