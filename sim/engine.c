@@ -332,15 +332,15 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->seq = 0;
   e->n_heap = 0;
   sim_net_reset(e->net);
+  memcpy(e->preds_left, tg->n_pred, (size_t)n * sizeof(int32_t));
+  memset(e->flow_ver, 0, (size_t)n * sizeof(uint32_t));
+  memset(e->sync_time, 0, (size_t)n * sizeof(double));
+  memset(e->flow_slot, 0xff, (size_t)n * sizeof(int32_t)); /* -1 */
+  memset(e->ready, 0, (size_t)n);
+  memset(tl->crit, 0xff, (size_t)n * sizeof(int32_t));      /* -1 */
   for (int t = 0; t < n; t++) {
-    e->preds_left[t] = tg->task[t].n_pred;
-    e->flow_ver[t] = 0;
-    e->sync_time[t] = 0;
-    e->flow_slot[t] = -1;
-    e->ready[t] = 0;
     tl->start[t] = -1;
     tl->end[t] = -1;
-    tl->crit[t] = -1;
   }
   for (int d = 0; d < e->n_devices; d++) {
     e->stream_pos[d] = tg->stream_off[d];
@@ -350,9 +350,8 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->host[d] = 0;
     tl->peak_mem[d] = e->mem[d];
   }
-  for (int t = 0; t < n; t++)
-    if (tg->task[t].n_pred == 0)
-      make_ready(e, t, -1);
+  for (int i = 0; i < tg->n_roots; i++)
+    make_ready(e, tg->roots[i], -1);
   drain_work(e);
 
   for (;;) {

@@ -68,6 +68,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->extra);
   g_free(tg->edge_from);
   g_free(tg->edge_to);
+  g_free(tg->n_pred);
+  g_free(tg->roots);
   g_free(tg->stream_off);
   if (tg->sorted) {
     for (int d = 0; d < tg->n_devices; d++)
@@ -353,6 +355,19 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       e++;
     }
   }
+  size_t cap_pred = tg->cap_task;
+  tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(cap_pred, (size_t)1));
+  tg->n_roots = 0;
+  for (int t = 0; t < n; t++) {
+    tg->n_pred[t] = tg->task[t].n_pred;
+    if (tg->task[t].n_pred == 0)
+      tg->n_roots++;
+  }
+  tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)tg->n_roots, sizeof(int32_t));
+  tg->n_roots = 0;
+  for (int t = 0; t < n; t++)
+    if (tg->n_pred[t] == 0)
+      tg->roots[tg->n_roots++] = t;
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
     tg->task[t].succ_off = off;

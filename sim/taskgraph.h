@@ -132,6 +132,12 @@ typedef struct {
    * assembles once per run), and scratch for the edges. */
   size_t cap_task, cap_extra, cap_succ, cap_stream;
   int32_t *edge_from, *edge_to;
+  /* Predecessor counts in a dense array (the engine's starting point), and the tasks
+   * without predecessors in id order. */
+  int32_t *n_pred;
+  int32_t *roots;
+  int n_roots;
+  size_t cap_roots;
   /* The streams of the last assembly, sorted (SortedEntry arrays per device): a later
    * assembly merges in only the entries of changed blocks. */
   GArray **sorted;
