@@ -63,6 +63,7 @@ struct _SimLowering {
    * last build, and a key describing each (a rebuild reuses the blocks of collectives it
    * finds unchanged). */
   GArray *coll_blocks;        /* int                                                    */
+  struct OpSync *op_sync;     /* per op: its synchronization items, kept between builds */
   GHashTable *coll_keys;      /* GBytes key -> block + 1                                */
   GArray **sharers;           /* per op: the ops that use its weights, or NULL          */
   uint64_t *rank_f, *rank_b;  /* [stage * M + mb]: place of the unit on its device      */
@@ -740,6 +741,42 @@ typedef struct {
   int64_t bytes;     /* gradient bytes per device */
 } SyncItem;
 
+/* What one op adds to the synchronization (its items, its exchanges with the owner of
+ * weights it shares, its weights' memory per device); it depends on the op's layout, its
+ * owner's and its users', so a delta rebuild recomputes it for those only. */
+struct OpSync {
+  gboolean valid;
+  GArray *items;       /* SyncItem */
+  GArray *ties;        /* SyncItem */
+  GArray *mem;         /* MemAdd   */
+};
+
+typedef struct {
+  int32_t dev;
+  int64_t bytes;
+} MemAdd;
+
+static void sync_items_clear(GArray *a)
+{
+  for (guint k = 0; k < a->len; k++) {
+    SyncItem *it = &g_array_index(a, SyncItem, k);
+    g_free(it->shards);
+    g_free(it->devs);
+  }
+  g_array_set_size(a, 0);
+}
+
+static void op_sync_invalidate(SimLowering *lw, int x)
+{
+  struct OpSync *os = &lw->op_sync[x];
+  os->valid = FALSE;
+  if (os->items) {
+    sync_items_clear(os->items);
+    sync_items_clear(os->ties);
+    g_array_set_size(os->mem, 0);
+  }
+}
+
 static gboolean same_devs(const SyncItem *a, const SyncItem *b)
 {
   if (a->n_devs != b->n_devs)
@@ -826,6 +863,102 @@ static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
   g_free(mark);
 }
 
+/* Computes op @x's share of the synchronization into @os (see struct OpSync). */
+static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpSync *os)
+{
+  const SimStrategy *s = lw->s;
+  int M = lw->M;
+  const OpLay *l = &lw->ops[x];
+  if (l->is_input || !l->has_weights)
+    return;
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  double fixed, shardable;
+  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+  int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
+  gboolean sharer = op->weight_owner != x;
+  const OpLay *ol = sharer ? &lw->ops[op->weight_owner] : NULL;
+  /* Which shards hold weights of their own: all of an owner's; of a user of another
+   * op's weights, those on devices where the owner has no shard (the gradients of the
+   * others add up in the owner's buffer).  Those copies keep their weights, synchronize
+   * among their data-parallel peers, and then exchange gradients with the owner's copy,
+   * as Megatron's first and last pipeline stages do for the tied embedding. */
+  uint8_t *own = g_new(uint8_t, l->n_shards);
+  if (sharer) {
+    memset(owner_dev, 0, (size_t)lw->n_dev);
+    for (int sh = 0; sh < ol->n_shards; sh++)
+      owner_dev[ol->dev[sh]] = 1;
+  }
+  int n_own = 0;
+  for (int sh = 0; sh < l->n_shards; sh++)
+    n_own += own[sh] = !sharer || !owner_dev[l->dev[sh]];
+  if (n_own == 0) {
+    g_free(own);
+    return;
+  }
+  /* Shards that hold the same region of the first weight share its gradient. */
+  SimRegion *wr = g_new(SimRegion, l->n_shards);
+  const SimOpConfig *c = &s->ops[x];
+  int reps = c->replicas > 1 ? c->replicas : 1;
+  int coords[SIM_MAX_ITER];
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+  /* Copies of a replicated shard compute the same gradient: each copy synchronizes
+   * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
+   * all-reduces its own layer-norm gradients.  Shards without weights of their own get
+   * a tag of their own and stay out of every group. */
+  int *tag = g_new(int, l->n_shards);
+  for (int sh = 0; sh < l->n_shards; sh++) {
+    sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
+    sim_config_shard_range(op, c, coords, M, lo, hi);
+    sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
+    tag[sh] = own[sh] ? sh % reps : reps + sh;
+  }
+  GArray *groups = group_holders(l, wr, 1, 0, tag);
+  g_free(tag);
+  /* The weights of users on the owner's devices beyond the shared ones (a tied
+   * decoder's own bias) travel with the owner's gradients. */
+  int64_t extra = 0;
+  GArray *users = lw->sharers[x];
+  for (guint u = 0; !sharer && users && u < users->len; u++) {
+    const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+    if (ul->n_shards && l->n_shards)
+      extra += MAX(0, ul->w_elems[0] - l->w_elems[0]);
+  }
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    if (!own[h->members[0]])
+      continue;
+    int nrep = h->n_devs;
+    for (int i = 0; i < h->n; i++) {
+      int sh = h->members[i];
+      double per = fixed + (s->memory.zero1 && nrep > 1 ? shardable / nrep : shardable);
+      MemAdd ma = { l->dev[sh], (int64_t)(per * (double)l->w_elems[sh]) };
+      g_array_append_val(os->mem, ma);
+    }
+    if (nrep <= 1 || !h->any_sim)
+      continue;
+    SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
+    it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
+    it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
+    it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
+    g_array_append_val(os->items, it);
+  }
+  if (sharer)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      int osh = sh % ol->n_shards;
+      if (!own[sh] || (l->cidx[sh] < 0 && ol->cidx[osh] < 0))
+        continue;
+      SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
+      it.shards = g_memdup2(&sh, sizeof(int));
+      int devs[2] = { ol->dev[osh], l->dev[sh] };
+      it.devs = g_memdup2(devs, sizeof devs);
+      it.bytes = ol->w_elems[osh] * wbytes;
+      g_array_append_val(os->ties, it);
+    }
+  holders_free(groups);
+  g_free(wr);
+  g_free(own);
+}
+
 static void build_sync_block(SimLowering *lw)
 {
   SimTaskGraph *tg = lw->tg;
@@ -846,99 +979,38 @@ static void build_sync_block(SimLowering *lw)
   const SimStrategy *s = lw->s;
   int M = lw->M;
 
-  /* Items in backward order: later operators' gradients are ready first. */
+  /* Items in backward order: later operators' gradients are ready first.  Each op's
+   * share comes from its cache, recomputed where the op or its weight partners changed. */
   GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
   for (int x = lw->n_ops - 1; x >= 0; x--) {
-    const OpLay *l = &lw->ops[x];
-    if (l->is_input || !l->has_weights)
-      continue;
-    const SimOp *op = sim_graph_op_get(lw->g, x);
-    double fixed, shardable;
-    param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
-    int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
-    gboolean sharer = op->weight_owner != x;
-    const OpLay *ol = sharer ? &lw->ops[op->weight_owner] : NULL;
-    /* Which shards hold weights of their own: all of an owner's; of a user of another
-     * op's weights, those on devices where the owner has no shard (the gradients of the
-     * others add up in the owner's buffer).  Those copies keep their weights, synchronize
-     * among their data-parallel peers, and then exchange gradients with the owner's copy,
-     * as Megatron's first and last pipeline stages do for the tied embedding. */
-    uint8_t *own = g_new(uint8_t, l->n_shards);
-    if (sharer) {
-      memset(owner_dev, 0, (size_t)lw->n_dev);
-      for (int sh = 0; sh < ol->n_shards; sh++)
-        owner_dev[ol->dev[sh]] = 1;
-    }
-    int n_own = 0;
-    for (int sh = 0; sh < l->n_shards; sh++)
-      n_own += own[sh] = !sharer || !owner_dev[l->dev[sh]];
-    if (n_own == 0) {
-      g_free(own);
-      continue;
-    }
-    /* Shards that hold the same region of the first weight share its gradient. */
-    SimRegion *wr = g_new(SimRegion, l->n_shards);
-    const SimOpConfig *c = &s->ops[x];
-    int reps = c->replicas > 1 ? c->replicas : 1;
-    int coords[SIM_MAX_ITER];
-    int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
-    /* Copies of a replicated shard compute the same gradient: each copy synchronizes
-     * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
-     * all-reduces its own layer-norm gradients.  Shards without weights of their own get
-     * a tag of their own and stay out of every group. */
-    int *tag = g_new(int, l->n_shards);
-    for (int sh = 0; sh < l->n_shards; sh++) {
-      sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
-      sim_config_shard_range(op, c, coords, M, lo, hi);
-      sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
-      tag[sh] = own[sh] ? sh % reps : reps + sh;
-    }
-    GArray *groups = group_holders(l, wr, 1, 0, tag);
-    g_free(tag);
-    /* The weights of users on the owner's devices beyond the shared ones (a tied
-     * decoder's own bias) travel with the owner's gradients. */
-    int64_t extra = 0;
-    GArray *users = lw->sharers[x];
-    for (guint u = 0; !sharer && users && u < users->len; u++) {
-      const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
-      if (ul->n_shards && l->n_shards)
-        extra += MAX(0, ul->w_elems[0] - l->w_elems[0]);
-    }
-    for (guint k = 0; k < groups->len; k++) {
-      Holders *h = &g_array_index(groups, Holders, k);
-      if (!own[h->members[0]])
-        continue;
-      int nrep = h->n_devs;
-      for (int i = 0; i < h->n; i++) {
-        int sh = h->members[i];
-        double per = fixed + (s->memory.zero1 && nrep > 1 ? shardable / nrep : shardable);
-        tg->static_mem[l->dev[sh]] += (int64_t)(per * (double)l->w_elems[sh]);
+    struct OpSync *os = &lw->op_sync[x];
+    if (!os->valid) {
+      if (!os->items) {
+        os->items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+        os->ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+        os->mem = g_array_new(FALSE, FALSE, sizeof(MemAdd));
       }
-      if (nrep <= 1 || !h->any_sim)
-        continue;
-      SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
-      it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
-      it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
-      it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
+      op_sync_build(lw, x, owner_dev, os);
+      os->valid = TRUE;
+    }
+    for (guint k = 0; k < os->mem->len; k++) {
+      const MemAdd *ma = &g_array_index(os->mem, MemAdd, k);
+      tg->static_mem[ma->dev] += ma->bytes;
+    }
+    for (guint k = 0; k < os->items->len; k++) {
+      SyncItem it = g_array_index(os->items, SyncItem, k);
+      it.shards = g_memdup2(it.shards, sizeof(int) * (size_t)it.n);
+      it.devs = g_memdup2(it.devs, sizeof(int) * (size_t)it.n_devs);
       g_array_append_val(items, it);
     }
-    if (sharer)
-      for (int sh = 0; sh < l->n_shards; sh++) {
-        int osh = sh % ol->n_shards;
-        if (!own[sh] || (l->cidx[sh] < 0 && ol->cidx[osh] < 0))
-          continue;
-        SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
-        it.shards = g_memdup2(&sh, sizeof(int));
-        int devs[2] = { ol->dev[osh], l->dev[sh] };
-        it.devs = g_memdup2(devs, sizeof devs);
-        it.bytes = ol->w_elems[osh] * wbytes;
-        g_array_append_val(ties, it);
-      }
-    holders_free(groups);
-    g_free(wr);
-    g_free(own);
+    for (guint k = 0; k < os->ties->len; k++) {
+      SyncItem it = g_array_index(os->ties, SyncItem, k);
+      it.shards = g_memdup2(it.shards, sizeof(int) * (size_t)it.n);
+      it.devs = g_memdup2(it.devs, sizeof(int) * (size_t)it.n_devs);
+      g_array_append_val(ties, it);
+    }
   }
   g_free(owner_dev);
 
@@ -1222,6 +1294,7 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
   lw->coll_keys = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL);
+  lw->op_sync = g_new0(struct OpSync, MAX(lw->n_ops, 1));
   lw->sharers = g_new0(GArray *, lw->n_ops);
   for (int x = 0; x < lw->n_ops; x++) {
     int owner = sim_graph_op_weight_owner(g, x);
@@ -1289,6 +1362,17 @@ void sim_lowering_free(SimLowering *lw)
   g_free(lw->tensor_block);
   g_array_free(lw->coll_blocks, TRUE);
   g_hash_table_destroy(lw->coll_keys);
+  for (int x = 0; x < lw->n_ops; x++) {
+    struct OpSync *os = &lw->op_sync[x];
+    if (!os->items)
+      continue;
+    sync_items_clear(os->items);
+    sync_items_clear(os->ties);
+    g_array_free(os->items, TRUE);
+    g_array_free(os->ties, TRUE);
+    g_array_free(os->mem, TRUE);
+  }
+  g_free(lw->op_sync);
   g_free(lw->rank_f);
   g_free(lw->rank_b);
   g_free(lw->seg);
@@ -1314,8 +1398,18 @@ void sim_lowering_update_ops(SimLowering *lw, const int *ops, int n)
 {
   /* Every changed op gets its new layout before any block is rebuilt: blocks read the
    * layouts of their neighbours. */
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     lay_op(lw, ops[i]);
+    /* The op's share of the synchronization, and those that read its layout: the owner
+     * of weights it uses and the users of its own. */
+    int x = ops[i];
+    op_sync_invalidate(lw, x);
+    int owner = sim_graph_op_weight_owner(lw->g, x);
+    if (owner != x)
+      op_sync_invalidate(lw, owner);
+    for (guint u = 0; lw->sharers[x] && u < lw->sharers[x]->len; u++)
+      op_sync_invalidate(lw, g_array_index(lw->sharers[x], int, u));
+  }
   order_backward(lw);
   int nt = sim_graph_n_tensors(lw->g);
   uint8_t *touched = g_new0(uint8_t, MAX(nt, 1));
