@@ -15,7 +15,27 @@
 #include <math.h>
 #include <string.h>
 
-typedef enum { EV_END, EV_FLOW_START, EV_FLOW_END } EventType;
+typedef enum { EV_END, EV_FLOW_START, EV_FLOW_END, EV_GROUP_END } EventType;
+
+/* How a group of flows that starts together runs on links no other flow uses: per member,
+ * its start and end after the group's release, and the rate changes in between (time,
+ * bytes left, rate), all relative to the release.  It depends only on the flows, so one
+ * schedule serves every run of an identical group (and every later run of the engine). */
+typedef struct {
+  int n;
+  double *s, *e;        /* n */
+  double last;          /* the latest end */
+  int *h_off;           /* n + 1: each member's rate changes in h */
+  double *h;            /* triples (time, remaining, rate) */
+} GroupSched;
+
+/* A group running as a whole: released at t0 by its head, it holds its links until t0 +
+ * sched->last unless another flow needs one of them first. */
+typedef struct {
+  int32_t head;
+  double t0;
+  const GroupSched *sched;
+} GroupRun;
 
 /* Events live in the heap by value.  A flow whose rate changes gets a new end event and a
  * new version; the old event stays in the heap and is dropped when it comes out (lazy
@@ -59,6 +79,14 @@ struct _SimEngine {
   double now;
   int n_done;
   GArray *work;           /* tasks that completed at `now`, whose successors are pending */
+  /* Groups of flows run as a whole (see GroupSched): */
+  gboolean groups;        /* on unless PARASOL_NO_FLOW_GROUPS is set (for comparisons)  */
+  GHashTable *scheds;     /* GBytes key -> GroupSched*, kept across runs                */
+  GHashTable *running;    /* head -> GroupRun*                                          */
+  int32_t *held_by;       /* per link: the head of the group holding it, or -1          */
+  int n_links;
+  SimNet *scratch;        /* where a group's schedule is worked out alone               */
+  GArray *key;            /* uint8 scratch for keys                                     */
 };
 
 /* ---- heap ---- */
@@ -115,6 +143,16 @@ static Event heap_pop(SimEngine *e)
 
 /* ---- tasks ---- */
 
+static void group_sched_free(gpointer p)
+{
+  GroupSched *gs = p;
+  g_free(gs->s);
+  g_free(gs->e);
+  g_free(gs->h_off);
+  g_free(gs->h);
+  g_free(gs);
+}
+
 SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
 {
   SimEngine *e = g_new0(SimEngine, 1);
@@ -129,6 +167,14 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  e->groups = g_getenv("PARASOL_NO_FLOW_GROUPS") == NULL;
+  e->scheds = g_hash_table_new_full(g_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
+                                    group_sched_free);
+  e->running = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+  e->n_links = sim_machine_n_links(m);
+  e->held_by = g_new(int32_t, MAX(e->n_links, 1));
+  e->scratch = sim_net_new(m, bandwidth_efficiency);
+  e->key = g_array_new(FALSE, FALSE, 1);
   return e;
 }
 
@@ -152,6 +198,11 @@ void sim_engine_free(SimEngine *e)
   g_free(e->busy);
   g_free(e->mem);
   g_array_free(e->work, TRUE);
+  g_hash_table_destroy(e->scheds);
+  g_hash_table_destroy(e->running);
+  g_free(e->held_by);
+  sim_net_free(e->scratch);
+  g_array_free(e->key, TRUE);
   g_free(e);
 }
 
@@ -173,6 +224,17 @@ void sim_timeline_clear(SimTimeline *tl)
 }
 
 static void try_stream(SimEngine *e, int d);
+
+/* The machine's route table is shared and locked; the engine keeps its own. */
+static const SimRoute *route_of(SimEngine *e, int src, int dst)
+{
+  if (!e->routes)
+    return sim_machine_route_info(e->machine, src, dst);
+  const SimRoute **slot = &e->routes[(size_t)src * e->n_devices + dst];
+  if (!*slot)
+    *slot = sim_machine_route_info(e->machine, src, dst);
+  return *slot;
+}
 
 static void start_compute(SimEngine *e, int32_t t)
 {
@@ -244,16 +306,7 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
       g_array_append_val(e->work, t);
     } else {
       /* A flow's duration is protocol latency paid on top of its route's. */
-      /* The machine's route table is shared and locked; the engine keeps its own. */
-      const SimRoute *r;
-      if (e->routes) {
-        const SimRoute **slot = &e->routes[(size_t)task->device * e->n_devices + task->peer];
-        if (!*slot)
-          *slot = sim_machine_route_info(e->machine, task->device, task->peer);
-        r = *slot;
-      } else {
-        r = sim_machine_route_info(e->machine, task->device, task->peer);
-      }
+      const SimRoute *r = route_of(e, task->device, task->peer);
       e->flow_route[t] = r;
       schedule(e, e->now + r->latency + task->duration, t, EV_FLOW_START);
     }
@@ -261,8 +314,12 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
   }
 }
 
+static gboolean start_group(SimEngine *e, int32_t head);
+
 static void release_successors(SimEngine *e, int32_t t)
 {
+  if (e->groups && e->tg->group_head[t] && start_group(e, t))
+    return;
   const SimTask *task = &e->tg->task[t];
   const int32_t *succ = e->tg->succ + task->succ_off;
   gboolean p2p = task->kind == SIM_TASK_FLOW && task->cls == SIM_CLASS_TRANSFER;
@@ -301,6 +358,294 @@ static void complete(SimEngine *e, int32_t t)
     try_stream(e, task->device);
 }
 
+/* ---- groups of flows ---- */
+
+/* The links of flow @t, and when it starts moving bytes after it is ready. */
+static const int *flow_links(SimEngine *e, int32_t t, int *n, double *start)
+{
+  const SimTask *task = &e->tg->task[t];
+  if (task->n_links) {
+    *n = task->n_links;
+    *start = task->duration;
+    return (const int *)sim_task_links(e->tg, task);
+  }
+  const SimRoute *r = route_of(e, task->device, task->peer);
+  *n = r->n_links;
+  *start = r->latency + task->duration;
+  return r->links;
+}
+
+typedef struct {
+  SimNet *net;
+  int *slot;
+  double *end;
+  GArray *hist;  /* (member, time, remaining, rate) */
+  double now;
+} SchedCtx;
+
+typedef struct {
+  int member;
+  double t, remaining, rate;
+} RateChange;
+
+static void sched_reschedule(void *user, int member, double end)
+{
+  SchedCtx *c = user;
+  c->end[member] = end;
+  RateChange rc = { member, c->now, 0, 0 };
+  sim_net_flow_state(c->net, c->slot[member], &rc.remaining, &rc.rate);
+  g_array_append_val(c->hist, rc);
+}
+
+static int by_start(const void *a, const void *b, void *user)
+{
+  const double *s = user;
+  double x = s[*(const int *)a], y = s[*(const int *)b];
+  if (x != y)
+    return x < y ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+
+/* Runs the @n flows @mem alone on the links, from their release at time 0, with the
+ * engine's rules (max-min sharing, the network settled once per instant).  NULL if some
+ * flow would never end. */
+static GroupSched *group_schedule(SimEngine *e, const int32_t *mem, int n)
+{
+  GroupSched *gs = g_new0(GroupSched, 1);
+  gs->n = n;
+  gs->s = g_new(double, n);
+  gs->e = g_new(double, n);
+  const int **links = g_new(const int *, n);
+  int *nl = g_new(int, n), *order = g_new(int, n);
+  SchedCtx c = { e->scratch, g_new(int, n), g_new(double, n),
+                 g_array_new(FALSE, FALSE, sizeof(RateChange)), 0 };
+  uint8_t *active = g_new0(uint8_t, n);
+  for (int i = 0; i < n; i++) {
+    links[i] = flow_links(e, mem[i], &nl[i], &gs->s[i]);
+    gs->e[i] = -1;
+    order[i] = i;
+  }
+  g_qsort_with_data(order, n, sizeof(int), by_start, gs->s);
+  sim_net_reset(c.net);
+  int next = 0, n_active = 0, ended = 0;
+  while (ended < n) {
+    double T = next < n ? gs->s[order[next]] : INFINITY;
+    for (int i = 0; i < n; i++)
+      if (active[i] && c.end[i] < T)
+        T = c.end[i];
+    if (!isfinite(T))
+      break;
+    double H = T + fabs(T) * 1e-12;
+    c.now = T;
+    for (int i = 0; i < n && n_active > 0; i++)
+      if (active[i] && c.end[i] <= H) {
+        gs->e[i] = T;
+        sim_net_remove(c.net, c.slot[i], T);
+        active[i] = 0;
+        n_active--;
+        ended++;
+      }
+    while (next < n && gs->s[order[next]] <= H) {
+      int i = order[next++];
+      c.slot[i] = sim_net_add(c.net, i, links[i], nl[i], e->tg->task[mem[i]].bytes, T);
+      c.end[i] = INFINITY;
+      active[i] = 1;
+      n_active++;
+    }
+    sim_net_update(c.net, T, sched_reschedule, &c);
+  }
+  gboolean ok = ended == n;
+  gs->last = 0;
+  for (int i = 0; ok && i < n; i++)
+    gs->last = MAX(gs->last, gs->e[i]);
+  /* The rate changes, by member. */
+  gs->h_off = g_new0(int, n + 1);
+  for (guint k = 0; k < c.hist->len; k++)
+    gs->h_off[g_array_index(c.hist, RateChange, k).member + 1]++;
+  for (int i = 0; i < n; i++)
+    gs->h_off[i + 1] += gs->h_off[i];
+  gs->h = g_new(double, 3 * MAX(c.hist->len, 1));
+  int *fill = g_new0(int, n);
+  for (guint k = 0; k < c.hist->len; k++) {
+    const RateChange *rc = &g_array_index(c.hist, RateChange, k);
+    double *h = gs->h + 3 * (gs->h_off[rc->member] + fill[rc->member]++);
+    h[0] = rc->t;
+    h[1] = rc->remaining;
+    h[2] = rc->rate;
+  }
+  g_free(fill);
+  g_free(links);
+  g_free(nl);
+  g_free(order);
+  g_free(c.slot);
+  g_free(c.end);
+  g_array_free(c.hist, TRUE);
+  g_free(active);
+  if (!ok) {
+    group_sched_free(gs);
+    return NULL;
+  }
+  return gs;
+}
+
+/* The schedule of the group of flows @mem, from earlier runs or worked out now. */
+static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
+{
+  GArray *k = e->key;
+  g_array_set_size(k, 0);
+  for (int i = 0; i < n; i++) {
+    const SimTask *t = &e->tg->task[mem[i]];
+    int32_t head[3] = { t->n_links, t->device, t->peer };
+    g_array_append_vals(k, head, sizeof head);
+    if (t->n_links)
+      g_array_append_vals(k, sim_task_links(e->tg, t), (guint)t->n_links * sizeof(int32_t));
+    double v[2] = { t->bytes, t->duration };
+    g_array_append_vals(k, v, sizeof v);
+  }
+  GBytes *key = g_bytes_new(k->data, k->len);
+  GroupSched *gs = g_hash_table_lookup(e->scheds, key);
+  if (gs) {
+    g_bytes_unref(key);
+    return gs;
+  }
+  gs = group_schedule(e, mem, n);
+  if (!gs) {
+    g_bytes_unref(key);
+    return NULL;
+  }
+  g_hash_table_insert(e->scheds, key, gs);
+  return gs;
+}
+
+/* Turns the group of head @head, running as a whole, back into flows at `now`: members
+ * that have ended release their successors, those under way join the network with the
+ * bytes they have left, the others start when they would have. */
+static void expand_group(SimEngine *e, int32_t head)
+{
+  GroupRun *gr = g_hash_table_lookup(e->running, GINT_TO_POINTER(head + 1));
+  g_assert(gr);
+  const SimTaskGraph *tg = e->tg;
+  const SimTask *jt = &tg->task[head];
+  const int32_t *mem = tg->succ + jt->succ_off;
+  const GroupSched *gs = gr->sched;
+  double r = e->now - gr->t0;
+  e->flow_ver[head]++; /* its end event no longer counts */
+  GArray *ended = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  for (int i = 0; i < gs->n; i++) {
+    int32_t m = mem[i];
+    int nl;
+    double start;
+    const int *links = flow_links(e, m, &nl, &start);
+    for (int h = 0; h < nl; h++)
+      if (e->held_by[links[h]] == head)
+        e->held_by[links[h]] = -1;
+    if (gs->e[i] <= r) {
+      e->n_done++;
+      g_array_append_val(ended, m);
+    } else if (gs->s[i] <= r) {
+      const double *h = NULL;
+      for (int k = gs->h_off[i]; k < gs->h_off[i + 1]; k++)
+        if (gs->h[3 * k] <= r)
+          h = gs->h + 3 * k;
+      double left = h ? h[1] - h[2] * (r - h[0]) : tg->task[m].bytes;
+      e->tl->end[m] = -1;
+      e->flow_slot[m] = sim_net_resume(e->net, m, links, nl, MAX(left, 0), e->now);
+    } else {
+      /* Not started: its bytes count when it starts, as any flow's. */
+      sim_net_account(e->net, links, nl, -tg->task[m].bytes);
+      e->tl->end[m] = -1;
+      if (!tg->task[m].n_links)
+        e->flow_route[m] = route_of(e, tg->task[m].device, tg->task[m].peer);
+      schedule(e, gr->t0 + gs->s[i], m, EV_FLOW_START);
+    }
+  }
+  g_hash_table_remove(e->running, GINT_TO_POINTER(head + 1));
+  for (guint k = 0; k < ended->len; k++)
+    release_successors(e, g_array_index(ended, int32_t, k));
+  g_array_free(ended, TRUE);
+}
+
+/* Frees the links of @n_links flows' links from the groups holding them. */
+static void expand_holders(SimEngine *e, const int *links, int n_links)
+{
+  for (int h = 0; h < n_links; h++)
+    if (e->held_by[links[h]] >= 0)
+      expand_group(e, e->held_by[links[h]]);
+}
+
+/* Starts the flows that @head releases as one group, if no other flow uses their links
+ * now; FALSE leaves them to start one by one. */
+static gboolean start_group(SimEngine *e, int32_t head)
+{
+  const SimTaskGraph *tg = e->tg;
+  const SimTask *jt = &tg->task[head];
+  const int32_t *mem = tg->succ + jt->succ_off;
+  int n = jt->n_succ;
+  gboolean idle = TRUE;
+  for (int i = 0; i < n; i++) {
+    int nl;
+    double start;
+    const int *links = flow_links(e, mem[i], &nl, &start);
+    for (int h = 0; h < nl; h++) {
+      if (e->held_by[links[h]] >= 0) {
+        expand_group(e, e->held_by[links[h]]);
+        idle = FALSE;
+      }
+      if (sim_net_link_busy(e->net, links[h]))
+        idle = FALSE;
+    }
+  }
+  if (!idle)
+    return FALSE;
+  const GroupSched *gs = group_lookup(e, mem, n);
+  if (!gs)
+    return FALSE;
+  SimTimeline *tl = e->tl;
+  for (int i = 0; i < n; i++) {
+    int32_t m = mem[i];
+    e->preds_left[m] = 0;
+    tl->crit[m] = head;
+    e->ready_time[m] = e->now;
+    tl->start[m] = e->now;
+    tl->end[m] = e->now + gs->e[i];
+    int nl;
+    double start;
+    const int *links = flow_links(e, m, &nl, &start);
+    sim_net_account(e->net, links, nl, tg->task[m].bytes);
+    for (int h = 0; h < nl; h++)
+      e->held_by[links[h]] = head;
+  }
+  GroupRun *gr = g_new(GroupRun, 1);
+  *gr = (GroupRun){ head, e->now, gs };
+  g_hash_table_insert(e->running, GINT_TO_POINTER(head + 1), gr);
+  schedule_v(e, e->now + gs->last, head, EV_GROUP_END, ++e->flow_ver[head]);
+  return TRUE;
+}
+
+/* The group of @head ran to its end undisturbed: its flows end, as scheduled. */
+static void end_group(SimEngine *e, int32_t head)
+{
+  GroupRun *gr = g_hash_table_lookup(e->running, GINT_TO_POINTER(head + 1));
+  g_assert(gr);
+  const SimTaskGraph *tg = e->tg;
+  const SimTask *jt = &tg->task[head];
+  const int32_t *mem = tg->succ + jt->succ_off;
+  int n = jt->n_succ;
+  for (int i = 0; i < n; i++) {
+    int nl;
+    double start;
+    const int *links = flow_links(e, mem[i], &nl, &start);
+    for (int h = 0; h < nl; h++)
+      if (e->held_by[links[h]] == head)
+        e->held_by[links[h]] = -1;
+  }
+  g_hash_table_remove(e->running, GINT_TO_POINTER(head + 1));
+  e->n_done += n;
+  for (int i = 0; i < n; i++)
+    release_successors(e, mem[i]);
+  drain_work(e);
+}
+
 static void on_reschedule(void *user, int task, double end)
 {
   SimEngine *e = user;
@@ -332,6 +677,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->seq = 0;
   e->n_heap = 0;
   sim_net_reset(e->net);
+  g_hash_table_remove_all(e->running);
+  for (int l = 0; l < e->n_links; l++)
+    e->held_by[l] = -1;
   memcpy(e->preds_left, tg->n_pred, (size_t)n * sizeof(int32_t));
   memset(e->flow_ver, 0, (size_t)n * sizeof(uint32_t));
   memset(e->sync_time, 0, (size_t)n * sizeof(double));
@@ -367,8 +715,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     if (e->n_heap == 0)
       break;
     Event ev = heap_pop(e);
-    if (ev.type == EV_FLOW_END && ev.version != e->flow_ver[ev.task])
-      continue; /* superseded by a later end of the same flow */
+    if ((ev.type == EV_FLOW_END || ev.type == EV_GROUP_END) &&
+        ev.version != e->flow_ver[ev.task])
+      continue; /* superseded by a later end of the same flow, or its group expanded */
     if (ev.time > horizon)
       e->now = ev.time;
     switch (ev.type) {
@@ -378,15 +727,20 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     case EV_FLOW_START: {
       const SimTask *task = &tg->task[ev.task];
       if (task->n_links) {
+        expand_holders(e, (const int *)sim_task_links(tg, task), task->n_links);
         e->flow_slot[ev.task] = sim_net_add(e->net, ev.task, sim_task_links(tg, task),
                                             task->n_links, task->bytes, e->now);
       } else {
         const SimRoute *r = e->flow_route[ev.task];
+        expand_holders(e, r->links, r->n_links);
         e->flow_slot[ev.task] =
           sim_net_add(e->net, ev.task, r->links, r->n_links, task->bytes, e->now);
       }
       break;
     }
+    case EV_GROUP_END:
+      end_group(e, ev.task);
+      break;
     case EV_FLOW_END:
       e->flow_ver[ev.task]++;
       sim_net_remove(e->net, e->flow_slot[ev.task], e->now);

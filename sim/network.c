@@ -117,6 +117,31 @@ static void mark_dirty(SimNet *net, int l)
 
 int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now)
 {
+  for (int h = 0; h < n_links; h++)
+    net->link_bytes[links[h]] += bytes;
+  return sim_net_resume(net, task, links, n_links, bytes, now);
+}
+
+void sim_net_account(SimNet *net, const int *links, int n_links, double bytes)
+{
+  for (int h = 0; h < n_links; h++)
+    net->link_bytes[links[h]] += bytes;
+}
+
+gboolean sim_net_link_busy(const SimNet *net, int link)
+{
+  return net->link[link].n > 0;
+}
+
+void sim_net_flow_state(const SimNet *net, int slot, double *remaining, double *rate)
+{
+  *remaining = net->flow[slot].remaining;
+  *rate = net->flow[slot].rate;
+}
+
+int sim_net_resume(SimNet *net, int task, const int *links, int n_links, double bytes,
+                   double now)
+{
   int slot;
   if (net->free_slots->len) {
     slot = g_array_index(net->free_slots, int, net->free_slots->len - 1);
@@ -153,7 +178,6 @@ int sim_net_add(SimNet *net, int task, const int *links, int n_links, double byt
     f->pos[h] = l->n;
     l->hop[l->n] = h;
     l->flows[l->n++] = slot;
-    net->link_bytes[links[h]] += bytes;
     mark_dirty(net, links[h]);
   }
   net->n_active++;

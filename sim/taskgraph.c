@@ -69,6 +69,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->edge_from);
   g_free(tg->edge_to);
   g_free(tg->n_pred);
+  g_free(tg->group_head);
   g_free(tg->roots);
   g_free(tg->stream_off);
   if (tg->sorted) {
@@ -378,6 +379,24 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   for (int k = 0; k < n_edges; k++) {
     SimTask *t = &tg->task[from[k]];
     tg->succ[t->succ_off + t->n_succ++] = to[k];
+  }
+
+  /* Groups of flows: every successor of a join point or delay is a flow that waits for it
+   * alone and releases one task, the same for all. */
+  tg->group_head = g_renew(uint8_t, tg->group_head, MAX(tg->cap_task, (size_t)1));
+  for (int t = 0; t < n; t++) {
+    const SimTask *j = &tg->task[t];
+    gboolean head = (j->kind == SIM_TASK_NOP || j->kind == SIM_TASK_DELAY) && j->n_succ > 0;
+    int32_t sink = -1;
+    for (int k = 0; head && k < j->n_succ; k++) {
+      const SimTask *f = &tg->task[tg->succ[j->succ_off + k]];
+      head = f->kind == SIM_TASK_FLOW && f->n_pred == 1 && f->n_succ == 1 &&
+             (f->n_links > 0 || (f->device != f->peer && f->bytes > 0)) &&
+             (sink < 0 || tg->succ[f->succ_off] == sink);
+      if (head)
+        sink = tg->succ[f->succ_off];
+    }
+    tg->group_head[t] = head;
   }
 
   /* Streams: sorted entries per device, turned into global ids. */

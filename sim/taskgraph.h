@@ -135,6 +135,10 @@ typedef struct {
   /* Predecessor counts in a dense array (the engine's starting point), and the tasks
    * without predecessors in id order. */
   int32_t *n_pred;
+  /* Per task: 1 for the join point or delay that releases a group of flows which wait for
+   * nothing else and all release one and the same task (the flows of a collective's
+   * phase).  The engine may run such a group as a whole (engine.c). */
+  uint8_t *group_head;
   int32_t *roots;
   int n_roots;
   size_t cap_roots;
@@ -247,6 +251,15 @@ void sim_net_reset(SimNet *net);
 /* Starts flow @task of @bytes along the @n_links links of @links at time @now; returns
  * its slot. */
 int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now);
+/* The same, for bytes already counted on the links (a flow that resumes). */
+int sim_net_resume(SimNet *net, int task, const int *links, int n_links, double bytes,
+                   double now);
+/* Counts @bytes on each of the @n_links links of @links, as sim_net_add() does. */
+void sim_net_account(SimNet *net, const int *links, int n_links, double bytes);
+/* Whether flows cross @link now. */
+gboolean sim_net_link_busy(const SimNet *net, int link);
+/* The bytes the flow in @slot had left when its rate last changed, and that rate. */
+void sim_net_flow_state(const SimNet *net, int slot, double *remaining, double *rate);
 /* Removes the finished flow in @slot. */
 void sim_net_remove(SimNet *net, int slot, double now);
 /* Recomputes the rates of the flows whose links changed and reports new end times. */
