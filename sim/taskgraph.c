@@ -66,8 +66,6 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->succ);
   g_free(tg->stream);
   g_free(tg->extra);
-  g_free(tg->edge_from);
-  g_free(tg->edge_to);
   g_free(tg->n_pred);
   g_free(tg->group_head);
   g_free(tg->roots);
@@ -333,27 +331,15 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
 
   /* Successor lists in CSR form: count, prefix-sum, fill.  Edges are filled in block
    * order, so the successor order is deterministic. */
-  size_t cap_succ = tg->cap_succ;
   tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));
-  if (tg->cap_succ != cap_succ || !tg->edge_from) {
-    g_free(tg->edge_from);
-    g_free(tg->edge_to);
-    tg->edge_from = g_new(int32_t, tg->cap_succ);
-    tg->edge_to = g_new(int32_t, tg->cap_succ);
-  }
-  int32_t *from = tg->edge_from, *to = tg->edge_to;
-  int e = 0;
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (!b->live)
       continue;
     for (guint j = 0; j < b->edges->len; j++) {
       SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
-      from[e] = sim_taskgraph_id(tg, ed->from);
-      to[e] = sim_taskgraph_id(tg, ed->to);
-      tg->task[from[e]].n_succ++;
-      tg->task[to[e]].n_pred++;
-      e++;
+      tg->task[sim_taskgraph_id(tg, ed->from)].n_succ++;
+      tg->task[sim_taskgraph_id(tg, ed->to)].n_pred++;
     }
   }
   size_t cap_pred = tg->cap_task;
@@ -376,9 +362,15 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     tg->task[t].n_succ = 0;
   }
   tg->n_succ_total = n_edges;
-  for (int k = 0; k < n_edges; k++) {
-    SimTask *t = &tg->task[from[k]];
-    tg->succ[t->succ_off + t->n_succ++] = to[k];
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    if (!b->live)
+      continue;
+    for (guint j = 0; j < b->edges->len; j++) {
+      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
+      SimTask *t = &tg->task[sim_taskgraph_id(tg, ed->from)];
+      tg->succ[t->succ_off + t->n_succ++] = sim_taskgraph_id(tg, ed->to);
+    }
   }
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it

@@ -129,9 +129,8 @@ typedef struct {
   int32_t *stream_off; /* n_devices + 1 entries                                       */
   gboolean dirty;      /* blocks changed since the last assembly                        */
   /* Capacities of the flat arrays, which later assemblies reuse (a delta simulation
-   * assembles once per run), and scratch for the edges. */
+   * assembles once per run). */
   size_t cap_task, cap_extra, cap_succ, cap_stream;
-  int32_t *edge_from, *edge_to;
   /* Predecessor counts in a dense array (the engine's starting point), and the tasks
    * without predecessors in id order. */
   int32_t *n_pred;
