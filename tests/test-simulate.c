@@ -418,6 +418,57 @@ Test(properties, random_strategies_keep_the_invariants)
   g_rand_free(rng);
 }
 
+Test(properties, flow_groups_change_no_timing)
+{
+  /* The engine runs a collective's flows as a group while their links are otherwise idle
+   * (engine.c); random strategies, whose transfers interrupt groups at every point, time
+   * every task as the flow-by-flow engine does, to rounding. */
+  const char *models[][2] = {
+    { "mlp", "layers=3,hidden=256,input=128,classes=64,batch=16,towers=2" },
+    { "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=8" },
+    { "inception-v3", "batch=8" },
+  };
+  g_autoptr(SimCostModel) c = roofline();
+  GRand *rng = g_rand_new_with_seed(11);
+  SimDetail levels[3] = { SIM_DETAIL_FLOWS, SIM_DETAIL_COLLECTIVE, SIM_DETAIL_STEPS };
+  for (size_t k = 0; k < G_N_ELEMENTS(models); k++) {
+    g_autoptr(SimGraph) g = zoo(models[k][0], models[k][1]);
+    for (int trial = 0; trial < 4; trial++) {
+      g_autoptr(SimMachine) m = switch4(50);
+      g_autoptr(SimStrategy) s = random_strategy(g, m, rng);
+      SimOptions o = sim_options_default();
+      o.fold = FALSE;
+      o.detail = levels[trial % 3];
+      SimCollParams cp = sim_coll_params_from_options(&o);
+      SimLowering *lw = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+      sim_lowering_build(lw);
+      SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+      sim_taskgraph_assemble(tg);
+      SimTimeline tl[2] = { { 0 }, { 0 } };
+      for (int off = 0; off < 2; off++) {
+        if (off)
+          g_setenv("PARASOL_NO_FLOW_GROUPS", "1", TRUE);
+        SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+        g_unsetenv("PARASOL_NO_FLOW_GROUPS");
+        sim_engine_run(e, tg, &tl[off]);
+        sim_engine_free(e);
+        check_timeline(tg, &tl[off]);
+      }
+      double tol = tl[1].makespan * 1e-9;
+      cr_assert_float_eq(tl[0].makespan, tl[1].makespan, tol, "%s trial %d: %.12g vs %.12g",
+                         models[k][0], trial, tl[0].makespan, tl[1].makespan);
+      for (int t = 0; t < tg->n_tasks; t++) {
+        cr_assert_float_eq(tl[0].start[t], tl[1].start[t], tol, "%s task %d", models[k][0], t);
+        cr_assert_float_eq(tl[0].end[t], tl[1].end[t], tol, "%s task %d", models[k][0], t);
+      }
+      sim_timeline_clear(&tl[0]);
+      sim_timeline_clear(&tl[1]);
+      sim_lowering_free(lw);
+    }
+  }
+  g_rand_free(rng);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Folding                                                                              */
 
