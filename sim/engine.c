@@ -535,6 +535,19 @@ static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
   return gs;
 }
 
+/* Frees the links the group of @head still holds (its flows @mem, @n of them). */
+static void group_release_links(SimEngine *e, int32_t head, const int32_t *mem, int n)
+{
+  for (int i = 0; i < n; i++) {
+    int nl;
+    double start;
+    const int *links = flow_links(e, mem[i], &nl, &start);
+    for (int h = 0; h < nl; h++)
+      if (e->held_by[links[h]] == head)
+        e->held_by[links[h]] = -1;
+  }
+}
+
 /* Turns the group of head @head, running as a whole, back into flows at `now`: members
  * that have ended release their successors, those under way join the network with the
  * bytes they have left, the others start when they would have. */
@@ -548,15 +561,13 @@ static void expand_group(SimEngine *e, int32_t head)
   const GroupSched *gs = gr->sched;
   double r = e->now - gr->t0;
   e->flow_ver[head]++; /* its end event no longer counts */
+  group_release_links(e, head, mem, gs->n);
   GArray *ended = g_array_new(FALSE, FALSE, sizeof(int32_t));
   for (int i = 0; i < gs->n; i++) {
     int32_t m = mem[i];
     int nl;
     double start;
     const int *links = flow_links(e, m, &nl, &start);
-    for (int h = 0; h < nl; h++)
-      if (e->held_by[links[h]] == head)
-        e->held_by[links[h]] = -1;
     if (gs->e[i] <= r) {
       e->n_done++;
       g_array_append_val(ended, m);
@@ -643,20 +654,10 @@ static gboolean start_group(SimEngine *e, int32_t head)
 /* The group of @head ran to its end undisturbed: its flows end, as scheduled. */
 static void end_group(SimEngine *e, int32_t head)
 {
-  GroupRun *gr = g_hash_table_lookup(e->running, GINT_TO_POINTER(head + 1));
-  g_assert(gr);
-  const SimTaskGraph *tg = e->tg;
-  const SimTask *jt = &tg->task[head];
-  const int32_t *mem = tg->succ + jt->succ_off;
+  const SimTask *jt = &e->tg->task[head];
+  const int32_t *mem = e->tg->succ + jt->succ_off;
   int n = jt->n_succ;
-  for (int i = 0; i < n; i++) {
-    int nl;
-    double start;
-    const int *links = flow_links(e, mem[i], &nl, &start);
-    for (int h = 0; h < nl; h++)
-      if (e->held_by[links[h]] == head)
-        e->held_by[links[h]] = -1;
-  }
+  group_release_links(e, head, mem, n);
   g_hash_table_remove(e->running, GINT_TO_POINTER(head + 1));
   e->n_done += n;
   for (int i = 0; i < n; i++)

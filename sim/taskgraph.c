@@ -284,6 +284,28 @@ static gpointer grow(gpointer p, size_t *cap, size_t n, size_t size)
 
 #define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
 
+/* One pass over every edge in assembly order: counts successors and predecessors, or
+ * (@fill) writes the successor lists at their offsets. */
+static void edges_pass(SimTaskGraph *tg, int n_blocks, gboolean fill)
+{
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    if (!b->live)
+      continue;
+    for (guint j = 0; j < b->edges->len; j++) {
+      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
+      SimTask *from = &tg->task[sim_taskgraph_id(tg, ed->from)];
+      int32_t to = sim_taskgraph_id(tg, ed->to);
+      if (fill) {
+        tg->succ[from->succ_off + from->n_succ++] = to;
+      } else {
+        from->n_succ++;
+        tg->task[to].n_pred++;
+      }
+    }
+  }
+}
+
 void sim_taskgraph_assemble(SimTaskGraph *tg)
 {
   /* Global ids: blocks in assembly order, tasks in block order. */
@@ -332,16 +354,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   /* Successor lists in CSR form: count, prefix-sum, fill.  Edges are filled in block
    * order, so the successor order is deterministic. */
   tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
-    if (!b->live)
-      continue;
-    for (guint j = 0; j < b->edges->len; j++) {
-      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
-      tg->task[sim_taskgraph_id(tg, ed->from)].n_succ++;
-      tg->task[sim_taskgraph_id(tg, ed->to)].n_pred++;
-    }
-  }
+  edges_pass(tg, n_blocks, FALSE);
   size_t cap_pred = tg->cap_task;
   tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(cap_pred, (size_t)1));
   tg->n_roots = 0;
@@ -362,16 +375,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     tg->task[t].n_succ = 0;
   }
   tg->n_succ_total = n_edges;
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
-    if (!b->live)
-      continue;
-    for (guint j = 0; j < b->edges->len; j++) {
-      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
-      SimTask *t = &tg->task[sim_taskgraph_id(tg, ed->from)];
-      tg->succ[t->succ_off + t->n_succ++] = sim_taskgraph_id(tg, ed->to);
-    }
-  }
+  edges_pass(tg, n_blocks, TRUE);
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
