@@ -82,6 +82,7 @@ struct _SimEngine {
   /* Groups of flows run as a whole (see GroupSched): */
   gboolean groups;        /* on unless PARASOL_NO_FLOW_GROUPS is set (for comparisons)  */
   GHashTable *scheds;     /* GBytes key -> GroupSched*, kept across runs                */
+  size_t sched_bytes;     /* what they take, roughly: a long search sees many groups     */
   GHashTable *running;    /* head -> GroupRun*                                          */
   int32_t *held_by;       /* per link: the head of the group holding it, or -1          */
   int n_links;
@@ -532,6 +533,8 @@ static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
     return NULL;
   }
   g_hash_table_insert(e->scheds, key, gs);
+  e->sched_bytes += g_bytes_get_size(key) + (size_t)n * (2 * sizeof(double) + sizeof(int)) +
+                    (size_t)gs->h_off[n] * 3 * sizeof(double);
   return gs;
 }
 
@@ -697,6 +700,12 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->n_heap = 0;
   sim_net_reset(e->net);
   g_hash_table_remove_all(e->running);
+  /* Schedules are only a cache: past 256 MiB they are dropped (between runs, when no
+   * group refers to them) and worked out again as needed. */
+  if (e->sched_bytes > ((size_t)256 << 20)) {
+    g_hash_table_remove_all(e->scheds);
+    e->sched_bytes = 0;
+  }
   for (int l = 0; l < e->n_links; l++)
     e->held_by[l] = -1;
   memcpy(e->preds_left, tg->n_pred, (size_t)n * sizeof(int32_t));
