@@ -284,23 +284,25 @@ static gpointer grow(gpointer p, size_t *cap, size_t n, size_t size)
 
 #define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
 
-/* One pass over every edge in assembly order: counts successors and predecessors, or
- * (@fill) writes the successor lists at their offsets. */
-static void edges_pass(SimTaskGraph *tg, int n_blocks, gboolean fill)
+/* One pass over every edge in assembly order: counts successors (into @count) and
+ * predecessors (tg->n_pred), or (@fill) writes the successor lists, @count holding where
+ * each task's next successor goes.  @boff: each block's offset. */
+static void edges_pass(SimTaskGraph *tg, int n_blocks, const int32_t *boff, int32_t *count,
+                       gboolean fill)
 {
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (!b->live)
       continue;
+    const SimTaskEdge *ed = (const SimTaskEdge *)b->edges->data;
     for (guint j = 0; j < b->edges->len; j++) {
-      SimTaskEdge *ed = &g_array_index(b->edges, SimTaskEdge, j);
-      SimTask *from = &tg->task[sim_taskgraph_id(tg, ed->from)];
-      int32_t to = sim_taskgraph_id(tg, ed->to);
+      int32_t from = boff[ed[j].from.block] + ed[j].from.index;
+      int32_t to = boff[ed[j].to.block] + ed[j].to.index;
       if (fill) {
-        tg->succ[from->succ_off + from->n_succ++] = to;
+        tg->succ[count[from]++] = to;
       } else {
-        from->n_succ++;
-        tg->task[to].n_pred++;
+        count[from]++;
+        tg->n_pred[to]++;
       }
     }
   }
@@ -346,21 +348,21 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       n_extra += b->extra->len;
     }
   }
-  for (int t = 0; t < n; t++) {
-    tg->task[t].n_pred = 0;
-    tg->task[t].n_succ = 0;
-  }
-
-  /* Successor lists in CSR form: count, prefix-sum, fill.  Edges are filled in block
-   * order, so the successor order is deterministic. */
+  /* Successor lists in CSR form: count, prefix-sum, fill, in dense arrays.  Edges are
+   * filled in block order, so the successor order is deterministic. */
   tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));
-  edges_pass(tg, n_blocks, FALSE);
-  size_t cap_pred = tg->cap_task;
-  tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(cap_pred, (size_t)1));
+  int32_t *boff = g_new(int32_t, MAX(tg->blocks->len, 1));
+  for (guint i = 0; i < tg->blocks->len; i++)
+    boff[i] = ((SimTaskBlock *)tg->blocks->pdata[i])->offset;
+  int32_t *count = g_new0(int32_t, MAX(n, 1));
+  tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(tg->cap_task, (size_t)1));
+  memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
+  edges_pass(tg, n_blocks, boff, count, FALSE);
   tg->n_roots = 0;
   for (int t = 0; t < n; t++) {
-    tg->n_pred[t] = tg->task[t].n_pred;
-    if (tg->task[t].n_pred == 0)
+    tg->task[t].n_pred = tg->n_pred[t];
+    tg->task[t].n_succ = count[t];
+    if (tg->n_pred[t] == 0)
       tg->n_roots++;
   }
   tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)tg->n_roots, sizeof(int32_t));
@@ -371,11 +373,13 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
     tg->task[t].succ_off = off;
+    count[t] = off;
     off += tg->task[t].n_succ;
-    tg->task[t].n_succ = 0;
   }
   tg->n_succ_total = n_edges;
-  edges_pass(tg, n_blocks, TRUE);
+  edges_pass(tg, n_blocks, boff, count, TRUE);
+  g_free(count);
+  g_free(boff);
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
