@@ -27,6 +27,9 @@ typedef struct {
   double last;          /* the latest end */
   int *h_off;           /* n + 1: each member's rate changes in h */
   double *h;            /* triples (time, remaining, rate) */
+  int n_ul;             /* the links the members cross, each once, */
+  int *ul;
+  double *ul_bytes;     /* ... and the bytes they carry over each */
 } GroupSched;
 
 /* A group running as a whole: released at t0 by its head, it holds its links until t0 +
@@ -87,6 +90,7 @@ struct _SimEngine {
   int32_t *held_by;       /* per link: the head of the group holding it, or -1          */
   int n_links;
   SimNet *scratch;        /* where a group's schedule is worked out alone               */
+  int32_t *link_mark;     /* per link, scratch for group_schedule(); -1 between uses     */
   GArray *key;            /* uint8 scratch for keys                                     */
 };
 
@@ -169,6 +173,8 @@ static void group_sched_free(gpointer p)
   g_free(gs->e);
   g_free(gs->h_off);
   g_free(gs->h);
+  g_free(gs->ul);
+  g_free(gs->ul_bytes);
   g_free(gs);
 }
 
@@ -192,6 +198,9 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->running = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
   e->n_links = sim_machine_n_links(m);
   e->held_by = g_new(int32_t, MAX(e->n_links, 1));
+  e->link_mark = g_new(int32_t, MAX(e->n_links, 1));
+  for (int l = 0; l < e->n_links; l++)
+    e->link_mark[l] = -1;
   e->scratch = sim_net_new(m, bandwidth_efficiency);
   e->key = g_array_new(FALSE, FALSE, 1);
   return e;
@@ -220,6 +229,7 @@ void sim_engine_free(SimEngine *e)
   g_hash_table_destroy(e->scheds);
   g_hash_table_destroy(e->running);
   g_free(e->held_by);
+  g_free(e->link_mark);
   sim_net_free(e->scratch);
   g_array_free(e->key, TRUE);
   g_free(e);
@@ -493,6 +503,26 @@ static GroupSched *group_schedule(SimEngine *e, const int32_t *mem, int n)
     h[2] = rc->rate;
   }
   g_free(fill);
+  /* The links, each once, with the bytes all members carry over it. */
+  GArray *ul = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *ub = g_array_new(FALSE, FALSE, sizeof(double));
+  for (int i = 0; i < n; i++)
+    for (int h = 0; h < nl[i]; h++) {
+      int l = links[i][h];
+      double bytes = e->tg->task[mem[i]].bytes;
+      if (e->link_mark[l] < 0) {
+        e->link_mark[l] = (int32_t)ul->len;
+        g_array_append_val(ul, l);
+        g_array_append_val(ub, bytes);
+      } else {
+        g_array_index(ub, double, e->link_mark[l]) += bytes;
+      }
+    }
+  for (guint k = 0; k < ul->len; k++)
+    e->link_mark[g_array_index(ul, int, k)] = -1;
+  gs->n_ul = (int)ul->len;
+  gs->ul = (int *)(void *)g_array_free(ul, FALSE);
+  gs->ul_bytes = (double *)(void *)g_array_free(ub, FALSE);
   g_free(links);
   g_free(nl);
   g_free(order);
@@ -538,17 +568,12 @@ static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
   return gs;
 }
 
-/* Frees the links the group of @head still holds (its flows @mem, @n of them). */
-static void group_release_links(SimEngine *e, int32_t head, const int32_t *mem, int n)
+/* Frees the links the group of @head (schedule @gs) still holds. */
+static void group_release_links(SimEngine *e, int32_t head, const GroupSched *gs)
 {
-  for (int i = 0; i < n; i++) {
-    int nl;
-    double start;
-    const int *links = flow_links(e, mem[i], &nl, &start);
-    for (int h = 0; h < nl; h++)
-      if (e->held_by[links[h]] == head)
-        e->held_by[links[h]] = -1;
-  }
+  for (int k = 0; k < gs->n_ul; k++)
+    if (e->held_by[gs->ul[k]] == head)
+      e->held_by[gs->ul[k]] = -1;
 }
 
 /* Turns the group of head @head, running as a whole, back into flows at `now`: members
@@ -564,7 +589,7 @@ static void expand_group(SimEngine *e, int32_t head)
   const GroupSched *gs = gr->sched;
   double r = e->now - gr->t0;
   e->flow_ver[head]++; /* its end event no longer counts */
-  group_release_links(e, head, mem, gs->n);
+  group_release_links(e, head, gs);
   GArray *ended = g_array_new(FALSE, FALSE, sizeof(int32_t));
   for (int i = 0; i < gs->n; i++) {
     int32_t m = mem[i];
@@ -613,24 +638,20 @@ static gboolean start_group(SimEngine *e, int32_t head)
   const SimTask *jt = &tg->task[head];
   const int32_t *mem = tg->succ + jt->succ_off;
   int n = jt->n_succ;
-  gboolean idle = TRUE;
-  for (int i = 0; i < n; i++) {
-    int nl;
-    double start;
-    const int *links = flow_links(e, mem[i], &nl, &start);
-    for (int h = 0; h < nl; h++) {
-      if (e->held_by[links[h]] >= 0) {
-        expand_group(e, e->held_by[links[h]]);
-        idle = FALSE;
-      }
-      if (sim_net_link_busy(e->net, links[h]))
-        idle = FALSE;
-    }
-  }
-  if (!idle)
-    return FALSE;
   const GroupSched *gs = group_lookup(e, mem, n);
   if (!gs)
+    return FALSE;
+  gboolean idle = TRUE;
+  for (int k = 0; k < gs->n_ul; k++) {
+    int l = gs->ul[k];
+    if (e->held_by[l] >= 0) {
+      expand_group(e, e->held_by[l]);
+      idle = FALSE;
+    }
+    if (sim_net_link_busy(e->net, l))
+      idle = FALSE;
+  }
+  if (!idle)
     return FALSE;
   SimTimeline *tl = e->tl;
   for (int i = 0; i < n; i++) {
@@ -640,12 +661,10 @@ static gboolean start_group(SimEngine *e, int32_t head)
     e->ready_time[m] = e->now;
     tl->start[m] = e->now;
     tl->end[m] = e->now + gs->e[i];
-    int nl;
-    double start;
-    const int *links = flow_links(e, m, &nl, &start);
-    sim_net_account(e->net, links, nl, tg->task[m].bytes);
-    for (int h = 0; h < nl; h++)
-      e->held_by[links[h]] = head;
+  }
+  for (int k = 0; k < gs->n_ul; k++) {
+    sim_net_account(e->net, &gs->ul[k], 1, gs->ul_bytes[k]);
+    e->held_by[gs->ul[k]] = head;
   }
   GroupRun *gr = g_new(GroupRun, 1);
   *gr = (GroupRun){ head, e->now, gs };
@@ -660,7 +679,8 @@ static void end_group(SimEngine *e, int32_t head)
   const SimTask *jt = &e->tg->task[head];
   const int32_t *mem = e->tg->succ + jt->succ_off;
   int n = jt->n_succ;
-  group_release_links(e, head, mem, n);
+  GroupRun *gr = g_hash_table_lookup(e->running, GINT_TO_POINTER(head + 1));
+  group_release_links(e, head, gr->sched);
   g_hash_table_remove(e->running, GINT_TO_POINTER(head + 1));
   e->n_done += n;
   for (int i = 0; i < n; i++)
