@@ -125,6 +125,7 @@ SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
   g_array_append_val(b->tasks, *t);
+  b->changed = TRUE;
   tg->dirty = TRUE;
   return (SimTaskRef){ block, (int32_t)b->tasks->len - 1 };
 }
@@ -321,6 +322,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     n += (int)b->tasks->len;
     n_edges += (int)b->edges->len;
   }
+  gboolean tasks_kept = tg->task && (size_t)n <= tg->cap_task;
   tg->task = grow(tg->task, &tg->cap_task, (size_t)n, sizeof(SimTask));
   tg->n_tasks = n;
   size_t n_extra = 0;
@@ -329,12 +331,24 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     if (b->live)
       n_extra += b->extra->len;
   }
+  gboolean extra_kept = tg->extra && n_extra <= tg->cap_extra;
   tg->extra = grow(tg->extra, &tg->cap_extra, n_extra, sizeof(int32_t));
   n_extra = 0;
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     if (!b->live)
       continue;
+    /* A block that has not changed and lands where it was is in place already (the
+     * fields assembly writes, below, are written for every task). */
+    gboolean in_place = tasks_kept && extra_kept && b->placed && !b->changed &&
+                        b->last_offset == b->offset && b->last_extra == (int32_t)n_extra;
+    b->placed = TRUE;
+    b->last_offset = b->offset;
+    b->last_extra = (int32_t)n_extra;
+    if (in_place) {
+      n_extra += b->extra->len;
+      continue;
+    }
     if (b->tasks->len)
       memcpy(tg->task + b->offset, b->tasks->data, b->tasks->len * sizeof(SimTask));
     if (b->extra->len) {

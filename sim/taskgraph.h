@@ -108,6 +108,10 @@ typedef struct {
   gboolean live;       /* FALSE for a block slot that is free                          */
   gboolean changed;    /* cleared, rebuilt or freed since the last assembly             */
   int32_t offset;      /* first global task id, after assembly                          */
+  /* Where the last assembly put the block's tasks and links; an unchanged block that
+   * lands there again is not copied again. */
+  int32_t last_offset, last_extra;
+  gboolean placed;
 } SimTaskBlock;
 
 typedef struct {
