@@ -148,8 +148,9 @@ static Event heap_pop(SimEngine *e)
 
 /* ---- tasks ---- */
 
-/* A hash of a key's bytes, eight at a time (keys run to kilobytes: a collective's flows). */
-static guint key_hash(gconstpointer p)
+/* A hash of a GBytes key, eight bytes at a time (keys run to kilobytes: a collective's
+ * flows). */
+guint sim_bytes_hash(gconstpointer p)
 {
   gsize len;
   const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
@@ -193,7 +194,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
   e->groups = g_getenv("PARASOL_NO_FLOW_GROUPS") == NULL;
-  e->scheds = g_hash_table_new_full(key_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
+  e->scheds = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
                                     group_sched_free);
   e->running = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
   e->n_links = sim_machine_n_links(m);

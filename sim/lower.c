@@ -974,7 +974,7 @@ static void build_sync_block(SimLowering *lw)
   GHashTable *prev_keys = lw->coll_keys;
   gboolean reuse = !lw->record && !tg->track_collectives;
   lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
-  lw->coll_keys = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+  lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL);
   const SimStrategy *s = lw->s;
   int M = lw->M;
@@ -1033,8 +1033,14 @@ static void build_sync_block(SimLowering *lw)
   }
 
   SimCollKind kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE;
-  /* Where each shard's synchronization ends, for the exchanges between weight copies. */
+  /* Where each shard's synchronization ends, for the exchanges between weight copies
+   * (recorded for the ops those exchanges involve). */
   GHashTable *sync_end = g_hash_table_new(g_direct_hash, g_direct_equal);
+  uint8_t *in_tie = g_new0(uint8_t, MAX(lw->n_ops, 1));
+  for (guint k = 0; k < ties->len; k++) {
+    int x = g_array_index(ties, SyncItem, k).op;
+    in_tie[x] = in_tie[sim_graph_op_weight_owner(lw->g, x)] = 1;
+  }
   GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
   GArray *chain_item = g_array_new(FALSE, FALSE, sizeof(int));
   guint i = 0;
@@ -1076,8 +1082,9 @@ static void build_sync_block(SimLowering *lw)
       const OpLay *l = &lw->ops[it->op];
       for (int m = 0; m < it->n; m++) {
         int sh = it->shards[m];
-        g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
-                            GINT_TO_POINTER(chain_end->len));
+        if (in_tie[it->op])
+          g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
+                              GINT_TO_POINTER(chain_end->len));
         if (l->cidx[sh] < 0)
           continue;
         if (done)
@@ -1162,6 +1169,7 @@ static void build_sync_block(SimLowering *lw)
     }
   }
   g_hash_table_destroy(sync_end);
+  g_free(in_tie);
   sync_collectives_done(lw, old_blocks);
   g_array_free(old_blocks, TRUE);
   g_hash_table_destroy(prev_keys);
@@ -1292,7 +1300,7 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
     lw->tensor_block[t] = -1;
   lw->sync_block = -1;
   lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
-  lw->coll_keys = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+  lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL);
   lw->op_sync = g_new0(struct OpSync, MAX(lw->n_ops, 1));
   lw->sharers = g_new0(GArray *, lw->n_ops);

@@ -321,6 +321,10 @@ typedef struct {
 
 typedef struct _SimEngine SimEngine;
 
+/* A fast hash of a GBytes, for keys of hundreds of bytes and more (g_bytes_hash goes byte
+ * by byte). */
+guint sim_bytes_hash(gconstpointer bytes);
+
 SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
 /* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
