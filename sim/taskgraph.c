@@ -372,23 +372,22 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(tg->cap_task, (size_t)1));
   memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
   edges_pass(tg, n_blocks, boff, count, FALSE);
-  tg->n_roots = 0;
-  for (int t = 0; t < n; t++) {
-    tg->task[t].n_pred = tg->n_pred[t];
-    tg->task[t].n_succ = count[t];
-    if (tg->n_pred[t] == 0)
-      tg->n_roots++;
-  }
-  tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)tg->n_roots, sizeof(int32_t));
-  tg->n_roots = 0;
+  int n_roots = 0;
   for (int t = 0; t < n; t++)
-    if (tg->n_pred[t] == 0)
-      tg->roots[tg->n_roots++] = t;
+    n_roots += tg->n_pred[t] == 0;
+  tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)n_roots, sizeof(int32_t));
+  tg->n_roots = 0;
+  /* One pass over the tasks: their counts, where their successors go, the roots. */
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
-    tg->task[t].succ_off = off;
+    SimTask *k = &tg->task[t];
+    k->n_pred = tg->n_pred[t];
+    k->n_succ = count[t];
+    k->succ_off = off;
+    if (k->n_pred == 0)
+      tg->roots[tg->n_roots++] = t;
     count[t] = off;
-    off += tg->task[t].n_succ;
+    off += k->n_succ;
   }
   tg->n_succ_total = n_edges;
   edges_pass(tg, n_blocks, boff, count, TRUE);
