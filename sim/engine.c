@@ -9,7 +9,14 @@
  * stream order the lowering chose (a CUDA stream runs kernels in issue order); flows move
  * bytes over links shared by max-min fairness (network.c) and start after their route's
  * latency; delays wait without holding anything.  The network is re-solved only once all
- * events due at one instant have run, so flows that end together cost one solve. */
+ * events due at one instant have run, so flows that end together cost one solve.
+ *
+ * Groups: the flows a join point releases together towards one task (a phase of a
+ * collective) run as a whole while no other flow uses their links: one end event instead
+ * of two per flow, timed by a schedule worked out alone once and kept (GroupSched).  A
+ * flow that needs a held link turns the group back into single flows at that instant, each
+ * with the bytes it has left.  PARASOL_NO_FLOW_GROUPS set in the environment turns groups
+ * off (the tests compare both ways). */
 #include "taskgraph.h"
 
 #include <math.h>
