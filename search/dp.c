@@ -798,20 +798,13 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
   g_autofree int *prev = g_new0(int, MAX(n, 1));
   /* Data parallelism and the expert's plan are candidates too: the estimate cannot see
    * everything. */
-  double best_cost = INFINITY, expert_cost = INFINITY;
+  double best_cost = INFINITY;
   g_autoptr(SimStrategy) best = search_start_data_parallel(ctx, &best_cost, error);
   if (!best) {
     search_estimate_free(e);
     return FALSE;
   }
-  SimStrategy *expert = search_start_expert(ctx, &expert_cost);
-  if (expert && expert_cost < best_cost) {
-    best_cost = expert_cost;
-    g_clear_pointer(&best, sim_strategy_free);
-    best = expert;
-  } else {
-    g_clear_pointer(&expert, sim_strategy_free);
-  }
+  search_prefer_expert(ctx, &best, &best_cost);
   gboolean first = TRUE;
   double solve_time = 0;
   for (int k = cands; k <= max_cands && !search_context_should_stop(ctx); k *= 2) {

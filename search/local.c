@@ -415,3 +415,16 @@ SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
     *cost = best_cost;
   return best >= 0 ? g_ptr_array_steal_index(cands, best) : NULL;
 }
+
+void search_prefer_expert(SearchContext *ctx, SimStrategy **best, double *cost)
+{
+  double ec = INFINITY;
+  SimStrategy *expert = search_start_expert(ctx, &ec);
+  if (expert && ec < *cost) {
+    *cost = ec;
+    sim_strategy_free(*best);
+    *best = expert;
+  } else if (expert) {
+    sim_strategy_free(expert);
+  }
+}

@@ -176,17 +176,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
     search_estimate_free(e);
     return FALSE;
   }
-  {
-    double ec = INFINITY;
-    SimStrategy *expert = search_start_expert(ctx, &ec);
-    if (expert && ec < flat_cost) {
-      flat_cost = ec;
-      g_clear_pointer(&flat, sim_strategy_free);
-      flat = expert;
-    } else {
-      g_clear_pointer(&expert, sim_strategy_free);
-    }
-  }
+  search_prefer_expert(ctx, &flat, &flat_cost);
   {
     g_autofree int *cfg = g_new(int, MAX(n, 1));
     search_dp_unity(p, e, cands, TRUE, cfg);

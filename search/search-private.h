@@ -189,6 +189,8 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
 /* The fastest single-stage expert plan made to fit (transfer full; NULL if none fits) and
  * its time: constructive algorithms start from the better of it and data parallelism. */
 SimStrategy *search_start_expert(SearchContext *ctx, double *cost);
+/* Replaces *@best (of time *@cost) by that expert plan where the plan is faster. */
+void search_prefer_expert(SearchContext *ctx, SimStrategy **best, double *cost);
 
 /* The candidate of @op on the same devices with the same split of the batch as @c (an
  * operator of another shape following @c), or -1. */
