@@ -253,8 +253,6 @@ static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int 
   return ok;
 }
 
-static void ring_bottleneck(SimMachine *m, const int *dev, int n, double *bw, double *lat);
-
 /* With a table of measured all-reduces (colltable.c), an all-reduce over ranks of one node,
  * of a group size the table holds: the fixed cost that makes the ring's time on an idle
  * network the measured one.  The measurement includes the per-step costs, so the ring then
@@ -272,10 +270,13 @@ static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const i
   double measured = sim_coll_table_lookup(cp->allreduce_table, n, bytes, &at);
   if (measured < 0)
     return FALSE;
-  double bw, lat;
-  ring_bottleneck(m, devices, n, &bw, &lat);
-  int steps = 2 * (n - 1);
-  double flows = steps * lat + steps * (at / n) / (bw * cp->bandwidth_efficiency);
+  /* What the ring's flows take on their own: the ring model without fixed costs. */
+  SimCollParams bare = *cp;
+  bare.step_latency = 0;
+  bare.base_latency = 0;
+  bare.allreduce_table = NULL;
+  double flows = sim_collective_time(m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, &bare, devices,
+                                     n, at);
   *fixed = MAX(0, measured - flows);
   return TRUE;
 }

@@ -39,10 +39,9 @@ typedef struct {
   double *ul_bytes;     /* ... and the bytes they carry over each */
 } GroupSched;
 
-/* A group running as a whole: released at t0 by its head, it holds its links until t0 +
- * sched->last unless another flow needs one of them first. */
+/* A group running as a whole (kept by its head's id): released at t0, it holds its links
+ * until t0 + sched->last unless another flow needs one of them first. */
 typedef struct {
-  int32_t head;
   double t0;
   const GroupSched *sched;
 } GroupRun;
@@ -397,18 +396,21 @@ static void complete(SimEngine *e, int32_t t)
 
 /* ---- groups of flows ---- */
 
-/* The links of flow @t, and when it starts moving bytes after it is ready. */
+/* The links of flow @t, and (@start, unless NULL) when it starts moving bytes after it is
+ * ready. */
 static const int *flow_links(SimEngine *e, int32_t t, int *n, double *start)
 {
   const SimTask *task = &e->tg->task[t];
   if (task->n_links) {
     *n = task->n_links;
-    *start = task->duration;
+    if (start)
+      *start = task->duration;
     return (const int *)sim_task_links(e->tg, task);
   }
   const SimRoute *r = route_of(e, task->device, task->peer);
   *n = r->n_links;
-  *start = r->latency + task->duration;
+  if (start)
+    *start = r->latency + task->duration;
   return r->links;
 }
 
@@ -602,8 +604,7 @@ static void expand_group(SimEngine *e, int32_t head)
   for (int i = 0; i < gs->n; i++) {
     int32_t m = mem[i];
     int nl;
-    double start;
-    const int *links = flow_links(e, m, &nl, &start);
+    const int *links = flow_links(e, m, &nl, NULL);
     if (gs->e[i] <= r) {
       e->n_done++;
       g_array_append_val(ended, m);
@@ -675,7 +676,7 @@ static gboolean start_group(SimEngine *e, int32_t head)
     e->held_by[gs->ul[k]] = head;
   }
   GroupRun *gr = g_new(GroupRun, 1);
-  *gr = (GroupRun){ head, e->now, gs };
+  *gr = (GroupRun){ e->now, gs };
   g_hash_table_insert(e->running, GINT_TO_POINTER(head + 1), gr);
   schedule_v(e, e->now + gs->last, head, EV_GROUP_END, ++e->flow_ver[head]);
   return TRUE;

@@ -999,18 +999,9 @@ static void build_sync_block(SimLowering *lw)
       const MemAdd *ma = &g_array_index(os->mem, MemAdd, k);
       tg->static_mem[ma->dev] += ma->bytes;
     }
-    for (guint k = 0; k < os->items->len; k++) {
-      SyncItem it = g_array_index(os->items, SyncItem, k);
-      it.shards = g_memdup2(it.shards, sizeof(int) * (size_t)it.n);
-      it.devs = g_memdup2(it.devs, sizeof(int) * (size_t)it.n_devs);
-      g_array_append_val(items, it);
-    }
-    for (guint k = 0; k < os->ties->len; k++) {
-      SyncItem it = g_array_index(os->ties, SyncItem, k);
-      it.shards = g_memdup2(it.shards, sizeof(int) * (size_t)it.n);
-      it.devs = g_memdup2(it.devs, sizeof(int) * (size_t)it.n_devs);
-      g_array_append_val(ties, it);
-    }
+    /* Shallow copies: the cache keeps owning the shard and device lists. */
+    g_array_append_vals(items, os->items->data, os->items->len);
+    g_array_append_vals(ties, os->ties->data, os->ties->len);
   }
   g_free(owner_dev);
 
@@ -1173,20 +1164,10 @@ static void build_sync_block(SimLowering *lw)
   sync_collectives_done(lw, old_blocks);
   g_array_free(old_blocks, TRUE);
   g_hash_table_destroy(prev_keys);
-  for (guint k = 0; k < ties->len; k++) {
-    SyncItem *it = &g_array_index(ties, SyncItem, k);
-    g_free(it->shards);
-    g_free(it->devs);
-  }
   g_array_free(ties, TRUE);
   g_array_free(chain_end, TRUE);
   g_array_free(chain_item, TRUE);
   g_free(done);
-  for (guint k = 0; k < items->len; k++) {
-    SyncItem *it = &g_array_index(items, SyncItem, k);
-    g_free(it->shards);
-    g_free(it->devs);
-  }
   g_array_free(items, TRUE);
 }
 

@@ -117,8 +117,7 @@ static void mark_dirty(SimNet *net, int l)
 
 int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now)
 {
-  for (int h = 0; h < n_links; h++)
-    net->link_bytes[links[h]] += bytes;
+  sim_net_account(net, links, n_links, bytes);
   return sim_net_resume(net, task, links, n_links, bytes, now);
 }
 
