@@ -48,15 +48,31 @@ typedef struct {
 
 /* Events live in the heap by value.  A flow whose rate changes gets a new end event and a
  * new version; the old event stays in the heap and is dropped when it comes out (lazy
- * deletion), which keeps the heap a plain array of values. */
+ * deletion), which keeps the heap a plain array of values.  Times are never negative, so
+ * their bit patterns order as the times do: the heap compares integers. */
 typedef struct {
-  double time;
+  uint64_t tkey;     /* the bits of the time */
   uint64_t seq;
   int32_t task;
   int32_t type;
   uint32_t version;
   uint32_t pad;
 } Event;
+
+static inline uint64_t time_key(double t)
+{
+  uint64_t k;
+  t += 0.0; /* -0 becomes +0 */
+  memcpy(&k, &t, sizeof k);
+  return k;
+}
+
+static inline double key_time(uint64_t k)
+{
+  double t;
+  memcpy(&t, &k, sizeof t);
+  return t;
+}
 
 struct _SimEngine {
   SimMachine *machine;
@@ -104,21 +120,21 @@ struct _SimEngine {
 
 static inline gboolean ev_less(const Event *a, const Event *b)
 {
-  if (a->time != b->time)
-    return a->time < b->time;
-  return a->seq < b->seq;
+  return a->tkey < b->tkey || (a->tkey == b->tkey && a->seq < b->seq);
 }
 
+/* A four-ary heap: half the levels of a binary one, and a node's children share cache
+ * lines. */
 static void schedule_v(SimEngine *e, double time, int task, EventType type, uint32_t version)
 {
   if (e->n_heap == e->cap_heap) {
     e->cap_heap = e->cap_heap ? e->cap_heap * 2 : 1024;
     e->heap = g_renew(Event, e->heap, e->cap_heap);
   }
-  Event ev = { time, e->seq++, task, type, version, 0 };
+  Event ev = { time_key(time), e->seq++, task, type, version, 0 };
   int i = e->n_heap++;
   while (i > 0) {
-    int p = (i - 1) / 2;
+    int p = (i - 1) / 4;
     if (!ev_less(&ev, &e->heap[p]))
       break;
     e->heap[i] = e->heap[p];
@@ -134,33 +150,35 @@ static inline void schedule(SimEngine *e, double time, int task, EventType type)
 
 static Event heap_pop(SimEngine *e)
 {
-  Event top = e->heap[0];
-  Event last = e->heap[--e->n_heap];
+  Event *h = e->heap;
+  Event top = h[0];
+  Event last = h[--e->n_heap];
   int n = e->n_heap, i = 0;
   for (;;) {
-    int l = 2 * i + 1;
-    if (l >= n)
+    int c = 4 * i + 1;
+    if (c >= n)
       break;
-    int c = l + 1 < n && ev_less(&e->heap[l + 1], &e->heap[l]) ? l + 1 : l;
-    if (!ev_less(&e->heap[c], &last))
+    int end = MIN(c + 4, n), m = c;
+    for (int k = c + 1; k < end; k++)
+      if (ev_less(&h[k], &h[m]))
+        m = k;
+    if (!ev_less(&h[m], &last))
       break;
-    e->heap[i] = e->heap[c];
-    i = c;
+    h[i] = h[m];
+    i = m;
   }
   if (n > 0)
-    e->heap[i] = last;
+    h[i] = last;
   return top;
 }
 
 /* ---- tasks ---- */
 
 /* A hash of a GBytes key, eight bytes at a time (keys run to kilobytes: a collective's
- * flows). */
-guint sim_bytes_hash(gconstpointer p)
+ * flows).  A long key is hashed by its length, its first and its last 512 bytes: keys
+ * that differ only in between share a bucket and equality tells them apart. */
+static inline uint64_t mix_words(uint64_t h, const uint8_t *d, size_t len)
 {
-  gsize len;
-  const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
-  uint64_t h = 0x9e3779b97f4a7c15u ^ len;
   size_t i = 0;
   for (; i + 8 <= len; i += 8) {
     uint64_t w;
@@ -170,6 +188,20 @@ guint sim_bytes_hash(gconstpointer p)
   }
   for (; i < len; i++)
     h = (h ^ d[i]) * 0x100000001b3u;
+  return h;
+}
+
+guint sim_bytes_hash(gconstpointer p)
+{
+  gsize len;
+  const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
+  uint64_t h = 0x9e3779b97f4a7c15u ^ len;
+  if (len <= 1024) {
+    h = mix_words(h, d, len);
+  } else {
+    h = mix_words(h, d, 512);
+    h = mix_words(h, d + len - 512, 512);
+  }
   return (guint)(h ^ (h >> 29));
 }
 
@@ -254,6 +286,7 @@ void sim_timeline_clear(SimTimeline *tl)
   g_clear_pointer(&tl->crit, g_free);
   g_clear_pointer(&tl->peak_mem, g_free);
   g_clear_pointer(&tl->link_bytes, g_free);
+  tl->cap = 0;
   tl->makespan = 0;
   tl->n_tasks_run = 0;
   tl->deadlock = FALSE;
@@ -550,30 +583,39 @@ static GroupSched *group_schedule(SimEngine *e, const int32_t *mem, int n)
 /* The schedule of the group of flows @mem, from earlier runs or worked out now. */
 static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
 {
+  /* The key: per member its links (or ends), bytes and latency, written straight into
+   * a reused buffer and looked up without a copy. */
+  size_t len = 0;
+  for (int i = 0; i < n; i++)
+    len += 3 * sizeof(int32_t) + 2 * sizeof(double) +
+           (size_t)e->tg->task[mem[i]].n_links * sizeof(int32_t);
   GArray *k = e->key;
-  g_array_set_size(k, 0);
+  g_array_set_size(k, (guint)len);
+  uint8_t *w = (uint8_t *)k->data;
   for (int i = 0; i < n; i++) {
     const SimTask *t = &e->tg->task[mem[i]];
     int32_t head[3] = { t->n_links, t->device, t->peer };
-    g_array_append_vals(k, head, sizeof head);
-    if (t->n_links)
-      g_array_append_vals(k, sim_task_links(e->tg, t), (guint)t->n_links * sizeof(int32_t));
+    memcpy(w, head, sizeof head);
+    w += sizeof head;
+    if (t->n_links) {
+      memcpy(w, sim_task_links(e->tg, t), (size_t)t->n_links * sizeof(int32_t));
+      w += (size_t)t->n_links * sizeof(int32_t);
+    }
     double v[2] = { t->bytes, t->duration };
-    g_array_append_vals(k, v, sizeof v);
+    memcpy(w, v, sizeof v);
+    w += sizeof v;
   }
-  GBytes *key = g_bytes_new(k->data, k->len);
-  GroupSched *gs = g_hash_table_lookup(e->scheds, key);
-  if (gs) {
-    g_bytes_unref(key);
+  GBytes *probe = g_bytes_new_static(k->data, len);
+  GroupSched *gs = g_hash_table_lookup(e->scheds, probe);
+  g_bytes_unref(probe);
+  if (gs)
     return gs;
-  }
   gs = group_schedule(e, mem, n);
-  if (!gs) {
-    g_bytes_unref(key);
+  if (!gs)
     return NULL;
-  }
+  GBytes *key = g_bytes_new(k->data, len);
   g_hash_table_insert(e->scheds, key, gs);
-  e->sched_bytes += g_bytes_get_size(key) + (size_t)n * (2 * sizeof(double) + sizeof(int)) +
+  e->sched_bytes += len + (size_t)n * (2 * sizeof(double) + sizeof(int)) +
                     (size_t)gs->h_off[n] * 3 * sizeof(double);
   return gs;
 }
@@ -716,10 +758,21 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->sync_time = g_renew(double, e->sync_time, n);
     e->ready = g_renew(uint8_t, e->ready, n);
   }
-  sim_timeline_clear(tl);
-  tl->start = g_new(double, n > 0 ? n : 1);
-  tl->end = g_new(double, n > 0 ? n : 1);
-  tl->crit = g_new(int32_t, n > 0 ? n : 1);
+  /* A delta run fills the arrays of the last one (fresh pages cost more than the
+   * writes). */
+  if (tl->start && tl->cap >= (size_t)n) {
+    g_clear_pointer(&tl->peak_mem, g_free);
+    g_clear_pointer(&tl->link_bytes, g_free);
+    tl->makespan = 0;
+    tl->n_tasks_run = 0;
+    tl->deadlock = FALSE;
+  } else {
+    sim_timeline_clear(tl);
+    tl->cap = (size_t)MAX(n, 1);
+    tl->start = g_new(double, tl->cap);
+    tl->end = g_new(double, tl->cap);
+    tl->crit = g_new(int32_t, tl->cap);
+  }
   tl->peak_mem = g_new0(int64_t, e->n_devices);
   e->tg = tg;
   e->tl = tl;
@@ -764,7 +817,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
      * together in exact arithmetic (the symmetric copies of one transfer) differ in their
      * last bits, and one network solve serves them all. */
     double horizon = e->now + fabs(e->now) * 1e-12;
-    if (e->n_heap == 0 || e->heap[0].time > horizon) {
+    if (e->n_heap == 0 || key_time(e->heap[0].tkey) > horizon) {
       /* Every event due now has run: settle the network before time moves on. */
       sim_net_update(e->net, e->now, on_reschedule, e);
       horizon = e->now + fabs(e->now) * 1e-12;
@@ -775,8 +828,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     if ((ev.type == EV_FLOW_END || ev.type == EV_GROUP_END) &&
         ev.version != e->flow_ver[ev.task])
       continue; /* superseded by a later end of the same flow, or its group expanded */
-    if (ev.time > horizon)
-      e->now = ev.time;
+    double time = key_time(ev.tkey);
+    if (time > horizon)
+      e->now = time;
     switch (ev.type) {
     case EV_END:
       complete(e, ev.task);

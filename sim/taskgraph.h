@@ -317,6 +317,7 @@ typedef struct {
   double *link_bytes;  /* per link                                                    */
   int n_tasks_run;
   gboolean deadlock;   /* some tasks never became ready (a cycle or a bad stream order) */
+  size_t cap;          /* the tasks start, end and crit have room for (engine-owned)   */
 } SimTimeline;
 
 typedef struct _SimEngine SimEngine;
@@ -330,7 +331,8 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
 void sim_engine_free(SimEngine *e);
 /* Runs the assembled task graph from time 0 and fills @tl (whose arrays it allocates,
- * sized for the graph).  Deterministic: equal-time events run in the order they were
+ * sized for the graph, or reuses from the timeline's last run when they are large
+ * enough).  Deterministic: equal-time events run in the order they were
  * scheduled. */
 void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
 void sim_timeline_clear(SimTimeline *tl);
