@@ -37,6 +37,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
     { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
+    { "host-step-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_step_us, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
     { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
@@ -231,10 +232,10 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
     return FALSE;
   }
   if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
-      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0) {
+      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 || p->host_step_us < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
-                "--host-overhead-us be positive");
+                "--host-overhead-us and --host-step-us be positive");
     return FALSE;
   }
   if (p->coll_efficiency < 0 || p->coll_efficiency > 1 ||
@@ -282,5 +283,6 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
   if (p->coll_base_us > 0)
     o.coll_base_latency = p->coll_base_us * 1e-6;
   o.host_kernel_time = p->host_overhead_us * 1e-6;
+  o.host_step_time = p->host_step_us * 1e-6;
   return o;
 }

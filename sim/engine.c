@@ -90,6 +90,8 @@ struct _SimEngine {
   uint8_t *ready;
   double *sync_time;      /* the latest end of a transfer the host waits for, per task */
   double host_kernel;     /* the host's time to issue one kernel                       */
+  double host_step;       /* ... and to move on to the next step of the schedule        */
+  int32_t *host_unit;     /* per device: the step its host issued last (see step_of)    */
   double *host;           /* per device: when its host has issued the last task         */
   /* per-device state */
   int n_devices;
@@ -228,6 +230,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->busy = g_new0(uint8_t, e->n_devices);
   e->mem = g_new0(int64_t, e->n_devices);
   e->host = g_new0(double, e->n_devices);
+  e->host_unit = g_new0(int32_t, e->n_devices);
   if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
@@ -258,6 +261,7 @@ void sim_engine_free(SimEngine *e)
   g_free(e->ready_time);
   g_free(e->sync_time);
   g_free(e->host);
+  g_free(e->host_unit);
   g_free(e->routes);
   g_free(e->ready);
   g_free(e->stream_pos);
@@ -277,6 +281,22 @@ void sim_engine_free(SimEngine *e)
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds)
 {
   e->host_kernel = seconds > 0 ? seconds : 0;
+}
+
+void sim_engine_set_host_step_time(SimEngine *e, double seconds)
+{
+  e->host_step = seconds > 0 ? seconds : 0;
+}
+
+/* The step of the schedule a compute task belongs to: its micro-batch's forward, its
+ * micro-batch's backward (with the recomputation the backward needs), or the update. */
+static inline int32_t step_of(const SimTask *t)
+{
+  if (t->cls == SIM_CLASS_FORWARD)
+    return 2 * t->mb;
+  if (t->cls == SIM_CLASS_BACKWARD || t->cls == SIM_CLASS_RECOMPUTE)
+    return 2 * t->mb + 1;
+  return -2; /* the update, and anything outside the micro-batches */
 }
 
 void sim_timeline_clear(SimTimeline *tl)
@@ -314,8 +334,13 @@ static void start_compute(SimEngine *e, int32_t t)
    * but it waits for the transfers from other pipeline stages (Megatron synchronizes
    * after its point-to-point exchanges); the task runs once issued. */
   double start = e->now;
-  if (e->host_kernel > 0) {
+  if (e->host_kernel > 0 || e->host_step > 0) {
     double issued = MAX(e->host[d], e->sync_time[t]) + task->n_kernels * e->host_kernel;
+    int32_t step = step_of(task);
+    if (step != e->host_unit[d]) {
+      issued += e->host_step;
+      e->host_unit[d] = step;
+    }
     e->host[d] = issued;
     start = MAX(start, issued);
   }
@@ -806,6 +831,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->busy[d] = 0;
     e->mem[d] = tg->static_mem[d];
     e->host[d] = 0;
+    e->host_unit[d] = INT32_MIN;
     tl->peak_mem[d] = e->mem[d];
   }
   for (int i = 0; i < tg->n_roots; i++)

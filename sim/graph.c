@@ -831,6 +831,16 @@ int sim_graph_cross_entropy(SimGraph *g, const char *name, int logits, int label
   return build(g, SIM_OP_CROSS_ENTROPY, name, 2, in, NULL);
 }
 
+int sim_graph_cross_entropy_fp32(SimGraph *g, const char *name, int logits, int labels)
+{
+  if (!builder_ok(g))
+    return -1;
+  int in[2] = { logits, labels };
+  SimAttrs a = { .type = SIM_OP_CROSS_ENTROPY };
+  set_int(g, &a, "fp32", 1);
+  return build(g, SIM_OP_CROSS_ENTROPY, name, 2, in, &a);
+}
+
 int sim_graph_mse_loss(SimGraph *g, const char *name, int pred, int target)
 {
   if (!builder_ok(g))

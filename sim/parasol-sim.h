@@ -203,6 +203,10 @@ SIM_PUBLIC int sim_graph_attention(SimGraph *g, const char *name, int q, int k, 
 SIM_PUBLIC int sim_graph_lstm(SimGraph *g, const char *name, int x, int64_t hidden);
 /* logits [..., classes], labels [...] (int); output: the per-sample loss [...]. */
 SIM_PUBLIC int sim_graph_cross_entropy(SimGraph *g, const char *name, int logits, int labels);
+/* The same loss computed in fp32 from 16-bit logits, in separate passes (Megatron's
+ * default: attribute "fp32"). */
+SIM_PUBLIC int sim_graph_cross_entropy_fp32(SimGraph *g, const char *name, int logits,
+                                            int labels);
 SIM_PUBLIC int sim_graph_mse_loss(SimGraph *g, const char *name, int pred, int target);
 
 /* Generic construction by type name and attributes, as the JSON reader does it.
@@ -690,6 +694,11 @@ typedef struct {
    * task receives from other pipeline stages; a task starts only once issued.  0: the
    * host is never the bottleneck. */
   double host_kernel_time;
+  /* The host's time between two steps of a device's schedule (a micro-batch's forward
+   * or backward, the optimizer step): the training loop's own work before it issues the
+   * step's first kernel (fetching the batch, setting up transfers, bookkeeping the loss).
+   * 0: none. */
+  double host_step_time;
   /* Measured all-reduce times (NULL: none).  An all-reduce whose ranks share one node
    * and whose group size the table holds costs the measured time on an idle network:
    * the table sets its fixed cost, the ring's flows still share the links.  Borrowed:

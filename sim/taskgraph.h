@@ -329,6 +329,10 @@ guint sim_bytes_hash(gconstpointer bytes);
 SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
 /* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
+/* The host's time between two steps of a device's schedule (SimOptions.host_step_time):
+ * a step is one micro-batch's forward, or its backward with the recomputation it needs,
+ * or the optimizer update. */
+void sim_engine_set_host_step_time(SimEngine *e, double seconds);
 void sim_engine_free(SimEngine *e);
 /* Runs the assembled task graph from time 0 and fills @tl (whose arrays it allocates,
  * sized for the graph, or reuses from the timeline's last run when they are large

@@ -128,6 +128,56 @@ Test(engine, compute_stream_runs_in_order_and_overlaps_communication)
   sim_taskgraph_free(tg);
 }
 
+/* One GPU runs forward mb 0, forward mb 1, backward mb 0, backward mb 1 (1, 1, 2, 2 ms;
+ * 1, 1, 2, 2 kernels) in stream order, with the host issuing each kernel in @kernel
+ * seconds and spending @step seconds before the first kernel of each step. */
+static SimTimeline host_bound(double kernel, double step)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTaskClass cls[4] = { SIM_CLASS_FORWARD, SIM_CLASS_FORWARD, SIM_CLASS_BACKWARD,
+                          SIM_CLASS_BACKWARD };
+  int mb[4] = { 0, 1, 0, 1 };
+  for (int i = 0; i < 4; i++) {
+    SimTask t = sim_task_compute(cls[i], 0, -1, 0, mb[i], i < 2 ? 1e-3 : 2e-3);
+    t.n_kernels = i < 2 ? 1 : 2;
+    SimTaskRef r = sim_taskgraph_add(tg, b, &t);
+    sim_taskgraph_stream_add(tg, b, 0, (uint64_t)i, r.index);
+  }
+  sim_taskgraph_assemble(tg);
+  SimEngine *e = sim_engine_new(machine, 1.0);
+  sim_engine_set_host_kernel_time(e, kernel);
+  sim_engine_set_host_step_time(e, step);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, tg, &tl);
+  cr_assert_not(tl.deadlock);
+  sim_engine_free(e);
+  sim_taskgraph_free(tg);
+  return tl;
+}
+
+Test(engine, host_issue_and_step_times)
+{
+  /* The host runs ahead: with 0.1 ms per kernel it issues the kernels at 0.1, 0.2, 0.4
+   * and 0.6 ms, so only the first waits: 0.1 ms + 6 ms of work. */
+  SimTimeline tl = host_bound(1e-4, 0);
+  cr_assert_float_eq(tl.makespan, 6.1e-3, 1e-12);
+  sim_timeline_clear(&tl);
+  /* 5 ms between steps, each step its own: issued at 5.1, 10.2, 15.4 and 20.6 ms, the
+   * host bounds every task: 20.6 + 2 = 22.6 ms. */
+  tl = host_bound(1e-4, 5e-3);
+  double start[4] = { 5.1e-3, 10.2e-3, 15.4e-3, 20.6e-3 };
+  for (int i = 0; i < 4; i++)
+    cr_assert_float_eq(tl.start[i], start[i], 1e-12, "task %d at %g", i, tl.start[i]);
+  cr_assert_float_eq(tl.makespan, 22.6e-3, 1e-12);
+  sim_timeline_clear(&tl);
+  /* 0.5 ms between steps hides behind the device's work: issued at 0.6, 1.2, 1.9 and
+   * 2.6 ms, the first task alone waits: 0.6 + 6 = 6.6 ms. */
+  tl = host_bound(1e-4, 5e-4);
+  cr_assert_float_eq(tl.makespan, 6.6e-3, 1e-12);
+  sim_timeline_clear(&tl);
+}
+
 Test(engine, memory_peak_follows_allocations)
 {
   /* A allocates 3 GB and frees 1 GB at its end, B allocates 2 GB: the peak is 3 + 2 - 1 = 4 GB

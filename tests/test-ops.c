@@ -1110,6 +1110,44 @@ Test(cross_entropy, tokens_and_vocab_split)
   assert_error(g3, "op 'ce' (cross_entropy): logits [4, 10] and labels [5]", NULL);
 }
 
+Test(cross_entropy, fp32_passes_as_megatron_runs_them)
+{
+  /* n = 4 * 128 * 50000 fp16 logits.  Fused (the default): one kernel reading and writing
+   * n fp16 values (and the labels, and the per-row result) per pass. */
+  double n = 4.0 * 128 * 50000, rows = 4.0 * 128;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int logits = INPUT(g, "logits", SIM_DTYPE_FP16, 4, 128, 50000);
+  int labels = INPUT(g, "labels", SIM_DTYPE_INT64, 4, 128);
+  int fused = op_of(g, sim_graph_cross_entropy(g, "ce", logits, labels));
+  int upcast = op_of(g, sim_graph_cross_entropy_fp32(g, "ce32", logits, labels));
+  SimWork w;
+  sim_graph_op_work(g, fused, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_float_eq(w.k[0].bytes, 2 * n * 2 + rows * (8 + 2), 1);
+  /* In fp32: forward cast (2 + 4 bytes per logit, and the labels), max (4), subtract
+   * (8), exp (8), sum (4), divide (8): 38 bytes per logit in six kernels; backward scale
+   * (8, and the labels to subtract the one-hot) and cast back (6) in two. */
+  sim_graph_op_work(g, upcast, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 6);
+  double bytes = 0;
+  for (int i = 0; i < w.n; i++)
+    bytes += w.k[i].bytes;
+  cr_assert_float_eq(bytes, 38 * n + rows * 8, 1);
+  sim_graph_op_work(g, upcast, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 2);
+  cr_assert_float_eq(w.k[0].bytes + w.k[1].bytes, 14 * n + rows * 8, 1);
+  /* It keeps the fp32 softmax. */
+  cr_assert_eq(sim_op_class(SIM_OP_CROSS_ENTROPY)->saved_bytes(sim_graph_op_get(g, upcast), NULL),
+               4 * 128 * 50000 * 4 + 4 * 128 * 8);
+  /* fp32 logits have nothing to cast: the fused kernel. */
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  logits = INPUT(g2, "logits", SIM_DTYPE_FP32, 4, 128, 50000);
+  labels = INPUT(g2, "labels", SIM_DTYPE_INT64, 4, 128);
+  upcast = op_of(g2, sim_graph_cross_entropy_fp32(g2, "ce32", logits, labels));
+  sim_graph_op_work(g2, upcast, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 1);
+}
+
 Test(mse_loss, per_sample)
 {
   g_autoptr(SimGraph) g = sim_graph_new("t");

@@ -111,7 +111,8 @@ static SimGraph *build_gpt(const SimZooModel *model, const SimZooArgs *a, GError
   /* The output layer multiplies by the word embedding table (tied; see the top). */
   x = sim_graph_linear(g, "lm_head", x, vocab, FALSE, SIM_UNARY_IDENTITY);
   sim_zoo_share(g, x, word_table);
-  sim_graph_cross_entropy(g, "loss", x, labels);
+  /* Megatron computes the loss in fp32 unless --fp16-lm-cross-entropy is given. */
+  sim_graph_cross_entropy_fp32(g, "loss", x, labels);
   return g_steal_pointer(&g);
 }
 

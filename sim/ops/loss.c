@@ -7,12 +7,30 @@
  * each shard reduces its slice of the classes and the partial maxima and sums are
  * combined.
  *
+ * With "fp32" set and 16-bit logits, the loss runs as Megatron runs it by default
+ * (fp16_lm_cross_entropy off): the logits are cast to fp32 and the softmax is taken in
+ * separate passes over them, each a kernel of its own that reads (and writes) the fp32
+ * logits: forward cast, max, subtract, exp, sum, divide; backward scale by dloss and cast
+ * back.  The fp32 softmax is what the backward pass keeps.
+ *
  * MSE: pred and target of one shape -> loss [b], the mean over each sample's elements;
  * dimension 0 is the sample and the others are reductions. */
 #include "../sim-private.h"
 
 /* ---------------------------------------------------------------------------------- */
 /* Cross entropy                                                                       */
+
+enum { CE_FP32 };
+
+static const SimAttrSpec ce_attrs[] = {
+  [CE_FP32] = { "fp32", SIM_ATTR_BOOL, 0, NULL, FALSE },
+};
+
+/* TRUE if the loss upcasts 16-bit logits to fp32 (see the top). */
+static gboolean ce_upcast(const SimOp *op)
+{
+  return op->attrs[CE_FP32].i[0] && sim_dtype_size(op->in_dtype[0]) < 4;
+}
 
 static gboolean ce_infer(SimOp *op, GError **error)
 {
@@ -71,6 +89,16 @@ static void ce_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
   /* Forward: log-softmax (max, subtract, exp, sum, log: 8 per logit), kept for backward,
    * and the pick of each row's label.  Backward: dlogits = softmax - onehot(label),
    * scaled by dloss (3 per logit). */
+  if (ce_upcast(op)) {
+    /* Bytes per logit of each pass (fp32 is 4): */
+    static const double fwd[] = { 2 + 4, 4, 4 + 4, 4 + 4, 4, 4 + 4 }; /* cast .. divide */
+    static const double bwd[] = { 4 + 4, 4 + 2 };                      /* scale, cast  */
+    const double *k = pass == SIM_PASS_FORWARD ? fwd : bwd;
+    int nk = pass == SIM_PASS_FORWARD ? G_N_ELEMENTS(fwd) : G_N_ELEMENTS(bwd);
+    for (int i = 0; i < nk; i++)
+      sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, k[i] * n + (i == 0 ? rows * ls : 0)));
+    return;
+  }
   double flops = pass == SIM_PASS_FORWARD ? 8 * n : 3 * n;
   sim_work_add(w, sim_kernel_memory(dt, flops, 2 * n * es + rows * (ls + es)));
 }
@@ -81,16 +109,17 @@ static int64_t ce_saved(const SimOp *op, const int64_t *extent)
   const int64_t *e = sim_op_extent(op, extent, full);
   int64_t n = sim_extent_volume(op, e);
   int64_t rows = n / e[op->space.ndims - 1];
-  /* The log-probabilities (the logits' size) and the labels. */
-  return n * sim_dtype_size(op->out_dtype[0]) + rows * sim_dtype_size(op->in_dtype[1]);
+  /* The log-probabilities (the logits' size, in fp32 when upcast) and the labels. */
+  int64_t es = ce_upcast(op) ? 4 : sim_dtype_size(op->out_dtype[0]);
+  return n * es + rows * sim_dtype_size(op->in_dtype[1]);
 }
 
 const SimOpClass sim_op_cross_entropy_class = {
   .type = SIM_OP_CROSS_ENTROPY,
   .name = "cross_entropy",
   .description = "softmax cross entropy of logits against integer labels, per sample",
-  .attrs = NULL,
-  .n_attrs = 0,
+  .attrs = ce_attrs,
+  .n_attrs = G_N_ELEMENTS(ce_attrs),
   .min_inputs = 2,
   .max_inputs = 2,
   .infer = ce_infer,
