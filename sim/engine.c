@@ -759,6 +759,11 @@ static void end_group(SimEngine *e, int32_t head)
   group_release_links(e, head, gr->sched);
   g_hash_table_remove(e->running, GINT_TO_POINTER(head + 1));
   e->n_done += n;
+  /* The end event may have run a hair early, with the events of the instant just before
+   * it (see the horizon in sim_engine_run): no member ends after its successors start. */
+  for (int i = 0; i < n; i++)
+    if (e->tl->end[mem[i]] > e->now)
+      e->tl->end[mem[i]] = e->now;
   for (int i = 0; i < n; i++)
     release_successors(e, mem[i]);
   drain_work(e);

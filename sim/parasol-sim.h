@@ -649,7 +649,8 @@ SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);
 /* Megatron-style plan: tensor parallelism inside the group of @tp consecutive devices
  * (column-parallel, then row-parallel linear layers; attention heads split; vocabulary-
  * parallel embedding and loss), @pp pipeline stages of consecutive layers, @dp replicas.
- * Rank order: tensor fastest, then pipeline, then data (Megatron's). */
+ * Rank order: tensor fastest, then data, then pipeline (Megatron's initialize_model_parallel
+ * and DeepSpeed's pipe-data-model topology): a stage's devices are consecutive. */
 SIM_PUBLIC SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
                                               const SimMegatronOptions *o, GError **error);
 

@@ -397,9 +397,11 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
     }
   }
 
-  /* Ranks: tensor fastest, then pipeline, then data (Megatron's order), so a tensor-
-   * parallel group is tp consecutive devices, inside one node when tp divides its size. */
-#define RANK(d, p, t) ((d) * (pp * tp) + (p) * tp + (t))
+  /* Ranks: tensor fastest, then data, then pipeline (Megatron's order: its data-parallel
+   * groups stride by tp inside a block of dp * tp ranks per stage, its pipeline groups by
+   * the world size over pp), so a tensor-parallel group is tp consecutive devices, inside
+   * one node when tp divides its size, and a stage holds dp * tp consecutive devices. */
+#define RANK(d, p, t) ((p) * (dp * tp) + (d) * tp + (t))
 
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
   g_autofree TpRole *role = g_new0(TpRole, MAX(n_ops, 1));

@@ -917,10 +917,12 @@ Test(strategy_build, megatron_gpt_tp2_pp2_dp2)
     cr_assert_eq(sim_strategy_op_stage(s, oa), l / 2);
   }
 
-  /* Ranks: dp_idx * (pp * tp) + pp_idx * tp + tp_idx.  Stage 0 (pp_idx 0) holds ranks
-   * {0, 1} (dp 0) and {4, 5} (dp 1); stage 1 holds {2, 3} and {6, 7}.  Shards are in
-   * row-major order of (b, ..., n): (dp 0, tp 0), (dp 0, tp 1), (dp 1, tp 0), (dp 1, tp 1). */
-  int stage0[] = { 0, 1, 4, 5 }, stage1[] = { 2, 3, 6, 7 };
+  /* Ranks as Megatron numbers them: pp_idx * (dp * tp) + dp_idx * tp + tp_idx (its 16-GPU
+   * example with tp 2, pp 4: data-parallel groups [0, 2], [1, 3], ..., pipeline groups
+   * [0, 4, 8, 12], ...).  Stage 0 holds ranks {0, 1} (dp 0) and {2, 3} (dp 1); stage 1
+   * holds {4, 5} and {6, 7}.  Shards are in row-major order of (b, ..., n): (dp 0, tp 0),
+   * (dp 0, tp 1), (dp 1, tp 0), (dp 1, tp 1). */
+  int stage0[] = { 0, 1, 2, 3 }, stage1[] = { 4, 5, 6, 7 };
   assert_devices(s, g, "layer0.mlp.fc1", stage0, 4);
   assert_devices(s, g, "layer1.mlp.fc2", stage0, 4);
   assert_devices(s, g, "layer3.mlp.fc1", stage1, 4);
