@@ -784,6 +784,55 @@ static gboolean same_devs(const SyncItem *a, const SyncItem *b)
   return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
 }
 
+typedef struct {
+  int group;   /* the rank of the item's device set, by first appearance */
+  int index;
+} ItemOrder;
+
+static int item_order_cmp(const void *a, const void *b)
+{
+  const ItemOrder *x = a, *y = b;
+  if (x->group != y->group)
+    return x->group < y->group ? -1 : 1;
+  return x->index - y->index;
+}
+
+/* Orders @items by device set, each set's items in their own order: every process
+ * buckets its own gradients (PyTorch DDP, Megatron), so a bucket is a run of one device
+ * set's items, whatever the items of other device sets between them. */
+static void group_items_by_devices(GArray *items)
+{
+  guint n = items->len;
+  if (n < 2)
+    return;
+  GHashTable *rank = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                           (GDestroyNotify)g_bytes_unref, NULL);
+  ItemOrder *ord = g_new(ItemOrder, n);
+  gboolean sorted = TRUE;
+  for (guint i = 0; i < n; i++) {
+    const SyncItem *it = &g_array_index(items, SyncItem, i);
+    GBytes *key = g_bytes_new(it->devs, sizeof(int) * (size_t)it->n_devs);
+    gpointer v;
+    if (!g_hash_table_lookup_extended(rank, key, NULL, &v)) {
+      v = GINT_TO_POINTER(g_hash_table_size(rank));
+      g_hash_table_insert(rank, key, v);
+    } else {
+      g_bytes_unref(key);
+    }
+    ord[i] = (ItemOrder){ GPOINTER_TO_INT(v), (int)i };
+    sorted = sorted && (i == 0 || ord[i].group >= ord[i - 1].group);
+  }
+  if (!sorted) {
+    qsort(ord, n, sizeof *ord, item_order_cmp);
+    SyncItem *copy = g_memdup2(items->data, sizeof(SyncItem) * n);
+    for (guint i = 0; i < n; i++)
+      g_array_index(items, SyncItem, i) = copy[ord[i].index];
+    g_free(copy);
+  }
+  g_free(ord);
+  g_hash_table_destroy(rank);
+}
+
 /* Bytes of weights, gradients and optimizer states per parameter (Rajbhandari et al.,
  * ZeRO, 2020: 2 + 2 + 12 for mixed-precision Adam), and how much of it shards. */
 static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
@@ -1004,6 +1053,7 @@ static void build_sync_block(SimLowering *lw)
     g_array_append_vals(ties, os->ties->data, os->ties->len);
   }
   g_free(owner_dev);
+  group_items_by_devices(items);
 
   /* Without overlap, a device's synchronization waits for its whole backward pass. */
   SimTaskRef *done = NULL;

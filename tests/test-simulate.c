@@ -472,6 +472,9 @@ Test(properties, flow_groups_change_no_timing)
 /* ---------------------------------------------------------------------------------- */
 /* Folding                                                                              */
 
+/* Gradient bucket size of the plans check_fold() builds (0: none, the library's default). */
+static int64_t fold_bucket_bytes;
+
 static void check_fold_at(SimDetail detail, const char *machine, const char *model,
                           const char *params, int dp, int tp, int pp, int mbs, SimSchedule sched,
                           int chunks, SimRecompute rc, const char *expect_fold)
@@ -489,6 +492,7 @@ static void check_fold_at(SimDetail detail, const char *machine, const char *mod
   mo.schedule = sched;
   mo.chunks = chunks;
   mo.memory.recompute = rc;
+  mo.sync.bucket_bytes = fold_bucket_bytes;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
@@ -543,6 +547,14 @@ Test(folding, equals_the_unfolded_simulation)
   check_fold("dgx-a100:4", "gpt", gpt, 2, 4, 4, 8, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE, NULL);
   check_fold("dgx-a100:2", "resnet-50", "batch=64", 16, 1, 1, 1, SIM_SCHEDULE_1F1B, 1,
              SIM_RECOMPUTE_NONE, "data-parallel replicas");
+  /* Gradients in several 25 MB buckets per tensor-parallel rank: each rank's data-parallel
+   * group buckets its own gradients, folded or not. */
+  const char *wide = "layers=2,hidden=2048,heads=16,seq=128,vocab=4096,batch=16";
+  fold_bucket_bytes = 25000000;
+  check_fold("dgx-a100", "gpt", wide, 2, 4, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL, both);
+  check_fold("dgx-a100:4", "gpt", wide, 2, 8, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+             both);
+  fold_bucket_bytes = 0;
 }
 
 /* ---------------------------------------------------------------------------------- */
