@@ -1,14 +1,16 @@
 /* engine.c — the discrete-event engine that times an assembled task graph.
  *
- * Events sit in a binary min-heap ordered by (time, sequence number), so events due at
- * the same time run in the order they were scheduled and every run is reproducible
- * (libuv's timer heap).  A flow whose rate changes gets a new end event; the old one is
+ * Events sit in a min-heap ordered by (time, sequence number), so events due at the same
+ * time run in the order they were scheduled and every run is reproducible (libuv's timer
+ * heap); it has four children a node rather than two, which halves its depth.  A flow whose rate changes gets a new end event; the old one is
  * dropped when it surfaces.
  *
  * Resources: one compute stream per device runs its compute tasks one at a time, in the
  * stream order the lowering chose (a CUDA stream runs kernels in issue order); flows move
  * bytes over links shared by max-min fairness (network.c) and start after their route's
- * latency; delays wait without holding anything.  The network is re-solved only once all
+ * latency; delays wait without holding anything.  The host issues each device's kernels
+ * in stream order (SimOptions.host_kernel_time a kernel, host_step_time between steps of
+ * the schedule) and may bound when they start.  The network is re-solved only once all
  * events due at one instant have run, so flows that end together cost one solve.
  *
  * Groups: the flows a join point releases together towards one task (a phase of a
