@@ -157,11 +157,16 @@ static void engine_rate(void)
 
 /* ---- delta against full simulation after single-operator changes ---- */
 
-/* @walk: every change stays (a random walk of single-operator changes, as accepted MCMC
- * moves leave them); otherwise each change is undone after it is measured, so that every
- * measured change starts from data parallelism (as rejected proposals leave the state). */
-static void delta_vs_full(const char *gname, const char *params, gboolean walk)
+/* How the measured changes follow each other: every change stays (a random walk, as if
+ * every MCMC proposal were accepted); every change is undone after it is measured, so
+ * that each starts from data parallelism (as if every proposal were rejected); or a
+ * change stays by the rule of parasol's MCMC search (always if the iteration is not
+ * slower, else with probability exp(-20 * (new - cur) / cur)). */
+typedef enum { WALK, UNDONE, MCMC } Moves;
+
+static void delta_vs_full(const char *gname, const char *params, Moves moves)
 {
+  gboolean walk = moves == WALK;
   g_autoptr(SimGraph) g = model(gname, params, SIM_DTYPE_FP16);
   g_autoptr(SimMachine) m = machine("dgx-a100:8");
   GError *error = NULL;
@@ -169,7 +174,8 @@ static void delta_vs_full(const char *gname, const char *params, gboolean walk)
   SimOptions o = sim_options_default();
   g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(NULL);
   SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
-  sim_session_run(ss);
+  double now_t = sim_session_run(ss);
+  int accepted = 0;
   GRand *rng = g_rand_new_with_seed(1);
   int want = quick ? 7 : 25, got = 0;
   double *td = g_new(double, want), *tf = g_new(double, want), *ratio = g_new(double, want);
@@ -205,16 +211,24 @@ static void delta_vs_full(const char *gname, const char *params, gboolean walk)
     tf[got] = d - b;
     ratio[got] = tf[got] / td[got];
     got++;
-    if (!walk) {
+    gboolean keep = walk;
+    if (moves == MCMC)
+      keep = t_delta >= 0 && (t_delta <= now_t || g_rand_double(rng) < exp(-20 * (t_delta - now_t) / now_t));
+    if (keep) {
+      now_t = t_delta;
+      accepted++;
+    } else {
       g_assert(sim_session_set_op(ss, x, old_deg, old_devs, NULL));
       sim_session_run(ss);
     }
   }
   double mf = median(tf, want), md = median(td, want), mr = median(ratio, want);
   double lo = ratio[0]; /* sorted by median() */
+  const char *how = moves == WALK ? "random walk     " : moves == UNDONE ? "from DP, undone " : "MCMC, ";
+  g_autofree char *how_mcmc = g_strdup_printf("MCMC, %2d kept   ", accepted);
   printf("| delta vs full: %-12s on 64 GPUs, %s | %d changes | full %.4f s | delta %.4f s | "
          "ratio %.1fx (median; min %.1fx) | %d mismatches |\n",
-         gname, walk ? "random walk   " : "from DP, undone", want, mf, md, mr, lo, mismatches);
+         gname, moves == MCMC ? how_mcmc : how, want, mf, md, mr, lo, mismatches);
   g_free(td);
   g_free(tf);
   g_free(ratio);
@@ -227,10 +241,12 @@ int main(int argc, char **argv)
   quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 1 && !strcmp(argv[1], "--delta")) {
     /* Only the delta comparison, for profiling it. */
-    delta_vs_full("inception-v3", "batch=512", TRUE);
-    delta_vs_full("bert-large", "batch=256,seq=128", TRUE);
-    delta_vs_full("inception-v3", "batch=512", FALSE);
-    delta_vs_full("bert-large", "batch=256,seq=128", FALSE);
+    delta_vs_full("inception-v3", "batch=512", WALK);
+    delta_vs_full("bert-large", "batch=256,seq=128", WALK);
+    delta_vs_full("inception-v3", "batch=512", UNDONE);
+    delta_vs_full("bert-large", "batch=256,seq=128", UNDONE);
+    delta_vs_full("inception-v3", "batch=512", MCMC);
+    delta_vs_full("bert-large", "batch=256,seq=128", MCMC);
     return 0;
   }
   printf("parasol simulator benchmark (%s)\n\n", quick ? "quick" : "full");
@@ -247,9 +263,11 @@ int main(int argc, char **argv)
   printf("\n");
   engine_rate();
   printf("\n");
-  delta_vs_full("inception-v3", "batch=512", TRUE);
-  delta_vs_full("bert-large", "batch=256,seq=128", TRUE);
-  delta_vs_full("inception-v3", "batch=512", FALSE);
-  delta_vs_full("bert-large", "batch=256,seq=128", FALSE);
+  delta_vs_full("inception-v3", "batch=512", WALK);
+  delta_vs_full("bert-large", "batch=256,seq=128", WALK);
+  delta_vs_full("inception-v3", "batch=512", UNDONE);
+  delta_vs_full("bert-large", "batch=256,seq=128", UNDONE);
+  delta_vs_full("inception-v3", "batch=512", MCMC);
+  delta_vs_full("bert-large", "batch=256,seq=128", MCMC);
   return 0;
 }
