@@ -36,6 +36,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "gemm-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_efficiency, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
     { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
     { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
+    { "gemm-k-overhead", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_k_overhead, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "host-step-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_step_us, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
@@ -112,6 +113,8 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.memory_efficiency = p->memory_efficiency;
   if (p->gemm_latency_us > 0)
     rp.gemm_latency = p->gemm_latency_us * 1e-6;
+  if (p->gemm_k_overhead > 0)
+    rp.gemm_k_overhead = p->gemm_k_overhead;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);
@@ -232,10 +235,11 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
     return FALSE;
   }
   if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
-      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 || p->host_step_us < 0) {
+      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 || p->host_step_us < 0 ||
+      p->gemm_k_overhead < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
-                "--host-overhead-us and --host-step-us be positive");
+                "--host-overhead-us, --host-step-us and --gemm-k-overhead be positive");
     return FALSE;
   }
   if (p->coll_efficiency < 0 || p->coll_efficiency > 1 ||

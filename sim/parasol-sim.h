@@ -508,6 +508,13 @@ typedef struct {
   /* A GEMM's fixed cost beyond its launch: filling and draining the tensor-core pipeline,
    * prologue and epilogue.  It makes small GEMMs less efficient than large ones. */
   double gemm_latency;
+  /* Each output tile of a GEMM streams its reduction dimension K through a pipeline whose
+   * start (filling the shared-memory stages) and end (the epilogue that converts and
+   * writes the tile) cost about as much as this many more elements of K: a GEMM's work
+   * counts as (K + gemm_k_overhead) / K times its FLOPs.  Short reductions (small hidden
+   * sizes, tensor-parallel shards of them, attention's head dimension) lose the most.
+   * 0: none. */
+  double gemm_k_overhead;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

@@ -119,6 +119,29 @@ Test(roofline, tile_sizes_are_parameters)
                108.0 * 256.0 * 128.0 * 4096.0 * 2.0 / (312e12 * 0.75) + 5e-6);
 }
 
+Test(roofline, short_reductions_pay_the_tile_pipeline)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  p.gemm_k_overhead = 256;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* K = 1024 with 256 elements of overhead: 1.25 times the arithmetic of 4096 x 4096 x
+   * 1024 (34.4 GFLOP, 146.8 us at 0.75 * 312 TFLOP/s, against 50 MB of traffic in 31 us),
+   * plus 5 us.  K = 12288 pays 1 + 256 / 12288: large reductions hardly notice. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 1024);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               1.25 * 2.0 * 4096.0 * 4096.0 * 1024.0 / (312e12 * 0.75) + 5e-6);
+  SimKernel wide = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 12288);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &wide),
+               (12288.0 + 256.0) / 12288.0 * 2.0 * 4096.0 * 4096.0 * 12288.0 / (312e12 * 0.75) +
+                 5e-6);
+  /* Without it, the plain count. */
+  SimRooflineParams q = no_quantization();
+  g_autoptr(SimCostModel) plain = sim_cost_model_new_roofline(&q);
+  assert_close(sim_cost_model_kernel_time(plain, &dev, &k),
+               2.0 * 4096.0 * 4096.0 * 1024.0 / (312e12 * 0.75) + 5e-6);
+}
+
 Test(roofline, memory_kernel_is_bandwidth_bound)
 {
   SimDeviceSpec dev = a100();
