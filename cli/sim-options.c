@@ -235,8 +235,8 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
     return FALSE;
   }
   if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
-      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 || p->host_step_us < 0 ||
-      p->gemm_k_overhead < 0) {
+      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 ||
+      p->host_step_us < 0 || p->gemm_k_overhead < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
                 "--host-overhead-us, --host-step-us and --gemm-k-overhead be positive");
