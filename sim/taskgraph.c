@@ -368,27 +368,28 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   int32_t *boff = g_new(int32_t, MAX(tg->blocks->len, 1));
   for (guint i = 0; i < tg->blocks->len; i++)
     boff[i] = ((SimTaskBlock *)tg->blocks->pdata[i])->offset;
+  /* Dense passes first (counts, offsets, roots, the fill); then one pass over the tasks
+   * writes what they keep and finds the heads of groups: the task array, 80 bytes a
+   * task, is the costly thing to walk. */
   int32_t *count = g_new0(int32_t, MAX(n, 1));
+  int32_t *soff = g_new(int32_t, (size_t)n + 1);
   tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(tg->cap_task, (size_t)1));
   memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
   edges_pass(tg, n_blocks, boff, count, FALSE);
   int n_roots = 0;
-  for (int t = 0; t < n; t++)
-    n_roots += tg->n_pred[t] == 0;
-  tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)n_roots, sizeof(int32_t));
-  tg->n_roots = 0;
-  /* One pass over the tasks: their counts, where their successors go, the roots. */
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
-    SimTask *k = &tg->task[t];
-    k->n_pred = tg->n_pred[t];
-    k->n_succ = count[t];
-    k->succ_off = off;
-    if (k->n_pred == 0)
-      tg->roots[tg->n_roots++] = t;
-    count[t] = off;
-    off += k->n_succ;
+    n_roots += tg->n_pred[t] == 0;
+    soff[t] = off;
+    off += count[t];
+    count[t] = soff[t];
   }
+  soff[n] = off;
+  tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)n_roots, sizeof(int32_t));
+  tg->n_roots = 0;
+  for (int t = 0; t < n; t++)
+    if (tg->n_pred[t] == 0)
+      tg->roots[tg->n_roots++] = t;
   tg->n_succ_total = n_edges;
   edges_pass(tg, n_blocks, boff, count, TRUE);
   g_free(count);
@@ -397,20 +398,27 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
   tg->group_head = g_renew(uint8_t, tg->group_head, MAX(tg->cap_task, (size_t)1));
+  const int32_t *np = tg->n_pred, *succ = tg->succ;
   for (int t = 0; t < n; t++) {
-    const SimTask *j = &tg->task[t];
-    gboolean head = (j->kind == SIM_TASK_NOP || j->kind == SIM_TASK_DELAY) && j->n_succ > 0;
+    SimTask *j = &tg->task[t];
+    int32_t ns = soff[t + 1] - soff[t];
+    j->n_pred = np[t];
+    j->n_succ = ns;
+    j->succ_off = soff[t];
+    gboolean head = (j->kind == SIM_TASK_NOP || j->kind == SIM_TASK_DELAY) && ns > 0;
     int32_t sink = -1;
-    for (int k = 0; head && k < j->n_succ; k++) {
-      const SimTask *f = &tg->task[tg->succ[j->succ_off + k]];
-      head = f->kind == SIM_TASK_FLOW && f->n_pred == 1 && f->n_succ == 1 &&
+    for (int k = 0; head && k < ns; k++) {
+      int32_t s = succ[soff[t] + k];
+      const SimTask *f = &tg->task[s];
+      head = f->kind == SIM_TASK_FLOW && np[s] == 1 && soff[s + 1] - soff[s] == 1 &&
              (f->n_links > 0 || (f->device != f->peer && f->bytes > 0)) &&
-             (sink < 0 || tg->succ[f->succ_off] == sink);
+             (sink < 0 || succ[soff[s]] == sink);
       if (head)
-        sink = tg->succ[f->succ_off];
+        sink = succ[soff[s]];
     }
     tg->group_head[t] = head;
   }
+  g_free(soff);
 
   /* Streams: sorted entries per device, turned into global ids. */
   update_streams(tg);
