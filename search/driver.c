@@ -446,12 +446,13 @@ double search_evaluator_run(SearchEvaluator *ev)
   double cost = INFINITY;
   ev->last_time = INFINITY;
   ev->last_memory = 0;
-  if (t > 0 && isfinite(t)) {
-    SimReport *r = sim_session_report(ev->ss);
-    if (r) {
-      cost = search_problem_report_cost(p, r, &ev->last_time, &ev->last_memory);
-      sim_report_free(r);
-    }
+  double ratio;
+  gboolean fits;
+  if (t > 0 && isfinite(t) && sim_session_memory(ev->ss, &ratio, &fits)) {
+    /* As search_problem_report_cost() reads a report, without building one. */
+    ev->last_time = t;
+    ev->last_memory = ratio;
+    cost = p->memory_limit && !fits ? INFINITY : t;
   }
   search_context_record(ev->ctx, p, sim_session_get_strategy(ev->ss), cost,
                         search_key(ev->stream, ev->n));

@@ -119,6 +119,29 @@ SimReport *sim_session_report(SimSession *ss)
                           "none", &ss->o, sim_lowering_model_flops(ss->lw));
 }
 
+gboolean sim_session_memory(SimSession *ss, double *max_ratio, gboolean *fits)
+{
+  sim_session_run(ss);
+  if (ss->tl.deadlock)
+    return FALSE;
+  double ratio = 0;
+  gboolean ok = TRUE;
+  int nd = sim_machine_n_devices(ss->m);
+  for (int d = 0; d < nd; d++) {
+    const SimDeviceSpec *spec = sim_machine_device_spec(ss->m, d);
+    int64_t peak = ss->tl.peak_mem[d];
+    if (spec->mem_capacity > 0)
+      ratio = MAX(ratio, (double)peak / (double)spec->mem_capacity);
+    if (peak > spec->mem_capacity)
+      ok = FALSE;
+  }
+  if (max_ratio)
+    *max_ratio = ratio;
+  if (fits)
+    *fits = ok;
+  return TRUE;
+}
+
 const SimTaskGraph *sim_session_taskgraph(SimSession *ss)
 {
   return sim_lowering_taskgraph(ss->lw);

@@ -769,6 +769,10 @@ SIM_PUBLIC gboolean sim_session_set_op(SimSession *ss, int op, const int *degree
 SIM_PUBLIC double sim_session_run(SimSession *ss);
 SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
 SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
+/* What a search needs of the last run without building a report: the largest ratio of a
+ * device's peak memory to its capacity, and whether every device fits (as the report's
+ * peak_memory_bytes and fits say).  FALSE if the last run deadlocked. */
+SIM_PUBLIC gboolean sim_session_memory(SimSession *ss, double *max_ratio, gboolean *fits);
 
 /* ---------------------------------------------------------------------------------- */
 /* Plans: the lowered task graph with what each task means, for executors               */

@@ -621,6 +621,17 @@ Test(delta, equals_full_simulation_after_random_changes)
         cr_assert_eq(dtl->start[i], tl.start[i]);
         cr_assert_eq(dtl->end[i], tl.end[i]);
       }
+      /* The memory figures a search reads without a report are the report's. */
+      double ratio = -1;
+      gboolean fits = FALSE;
+      cr_assert(sim_session_memory(ss, &ratio, &fits));
+      g_autoptr(SimReport) r = sim_session_report(ss);
+      double want = 0;
+      for (int d = 0; d < sim_report_n_devices(r); d++)
+        want = MAX(want, (double)sim_report_peak_memory(r, d) /
+                           (double)sim_machine_device_spec(m, d)->mem_capacity);
+      cr_assert_eq(ratio, want);
+      cr_assert_eq(fits, sim_report_fits(r));
       sim_timeline_clear(&tl);
       sim_lowering_free(lw);
     }
