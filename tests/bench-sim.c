@@ -236,17 +236,22 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
   sim_session_free(ss);
 }
 
+/* Delta against full on both models, each way. */
+static void all_deltas(void)
+{
+  const Moves moves[] = { WALK, UNDONE, MCMC };
+  for (size_t i = 0; i < G_N_ELEMENTS(moves); i++) {
+    delta_vs_full("inception-v3", "batch=512", moves[i]);
+    delta_vs_full("bert-large", "batch=256,seq=128", moves[i]);
+  }
+}
+
 int main(int argc, char **argv)
 {
   quick = argc > 1 && !strcmp(argv[1], "--quick");
   if (argc > 1 && !strcmp(argv[1], "--delta")) {
     /* Only the delta comparison, for profiling it. */
-    delta_vs_full("inception-v3", "batch=512", WALK);
-    delta_vs_full("bert-large", "batch=256,seq=128", WALK);
-    delta_vs_full("inception-v3", "batch=512", UNDONE);
-    delta_vs_full("bert-large", "batch=256,seq=128", UNDONE);
-    delta_vs_full("inception-v3", "batch=512", MCMC);
-    delta_vs_full("bert-large", "batch=256,seq=128", MCMC);
+    all_deltas();
     return 0;
   }
   printf("parasol simulator benchmark (%s)\n\n", quick ? "quick" : "full");
@@ -263,11 +268,6 @@ int main(int argc, char **argv)
   printf("\n");
   engine_rate();
   printf("\n");
-  delta_vs_full("inception-v3", "batch=512", WALK);
-  delta_vs_full("bert-large", "batch=256,seq=128", WALK);
-  delta_vs_full("inception-v3", "batch=512", UNDONE);
-  delta_vs_full("bert-large", "batch=256,seq=128", UNDONE);
-  delta_vs_full("inception-v3", "batch=512", MCMC);
-  delta_vs_full("bert-large", "batch=256,seq=128", MCMC);
+  all_deltas();
   return 0;
 }
