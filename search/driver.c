@@ -448,12 +448,9 @@ double search_evaluator_run(SearchEvaluator *ev)
   ev->last_memory = 0;
   double ratio;
   gboolean fits;
-  if (t > 0 && isfinite(t) && sim_session_memory(ev->ss, &ratio, &fits)) {
-    /* As search_problem_report_cost() reads a report, without building one. */
-    ev->last_time = t;
-    ev->last_memory = ratio;
-    cost = p->memory_limit && !fits ? INFINITY : t;
-  }
+  /* The report's figures, read from the session without building a report. */
+  if (t > 0 && isfinite(t) && sim_session_memory(ev->ss, &ratio, &fits))
+    cost = search_problem_cost(p, t, ratio, fits, &ev->last_time, &ev->last_memory);
   search_context_record(ev->ctx, p, sim_session_get_strategy(ev->ss), cost,
                         search_key(ev->stream, ev->n));
   return cost;

@@ -391,10 +391,23 @@ SimStrategy *search_problem_map_devices(const SearchProblem *p, const SimStrateg
 /* ---------------------------------------------------------------------------------- */
 /* Simulation                                                                         */
 
+double search_problem_cost(const SearchProblem *p, double t, double ratio, gboolean fits,
+                           double *time, double *memory)
+{
+  if (time)
+    *time = t > 0 && isfinite(t) ? t : INFINITY;
+  if (memory)
+    *memory = ratio;
+  if (!(t > 0) || !isfinite(t))
+    return INFINITY;
+  if (p->memory_limit && !fits)
+    return INFINITY;
+  return t;
+}
+
 double search_problem_report_cost(const SearchProblem *p, const SimReport *r, double *time,
                                   double *memory)
 {
-  double t = sim_report_iteration_time(r);
   double ratio = 0;
   int nd = sim_report_n_devices(r);
   for (int d = 0; d < nd; d++) {
@@ -402,15 +415,8 @@ double search_problem_report_cost(const SearchProblem *p, const SimReport *r, do
     if (spec && spec->mem_capacity > 0)
       ratio = MAX(ratio, (double)sim_report_peak_memory(r, d) / (double)spec->mem_capacity);
   }
-  if (time)
-    *time = t > 0 && isfinite(t) ? t : INFINITY;
-  if (memory)
-    *memory = ratio;
-  if (!(t > 0) || !isfinite(t))
-    return INFINITY;
-  if (p->memory_limit && !sim_report_fits(r))
-    return INFINITY;
-  return t;
+  return search_problem_cost(p, sim_report_iteration_time(r), ratio, sim_report_fits(r), time,
+                             memory);
 }
 
 double search_problem_simulate(const SearchProblem *p, const SimStrategy *s, SimReport **report,

@@ -46,6 +46,11 @@ SimStrategy *search_problem_strategy_from_configs(const SearchProblem *p, const 
  * number devices 0..n-1 then run on the problem's subset (transfer full). */
 SimStrategy *search_problem_map_devices(const SearchProblem *p, const SimStrategy *s,
                                         GError **error);
+/* The cost of an iteration of @t seconds whose fullest device uses @ratio of its memory
+ * (@fits: every device fits): @t, or infinity when it did not run or, with a memory
+ * limit, does not fit.  @time and @memory (may be NULL) receive @t and @ratio. */
+double search_problem_cost(const SearchProblem *p, double t, double ratio, gboolean fits,
+                           double *time, double *memory);
 /* Iteration time, memory ratio and feasibility of a report under the problem's rules. */
 double search_problem_report_cost(const SearchProblem *p, const SimReport *r, double *time,
                                   double *memory);

@@ -44,8 +44,7 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
   ss->lw = sim_lowering_new(g, m, ss->s, cost, &ss->o, &ss->cp, NULL);
   sim_lowering_build(ss->lw);
   ss->e = sim_engine_new(m, ss->cp.bandwidth_efficiency);
-  sim_engine_set_host_kernel_time(ss->e, ss->o.host_kernel_time);
-  sim_engine_set_host_step_time(ss->e, ss->o.host_step_time);
+  sim_engine_set_host_times(ss->e, &ss->o);
   ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
   ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));
   return ss;

@@ -290,6 +290,12 @@ void sim_engine_set_host_step_time(SimEngine *e, double seconds)
   e->host_step = seconds > 0 ? seconds : 0;
 }
 
+void sim_engine_set_host_times(SimEngine *e, const SimOptions *o)
+{
+  sim_engine_set_host_kernel_time(e, o->host_kernel_time);
+  sim_engine_set_host_step_time(e, o->host_step_time);
+}
+
 /* The step of the schedule a compute task belongs to: its micro-batch's forward, its
  * micro-batch's backward (with the recomputation the backward needs), or the update. */
 static inline int32_t step_of(const SimTask *t)

@@ -639,8 +639,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
   sim_taskgraph_assemble(tg);
   SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
-  sim_engine_set_host_kernel_time(e, opts.host_kernel_time);
-  sim_engine_set_host_step_time(e, opts.host_step_time);
+  sim_engine_set_host_times(e, &opts);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);
   SimReport *r = NULL;
