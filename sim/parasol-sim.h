@@ -456,7 +456,7 @@ SIM_PUBLIC const char *sim_kernel_kind_name(SimKernelKind k);
 typedef enum { SIM_PASS_FORWARD, SIM_PASS_BACKWARD, SIM_PASS_UPDATE, SIM_PASS_COUNT } SimPass;
 SIM_PUBLIC const char *sim_pass_name(SimPass p);
 
-#define SIM_MAX_KERNELS 12
+#define SIM_MAX_KERNELS 16
 typedef struct {
   int n;
   SimKernel k[SIM_MAX_KERNELS];

@@ -1029,6 +1029,75 @@ Test(attention, selective_recomputation)
   cr_assert_eq(rw.n, 4);
 }
 
+/* Bytes of the memory-bound kernels of one pass of attention's work. */
+static double stream_bytes(const SimWork *w)
+{
+  double bytes = 0;
+  for (int i = 0; i < w->n; i++)
+    if (w->k[i].kind == SIM_KERNEL_MEMORY)
+      bytes += w->k[i].bytes;
+  return bytes;
+}
+
+Test(attention, megatron_fused_softmax_or_the_fp32_path)
+{
+  /* 16 heads of 64, sequence 1024, dropout 0.1: Megatron's fused softmax kernel needs the
+   * shard's batch x heads to be a multiple of 4.  Tensor parallelism over 8 GPUs leaves 2
+   * heads a shard: a micro-batch of 1 takes the unfused fp32 path, one of 2 the fused
+   * kernel. */
+  int64_t s = 1024, d = 1024, H = 16, e = 64;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 2, s, d);
+  g_autoptr(SimAttrs) at = sim_attrs_new(SIM_OP_ATTENTION);
+  cr_assert(sim_attrs_set_int(at, "heads", H, NULL));
+  cr_assert(sim_attrs_set_int(at, "head_dim", e, NULL));
+  cr_assert(sim_attrs_set_int(at, "causal", 1, NULL));
+  cr_assert(sim_attrs_set_float(at, "dropout", 0.1, NULL));
+  int plain = sim_graph_add_op(g, SIM_OP_ATTENTION, "plain", 3, (int[]){ x, x, x }, at, NULL);
+  cr_assert(sim_attrs_set_int(at, "megatron_softmax", 1, NULL));
+  int mega = sim_graph_add_op(g, SIM_OP_ATTENTION, "mega", 3, (int[]){ x, x, x }, at, NULL);
+  cr_assert(plain >= 0 && mega >= 0);
+  /* Extents b, s, h, e, d. */
+  const int64_t mb1_tp8[5] = { 1, s, 2, e, d }, mb2_tp8[5] = { 2, s, 2, e, d };
+  const int64_t mb1_tp4[5] = { 1, s, 4, e, d };
+  double n = 1.0 * 2 * s * s; /* scores of a shard of 1 sample and 2 heads */
+  SimWork w;
+  /* Fused: QKV, scores, softmax, dropout, context, output projection. */
+  sim_graph_op_work(g, plain, mb1_tp8, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 6);
+  /* Softmax 2 bytes in and out a score, dropout 2 + 2 and the 1-byte mask. */
+  cr_assert_float_eq(stream_bytes(&w), 4 * n + 5 * n, 1);
+  sim_graph_op_work(g, mega, mb2_tp8, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 6);
+  sim_graph_op_work(g, mega, mb1_tp4, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 6);
+  /* Unfused: cast (2 + 4), scale (4 + 4), masked_fill (4 + 4 and the [b, 1, s, s] mask,
+   * half a byte a score with 2 heads), softmax (4 + 4), cast back (4 + 2). */
+  sim_graph_op_work(g, mega, mb1_tp8, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 10);
+  cr_assert_float_eq(stream_bytes(&w), 36.5 * n + 5 * n, 1);
+  /* Backward: 10 kernels fused (softmax backward 6 bytes a score), 14 unfused (6 + 12 +
+   * 8.5 + 8 + 6); dropout's backward reads 2 + 1 and writes 2 either way. */
+  sim_graph_op_work(g, plain, mb1_tp8, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 10);
+  cr_assert_float_eq(stream_bytes(&w), 6 * n + 5 * n, 1);
+  sim_graph_op_work(g, mega, mb1_tp8, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 14);
+  cr_assert_leq(w.n, SIM_MAX_KERNELS);
+  cr_assert_float_eq(stream_bytes(&w), 40.5 * n + 5 * n, 1);
+  /* The fp32 path keeps P in fp32: 2 more bytes a score than the fused kernel. */
+  const SimOpClass *c = sim_op_class(SIM_OP_ATTENTION);
+  int64_t fused_saved = c->saved_bytes(sim_graph_op_get(g, plain), mb1_tp8);
+  cr_assert_eq(c->saved_bytes(sim_graph_op_get(g, mega), mb1_tp8), fused_saved + 2 * (int64_t)n);
+  /* Sequences past 2048 keys take the fp32 path whatever the batch. */
+  int x4k = INPUT(g, "x4k", SIM_DTYPE_FP16, 4, 4096, d);
+  int long_seq =
+    sim_graph_add_op(g, SIM_OP_ATTENTION, "long", 3, (int[]){ x4k, x4k, x4k }, at, NULL);
+  cr_assert(long_seq >= 0);
+  sim_graph_op_work(g, long_seq, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 10);
+}
+
 Test(attention, rejections)
 {
   g_autoptr(SimGraph) g = sim_graph_new("t");

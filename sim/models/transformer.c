@@ -41,7 +41,7 @@ static int int_input(SimGraph *g, const char *name, int64_t batch, int64_t seq)
  * probabilities, as Megatron's ParallelAttention, BERT and the Transformer have;
  * sim_graph_attention() takes neither, so the attributes are set here. */
 static int attention(SimGraph *g, const char *name, int q, int kv, int heads, int64_t hidden,
-                     gboolean causal)
+                     gboolean causal, gboolean megatron)
 {
   g_autoptr(SimAttrs) attrs = sim_attrs_new(SIM_OP_ATTENTION);
   sim_zoo_attr_int(g, attrs, "heads", heads);
@@ -49,6 +49,8 @@ static int attention(SimGraph *g, const char *name, int q, int kv, int heads, in
   sim_zoo_attr_int(g, attrs, "causal", causal);
   sim_zoo_attr_int(g, attrs, "bias", TRUE);
   sim_zoo_attr_float(g, attrs, "dropout", DROPOUT);
+  if (megatron)
+    sim_zoo_attr_int(g, attrs, "megatron_softmax", TRUE);
   int in[3] = { q, kv, kv };
   return sim_zoo_add_op(g, SIM_OP_ATTENTION, name, 3, in, attrs);
 }
@@ -61,7 +63,7 @@ static int gpt_layer(SimGraph *g, int l, int x, int heads, int64_t hidden)
 {
   SimZooName n;
   int y = sim_graph_layernorm(g, sim_zoo_name(&n, "layer%d.ln1", l), x);
-  y = attention(g, sim_zoo_name(&n, "layer%d.attn", l), y, y, heads, hidden, TRUE);
+  y = attention(g, sim_zoo_name(&n, "layer%d.attn", l), y, y, heads, hidden, TRUE, TRUE);
   /* Korthikanti et al. 2022 recompute the attention core (scores, softmax, dropout)
    * under selective recomputation: large activations, few FLOPs. */
   mark_selective(g, y);
@@ -158,7 +160,7 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
 
   SimZooName n;
   for (int l = 0; l < layers; l++) {
-    int y = attention(g, sim_zoo_name(&n, "layer%d.attn", l), x, x, heads, hidden, FALSE);
+    int y = attention(g, sim_zoo_name(&n, "layer%d.attn", l), x, x, heads, hidden, FALSE, FALSE);
     mark_selective(g, y);
     y = sim_graph_dropout(g, sim_zoo_name(&n, "layer%d.attn.dropout", l), y, DROPOUT);
     x = sim_graph_binary(g, sim_zoo_name(&n, "layer%d.attn.residual", l), x, y,
@@ -237,7 +239,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   x = sim_graph_dropout(g, "encoder.embed.dropout", x, DROPOUT);
   for (int l = 0; l < enc_layers; l++) {
     sim_zoo_name(&p, "encoder.layer%d", l);
-    int y = attention(g, sim_zoo_name(&n, "%s.attn", p.s), x, x, heads, d, FALSE);
+    int y = attention(g, sim_zoo_name(&n, "%s.attn", p.s), x, x, heads, d, FALSE, FALSE);
     mark_selective(g, y);
     x = residual_ln(g, sim_zoo_name(&n, "%s.attn", p.s), x, y);
     x = feed_forward(g, p.s, x, ff, d);
@@ -250,10 +252,10 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   x = sim_graph_dropout(g, "decoder.embed.dropout", x, DROPOUT);
   for (int l = 0; l < dec_layers; l++) {
     sim_zoo_name(&p, "decoder.layer%d", l);
-    int y = attention(g, sim_zoo_name(&n, "%s.self_attn", p.s), x, x, heads, d, TRUE);
+    int y = attention(g, sim_zoo_name(&n, "%s.self_attn", p.s), x, x, heads, d, TRUE, FALSE);
     mark_selective(g, y);
     x = residual_ln(g, sim_zoo_name(&n, "%s.self_attn", p.s), x, y);
-    y = attention(g, sim_zoo_name(&n, "%s.cross_attn", p.s), x, memory, heads, d, FALSE);
+    y = attention(g, sim_zoo_name(&n, "%s.cross_attn", p.s), x, memory, heads, d, FALSE, FALSE);
     mark_selective(g, y);
     x = residual_ln(g, sim_zoo_name(&n, "%s.cross_attn", p.s), x, y);
     x = feed_forward(g, p.s, x, ff, d);

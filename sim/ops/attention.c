@@ -14,11 +14,21 @@
  * projections), which is what splitting s costs.
  *
  * Causal masks are priced as full score matrices, which is what Megatron's fused kernels
- * compute.  Biases are added in the GEMMs' epilogues and their gradients reduced there
+ * compute.
+ *
+ * With "megatron_softmax" set, the scale, mask and softmax run as Megatron's
+ * FusedScaleMaskSoftmax runs them: one fused fp16 kernel each way where that kernel
+ * applies (16 < skv <= 2048, query and key lengths multiples of 4, and the shard's batch
+ * times heads a multiple of 4: is_kernel_available in megatron/model/fused_softmax.py),
+ * and otherwise PyTorch's unfused path in fp32 (query-key layer scaling, on by default,
+ * forces softmax_in_fp32): cast to fp32, scale, masked_fill, softmax, cast back, five
+ * kernels forward and five backward.  Tensor parallelism over 8 GPUs with 16 heads and
+ * micro-batches of 1 takes the unfused path.  Without the attribute the kernel is always
+ * the fused one.  Biases are added in the GEMMs' epilogues and their gradients reduced there
  * (cuBLASLt), so they add no kernels. */
 #include "../sim-private.h"
 
-enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS };
+enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS, A_MEGATRON_SOFTMAX };
 
 static const SimAttrSpec attrs[] = {
   [A_HEADS] = { "heads", SIM_ATTR_INT, 0, NULL, TRUE },
@@ -28,6 +38,8 @@ static const SimAttrSpec attrs[] = {
   [A_DROPOUT] = { "dropout", SIM_ATTR_FLOAT, 0.0, NULL, FALSE },
   /* GPT-2/3, BERT and Megatron have biases on all four projections. */
   [A_BIAS] = { "bias", SIM_ATTR_BOOL, 1, NULL, FALSE },
+  /* Megatron's choice between its fused softmax kernel and the unfused fp32 path. */
+  [A_MEGATRON_SOFTMAX] = { "megatron_softmax", SIM_ATTR_BOOL, 0, NULL, FALSE },
 };
 
 enum { B, S, H, E, D };
@@ -123,6 +135,7 @@ typedef struct {
   double p;        /* dropout probability */
   gboolean fused;  /* self-attention over the whole sequence: one QKV GEMM */
   gboolean kv_same;
+  gboolean unfused_softmax; /* Megatron's fp32 fallback (see the top) */
 } Shard;
 
 static Shard shard(const SimOp *op, const int64_t *e)
@@ -141,6 +154,9 @@ static Shard shard(const SimOp *op, const int64_t *e)
   x.kv_same = op->inputs[1] == op->inputs[2];
   x.fused = x.kv_same && op->inputs[0] == op->inputs[1] && x.s == x.skv &&
             x.s == op->in_shape[0].dims[1];
+  if (op->attrs[A_MEGATRON_SOFTMAX].i[0] && sim_dtype_size(op->w_dtype) == 2)
+    x.unfused_softmax = !(x.skv > 16 && x.skv <= 2048 && x.s % 4 == 0 && x.skv % 4 == 0 &&
+                          (x.b * x.heads) % 4 == 0);
   return x;
 }
 
@@ -151,8 +167,19 @@ static void core_forward(const SimOp *op, const Shard *x, SimWork *w)
   SimDType dt = op->w_dtype;
   double es = sim_dtype_size(dt);
   sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->skv, x->hd));
-  /* Scale, mask, row max, subtract, exp (4), sum, divide: 10 per score. */
-  sim_work_add(w, sim_kernel_memory(dt, 10 * x->scores, 2 * x->scores * es));
+  if (x->unfused_softmax) {
+    /* fp16 to fp32, scale, masked_fill (reading the [b, 1, s, skv] mask), softmax
+     * (row max, subtract, exp, sum, divide), fp32 to fp16. */
+    double n = x->scores;
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (es + 4)));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n + n / (double)x->heads));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 8 * n, 8 * n));
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (4 + es)));
+  } else {
+    /* Scale, mask, row max, subtract, exp (4), sum, divide: 10 per score. */
+    sim_work_add(w, sim_kernel_memory(dt, 10 * x->scores, 2 * x->scores * es));
+  }
   if (x->p > 0)
     sim_work_add(w, sim_kernel_memory(dt, 3 * x->scores, 2 * x->scores * es + x->scores));
   sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->hd, x->skv));
@@ -188,7 +215,19 @@ static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
   /* Dropout backward reads dP and the mask; softmax backward reads P and dP. */
   if (x.p > 0)
     sim_work_add(w, sim_kernel_memory(dt, x.scores, 2 * x.scores * es + x.scores));
-  sim_work_add(w, sim_kernel_memory(dt, 5 * x.scores, 3 * x.scores * es));
+  if (x.unfused_softmax) {
+    /* Autograd through the five forward kernels: the cast's gradient to fp32, softmax
+     * backward (reads P and dP, writes dS), masked_fill's (zeroes the masked scores),
+     * the scale's, and the cast back to fp16. */
+    double n = x.scores;
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (es + 4)));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 5 * n, 12 * n));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n + n / (double)x.heads));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n));
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (4 + es)));
+  } else {
+    sim_work_add(w, sim_kernel_memory(dt, 5 * x.scores, 3 * x.scores * es));
+  }
   sim_work_add(w, sim_kernel_gemm(dt, bh, x.s, x.hd, x.skv));       /* d Q         */
   sim_work_add(w, sim_kernel_gemm(dt, bh, x.skv, x.hd, x.s));       /* d K         */
   if (x.fused) {
@@ -231,7 +270,7 @@ static int64_t saved_bytes(const SimOp *op, const int64_t *extent)
   /* Korthikanti et al. 2022, section 4.1: besides the inputs, Q, K, V and the context,
    * the softmax output (2as^2b in fp16), the dropout mask (as^2b) and the dropout output
    * the P V product reads (2as^2b). */
-  int64_t core = scores * es;
+  int64_t core = scores * (x.unfused_softmax ? 4 : es); /* the fp32 path keeps fp32 P */
   if (x.p > 0)
     core += scores + scores * es;
   return kept_outside_core(op, &x) + core;
