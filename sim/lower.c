@@ -533,6 +533,16 @@ typedef struct {
   SimRegion inter;
 } Piece;
 
+/* TRUE if the boxes @a and @b (of one rank) overlap: the quick test that spares most
+ * pairs of plan_pieces' all-pairs scan the full intersection. */
+static inline gboolean boxes_overlap(const SimRegion *a, const SimRegion *b)
+{
+  for (int d = 0; d < a->ndim; d++)
+    if (MIN(a->hi[d], b->hi[d]) <= MAX(a->lo[d], b->lo[d]))
+      return FALSE;
+  return a->ndim == b->ndim;
+}
+
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
                            const OpLay *dst, const SimRegion *need)
 {
@@ -543,6 +553,8 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
     int dev = dst->dev[c];
     for (guint k = 0; k < groups->len; k++) {
       Holders *h = &g_array_index(groups, Holders, k);
+      if (!boxes_overlap(&need[c], &h->region))
+        continue;
       Piece p = { .c = c, .k = (int)k, .holder = -1 };
       if (!sim_region_intersect(&need[c], &h->region, &p.inter))
         continue;
