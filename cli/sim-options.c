@@ -39,6 +39,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "gemm-k-overhead", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_k_overhead, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "host-step-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_step_us, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
+    { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
     { "profile-gpu", 0, 0, G_OPTION_ARG_STRING, &p->profile_gpu, "Use the profile's entries of this device (default: each device's own name)", "NAME" },
@@ -288,5 +289,6 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
     o.coll_base_latency = p->coll_base_us * 1e-6;
   o.host_kernel_time = p->host_overhead_us * 1e-6;
   o.host_step_time = p->host_step_us * 1e-6;
+  o.blocking_sends = p->blocking_sends;
   return o;
 }

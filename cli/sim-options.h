@@ -9,7 +9,7 @@ typedef struct {
   gint64 microbatch_size, global_batch;
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
-  gboolean no_overlap, zero1, sequence_parallel, no_fold;
+  gboolean no_overlap, zero1, sequence_parallel, no_fold, blocking_sends;
   double coll_efficiency, coll_latency_us, coll_base_us;
   /* Roofline parameters (0: the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;

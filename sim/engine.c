@@ -93,6 +93,9 @@ struct _SimEngine {
   double *sync_time;      /* the latest end of a transfer the host waits for, per task */
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
+  gboolean blocking_sends; /* the host waits for its sends to other stages (see below)  */
+  int32_t *sends;         /* per device: blocking sends under way                       */
+  uint8_t *send_counted;  /* per task: a send counted in `sends`                        */
   int32_t *host_unit;     /* per device: the step its host issued last (see step_of)    */
   double *host;           /* per device: when its host has issued the last task         */
   /* per-device state */
@@ -233,6 +236,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->mem = g_new0(int64_t, e->n_devices);
   e->host = g_new0(double, e->n_devices);
   e->host_unit = g_new0(int32_t, e->n_devices);
+  e->sends = g_new0(int32_t, e->n_devices);
   if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
@@ -264,6 +268,8 @@ void sim_engine_free(SimEngine *e)
   g_free(e->sync_time);
   g_free(e->host);
   g_free(e->host_unit);
+  g_free(e->sends);
+  g_free(e->send_counted);
   g_free(e->routes);
   g_free(e->ready);
   g_free(e->stream_pos);
@@ -290,10 +296,16 @@ void sim_engine_set_host_step_time(SimEngine *e, double seconds)
   e->host_step = seconds > 0 ? seconds : 0;
 }
 
+void sim_engine_set_blocking_sends(SimEngine *e, gboolean on)
+{
+  e->blocking_sends = on;
+}
+
 void sim_engine_set_host_times(SimEngine *e, const SimOptions *o)
 {
   sim_engine_set_host_kernel_time(e, o->host_kernel_time);
   sim_engine_set_host_step_time(e, o->host_step_time);
+  sim_engine_set_blocking_sends(e, o->blocking_sends);
 }
 
 /* The step of the schedule a compute task belongs to: its micro-batch's forward, its
@@ -365,7 +377,7 @@ static void start_compute(SimEngine *e, int32_t t)
 
 static void try_stream(SimEngine *e, int d)
 {
-  if (e->busy[d])
+  if (e->busy[d] || e->sends[d] > 0)
     return;
   int32_t pos = e->stream_pos[d];
   if (pos >= e->tg->stream_off[d + 1])
@@ -442,6 +454,26 @@ static void drain_work(SimEngine *e)
   g_array_set_size(e->work, 0);
 }
 
+/* With blocking sends (SimOptions.blocking_sends), the transfers to other devices that
+ * compute task @t's end starts hold its device's host, and so its stream, until they end:
+ * counted before @t's successors are released, so that no later kernel of the stream
+ * starts first. */
+static void count_sends(SimEngine *e, int32_t t)
+{
+  const SimTask *task = &e->tg->task[t];
+  const int32_t *succ = e->tg->succ + task->succ_off;
+  for (int k = 0; k < task->n_succ; k++) {
+    int32_t s = succ[k];
+    const SimTask *f = &e->tg->task[s];
+    if (f->kind == SIM_TASK_FLOW && f->cls == SIM_CLASS_TRANSFER && !f->n_links &&
+        f->device == task->device && f->peer != f->device && f->bytes > 0 &&
+        e->preds_left[s] == 1 && !e->send_counted[s]) {
+      e->send_counted[s] = 1;
+      e->sends[task->device]++;
+    }
+  }
+}
+
 static void complete(SimEngine *e, int32_t t)
 {
   const SimTask *task = &e->tg->task[t];
@@ -453,6 +485,16 @@ static void complete(SimEngine *e, int32_t t)
     e->busy[d] = 0;
     e->stream_pos[d]++;
     e->stream_prev[d] = t;
+    if (e->blocking_sends)
+      count_sends(e, t);
+  } else if (e->send_counted[t]) {
+    /* A blocking send has ended: its host goes on from here. */
+    int d = task->device;
+    e->send_counted[t] = 0;
+    if (--e->sends[d] == 0) {
+      e->host[d] = MAX(e->host[d], e->now);
+      try_stream(e, d);
+    }
   }
   release_successors(e, t);
   drain_work(e);
@@ -795,6 +837,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->ready_time = g_renew(double, e->ready_time, n);
     e->sync_time = g_renew(double, e->sync_time, n);
     e->ready = g_renew(uint8_t, e->ready, n);
+    e->send_counted = g_renew(uint8_t, e->send_counted, n);
   }
   /* A delta run fills the arrays of the last one (fresh pages cost more than the
    * writes). */
@@ -833,6 +876,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   memset(e->sync_time, 0, (size_t)n * sizeof(double));
   memset(e->flow_slot, 0xff, (size_t)n * sizeof(int32_t)); /* -1 */
   memset(e->ready, 0, (size_t)n);
+  memset(e->send_counted, 0, (size_t)n);
   memset(tl->crit, 0xff, (size_t)n * sizeof(int32_t));      /* -1 */
   for (int t = 0; t < n; t++) {
     tl->start[t] = -1;
@@ -845,6 +889,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->mem[d] = tg->static_mem[d];
     e->host[d] = 0;
     e->host_unit[d] = INT32_MIN;
+    e->sends[d] = 0;
     tl->peak_mem[d] = e->mem[d];
   }
   for (int i = 0; i < tg->n_roots; i++)

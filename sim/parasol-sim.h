@@ -707,6 +707,11 @@ typedef struct {
    * step's first kernel (fetching the batch, setting up transfers, bookkeeping the loss).
    * 0: none. */
   double host_step_time;
+  /* The host blocks after it sends to another device until the transfer has ended, so the
+   * device's next kernels are issued only then (Megatron's point-to-point exchange between
+   * pipeline stages waits on its requests and then calls torch.cuda.synchronize()).
+   * FALSE: sends are asynchronous and the host runs on. */
+  gboolean blocking_sends;
   /* Measured all-reduce times (NULL: none).  An all-reduce whose ranks share one node
    * and whose group size the table holds costs the measured time on an idle network:
    * the table sets its fixed cost, the ring's flows still share the links.  Borrowed:

@@ -333,6 +333,8 @@ void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
  * a step is one micro-batch's forward, or its backward with the recomputation it needs,
  * or the optimizer update. */
 void sim_engine_set_host_step_time(SimEngine *e, double seconds);
+/* SimOptions.blocking_sends. */
+void sim_engine_set_blocking_sends(SimEngine *e, gboolean on);
 /* Both host times from @o (the simulations' way to set them). */
 void sim_engine_set_host_times(SimEngine *e, const SimOptions *o);
 void sim_engine_free(SimEngine *e);

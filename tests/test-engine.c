@@ -178,6 +178,63 @@ Test(engine, host_issue_and_step_times)
   sim_timeline_clear(&tl);
 }
 
+/* GPU 0 runs A (1 ms) and then B (1 ms); A's output, 100 MB, goes to GPU 1 (2 us + 1 ms
+ * at 100 GB/s), where C (1 ms) reads it.  Host times are 0 or 10 us a kernel. */
+static SimTimeline send_then_compute(gboolean blocking, double host)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask ta = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 0, 1e-3);
+  SimTask tb = sim_task_compute(SIM_CLASS_FORWARD, 0, -1, 0, 1, 1e-3);
+  SimTask tc = sim_task_compute(SIM_CLASS_FORWARD, 1, -1, 0, 0, 1e-3);
+  ta.n_kernels = tb.n_kernels = tc.n_kernels = 1;
+  SimTask tf = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e8, -1, 0);
+  SimTaskRef ra = sim_taskgraph_add(tg, b, &ta), rb = sim_taskgraph_add(tg, b, &tb);
+  SimTaskRef rc = sim_taskgraph_add(tg, b, &tc), rf = sim_taskgraph_add(tg, b, &tf);
+  sim_taskgraph_depend(tg, b, ra, rf);
+  sim_taskgraph_depend(tg, b, rf, rc);
+  sim_taskgraph_stream_add(tg, b, 0, 1, ra.index);
+  sim_taskgraph_stream_add(tg, b, 0, 2, rb.index);
+  sim_taskgraph_stream_add(tg, b, 1, 1, rc.index);
+  sim_taskgraph_assemble(tg);
+  SimEngine *e = sim_engine_new(machine, 1.0);
+  SimOptions o = sim_options_default();
+  o.host_kernel_time = host;
+  o.blocking_sends = blocking;
+  sim_engine_set_host_times(e, &o);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, tg, &tl);
+  cr_assert_not(tl.deadlock);
+  sim_engine_free(e);
+  sim_taskgraph_free(tg);
+  return tl;
+}
+
+Test(engine, blocking_sends_hold_the_senders_stream)
+{
+  /* Asynchronous: B runs 1-2 ms beside the transfer (1 ms + 2 us), C 2.002-3.002 ms. */
+  SimTimeline tl = send_then_compute(FALSE, 0);
+  cr_assert_float_eq(tl.start[1], 1e-3, 1e-12);
+  cr_assert_float_eq(tl.start[2], 2.002e-3, 1e-12);
+  cr_assert_float_eq(tl.makespan, 3.002e-3, 1e-12);
+  sim_timeline_clear(&tl);
+  /* Blocking: B waits for the transfer's end, 2.002 ms, and ends at 3.002 ms with C. */
+  tl = send_then_compute(TRUE, 0);
+  cr_assert_float_eq(tl.start[1], 2.002e-3, 1e-12);
+  cr_assert_float_eq(tl.end[1], 3.002e-3, 1e-12);
+  cr_assert_float_eq(tl.start[2], 2.002e-3, 1e-12);
+  sim_timeline_clear(&tl);
+  /* With 10 us a kernel, A is issued at 10 us; the host that waited for the send issues
+   * B at 2.012 + 0.010 ms: it starts at 2.022 ms, where the running-ahead host had it
+   * ready at 1.010 ms. */
+  tl = send_then_compute(FALSE, 1e-5);
+  cr_assert_float_eq(tl.start[1], 1.01e-3, 1e-12);
+  sim_timeline_clear(&tl);
+  tl = send_then_compute(TRUE, 1e-5);
+  cr_assert_float_eq(tl.start[1], 2.022e-3, 1e-12);
+  sim_timeline_clear(&tl);
+}
+
 Test(engine, memory_peak_follows_allocations)
 {
   /* A allocates 3 GB and frees 1 GB at its end, B allocates 2 GB: the peak is 3 + 2 - 1 = 4 GB
