@@ -128,6 +128,20 @@ Test(engine, compute_stream_runs_in_order_and_overlaps_communication)
   sim_taskgraph_free(tg);
 }
 
+/* Assembles and runs @tg (which it frees) with the host times and blocking sends of @o. */
+static SimTimeline run_with(SimTaskGraph *tg, const SimOptions *o)
+{
+  sim_taskgraph_assemble(tg);
+  SimEngine *e = sim_engine_new(machine, 1.0);
+  sim_engine_set_host_times(e, o);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, tg, &tl);
+  cr_assert_not(tl.deadlock);
+  sim_engine_free(e);
+  sim_taskgraph_free(tg);
+  return tl;
+}
+
 /* One GPU runs forward mb 0, forward mb 1, backward mb 0, backward mb 1 (1, 1, 2, 2 ms;
  * 1, 1, 2, 2 kernels) in stream order, with the host issuing each kernel in @kernel
  * seconds and spending @step seconds before the first kernel of each step. */
@@ -144,16 +158,10 @@ static SimTimeline host_bound(double kernel, double step)
     SimTaskRef r = sim_taskgraph_add(tg, b, &t);
     sim_taskgraph_stream_add(tg, b, 0, (uint64_t)i, r.index);
   }
-  sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(machine, 1.0);
-  sim_engine_set_host_kernel_time(e, kernel);
-  sim_engine_set_host_step_time(e, step);
-  SimTimeline tl = { 0 };
-  sim_engine_run(e, tg, &tl);
-  cr_assert_not(tl.deadlock);
-  sim_engine_free(e);
-  sim_taskgraph_free(tg);
-  return tl;
+  SimOptions o = sim_options_default();
+  o.host_kernel_time = kernel;
+  o.host_step_time = step;
+  return run_with(tg, &o);
 }
 
 Test(engine, host_issue_and_step_times)
@@ -196,18 +204,10 @@ static SimTimeline send_then_compute(gboolean blocking, double host)
   sim_taskgraph_stream_add(tg, b, 0, 1, ra.index);
   sim_taskgraph_stream_add(tg, b, 0, 2, rb.index);
   sim_taskgraph_stream_add(tg, b, 1, 1, rc.index);
-  sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(machine, 1.0);
   SimOptions o = sim_options_default();
   o.host_kernel_time = host;
   o.blocking_sends = blocking;
-  sim_engine_set_host_times(e, &o);
-  SimTimeline tl = { 0 };
-  sim_engine_run(e, tg, &tl);
-  cr_assert_not(tl.deadlock);
-  sim_engine_free(e);
-  sim_taskgraph_free(tg);
-  return tl;
+  return run_with(tg, &o);
 }
 
 Test(engine, blocking_sends_hold_the_senders_stream)
