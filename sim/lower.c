@@ -375,7 +375,7 @@ static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, 
   int ns = l->n_shards;
   /* Shards with equal regions are usually few and far apart; a hash on the region keeps
    * this linear. */
-  GHashTable *seen = g_hash_table_new(g_bytes_hash, g_bytes_equal);
+  GHashTable *seen = g_hash_table_new(sim_bytes_hash, g_bytes_equal);
   GPtrArray *keys = g_ptr_array_new_with_free_func((GDestroyNotify)g_bytes_unref);
   int *count = g_new0(int, ns);
   int *gid = g_new(int, ns);
@@ -394,12 +394,15 @@ static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, 
     }
     key.tag = tags ? tags[sh] : 0;
     const SimRegion *r = &key.r;
-    GBytes *k = g_bytes_new(&key, sizeof key);
+    /* Looked up without a copy; copied only when new. */
+    GBytes *probe = g_bytes_new_static(&key, sizeof key);
     gpointer v;
-    if (g_hash_table_lookup_extended(seen, k, NULL, &v)) {
+    gboolean known = g_hash_table_lookup_extended(seen, probe, NULL, &v);
+    g_bytes_unref(probe);
+    if (known) {
       gid[sh] = GPOINTER_TO_INT(v);
-      g_bytes_unref(k);
     } else {
+      GBytes *k = g_bytes_new(&key, sizeof key);
       gid[sh] = (int)groups->len;
       g_hash_table_insert(seen, k, GINT_TO_POINTER(gid[sh]));
       g_ptr_array_add(keys, k);
@@ -507,21 +510,21 @@ static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int
  * need the same data from another share one transfer (the activation crosses a stage
  * boundary once); in the backward pass the gradients they produce on one device add up
  * there and cross once. */
-static GBytes *transfer_key(int src, int dst, const SimRegion *r)
+typedef struct {
+  int src, dst, ndim;
+  int64_t lo[SIM_MAX_DIMS], hi[SIM_MAX_DIMS];
+} TransferKey;
+
+static void transfer_key(TransferKey *k, int src, int dst, const SimRegion *r)
 {
-  struct {
-    int src, dst, ndim;
-    int64_t lo[SIM_MAX_DIMS], hi[SIM_MAX_DIMS];
-  } k;
-  memset(&k, 0, sizeof k);
-  k.src = src;
-  k.dst = dst;
-  k.ndim = r->ndim;
+  memset(k, 0, sizeof *k);
+  k->src = src;
+  k->dst = dst;
+  k->ndim = r->ndim;
   for (int d = 0; d < r->ndim; d++) {
-    k.lo[d] = r->lo[d];
-    k.hi[d] = r->hi[d];
+    k->lo[d] = r->lo[d];
+    k->hi[d] = r->hi[d];
   }
-  return g_bytes_new(&k, sizeof k);
 }
 
 /* One piece of data a consumer shard needs from a group of holders: which holder sends
@@ -591,17 +594,20 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
     }
     int dev = dst->dev[p->c], sdev = src->dev[p->holder];
     if (!*sent)
-      *sent = g_hash_table_new_full(g_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
+      *sent = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
                                     NULL);
-    GBytes *key = transfer_key(sdev, dev, &p->inter);
-    gpointer known = g_hash_table_lookup(*sent, key);
+    TransferKey tk;
+    transfer_key(&tk, sdev, dev, &p->inter);
+    GBytes *probe = g_bytes_new_static(&tk, sizeof tk);
+    gpointer known = g_hash_table_lookup(*sent, probe);
+    g_bytes_unref(probe);
     if (known) {
       SimTaskRef fr = { block, GPOINTER_TO_INT(known) - 1 };
       sim_taskgraph_depend(lw->tg, block, from, fr);
       sim_taskgraph_depend(lw->tg, block, fr, to);
-      g_bytes_unref(key);
       continue;
     }
+    GBytes *key = g_bytes_new(&tk, sizeof tk);
     SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(&p->inter, dt),
                               tensor_op, mb);
     SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);

@@ -470,7 +470,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     int shadow_block = sim_taskgraph_block_new(tg);
     /* A collective's flows map onto each other under its own symmetries, so different
      * symmetries can give one flow the same image: one shadow per image and collective. */
-    GHashTable *made = g_hash_table_new_full(g_bytes_hash, g_bytes_equal,
+    GHashTable *made = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                              (GDestroyNotify)g_bytes_unref, NULL);
     for (int r = 0; r < R; r++)
       for (int k = 0; k < K; k++) {
