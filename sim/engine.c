@@ -10,7 +10,9 @@
  * bytes over links shared by max-min fairness (network.c) and start after their route's
  * latency; delays wait without holding anything.  The host issues each device's kernels
  * in stream order (SimOptions.host_kernel_time a kernel, host_step_time between steps of
- * the schedule) and may bound when they start.  The network is re-solved only once all
+ * the schedule) and may bound when they start; with blocking sends, a device's host (and
+ * so its stream) waits for the transfers it sends to other devices to end, as Megatron's
+ * pipeline exchanges make it.  The network is re-solved only once all
  * events due at one instant have run, so flows that end together cost one solve.
  *
  * Groups: the flows a join point releases together towards one task (a phase of a
