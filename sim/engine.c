@@ -214,6 +214,14 @@ guint sim_bytes_hash(gconstpointer p)
   return (guint)(h ^ (h >> 29));
 }
 
+gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value)
+{
+  GBytes *probe = g_bytes_new_static(data, len);
+  gboolean found = g_hash_table_lookup_extended(table, probe, NULL, value);
+  g_bytes_unref(probe);
+  return found;
+}
+
 static void group_sched_free(gpointer p)
 {
   GroupSched *gs = p;
@@ -682,12 +690,10 @@ static const GroupSched *group_lookup(SimEngine *e, const int32_t *mem, int n)
     memcpy(w, v, sizeof v);
     w += sizeof v;
   }
-  GBytes *probe = g_bytes_new_static(k->data, len);
-  GroupSched *gs = g_hash_table_lookup(e->scheds, probe);
-  g_bytes_unref(probe);
-  if (gs)
-    return gs;
-  gs = group_schedule(e, mem, n);
+  gpointer found;
+  if (sim_bytes_lookup(e->scheds, k->data, len, &found))
+    return found;
+  GroupSched *gs = group_schedule(e, mem, n);
   if (!gs)
     return NULL;
   GBytes *key = g_bytes_new(k->data, len);

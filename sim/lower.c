@@ -394,12 +394,8 @@ static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, 
     }
     key.tag = tags ? tags[sh] : 0;
     const SimRegion *r = &key.r;
-    /* Looked up without a copy; copied only when new. */
-    GBytes *probe = g_bytes_new_static(&key, sizeof key);
     gpointer v;
-    gboolean known = g_hash_table_lookup_extended(seen, probe, NULL, &v);
-    g_bytes_unref(probe);
-    if (known) {
+    if (sim_bytes_lookup(seen, &key, sizeof key, &v)) {
       gid[sh] = GPOINTER_TO_INT(v);
     } else {
       GBytes *k = g_bytes_new(&key, sizeof key);
@@ -598,10 +594,8 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
                                     NULL);
     TransferKey tk;
     transfer_key(&tk, sdev, dev, &p->inter);
-    GBytes *probe = g_bytes_new_static(&tk, sizeof tk);
-    gpointer known = g_hash_table_lookup(*sent, probe);
-    g_bytes_unref(probe);
-    if (known) {
+    gpointer known;
+    if (sim_bytes_lookup(*sent, &tk, sizeof tk, &known)) {
       SimTaskRef fr = { block, GPOINTER_TO_INT(known) - 1 };
       sim_taskgraph_depend(lw->tg, block, from, fr);
       sim_taskgraph_depend(lw->tg, block, fr, to);
@@ -829,13 +823,11 @@ static void group_items_by_devices(GArray *items)
   gboolean sorted = TRUE;
   for (guint i = 0; i < n; i++) {
     const SyncItem *it = &g_array_index(items, SyncItem, i);
-    GBytes *key = g_bytes_new(it->devs, sizeof(int) * (size_t)it->n_devs);
+    size_t len = sizeof(int) * (size_t)it->n_devs;
     gpointer v;
-    if (!g_hash_table_lookup_extended(rank, key, NULL, &v)) {
+    if (!sim_bytes_lookup(rank, it->devs, len, &v)) {
       v = GINT_TO_POINTER(g_hash_table_size(rank));
-      g_hash_table_insert(rank, key, v);
-    } else {
-      g_bytes_unref(key);
+      g_hash_table_insert(rank, g_bytes_new(it->devs, len), v);
     }
     ord[i] = (ItemOrder){ GPOINTER_TO_INT(v), (int)i };
     sorted = sorted && (i == 0 || ord[i].group >= ord[i - 1].group);
@@ -1423,8 +1415,7 @@ void sim_lowering_free(SimLowering *lw)
     struct OpSync *os = &lw->op_sync[x];
     if (!os->items)
       continue;
-    sync_items_clear(os->items);
-    sync_items_clear(os->ties);
+    op_sync_invalidate(lw, x);
     g_array_free(os->items, TRUE);
     g_array_free(os->ties, TRUE);
     g_array_free(os->mem, TRUE);

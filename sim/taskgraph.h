@@ -325,6 +325,9 @@ typedef struct _SimEngine SimEngine;
 /* A fast hash of a GBytes, for keys of hundreds of bytes and more (g_bytes_hash goes byte
  * by byte). */
 guint sim_bytes_hash(gconstpointer bytes);
+/* Looks the @len bytes at @data up in @table (keyed by GBytes) without copying them: TRUE
+ * if found, with its value in @value (unless NULL). */
+gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value);
 
 SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
 /* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
