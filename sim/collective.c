@@ -17,7 +17,9 @@
  *
  * Trees follow NCCL's double binary tree: two trees, each carrying half of the buffer,
  * whose reduction up and broadcast down are pipelined, so every tree edge carries its
- * half in both directions at once after 2 * depth step latencies.
+ * half in both directions at once, after the latencies of the longest path to the root,
+ * up and down.  Over several nodes the ranks of a node form a chain and the nodes' heads
+ * the binary trees, in one channel per rank a node holds (trees_build()).
  *
  * The hierarchical all-reduce reduce-scatters inside each node, all-reduces the shards
  * across nodes (one ring per local rank, in parallel) and all-gathers inside each node. */
@@ -76,29 +78,35 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
  * row, runs as g channels (NCCL's rings), each with the ranks of every node rotated by one
  * more place, so that each channel leaves every node from a different GPU, and so through
  * a different NIC: the nodes' NICs all carry a share of the traffic. */
-static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
-                 SimTaskRef end)
+/* The channels of a ring over @dev (see ring()): their number, and in @order (n per
+ * channel, freed by the caller) each channel's ranks in ring order. */
+static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
 {
   int g = 1;
-  while (g < n && sim_machine_device_node(c->m, dev[g]) == sim_machine_device_node(c->m, dev[0]))
+  while (g < n && sim_machine_device_node(m, dev[g]) == sim_machine_device_node(m, dev[0]))
     g++;
   gboolean channels = g > 1 && g < n && n % g == 0;
   for (int k = 0; channels && k < n; k++)
-    channels = sim_machine_device_node(c->m, dev[k]) ==
-               sim_machine_device_node(c->m, dev[(k / g) * g]) &&
+    channels = sim_machine_device_node(m, dev[k]) == sim_machine_device_node(m, dev[(k / g) * g]) &&
                (k % g != 0 || k == 0 ||
-                sim_machine_device_node(c->m, dev[k]) != sim_machine_device_node(c->m, dev[k - 1]));
-  if (!channels) {
-    ring_channel(c, dev, n, steps, chunk, start, end);
-    return;
-  }
-  int *order = g_new(int, n);
-  for (int ch = 0; ch < g; ch++) {
+                sim_machine_device_node(m, dev[k]) != sim_machine_device_node(m, dev[k - 1]));
+  if (!channels)
+    g = 1;
+  int *o = *order = g_new(int, (size_t)g * n);
+  for (int ch = 0; ch < g; ch++)
     for (int node = 0; node < n / g; node++)
       for (int i = 0; i < g; i++)
-        order[node * g + i] = dev[node * g + (i + ch) % g];
-    ring_channel(c, order, n, steps, chunk / g, start, end);
-  }
+        o[(size_t)ch * n + node * g + i] = dev[node * g + (i + ch) % g];
+  return g;
+}
+
+static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
+                 SimTaskRef end)
+{
+  int *order;
+  int g = ring_channels(c->m, dev, n, &order);
+  for (int ch = 0; ch < g; ch++)
+    ring_channel(c, order + (size_t)ch * n, n, steps, chunk / g, start, end);
   g_free(order);
 }
 
@@ -157,59 +165,134 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
   g_free(cur);
 }
 
-static int tree_depth(int n)
+/* NCCL's double binary trees over @dev, channel by channel.  Inside a node the ranks form
+ * a chain whose first rank (its head) joins the tree over nodes; the second tree over
+ * nodes mirrors the first, so that a node's head that is an inner vertex of one tree is a
+ * leaf of the other.  Ranks spread evenly over several nodes run one channel per rank a
+ * node holds, each with the node's ranks rotated by one more place (as ring() does), so
+ * that each channel leaves every node from a different GPU and NIC; other sets of ranks
+ * (one node, uneven nodes) form one channel of two binary trees over the ranks in order.
+ * Each channel carries 1 / n_channels of the buffer, half of it on each tree. */
+typedef struct {
+  int n, n_channels;
+  int *order;    /* per channel, n devices: the ranks in the channel's order            */
+  int *parent;   /* per channel and tree, n positions into order; -1 at the root        */
+  double *path;  /* per channel: the longest route from a rank to its tree's root, in
+                  * link latency plus one step latency per edge, over both trees        */
+} Trees;
+
+static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
+                        int *per_node);
+
+static void trees_build(Trees *t, SimMachine *m, const SimCollParams *cp, const int *dev, int n)
 {
-  int d = 0;
-  while ((1 << d) < n)
-    d++;
-  return d;
+  int *groups = NULL, nn = 0, g = 0;
+  gboolean nodes = by_node(m, dev, n, &groups, &nn, &g);
+  t->n = n;
+  t->n_channels = nodes ? g : 1;
+  int C = t->n_channels;
+  t->order = g_new(int, (size_t)C * n);
+  t->parent = g_new(int, (size_t)C * 2 * n);
+  t->path = g_new0(double, C);
+  for (int c = 0; c < C; c++) {
+    int *ord = t->order + (size_t)c * n;
+    for (int tree = 0; tree < 2; tree++) {
+      int *par = t->parent + ((size_t)c * 2 + tree) * n;
+      if (nodes) {
+        for (int k = 0; k < nn; k++)
+          for (int i = 0; i < g; i++) {
+            ord[k * g + i] = groups[k * g + (i + c) % g];
+            par[k * g + i] = k * g + i - 1; /* up the chain to the head */
+          }
+        for (int k = 0; k < nn; k++) {
+          /* Tree 0 numbers the nodes 0..N-1 as a binary heap; tree 1 numbers them from
+           * the other end. */
+          int j = tree ? nn - 1 - k : k;
+          int pj = j > 0 ? (j - 1) / 2 : -1;
+          int pk = pj < 0 ? -1 : tree ? nn - 1 - pj : pj;
+          par[k * g] = pk < 0 ? -1 : pk * g;
+        }
+      } else {
+        for (int p = 0; p < n; p++) {
+          ord[p] = dev[p];
+          int i = tree ? n - 1 - p : p;
+          int pi = i > 0 ? (i - 1) / 2 : -1;
+          par[p] = pi < 0 ? -1 : tree ? n - 1 - pi : pi;
+        }
+      }
+      /* The longest route to the root: walk each rank up to it (a chain inside a node,
+       * then logarithmically many nodes). */
+      for (int p = 0; p < n; p++) {
+        double d = 0;
+        for (int q = p; par[q] >= 0; q = par[q])
+          d += sim_machine_latency(m, ord[q], ord[par[q]]) + cp->step_latency;
+        t->path[c] = MAX(t->path[c], d);
+      }
+    }
+  }
+  g_free(groups);
+}
+
+static void trees_clear(Trees *t)
+{
+  g_free(t->order);
+  g_free(t->parent);
+  g_free(t->path);
 }
 
 static void tree_allreduce(Ctx *c, const int *dev, int n, double bytes, SimTaskRef start,
                            SimTaskRef end)
 {
-  int depth = tree_depth(n);
-  double half = bytes / 2;
-  if (c->detail == SIM_DETAIL_COLLECTIVE) {
-    /* One flow over both trees' edges, both ways: each carries half of the buffer. */
-    GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
-    double lat = 0;
-    for (int tree = 0; tree < 2; tree++)
-      for (int i = 1; i < n; i++) {
-        int a = tree ? dev[n - 1 - i] : dev[i];
-        int b = tree ? dev[n - 1 - (i - 1) / 2] : dev[(i - 1) / 2];
-        for (int dir = 0; dir < 2; dir++) {
-          int hops;
-          const int *r = sim_machine_route(c->m, dir ? b : a, dir ? a : b, &hops);
-          g_array_append_vals(links, r, (guint)hops);
+  Trees t;
+  trees_build(&t, c->m, c->cp, dev, n);
+  /* Every tree edge carries its tree's share both ways at once: the reduction up and the
+   * broadcast down are pipelined, after the longest path's latencies each way. */
+  double share = bytes / (2.0 * t.n_channels);
+  for (int ch = 0; ch < t.n_channels; ch++) {
+    const int *ord = t.order + (size_t)ch * n;
+    double lat = 2 * t.path[ch];
+    if (c->detail == SIM_DETAIL_COLLECTIVE) {
+      /* One flow over both trees' edges, both ways, each as often as the trees use it. */
+      GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+      for (int tree = 0; tree < 2; tree++) {
+        const int *par = t.parent + ((size_t)ch * 2 + tree) * n;
+        for (int p = 0; p < n; p++) {
+          if (par[p] < 0)
+            continue;
+          for (int dir = 0; dir < 2; dir++) {
+            int hops;
+            const int *r = sim_machine_route(c->m, dir ? ord[par[p]] : ord[p],
+                                             dir ? ord[p] : ord[par[p]], &hops);
+            g_array_append_vals(links, r, (guint)hops);
+          }
         }
-        lat = MAX(lat, sim_machine_latency(c->m, a, b));
       }
-    SimTaskRef f = sim_taskgraph_add_collective_flow(
-      c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, half,
-      2 * depth * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
-    g_array_free(links, TRUE);
-    dep(c, start, f);
-    dep(c, f, end);
-    return;
-  }
-  for (int tree = 0; tree < 2; tree++) {
-    for (int i = 1; i < n; i++) {
-      int parent = (i - 1) / 2;
-      /* The second tree mirrors the first, so that leaves of one are inner nodes of the
-       * other. */
-      int a = tree ? dev[n - 1 - i] : dev[i];
-      int b = tree ? dev[n - 1 - parent] : dev[parent];
-      double lat = sim_machine_latency(c->m, a, b);
-      double extra = 2 * depth * c->cp->step_latency + (2 * depth - 1) * lat;
-      SimTaskRef up = add_flow(c, a, b, half, extra);
-      SimTaskRef down = add_flow(c, b, a, half, extra);
-      dep(c, start, up);
-      dep(c, start, down);
-      dep(c, up, end);
-      dep(c, down, end);
+      SimTaskRef f = sim_taskgraph_add_collective_flow(
+        c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, ord, n, share, lat,
+        c->op, c->mb, c->coll);
+      g_array_free(links, TRUE);
+      dep(c, start, f);
+      dep(c, f, end);
+      continue;
+    }
+    for (int tree = 0; tree < 2; tree++) {
+      const int *par = t.parent + ((size_t)ch * 2 + tree) * n;
+      for (int p = 0; p < n; p++) {
+        if (par[p] < 0)
+          continue;
+        int a = ord[p], b = ord[par[p]];
+        /* The engine adds the route's latency once. */
+        double extra = lat - sim_machine_latency(c->m, a, b);
+        SimTaskRef up = add_flow(c, a, b, share, extra);
+        SimTaskRef down = add_flow(c, b, a, share, extra);
+        dep(c, start, up);
+        dep(c, start, down);
+        dep(c, up, end);
+        dep(c, down, end);
+      }
     }
   }
+  trees_clear(&t);
 }
 
 /* Groups @dev by node; returns FALSE unless every node holds the same number of them. */
@@ -351,19 +434,43 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
   ring(&c, devices, n, 2 * (n - 1), bytes / n, first, *end);
 }
 
-static void ring_bottleneck(SimMachine *m, const int *dev, int n, double *bw, double *lat)
+/* What the busiest link takes to carry the transfers @edges (a source, a destination and
+ * bytes each) at once, at the collectives' share of its bandwidth. */
+typedef struct {
+  int a, b;
+  double bytes;
+} Edge;
+
+static double load_time(SimMachine *m, const SimCollParams *cp, const GArray *edges)
 {
-  *bw = INFINITY;
-  *lat = 0;
-  for (int i = 0; i < n; i++) {
-    int a = dev[i], b = dev[(i + 1) % n];
-    double w = sim_machine_bandwidth(m, a, b);
-    double l = sim_machine_latency(m, a, b);
-    if (w < *bw)
-      *bw = w;
-    if (l > *lat)
-      *lat = l;
+  int nl = sim_machine_n_links(m);
+  double *load = g_new0(double, MAX(nl, 1));
+  double worst = 0;
+  for (guint i = 0; i < edges->len; i++) {
+    const Edge *e = &g_array_index(edges, Edge, i);
+    int hops;
+    const int *r = sim_machine_route(m, e->a, e->b, &hops);
+    for (int h = 0; h < hops; h++) {
+      load[r[h]] += e->bytes;
+      worst = MAX(worst, load[r[h]] / (sim_machine_link_bandwidth(m, r[h]) *
+                                       cp->bandwidth_efficiency));
+    }
   }
+  g_free(load);
+  return worst;
+}
+
+/* A ring's steps over @dev (@n ranks, @per_hop bytes on every hop) added to @edges; returns
+ * the largest hop latency. */
+static double ring_edges(SimMachine *m, const int *dev, int n, double per_hop, GArray *edges)
+{
+  double lat = 0;
+  for (int i = 0; i < n; i++) {
+    Edge e = { dev[i], dev[(i + 1) % n], per_hop };
+    g_array_append_val(edges, e);
+    lat = MAX(lat, sim_machine_latency(m, e.a, e.b));
+  }
+  return lat;
 }
 
 double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
@@ -379,14 +486,73 @@ double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo alg
     bare.allreduce_table = NULL;
     return sim_collective_time(m, kind, SIM_ALLREDUCE_RING, &bare, devices, n, bytes);
   }
-  double bw, lat;
-  ring_bottleneck(m, devices, n, &bw, &lat);
-  bw *= cp->bandwidth_efficiency;
-  int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
   if (kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_TREE && n > 2) {
-    int depth = tree_depth(n);
-    /* Each rank sends and receives the whole buffer once each way over both trees. */
-    return cp->base_latency + 2 * depth * (lat + cp->step_latency) + bytes / bw;
+    /* Every tree edge carries its channel's half both ways; the longest path's latencies
+     * are paid going up and coming down. */
+    Trees t;
+    trees_build(&t, m, cp, devices, n);
+    GArray *edges = g_array_new(FALSE, FALSE, sizeof(Edge));
+    double share = bytes / (2.0 * t.n_channels), path = 0;
+    for (int ch = 0; ch < t.n_channels; ch++) {
+      const int *ord = t.order + (size_t)ch * n;
+      path = MAX(path, t.path[ch]);
+      for (int k = 0; k < 2 * n; k++) {
+        int p = k % n, q = t.parent[(size_t)ch * 2 * n + k];
+        if (q < 0)
+          continue;
+        Edge up = { ord[p], ord[q], share }, down = { ord[q], ord[p], share };
+        g_array_append_val(edges, up);
+        g_array_append_val(edges, down);
+      }
+    }
+    double time = cp->base_latency + 2 * path + load_time(m, cp, edges);
+    g_array_free(edges, TRUE);
+    trees_clear(&t);
+    return time;
   }
-  return cp->base_latency + steps * (lat + cp->step_latency) + steps * (bytes / n) / bw;
+  int *groups = NULL, nn = 0, g = 0;
+  if (kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_HIERARCHICAL &&
+      by_node(m, devices, n, &groups, &nn, &g)) {
+    /* Three phases, one after the other: a reduce-scatter inside every node (g - 1 steps of
+     * S / g), an all-reduce of each shard across the nodes (one ring per local rank,
+     * 2(N - 1) steps of S / (g N)), an all-gather inside every node like the first. */
+    double inside = 0, across;
+    GArray *edges = g_array_new(FALSE, FALSE, sizeof(Edge));
+    if (g > 1) {
+      double lat = 0;
+      for (int k = 0; k < nn; k++) {
+        double l = ring_edges(m, groups + k * g, g, (g - 1) * (bytes / g), edges);
+        lat = MAX(lat, l);
+      }
+      inside = (g - 1) * (lat + cp->step_latency) + load_time(m, cp, edges);
+      g_array_set_size(edges, 0);
+    }
+    int *ring = g_new(int, nn);
+    double lat = 0;
+    for (int r = 0; r < g; r++) {
+      for (int k = 0; k < nn; k++)
+        ring[k] = groups[k * g + r];
+      double l = ring_edges(m, ring, nn, 2 * (nn - 1) * (bytes / g / nn), edges);
+      lat = MAX(lat, l);
+    }
+    across = 2 * (nn - 1) * (lat + cp->step_latency) + load_time(m, cp, edges);
+    g_free(ring);
+    g_array_free(edges, TRUE);
+    g_free(groups);
+    return cp->base_latency + 2 * inside + across;
+  }
+  /* A ring: each channel's hops carry its steps' share of the buffer. */
+  int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+  int *order;
+  int ch = ring_channels(m, devices, n, &order);
+  GArray *edges = g_array_new(FALSE, FALSE, sizeof(Edge));
+  double lat = 0;
+  for (int k = 0; k < ch; k++) {
+    double l = ring_edges(m, order + (size_t)k * n, n, steps * (bytes / n / ch), edges);
+    lat = MAX(lat, l);
+  }
+  double time = cp->base_latency + steps * (lat + cp->step_latency) + load_time(m, cp, edges);
+  g_array_free(edges, TRUE);
+  g_free(order);
+  return time;
 }

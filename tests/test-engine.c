@@ -535,3 +535,116 @@ Test(engine, flow_groups_time_tasks_as_single_flows_do)
       sim_timeline_clear(&b);
     }
 }
+
+/* ---- trees, hierarchical and multi-node rings ---- */
+
+static double run_algo(SimMachine *m, SimAllreduceAlgo algo, SimDetail detail, const int *dev,
+                       int n, double S)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(sim_machine_n_devices(m));
+  int b = sim_taskgraph_block_new(tg);
+  SimTaskRef start, end;
+  sim_collective_lower(tg, b, m, SIM_COLL_ALLREDUCE, algo, detail, &cp, SIM_CLASS_GRAD_SYNC,
+                       dev, n, S, -1, -1, &start, &end);
+  sim_taskgraph_assemble(tg);
+  SimEngine *e = sim_engine_new(m, 1.0);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, tg, &tl);
+  cr_assert_not(tl.deadlock);
+  double t = tl.makespan;
+  sim_timeline_clear(&tl);
+  sim_engine_free(e);
+  sim_taskgraph_free(tg);
+  return t;
+}
+
+/* Simulated at every level of detail, and the closed form sim_collective_time(), against
+ * @expect. */
+static void check_algo(SimMachine *m, SimAllreduceAlgo algo, const int *dev, int n, double S,
+                       double expect)
+{
+  SimDetail levels[3] = { SIM_DETAIL_STEPS, SIM_DETAIL_FLOWS, SIM_DETAIL_COLLECTIVE };
+  for (int k = 0; k < 3; k++) {
+    double t = run_algo(m, algo, levels[k], dev, n, S);
+    cr_assert_float_eq(t, expect, expect * 1e-9, "%s, detail %d: %.9g vs %.9g",
+                       sim_allreduce_algo_name(algo), levels[k], t, expect);
+  }
+  double c = sim_collective_time(m, SIM_COLL_ALLREDUCE, algo, &cp, dev, n, S);
+  cr_assert_float_eq(c, expect, expect * 1e-9, "%s closed form: %.9g vs %.9g",
+                     sim_allreduce_algo_name(algo), c, expect);
+}
+
+Test(engine, tree_allreduce_inside_a_node_closed_form)
+{
+  /* Eight GPUs of one node: two binary trees over the ranks, the second numbered from
+   * the other end, each carrying S/2 over every edge both ways.  The deepest rank is 3
+   * edges from its root (7 -> 3 -> 1 -> 0), 3 * (2 + 3) us each way: 30 us.  The busiest
+   * uplinks (GPUs 1, 2, 5, 6) send on 4 tree edges, one up and two down in one tree and
+   * one up in the other: 4 * S/2 = 2 S at 100 GB/s.  For S = 1 GB: 30 us + 20 ms (a ring
+   * takes 17.57 ms: inside a node NCCL prefers rings). */
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  check_algo(machine, SIM_ALLREDUCE_TREE, dev, 8, 1e9, 30e-6 + 20e-3);
+}
+
+/* Two nodes of four GPUs: NVSwitch inside (routes of 100 GB/s and 2 us), one 200 Gb/s NIC
+ * per GPU on a PCIe switch of 1 TB/s (so that routes between nodes, 6 links of 1 us, are
+ * bound by the NICs' 25 GB/s), one network switch. */
+static const char *two_nodes_json =
+  "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"test-two-nodes\","
+  "  \"node\": { \"gpu\": \"a100-80gb\", \"gpus\": 4,"
+  "    \"fabric\": { \"type\": \"nvswitch\", \"bandwidth_GBps\": 100, \"latency_us\": 1 },"
+  "    \"pcie\": { \"bandwidth_GBps\": 1000, \"latency_us\": 1, \"sockets\": 1, \"switches\": 1 },"
+  "    \"nics\": { \"count\": 4, \"bandwidth_Gbps\": 200, \"switches\": [0, 0, 0, 0] } },"
+  "  \"count\": 2, \"network\": { \"type\": \"single-switch\", \"latency_us\": 1 } }";
+
+static SimMachine *two_nodes(void)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_from_json(two_nodes_json, "test-two-nodes.json", 0, &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  cr_assert_float_eq(sim_machine_bandwidth(m, 0, 1), 100e9, 1);
+  cr_assert_float_eq(sim_machine_latency(m, 0, 1), 2e-6, 1e-12);
+  cr_assert_float_eq(sim_machine_bandwidth(m, 0, 4), 25e9, 1);
+  cr_assert_float_eq(sim_machine_latency(m, 0, 4), 6e-6, 1e-12);
+  return m;
+}
+
+Test(engine, multi_node_ring_runs_one_channel_per_local_rank)
+{
+  /* A ring over both nodes runs 4 channels of S/4, channel c leaving each node from GPU
+   * (c + 3) % 4 and so through its own NIC.  Each hop carries 14 steps of S/32 = 7S/16;
+   * the NICs bind: 7S/16 at 25 GB/s = 17.5 ms for S = 1 GB (one channel through one NIC
+   * would take four times as long), after 14 steps of 6 + 3 us = 126 us. */
+  SimMachine *m = two_nodes();
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  check_algo(m, SIM_ALLREDUCE_RING, dev, 8, 1e9, 126e-6 + 17.5e-3);
+  sim_machine_free(m);
+}
+
+Test(engine, multi_node_tree_follows_nccl_closed_form)
+{
+  /* NCCL's trees over two nodes: in each of 4 channels (channel c's chains start at GPU
+   * c) a node's GPUs form a chain to their head, and the heads join the trees over nodes
+   * (node 0 the root of one tree, node 1 of the other).  Every edge carries S/8 each way
+   * in each tree.  The deepest rank is 3 chain edges (2 + 3 us each) and 1 network edge
+   * (6 + 3 us) from its root: 24 us, paid up and down, 48 us.  A GPU's NVSwitch uplink
+   * carries 2 edges of each tree as a chain's middle (twice), 1 as its head and 1 as its
+   * tail: 12 * S/8 = 1.5 S at 100 GB/s; a NIC carries one channel's 2 edges, S/4 at
+   * 25 GB/s, less.  For S = 1 GB: 48 us + 15 ms, where the ring took 17.626 ms. */
+  SimMachine *m = two_nodes();
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  check_algo(m, SIM_ALLREDUCE_TREE, dev, 8, 1e9, 48e-6 + 15e-3);
+  sim_machine_free(m);
+}
+
+Test(engine, hierarchical_allreduce_closed_form)
+{
+  /* Reduce-scatter inside each node (3 steps of S/4: 3 * 5 us + 0.75 S at 100 GB/s), an
+   * all-reduce of each quarter across the nodes (4 rings of 2, one per NIC: 2 steps of
+   * S/8, 2 * 9 us + S/4 at 25 GB/s), an all-gather like the first phase: for S = 1 GB,
+   * 2 * (15 us + 7.5 ms) + 18 us + 10 ms = 25.048 ms. */
+  SimMachine *m = two_nodes();
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  check_algo(m, SIM_ALLREDUCE_HIERARCHICAL, dev, 8, 1e9, 2 * (15e-6 + 7.5e-3) + 18e-6 + 10e-3);
+  sim_machine_free(m);
+}
