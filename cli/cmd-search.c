@@ -166,6 +166,7 @@ int cmd_search(int argc, char **argv)
   const SearchProblem *bp = search_result_get_problem(result);
   double elapsed = search_result_get_elapsed(result);
   gint64 evals = search_result_get_evals(result);
+  gint64 cut = search_result_get_cut_evals(result);
   double rate = elapsed > 0 ? (double)evals / elapsed : 0;
   if (search_result_get_interrupted(result))
     g_printerr("parasol search: interrupted; keeping the best strategy found so far\n");
@@ -216,6 +217,8 @@ int cmd_search(int argc, char **argv)
     json_builder_add_double_value(b, elapsed);
     json_builder_set_member_name(b, "evals");
     json_builder_add_int_value(b, evals);
+    json_builder_set_member_name(b, "evals_stopped_at_bound");
+    json_builder_add_int_value(b, cut);
     json_builder_set_member_name(b, "evals_per_s");
     json_builder_add_double_value(b, rate);
     json_builder_set_member_name(b, "interrupted");
@@ -247,6 +250,9 @@ int cmd_search(int argc, char **argv)
            ro.seed, ro.threads, ro.threads == 1 ? "" : "s");
     printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s\n", elapsed,
            evals, rate, search_result_get_interrupted(result) ? ", interrupted" : "");
+    if (cut > 0)
+      printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) rejected at the "
+             "acceptance bound, their simulations stopped there\n", cut, 100.0 * cut / evals);
     if (sim_strategy_n_rewrites(best) > 0) {
       printf("  rewrites           ");
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)

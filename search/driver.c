@@ -341,7 +341,8 @@ void search_context_record(SearchContext *ctx, const SearchProblem *p, const Sim
       log_row(root, wall, evals);
     }
   }
-  root->current = cost;
+  if (!isnan(cost))
+    root->current = cost;
   if (root->progress) {
     gint64 now = g_get_monotonic_time();
     if (now - root->last_progress > 250000) {
@@ -438,11 +439,26 @@ gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees
 
 double search_evaluator_run(SearchEvaluator *ev)
 {
+  return search_evaluator_run_bounded(ev, INFINITY);
+}
+
+double search_evaluator_run_bounded(SearchEvaluator *ev, double bound)
+{
   g_return_val_if_fail(ev != NULL, INFINITY);
   const SearchProblem *p = ev->ctx->problem;
   atomic_fetch_add(&ev->ctx->root->evals, 1);
   ev->n++;
-  double t = sim_session_run(ev->ss);
+  double t = sim_session_run_bounded(ev->ss, bound);
+  if (sim_session_cut(ev->ss)) {
+    /* Slower than @bound, by at least t: its cost, at least t, is no candidate for the
+     * best (which is below any bound a search sets), so it is counted and not offered. */
+    atomic_fetch_add(&ev->ctx->root->cut_evals, 1);
+    ev->last_time = t;
+    ev->last_memory = 0;
+    search_context_record(ev->ctx, p, sim_session_get_strategy(ev->ss), NAN,
+                          search_key(ev->stream, ev->n));
+    return t;
+  }
   double cost = INFINITY;
   ev->last_time = INFINITY;
   ev->last_memory = 0;
@@ -552,6 +568,7 @@ static SearchContext *context_new(const SearchAlgorithm *algo, SearchProblem *p)
   ctx->eval_limit = G_MAXINT64;
   ctx->current = INFINITY;
   atomic_init(&ctx->evals, 0);
+  atomic_init(&ctx->cut_evals, 0);
   atomic_init(&ctx->interrupted, 0);
   g_mutex_init(&ctx->lock);
   return ctx;
@@ -617,6 +634,7 @@ struct _SearchResult {
   SimStrategy *best;
   double time;
   gint64 evals;
+  gint64 cut_evals;
   double elapsed;
   gboolean interrupted;
   GArray *improvements;
@@ -713,6 +731,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->best = g_steal_pointer(&ctx->best);
   r->time = ctx->best_cost;
   r->evals = atomic_load(&ctx->evals);
+  r->cut_evals = atomic_load(&ctx->cut_evals);
   r->elapsed = elapsed;
   r->interrupted = atomic_load(&ctx->interrupted) != 0;
   r->improvements = g_steal_pointer(&ctx->improvements);
@@ -758,6 +777,12 @@ gint64 search_result_get_evals(const SearchResult *r)
 {
   g_return_val_if_fail(r != NULL, 0);
   return r->evals;
+}
+
+gint64 search_result_get_cut_evals(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  return r->cut_evals;
 }
 
 double search_result_get_elapsed(const SearchResult *r)

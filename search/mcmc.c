@@ -6,7 +6,10 @@
  * devices, same split of the batch).  A proposal whose cost is new and the current cost is
  * cur is accepted with probability min(1, exp(-beta * (new - cur) / cur)): beta is relative
  * to the current time, so one setting suits models whose iterations take microseconds or
- * seconds.  Each step is a delta simulation (SimSession).
+ * seconds.  Each step is a delta simulation (SimSession).  The acceptance draw u comes before
+ * the simulation: the proposal is accepted exactly when its cost is below
+ * cur - cur ln(u) / beta, so the simulation stops once it passes that bound (most
+ * proposals late in a search are rejected, many by far).
  *
  * Several chains run on the worker threads, each with its own random stream and its own
  * share of the evaluation budget.  They meet after every epoch: a chain that did not
@@ -34,6 +37,7 @@ typedef struct {
   int epoch;
   double beta;
   double propagate;
+  gboolean stop_early;  /* simulations stop at the acceptance bound                   */
   GArray **nbrs;     /* per op: neighbouring ops                   */
   int *movable;      /* ops with more than one candidate           */
   int n_movable;
@@ -94,10 +98,18 @@ static void chain_epoch(int i, gpointer data)
           g_free(undo[n_undo].devices);
       }
     }
-    double cost = search_penalized(c->ev, search_evaluator_run(c->ev));
+    /* The acceptance draw comes first.  The candidate is accepted if its cost is at most
+     * cur or u < exp(-beta (cost - cur) / cur), that is below cur - cur ln(u) / beta: a
+     * simulation that passes this bound (a hair above it, so that rounding never turns
+     * away a candidate the rule accepts) is rejected without being finished. */
+    double u = g_rand_double(c->rng);
+    double bound = INFINITY;
+    if (m->stop_early && isfinite(c->cur) && c->cur > 0 && u > 0 && m->beta > 0)
+      bound = (c->cur - c->cur * log(u) / m->beta) * (1 + 1e-9);
+    double cost = search_penalized(c->ev, search_evaluator_run_bounded(c->ev, bound));
     gboolean accept = cost <= c->cur;
     if (!accept && isfinite(cost) && isfinite(c->cur) && c->cur > 0)
-      accept = g_rand_double(c->rng) < exp(-m->beta * (cost - c->cur) / c->cur);
+      accept = u < exp(-m->beta * (cost - c->cur) / c->cur);
     if (!accept && !isfinite(c->cur))
       accept = TRUE;
     if (accept) {
@@ -146,6 +158,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
                                                     search_context_get_threads(ctx)));
   m.beta = search_context_get_option_double(ctx, "beta", 20);
   m.propagate = search_context_get_option_double(ctx, "propagate", 0.2);
+  m.stop_early = search_context_get_option_int(ctx, "stop_early", 1) != 0;
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {
@@ -256,6 +269,8 @@ static const SearchOptionSpec mcmc_options[] = {
   { "beta", "acceptance sharpness, relative to the current time (default 20)" },
   { "propagate", "probability that a move also reconfigures the neighbours (default 0.2)" },
   { "epoch", "steps between restarts from the best (default max(100, 2 x operators))" },
+  { "stop_early", "1: a proposal's simulation stops once it is past the acceptance bound, "
+                  "which decides the same; 0: every simulation runs to its end (default 1)" },
   { NULL, NULL },
 };
 

@@ -215,6 +215,11 @@ SEARCH_PUBLIC gboolean search_evaluator_set_config(SearchEvaluator *ev, int op,
 /* Simulates the current strategy: counts one evaluation, records it with the driver and
  * returns its time, or +inf if it is infeasible. */
 SEARCH_PUBLIC double search_evaluator_run(SearchEvaluator *ev);
+/* The same for a search that only needs to know whether the candidate costs at most
+ * @bound: past it the simulation stops, and the result is a lower bound of the cost,
+ * above @bound (such evaluations count, are not offered as the best, and are reported by
+ * search_result_get_cut_evals()). */
+SEARCH_PUBLIC double search_evaluator_run_bounded(SearchEvaluator *ev, double bound);
 /* The last run's time whether or not it fits, and its peak memory over capacity on the
  * fullest device (1.0 means full): algorithms that walk through infeasible strategies
  * use them to measure how far from feasible they are. */
@@ -308,6 +313,8 @@ SEARCH_PUBLIC double search_result_get_time(const SearchResult *r);
 SEARCH_PUBLIC const SimGraph *search_result_get_graph(const SearchResult *r);
 SEARCH_PUBLIC const SearchProblem *search_result_get_problem(const SearchResult *r);
 SEARCH_PUBLIC gint64 search_result_get_evals(const SearchResult *r);
+/* Of those, the evaluations stopped at a bound (search_evaluator_run_bounded()). */
+SEARCH_PUBLIC gint64 search_result_get_cut_evals(const SearchResult *r);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
 /* Whether the search stopped on Ctrl-C. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);

@@ -80,6 +80,7 @@ struct _SearchContext {
   /* Root only: the clock, the counters, the log, the progress line. */
   gint64 t0;                  /* monotonic microseconds                                 */
   _Atomic gint64 evals;
+  _Atomic gint64 cut_evals;   /* evaluations stopped at a bound (search_evaluator_run_bounded) */
   atomic_int interrupted;     /* Ctrl-C, or a malformed option value                    */
   gboolean handle_sigint;
   GError *option_error;       /* the first malformed option value                       */
@@ -98,7 +99,8 @@ struct _SearchContext {
   SearchProblem *best_problem;
 };
 
-/* Records one evaluation of @s (on @p) with cost @cost; @key orders equal costs. */
+/* Records one evaluation of @s (on @p) with cost @cost; @key orders equal costs.  NAN: an
+ * evaluation stopped at a bound, which changes neither the best nor the current cost. */
 void search_context_record(SearchContext *ctx, const SearchProblem *p, const SimStrategy *s,
                            double cost, guint64 key);
 /* A context for an inner search of @inner on @p that shares @ctx's clock, counters and

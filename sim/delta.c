@@ -6,6 +6,7 @@
  * same timeline as sim_simulate() without folding (tests check this after random moves). */
 #include "taskgraph.h"
 
+#include <math.h>
 #include <string.h>
 
 struct _SimSession {
@@ -21,7 +22,9 @@ struct _SimSession {
   SimTimeline tl;
   GArray *changed;   /* op ids waiting to be re-lowered */
   uint8_t *is_changed;
-  gboolean ran;
+  gboolean assembled;  /* the task graph is laid out for the blocks as they are        */
+  gboolean ran;        /* the timeline is the assembled graph's                        */
+  double bound;        /* the bound of the last run (INFINITY: none)                   */
 };
 
 SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
@@ -88,20 +91,39 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
   return ok;
 }
 
-double sim_session_run(SimSession *ss)
+double sim_session_run_bounded(SimSession *ss, double bound)
 {
-  if (ss->changed->len)
+  if (ss->changed->len) {
     sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
-  for (guint i = 0; i < ss->changed->len; i++)
-    ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
-  if (ss->changed->len || !ss->ran) {
+    for (guint i = 0; i < ss->changed->len; i++)
+      ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
     g_array_set_size(ss->changed, 0);
-    SimTaskGraph *tg = sim_lowering_taskgraph(ss->lw);
-    sim_taskgraph_assemble(tg);
-    sim_engine_run(ss->e, tg, &ss->tl);
+    ss->assembled = FALSE;
+  }
+  if (!ss->assembled) {
+    sim_taskgraph_assemble(sim_lowering_taskgraph(ss->lw));
+    ss->assembled = TRUE;
+    ss->ran = FALSE;
+  }
+  /* A run cut at a bound answers for any bound up to it; a larger one runs again. */
+  if (!ss->ran || (ss->tl.cut && bound > ss->bound)) {
+    sim_engine_set_bound(ss->e, bound);
+    sim_engine_run(ss->e, sim_lowering_taskgraph(ss->lw), &ss->tl);
+    sim_engine_set_bound(ss->e, INFINITY);
     ss->ran = TRUE;
+    ss->bound = bound;
   }
   return ss->tl.deadlock ? -1 : ss->tl.makespan;
+}
+
+double sim_session_run(SimSession *ss)
+{
+  return sim_session_run_bounded(ss, INFINITY);
+}
+
+gboolean sim_session_cut(const SimSession *ss)
+{
+  return ss->ran && ss->tl.cut;
 }
 
 const SimStrategy *sim_session_get_strategy(const SimSession *ss)

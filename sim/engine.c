@@ -95,6 +95,7 @@ struct _SimEngine {
   double *sync_time;      /* the latest end of a transfer the host waits for, per task */
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
+  double bound;           /* stop past this time (sim_engine_set_bound)                 */
   gboolean blocking_sends; /* the host waits for its sends to other stages (see below)  */
   int32_t *sends;         /* per device: blocking sends under way                       */
   uint8_t *send_counted;  /* per task: a send counted in `sends`                        */
@@ -250,6 +251,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  e->bound = INFINITY;
   e->groups = g_getenv("PARASOL_NO_FLOW_GROUPS") == NULL;
   e->scheds = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
                                     group_sched_free);
@@ -306,6 +308,11 @@ void sim_engine_set_host_step_time(SimEngine *e, double seconds)
   e->host_step = seconds > 0 ? seconds : 0;
 }
 
+void sim_engine_set_bound(SimEngine *e, double seconds)
+{
+  e->bound = seconds;
+}
+
 void sim_engine_set_blocking_sends(SimEngine *e, gboolean on)
 {
   e->blocking_sends = on;
@@ -340,6 +347,7 @@ void sim_timeline_clear(SimTimeline *tl)
   tl->makespan = 0;
   tl->n_tasks_run = 0;
   tl->deadlock = FALSE;
+  tl->cut = FALSE;
 }
 
 static void try_stream(SimEngine *e, int d);
@@ -855,6 +863,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     tl->makespan = 0;
     tl->n_tasks_run = 0;
     tl->deadlock = FALSE;
+    tl->cut = FALSE;
   } else {
     sim_timeline_clear(tl);
     tl->cap = (size_t)MAX(n, 1);
@@ -921,6 +930,16 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
         ev.version != e->flow_ver[ev.task])
       continue; /* superseded by a later end of the same flow, or its group expanded */
     double time = key_time(ev.tkey);
+    if (time > e->bound) {
+      /* Nothing happens before this event, which will happen: the iteration ends no
+       * sooner. */
+      tl->cut = TRUE;
+      tl->makespan = time;
+      tl->n_tasks_run = e->n_done;
+      tl->deadlock = FALSE;
+      tl->link_bytes = NULL;
+      return;
+    }
     if (time > horizon)
       e->now = time;
     switch (ev.type) {

@@ -772,6 +772,13 @@ SIM_PUBLIC void sim_session_free(SimSession *ss);
 SIM_PUBLIC gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees,
                                        const int *devices, GError **error);
 SIM_PUBLIC double sim_session_run(SimSession *ss);
+/* The same, but the engine stops at the first event past @bound seconds: the result is
+ * then a lower bound of the iteration time, above @bound, and sim_session_cut() is TRUE
+ * (a search that only asks whether a candidate beats a threshold needs no more).  Up to
+ * the bound the run is the unbounded one; a later call with a larger bound, or
+ * sim_session_run(), sim_session_report() and sim_session_memory(), run it again. */
+SIM_PUBLIC double sim_session_run_bounded(SimSession *ss, double bound);
+SIM_PUBLIC gboolean sim_session_cut(const SimSession *ss);
 SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
 SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
 /* What a search needs of the last run without building a report: the largest ratio of a

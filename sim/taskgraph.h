@@ -317,6 +317,8 @@ typedef struct {
   double *link_bytes;  /* per link                                                    */
   int n_tasks_run;
   gboolean deadlock;   /* some tasks never became ready (a cycle or a bad stream order) */
+  gboolean cut;        /* stopped at the bound (sim_engine_set_bound()): the iteration
+                        * takes longer than makespan, which is a lower bound        */
   size_t cap;          /* the tasks start, end and crit have room for (engine-owned)   */
 } SimTimeline;
 
@@ -346,6 +348,11 @@ void sim_engine_free(SimEngine *e);
  * enough).  Deterministic: equal-time events run in the order they were
  * scheduled. */
 void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
+/* Runs stop once the next event lies beyond @seconds (INFINITY, the default: never): the
+ * timeline is then cut, its makespan that event's time, a lower bound of the iteration's.
+ * A search that only needs to know whether a candidate beats a threshold saves the rest
+ * of the run; up to the bound, the run is the unbounded one. */
+void sim_engine_set_bound(SimEngine *e, double seconds);
 void sim_timeline_clear(SimTimeline *tl);
 
 G_END_DECLS

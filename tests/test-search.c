@@ -462,6 +462,29 @@ Test(search, same_seed_and_budget_give_the_same_strategy)
   fixture_free(&f);
 }
 
+Test(search, mcmc_decides_the_same_whether_its_simulations_stop_early)
+{
+  /* The acceptance draw comes before each simulation, which may then stop past the
+   * acceptance bound: every decision, and so the chain and its result, is the one full
+   * simulations give.  Some simulations did stop early. */
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
+  static const char *const early[] = { "stop_early=1", NULL };
+  static const char *const full[] = { "stop_early=0", NULL };
+  for (guint64 seed = 1; seed <= 3; seed++) {
+    SearchResult *a = run("mcmc", f.p, 1500, seed, 1, early);
+    SearchResult *b = run("mcmc", f.p, 1500, seed, 1, full);
+    cr_assert_eq(search_result_get_time(a), search_result_get_time(b));
+    cr_assert(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(b)));
+    cr_assert_eq(search_result_get_evals(a), search_result_get_evals(b));
+    cr_assert_gt(search_result_get_cut_evals(a), 0);
+    cr_assert_eq(search_result_get_cut_evals(b), 0);
+    search_result_free(a);
+    search_result_free(b);
+  }
+  fixture_free(&f);
+}
+
 Test(search, log_has_a_row_per_improvement)
 {
   Fixture f;

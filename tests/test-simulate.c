@@ -639,3 +639,54 @@ Test(delta, equals_full_simulation_after_random_changes)
   }
   g_rand_free(rng);
 }
+
+Test(delta, a_bounded_run_stops_past_its_bound)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimMachine) m = switch4(50);
+  g_autoptr(SimGraph) g = zoo("inception-v3", "batch=8");
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 4, &error);
+  cr_assert_not_null(s0, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+  cr_assert_not_null(ss, "%s", error ? error->message : "");
+  GRand *rng = g_rand_new_with_seed(11);
+  for (int seq = 0; seq < 6; seq++) {
+    random_op_change(ss, g, rng);
+    const SimStrategy *s = sim_session_get_strategy(ss);
+    SimSession *a = sim_session_new(g, m, s, c, &o, &error);
+    double t = sim_session_run(a);
+    cr_assert_gt(t, 0);
+    /* In the delta session, below the iteration time: stopped, at a lower bound between
+     * the bound and the iteration time; asked again without a bound, the exact time. */
+    double y = sim_session_run_bounded(ss, 0.9 * t);
+    cr_assert(sim_session_cut(ss));
+    cr_assert(y > 0.9 * t && y <= t, "%.17g not in (%.17g, %.17g]", y, 0.9 * t, t);
+    cr_assert_eq(sim_session_run(ss), t);
+    cr_assert_not(sim_session_cut(ss));
+    /* A finished run answers any bound with its exact time. */
+    cr_assert_eq(sim_session_run_bounded(ss, 0.5 * t), t);
+    /* At the iteration time itself the bound stops nothing: the unbounded run, bit for
+     * bit. */
+    SimSession *b = sim_session_new(g, m, s, c, &o, &error);
+    cr_assert_eq(sim_session_run_bounded(b, t), t);
+    cr_assert_not(sim_session_cut(b));
+    sim_session_free(b);
+    /* After a cut, the memory figures are the full run's. */
+    b = sim_session_new(g, m, s, c, &o, &error);
+    sim_session_run_bounded(b, 0.5 * t);
+    cr_assert(sim_session_cut(b));
+    double ra = -1, rb = -2;
+    gboolean fa = FALSE, fb = TRUE;
+    cr_assert(sim_session_memory(a, &ra, &fa));
+    cr_assert(sim_session_memory(b, &rb, &fb));
+    cr_assert_eq(ra, rb);
+    cr_assert_eq(fa, fb);
+    cr_assert_eq(sim_session_run(b), t);
+    sim_session_free(b);
+    sim_session_free(a);
+  }
+  g_rand_free(rng);
+  sim_session_free(ss);
+}
