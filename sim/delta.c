@@ -74,8 +74,10 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
   /* Keep the old configuration, to put it back if the new one is not valid. */
   SimOpConfig old = ss->s->ops[op];
   old.devices = g_memdup2(old.devices, sizeof(int) * (size_t)MAX(old.n_shards, 1));
+  /* The session's strategy was valid before: the changed operator is all there is to
+   * check. */
   gboolean ok = sim_strategy_set_op(ss->s, op, degrees, devices, error) &&
-                sim_strategy_validate(ss->s, ss->g, ss->m, error);
+                sim_strategy_validate_op(ss->s, ss->g, ss->m, op, error);
   if (!ok) {
     g_free(ss->s->ops[op].devices);
     ss->s->ops[op] = old;

@@ -96,6 +96,8 @@ struct _SimEngine {
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
   double bound;           /* stop past this time (sim_engine_set_bound)                 */
+  double *left;           /* with a bound, per device: compute its stream has not started */
+  double floor;           /* with a bound: the iteration ends no sooner (0: unknown)      */
   gboolean blocking_sends; /* the host waits for its sends to other stages (see below)  */
   int32_t *sends;         /* per device: blocking sends under way                       */
   uint8_t *send_counted;  /* per task: a send counted in `sends`                        */
@@ -113,7 +115,8 @@ struct _SimEngine {
   SimTimeline *tl;
   double now;
   int n_done;
-  GArray *work;           /* tasks that completed at `now`, whose successors are pending */
+  int32_t *work;          /* tasks that completed at `now`, whose successors are pending */
+  int n_work, cap_work;
   /* Groups of flows run as a whole (see GroupSched): */
   gboolean groups;        /* on unless PARASOL_NO_FLOW_GROUPS is set (for comparisons)  */
   GHashTable *scheds;     /* GBytes key -> GroupSched*, kept across runs                */
@@ -250,7 +253,6 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->sends = g_new0(int32_t, e->n_devices);
   if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
     e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
-  e->work = g_array_new(FALSE, FALSE, sizeof(int32_t));
   e->bound = INFINITY;
   e->groups = g_getenv("PARASOL_NO_FLOW_GROUPS") == NULL;
   e->scheds = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
@@ -282,13 +284,14 @@ void sim_engine_free(SimEngine *e)
   g_free(e->host_unit);
   g_free(e->sends);
   g_free(e->send_counted);
+  g_free(e->left);
   g_free(e->routes);
   g_free(e->ready);
   g_free(e->stream_pos);
   g_free(e->stream_prev);
   g_free(e->busy);
   g_free(e->mem);
-  g_array_free(e->work, TRUE);
+  g_free(e->work);
   g_hash_table_destroy(e->scheds);
   g_hash_table_destroy(e->running);
   g_free(e->held_by);
@@ -352,6 +355,15 @@ void sim_timeline_clear(SimTimeline *tl)
 
 static void try_stream(SimEngine *e, int d);
 
+static inline void push_work(SimEngine *e, int32_t t)
+{
+  if (e->n_work == e->cap_work) {
+    e->cap_work = e->cap_work ? 2 * e->cap_work : 256;
+    e->work = g_renew(int32_t, e->work, e->cap_work);
+  }
+  e->work[e->n_work++] = t;
+}
+
 /* The machine's route table is shared and locked; the engine keeps its own. */
 static const SimRoute *route_of(SimEngine *e, int src, int dst)
 {
@@ -387,6 +399,11 @@ static void start_compute(SimEngine *e, int32_t t)
   if (e->ready_time[t] < e->now && e->stream_prev[d] >= 0)
     tl->crit[t] = e->stream_prev[d];
   e->busy[d] = 1;
+  if (e->left) {
+    /* The stream runs its tasks one after the other, each for its duration. */
+    e->left[d] -= task->duration;
+    e->floor = MAX(e->floor, start + task->duration + e->left[d]);
+  }
   e->mem[d] += task->mem_alloc;
   if (e->mem[d] > tl->peak_mem[d])
     tl->peak_mem[d] = e->mem[d];
@@ -425,7 +442,7 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
     tl->start[t] = e->now;
     tl->end[t] = e->now;
     e->n_done++;
-    g_array_append_val(e->work, t);
+    push_work(e, t);
     break;
   case SIM_TASK_FLOW:
     tl->start[t] = e->now;
@@ -435,7 +452,7 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
     } else if (task->device == task->peer || task->bytes <= 0) {
       tl->end[t] = e->now;
       e->n_done++;
-      g_array_append_val(e->work, t);
+      push_work(e, t);
     } else {
       /* A flow's duration is protocol latency paid on top of its route's. */
       const SimRoute *r = route_of(e, task->device, task->peer);
@@ -467,9 +484,9 @@ static void release_successors(SimEngine *e, int32_t t)
 static void drain_work(SimEngine *e)
 {
   /* Join points and empty flows finish at once; their successors may do the same. */
-  for (guint i = 0; i < e->work->len; i++)
-    release_successors(e, g_array_index(e->work, int32_t, i));
-  g_array_set_size(e->work, 0);
+  for (int i = 0; i < e->n_work; i++)
+    release_successors(e, e->work[i]);
+  e->n_work = 0;
 }
 
 /* With blocking sends (SimOptions.blocking_sends), the transfers to other devices that
@@ -841,6 +858,16 @@ static void on_reschedule(void *user, int task, double end)
   schedule_v(e, end, task, EV_FLOW_END, ++e->flow_ver[task]);
 }
 
+/* Stops a bounded run: the iteration takes at least @floor, which is past the bound. */
+static void cut_at(SimEngine *e, SimTimeline *tl, double floor)
+{
+  tl->cut = TRUE;
+  tl->makespan = floor;
+  tl->n_tasks_run = e->n_done;
+  tl->deadlock = FALSE;
+  tl->link_bytes = NULL;
+}
+
 void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
 {
   int n = tg->n_tasks;
@@ -878,6 +905,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->n_done = 0;
   e->seq = 0;
   e->n_heap = 0;
+  e->n_work = 0;
   sim_net_reset(e->net);
   g_hash_table_remove_all(e->running);
   /* Schedules are only a cache: past 256 MiB they are dropped (between runs, when no
@@ -909,11 +937,32 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->sends[d] = 0;
     tl->peak_mem[d] = e->mem[d];
   }
+  /* With a bound, a floor under the iteration time: no stream ends before it has run the
+   * tasks it has not started (start_compute() raises it as they start). */
+  e->floor = 0;
+  if (isfinite(e->bound)) {
+    e->left = g_renew(double, e->left, MAX(e->n_devices, 1));
+    for (int d = 0; d < e->n_devices; d++) {
+      double w = 0;
+      for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++)
+        w += tg->task[tg->stream[k]].duration;
+      e->left[d] = w;
+      e->floor = MAX(e->floor, w);
+    }
+  } else {
+    g_clear_pointer(&e->left, g_free);
+  }
   for (int i = 0; i < tg->n_roots; i++)
     make_ready(e, tg->roots[i], -1);
   drain_work(e);
 
   for (;;) {
+    /* A little below the floor: the run merges events within a relative 1e-12 of an
+     * instant into it (below), so a stream may end that much sooner per task. */
+    if (e->floor * (1 - 1e-6) > e->bound) {
+      cut_at(e, tl, e->floor * (1 - 1e-6));
+      return;
+    }
     /* Events within a relative 1e-12 of the current instant belong to it: flows that end
      * together in exact arithmetic (the symmetric copies of one transfer) differ in their
      * last bits, and one network solve serves them all. */
@@ -930,14 +979,10 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
         ev.version != e->flow_ver[ev.task])
       continue; /* superseded by a later end of the same flow, or its group expanded */
     double time = key_time(ev.tkey);
-    if (time > e->bound) {
-      /* Nothing happens before this event, which will happen: the iteration ends no
-       * sooner. */
-      tl->cut = TRUE;
-      tl->makespan = time;
-      tl->n_tasks_run = e->n_done;
-      tl->deadlock = FALSE;
-      tl->link_bytes = NULL;
+    if (time * (1 - 1e-9) > e->bound) {
+      /* Nothing happens before this event, which will happen (or, merged into the
+       * instant before it, a hair sooner): the iteration ends no sooner. */
+      cut_at(e, tl, time * (1 - 1e-9));
       return;
     }
     if (time > horizon)

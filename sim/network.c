@@ -38,17 +38,33 @@ typedef struct {
   gboolean in_comp;
 } Link;
 
+/* A stack of ints: the solver's work lists, pushed to and cleared millions of times a
+ * search, without a function call per element. */
+typedef struct {
+  int *v;
+  int n, cap;
+} IntStack;
+
+static inline void push(IntStack *a, int x)
+{
+  if (a->n == a->cap) {
+    a->cap = a->cap ? 2 * a->cap : 64;
+    a->v = g_renew(int, a->v, a->cap);
+  }
+  a->v[a->n++] = x;
+}
+
 struct _SimNet {
   SimMachine *machine;
   int n_links;
   Link *link;
   Flow *flow;
   int n_flows, cap_flows;
-  GArray *free_slots;   /* int */
-  GArray *dirty_links;  /* int */
-  GArray *comp_links;
-  GArray *comp_flows;
-  GArray *tied;         /* int: links at the smallest share in a round of the filling */
+  IntStack free_slots;
+  IntStack dirty_links;
+  IntStack comp_links;
+  IntStack comp_flows;
+  IntStack tied;        /* links at the smallest share in a round of the filling */
   double *link_bytes;
   int n_active;
 };
@@ -61,11 +77,6 @@ SimNet *sim_net_new(SimMachine *m, double efficiency)
   net->link = g_new0(Link, net->n_links > 0 ? net->n_links : 1);
   for (int l = 0; l < net->n_links; l++)
     net->link[l].capacity = sim_machine_link_bandwidth(m, l) * efficiency;
-  net->free_slots = g_array_new(FALSE, FALSE, sizeof(int));
-  net->dirty_links = g_array_new(FALSE, FALSE, sizeof(int));
-  net->comp_links = g_array_new(FALSE, FALSE, sizeof(int));
-  net->comp_flows = g_array_new(FALSE, FALSE, sizeof(int));
-  net->tied = g_array_new(FALSE, FALSE, sizeof(int));
   net->link_bytes = g_new0(double, net->n_links > 0 ? net->n_links : 1);
   return net;
 }
@@ -76,8 +87,8 @@ void sim_net_reset(SimNet *net)
     g_free(net->flow[i].pos);
   net->n_flows = 0;
   net->n_active = 0;
-  g_array_set_size(net->free_slots, 0);
-  g_array_set_size(net->dirty_links, 0);
+  net->free_slots.n = 0;
+  net->dirty_links.n = 0;
   for (int l = 0; l < net->n_links; l++) {
     net->link[l].n = 0;
     net->link[l].dirty = FALSE;
@@ -98,11 +109,11 @@ void sim_net_free(SimNet *net)
   }
   g_free(net->link);
   g_free(net->flow);
-  g_array_free(net->free_slots, TRUE);
-  g_array_free(net->dirty_links, TRUE);
-  g_array_free(net->comp_links, TRUE);
-  g_array_free(net->comp_flows, TRUE);
-  g_array_free(net->tied, TRUE);
+  g_free(net->free_slots.v);
+  g_free(net->dirty_links.v);
+  g_free(net->comp_links.v);
+  g_free(net->comp_flows.v);
+  g_free(net->tied.v);
   g_free(net->link_bytes);
   g_free(net);
 }
@@ -111,7 +122,7 @@ static void mark_dirty(SimNet *net, int l)
 {
   if (!net->link[l].dirty) {
     net->link[l].dirty = TRUE;
-    g_array_append_val(net->dirty_links, l);
+    push(&net->dirty_links, l);
   }
 }
 
@@ -142,9 +153,8 @@ int sim_net_resume(SimNet *net, int task, const int *links, int n_links, double 
                    double now)
 {
   int slot;
-  if (net->free_slots->len) {
-    slot = g_array_index(net->free_slots, int, net->free_slots->len - 1);
-    g_array_set_size(net->free_slots, net->free_slots->len - 1);
+  if (net->free_slots.n) {
+    slot = net->free_slots.v[--net->free_slots.n];
   } else {
     if (net->n_flows == net->cap_flows) {
       net->cap_flows = net->cap_flows ? net->cap_flows * 2 : 64;
@@ -200,40 +210,40 @@ void sim_net_remove(SimNet *net, int slot, double now)
   }
   f->task = -1;
   net->n_active--;
-  g_array_append_val(net->free_slots, slot);
+  push(&net->free_slots, slot);
 }
 
 void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
 {
-  if (!net->dirty_links->len)
+  if (!net->dirty_links.n)
     return;
   /* The component: every link reachable from a dirty link through shared flows. */
-  GArray *cl = net->comp_links, *cf = net->comp_flows;
-  g_array_set_size(cl, 0);
-  g_array_set_size(cf, 0);
-  for (guint i = 0; i < net->dirty_links->len; i++) {
-    int l = g_array_index(net->dirty_links, int, i);
+  IntStack *cl = &net->comp_links, *cf = &net->comp_flows;
+  cl->n = 0;
+  cf->n = 0;
+  for (int i = 0; i < net->dirty_links.n; i++) {
+    int l = net->dirty_links.v[i];
     net->link[l].dirty = FALSE;
     if (!net->link[l].in_comp) {
       net->link[l].in_comp = TRUE;
-      g_array_append_val(cl, l);
+      push(cl, l);
     }
   }
-  g_array_set_size(net->dirty_links, 0);
-  for (guint i = 0; i < cl->len; i++) {
-    Link *l = &net->link[g_array_index(cl, int, i)];
+  net->dirty_links.n = 0;
+  for (int i = 0; i < cl->n; i++) {
+    Link *l = &net->link[cl->v[i]];
     for (int k = 0; k < l->n; k++) {
       int s = l->flows[k];
       Flow *f = &net->flow[s];
       if (f->in_comp)
         continue;
       f->in_comp = TRUE;
-      g_array_append_val(cf, s);
+      push(cf, s);
       for (int h = 0; h < f->n_links; h++) {
         Link *l2 = &net->link[f->links[h]];
         if (!l2->in_comp) {
           l2->in_comp = TRUE;
-          g_array_append_val(cl, f->links[h]);
+          push(cl, f->links[h]);
         }
       }
     }
@@ -242,17 +252,17 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
    * added, which the event order fixes: the filling, and its rounding, are deterministic
    * without sorting. */
 
-  int *links = (int *)cl->data;
-  int nl = (int)cl->len;
+  int *links = cl->v;
+  int nl = cl->n;
   for (int i = 0; i < nl; i++) {
     Link *l = &net->link[links[i]];
     l->rem = l->capacity;
     l->cnt = l->n;
   }
-  int unfixed = (int)cf->len;
-  for (guint i = 0; i < cf->len; i++) {
-    net->flow[g_array_index(cf, int, i)].fixed = FALSE;
-    net->flow[g_array_index(cf, int, i)].in_comp = FALSE;
+  int unfixed = cf->n;
+  for (int i = 0; i < cf->n; i++) {
+    net->flow[cf->v[i]].fixed = FALSE;
+    net->flow[cf->v[i]].in_comp = FALSE;
   }
   for (int i = 0; i < nl; i++)
     net->link[links[i]].in_comp = FALSE;
@@ -260,7 +270,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
    * arithmetic fixing one of them leaves the others' shares where they were, and symmetric
    * collectives have many such links.  Links left without unfixed flows drop out of the
    * scan, which keeps its order. */
-  GArray *tied = net->tied;
+  IntStack *tied = &net->tied;
   int n_live = nl;
   while (unfixed > 0 && n_live > 0) {
     double share = INFINITY;
@@ -277,16 +287,16 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     n_live = k;
     if (n_live == 0)
       break;
-    g_array_set_size(tied, 0);
+    tied->n = 0;
     for (int i = 0; i < n_live; i++) {
       Link *l = &net->link[links[i]];
       if (l->rem / l->cnt == share)
-        g_array_append_val(tied, links[i]);
+        push(tied, links[i]);
     }
     if (share < 0)
       share = 0;
-    for (guint t = 0; t < tied->len; t++) {
-      Link *bl = &net->link[g_array_index(tied, int, t)];
+    for (int t = 0; t < tied->n; t++) {
+      Link *bl = &net->link[tied->v[t]];
       for (int q = 0; q < bl->n; q++) {
         Flow *f = &net->flow[bl->flows[q]];
         if (f->fixed)

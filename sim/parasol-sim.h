@@ -624,6 +624,10 @@ SIM_PUBLIC void sim_strategy_clear_rewrites(SimStrategy *s);
  * consistent device groups.  Messages name the operator and the dimension. */
 SIM_PUBLIC gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g,
                                           const SimMachine *m, GError **error);
+/* The same checks for operator @op alone, and the stages: enough after a change to one
+ * operator of a valid strategy. */
+SIM_PUBLIC gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g,
+                                             const SimMachine *m, int op, GError **error);
 
 /* JSON ("format": "parasol-strategy", "version": 1).  Operators are named. */
 SIM_PUBLIC char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g);

@@ -910,3 +910,16 @@ gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g, const Si
   }
   return validate_stages(s, g, n_devices, error);
 }
+
+gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g, const SimMachine *m,
+                                  int op, GError **error)
+{
+  g_return_val_if_fail(s != NULL && g != NULL && m != NULL, FALSE);
+  g_return_val_if_fail(op >= 0 && op < s->n_ops, FALSE);
+  SimStrategyOpInfo info;
+  sim_strategy_op_info_fill(g, op, &info);
+  return sim_strategy_check_config(&info, &s->ops[op], s->microbatches,
+                                   sim_machine_n_devices(m), NULL, error) &&
+         check_semantics(g, op, &s->ops[op], s->microbatches, error) &&
+         validate_stages(s, g, sim_machine_n_devices(m), error);
+}

@@ -348,8 +348,10 @@ void sim_engine_free(SimEngine *e);
  * enough).  Deterministic: equal-time events run in the order they were
  * scheduled. */
 void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
-/* Runs stop once the next event lies beyond @seconds (INFINITY, the default: never): the
- * timeline is then cut, its makespan that event's time, a lower bound of the iteration's.
+/* Runs stop once the iteration is known to end past @seconds (INFINITY, the default:
+ * never): the next event lies beyond it, or a device's stream still has more compute to
+ * run than time is left.  The timeline is then cut, its makespan a lower bound of the
+ * iteration's, above @seconds.
  * A search that only needs to know whether a candidate beats a threshold saves the rest
  * of the run; up to the bound, the run is the unbounded one. */
 void sim_engine_set_bound(SimEngine *e, double seconds);
