@@ -6,10 +6,10 @@
  * devices, same split of the batch).  A proposal whose cost is new and the current cost is
  * cur is accepted with probability min(1, exp(-beta * (new - cur) / cur)): beta is relative
  * to the current time, so one setting suits models whose iterations take microseconds or
- * seconds.  Each step is a delta simulation (SimSession).  The acceptance draw u comes before
- * the simulation: the proposal is accepted exactly when its cost is below
+ * seconds.  Each step is a delta simulation (SimSession).  The acceptance number u is read
+ * ahead of the simulation: the proposal is accepted exactly when its cost is below
  * cur - cur ln(u) / beta, so the simulation stops once it passes that bound (most
- * proposals late in a search are rejected, many by far).
+ * proposals late in a search are rejected).
  *
  * Several chains run on the worker threads, each with its own random stream and its own
  * share of the evaluation budget.  They meet after every epoch: a chain that did not
@@ -98,18 +98,24 @@ static void chain_epoch(int i, gpointer data)
           g_free(undo[n_undo].devices);
       }
     }
-    /* The acceptance draw comes first.  The candidate is accepted if its cost is at most
-     * cur or u < exp(-beta (cost - cur) / cur), that is below cur - cur ln(u) / beta: a
-     * simulation that passes this bound (a hair above it, so that rounding never turns
-     * away a candidate the rule accepts) is rejected without being finished. */
-    double u = g_rand_double(c->rng);
+    /* The candidate is accepted if its cost is at most cur, or else if the next number u
+     * of the chain's stream is below exp(-beta (cost - cur) / cur): exactly when its cost
+     * is below cur - cur ln(u) / beta.  u is read ahead on a copy of the stream (the
+     * chain still draws it only for a move uphill), and a simulation that passes the
+     * bound (a hair above it, so that rounding never turns away a candidate the rule
+     * accepts) is rejected without being finished. */
     double bound = INFINITY;
-    if (m->stop_early && isfinite(c->cur) && c->cur > 0 && u > 0 && m->beta > 0)
-      bound = (c->cur - c->cur * log(u) / m->beta) * (1 + 1e-9);
+    if (m->stop_early && isfinite(c->cur) && c->cur > 0 && m->beta > 0) {
+      GRand *ahead = g_rand_copy(c->rng);
+      double u = g_rand_double(ahead);
+      g_rand_free(ahead);
+      if (u > 0)
+        bound = (c->cur - c->cur * log(u) / m->beta) * (1 + 1e-9);
+    }
     double cost = search_penalized(c->ev, search_evaluator_run_bounded(c->ev, bound));
     gboolean accept = cost <= c->cur;
     if (!accept && isfinite(cost) && isfinite(c->cur) && c->cur > 0)
-      accept = u < exp(-m->beta * (cost - c->cur) / c->cur);
+      accept = g_rand_double(c->rng) < exp(-m->beta * (cost - c->cur) / c->cur);
     if (!accept && !isfinite(c->cur))
       accept = TRUE;
     if (accept) {
