@@ -251,8 +251,8 @@ int cmd_search(int argc, char **argv)
     printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s\n", elapsed,
            evals, rate, search_result_get_interrupted(result) ? ", interrupted" : "");
     if (cut > 0)
-      printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) rejected at the "
-             "acceptance bound, their simulations stopped there\n", cut, 100.0 * cut / evals);
+      printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
+             "past the cost the search could keep\n", cut, 100.0 * cut / evals);
     if (sim_strategy_n_rewrites(best) > 0) {
       printf("  rewrites           ");
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)

@@ -217,7 +217,9 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
     int op = g_array_index(ops, int, x);
     ok = search_evaluator_set_config(ev, op, search_problem_config(p, op, choice[x]));
   }
-  double cost = ok ? search_penalized(ev, search_evaluator_run(ev)) : INFINITY;
+  /* Only a cost below cur is kept: a simulation past it can stop (see
+   * search_evaluator_run_bounded()). */
+  double cost = ok ? search_penalized(ev, search_evaluator_run_bounded(ev, cur)) : INFINITY;
   if (cost < cur) {
     saved_free_all(saved, (guint)n);
     return cost;
@@ -259,7 +261,7 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         }
         if (!search_evaluator_set_config(ev, op, search_problem_config(p, op, i)))
           continue;
-        double c = search_penalized(ev, search_evaluator_run(ev));
+        double c = search_penalized(ev, search_evaluator_run_bounded(ev, best));
         if (c < best) {
           best = c;
           best_i = i;
@@ -304,7 +306,7 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
             moved = TRUE;
         }
         if (moved && search_evaluator_set_config(ev, op, c)) {
-          double cost = search_penalized(ev, search_evaluator_run(ev));
+          double cost = search_penalized(ev, search_evaluator_run_bounded(ev, best));
           if (cost < best) {
             best = cost;
             best_g = i;
