@@ -187,34 +187,11 @@ static Event heap_pop(SimEngine *e)
 
 /* ---- tasks ---- */
 
-/* A hash of a GBytes key, eight bytes at a time (keys run to kilobytes: a collective's
- * flows).  A long key is hashed by its length, its first and its last 512 bytes: keys
- * that differ only in between share a bucket and equality tells them apart. */
-static inline uint64_t mix_words(uint64_t h, const uint8_t *d, size_t len)
-{
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t w;
-    memcpy(&w, d + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdu;
-    h ^= h >> 32;
-  }
-  for (; i < len; i++)
-    h = (h ^ d[i]) * 0x100000001b3u;
-  return h;
-}
-
 guint sim_bytes_hash(gconstpointer p)
 {
   gsize len;
   const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
-  uint64_t h = 0x9e3779b97f4a7c15u ^ len;
-  if (len <= 1024) {
-    h = mix_words(h, d, len);
-  } else {
-    h = mix_words(h, d, 512);
-    h = mix_words(h, d + len - 512, 512);
-  }
+  uint64_t h = sim_hash_bytes(d, len);
   return (guint)(h ^ (h >> 29));
 }
 

@@ -74,6 +74,8 @@ struct _SimLowering {
   gboolean record;            /* record what tasks mean, for executors                  */
   gboolean fold_violated;
   double model_flops;
+  SimKeyIndex regions;        /* scratch: group_holders() numbers distinct regions       */
+  SimKeyIndex transfers;      /* scratch: a tensor's transfers already made (deliver())  */
 };
 
 /* ---- operator layouts ---------------------------------------------------------------- */
@@ -366,24 +368,26 @@ typedef struct {
   gboolean any_sim;
 } Holders;
 
+/* What group_holders() compares: a region and a tag. */
+typedef struct {
+  SimRegion r;
+  int tag;
+} RegionKey;
+
 /* Groups the shards of @l by their region (@regs[sh * stride + offset]) and, where @tags
  * is not NULL, by their tag as well. */
-static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, int offset,
-                             const int *tags)
+static GArray *group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *regs,
+                             int stride, int offset, const int *tags)
 {
   GArray *groups = g_array_new(FALSE, TRUE, sizeof(Holders));
   int ns = l->n_shards;
   /* Shards with equal regions are usually few and far apart; a hash on the region keeps
    * this linear. */
-  GHashTable *seen = g_hash_table_new(sim_bytes_hash, g_bytes_equal);
-  GPtrArray *keys = g_ptr_array_new_with_free_func((GDestroyNotify)g_bytes_unref);
+  sim_key_index_clear(seen);
   int *count = g_new0(int, ns);
   int *gid = g_new(int, ns);
   for (int sh = 0; sh < ns; sh++) {
-    struct {
-      SimRegion r;
-      int tag;
-    } key;
+    RegionKey key;
     /* Only the region's own dimensions count: the rest of the struct is not defined. */
     memset(&key, 0, sizeof key);
     const SimRegion *src = &regs[sh * stride + offset];
@@ -393,16 +397,10 @@ static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, 
       key.r.hi[d] = src->hi[d];
     }
     key.tag = tags ? tags[sh] : 0;
-    const SimRegion *r = &key.r;
-    gpointer v;
-    if (sim_bytes_lookup(seen, &key, sizeof key, &v)) {
-      gid[sh] = GPOINTER_TO_INT(v);
-    } else {
-      GBytes *k = g_bytes_new(&key, sizeof key);
-      gid[sh] = (int)groups->len;
-      g_hash_table_insert(seen, k, GINT_TO_POINTER(gid[sh]));
-      g_ptr_array_add(keys, k);
-      Holders h = { .region = *r };
+    gboolean added;
+    gid[sh] = (int)sim_key_index_get(seen, &key, &added);
+    if (added) {
+      Holders h = { .region = key.r };
       g_array_append_val(groups, h);
     }
     count[gid[sh]]++;
@@ -425,8 +423,6 @@ static GArray *group_holders(const OpLay *l, const SimRegion *regs, int stride, 
   }
   g_free(count);
   g_free(gid);
-  g_hash_table_destroy(seen);
-  g_ptr_array_free(keys, TRUE);
   return groups;
 }
 
@@ -511,6 +507,13 @@ typedef struct {
   int64_t lo[SIM_MAX_DIMS], hi[SIM_MAX_DIMS];
 } TransferKey;
 
+/* A transfer made for one micro-batch and pass of a tensor: which of them (see
+ * build_tensor_block()) and the transfer. */
+typedef struct {
+  int which;
+  TransferKey tk;
+} SentKey;
+
 static void transfer_key(TransferKey *k, int src, int dst, const SimRegion *r)
 {
   memset(k, 0, sizeof *k);
@@ -578,7 +581,7 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
  * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it. */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
-                    int tensor_op, int tensor, GHashTable **sent)
+                    int tensor_op, int tensor, int which)
 {
   for (guint i = 0; i < pieces->len; i++) {
     const Piece *p = &g_array_index(pieces, Piece, i);
@@ -589,23 +592,22 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
       continue;
     }
     int dev = dst->dev[p->c], sdev = src->dev[p->holder];
-    if (!*sent)
-      *sent = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
-                                    NULL);
-    TransferKey tk;
-    transfer_key(&tk, sdev, dev, &p->inter);
-    gpointer known;
-    if (sim_bytes_lookup(*sent, &tk, sizeof tk, &known)) {
-      SimTaskRef fr = { block, GPOINTER_TO_INT(known) - 1 };
+    SentKey key;
+    memset(&key, 0, sizeof key);
+    key.which = which;
+    transfer_key(&key.tk, sdev, dev, &p->inter);
+    gboolean added;
+    guint k = sim_key_index_get(&lw->transfers, &key, &added);
+    if (!added) {
+      SimTaskRef fr = { block, lw->transfers.value[k] };
       sim_taskgraph_depend(lw->tg, block, from, fr);
       sim_taskgraph_depend(lw->tg, block, fr, to);
       continue;
     }
-    GBytes *key = g_bytes_new(&tk, sizeof tk);
     SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(&p->inter, dt),
                               tensor_op, mb);
     SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
-    g_hash_table_insert(*sent, key, GINT_TO_POINTER(fr.index + 1));
+    lw->transfers.value[k] = fr.index;
     if (lw->record) {
       SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
                        .tensor = tensor, .region = p->inter };
@@ -630,7 +632,7 @@ static void build_tensor_block(SimLowering *lw, int t)
     return;
   int M = lw->M, j = ten->producer_slot;
   SimDType dt = ten->dtype;
-  GArray *pgroups = group_holders(pl, pl->out_reg, pl->n_out, j, NULL);
+  GArray *pgroups = group_holders(&lw->regions, pl, pl->out_reg, pl->n_out, j, NULL);
   int ng = (int)pgroups->len;
   gboolean ppartial = pl->out_partial[j];
   if (ten->consumers->len == 0) {
@@ -675,9 +677,9 @@ static void build_tensor_block(SimLowering *lw, int t)
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
     pneed[p] = pl->out_reg[p * pl->n_out + j];
-  /* Transfers already made, per micro-batch and pass (forward, recompute, backward),
-   * made when first needed. */
-  GHashTable **sent = g_new0(GHashTable *, (size_t)M * 3);
+  /* Transfers already made, per micro-batch and pass (forward, recompute, backward:
+   * which = 3 mb + pass), made when first needed. */
+  sim_key_index_clear(&lw->transfers);
 
   for (guint ci = 0; ci < ten->consumers->len; ci++) {
     int cx = g_array_index(ten->consumers, int, ci);
@@ -707,7 +709,7 @@ static void build_tensor_block(SimLowering *lw, int t)
       }
     }
     gboolean recomputed = pl->recompute && cl->recompute && pl->stage == cl->stage;
-    GArray *cgroups = group_holders(cl, need, 1, 0, NULL);
+    GArray *cgroups = group_holders(&lw->regions, cl, need, 1, 0, NULL);
     int ncg = (int)cgroups->len;
     Ready *cready = g_new(Ready, ncg);
     /* Whether a group is reduced is the same in every micro-batch: the first one's
@@ -717,14 +719,14 @@ static void build_tensor_block(SimLowering *lw, int t)
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed);
     for (int mb = 0; mb < M; mb++) {
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
-              &sent[mb * 3]);
+              mb * 3);
       if (recomputed)
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
-                &sent[mb * 3 + 1]);
+                mb * 3 + 1);
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
-      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, &sent[mb * 3 + 2]);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
     }
     g_array_free(fwd, TRUE);
     g_array_free(bwd, TRUE);
@@ -732,10 +734,6 @@ static void build_tensor_block(SimLowering *lw, int t)
     g_free(cready);
     g_free(need);
   }
-  for (int i = 0; i < M * 3; i++)
-    if (sent[i])
-      g_hash_table_destroy(sent[i]);
-  g_free(sent);
   g_free(pneed);
   holders_free(pgroups);
   g_free(pready_f);
@@ -971,7 +969,7 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
     sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
     tag[sh] = own[sh] ? sh % reps : reps + sh;
   }
-  GArray *groups = group_holders(l, wr, 1, 0, tag);
+  GArray *groups = group_holders(&lw->regions, l, wr, 1, 0, tag);
   g_free(tag);
   /* The weights of users on the owner's devices beyond the shared ones (a tied
    * decoder's own bias) travel with the owner's gradients. */
@@ -1341,6 +1339,8 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
     lw->tensor_block[t] = -1;
   lw->sync_block = -1;
   lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
+  sim_key_index_init(&lw->regions, sizeof(RegionKey));
+  sim_key_index_init(&lw->transfers, sizeof(SentKey));
   lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL);
   lw->op_sync = g_new0(struct OpSync, MAX(lw->n_ops, 1));
@@ -1426,6 +1426,8 @@ void sim_lowering_free(SimLowering *lw)
   g_free(lw->seg);
   g_free(lw->simulated);
   sim_taskgraph_free(lw->tg);
+  sim_key_index_free(&lw->regions);
+  sim_key_index_free(&lw->transfers);
   g_free(lw);
 }
 

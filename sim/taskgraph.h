@@ -327,6 +327,25 @@ typedef struct _SimEngine SimEngine;
 /* A fast hash of a GBytes, for keys of hundreds of bytes and more (g_bytes_hash goes byte
  * by byte). */
 guint sim_bytes_hash(gconstpointer bytes);
+/* The hash under it, of @len bytes (keyindex.c). */
+uint64_t sim_hash_bytes(const void *data, size_t len);
+
+/* Numbers for fixed-size byte keys, 0, 1, 2... in the order they are first seen, each
+ * with an int32 value for the caller (keyindex.c).  Clearing keeps the memory. */
+typedef struct {
+  size_t key_size;
+  uint8_t *keys;      /* n keys, one after the other                                  */
+  guint *pos;         /* per key: its slot in the table                               */
+  int32_t *value;     /* per key: the caller's, 0 when added                          */
+  int32_t *table;     /* key number + 1, or 0 for a free slot                          */
+  guint n, cap, mask;
+} SimKeyIndex;
+
+void sim_key_index_init(SimKeyIndex *ki, size_t key_size);
+void sim_key_index_clear(SimKeyIndex *ki);
+void sim_key_index_free(SimKeyIndex *ki);
+/* The number of @key (key_size bytes), added if new (@added says which). */
+guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added);
 /* Looks the @len bytes at @data up in @table (keyed by GBytes) without copying them: TRUE
  * if found, with its value in @value (unless NULL). */
 gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value);
