@@ -583,6 +583,18 @@ static void random_op_change(SimSession *ss, const SimGraph *g, GRand *rng)
   }
 }
 
+/* A delta session from data parallelism over the machine's 4 GPUs. */
+static SimSession *data_parallel_session(const SimGraph *g, SimMachine *m, SimCostModel *c)
+{
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 4, &error);
+  cr_assert_not_null(s0, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+  cr_assert_not_null(ss, "%s", error ? error->message : "");
+  return ss;
+}
+
 Test(delta, equals_full_simulation_after_random_changes)
 {
   const char *models[][2] = {
@@ -595,12 +607,7 @@ Test(delta, equals_full_simulation_after_random_changes)
   GRand *rng = g_rand_new_with_seed(7);
   for (size_t k = 0; k < G_N_ELEMENTS(models); k++) {
     g_autoptr(SimGraph) g = zoo(models[k][0], models[k][1]);
-    GError *error = NULL;
-    g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 4, &error);
-    cr_assert_not_null(s0, "%s", error ? error->message : "");
-    SimOptions o = sim_options_default();
-    SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
-    cr_assert_not_null(ss, "%s", error ? error->message : "");
+    SimSession *ss = data_parallel_session(g, m, c);
     for (int seq = 0; seq < 4; seq++) {
       int changes = g_rand_int_range(rng, 1, 4);
       for (int i = 0; i < changes; i++)
@@ -645,12 +652,9 @@ Test(delta, a_bounded_run_stops_past_its_bound)
   g_autoptr(SimCostModel) c = roofline();
   g_autoptr(SimMachine) m = switch4(50);
   g_autoptr(SimGraph) g = zoo("inception-v3", "batch=8");
-  GError *error = NULL;
-  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 4, &error);
-  cr_assert_not_null(s0, "%s", error ? error->message : "");
+  SimSession *ss = data_parallel_session(g, m, c);
   SimOptions o = sim_options_default();
-  SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
-  cr_assert_not_null(ss, "%s", error ? error->message : "");
+  GError *error = NULL;
   GRand *rng = g_rand_new_with_seed(11);
   for (int seq = 0; seq < 6; seq++) {
     random_op_change(ss, g, rng);
