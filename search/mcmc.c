@@ -164,7 +164,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
                                                     search_context_get_threads(ctx)));
   m.beta = search_context_get_option_double(ctx, "beta", 20);
   m.propagate = search_context_get_option_double(ctx, "propagate", 0.2);
-  m.stop_early = search_context_get_option_int(ctx, "stop_early", 1) != 0;
+  m.stop_early = search_context_get_option_int(ctx, "stop-early", 1) != 0;
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {
@@ -275,7 +275,7 @@ static const SearchOptionSpec mcmc_options[] = {
   { "beta", "acceptance sharpness, relative to the current time (default 20)" },
   { "propagate", "probability that a move also reconfigures the neighbours (default 0.2)" },
   { "epoch", "steps between restarts from the best (default max(100, 2 x operators))" },
-  { "stop_early", "1: a proposal's simulation stops once it is past the acceptance bound, "
+  { "stop-early", "1: a proposal's simulation stops once it is past the acceptance bound, "
                   "which decides the same; 0: every simulation runs to its end (default 1)" },
   { NULL, NULL },
 };

@@ -469,8 +469,8 @@ Test(search, mcmc_decides_the_same_whether_its_simulations_stop_early)
    * simulations give.  Some simulations did stop early. */
   Fixture f;
   fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
-  static const char *const early[] = { "stop_early=1", NULL };
-  static const char *const full[] = { "stop_early=0", NULL };
+  static const char *const early[] = { "stop-early=1", NULL };
+  static const char *const full[] = { "stop-early=0", NULL };
   for (guint64 seed = 1; seed <= 3; seed++) {
     SearchResult *a = run("mcmc", f.p, 1500, seed, 1, early);
     SearchResult *b = run("mcmc", f.p, 1500, seed, 1, full);
