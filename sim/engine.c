@@ -20,7 +20,12 @@
  * of two per flow, timed by a schedule worked out alone once and kept (GroupSched).  A
  * flow that needs a held link turns the group back into single flows at that instant, each
  * with the bytes it has left.  PARASOL_NO_FLOW_GROUPS set in the environment turns groups
- * off (the tests compare both ways). */
+ * off (the tests compare both ways).
+ *
+ * Bounds (sim_engine_set_bound()): a search that only asks whether a candidate beats a
+ * cost stops the run once the iteration is known to end later: the next event lies past
+ * the bound, or some stream still holds more compute than time is left before it.  Up to
+ * that moment the run is the unbounded one. */
 #include "taskgraph.h"
 
 #include <math.h>
