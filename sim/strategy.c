@@ -875,6 +875,16 @@ static gboolean check_semantics(const SimGraph *g, int op, const SimOpConfig *c,
   return TRUE;
 }
 
+/* Operator @i's configuration: its degrees, devices and what its type allows. */
+static gboolean validate_op(const SimStrategy *s, const SimGraph *g, int n_devices, int i,
+                            GError **error)
+{
+  SimStrategyOpInfo info;
+  sim_strategy_op_info_fill(g, i, &info);
+  return sim_strategy_check_config(&info, &s->ops[i], s->microbatches, n_devices, NULL, error) &&
+         check_semantics(g, i, &s->ops[i], s->microbatches, error);
+}
+
 gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g, const SimMachine *m,
                                GError **error)
 {
@@ -900,14 +910,9 @@ gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g, const Si
                 batch, s->microbatches);
     return FALSE;
   }
-  for (int i = 0; i < n_ops; i++) {
-    SimStrategyOpInfo info;
-    sim_strategy_op_info_fill(g, i, &info);
-    if (!sim_strategy_check_config(&info, &s->ops[i], s->microbatches, n_devices, NULL, error))
+  for (int i = 0; i < n_ops; i++)
+    if (!validate_op(s, g, n_devices, i, error))
       return FALSE;
-    if (!check_semantics(g, i, &s->ops[i], s->microbatches, error))
-      return FALSE;
-  }
   return validate_stages(s, g, n_devices, error);
 }
 
@@ -916,10 +921,6 @@ gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g, const
 {
   g_return_val_if_fail(s != NULL && g != NULL && m != NULL, FALSE);
   g_return_val_if_fail(op >= 0 && op < s->n_ops, FALSE);
-  SimStrategyOpInfo info;
-  sim_strategy_op_info_fill(g, op, &info);
-  return sim_strategy_check_config(&info, &s->ops[op], s->microbatches,
-                                   sim_machine_n_devices(m), NULL, error) &&
-         check_semantics(g, op, &s->ops[op], s->microbatches, error) &&
-         validate_stages(s, g, sim_machine_n_devices(m), error);
+  int n_devices = sim_machine_n_devices(m);
+  return validate_op(s, g, n_devices, op, error) && validate_stages(s, g, n_devices, error);
 }
