@@ -31,6 +31,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
+    { "net-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->net_efficiency, "Achieved fraction of NIC and network (InfiniBand, Ethernet) bandwidth (default: --coll-efficiency)", "F" },
     { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
     { "coll-base-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_base_us, "Fixed cost of a whole collective: launch and handshake (us)", "US" },
     { "gemm-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_efficiency, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
@@ -243,10 +244,12 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
                 "--host-overhead-us, --host-step-us and --gemm-k-overhead be positive");
     return FALSE;
   }
-  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 ||
+  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->net_efficiency < 0 ||
+      p->net_efficiency > 1 ||
       (p->coll_latency_us < 0 && p->coll_latency_us != -1) || p->coll_base_us < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "--coll-efficiency must lie in (0, 1] and --coll-latency-us be positive");
+                "--coll-efficiency and --net-efficiency must lie in (0, 1] and "
+                "--coll-latency-us be positive");
     return FALSE;
   }
   return TRUE;
@@ -284,6 +287,7 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
     o.detail = SIM_DETAIL_COLLECTIVE;
   o.fold = !p->no_fold;
   o.coll_bandwidth_efficiency = p->coll_efficiency;
+  o.net_bandwidth_efficiency = p->net_efficiency;
   o.coll_step_latency = p->coll_latency_us >= 0 ? p->coll_latency_us * 1e-6 : -1;
   if (p->coll_base_us > 0)
     o.coll_base_latency = p->coll_base_us * 1e-6;

@@ -10,7 +10,7 @@ typedef struct {
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, no_fold, blocking_sends;
-  double coll_efficiency, coll_latency_us, coll_base_us;
+  double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* Roofline parameters (0: the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;
   double gemm_k_overhead;
@@ -21,7 +21,8 @@ typedef struct {
 void cli_plan_options_init(CliPlanOptions *p);
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
- * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --coll-latency-us,
+ * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --net-efficiency,
+ * --coll-latency-us,
  * --allreduce-table, --profile, --profile-gpu). */
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
 

@@ -37,6 +37,17 @@ SimCollParams sim_coll_params_default(void)
                           .base_latency = 0 };
 }
 
+double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int link)
+{
+  double bw = sim_machine_link_bandwidth(m, link);
+  if (!cp)
+    return bw;
+  SimLinkKind k = sim_machine_link_kind(m, link);
+  if ((k == SIM_LINK_NIC || k == SIM_LINK_NETWORK) && cp->net_efficiency > 0)
+    return bw * cp->net_efficiency;
+  return bw * cp->bandwidth_efficiency;
+}
+
 typedef struct {
   SimTaskGraph *tg;
   int block;
@@ -452,8 +463,7 @@ static double load_time(SimMachine *m, const SimCollParams *cp, const GArray *ed
     const int *r = sim_machine_route(m, e->a, e->b, &hops);
     for (int h = 0; h < hops; h++) {
       load[r[h]] += e->bytes;
-      worst = MAX(worst, load[r[h]] / (sim_machine_link_bandwidth(m, r[h]) *
-                                       cp->bandwidth_efficiency));
+      worst = MAX(worst, load[r[h]] / sim_coll_link_capacity(m, cp, r[h]));
     }
   }
   g_free(load);

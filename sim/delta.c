@@ -46,7 +46,7 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
   ss->cost = cost;
   ss->lw = sim_lowering_new(g, m, ss->s, cost, &ss->o, &ss->cp, NULL);
   sim_lowering_build(ss->lw);
-  ss->e = sim_engine_new(m, ss->cp.bandwidth_efficiency);
+  ss->e = sim_engine_new(m, &ss->cp);
   sim_engine_set_host_times(ss->e, &ss->o);
   ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
   ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));

@@ -220,11 +220,11 @@ static void group_sched_free(gpointer p)
   g_free(gs);
 }
 
-SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
+SimEngine *sim_engine_new(SimMachine *m, const SimCollParams *cp)
 {
   SimEngine *e = g_new0(SimEngine, 1);
   e->machine = m;
-  e->net = sim_net_new(m, bandwidth_efficiency);
+  e->net = sim_net_new(m, cp);
   e->n_devices = sim_machine_n_devices(m);
   e->stream_pos = g_new0(int32_t, e->n_devices);
   e->stream_prev = g_new0(int32_t, e->n_devices);
@@ -245,7 +245,7 @@ SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency)
   e->link_mark = g_new(int32_t, MAX(e->n_links, 1));
   for (int l = 0; l < e->n_links; l++)
     e->link_mark[l] = -1;
-  e->scratch = sim_net_new(m, bandwidth_efficiency);
+  e->scratch = sim_net_new(m, cp);
   e->key = g_array_new(FALSE, FALSE, 1);
   return e;
 }

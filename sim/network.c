@@ -69,14 +69,14 @@ struct _SimNet {
   int n_active;
 };
 
-SimNet *sim_net_new(SimMachine *m, double efficiency)
+SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp)
 {
   SimNet *net = g_new0(SimNet, 1);
   net->machine = m;
   net->n_links = sim_machine_n_links(m);
   net->link = g_new0(Link, net->n_links > 0 ? net->n_links : 1);
   for (int l = 0; l < net->n_links; l++)
-    net->link[l].capacity = sim_machine_link_bandwidth(m, l) * efficiency;
+    net->link[l].capacity = sim_coll_link_capacity(m, cp, l);
   net->link_bytes = g_new0(double, net->n_links > 0 ? net->n_links : 1);
   return net;
 }

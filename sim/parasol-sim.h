@@ -697,6 +697,9 @@ typedef struct {
   /* Collectives: achieved fraction of link bandwidth (0 takes the default) and the fixed
    * cost of one algorithm step (negative takes the default). */
   double coll_bandwidth_efficiency;
+  /* The same on NIC and network links (InfiniBand, Ethernet), whose achieved fraction of
+   * line rate differs from NVLink's; 0: coll_bandwidth_efficiency. */
+  double net_bandwidth_efficiency;
   double coll_step_latency;
   /* The fixed cost of one collective (its kernel's launch and the ranks' handshake);
    * negative takes the default, 0 none. */

@@ -290,7 +290,7 @@ SimShape sim_plan_tensor_shape(const SimPlan *p, int op, SimTensorRole role, int
 
 SimReport *sim_plan_simulate(SimPlan *p, GError **error)
 {
-  SimEngine *e = sim_engine_new(p->m, p->cp.bandwidth_efficiency);
+  SimEngine *e = sim_engine_new(p->m, &p->cp);
   sim_engine_set_host_times(e, &p->o);
   SimTimeline tl = { 0 };
   sim_engine_run(e, p->tg, &tl);

@@ -37,6 +37,8 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o)
   SimCollParams cp = sim_coll_params_default();
   if (o && o->coll_bandwidth_efficiency > 0)
     cp.bandwidth_efficiency = o->coll_bandwidth_efficiency;
+  if (o && o->net_bandwidth_efficiency > 0)
+    cp.net_efficiency = o->net_bandwidth_efficiency;
   if (o && o->coll_step_latency >= 0)
     cp.step_latency = o->coll_step_latency;
   if (o && o->coll_base_latency >= 0)
@@ -638,7 +640,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   Lowered lo = lower_folded(g, m, s, cost, &opts, &cp);
   SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+  SimEngine *e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(e, &opts);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);

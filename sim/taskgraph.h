@@ -218,6 +218,8 @@ typedef enum {
  * pays a fixed cost per algorithm step (calibrated from measurements; see roofline.c). */
 typedef struct {
   double bandwidth_efficiency;  /* achieved fraction of the bottleneck link bandwidth */
+  double net_efficiency;        /* the same on NIC and network links (InfiniBand,
+                                 * Ethernet); 0: bandwidth_efficiency                 */
   double step_latency;          /* seconds per algorithm step, beyond link latency    */
   double base_latency;          /* seconds per collective: launch and handshake       */
   const SimCollTable *allreduce_table; /* measured all-reduces inside a node, or NULL  */
@@ -226,6 +228,9 @@ typedef struct {
 SimCollParams sim_coll_params_default(void);
 /* The defaults, with what @o overrides. */
 SimCollParams sim_coll_params_from_options(const SimOptions *o);
+/* The bandwidth transfers reach on @link: its own times the efficiency of its kind in @cp
+ * (NULL: all of it). */
+double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int link);
 
 /* Appends collective @kind over @devices (n of them, in ring order) moving @bytes (the
  * full buffer size per device) to @block.  Returns the references of its start and end
@@ -248,7 +253,8 @@ typedef struct _SimNet SimNet;
 /* Called when a flow's predicted end time changes. */
 typedef void (*SimNetRescheduleFunc)(void *user, int flow_task, double end_time);
 
-SimNet *sim_net_new(SimMachine *m, double bandwidth_efficiency);
+/* Links carry flows at sim_coll_link_capacity() (@cp NULL: their full bandwidth). */
+SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp);
 void sim_net_free(SimNet *net);
 void sim_net_reset(SimNet *net);
 /* Starts flow @task of @bytes along the @n_links links of @links at time @now; returns
@@ -350,7 +356,8 @@ guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added);
  * if found, with its value in @value (unless NULL). */
 gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value);
 
-SimEngine *sim_engine_new(SimMachine *m, double bandwidth_efficiency);
+/* Transfers run at the links' capacity under @cp (NULL: their full bandwidth). */
+SimEngine *sim_engine_new(SimMachine *m, const SimCollParams *cp);
 /* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
 /* The host's time between two steps of a device's schedule (SimOptions.host_step_time):

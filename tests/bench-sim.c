@@ -136,7 +136,7 @@ static void engine_rate(void)
   SimTaskGraph *tg = sim_lowering_taskgraph(lw);
   sim_taskgraph_assemble(tg);
   double t1 = now();
-  SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+  SimEngine *e = sim_engine_new(m, &cp);
   SimTimeline tl = { 0 };
   int reps = quick ? 5 : 21;
   double *v = g_new(double, reps);

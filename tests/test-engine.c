@@ -42,7 +42,7 @@ TestSuite(engine, .init = setup, .fini = teardown);
 static double run(SimTaskGraph *tg, SimTimeline *tl)
 {
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(machine, 1.0);
+  SimEngine *e = sim_engine_new(machine, NULL);
   sim_engine_run(e, tg, tl);
   sim_engine_free(e);
   cr_assert_not(tl->deadlock);
@@ -132,7 +132,7 @@ Test(engine, compute_stream_runs_in_order_and_overlaps_communication)
 static SimTimeline run_with(SimTaskGraph *tg, const SimOptions *o)
 {
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(machine, 1.0);
+  SimEngine *e = sim_engine_new(machine, NULL);
   sim_engine_set_host_times(e, o);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);
@@ -496,7 +496,7 @@ static SimTimeline run_staggered(SimDetail detail, double stagger, gboolean grou
   SimTaskGraph *tg = sim_taskgraph_new(8);
   staggered(tg, detail, stagger);
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(machine, 1.0);
+  SimEngine *e = sim_engine_new(machine, NULL);
   sim_engine_set_host_kernel_time(e, 0);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);
@@ -538,16 +538,16 @@ Test(engine, flow_groups_time_tasks_as_single_flows_do)
 
 /* ---- trees, hierarchical and multi-node rings ---- */
 
-static double run_algo(SimMachine *m, SimAllreduceAlgo algo, SimDetail detail, const int *dev,
-                       int n, double S)
+static double run_algo_with(SimMachine *m, const SimCollParams *params, SimAllreduceAlgo algo,
+                            SimDetail detail, const int *dev, int n, double S)
 {
   SimTaskGraph *tg = sim_taskgraph_new(sim_machine_n_devices(m));
   int b = sim_taskgraph_block_new(tg);
   SimTaskRef start, end;
-  sim_collective_lower(tg, b, m, SIM_COLL_ALLREDUCE, algo, detail, &cp, SIM_CLASS_GRAD_SYNC,
+  sim_collective_lower(tg, b, m, SIM_COLL_ALLREDUCE, algo, detail, params, SIM_CLASS_GRAD_SYNC,
                        dev, n, S, -1, -1, &start, &end);
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(m, 1.0);
+  SimEngine *e = sim_engine_new(m, params);
   SimTimeline tl = { 0 };
   sim_engine_run(e, tg, &tl);
   cr_assert_not(tl.deadlock);
@@ -558,20 +558,26 @@ static double run_algo(SimMachine *m, SimAllreduceAlgo algo, SimDetail detail, c
   return t;
 }
 
-/* Simulated at every level of detail, and the closed form sim_collective_time(), against
- * @expect. */
-static void check_algo(SimMachine *m, SimAllreduceAlgo algo, const int *dev, int n, double S,
-                       double expect)
+/* Simulated under @params at every level of detail, and the closed form
+ * sim_collective_time(), against @expect. */
+static void check_algo_with(SimMachine *m, const SimCollParams *params, SimAllreduceAlgo algo,
+                            const int *dev, int n, double S, double expect)
 {
   SimDetail levels[3] = { SIM_DETAIL_STEPS, SIM_DETAIL_FLOWS, SIM_DETAIL_COLLECTIVE };
   for (int k = 0; k < 3; k++) {
-    double t = run_algo(m, algo, levels[k], dev, n, S);
+    double t = run_algo_with(m, params, algo, levels[k], dev, n, S);
     cr_assert_float_eq(t, expect, expect * 1e-9, "%s, detail %d: %.9g vs %.9g",
                        sim_allreduce_algo_name(algo), levels[k], t, expect);
   }
-  double c = sim_collective_time(m, SIM_COLL_ALLREDUCE, algo, &cp, dev, n, S);
+  double c = sim_collective_time(m, SIM_COLL_ALLREDUCE, algo, params, dev, n, S);
   cr_assert_float_eq(c, expect, expect * 1e-9, "%s closed form: %.9g vs %.9g",
                      sim_allreduce_algo_name(algo), c, expect);
+}
+
+static void check_algo(SimMachine *m, SimAllreduceAlgo algo, const int *dev, int n, double S,
+                       double expect)
+{
+  check_algo_with(m, &cp, algo, dev, n, S, expect);
 }
 
 Test(engine, tree_allreduce_inside_a_node_closed_form)
@@ -618,6 +624,28 @@ Test(engine, multi_node_ring_runs_one_channel_per_local_rank)
   SimMachine *m = two_nodes();
   int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
   check_algo(m, SIM_ALLREDUCE_RING, dev, 8, 1e9, 126e-6 + 17.5e-3);
+  sim_machine_free(m);
+}
+
+Test(engine, network_links_run_at_their_own_efficiency)
+{
+  /* The ring above with NVSwitch and PCIe at 0.8 of their bandwidth and the NICs and the
+   * network at half of theirs.  A GPU's NVSwitch uplink carries three channels' hops
+   * inside its node, 3 * 7S/16 at 80 GB/s = 16.41 ms; its NIC one channel's, 7S/16 at
+   * 12.5 GB/s = 35 ms, which binds.  Without an efficiency of their own the NICs run at
+   * 0.8 too: 7S/16 at 20 GB/s = 21.875 ms, still above the uplinks. */
+  SimMachine *m = two_nodes();
+  int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  SimCollParams p = cp;
+  p.bandwidth_efficiency = 0.8;
+  p.net_efficiency = 0.5;
+  check_algo_with(m, &p, SIM_ALLREDUCE_RING, dev, 8, 1e9, 126e-6 + 35e-3);
+  p.net_efficiency = 0;
+  check_algo_with(m, &p, SIM_ALLREDUCE_RING, dev, 8, 1e9, 126e-6 + 21.875e-3);
+  /* Inside one node only NVSwitch counts, whatever the network's efficiency: 2 * 3/4 * S
+   * at 80 GB/s = 18.75 ms after 6 steps of 2 + 3 us. */
+  p.net_efficiency = 0.5;
+  check_algo_with(m, &p, SIM_ALLREDUCE_RING, dev, 4, 1e9, 30e-6 + 18.75e-3);
   sim_machine_free(m);
 }
 

@@ -376,7 +376,7 @@ static void run_lowered(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   sim_lowering_build(lw);
   SimTaskGraph *tg = sim_lowering_taskgraph(lw);
   sim_taskgraph_assemble(tg);
-  SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+  SimEngine *e = sim_engine_new(m, &cp);
   sim_engine_run(e, tg, tl);
   sim_engine_free(e);
   *tg_out = tg;
@@ -448,7 +448,7 @@ Test(properties, flow_groups_change_no_timing)
       for (int off = 0; off < 2; off++) {
         if (off)
           g_setenv("PARASOL_NO_FLOW_GROUPS", "1", TRUE);
-        SimEngine *e = sim_engine_new(m, cp.bandwidth_efficiency);
+        SimEngine *e = sim_engine_new(m, &cp);
         g_unsetenv("PARASOL_NO_FLOW_GROUPS");
         sim_engine_run(e, tg, &tl[off]);
         sim_engine_free(e);
