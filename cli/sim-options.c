@@ -38,6 +38,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
     { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
     { "gemm-k-overhead", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_k_overhead, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
+    { "gemm-unaligned-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_unaligned_efficiency, "Fraction of its aligned rate a GEMM reaches when a dimension is not a multiple of 16 bytes (default 1: no penalty)", "F" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "host-step-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_step_us, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
     { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
@@ -117,6 +118,8 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.gemm_latency = p->gemm_latency_us * 1e-6;
   if (p->gemm_k_overhead > 0)
     rp.gemm_k_overhead = p->gemm_k_overhead;
+  if (p->gemm_unaligned_efficiency > 0)
+    rp.gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);
@@ -238,9 +241,11 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   }
   if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
       p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 ||
-      p->host_step_us < 0 || p->gemm_k_overhead < 0) {
+      p->host_step_us < 0 || p->gemm_k_overhead < 0 || p->gemm_unaligned_efficiency < 0 ||
+      p->gemm_unaligned_efficiency > 1) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "--gemm-efficiency and --memory-efficiency must lie in (0, 1] and "
+                "--gemm-efficiency, --memory-efficiency and --gemm-unaligned-efficiency must lie "
+                "in (0, 1] and "
                 "--host-overhead-us, --host-step-us and --gemm-k-overhead be positive");
     return FALSE;
   }

@@ -515,6 +515,13 @@ typedef struct {
    * sizes, tensor-parallel shards of them, attention's head dimension) lose the most.
    * 0: none. */
   double gemm_k_overhead;
+  /* The fraction of its aligned rate a GEMM reaches when one of its dimensions is not a
+   * multiple of 16 bytes (8 fp16 or bf16 elements, 4 fp32): cuBLAS's fast tensor-core
+   * kernels load 16 bytes at a time and need every leading dimension aligned to it, so an
+   * odd vocabulary of 50,257 runs its projection on slower kernels (NVIDIA's Matrix
+   * Multiplication Background guide, "Tensor Core Requirements"; nanoGPT pads GPT-2's
+   * vocabulary to 50,304 for this).  0 or 1: no penalty. */
+  double gemm_unaligned_efficiency;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

@@ -83,6 +83,16 @@ static double quantization_factor(const SimRooflineParams *p, const SimDeviceSpe
   return slots * tm * tn / (b * (double)m * (double)n);
 }
 
+/* Whether a dimension of GEMM @k is not a whole number of 16-byte vectors of its type. */
+static gboolean gemm_unaligned(const SimKernel *k)
+{
+  size_t es = sim_dtype_size(k->dtype);
+  if (es == 0 || es >= 16)
+    return FALSE;
+  int64_t v = (int64_t)(16 / es);
+  return (k->m > 0 && k->m % v) || (k->n > 0 && k->n % v) || (k->k > 0 && k->k % v);
+}
+
 /* A GEMM-like kernel without its launch: the slower of arithmetic and memory traffic. */
 static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
                            const SimKernel *k, double flops, double bytes, double efficiency)
@@ -92,6 +102,9 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
   flops *= quantization_factor(p, dev, k->batch, k->m, k->n);
   if (p->gemm_k_overhead > 0 && k->k > 0)
     flops *= ((double)k->k + p->gemm_k_overhead) / (double)k->k;
+  if (p->gemm_unaligned_efficiency > 0 && p->gemm_unaligned_efficiency < 1 &&
+      gemm_unaligned(k))
+    efficiency *= p->gemm_unaligned_efficiency;
   double compute = bound(flops, peak_of(dev, k->dtype) * efficiency);
   double memory = bound(bytes, dev->mem_bandwidth * p->memory_efficiency);
   return MAX(compute, memory);

@@ -142,6 +142,40 @@ Test(roofline, short_reductions_pay_the_tile_pipeline)
                2.0 * 4096.0 * 4096.0 * 1024.0 / (312e12 * 0.75) + 5e-6);
 }
 
+Test(roofline, unaligned_gemms_run_at_their_own_efficiency)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  p.gemm_unaligned_efficiency = 0.4;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* 4096 x 50304 x 1024 in fp16 (every dimension a multiple of 8): 422 GFLOP at
+   * 0.75 * 312 TFLOP/s, plus 5 us. */
+  double aligned = 2.0 * 4096.0 * 50304.0 * 1024.0 / (312e12 * 0.75) + 5e-6;
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 50304, 1024);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), aligned);
+  /* An odd vocabulary of 50,257 as n, as k (the input gradient) or as m (the weight
+   * gradient): 0.4 of the rate. */
+  double odd = 2.0 * 4096.0 * 50257.0 * 1024.0 / (312e12 * 0.75 * 0.4) + 5e-6;
+  SimKernel n = gemm(SIM_DTYPE_FP16, 1, 4096, 50257, 1024);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &n), odd);
+  SimKernel kk = gemm(SIM_DTYPE_FP16, 1, 4096, 1024, 50257);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &kk), odd);
+  SimKernel mm = gemm(SIM_DTYPE_FP16, 1, 50257, 1024, 4096);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &mm), odd);
+  /* fp32 needs multiples of 4 only: 4100 is aligned there, not in fp16. */
+  SimKernel f32 = gemm(SIM_DTYPE_FP32, 1, 4096, 4100, 1024);
+  SimRooflineParams q = no_quantization();
+  g_autoptr(SimCostModel) plain = sim_cost_model_new_roofline(&q);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &f32),
+               sim_cost_model_kernel_time(plain, &dev, &f32));
+  SimKernel h = gemm(SIM_DTYPE_FP16, 1, 4096, 4100, 1024);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &h) - 5e-6,
+               (sim_cost_model_kernel_time(plain, &dev, &h) - 5e-6) / 0.4);
+  /* Without the parameter, no penalty. */
+  assert_close(sim_cost_model_kernel_time(plain, &dev, &n),
+               2.0 * 4096.0 * 50257.0 * 1024.0 / (312e12 * 0.75) + 5e-6);
+}
+
 Test(roofline, memory_kernel_is_bandwidth_bound)
 {
   SimDeviceSpec dev = a100();
