@@ -640,6 +640,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   Lowered lo = lower_folded(g, m, s, cost, &opts, &cp);
   SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
   sim_taskgraph_assemble(tg);
+  sim_taskgraph_release_blocks(tg);
   SimEngine *e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(e, &opts);
   SimTimeline tl = { 0 };

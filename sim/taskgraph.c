@@ -103,6 +103,27 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   return (int)tg->blocks->len - 1;
 }
 
+void sim_taskgraph_release_blocks(SimTaskGraph *tg)
+{
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    sem_clear(b);
+    g_array_free(b->tasks, TRUE);
+    g_array_free(b->edges, TRUE);
+    g_array_free(b->stream, TRUE);
+    g_array_free(b->extra, TRUE);
+    b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
+    b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
+    b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
+    b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  }
+  if (tg->sorted) {
+    for (int d = 0; d < tg->n_devices; d++)
+      g_array_free(tg->sorted[d], TRUE);
+    g_clear_pointer(&tg->sorted, g_free);
+  }
+}
+
 void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);

@@ -174,6 +174,11 @@ void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t 
 /* Lays out all live blocks in flat arrays: global ids, successor lists, predecessor
  * counts and the per-device stream orders. */
 void sim_taskgraph_assemble(SimTaskGraph *tg);
+/* After an assembly that is the last: frees what the blocks hold (their tasks, edges and
+ * stream entries now live in the flat arrays), so that a one-shot simulation does not
+ * keep two copies of its graph while the engine runs.  The graph can no longer be
+ * changed or assembled again. */
+void sim_taskgraph_release_blocks(SimTaskGraph *tg);
 static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
 {
   return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;
