@@ -458,6 +458,8 @@ SimMachine *sim_machine_build(SimMachineDesc *d)
 
   m->routes = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, route_free);
   g_mutex_init(&m->route_lock);
+  if (m->n_devices <= 4096)
+    m->route_table = g_new0(SimRoute *, (size_t)m->n_devices * (size_t)m->n_devices);
   m->json = sim_machine_desc_to_json(d);
   return m;
 }
@@ -487,6 +489,7 @@ void sim_machine_free(SimMachine *m)
     g_free(link_at(m, (int)l)->name);
   g_array_unref(m->links);
   g_hash_table_destroy(m->routes);
+  g_free(m->route_table);
   g_mutex_clear(&m->route_lock);
   g_free(m->devices);
   g_free(m->name);
@@ -579,13 +582,21 @@ static const SimRoute *get_route(SimMachine *m, int src, int dst)
 {
   if (src == dst)
     return &empty_route;
-  gpointer key = GSIZE_TO_POINTER((gsize)src * (gsize)m->n_devices + (gsize)dst);
+  gsize idx = (gsize)src * (gsize)m->n_devices + (gsize)dst;
+  if (m->route_table) {
+    SimRoute *r = g_atomic_pointer_get(&m->route_table[idx]);
+    if (r)
+      return r;
+  }
+  gpointer key = GSIZE_TO_POINTER(idx);
   g_mutex_lock(&m->route_lock);
   SimRoute *r = g_hash_table_lookup(m->routes, key);
   if (!r) {
     r = compute_route(machine_of(m), src, dst);
     g_hash_table_insert(m->routes, key, r);
   }
+  if (m->route_table)
+    g_atomic_pointer_set(&m->route_table[idx], r);
   g_mutex_unlock(&m->route_lock);
   return r;
 }

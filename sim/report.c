@@ -19,12 +19,17 @@ static int interval_cmp(const void *x, const void *y)
   return (p->b > q->b) - (p->b < q->b);
 }
 
-/* Sorts and merges @v in place; returns the number of disjoint intervals. */
+/* Sorts (unless they already are) and merges @v in place; returns the number of
+ * disjoint intervals. */
 static int merge_intervals(Interval *v, int n)
 {
   if (n == 0)
     return 0;
-  qsort(v, (size_t)n, sizeof *v, interval_cmp);
+  gboolean sorted = TRUE;
+  for (int i = 1; i < n && sorted; i++)
+    sorted = interval_cmp(&v[i - 1], &v[i]) <= 0;
+  if (!sorted)
+    qsort(v, (size_t)n, sizeof *v, interval_cmp);
   int k = 0;
   for (int i = 1; i < n; i++) {
     if (v[i].a <= v[k].b) {
@@ -109,18 +114,30 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   r->overlap = g_new0(double, nd);
   r->idle = g_new0(double, nd);
 
-  /* Per device: compute intervals (its stream) and communication intervals (flows it
-   * sends or receives), merged. */
+  /* Per device: compute intervals (its stream, which runs them one after the other, so
+   * that they come in order) and communication intervals (flows it sends or receives),
+   * merged. */
   GArray **cint = g_new0(GArray *, nd), **mint = g_new0(GArray *, nd);
+  for (int d = 0; d < nd && d < tg->n_devices; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    if (hi <= lo)
+      continue;
+    cint[d] = g_array_sized_new(FALSE, FALSE, sizeof(Interval), (guint)(hi - lo));
+    for (int32_t i = lo; i < hi; i++) {
+      int32_t t = tg->stream[i];
+      if (tl->start[t] < 0)
+        continue;
+      Interval iv = { tl->start[t], tl->end[t] };
+      g_array_append_val(cint[d], iv);
+    }
+  }
   for (int t = 0; t < tg->n_tasks; t++) {
     const SimTask *k = &tg->task[t];
     if (tl->start[t] < 0)
       continue;
     Interval iv = { tl->start[t], tl->end[t] };
     if (k->kind == SIM_TASK_COMPUTE) {
-      if (!cint[k->device])
-        cint[k->device] = g_array_new(FALSE, FALSE, sizeof(Interval));
-      g_array_append_val(cint[k->device], iv);
+      continue;
     } else if (k->kind == SIM_TASK_FLOW && k->n_links && iv.b > iv.a) {
       /* A whole collective occupies every member. */
       const int32_t *mem = sim_task_members(tg, k);

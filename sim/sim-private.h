@@ -318,6 +318,10 @@ struct _SimMachine {
   GArray *links;          /* SimLink                                                  */
   GHashTable *routes;     /* (src * n_devices + dst) -> SimRoute*, filled lazily        */
   GMutex route_lock;      /* routes are filled from search worker threads too           */
+  /* The same routes by (src * n_devices + dst), read without the lock once set (machines
+   * of up to 4,096 GPUs: at most 128 MiB of address space, touched where used); NULL
+   * for larger ones. */
+  SimRoute **route_table;
   char *json;             /* the description it was loaded from, for round trips        */
 };
 
