@@ -22,8 +22,8 @@ void cli_plan_options_init(CliPlanOptions *p);
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
  * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --net-efficiency,
- * --coll-latency-us,
- * --allreduce-table, --profile, --profile-gpu). */
+ * --coll-latency-us, --coll-base-us, the roofline's parameters, --allreduce-table,
+ * --profile, --profile-gpu). */
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
 
 /* A model on a machine with a cost model, as the options describe them. */
