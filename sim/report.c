@@ -133,12 +133,10 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   }
   for (int t = 0; t < tg->n_tasks; t++) {
     const SimTask *k = &tg->task[t];
-    if (tl->start[t] < 0)
+    if (k->kind != SIM_TASK_FLOW || tl->start[t] < 0)
       continue;
     Interval iv = { tl->start[t], tl->end[t] };
-    if (k->kind == SIM_TASK_COMPUTE) {
-      continue;
-    } else if (k->kind == SIM_TASK_FLOW && k->n_links && iv.b > iv.a) {
+    if (k->n_links && iv.b > iv.a) {
       /* A whole collective occupies every member. */
       const int32_t *mem = sim_task_members(tg, k);
       for (int i = 0; i < k->n_members; i++) {
@@ -147,7 +145,7 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
           mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
         g_array_append_val(mint[d], iv);
       }
-    } else if (k->kind == SIM_TASK_FLOW && k->device != k->peer && iv.b > iv.a) {
+    } else if (k->device != k->peer && iv.b > iv.a) {
       for (int side = 0; side < 2; side++) {
         int d = side ? k->peer : k->device;
         if (!mint[d])
