@@ -41,7 +41,7 @@ typedef struct {
   int64_t *w_elems;        /* weight elements per shard                                */
   gboolean recompute;
   gboolean has_weights;
-  uint16_t k_f, k_b, k_r, k_u;  /* kernels per pass, for the host's issue time         */
+  uint16_t k_f, k_b, k_r;      /* kernels per pass, for the host's issue time         */
   int stage;
   int block;
   uint32_t pos_b, pos_r;   /* places in the backward order                             */
@@ -230,7 +230,6 @@ static void lay_op(SimLowering *lw, int x)
       wk.n = 0;
       sim_graph_op_work(lw->g, x, ext, SIM_PASS_BACKWARD, &wk);
       l->k_b = (uint16_t)wk.n;
-      l->k_u = l->has_weights ? 1 : 0;
       tu = l->has_weights ? sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_UPDATE)
                           : 0;
       int64_t saved = klass->saved_bytes(op, ext);
@@ -338,7 +337,11 @@ static void build_op_block(SimLowering *lw, int x)
       if (l->cidx[sh] < 0)
         continue;
       SimTask t = sim_task_compute(SIM_CLASS_UPDATE, l->dev[sh], x, sh, -1, l->t_u[sh]);
-      t.n_kernels = l->k_u;
+      /* The optimizer step is issued as multi-tensor launches (apex's and PyTorch's
+       * fused Adam, multi_tensor_apply): one launch updates dozens of tensors and
+       * millions of elements, so a whole model's update costs the host a few kernels,
+       * none of them an operator's own. */
+      t.n_kernels = 0;
       SimTaskRef r = sim_taskgraph_add(tg, b, &t);
       sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | (uint32_t)x,
                                r.index);

@@ -86,6 +86,41 @@ Test(closed_form, one_gpu_is_the_sum_of_operator_times)
   cr_assert_float_eq(t, expect, expect * 1e-12, "%g vs %g", t, expect);
 }
 
+Test(closed_form, a_host_bound_gpu_issues_the_optimizer_step_in_few_launches)
+{
+  /* Everything on GPU 0 with the host taking 1 s to issue a kernel: the host bounds the
+   * iteration.  It issues every forward and backward kernel (K of them) before the last
+   * backward task, the first layer's, starts at K s; the updates follow that task on the
+   * device without a kernel of their own to issue (multi-tensor launches), so the
+   * iteration is K s + that task + every update. */
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=3,hidden=512,input=256,classes=64,batch=32");
+  g_autoptr(SimMachine) m = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
+  double kernels = 0, updates = 0, last = -1;
+  for (int x = 0; x < sim_graph_n_ops(g); x++) {
+    if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
+      continue;
+    for (int pass = SIM_PASS_FORWARD; pass <= SIM_PASS_BACKWARD; pass++) {
+      SimWork w = { 0 };
+      sim_graph_op_work(g, x, NULL, (SimPass)pass, &w);
+      kernels += w.n;
+    }
+    if (last < 0)
+      last = sim_cost_model_op_time(c, spec, g, x, NULL, SIM_PASS_BACKWARD);
+    if (sim_graph_op_n_weights(g, x) > 0)
+      updates += sim_cost_model_op_time(c, spec, g, x, NULL, SIM_PASS_UPDATE);
+  }
+  cr_assert_gt(kernels, 0);
+  cr_assert_gt(updates, 0);
+  SimOptions o = sim_options_default();
+  o.host_kernel_time = 1.0;
+  double t = simulate(g, m, s, c, &o);
+  double expect = kernels + last + updates;
+  cr_assert_float_eq(t, expect, expect * 1e-12, "%.9g vs %.9g", t, expect);
+}
+
 /* A chain of @p equal linear layers [b, h] -> [b, h], without a loss, one per stage. */
 static SimGraph *chain(int p, int64_t batch, int64_t h)
 {
