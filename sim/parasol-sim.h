@@ -713,8 +713,9 @@ typedef struct {
   double coll_base_latency;
   /* The host's time to issue one kernel (a framework's dispatch and the launch call).
    * The host issues a device's kernels in stream order and waits for the transfers a
-   * task receives from other pipeline stages; a task starts only once issued.  0: the
-   * host is never the bottleneck. */
+   * task receives from other pipeline stages; a task starts only once issued.  The
+   * optimizer step counts no kernel of its own (fused optimizers update many tensors per
+   * launch).  0: the host is never the bottleneck. */
   double host_kernel_time;
   /* The host's time between two steps of a device's schedule (a micro-batch's forward
    * or backward, the optimizer step): the training loop's own work before it issues the
