@@ -25,6 +25,7 @@ struct _SimSession {
   gboolean assembled;  /* the task graph is laid out for the blocks as they are        */
   gboolean ran;        /* the timeline is the assembled graph's                        */
   double bound;        /* the bound of the last run (INFINITY: none)                   */
+  double phase[3];     /* the last run's wall time re-lowering, assembling, running     */
 };
 
 SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
@@ -95,6 +96,7 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
 
 double sim_session_run_bounded(SimSession *ss, double bound)
 {
+  gint64 t0 = g_get_monotonic_time();
   if (ss->changed->len) {
     sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
     for (guint i = 0; i < ss->changed->len; i++)
@@ -102,11 +104,13 @@ double sim_session_run_bounded(SimSession *ss, double bound)
     g_array_set_size(ss->changed, 0);
     ss->assembled = FALSE;
   }
+  gint64 t1 = g_get_monotonic_time();
   if (!ss->assembled) {
     sim_taskgraph_assemble(sim_lowering_taskgraph(ss->lw));
     ss->assembled = TRUE;
     ss->ran = FALSE;
   }
+  gint64 t2 = g_get_monotonic_time();
   /* A run cut at a bound answers for any bound up to it; a larger one runs again. */
   if (!ss->ran || (ss->tl.cut && bound > ss->bound)) {
     sim_engine_set_bound(ss->e, bound);
@@ -115,6 +119,10 @@ double sim_session_run_bounded(SimSession *ss, double bound)
     ss->ran = TRUE;
     ss->bound = bound;
   }
+  gint64 t3 = g_get_monotonic_time();
+  ss->phase[0] = (double)(t1 - t0) * 1e-6;
+  ss->phase[1] = (double)(t2 - t1) * 1e-6;
+  ss->phase[2] = (double)(t3 - t2) * 1e-6;
   return ss->tl.deadlock ? -1 : ss->tl.makespan;
 }
 
@@ -163,6 +171,18 @@ gboolean sim_session_memory(SimSession *ss, double *max_ratio, gboolean *fits)
   if (fits)
     *fits = ok;
   return TRUE;
+}
+
+void sim_session_last_phases(const SimSession *ss, double *relower, double *assemble,
+                             double *engine)
+{
+  g_return_if_fail(ss != NULL);
+  if (relower)
+    *relower = ss->phase[0];
+  if (assemble)
+    *assemble = ss->phase[1];
+  if (engine)
+    *engine = ss->phase[2];
 }
 
 const SimTaskGraph *sim_session_taskgraph(SimSession *ss)

@@ -800,6 +800,11 @@ SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
  * device's peak memory to its capacity, and whether every device fits (as the report's
  * peak_memory_bytes and fits say).  FALSE if the last run deadlocked. */
 SIM_PUBLIC gboolean sim_session_memory(SimSession *ss, double *max_ratio, gboolean *fits);
+/* Where the last sim_session_run*() spent its wall time, in seconds: re-lowering the
+ * changed operators, assembling the flat task graph, running the engine (0 for a phase
+ * it did not need).  For benchmarks; the clock costs three reads a run. */
+SIM_PUBLIC void sim_session_last_phases(const SimSession *ss, double *relower, double *assemble,
+                                        double *engine);
 
 /* ---------------------------------------------------------------------------------- */
 /* Plans: the lowered task graph with what each task means, for executors               */

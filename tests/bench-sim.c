@@ -179,6 +179,11 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
   GRand *rng = g_rand_new_with_seed(1);
   int want = quick ? 7 : 25, got = 0;
   double *td = g_new(double, want), *tf = g_new(double, want), *ratio = g_new(double, want);
+  /* Where the time goes: delta (re-lowering, assembly, engine) and full (lowering,
+   * assembly, engine), each a column of medians. */
+  double *ph[6];
+  for (int i = 0; i < 6; i++)
+    ph[i] = g_new(double, want);
   int n = sim_graph_n_ops(g), mismatches = 0;
   while (got < want) {
     /* A single operator gets a random data-parallel degree over the first devices, as an
@@ -203,11 +208,16 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
     double a = now();
     double t_delta = sim_session_run(ss);
     double b = now();
+    sim_session_last_phases(ss, &ph[0][got], &ph[1][got], &ph[2][got]);
     /* Full: the same strategy lowered, assembled and run from nothing, as a simulator
      * without delta simulation evaluates a candidate (no report: the search reads none). */
     SimSession *fresh = sim_session_new(g, m, sim_session_get_strategy(ss), c, &o, &error);
+    double lowered = now();
     double t_full = fresh ? sim_session_run(fresh) : -1;
     double d = now();
+    ph[3][got] = lowered - b;
+    if (fresh)
+      sim_session_last_phases(fresh, NULL, &ph[4][got], &ph[5][got]);
     sim_session_free(fresh);
     /* And the figure must be the report's, folded as sim_simulate folds. */
     g_autoptr(SimReport) r = sim_simulate(g, m, sim_session_get_strategy(ss), c, &o, &error);
@@ -235,6 +245,14 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
   printf("| delta vs full: %-12s on 64 GPUs, %s | %d changes | full %.4f s | delta %.4f s | "
          "ratio %.1fx (median; min %.1fx) | %d mismatches |\n",
          gname, moves == MCMC ? how_mcmc : how, want, mf, md, mr, lo, mismatches);
+  double m_ph[6];
+  for (int i = 0; i < 6; i++)
+    m_ph[i] = median(ph[i], want);
+  printf("|   where the time goes (medians, ms) | delta: re-lowering %.1f, assembly %.1f, engine "
+         "%.1f | full: lowering %.1f, assembly %.1f, engine %.1f |\n",
+         1e3 * m_ph[0], 1e3 * m_ph[1], 1e3 * m_ph[2], 1e3 * m_ph[3], 1e3 * m_ph[4], 1e3 * m_ph[5]);
+  for (int i = 0; i < 6; i++)
+    g_free(ph[i]);
   g_free(td);
   g_free(tf);
   g_free(ratio);
