@@ -110,7 +110,6 @@ struct _SimEngine {
   double *host;           /* per device: when its host has issued the last task         */
   /* per-device state */
   int n_devices;
-  const SimRoute **routes; /* [src * n_devices + dst], filled on first use */
   int32_t *stream_pos;
   int32_t *stream_prev;   /* the last compute task the stream ran */
   uint8_t *busy;
@@ -233,8 +232,6 @@ SimEngine *sim_engine_new(SimMachine *m, const SimCollParams *cp)
   e->host = g_new0(double, e->n_devices);
   e->host_unit = g_new0(int32_t, e->n_devices);
   e->sends = g_new0(int32_t, e->n_devices);
-  if (e->n_devices <= 4096) /* at most 128 MiB of address space, touched where used */
-    e->routes = g_new0(const SimRoute *, (size_t)e->n_devices * (size_t)e->n_devices);
   e->bound = INFINITY;
   e->groups = g_getenv("PARASOL_NO_FLOW_GROUPS") == NULL;
   e->scheds = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal, (GDestroyNotify)g_bytes_unref,
@@ -267,7 +264,6 @@ void sim_engine_free(SimEngine *e)
   g_free(e->sends);
   g_free(e->send_counted);
   g_free(e->left);
-  g_free(e->routes);
   g_free(e->ready);
   g_free(e->stream_pos);
   g_free(e->stream_prev);
@@ -346,15 +342,10 @@ static inline void push_work(SimEngine *e, int32_t t)
   e->work[e->n_work++] = t;
 }
 
-/* The machine's route table is shared and locked; the engine keeps its own. */
-static const SimRoute *route_of(SimEngine *e, int src, int dst)
+/* The machine reads routes it has worked out once without taking its lock. */
+static inline const SimRoute *route_of(SimEngine *e, int src, int dst)
 {
-  if (!e->routes)
-    return sim_machine_route_info(e->machine, src, dst);
-  const SimRoute **slot = &e->routes[(size_t)src * e->n_devices + dst];
-  if (!*slot)
-    *slot = sim_machine_route_info(e->machine, src, dst);
-  return *slot;
+  return sim_machine_route_info(e->machine, src, dst);
 }
 
 static void start_compute(SimEngine *e, int32_t t)
