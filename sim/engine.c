@@ -119,8 +119,7 @@ struct _SimEngine {
   SimTimeline *tl;
   double now;
   int n_done;
-  int32_t *work;          /* tasks that completed at `now`, whose successors are pending */
-  int n_work, cap_work;
+  SimIntStack work;       /* tasks that completed at `now`, whose successors are pending */
   /* Groups of flows run as a whole (see GroupSched): */
   gboolean groups;        /* on unless PARASOL_NO_FLOW_GROUPS is set (for comparisons)  */
   GHashTable *scheds;     /* GBytes key -> GroupSched*, kept across runs                */
@@ -269,7 +268,7 @@ void sim_engine_free(SimEngine *e)
   g_free(e->stream_prev);
   g_free(e->busy);
   g_free(e->mem);
-  g_free(e->work);
+  g_free(e->work.v);
   g_hash_table_destroy(e->scheds);
   g_hash_table_destroy(e->running);
   g_free(e->held_by);
@@ -332,15 +331,6 @@ void sim_timeline_clear(SimTimeline *tl)
 }
 
 static void try_stream(SimEngine *e, int d);
-
-static inline void push_work(SimEngine *e, int32_t t)
-{
-  if (e->n_work == e->cap_work) {
-    e->cap_work = e->cap_work ? 2 * e->cap_work : 256;
-    e->work = g_renew(int32_t, e->work, e->cap_work);
-  }
-  e->work[e->n_work++] = t;
-}
 
 /* The machine reads routes it has worked out once without taking its lock. */
 static inline const SimRoute *route_of(SimEngine *e, int src, int dst)
@@ -415,7 +405,7 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
     tl->start[t] = e->now;
     tl->end[t] = e->now;
     e->n_done++;
-    push_work(e, t);
+    sim_int_stack_push(&e->work, t);
     break;
   case SIM_TASK_FLOW:
     tl->start[t] = e->now;
@@ -425,7 +415,7 @@ static void make_ready(SimEngine *e, int32_t t, int32_t why)
     } else if (task->device == task->peer || task->bytes <= 0) {
       tl->end[t] = e->now;
       e->n_done++;
-      push_work(e, t);
+      sim_int_stack_push(&e->work, t);
     } else {
       /* A flow's duration is protocol latency paid on top of its route's. */
       const SimRoute *r = route_of(e, task->device, task->peer);
@@ -457,9 +447,9 @@ static void release_successors(SimEngine *e, int32_t t)
 static void drain_work(SimEngine *e)
 {
   /* Join points and empty flows finish at once; their successors may do the same. */
-  for (int i = 0; i < e->n_work; i++)
-    release_successors(e, e->work[i]);
-  e->n_work = 0;
+  for (int i = 0; i < e->work.n; i++)
+    release_successors(e, e->work.v[i]);
+  e->work.n = 0;
 }
 
 /* With blocking sends (SimOptions.blocking_sends), the transfers to other devices that
@@ -878,7 +868,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->n_done = 0;
   e->seq = 0;
   e->n_heap = 0;
-  e->n_work = 0;
+  e->work.n = 0;
   sim_net_reset(e->net);
   g_hash_table_remove_all(e->running);
   /* Schedules are only a cache: past 256 MiB they are dropped (between runs, when no

@@ -38,33 +38,17 @@ typedef struct {
   gboolean in_comp;
 } Link;
 
-/* A stack of ints: the solver's work lists, pushed to and cleared millions of times a
- * search, without a function call per element. */
-typedef struct {
-  int *v;
-  int n, cap;
-} IntStack;
-
-static inline void push(IntStack *a, int x)
-{
-  if (a->n == a->cap) {
-    a->cap = a->cap ? 2 * a->cap : 64;
-    a->v = g_renew(int, a->v, a->cap);
-  }
-  a->v[a->n++] = x;
-}
-
 struct _SimNet {
   SimMachine *machine;
   int n_links;
   Link *link;
   Flow *flow;
   int n_flows, cap_flows;
-  IntStack free_slots;
-  IntStack dirty_links;
-  IntStack comp_links;
-  IntStack comp_flows;
-  IntStack tied;        /* links at the smallest share in a round of the filling */
+  SimIntStack free_slots;
+  SimIntStack dirty_links;
+  SimIntStack comp_links;
+  SimIntStack comp_flows;
+  SimIntStack tied;        /* links at the smallest share in a round of the filling */
   double *link_bytes;
   int n_active;
 };
@@ -122,7 +106,7 @@ static void mark_dirty(SimNet *net, int l)
 {
   if (!net->link[l].dirty) {
     net->link[l].dirty = TRUE;
-    push(&net->dirty_links, l);
+    sim_int_stack_push(&net->dirty_links, l);
   }
 }
 
@@ -210,7 +194,7 @@ void sim_net_remove(SimNet *net, int slot, double now)
   }
   f->task = -1;
   net->n_active--;
-  push(&net->free_slots, slot);
+  sim_int_stack_push(&net->free_slots, slot);
 }
 
 void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
@@ -218,7 +202,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   if (!net->dirty_links.n)
     return;
   /* The component: every link reachable from a dirty link through shared flows. */
-  IntStack *cl = &net->comp_links, *cf = &net->comp_flows;
+  SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
   cl->n = 0;
   cf->n = 0;
   for (int i = 0; i < net->dirty_links.n; i++) {
@@ -226,7 +210,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     net->link[l].dirty = FALSE;
     if (!net->link[l].in_comp) {
       net->link[l].in_comp = TRUE;
-      push(cl, l);
+      sim_int_stack_push(cl, l);
     }
   }
   net->dirty_links.n = 0;
@@ -238,12 +222,12 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
       if (f->in_comp)
         continue;
       f->in_comp = TRUE;
-      push(cf, s);
+      sim_int_stack_push(cf, s);
       for (int h = 0; h < f->n_links; h++) {
         Link *l2 = &net->link[f->links[h]];
         if (!l2->in_comp) {
           l2->in_comp = TRUE;
-          push(cl, f->links[h]);
+          sim_int_stack_push(cl, f->links[h]);
         }
       }
     }
@@ -270,7 +254,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
    * arithmetic fixing one of them leaves the others' shares where they were, and symmetric
    * collectives have many such links.  Links left without unfixed flows drop out of the
    * scan, which keeps its order. */
-  IntStack *tied = &net->tied;
+  SimIntStack *tied = &net->tied;
   int n_live = nl;
   while (unfixed > 0 && n_live > 0) {
     double share = INFINITY;
@@ -291,7 +275,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     for (int i = 0; i < n_live; i++) {
       Link *l = &net->link[links[i]];
       if (l->rem / l->cnt == share)
-        push(tied, links[i]);
+        sim_int_stack_push(tied, links[i]);
     }
     if (share < 0)
       share = 0;

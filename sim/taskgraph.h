@@ -335,6 +335,23 @@ typedef struct {
 
 typedef struct _SimEngine SimEngine;
 
+/* A stack of ints that grows by doubling: the engine's and the network solver's work
+ * lists, pushed to and cleared millions of times a search without a call per element.
+ * Zeroed it is empty; clearing is n = 0; g_free(v) frees it. */
+typedef struct {
+  int *v;
+  int n, cap;
+} SimIntStack;
+
+static inline void sim_int_stack_push(SimIntStack *a, int x)
+{
+  if (a->n == a->cap) {
+    a->cap = a->cap ? 2 * a->cap : 64;
+    a->v = g_renew(int, a->v, a->cap);
+  }
+  a->v[a->n++] = x;
+}
+
 /* A fast hash of a GBytes, for keys of hundreds of bytes and more (g_bytes_hash goes byte
  * by byte). */
 guint sim_bytes_hash(gconstpointer bytes);
