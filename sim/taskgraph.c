@@ -52,6 +52,25 @@ static void block_destroy(SimTaskBlock *b)
   g_free(b);
 }
 
+/* The sorted streams of the last assembly, if any. */
+static void free_sorted(SimTaskGraph *tg)
+{
+  if (!tg->sorted)
+    return;
+  for (int d = 0; d < tg->n_devices; d++)
+    g_array_free(tg->sorted[d], TRUE);
+  g_clear_pointer(&tg->sorted, g_free);
+}
+
+/* A block's empty task, edge, stream and extra arrays. */
+static void block_arrays_new(SimTaskBlock *b)
+{
+  b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
+  b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
+  b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
+  b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
+}
+
 void sim_taskgraph_free(SimTaskGraph *tg)
 {
   if (!tg)
@@ -70,11 +89,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->group_head);
   g_free(tg->roots);
   g_free(tg->stream_off);
-  if (tg->sorted) {
-    for (int d = 0; d < tg->n_devices; d++)
-      g_array_free(tg->sorted[d], TRUE);
-    g_free(tg->sorted);
-  }
+  free_sorted(tg);
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
   g_free(tg);
@@ -92,11 +107,8 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
     }
   }
   SimTaskBlock *b = g_new0(SimTaskBlock, 1);
-  b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
-  b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
-  b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
+  block_arrays_new(b);
   b->sem = g_array_new(FALSE, FALSE, sizeof(SimTaskSem));
-  b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
   b->live = TRUE;
   b->changed = TRUE;
   g_ptr_array_add(tg->blocks, b);
@@ -112,16 +124,9 @@ void sim_taskgraph_release_blocks(SimTaskGraph *tg)
     g_array_free(b->edges, TRUE);
     g_array_free(b->stream, TRUE);
     g_array_free(b->extra, TRUE);
-    b->tasks = g_array_new(FALSE, FALSE, sizeof(SimTask));
-    b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
-    b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
-    b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
+    block_arrays_new(b);
   }
-  if (tg->sorted) {
-    for (int d = 0; d < tg->n_devices; d++)
-      g_array_free(tg->sorted[d], TRUE);
-    g_clear_pointer(&tg->sorted, g_free);
-  }
+  free_sorted(tg);
 }
 
 void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
