@@ -84,6 +84,25 @@ static void dep(Ctx *c, SimTaskRef a, SimTaskRef b)
 static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
                          SimTaskRef start, SimTaskRef end);
 
+/* One flow over every link of a ring over @dev, as often as the ring crosses it, carrying
+ * @steps chunks of @chunk bytes per rank (SIM_DETAIL_COLLECTIVE). */
+static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chunk)
+{
+  GArray *links = g_array_sized_new(FALSE, FALSE, sizeof(int), 4 * (guint)n);
+  double lat = 0;
+  for (int i = 0; i < n; i++) {
+    int hops;
+    const int *r = sim_machine_route(c->m, dev[i], dev[(i + 1) % n], &hops);
+    g_array_append_vals(links, r, (guint)hops);
+    lat = MAX(lat, sim_machine_latency(c->m, dev[i], dev[(i + 1) % n]));
+  }
+  SimTaskRef f = sim_taskgraph_add_collective_flow(
+    c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, chunk * steps,
+    steps * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
+  g_array_free(links, TRUE);
+  return f;
+}
+
 /* A ring of @steps steps over @dev, each moving @chunk bytes per rank, between the join
  * points @start and @end.  A ring over several nodes, each holding g > 1 of its ranks in a
  * row, runs as g channels (NCCL's rings), each with the ranks of every node rotated by one
@@ -125,19 +144,7 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
                          SimTaskRef start, SimTaskRef end)
 {
   if (c->detail == SIM_DETAIL_COLLECTIVE) {
-    /* One flow over every link of the ring, as often as the ring crosses it. */
-    GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
-    double lat = 0;
-    for (int i = 0; i < n; i++) {
-      int hops;
-      const int *r = sim_machine_route(c->m, dev[i], dev[(i + 1) % n], &hops);
-      g_array_append_vals(links, r, (guint)hops);
-      lat = MAX(lat, sim_machine_latency(c->m, dev[i], dev[(i + 1) % n]));
-    }
-    SimTaskRef f = sim_taskgraph_add_collective_flow(
-      c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, chunk * steps,
-      steps * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
-    g_array_free(links, TRUE);
+    SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
     dep(c, start, f);
     dep(c, f, end);
     return;
@@ -375,10 +382,31 @@ static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const i
   return TRUE;
 }
 
-void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
-                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
-                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
-                          int mb, SimTaskRef *start, SimTaskRef *end)
+/* Whether a collective at SIM_DETAIL_COLLECTIVE is a single ring of one channel (see
+ * ring_channels()): one flow, so that it needs no join points around it. */
+static gboolean one_flow(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
+                         const int *devices, int n)
+{
+  if (kind == SIM_COLL_ALLREDUCE && algo != SIM_ALLREDUCE_RING) {
+    /* A tree's or the hierarchical algorithm's shape over one node is a ring's only for
+     * two ranks or, hierarchical, for ranks that are all in one node. */
+    int *groups = NULL, n_nodes = 0, g = 0;
+    gboolean hier = algo == SIM_ALLREDUCE_HIERARCHICAL &&
+                    by_node(m, devices, n, &groups, &n_nodes, &g);
+    g_free(groups);
+    if (hier || (algo == SIM_ALLREDUCE_TREE && n > 2))
+      return FALSE;
+  }
+  int *order;
+  int g = ring_channels(m, devices, n, &order);
+  g_free(order);
+  return g == 1;
+}
+
+static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+                  SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
+                  SimTaskClass cls, const int *devices, int n, double bytes, int op, int mb,
+                  gboolean bare, SimTaskRef *start, SimTaskRef *end)
 {
   Ctx c = { tg, block, m, detail, cp, cls, op, mb, -1 };
   if (tg->track_collectives) {
@@ -389,21 +417,42 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
     c.coll = (int)tg->coll_devs->len;
     g_ptr_array_add(tg->coll_devs, set);
   }
+  /* The collective's fixed cost comes first: its kernel's launch and the handshake of its
+   * ranks, before any byte moves. */
+  double base = cp->base_latency;
+  SimCollParams measured;
+  gboolean table = n > 1 && bytes > 0 && kind == SIM_COLL_ALLREDUCE &&
+                   table_fixed_cost(m, cp, devices, n, bytes, &base);
+  if (table) {
+    measured = *cp;
+    measured.step_latency = 0;
+    c.cp = &measured;
+    algo = SIM_ALLREDUCE_RING;
+  }
+  if (bare && detail == SIM_DETAIL_COLLECTIVE && n > 1 && bytes > 0 &&
+      one_flow(m, kind, algo, devices, n)) {
+    /* The fixed cost's delay, if any, then the one flow: they are the collective's first
+     * and last tasks. */
+    SimTaskRef first = { -1, -1 };
+    if (base > 0) {
+      SimTask d = sim_task_delay(cls, devices[0], base);
+      d.op = op;
+      d.mb = mb;
+      first = sim_taskgraph_add(tg, block, &d);
+    }
+    int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+    SimTaskRef f = ring_flow(&c, devices, n, steps, bytes / n);
+    if (first.block >= 0)
+      dep(&c, first, f);
+    *start = first.block >= 0 ? first : f;
+    *end = f;
+    return;
+  }
   *start = add_nop(&c);
   *end = add_nop(&c);
   if (n <= 1 || bytes <= 0) {
     dep(&c, *start, *end);
     return;
-  }
-  /* The collective's fixed cost comes first: its kernel's launch and the handshake of its
-   * ranks, before any byte moves. */
-  double base = cp->base_latency;
-  SimCollParams measured;
-  if (kind == SIM_COLL_ALLREDUCE && table_fixed_cost(m, cp, devices, n, bytes, &base)) {
-    measured = *cp;
-    measured.step_latency = 0;
-    c.cp = &measured;
-    algo = SIM_ALLREDUCE_RING;
   }
   SimTaskRef first = *start;
   if (base > 0) {
@@ -443,6 +492,22 @@ void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKin
     return;
   }
   ring(&c, devices, n, 2 * (n - 1), bytes / n, first, *end);
+}
+
+void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
+                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
+                          int mb, SimTaskRef *start, SimTaskRef *end)
+{
+  lower(tg, block, m, kind, algo, detail, cp, cls, devices, n, bytes, op, mb, FALSE, start, end);
+}
+
+void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+                               SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
+                               SimTaskClass cls, const int *devices, int n, double bytes,
+                               int op, int mb, SimTaskRef *start, SimTaskRef *end)
+{
+  lower(tg, block, m, kind, algo, detail, cp, cls, devices, n, bytes, op, mb, TRUE, start, end);
 }
 
 /* What the busiest link takes to carry the transfers @edges (a source, a destination and

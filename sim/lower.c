@@ -475,10 +475,10 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       continue; /* only asked which groups reduce */
     SimTaskRef start;
     if (h->n_devs > 1) {
-      sim_collective_lower(lw->tg, block, lw->m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING,
-                           lw->o.detail, &lw->cp, SIM_CLASS_REDUCTION, h->devs, h->n_devs,
-                           (double)region_bytes(&h->region, dt), -1, mb, &start,
-                           &ready[k].end);
+      sim_collective_lower_bare(lw->tg, block, lw->m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING,
+                                lw->o.detail, &lw->cp, SIM_CLASS_REDUCTION, h->devs,
+                                h->n_devs, (double)region_bytes(&h->region, dt), -1, mb,
+                                &start, &ready[k].end);
     } else {
       /* Partial sums on one device add up where they are. */
       SimTask nop = sim_task_nop();
