@@ -313,6 +313,47 @@ Test(engine, reduce_scatter_and_all_gather_closed_form)
   }
 }
 
+Test(engine, a_bare_collective_times_like_one_between_join_points)
+{
+  /* Two producers (1 ms on GPUs 0 and 1), an all-reduce of S = 1 GB over {0, 1, 2, 3} at
+   * the collective level of detail, a consumer (1 ms on GPU 2): 1 ms + 6 * (L + a) +
+   * 1.5 * S / B + 1 ms = 17.03 ms, with join points around the flow (2 producers, 2 join
+   * points, 1 flow, 1 consumer: 6 tasks) or without (4 tasks); with a fixed cost of 50 us
+   * per collective, a delay starts it (7 and 5 tasks) and the time grows by 50 us. */
+  int dev[4] = { 0, 1, 2, 3 };
+  for (int base = 0; base < 2; base++)
+    for (int bare = 0; bare < 2; bare++) {
+      SimCollParams p = cp;
+      p.base_latency = base ? 50e-6 : 0;
+      SimTaskGraph *tg = sim_taskgraph_new(8);
+      int b = sim_taskgraph_block_new(tg);
+      SimTask c0 = sim_task_compute(SIM_CLASS_FORWARD, 0, 0, 0, 0, 1e-3);
+      SimTask c1 = sim_task_compute(SIM_CLASS_FORWARD, 1, 0, 1, 0, 1e-3);
+      SimTask c2 = sim_task_compute(SIM_CLASS_FORWARD, 2, 1, 0, 0, 1e-3);
+      SimTaskRef r0 = sim_taskgraph_add(tg, b, &c0), r1 = sim_taskgraph_add(tg, b, &c1);
+      SimTaskRef r2 = sim_taskgraph_add(tg, b, &c2);
+      sim_taskgraph_stream_add(tg, b, 0, 0, r0.index);
+      sim_taskgraph_stream_add(tg, b, 1, 0, r1.index);
+      sim_taskgraph_stream_add(tg, b, 2, 0, r2.index);
+      SimTaskRef start, end;
+      (bare ? sim_collective_lower_bare : sim_collective_lower)(
+        tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_COLLECTIVE, &p,
+        SIM_CLASS_REDUCTION, dev, 4, 1e9, -1, 0, &start, &end);
+      sim_taskgraph_depend(tg, b, r0, start);
+      sim_taskgraph_depend(tg, b, r1, start);
+      sim_taskgraph_depend(tg, b, end, r2);
+      SimTimeline tl = { 0 };
+      double t = run(tg, &tl);
+      double expect = 2e-3 + 6 * (L + cp.step_latency) + 1.5 * 1e9 / B + p.base_latency;
+      cr_assert_float_eq(t, expect, expect * 1e-12, "base %d bare %d: %.9g vs %.9g", base,
+                         bare, t, expect);
+      cr_assert_eq(tg->n_tasks, (bare ? 4 : 6) + base, "base %d bare %d: %d tasks", base,
+                   bare, tg->n_tasks);
+      sim_timeline_clear(&tl);
+      sim_taskgraph_free(tg);
+    }
+}
+
 Test(engine, concurrent_collectives_share_links)
 {
   /* Two all-reduces over {0,1} and {0,2} at once: each sends S on GPU 0's uplink, which
