@@ -116,11 +116,13 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
 
   /* Per device: compute intervals (its stream, which runs them one after the other, so
    * that they come in order) and communication intervals (flows it sends or receives),
-   * merged. */
+   * merged.  Folded devices take their representative's figures (below): their intervals
+   * are not gathered. */
   GArray **cint = g_new0(GArray *, nd), **mint = g_new0(GArray *, nd);
+#define FOLDED(d) (rep_of && rep_of[(d)] != (d))
   for (int d = 0; d < nd && d < tg->n_devices; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
-    if (hi <= lo)
+    if (hi <= lo || FOLDED(d))
       continue;
     cint[d] = g_array_sized_new(FALSE, FALSE, sizeof(Interval), (guint)(hi - lo));
     for (int32_t i = lo; i < hi; i++) {
@@ -141,6 +143,8 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
       const int32_t *mem = sim_task_members(tg, k);
       for (int i = 0; i < k->n_members; i++) {
         int d = mem[i];
+        if (FOLDED(d))
+          continue;
         if (!mint[d])
           mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
         g_array_append_val(mint[d], iv);
@@ -148,6 +152,8 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
     } else if (k->device != k->peer && iv.b > iv.a) {
       for (int side = 0; side < 2; side++) {
         int d = side ? k->peer : k->device;
+        if (FOLDED(d))
+          continue;
         if (!mint[d])
           mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
         g_array_append_val(mint[d], iv);
@@ -171,6 +177,7 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
     r->idle[d] = r->iteration_time - r->compute[d];
     r->peak_mem[d] = tl->peak_mem[d];
   }
+#undef FOLDED
   /* Folded devices take their representative's figures. */
   if (rep_of)
     for (int d = 0; d < nd; d++) {
