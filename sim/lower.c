@@ -305,6 +305,11 @@ static void build_op_block(SimLowering *lw, int x)
   const uint64_t *rf = lw->rank_f + (size_t)l->stage * M;
   const uint64_t *rb = lw->rank_b + (size_t)l->stage * M;
   int passes = l->recompute ? 3 : 2;
+  int n_sim = 0;
+  for (int sh = 0; sh < l->n_shards; sh++)
+    n_sim += l->cidx[sh] >= 0;
+  int n_tasks = (passes * M + (l->has_weights ? 1 : 0)) * n_sim;
+  sim_taskgraph_block_reserve(tg, b, n_tasks, (passes - 1) * M * n_sim, n_tasks);
   for (int p = 0; p < passes; p++)
     for (int mb = 0; mb < M; mb++)
       for (int sh = 0; sh < l->n_shards; sh++) {

@@ -147,6 +147,23 @@ void sim_taskgraph_block_free(SimTaskGraph *tg, int block)
   sim_taskgraph_block(tg, block)->live = FALSE;
 }
 
+/* Room for @n more elements in @a, without changing its length. */
+static void array_reserve(GArray *a, guint n)
+{
+  guint len = a->len;
+  g_array_set_size(a, len + n);
+  g_array_set_size(a, len);
+}
+
+void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n_edges,
+                                 int n_stream)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  array_reserve(b->tasks, (guint)n_tasks);
+  array_reserve(b->edges, (guint)n_edges);
+  array_reserve(b->stream, (guint)n_stream);
+}
+
 SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);

@@ -165,6 +165,10 @@ static inline SimTaskBlock *sim_taskgraph_block(SimTaskGraph *tg, int block)
 {
   return (SimTaskBlock *)tg->blocks->pdata[block];
 }
+/* Makes room in @block for that many more tasks, edges and stream entries (a block
+ * that knows its size grows without reallocating). */
+void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n_edges,
+                                 int n_stream);
 /* Appends a task to @block; returns its reference. */
 SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t);
 /* Declares that @to cannot start before @from ends; the edge belongs to @block. */
