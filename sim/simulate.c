@@ -362,6 +362,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
   int8_t *coll_whole = g_new(int8_t, MAX(n_coll, 1));
   for (int c = 0; c < n_coll; c++)
     coll_whole[c] = -1;
+  const GArray **last_set = g_new0(const GArray *, MAX(nd, 1));
+  int8_t *last_whole = g_new0(int8_t, MAX(nd, 1));
 
   /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
    * device-by-device table: 1 whole, 2 with shadows). */
@@ -380,8 +382,20 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         continue;
       gboolean whole = FALSE;
       if (t->coll >= 0 && t->coll < n_coll) {
-        if (coll_whole[t->coll] < 0)
-          coll_whole[t->coll] = coll_invariant(tg->coll_devs->pdata[t->coll], f, R, K, ranks);
+        if (coll_whole[t->coll] < 0) {
+          /* Collectives repeat over a few sets of devices (each replica's tensor-parallel
+           * group, micro-batch after micro-batch): the answer for the last set that began
+           * with the same device holds for the same set. */
+          const GArray *set = tg->coll_devs->pdata[t->coll];
+          int d0 = set->len ? g_array_index(set, int, 0) : 0;
+          const GArray *last = last_set[d0];
+          if (!last || last->len != set->len ||
+              memcmp(last->data, set->data, set->len * sizeof(int)) != 0) {
+            last_set[d0] = set;
+            last_whole[d0] = (int8_t)coll_invariant(set, f, R, K, ranks);
+          }
+          coll_whole[t->coll] = last_whole[d0];
+        }
         whole = coll_whole[t->coll];
       }
       /* A pair, or the ring edges of a whole collective's one flow. */
@@ -406,6 +420,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     }
   }
   g_free(kind);
+  g_free(last_set);
+  g_free(last_whole);
   if (!ring_ok)
     ok = FALSE;
 
