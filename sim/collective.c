@@ -88,19 +88,12 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
  * @steps chunks of @chunk bytes per rank (SIM_DETAIL_COLLECTIVE). */
 static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chunk)
 {
-  GArray *links = g_array_sized_new(FALSE, FALSE, sizeof(int), 4 * (guint)n);
   double lat = 0;
-  for (int i = 0; i < n; i++) {
-    int hops;
-    const int *r = sim_machine_route(c->m, dev[i], dev[(i + 1) % n], &hops);
-    g_array_append_vals(links, r, (guint)hops);
+  for (int i = 0; i < n; i++)
     lat = MAX(lat, sim_machine_latency(c->m, dev[i], dev[(i + 1) % n]));
-  }
-  SimTaskRef f = sim_taskgraph_add_collective_flow(
-    c->tg, c->block, c->cls, (const int *)links->data, (int)links->len, dev, n, chunk * steps,
-    steps * (lat + c->cp->step_latency), c->op, c->mb, c->coll);
-  g_array_free(links, TRUE);
-  return f;
+  return sim_taskgraph_add_ring_flow(c->tg, c->block, c->cls, c->m, dev, n, chunk * steps,
+                                     steps * (lat + c->cp->step_latency), c->op, c->mb,
+                                     c->coll);
 }
 
 /* A ring of @steps steps over @dev, each moving @chunk bytes per rank, between the join
@@ -110,7 +103,7 @@ static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chu
  * a different NIC: the nodes' NICs all carry a share of the traffic. */
 /* The channels of a ring over @dev (see ring()): their number, and in @order (n per
  * channel, freed by the caller) each channel's ranks in ring order. */
-static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
+static int channel_count(SimMachine *m, const int *dev, int n)
 {
   int g = 1;
   while (g < n && sim_machine_device_node(m, dev[g]) == sim_machine_device_node(m, dev[0]))
@@ -120,8 +113,12 @@ static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
     channels = sim_machine_device_node(m, dev[k]) == sim_machine_device_node(m, dev[(k / g) * g]) &&
                (k % g != 0 || k == 0 ||
                 sim_machine_device_node(m, dev[k]) != sim_machine_device_node(m, dev[k - 1]));
-  if (!channels)
-    g = 1;
+  return channels ? g : 1;
+}
+
+static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
+{
+  int g = channel_count(m, dev, n);
   int *o = *order = g_new(int, (size_t)g * n);
   for (int ch = 0; ch < g; ch++)
     for (int node = 0; node < n / g; node++)
@@ -397,10 +394,7 @@ static gboolean one_flow(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
     if (hier || (algo == SIM_ALLREDUCE_TREE && n > 2))
       return FALSE;
   }
-  int *order;
-  int g = ring_channels(m, devices, n, &order);
-  g_free(order);
-  return g == 1;
+  return channel_count(m, devices, n) == 1;
 }
 
 static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,

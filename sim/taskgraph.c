@@ -206,6 +206,36 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
   return sim_taskgraph_add(tg, block, &t);
 }
 
+SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
+                                       SimMachine *m, const int *members, int n, double bytes,
+                                       double latency, int op, int mb, int coll)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  int total = 0;
+  for (int i = 0; i < n; i++) {
+    int hops;
+    sim_machine_route(m, members[i], members[(i + 1) % n], &hops);
+    total += hops;
+  }
+  SimTask t = sim_task_flow(cls, members[0], members[n > 1 ? 1 : 0], bytes, op, mb);
+  t.duration = latency;
+  t.coll = coll;
+  t.links_off = (int32_t)b->extra->len;
+  t.n_links = (uint16_t)total;
+  t.n_members = (uint16_t)n;
+  /* The routes, one after the other, then the members, written in place. */
+  g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
+  int32_t *out = &g_array_index(b->extra, int32_t, t.links_off);
+  for (int i = 0; i < n; i++) {
+    int hops;
+    const int *r = sim_machine_route(m, members[i], members[(i + 1) % n], &hops);
+    memcpy(out, r, sizeof(int32_t) * (size_t)hops);
+    out += hops;
+  }
+  memcpy(out, members, sizeof(int32_t) * (size_t)n);
+  return sim_taskgraph_add(tg, block, &t);
+}
+
 void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem)
 {
   g_array_append_val(sim_taskgraph_block(tg, block)->sem, *sem);
