@@ -189,18 +189,28 @@ void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t 
   tg->dirty = TRUE;
 }
 
-SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
-                                             const int *links, int n_links, const int *members,
-                                             int n, double bytes, double latency, int op, int mb,
-                                             int coll)
+/* A collective's flow over @n_links links, whose links and then members are appended to
+ * @b's extra array next. */
+static SimTask collective_flow(const SimTaskBlock *b, SimTaskClass cls, const int *members,
+                               int n, int n_links, double bytes, double latency, int op, int mb,
+                               int coll)
 {
-  SimTaskBlock *b = sim_taskgraph_block(tg, block);
   SimTask t = sim_task_flow(cls, members[0], members[n > 1 ? 1 : 0], bytes, op, mb);
   t.duration = latency;
   t.coll = coll;
   t.links_off = (int32_t)b->extra->len;
   t.n_links = (uint16_t)n_links;
   t.n_members = (uint16_t)n;
+  return t;
+}
+
+SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
+                                             const int *links, int n_links, const int *members,
+                                             int n, double bytes, double latency, int op, int mb,
+                                             int coll)
+{
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  SimTask t = collective_flow(b, cls, members, n, n_links, bytes, latency, op, mb, coll);
   g_array_append_vals(b->extra, links, (guint)n_links);
   g_array_append_vals(b->extra, members, (guint)n);
   return sim_taskgraph_add(tg, block, &t);
@@ -217,12 +227,7 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     sim_machine_route(m, members[i], members[(i + 1) % n], &hops);
     total += hops;
   }
-  SimTask t = sim_task_flow(cls, members[0], members[n > 1 ? 1 : 0], bytes, op, mb);
-  t.duration = latency;
-  t.coll = coll;
-  t.links_off = (int32_t)b->extra->len;
-  t.n_links = (uint16_t)total;
-  t.n_members = (uint16_t)n;
+  SimTask t = collective_flow(b, cls, members, n, total, bytes, latency, op, mb, coll);
   /* The routes, one after the other, then the members, written in place. */
   g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
   int32_t *out = &g_array_index(b->extra, int32_t, t.links_off);
