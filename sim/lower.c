@@ -387,13 +387,13 @@ typedef struct {
 static GArray *group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *regs,
                              int stride, int offset, const int *tags)
 {
-  GArray *groups = g_array_new(FALSE, TRUE, sizeof(Holders));
   int ns = l->n_shards;
+  GArray *groups = g_array_sized_new(FALSE, TRUE, sizeof(Holders), (guint)MAX(ns, 1));
   /* Shards with equal regions are usually few and far apart; a hash on the region keeps
    * this linear. */
   sim_key_index_clear(seen);
-  int *count = g_new0(int, ns);
-  int *gid = g_new(int, ns);
+  int *count = g_new0(int, 2 * (size_t)MAX(ns, 1));
+  int *gid = count + ns;
   for (int sh = 0; sh < ns; sh++) {
     RegionKey key;
     /* Only the region's own dimensions count: the rest of the struct is not defined. */
@@ -413,10 +413,14 @@ static GArray *group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion 
     }
     count[gid[sh]]++;
   }
-  for (guint k = 0; k < groups->len; k++) {
+  /* Every group's members, then every group's devices, in one allocation that the first
+   * group's members start (holders_free()). */
+  int *pool = g_new(int, 2 * (size_t)MAX(ns, 1));
+  for (guint k = 0, off = 0; k < groups->len; k++) {
     Holders *h = &g_array_index(groups, Holders, k);
-    h->members = g_new(int, count[k]);
-    h->devs = g_new(int, count[k]);
+    h->members = pool + off;
+    h->devs = pool + ns + off;
+    off += (guint)count[k];
   }
   for (int sh = 0; sh < ns; sh++) {
     Holders *h = &g_array_index(groups, Holders, gid[sh]);
@@ -430,17 +434,15 @@ static GArray *group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion 
       h->any_sim = TRUE;
   }
   g_free(count);
-  g_free(gid);
+  if (!groups->len)
+    g_free(pool);
   return groups;
 }
 
 static void holders_free(GArray *groups)
 {
-  for (guint k = 0; k < groups->len; k++) {
-    Holders *h = &g_array_index(groups, Holders, k);
-    g_free(h->members);
-    g_free(h->devs);
-  }
+  if (groups->len)
+    g_free(g_array_index(groups, Holders, 0).members);
   g_array_free(groups, TRUE);
 }
 
@@ -556,7 +558,8 @@ static inline gboolean boxes_overlap(const SimRegion *a, const SimRegion *b)
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
                            const OpLay *dst, const SimRegion *need)
 {
-  GArray *out = g_array_new(FALSE, FALSE, sizeof(Piece));
+  /* Most consumer shards take one piece. */
+  GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
   for (int c = 0; c < dst->n_shards; c++) {
     if (dst->cidx[c] < 0)
       continue;

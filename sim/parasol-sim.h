@@ -631,8 +631,9 @@ SIM_PUBLIC void sim_strategy_clear_rewrites(SimStrategy *s);
  * consistent device groups.  Messages name the operator and the dimension. */
 SIM_PUBLIC gboolean sim_strategy_validate(const SimStrategy *s, const SimGraph *g,
                                           const SimMachine *m, GError **error);
-/* The same checks for operator @op alone, and the stages: enough after a change to one
- * operator of a valid strategy. */
+/* The same checks for operator @op alone, and that its shards run on its stage's devices:
+ * enough after a change to one operator's configuration (degrees, devices) of a valid
+ * strategy. */
 SIM_PUBLIC gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g,
                                              const SimMachine *m, int op, GError **error);
 

@@ -702,6 +702,16 @@ static gboolean sorted_disjoint(const int *a, int na, const int *b, int nb, int 
   return TRUE;
 }
 
+/* Shard @k of op @op runs on device @dev, outside stage @st's devices: FALSE, and why. */
+static gboolean not_in_stage(const SimGraph *g, int op, int k, int dev, int st, GError **error)
+{
+  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+              "op '%s' (%s): shard %d on device %d, which is not in the device group of its "
+              "stage %d",
+              sim_graph_op_name(g, op), sim_op_type_name(sim_graph_op_type(g, op)), k, dev, st);
+  return FALSE;
+}
+
 static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_devices,
                                 GError **error)
 {
@@ -770,12 +780,7 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
     for (int k = 0; k < s->ops[i].n_shards; k++) {
       int dev = s->ops[i].devices[k];
       if (!bsearch(&dev, grp, (size_t)s->stage_n_devices[st], sizeof(int), int_compare)) {
-        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                    "op '%s' (%s): shard %d on device %d, which is not in the device group "
-                    "of its stage %d",
-                    sim_graph_op_name(g, i), sim_op_type_name(sim_graph_op_type(g, i)), k, dev,
-                    st);
-        return FALSE;
+        return not_in_stage(g, i, k, dev, st, error);
       }
     }
   }
@@ -922,5 +927,25 @@ gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g, const
   g_return_val_if_fail(s != NULL && g != NULL && m != NULL, FALSE);
   g_return_val_if_fail(op >= 0 && op < s->n_ops, FALSE);
   int n_devices = sim_machine_n_devices(m);
-  return validate_op(s, g, n_devices, op, error) && validate_stages(s, g, n_devices, error);
+  if (!validate_op(s, g, n_devices, op, error))
+    return FALSE;
+  /* The rest of the strategy was valid and a change to one operator moves no operator
+   * between stages: what is left to check is that its shards run on its stage's devices
+   * (validate_stages() says the same of every operator). */
+  int st = s->op_stage[op];
+  if (st < 0 || st >= s->n_stages)
+    return validate_stages(s, g, n_devices, error);
+  g_autofree uint8_t *in_stage = g_new0(uint8_t, MAX(n_devices, 1));
+  for (int j = 0; j < s->stage_n_devices[st]; j++) {
+    int dev = s->stage_devices[st][j];
+    if (dev >= 0 && dev < n_devices)
+      in_stage[dev] = 1;
+  }
+  for (int k = 0; k < s->ops[op].n_shards; k++) {
+    int dev = s->ops[op].devices[k];
+    if (dev < 0 || dev >= n_devices || !in_stage[dev]) {
+      return not_in_stage(g, op, k, dev, st, error);
+    }
+  }
+  return TRUE;
 }

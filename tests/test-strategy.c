@@ -415,6 +415,22 @@ Test(strategy, validate_checks_stages)
       cr_assert(sim_strategy_set_op(s, op, deg, one, NULL));
   cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
 
+  /* A change to one operator is checked alone: fc2 (stage 1) moved to device 0, which is
+   * stage 0's, is refused as the whole strategy's check refuses it; moved back, it passes. */
+  g_autoptr(SimStrategy) moved = sim_strategy_copy(s);
+  cr_assert(sim_strategy_set_op(moved, fc2, deg, g0, NULL));
+  cr_assert_not(sim_strategy_validate_op(moved, g, m, fc2, &error));
+  assert_error(error, SIM_ERROR_INVALID,
+               "op 'fc2' (linear): shard 0 on device 0, which is not in the device group of "
+               "its stage 1");
+  g_clear_error(&error);
+  cr_assert_not(sim_strategy_validate(moved, g, m, &error));
+  assert_error(error, SIM_ERROR_INVALID, "not in the device group of its stage 1");
+  g_clear_error(&error);
+  cr_assert(sim_strategy_set_op(moved, fc2, deg, one, NULL));
+  cr_assert(sim_strategy_validate_op(moved, g, m, fc2, &error), "%s",
+            error ? error->message : "");
+
   /* fc1 in stage 1 feeding fc2 in stage 0 sends activations backwards through the
    * pipeline. */
   g_autoptr(SimStrategy) back = sim_strategy_copy(s);
