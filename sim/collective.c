@@ -101,8 +101,8 @@ static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chu
  * row, runs as g channels (NCCL's rings), each with the ranks of every node rotated by one
  * more place, so that each channel leaves every node from a different GPU, and so through
  * a different NIC: the nodes' NICs all carry a share of the traffic. */
-/* The channels of a ring over @dev (see ring()): their number, and in @order (n per
- * channel, freed by the caller) each channel's ranks in ring order. */
+/* How many channels a ring over @dev runs as (see ring()): the ranks a node holds in a
+ * row, when every node holds as many, or 1. */
 static int channel_count(SimMachine *m, const int *dev, int n)
 {
   int g = 1;
@@ -116,6 +116,8 @@ static int channel_count(SimMachine *m, const int *dev, int n)
   return channels ? g : 1;
 }
 
+/* The channels of a ring over @dev (see ring()): their number, and in @order (n per
+ * channel, freed by the caller) each channel's ranks in ring order. */
 static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
 {
   int g = channel_count(m, dev, n);
