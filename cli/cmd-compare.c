@@ -106,7 +106,7 @@ int cmd_compare(int argc, char **argv)
   g_auto(GStrv) params = NULL;
   int seeds = 3;
   gboolean quiet = FALSE;
-  CliPlanOptions plan;
+  g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliSearchOptions so;
   cli_search_options_init(&so);

@@ -12,7 +12,7 @@ int cmd_exec(int argc, char **argv)
   g_auto(GStrv) params = NULL;
   gboolean check = FALSE, list = FALSE;
   double tolerance = 1e-5;
-  CliPlanOptions plan;
+  g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliExecOptions eo;
   cli_exec_options_init(&eo, 3);

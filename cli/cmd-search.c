@@ -74,7 +74,7 @@ int cmd_search(int argc, char **argv)
   g_autofree char *plot = NULL, *plot_stem = NULL;
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE, list = FALSE, quiet = FALSE;
-  CliPlanOptions plan;
+  g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliSearchOptions so;
   cli_search_options_init(&so);

@@ -82,7 +82,7 @@ static int simulate_one(int argc, char **argv, int line)
   g_autofree char *save = NULL, *batch = NULL;
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE;
-  CliPlanOptions plan;
+  g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt3-1.3b)", "M" },

@@ -100,7 +100,7 @@ int cmd_validate(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *prefix = NULL;
   g_auto(GStrv) params = NULL;
-  CliPlanOptions plan;
+  g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliExecOptions eo;
   cli_exec_options_init(&eo, 3);

@@ -11,6 +11,19 @@ void cli_plan_options_init(CliPlanOptions *p)
   p->coll_latency_us = -1; /* unset: the default step cost */
 }
 
+void cli_plan_options_clear(CliPlanOptions *p)
+{
+  g_free(p->schedule);
+  g_free(p->recompute);
+  g_free(p->precision);
+  g_free(p->allreduce);
+  g_free(p->detail);
+  g_free(p->profile);
+  g_free(p->profile_gpu);
+  g_free(p->allreduce_table);
+  cli_plan_options_init(p);
+}
+
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 {
   GOptionEntry entries[] = {

@@ -19,6 +19,9 @@ typedef struct {
 } CliPlanOptions;
 
 void cli_plan_options_init(CliPlanOptions *p);
+/* Frees the strings the options were given and sets them back to their defaults. */
+void cli_plan_options_clear(CliPlanOptions *p);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(CliPlanOptions, cli_plan_options_clear)
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
  * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --net-efficiency,
