@@ -65,10 +65,15 @@ static int simulate_batch(const char *path)
     g_auto(GStrv) av = NULL;
     g_autoptr(GError) perr = NULL;
     g_autofree char *cmd = g_strconcat("simulate ", l, NULL);
-    /* MAX evaluates its arguments twice: the status is taken first. */
-    int status = g_shell_parse_argv(cmd, &ac, &av, &perr)
-                   ? simulate_one(ac, av, i + 1)
-                   : batch_error(i + 1, perr->message, CLI_EXIT_USAGE);
+    int status;
+    if (g_shell_parse_argv(cmd, &ac, &av, &perr)) {
+      /* Option parsing takes the options it reads out of the array it is given: it gets a
+       * copy, so that av still holds every string to free. */
+      g_autofree char **args = g_memdup2(av, sizeof(char *) * ((size_t)ac + 1));
+      status = simulate_one(ac, args, i + 1);
+    } else {
+      status = batch_error(i + 1, perr->message, CLI_EXIT_USAGE);
+    }
     worst = MAX(worst, status);
   }
   return worst;
