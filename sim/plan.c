@@ -175,7 +175,7 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
   const SimTask *t = &p->tg->task[i];
   const SimTaskSem *m = p->sem[i];
   *out = (SimPlanTask){ .device = t->device, .peer = t->peer, .op = t->op, .shard = t->shard,
-                        .mb = t->mb, .tensor = -1, .bytes = t->bytes };
+                        .mb = t->mb, .tensor = -1, .bytes = sim_task_bytes(t) };
   switch (t->kind) {
   case SIM_TASK_COMPUTE:
     out->kind = SIM_PLAN_COMPUTE;
@@ -236,7 +236,7 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
 int sim_plan_n_predecessors(const SimPlan *p, int i)
 {
   g_return_val_if_fail(i >= 0 && i < p->tg->n_tasks, 0);
-  return p->tg->task[i].n_pred;
+  return p->tg->n_pred[i];
 }
 
 int sim_plan_n_successors(const SimPlan *p, int i)

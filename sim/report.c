@@ -372,7 +372,8 @@ gboolean sim_report_record(const SimReport *r, int64_t i, SimTaskRecord *out)
     return FALSE;
   const SimTask *t = &r->tasks[i];
   *out = (SimTaskRecord){ task_kind_name(t->kind), sim_task_class_name(t->cls), t->device,
-                          t->peer, t->op, t->mb, t->shard, t->bytes, r->start[i], r->end[i] };
+                          t->peer, t->op, t->mb, t->shard, sim_task_bytes(t), r->start[i],
+                          r->end[i] };
   return TRUE;
 }
 

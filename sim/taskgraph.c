@@ -250,7 +250,7 @@ SimTask sim_task_compute(SimTaskClass cls, int device, int op, int shard, int mb
                          double duration)
 {
   return (SimTask){ .kind = SIM_TASK_COMPUTE, .cls = cls, .device = device, .peer = -1,
-                    .op = op, .shard = shard, .mb = mb, .duration = duration, .coll = -1 };
+                    .op = op, .shard = shard, .mb = mb, .duration = duration };
 }
 
 SimTask sim_task_flow(SimTaskClass cls, int src, int dst, double bytes, int op, int mb)
@@ -262,13 +262,13 @@ SimTask sim_task_flow(SimTaskClass cls, int src, int dst, double bytes, int op, 
 SimTask sim_task_delay(SimTaskClass cls, int device, double duration)
 {
   return (SimTask){ .kind = SIM_TASK_DELAY, .cls = cls, .device = device, .peer = -1,
-                    .op = -1, .shard = -1, .mb = -1, .duration = duration, .coll = -1 };
+                    .op = -1, .shard = -1, .mb = -1, .duration = duration };
 }
 
 SimTask sim_task_nop(void)
 {
   return (SimTask){ .kind = SIM_TASK_NOP, .cls = SIM_CLASS_TRANSFER, .device = -1, .peer = -1,
-                    .op = -1, .shard = -1, .mb = -1, .coll = -1 };
+                    .op = -1, .shard = -1, .mb = -1 };
 }
 
 /* A stream entry by block and index: that order is the order of global ids, so the
@@ -480,7 +480,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   for (int t = 0; t < n; t++) {
     SimTask *j = &tg->task[t];
     int32_t ns = soff[t + 1] - soff[t];
-    j->n_pred = np[t];
     j->n_succ = ns;
     j->succ_off = soff[t];
     gboolean head = (j->kind == SIM_TASK_NOP || j->kind == SIM_TASK_DELAY) && ns > 0;

@@ -34,6 +34,9 @@ typedef enum {
 
 const char *sim_task_class_name(SimTaskClass c);
 
+/* 64 bytes: a graph of millions of tasks is walked in time order, not in the order of
+ * its ids, so the engine's cost is a cache miss per task it touches.  Fields that only
+ * compute tasks or only flows use share their place (read them for that kind only). */
 typedef struct {
   uint8_t kind;        /* SimTaskKind                                                 */
   uint8_t cls;         /* SimTaskClass                                                */
@@ -44,18 +47,30 @@ typedef struct {
   int32_t mb;          /* the micro-batch, or -1                                      */
   int32_t shard;       /* the shard of the operator, or -1                             */
   double duration;     /* compute and delay: seconds; flow: latency added to the route's */
-  double bytes;        /* flows                                                       */
-  int64_t mem_alloc;   /* bytes allocated on @device when the task starts              */
-  int64_t mem_free;    /* bytes released on @device when the task ends                 */
-  int32_t coll;        /* flows of a collective: its id in the task graph, or -1       */
+  union {
+    struct {           /* compute tasks                                               */
+      int64_t mem_alloc; /* bytes allocated on @device when the task starts           */
+      int64_t mem_free;  /* bytes released on @device when the task ends              */
+    };
+    struct {           /* flows                                                       */
+      double bytes;
+      int32_t coll;      /* a collective's flows: its id in the task graph, or -1      */
+      int32_t links_off; /* a collective's flow: its links (then members) in extra     */
+    };
+  };
   uint16_t n_members;  /* a collective's flow: its devices, after its links in extra   */
   uint16_t n_kernels;  /* compute: kernels the host issues for it                      */
-  int32_t links_off;   /* a collective's flow: its links (then members) in extra        */
-  /* Filled by assembly: */
-  int32_t n_pred;
+  /* Filled by assembly (the predecessor counts are SimTaskGraph.n_pred): */
   int32_t succ_off;    /* into SimTaskGraph.succ                                      */
   int32_t n_succ;
 } SimTask;
+G_STATIC_ASSERT(sizeof(SimTask) == 64);
+
+/* A flow's bytes, 0 for any other task. */
+static inline double sim_task_bytes(const SimTask *t)
+{
+  return t->kind == SIM_TASK_FLOW ? t->bytes : 0;
+}
 
 /* A reference to a task before assembly. */
 typedef struct {
