@@ -779,9 +779,8 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
     const int *grp = g_ptr_array_index(groups, st);
     for (int k = 0; k < s->ops[i].n_shards; k++) {
       int dev = s->ops[i].devices[k];
-      if (!bsearch(&dev, grp, (size_t)s->stage_n_devices[st], sizeof(int), int_compare)) {
+      if (!bsearch(&dev, grp, (size_t)s->stage_n_devices[st], sizeof(int), int_compare))
         return not_in_stage(g, i, k, dev, st, error);
-      }
     }
   }
 
@@ -943,9 +942,8 @@ gboolean sim_strategy_validate_op(const SimStrategy *s, const SimGraph *g, const
   }
   for (int k = 0; k < s->ops[op].n_shards; k++) {
     int dev = s->ops[op].devices[k];
-    if (dev < 0 || dev >= n_devices || !in_stage[dev]) {
+    if (dev < 0 || dev >= n_devices || !in_stage[dev])
       return not_in_stage(g, op, k, dev, st, error);
-    }
   }
   return TRUE;
 }

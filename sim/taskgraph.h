@@ -34,9 +34,9 @@ typedef enum {
 
 const char *sim_task_class_name(SimTaskClass c);
 
-/* 64 bytes: a graph of millions of tasks is walked in time order, not in the order of
- * its ids, so the engine's cost is a cache miss per task it touches.  Fields that only
- * compute tasks or only flows use share their place (read them for that kind only). */
+/* 64 bytes, a cache line: a large model's graph holds millions of tasks, twice while it is
+ * assembled.  Fields that only compute tasks or only flows use share their place (read
+ * them for that kind only). */
 typedef struct {
   uint8_t kind;        /* SimTaskKind                                                 */
   uint8_t cls;         /* SimTaskClass                                                */
