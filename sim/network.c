@@ -33,6 +33,7 @@ typedef struct {
   int n, cap;
   double capacity;
   double rem;
+  double share;       /* rem / cnt, in the current round of the filling */
   int cnt;
   gboolean dirty;
   gboolean in_comp;
@@ -264,19 +265,17 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
       if (l->cnt <= 0)
         continue;
       links[k++] = links[i];
-      double s = l->rem / l->cnt;
-      if (s < share)
-        share = s;
+      l->share = l->rem / l->cnt;
+      if (l->share < share)
+        share = l->share;
     }
     n_live = k;
     if (n_live == 0)
       break;
     tied->n = 0;
-    for (int i = 0; i < n_live; i++) {
-      Link *l = &net->link[links[i]];
-      if (l->rem / l->cnt == share)
+    for (int i = 0; i < n_live; i++)
+      if (net->link[links[i]].share == share)
         sim_int_stack_push(tied, links[i]);
-    }
     if (share < 0)
       share = 0;
     for (int t = 0; t < tied->n; t++) {
