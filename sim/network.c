@@ -198,6 +198,20 @@ void sim_net_remove(SimNet *net, int slot, double now)
   sim_int_stack_push(&net->free_slots, slot);
 }
 
+/* Gives flow @f the rate @r from @now on, settling the bytes it drained at its old rate,
+ * and reports its new end if the rate changed. */
+static inline void set_rate(Flow *f, double r, double now, SimNetRescheduleFunc fn, void *user)
+{
+  if (r == f->rate)
+    return;
+  f->remaining -= f->rate * (now - f->last);
+  if (f->remaining < 0)
+    f->remaining = 0;
+  f->last = now;
+  f->rate = r;
+  fn(user, f->task, f->rate > 0 ? now + f->remaining / f->rate : INFINITY);
+}
+
 void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
 {
   if (!net->dirty_links.n)
@@ -239,6 +253,24 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
 
   int *links = cl->v;
   int nl = cl->n;
+  for (int i = 0; i < nl; i++)
+    net->link[links[i]].in_comp = FALSE;
+  if (cf->n == 1) {
+    /* A flow alone on its links (the common case: a collective inside a node, a transfer
+     * on an idle route) gets what the filling's one round would give it: the smallest of
+     * its links' capacities over the times it crosses each. */
+    Flow *f = &net->flow[cf->v[0]];
+    f->in_comp = FALSE;
+    double share = INFINITY;
+    for (int h = 0; h < f->n_links; h++) {
+      const Link *l = &net->link[f->links[h]];
+      double s = l->capacity / l->n;
+      if (s < share)
+        share = s;
+    }
+    set_rate(f, MAX(share, 0), now, fn, user);
+    return;
+  }
   for (int i = 0; i < nl; i++) {
     Link *l = &net->link[links[i]];
     l->rem = l->capacity;
@@ -249,8 +281,6 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     net->flow[cf->v[i]].fixed = FALSE;
     net->flow[cf->v[i]].in_comp = FALSE;
   }
-  for (int i = 0; i < nl; i++)
-    net->link[links[i]].in_comp = FALSE;
   /* Each round fixes the flows of every link whose fair share is the smallest: in exact
    * arithmetic fixing one of them leaves the others' shares where they were, and symmetric
    * collectives have many such links.  Links left without unfixed flows drop out of the
@@ -286,17 +316,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
           continue;
         f->fixed = TRUE;
         unfixed--;
-        /* Settle the bytes drained at the old rate before changing it. */
-        double new_r = share;
-        if (new_r != f->rate) {
-          f->remaining -= f->rate * (now - f->last);
-          if (f->remaining < 0)
-            f->remaining = 0;
-          f->last = now;
-          f->rate = new_r;
-          double end = f->rate > 0 ? now + f->remaining / f->rate : INFINITY;
-          fn(user, f->task, end);
-        }
+        set_rate(f, share, now, fn, user);
         for (int h = 0; h < f->n_links; h++) {
           Link *l2 = &net->link[f->links[h]];
           l2->rem -= share;
