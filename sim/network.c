@@ -223,7 +223,8 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   for (int i = 0; i < net->dirty_links.n; i++) {
     int l = net->dirty_links.v[i];
     net->link[l].dirty = FALSE;
-    if (!net->link[l].in_comp) {
+    /* A link that a flow left empty has nothing to share. */
+    if (net->link[l].n > 0 && !net->link[l].in_comp) {
       net->link[l].in_comp = TRUE;
       sim_int_stack_push(cl, l);
     }
