@@ -76,6 +76,15 @@ static SimTaskRef add_nop(Ctx *c)
   return sim_taskgraph_add(c->tg, c->block, &t);
 }
 
+/* A delay of @seconds on @device: a collective's fixed cost. */
+static SimTaskRef add_delay(Ctx *c, int device, double seconds)
+{
+  SimTask t = sim_task_delay(c->cls, device, seconds);
+  t.op = c->op;
+  t.mb = c->mb;
+  return sim_taskgraph_add(c->tg, c->block, &t);
+}
+
 static void dep(Ctx *c, SimTaskRef a, SimTaskRef b)
 {
   sim_taskgraph_depend(c->tg, c->block, a, b);
@@ -381,24 +390,6 @@ static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const i
   return TRUE;
 }
 
-/* Whether a collective at SIM_DETAIL_COLLECTIVE is a single ring of one channel (see
- * ring_channels()): one flow, so that it needs no join points around it. */
-static gboolean one_flow(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
-                         const int *devices, int n)
-{
-  if (kind == SIM_COLL_ALLREDUCE && algo != SIM_ALLREDUCE_RING) {
-    /* A tree's or the hierarchical algorithm's shape over one node is a ring's only for
-     * two ranks or, hierarchical, for ranks that are all in one node. */
-    int *groups = NULL, n_nodes = 0, g = 0;
-    gboolean hier = algo == SIM_ALLREDUCE_HIERARCHICAL &&
-                    by_node(m, devices, n, &groups, &n_nodes, &g);
-    g_free(groups);
-    if (hier || (algo == SIM_ALLREDUCE_TREE && n > 2))
-      return FALSE;
-  }
-  return channel_count(m, devices, n) == 1;
-}
-
 static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
                   SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
                   SimTaskClass cls, const int *devices, int n, double bytes, int op, int mb,
@@ -413,57 +404,48 @@ static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
     c.coll = (int)tg->coll_devs->len;
     g_ptr_array_add(tg->coll_devs, set);
   }
+  gboolean empty = n <= 1 || bytes <= 0;
   /* The collective's fixed cost comes first: its kernel's launch and the handshake of its
    * ranks, before any byte moves. */
   double base = cp->base_latency;
   SimCollParams measured;
-  gboolean table = n > 1 && bytes > 0 && kind == SIM_COLL_ALLREDUCE &&
-                   table_fixed_cost(m, cp, devices, n, bytes, &base);
-  if (table) {
+  if (!empty && kind == SIM_COLL_ALLREDUCE && table_fixed_cost(m, cp, devices, n, bytes, &base)) {
     measured = *cp;
     measured.step_latency = 0;
     c.cp = &measured;
     algo = SIM_ALLREDUCE_RING;
   }
-  if (bare && detail == SIM_DETAIL_COLLECTIVE && n > 1 && bytes > 0 &&
-      one_flow(m, kind, algo, devices, n)) {
-    /* The fixed cost's delay, if any, then the one flow: they are the collective's first
-     * and last tasks. */
-    SimTaskRef first = { -1, -1 };
-    if (base > 0) {
-      SimTask d = sim_task_delay(cls, devices[0], base);
-      d.op = op;
-      d.mb = mb;
-      first = sim_taskgraph_add(tg, block, &d);
-    }
-    int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
-    SimTaskRef f = ring_flow(&c, devices, n, steps, bytes / n);
-    if (first.block >= 0)
-      dep(&c, first, f);
-    *start = first.block >= 0 ? first : f;
-    *end = f;
+  /* The algorithm's shape: an all-reduce over nodes in groups (hierarchical), NCCL's trees,
+   * or rings (the rest). */
+  int *groups = NULL, n_nodes = 0, g = 0;
+  gboolean hier = !empty && kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_HIERARCHICAL &&
+                  by_node(m, devices, n, &groups, &n_nodes, &g);
+  gboolean tree = !empty && kind == SIM_COLL_ALLREDUCE && algo == SIM_ALLREDUCE_TREE && n > 2;
+  int steps = kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+  if (bare && !empty && !hier && !tree && detail == SIM_DETAIL_COLLECTIVE &&
+      channel_count(m, devices, n) == 1) {
+    /* One ring of one channel is one flow: the fixed cost's delay, if any, and the flow are
+     * the collective's first and last tasks, with no join points around them. */
+    *start = base > 0 ? add_delay(&c, devices[0], base) : (SimTaskRef){ -1, -1 };
+    *end = ring_flow(&c, devices, n, steps, bytes / n);
+    if (base > 0)
+      dep(&c, *start, *end);
+    else
+      *start = *end;
     return;
   }
   *start = add_nop(&c);
   *end = add_nop(&c);
-  if (n <= 1 || bytes <= 0) {
+  if (empty) {
     dep(&c, *start, *end);
     return;
   }
   SimTaskRef first = *start;
   if (base > 0) {
-    SimTask d = sim_task_delay(cls, devices[0], base);
-    d.op = op;
-    d.mb = mb;
-    first = sim_taskgraph_add(tg, block, &d);
+    first = add_delay(&c, devices[0], base);
     dep(&c, *start, first);
   }
-  if (kind == SIM_COLL_REDUCE_SCATTER || kind == SIM_COLL_ALLGATHER) {
-    ring(&c, devices, n, n - 1, bytes / n, first, *end);
-    return;
-  }
-  int *groups = NULL, n_nodes = 0, g = 0;
-  if (algo == SIM_ALLREDUCE_HIERARCHICAL && by_node(m, devices, n, &groups, &n_nodes, &g)) {
+  if (hier) {
     SimTaskRef mid1 = add_nop(&c), mid2 = add_nop(&c);
     for (int k = 0; k < n_nodes; k++)
       ring(&c, groups + k * g, g, g - 1, bytes / g, first, mid1);
@@ -481,13 +463,11 @@ static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
     if (g == 1)
       dep(&c, mid2, *end);
     g_free(groups);
-    return;
-  }
-  if (algo == SIM_ALLREDUCE_TREE && n > 2) {
+  } else if (tree) {
     tree_allreduce(&c, devices, n, bytes, first, *end);
-    return;
+  } else {
+    ring(&c, devices, n, steps, bytes / n, first, *end);
   }
-  ring(&c, devices, n, 2 * (n - 1), bytes / n, first, *end);
 }
 
 void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
