@@ -169,6 +169,12 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
     }
     return;
   }
+  if (steps <= 0) {
+    /* A ring of one rank (a node's part of a hierarchical all-reduce over one rank per
+     * node) has no step: nothing between its ends but the order. */
+    dep(c, start, end);
+    return;
+  }
   SimTaskRef *prev = g_new(SimTaskRef, n);
   SimTaskRef *cur = g_new(SimTaskRef, n);
   for (int s = 0; s < steps; s++) {

@@ -706,6 +706,18 @@ Test(engine, multi_node_tree_follows_nccl_closed_form)
   sim_machine_free(m);
 }
 
+Test(engine, hierarchical_allreduce_of_one_rank_per_node_closed_form)
+{
+  /* GPUs 0 and 4, one on each node: nothing to reduce-scatter or all-gather inside a node
+   * (rings of one rank, no step), a ring of 2 across the nodes: 2 steps of S/2 over a
+   * 25 GB/s route of 6 us, 2 * (6 + 3) us + S / 25 GB/s = 40.018 ms for S = 1 GB, at every
+   * level of detail (per-step transfers used to leave the empty rings' ends unset). */
+  SimMachine *m = two_nodes();
+  int dev[2] = { 0, 4 };
+  check_algo(m, SIM_ALLREDUCE_HIERARCHICAL, dev, 2, 1e9, 18e-6 + 40e-3);
+  sim_machine_free(m);
+}
+
 Test(engine, hierarchical_allreduce_closed_form)
 {
   /* Reduce-scatter inside each node (3 steps of S/4: 3 * 5 us + 0.75 S at 100 GB/s), an
