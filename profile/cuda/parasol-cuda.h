@@ -77,6 +77,10 @@ int pcu_device_count(char *error, size_t error_size);
 /* The GPU's name, memory and versions of the driver and libraries, as one line each of
  * "name=value" into @out. */
 PcuStatus pcu_device_describe(int device, char *out, size_t out_size);
+/* Opens cuBLAS, which parasol does not link (cublas-load.c): NULL when it is ready, or why
+ * it could not be opened.  Contexts with libraries open it themselves; this is for a
+ * caller that wants to know first. */
+const char *pcu_cublas_load(void);
 
 /* Device memory.  Allocations are stream-ordered on the context's stream. */
 PcuStatus pcu_malloc(PcuContext *ctx, size_t bytes, void **out);
