@@ -2,6 +2,8 @@
 #include "sim-options.h"
 #include "parasol-profile.h"
 
+#include <errno.h>
+#include <math.h>
 #include <string.h>
 
 void cli_plan_options_init(CliPlanOptions *p)
@@ -24,21 +26,71 @@ void cli_plan_options_clear(CliPlanOptions *p)
   cli_plan_options_init(p);
 }
 
+/* --dp, --tp, --pp, --microbatches, --microbatch-size and --global-batch: a whole number
+ * of at least 1 (0 stands for "not given" inside, so it cannot be taken from the user). */
+static gboolean parse_count(const char *name, const char *value, gpointer data, GError **error)
+{
+  CliPlanOptions *p = data;
+  char *end = NULL;
+  errno = 0;
+  gint64 v = g_ascii_strtoll(value, &end, 10);
+  gint64 max = g_str_equal(name, "--microbatch-size") || g_str_equal(name, "--global-batch")
+               ? G_MAXINT64 : G_MAXINT;
+  if (!*value || *end || errno || v < 1 || v > max) {
+    if (max == G_MAXINT64)
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: expected a whole number of at least 1", name, value);
+    else
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: expected a whole number from 1 to %" G_GINT64_FORMAT, name, value,
+                  max);
+    return FALSE;
+  }
+  if (g_str_equal(name, "--dp"))
+    p->dp = (int)v;
+  else if (g_str_equal(name, "--tp"))
+    p->tp = (int)v;
+  else if (g_str_equal(name, "--pp"))
+    p->pp = (int)v;
+  else if (g_str_equal(name, "--microbatches"))
+    p->microbatches = (int)v;
+  else if (g_str_equal(name, "--microbatch-size"))
+    p->microbatch_size = v;
+  else
+    p->global_batch = v;
+  return TRUE;
+}
+
+static gboolean parse_bucket_mb(const char *name, const char *value, gpointer data,
+                                GError **error)
+{
+  CliPlanOptions *p = data;
+  char *end = NULL;
+  double v = g_ascii_strtod(value, &end);
+  if (!*value || *end || !isfinite(v) || v < 0) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "%s %s: expected a size in MB, 0 or more (0: a bucket per weight)", name, value);
+    return FALSE;
+  }
+  p->bucket_mb = v;
+  return TRUE;
+}
+
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 {
   GOptionEntry entries[] = {
-    { "dp", 0, 0, G_OPTION_ARG_INT, &p->dp, "Data-parallel degree", "N" },
-    { "tp", 0, 0, G_OPTION_ARG_INT, &p->tp, "Tensor-parallel degree (inside a node)", "N" },
-    { "pp", 0, 0, G_OPTION_ARG_INT, &p->pp, "Pipeline stages", "N" },
-    { "microbatches", 0, 0, G_OPTION_ARG_INT, &p->microbatches, "Micro-batches per iteration", "N" },
-    { "microbatch-size", 0, 0, G_OPTION_ARG_INT64, &p->microbatch_size, "Samples per micro-batch per replica", "N" },
-    { "global-batch", 0, 0, G_OPTION_ARG_INT64, &p->global_batch, "Samples per iteration (sets the model's batch)", "N" },
+    { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree", "N" },
+    { "tp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Tensor-parallel degree (inside a node)", "N" },
+    { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
+    { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
+    { "microbatch-size", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per micro-batch per replica", "N" },
+    { "global-batch", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per iteration (sets the model's batch)", "N" },
     { "schedule", 0, 0, G_OPTION_ARG_STRING, &p->schedule, "1f1b (default), gpipe or interleaved:V", "S" },
     { "recompute", 0, 0, G_OPTION_ARG_STRING, &p->recompute, "none (default), selective or full", "R" },
     { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default), mixed-bf16 or fp32", "P" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
-    { "bucket-mb", 0, 0, G_OPTION_ARG_DOUBLE, &p->bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
+    { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },

@@ -600,8 +600,20 @@ char **search_strategy_file_rewrites(const char *path, GError **error)
   g_autoptr(JsonParser) parser = json_parser_new();
   GError *e = NULL;
   if (!json_parser_load_from_file(parser, path, &e)) {
-    g_set_error(error, SIM_ERROR, e->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
-                "%s: %s", path, e->message);
+    /* json-glib names the file and the place of a syntax error itself
+     * ("path:line:column: Parse error: ..."): keep the place, drop the repetition. */
+    const char *msg = e->message;
+    g_autofree char *own = g_strconcat(path, ":", NULL);
+    if (g_str_has_prefix(msg, own)) {
+      g_autofree char *text = g_strdup(msg);
+      char *pe = strstr(text, " Parse error: ");
+      if (pe)
+        memmove(pe + 1, pe + strlen(" Parse error: "), strlen(pe + strlen(" Parse error: ")) + 1);
+      g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s", text);
+    } else {
+      g_set_error(error, SIM_ERROR, e->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
+                  "%s: %s", path, msg);
+    }
     g_error_free(e);
     return NULL;
   }

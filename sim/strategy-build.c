@@ -92,6 +92,19 @@ typedef enum {
   TP_SEQUENCE,     /* with sequence parallelism: split on the sequence                 */
 } TpRole;
 
+/* Whether an output of @op goes straight into a vocabulary-parallel loss (the output head). */
+static gboolean feeds_loss(const SimGraph *g, int op, const TpRole *role)
+{
+  for (int l = 0; l < sim_graph_n_ops(g); l++) {
+    if (role[l] != TP_LOSS)
+      continue;
+    for (int i = 0; i < sim_graph_op_n_inputs(g, l); i++)
+      if (sim_graph_tensor_producer(g, sim_graph_op_input(g, l, i)) == op)
+        return TRUE;
+  }
+  return FALSE;
+}
+
 static gboolean is_elementwise(SimOpType t)
 {
   return t == SIM_OP_UNARY || t == SIM_OP_DROPOUT || t == SIM_OP_BINARY;
@@ -429,12 +442,21 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
       gboolean fits = dim->splittable && dim->size % tp == 0;
       if (!fits && (role[op] == TP_COLUMN || role[op] == TP_ROW || role[op] == TP_HEADS ||
                     role[op] == TP_FEATURES)) {
-        /* Megatron requires these splits; an uneven one would not be Megatron's plan. */
+        /* Megatron requires these splits; an uneven one would not be Megatron's plan.
+         * Megatron pads its vocabulary so that the output layer splits (to a multiple of
+         * 128 x tp): say so when that is the op refused. */
+        g_autofree char *hint = NULL;
+        if (role[op] == TP_COLUMN && feeds_loss(g, op, role)) {
+          int64_t unit = 128 * (int64_t)tp;
+          hint = g_strdup_printf("; Megatron pads the vocabulary to a multiple of 128 x tp:"
+                                 " --param vocab=%" G_GINT64_FORMAT,
+                                 (dim->size + unit - 1) / unit * unit);
+        }
         g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                     "tp %d does not divide dimension '%s' (size %" G_GINT64_FORMAT
-                    ") of op '%s' (%s), which the plan makes %s",
+                    ") of op '%s' (%s), which the plan makes %s%s",
                     tp, dim->name, dim->size, info->name, sim_op_type_name(info->type),
-                    tp_role_what(role[op]));
+                    tp_role_what(role[op]), hint ? hint : "");
         return NULL;
       }
       /* A vocabulary, a loss or a sequence that tp does not divide stays whole. */

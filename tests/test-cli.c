@@ -1,0 +1,116 @@
+/* test-cli.c — the parasol program on bad input: exit status 2, a message that names what
+ * was wrong and where, and nothing written.  Runs the built program (PARASOL_BIN). */
+#include <criterion/criterion.h>
+#include <glib.h>
+#include <glib/gstdio.h>
+#include <string.h>
+
+typedef struct {
+  int status;
+  char *out, *err;
+} Run;
+
+/* Runs parasol with the NULL-terminated arguments after the program name. */
+static Run run(const char *first, ...)
+{
+  const char *bin = g_getenv("PARASOL_BIN");
+  cr_assert_not_null(bin, "PARASOL_BIN is not set");
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (char *)bin);
+  va_list ap;
+  va_start(ap, first);
+  for (const char *a = first; a; a = va_arg(ap, const char *))
+    g_ptr_array_add(argv, (char *)a);
+  va_end(ap);
+  g_ptr_array_add(argv, NULL);
+  Run r = { 0 };
+  int wait = 0;
+  GError *error = NULL;
+  cr_assert(g_spawn_sync(NULL, (char **)argv->pdata, NULL, G_SPAWN_DEFAULT, NULL, NULL, &r.out,
+                         &r.err, &wait, &error),
+            "%s", error ? error->message : "");
+  r.status = WIFEXITED(wait) ? WEXITSTATUS(wait) : -1;
+  return r;
+}
+
+static void run_clear(Run *r)
+{
+  g_free(r->out);
+  g_free(r->err);
+}
+
+/* Exit status 2 and @expect in the message. */
+static void expect_refused(Run r, const char *expect)
+{
+  cr_expect_eq(r.status, 2, "exit status %d, stderr: %s", r.status, r.err);
+  cr_expect(strstr(r.err, expect) != NULL, "expected \"%s\" in: %s", expect, r.err);
+  run_clear(&r);
+}
+
+#define SMALL_GPT "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16,vocab=1001", \
+                  "--machine", "dgx-a100:1", "--global-batch", "8"
+
+Test(cli, counts_must_be_whole_and_positive)
+{
+  /* 0 once meant "not given" inside and was taken silently. */
+  expect_refused(run("simulate", "--dp", "0", NULL), "--dp 0: expected a whole number from 1");
+  expect_refused(run("simulate", "--tp", "two", NULL), "--tp two: expected a whole number");
+  expect_refused(run("simulate", "--pp", "0", NULL), "--pp 0: expected a whole number");
+  expect_refused(run("simulate", "--microbatches", "0", NULL), "--microbatches 0:");
+  expect_refused(run("simulate", "--microbatch-size", "0", NULL),
+                 "--microbatch-size 0: expected a whole number of at least 1");
+  expect_refused(run("simulate", "--global-batch", "-5", NULL), "--global-batch -5:");
+  expect_refused(run("simulate", "--dp", "99999999999", NULL), "from 1 to 2147483647");
+  expect_refused(run("search", "--dp", "0", "--budget", "10evals", NULL), "--dp 0:");
+  expect_refused(run("simulate", "--bucket-mb", "-1", NULL),
+                 "--bucket-mb -1: expected a size in MB, 0 or more");
+}
+
+Test(cli, unknown_names)
+{
+  expect_refused(run("simulate", "--model", "no-such-model", NULL), "unknown model 'no-such-model'");
+  expect_refused(run("simulate", "--machine", "no-such-machine", NULL), "no-such-machine");
+  expect_refused(run("simulate", SMALL_GPT, "--schedule", "zigzag", NULL),
+                 "--schedule: unknown 'zigzag'");
+}
+
+Test(cli, a_malformed_strategy_file_is_named_with_its_place)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "broken.json", NULL);
+  cr_assert(g_file_set_contents(path, "{\"format\": \"parasol-strategy\",\n \"ops\": [1 2]}", -1,
+                                NULL));
+  g_autofree char *where = g_strdup_printf("%s:2:", path);
+  expect_refused(run("simulate", SMALL_GPT, "--strategy", path, NULL), where);
+  /* Said once, not "path: path:2:...". */
+  Run r = run("simulate", SMALL_GPT, "--strategy", path, NULL);
+  cr_expect_null(strstr(r.err + strlen("parasol: ") + strlen(path), path), "%s", r.err);
+  run_clear(&r);
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
+Test(cli, a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint)
+{
+  /* 1,001 is not even; Megatron pads to a multiple of 128 x 2 = 256: 1,024. */
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "2", NULL),
+                 "Megatron pads the vocabulary to a multiple of 128 x tp: --param vocab=1024");
+  Run ok = run("simulate", "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16,vocab=1024",
+               "--machine", "dgx-a100:1", "--global-batch", "8", "--tp", "2", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+}
+
+Test(cli, a_refused_plan_leaves_the_output_file_alone)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "kept.json", NULL);
+  cr_assert(g_file_set_contents(path, "{\"kept\": true}\n", -1, NULL));
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "3", "--save-strategy", path, NULL),
+                 "tp 3 does not divide");
+  g_autofree char *text = NULL;
+  cr_assert(g_file_get_contents(path, &text, NULL, NULL));
+  cr_expect_str_eq(text, "{\"kept\": true}\n");
+  g_unlink(path);
+  g_rmdir(dir);
+}
