@@ -43,6 +43,11 @@ int cmd_exec(int argc, char **argv)
     cli_exec_options_clear(&eo);
     return CLI_EXIT_USAGE;
   }
+  if (!(tolerance >= 0) || isinf(tolerance)) {
+    cli_exec_options_clear(&eo);
+    return cli_usage_error("exec", "--tolerance %g: expected a relative error, 0 or more",
+                           tolerance);
+  }
   if (argc > 1) {
     cli_exec_options_clear(&eo);
     return cli_usage_error("exec", "unexpected argument '%s'", argv[1]);

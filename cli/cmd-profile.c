@@ -6,6 +6,7 @@
 #include "parasol-profile.h"
 
 #include <json-glib/json-glib.h>
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -65,6 +66,42 @@ static void model_options_clear(ModelOptions *o)
   g_strfreev(o->params);
 }
 
+/* --max-shapes and --repetitions (1 or more), --device and --warmup (0 or more), --min-ms
+ * (0 or more, a real number). */
+static gboolean parse_measure_number(const char *name, const char *value, gpointer data,
+                                     GError **error)
+{
+  ModelOptions *o = data;
+  char *end = NULL;
+  if (g_str_equal(name, "--min-ms")) {
+    double v = g_ascii_strtod(value, &end);
+    if (!*value || *end || !isfinite(v) || v < 0) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: expected milliseconds, 0 or more", name, value);
+      return FALSE;
+    }
+    o->min_ms = v;
+    return TRUE;
+  }
+  int lo = g_str_equal(name, "--max-shapes") || g_str_equal(name, "--repetitions") ? 1 : 0;
+  errno = 0;
+  gint64 v = g_ascii_strtoll(value, &end, 10);
+  if (!*value || *end || errno || v < lo || v > G_MAXINT) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "%s %s: expected a whole number from %d to %d", name, value, lo, G_MAXINT);
+    return FALSE;
+  }
+  if (g_str_equal(name, "--max-shapes"))
+    o->max_shapes = (int)v;
+  else if (g_str_equal(name, "--device"))
+    o->device = (int)v;
+  else if (g_str_equal(name, "--warmup"))
+    o->warmup = (int)v;
+  else
+    o->repetitions = (int)v;
+  return TRUE;
+}
+
 static GOptionGroup *model_option_group(ModelOptions *o)
 {
   GOptionEntry entries[] = {
@@ -73,13 +110,13 @@ static GOptionGroup *model_option_group(ModelOptions *o)
     { "precision", 0, 0, G_OPTION_ARG_STRING, &o->precision, "fp16 (default), bf16 or fp32: the dtype the model computes in", "P" },
     { "machine", 'x', 0, G_OPTION_ARG_STRING, &o->machine, "Machine whose device count bounds the degrees (default h200-1)", "X" },
     { "microbatches", 0, 0, G_OPTION_ARG_STRING, &o->microbatches, "Micro-batch counts to cover, e.g. 1,2,4 (default 1)", "LIST" },
-    { "max-shapes", 0, 0, G_OPTION_ARG_INT, &o->max_shapes, "Stop after this many distinct shapes", "N" },
+    { "max-shapes", 0, 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "Stop after this many distinct shapes", "N" },
     { "backend", 'b', 0, G_OPTION_ARG_STRING, &o->backend, "cuda (default when built with it) or cpu", "B" },
-    { "device", 0, 0, G_OPTION_ARG_INT, &o->device, "GPU to measure on (default 0)", "N" },
+    { "device", 0, 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "GPU to measure on (default 0)", "N" },
     { "gpu", 0, 0, G_OPTION_ARG_STRING, &o->gpu, "Device name to file entries under (default: from the GPU's name, or cpu)", "NAME" },
-    { "warmup", 0, 0, G_OPTION_ARG_INT, &o->warmup, "Untimed runs first (default 3)", "N" },
-    { "repetitions", 'r', 0, G_OPTION_ARG_INT, &o->repetitions, "Timed runs (default 10)", "N" },
-    { "min-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o->min_ms, "Repeat until this many milliseconds are timed", "MS" },
+    { "warmup", 0, 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "Untimed runs first (default 3)", "N" },
+    { "repetitions", 'r', 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "Timed runs (default 10)", "N" },
+    { "min-ms", 0, 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "Repeat until this many milliseconds are timed", "MS" },
     { "no-backward", 0, 0, G_OPTION_ARG_NONE, &o->no_backward, "Measure the forward pass only", NULL },
     { "update", 0, 0, G_OPTION_ARG_NONE, &o->update, "Also measure the weight update", NULL },
     { NULL },
@@ -341,6 +378,9 @@ static int profile_collectives(int argc, char **argv)
   if (argc > 1 || !output)
     return cli_usage_error("profile collectives", argc > 1 ? "unexpected argument" :
                            "--output FILE is required");
+  if (warmup < 0 || reps < 1)
+    return cli_usage_error("profile collectives", warmup < 0 ? "--warmup: expected 0 or more"
+                                                             : "--repetitions: expected 1 or more");
   GError *error = NULL;
   ProfileCollOptions co = { .min_bytes = 1 << 20, .max_bytes = 1 << 30, .warmup = warmup,
                             .repetitions = reps };
@@ -480,6 +520,8 @@ static int profile_calibrate(int argc, char **argv)
     return CLI_EXIT_USAGE;
   if (argc > 1 || !db_path)
     return cli_usage_error("profile calibrate", "--db PATH is required");
+  if (worst < 0)
+    return cli_usage_error("profile calibrate", "--worst %d: expected 0 or more", worst);
   GError *error = NULL;
   g_autoptr(ProfileDb) db = profile_db_load(db_path, &error);
   if (!db)

@@ -1,6 +1,7 @@
 /* exec-options.c — the execution options and run setup shared by exec and validate. */
 #include "exec-options.h"
 
+#include <math.h>
 #include <string.h>
 
 void cli_exec_options_init(CliExecOptions *o, int default_steps)
@@ -16,14 +17,33 @@ void cli_exec_options_clear(CliExecOptions *o)
   g_clear_pointer(&o->optimizer, g_free);
 }
 
+/* --lr and --adam-eps: a positive number (0 stands for "the default" inside). */
+static gboolean parse_positive(const char *name, const char *value, gpointer data,
+                               GError **error)
+{
+  CliExecOptions *o = data;
+  char *end = NULL;
+  double v = g_ascii_strtod(value, &end);
+  if (!*value || *end || !isfinite(v) || v <= 0) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "%s %s: expected a positive number", name, value);
+    return FALSE;
+  }
+  if (g_str_equal(name, "--lr"))
+    o->lr = v;
+  else
+    o->adam_eps = v;
+  return TRUE;
+}
+
 GOptionGroup *cli_exec_option_group(CliExecOptions *o)
 {
   GOptionEntry entries[] = {
     { "backend", 'b', 0, G_OPTION_ARG_STRING, &o->backend, "Back end: cpu (default) or cuda", "B" },
     { "steps", 'n', 0, G_OPTION_ARG_INT, &o->steps, "Training steps to run", "N" },
     { "optimizer", 0, 0, G_OPTION_ARG_STRING, &o->optimizer, "sgd or adam (default: the strategy's)", "O" },
-    { "lr", 0, 0, G_OPTION_ARG_DOUBLE, &o->lr, "Learning rate (default 0.05 for SGD, 0.001 for Adam)", "LR" },
-    { "adam-eps", 0, 0, G_OPTION_ARG_DOUBLE, &o->adam_eps, "Adam's epsilon (default 1e-8)", "E" },
+    { "lr", 0, 0, G_OPTION_ARG_CALLBACK, parse_positive, "Learning rate (default 0.05 for SGD, 0.001 for Adam)", "LR" },
+    { "adam-eps", 0, 0, G_OPTION_ARG_CALLBACK, parse_positive, "Adam's epsilon (default 1e-8)", "E" },
     { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the data and initial weights (default 1)", "S" },
     { NULL },
   };

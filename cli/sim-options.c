@@ -10,7 +10,10 @@ void cli_plan_options_init(CliPlanOptions *p)
 {
   memset(p, 0, sizeof *p);
   p->bucket_mb = -1; /* unset: 25 MB, PyTorch DDP's default bucket */
-  p->coll_latency_us = -1; /* unset: the default step cost */
+  /* The model's parameters: NaN until given (0 is a value some of them may take). */
+  p->coll_efficiency = p->net_efficiency = p->coll_latency_us = p->coll_base_us = NAN;
+  p->gemm_efficiency = p->memory_efficiency = p->host_overhead_us = p->gemm_latency_us = NAN;
+  p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = NAN;
 }
 
 void cli_plan_options_clear(CliPlanOptions *p)
@@ -76,6 +79,46 @@ static gboolean parse_bucket_mb(const char *name, const char *value, gpointer da
   return TRUE;
 }
 
+/* The model's real-valued parameters: where each goes and what it may be. */
+static const struct {
+  const char *name;
+  size_t offset;
+  gboolean fraction;   /* in (0, 1]; otherwise 0 or more */
+} real_options[] = {
+  { "--coll-efficiency", G_STRUCT_OFFSET(CliPlanOptions, coll_efficiency), TRUE },
+  { "--net-efficiency", G_STRUCT_OFFSET(CliPlanOptions, net_efficiency), TRUE },
+  { "--coll-latency-us", G_STRUCT_OFFSET(CliPlanOptions, coll_latency_us), FALSE },
+  { "--coll-base-us", G_STRUCT_OFFSET(CliPlanOptions, coll_base_us), FALSE },
+  { "--gemm-efficiency", G_STRUCT_OFFSET(CliPlanOptions, gemm_efficiency), TRUE },
+  { "--memory-efficiency", G_STRUCT_OFFSET(CliPlanOptions, memory_efficiency), TRUE },
+  { "--gemm-latency-us", G_STRUCT_OFFSET(CliPlanOptions, gemm_latency_us), FALSE },
+  { "--gemm-k-overhead", G_STRUCT_OFFSET(CliPlanOptions, gemm_k_overhead), FALSE },
+  { "--gemm-unaligned-efficiency", G_STRUCT_OFFSET(CliPlanOptions, gemm_unaligned_efficiency),
+    TRUE },
+  { "--host-overhead-us", G_STRUCT_OFFSET(CliPlanOptions, host_overhead_us), FALSE },
+  { "--host-step-us", G_STRUCT_OFFSET(CliPlanOptions, host_step_us), FALSE },
+};
+
+static gboolean parse_real(const char *name, const char *value, gpointer data, GError **error)
+{
+  for (size_t i = 0; i < G_N_ELEMENTS(real_options); i++) {
+    if (!g_str_equal(name, real_options[i].name))
+      continue;
+    char *end = NULL;
+    double v = g_ascii_strtod(value, &end);
+    gboolean frac = real_options[i].fraction;
+    if (!*value || *end || !isfinite(v) || (frac ? v <= 0 || v > 1 : v < 0)) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s %s: expected %s", name,
+                  value, frac ? "a fraction in (0, 1]" : "a number, 0 or more");
+      return FALSE;
+    }
+    *(double *)G_STRUCT_MEMBER_P(data, real_options[i].offset) = v;
+    return TRUE;
+  }
+  g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_FAILED, "%s: not a parameter", name);
+  return FALSE;
+}
+
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 {
   GOptionEntry entries[] = {
@@ -95,17 +138,17 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
-    { "coll-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_efficiency, "Achieved fraction of link bandwidth", "F" },
-    { "net-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->net_efficiency, "Achieved fraction of NIC and network (InfiniBand, Ethernet) bandwidth (default: --coll-efficiency)", "F" },
-    { "coll-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_latency_us, "Fixed cost of a collective step (us)", "US" },
-    { "coll-base-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->coll_base_us, "Fixed cost of a whole collective: launch and handshake (us)", "US" },
-    { "gemm-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_efficiency, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
-    { "memory-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->memory_efficiency, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
-    { "gemm-latency-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_latency_us, "Fixed cost of one GEMM beyond its launch (us)", "US" },
-    { "gemm-k-overhead", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_k_overhead, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
-    { "gemm-unaligned-efficiency", 0, 0, G_OPTION_ARG_DOUBLE, &p->gemm_unaligned_efficiency, "Fraction of its aligned rate a GEMM reaches when a dimension is not a multiple of 16 bytes (default 1: no penalty)", "F" },
-    { "host-overhead-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_overhead_us, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
-    { "host-step-us", 0, 0, G_OPTION_ARG_DOUBLE, &p->host_step_us, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
+    { "coll-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of link bandwidth", "F" },
+    { "net-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of NIC and network (InfiniBand, Ethernet) bandwidth (default: --coll-efficiency)", "F" },
+    { "coll-latency-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fixed cost of a collective step (us)", "US" },
+    { "coll-base-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fixed cost of a whole collective: launch and handshake (us)", "US" },
+    { "gemm-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of tensor-core peak in large GEMMs", "F" },
+    { "memory-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of memory bandwidth in streaming kernels", "F" },
+    { "gemm-latency-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fixed cost of one GEMM beyond its launch (us)", "US" },
+    { "gemm-k-overhead", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
+    { "gemm-unaligned-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fraction of its aligned rate a GEMM reaches when a dimension is not a multiple of 16 bytes (default 1: no penalty)", "F" },
+    { "host-overhead-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
+    { "host-step-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
     { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
@@ -175,15 +218,15 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     return FALSE;
   }
   SimRooflineParams rp = sim_roofline_params_default();
-  if (p->gemm_efficiency > 0)
+  if (!isnan(p->gemm_efficiency))
     rp.gemm_efficiency = p->gemm_efficiency;
-  if (p->memory_efficiency > 0)
+  if (!isnan(p->memory_efficiency))
     rp.memory_efficiency = p->memory_efficiency;
-  if (p->gemm_latency_us > 0)
+  if (!isnan(p->gemm_latency_us))
     rp.gemm_latency = p->gemm_latency_us * 1e-6;
-  if (p->gemm_k_overhead > 0)
+  if (!isnan(p->gemm_k_overhead))
     rp.gemm_k_overhead = p->gemm_k_overhead;
-  if (p->gemm_unaligned_efficiency > 0)
+  if (!isnan(p->gemm_unaligned_efficiency))
     rp.gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
@@ -304,24 +347,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
                 "--detail: unknown '%s'; expected flows, collective or steps", p->detail);
     return FALSE;
   }
-  if (p->gemm_efficiency < 0 || p->gemm_efficiency > 1 || p->memory_efficiency < 0 ||
-      p->memory_efficiency > 1 || p->host_overhead_us < 0 || p->gemm_latency_us < 0 ||
-      p->host_step_us < 0 || p->gemm_k_overhead < 0 || p->gemm_unaligned_efficiency < 0 ||
-      p->gemm_unaligned_efficiency > 1) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "--gemm-efficiency, --memory-efficiency and --gemm-unaligned-efficiency must lie "
-                "in (0, 1] and "
-                "--host-overhead-us, --host-step-us and --gemm-k-overhead be positive");
-    return FALSE;
-  }
-  if (p->coll_efficiency < 0 || p->coll_efficiency > 1 || p->net_efficiency < 0 ||
-      p->net_efficiency > 1 ||
-      (p->coll_latency_us < 0 && p->coll_latency_us != -1) || p->coll_base_us < 0) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "--coll-efficiency and --net-efficiency must lie in (0, 1] and "
-                "--coll-latency-us be positive");
-    return FALSE;
-  }
+  /* The real-valued parameters were checked as they were parsed (parse_real). */
   return TRUE;
 }
 
@@ -356,13 +382,18 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
   else if (p->detail && !strcmp(p->detail, "collective"))
     o.detail = SIM_DETAIL_COLLECTIVE;
   o.fold = !p->no_fold;
-  o.coll_bandwidth_efficiency = p->coll_efficiency;
-  o.net_bandwidth_efficiency = p->net_efficiency;
-  o.coll_step_latency = p->coll_latency_us >= 0 ? p->coll_latency_us * 1e-6 : -1;
-  if (p->coll_base_us > 0)
+  /* SimOptions' own "not given": 0 for the efficiencies, -1 for the step cost. */
+  if (!isnan(p->coll_efficiency))
+    o.coll_bandwidth_efficiency = p->coll_efficiency;
+  if (!isnan(p->net_efficiency))
+    o.net_bandwidth_efficiency = p->net_efficiency;
+  o.coll_step_latency = !isnan(p->coll_latency_us) ? p->coll_latency_us * 1e-6 : -1;
+  if (!isnan(p->coll_base_us))
     o.coll_base_latency = p->coll_base_us * 1e-6;
-  o.host_kernel_time = p->host_overhead_us * 1e-6;
-  o.host_step_time = p->host_step_us * 1e-6;
+  if (!isnan(p->host_overhead_us))
+    o.host_kernel_time = p->host_overhead_us * 1e-6;
+  if (!isnan(p->host_step_us))
+    o.host_step_time = p->host_step_us * 1e-6;
   o.blocking_sends = p->blocking_sends;
   return o;
 }

@@ -11,7 +11,7 @@ typedef struct {
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, no_fold, blocking_sends;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
-  /* Roofline parameters (0: the defaults). */
+  /* The collective and roofline parameters: NaN where not given (the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;
   double gemm_k_overhead, gemm_unaligned_efficiency;
   char *profile, *profile_gpu;  /* a profile database for the cost model              */

@@ -66,6 +66,63 @@ Test(cli, counts_must_be_whole_and_positive)
                  "--bucket-mb -1: expected a size in MB, 0 or more");
 }
 
+/* "iteration_time_s" of a --json report. */
+static double iteration_time(const char *json)
+{
+  const char *key = strstr(json, "\"iteration_time_s\"");
+  cr_assert_not_null(key, "no iteration time in: %s", json);
+  const char *colon = strchr(key, ':');
+  cr_assert_not_null(colon);
+  return g_ascii_strtod(colon + 1, NULL);
+}
+
+Test(cli, model_parameters_are_checked_where_they_are_given)
+{
+  expect_refused(run("simulate", "--coll-efficiency", "0", NULL),
+                 "--coll-efficiency 0: expected a fraction in (0, 1]");
+  expect_refused(run("simulate", "--memory-efficiency", "nan", NULL),
+                 "--memory-efficiency nan: expected a fraction in (0, 1]");
+  expect_refused(run("simulate", "--gemm-efficiency", "1.5", NULL), "--gemm-efficiency 1.5:");
+  expect_refused(run("simulate", "--gemm-latency-us", "-1", NULL),
+                 "--gemm-latency-us -1: expected a number, 0 or more");
+  expect_refused(run("simulate", "--host-step-us", "soon", NULL), "--host-step-us soon:");
+}
+
+Test(cli, a_parameter_given_as_0_is_0_not_the_default)
+{
+  /* A ring step's fixed cost: 2 us unless given; 0 given is 0 (inside, -1 is "not given"). */
+  Run dflt = run("simulate", SMALL_GPT, "--dp", "8", "--json", NULL);
+  Run zero = run("simulate", SMALL_GPT, "--dp", "8", "--json", "--coll-latency-us", "0", NULL);
+  Run big = run("simulate", SMALL_GPT, "--dp", "8", "--json", "--coll-latency-us", "1000", NULL);
+  cr_assert_eq(dflt.status, 0, "%s", dflt.err);
+  cr_assert_eq(zero.status, 0, "%s", zero.err);
+  cr_assert_eq(big.status, 0, "%s", big.err);
+  double t_dflt = iteration_time(dflt.out);
+  double t_zero = iteration_time(zero.out);
+  double t_big = iteration_time(big.out);
+  cr_expect_lt(t_zero, t_dflt, "0 us: %g s, default: %g s", t_zero, t_dflt);
+  cr_expect_gt(t_big, t_dflt);
+  run_clear(&dflt);
+  run_clear(&zero);
+  run_clear(&big);
+}
+
+Test(cli, measurement_and_execution_numbers_are_checked)
+{
+  expect_refused(run("profile", "ops", "--output", "unused.json", "--repetitions", "0", NULL),
+                 "--repetitions 0: expected a whole number from 1");
+  expect_refused(run("profile", "ops", "--output", "unused.json", "--warmup", "-1", NULL),
+                 "--warmup -1: expected a whole number from 0");
+  expect_refused(run("profile", "ops", "--output", "unused.json", "--min-ms", "-2", NULL),
+                 "--min-ms -2: expected milliseconds");
+  expect_refused(run("profile", "collectives", "--output", "unused.json", "--repetitions", "0",
+                     NULL), "--repetitions: expected 1 or more");
+  expect_refused(run("exec", "--lr", "0", NULL), "--lr 0: expected a positive number");
+  expect_refused(run("exec", "--adam-eps", "-1", NULL), "--adam-eps -1: expected a positive number");
+  expect_refused(run("exec", "--tolerance", "nan", NULL), "--tolerance nan: expected");
+  cr_expect(!g_file_test("unused.json", G_FILE_TEST_EXISTS));
+}
+
 Test(cli, unknown_names)
 {
   expect_refused(run("simulate", "--model", "no-such-model", NULL), "unknown model 'no-such-model'");
