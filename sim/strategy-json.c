@@ -233,7 +233,7 @@ static gboolean get_int(Reader *r, JsonNode *n, const char *place, int64_t lo, i
     return fail(r, SIM_ERROR_PARSE, place, "expected an integer, found %s", node_kind(n));
   }
   if (v < lo || v > hi) {
-    if (hi == G_MAXINT)
+    if (hi == G_MAXINT && v < lo)
       return fail(r, SIM_ERROR_INVALID, place, "%" G_GINT64_FORMAT " is below %" G_GINT64_FORMAT,
                   v, lo);
     return fail(r, SIM_ERROR_INVALID, place,

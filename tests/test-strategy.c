@@ -743,6 +743,11 @@ Test(strategy_json, errors_name_the_file_and_the_place)
   assert_error(e, SIM_ERROR_INVALID, "memory.zero: 3 is out of range; expected 0..1");
   g_error_free(e);
 
+  /* Too large is not "below 1" (it once said so). */
+  e = read_error("\"microbatches\": 1e12, \"ops\": {}");
+  assert_error(e, SIM_ERROR_INVALID, "microbatches: 1000000000000 is out of range; expected 1..");
+  g_error_free(e);
+
   g_autofree char *key = g_strdup_printf("\"microbatch\": 4, \"ops\": {%s}", base);
   e = read_error(key);
   assert_error(e, SIM_ERROR_PARSE, "s.json: microbatch: unknown key");
