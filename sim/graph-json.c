@@ -471,6 +471,11 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
     return NULL;
   }
 
+  if (json_array_get_length(json_node_get_array(ops)) == 0) {
+    sim_set_error_at(error, SIM_ERROR_INVALID, fname, "ops",
+                     "the graph has no ops; expected at least an input");
+    return NULL;
+  }
   g_autoptr(SimGraph) g = sim_graph_new(name);
   g->tokens_per_sample = tokens;
   Reader r = {

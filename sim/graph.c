@@ -410,6 +410,48 @@ static gboolean fill_attrs(SimOp *op, const SimOpClass *c, const SimAttrs *attrs
   return TRUE;
 }
 
+/* The largest tensor an op may make or hold, in elements: 2^48 (half a petabyte in fp16),
+ * far beyond any GPU's, and small enough that bytes, gradients and optimizer states summed
+ * over a model stay inside 64-bit counts. */
+#define MAX_TENSOR_ELEMENTS ((int64_t)1 << 48)
+
+static gboolean shape_fits(const SimShape *sh)
+{
+  int64_t n = 1;
+  for (int d = 0; d < sh->ndim; d++) {
+    if (sh->dims[d] > MAX_TENSOR_ELEMENTS / MAX(n, 1))
+      return FALSE;
+    n *= MAX(sh->dims[d], 1);
+  }
+  return n <= MAX_TENSOR_ELEMENTS;
+}
+
+static char *shape_text(const SimShape *sh)
+{
+  GString *t = g_string_new("[");
+  for (int d = 0; d < sh->ndim; d++)
+    g_string_append_printf(t, "%s%" G_GINT64_FORMAT, d ? ", " : "", sh->dims[d]);
+  g_string_append_c(t, ']');
+  return g_string_free(t, FALSE);
+}
+
+/* Refuses an op whose outputs or weights are larger than MAX_TENSOR_ELEMENTS. */
+static gboolean sizes_fit(SimOp *op, GError **error)
+{
+  for (int i = 0; i < op->n_outputs + op->n_weights; i++) {
+    const SimShape *sh = i < op->n_outputs ? &op->out_shape[i] : &op->w_shape[i - op->n_outputs];
+    if (!shape_fits(sh)) {
+      g_autofree char *text = shape_text(sh);
+      sim_op_set_error(op, error, SIM_ERROR_INVALID,
+                       "its %s %d would be %s, more than 2^48 elements",
+                       i < op->n_outputs ? "output" : "weight",
+                       i < op->n_outputs ? i : i - op->n_outputs, text);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
 int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs,
                      const int *inputs, const SimAttrs *attrs, GError **error)
 {
@@ -465,7 +507,7 @@ int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs
     op->in_dtype[i] = t->dtype;
   }
 
-  if (!fill_attrs(op, c, attrs, error) || !c->infer(op, error)) {
+  if (!fill_attrs(op, c, attrs, error) || !c->infer(op, error) || !sizes_fit(op, error)) {
     op_free(op);
     return -1;
   }

@@ -485,6 +485,14 @@ Test(json, errors)
                          "\"attrs\": {\"kind\": \"relu\"}, \"outputs\": [\"a\", \"b\"]}]}",
                     SIM_ERROR_INVALID, "ops[1] ('u'): \"outputs\" names 2 tensors but the op makes 1");
   assert_json_error(HEAD "42]}", SIM_ERROR_PARSE, "ops[1]: expected an object, found a number");
+  assert_json_error("{\"format\": \"parasol-graph\", \"version\": 1, \"ops\": []}",
+                    SIM_ERROR_INVALID, "model.json: ops: the graph has no ops");
+  /* A tensor too large to count its bytes in 64 bits with its gradients and optimizer
+   * states (it was taken, and memory came out as 0 bytes). */
+  assert_json_error(HEAD "{\"name\": \"fc\", \"type\": \"linear\", \"inputs\": [\"x\"], "
+                         "\"attrs\": {\"out_features\": 1000000000000000}}]}",
+                    SIM_ERROR_INVALID, "model.json: ops[1]: op 'fc' (linear): its output 0 would be "
+                                       "[4, 1000000000000000], more than 2^48 elements");
   assert_json_error(HEAD "{\"name\": \"r\", \"type\": \"reshape\", \"inputs\": [\"x\"], "
                          "\"attrs\": {\"shape\": [4, 8.5]}}]}",
                     SIM_ERROR_INVALID, "ops[1] ('r'): attribute 'shape': element 1 is a number, "
