@@ -465,6 +465,12 @@ int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "%s op with an empty name", c->name);
     return -1;
   }
+  if (g->ops->len >= SIM_GRAPH_MAX_OPS) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "the graph would hold more than %d ops (GPT-3 175B holds about 2,000)",
+                SIM_GRAPH_MAX_OPS);
+    return -1;
+  }
   if (name && g_hash_table_contains(g->op_names, name)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "op '%s' (%s): the graph already has an op of that name", name, c->name);

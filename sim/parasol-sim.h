@@ -37,6 +37,9 @@ SIM_PUBLIC GQuark sim_error_quark(void);
 /* Tensors: shapes, data types and n-dimensional regions                              */
 
 #define SIM_MAX_DIMS 6
+/* The most ops a graph may hold: a bound on what a mistyped size can cost (a model of a
+ * hundred million layers would exhaust memory before it said anything). */
+#define SIM_GRAPH_MAX_OPS 200000
 
 typedef enum {
   SIM_DTYPE_FP32,

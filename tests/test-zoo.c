@@ -106,6 +106,18 @@ Test(params, non_positive_values_are_invalid)
   cr_assert(g_error_matches(e3, SIM_ERROR, SIM_ERROR_INVALID), "%s", e3->message);
 }
 
+Test(params, sizes_beyond_any_model_are_refused)
+{
+  /* 100 M layers: the graph stops at its bound of ops (and the builder's loop with it). */
+  g_autoptr(GError) e1 = build_error("gpt", "layers=100M");
+  cr_assert(g_error_matches(e1, SIM_ERROR, SIM_ERROR_INVALID), "%s", e1->message);
+  cr_assert(strstr(e1->message, "more than 200000 ops"), "%s", e1->message);
+  /* A batch whose input tensor has more elements than bytes can be counted for. */
+  g_autoptr(GError) e2 = build_error("resnet-50", "batch=2G");
+  cr_assert(strstr(e2->message, "[2000000000, 3, 224, 224], more than 2^48 elements"), "%s",
+            e2->message);
+}
+
 Test(params, heads_must_divide_hidden)
 {
   g_autoptr(GError) error = build_error("gpt", "hidden=1000,heads=16");

@@ -55,7 +55,7 @@ static SimGraph *build_candle_uno(const SimZooModel *model, const SimZooArgs *a,
     encoded[i] = x;
   }
   int x = sim_graph_concat(g, "concat", 1, N, encoded);
-  for (int l = 0; l < layers; l++)
+  for (int l = 0; l < layers && sim_zoo_going(g); l++)
     x = dense_dropout(g, "top", l, x, hidden);
   x = sim_graph_linear(g, "output", x, 1, FALSE, SIM_UNARY_IDENTITY);
   int64_t ldims[] = { batch, 1 };

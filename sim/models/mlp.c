@@ -19,10 +19,10 @@ static SimGraph *build_mlp(const SimZooModel *model, const SimZooArgs *a, GError
   g_autoptr(SimGraph) g = sim_graph_new(model->name);
   SimZooName n;
   int sum = -1;
-  for (int t = 0; t < towers; t++) {
+  for (int t = 0; t < towers && sim_zoo_going(g); t++) {
     int64_t dims[] = { batch, input };
     int x = sim_graph_input(g, sim_zoo_name(&n, "input%d", t), SIM_DTYPE_FP32, 2, dims);
-    for (int l = 0; l < layers; l++) {
+    for (int l = 0; l < layers && sim_zoo_going(g); l++) {
       gboolean last = l == layers - 1;
       /* The last layer of each tower produces the logits: no activation, as in Unity. */
       x = sim_graph_linear(g, sim_zoo_name(&n, "tower%d.fc%d", t, l), x,

@@ -118,12 +118,12 @@ static SimGraph *build_xdl(const SimZooModel *model, const SimZooArgs *a, GError
 
   g_autoptr(SimGraph) g = sim_graph_new(model->name);
   g_autofree int *embs = g_new(int, tables);
-  for (int i = 0; i < tables; i++)
+  for (int i = 0; i < tables && sim_zoo_going(g); i++)
     embs[i] = table_lookup(g, i, batch, sim_zoo_arg(a, "bag"), rows, dim);
   int x = sim_graph_concat(g, "concat", 1, tables, embs);
 
   g_autofree int64_t *widths = g_new(int64_t, layers + 1);
-  for (int i = 0; i < layers; i++)
+  for (int i = 0; i < layers && sim_zoo_going(g); i++)
     widths[i] = hidden;
   widths[layers] = 2;
   x = mlp_stack(g, "mlp", x, layers + 1, widths, FALSE, SIM_UNARY_SIGMOID);

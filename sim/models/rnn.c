@@ -65,7 +65,7 @@ static void lstm_stack(SimGraph *g, const char *prefix, int layers, int n, int *
                        int64_t hidden, const int *init_state, int *last_state)
 {
   SimZooName name;
-  for (int l = 0; l < layers; l++) {
+  for (int l = 0; l < layers && sim_zoo_going(g); l++) {
     int state = init_state ? init_state[l] : -1;
     int first = -1;
     for (int j = 0; j < n; j++) {

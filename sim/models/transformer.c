@@ -106,7 +106,7 @@ static SimGraph *build_gpt(const SimZooModel *model, const SimZooArgs *a, GError
   x = sim_graph_binary(g, "embed.add", x, p, SIM_BINARY_ADD);
   x = sim_graph_dropout(g, "embed.dropout", x, DROPOUT);
 
-  for (int l = 0; l < layers; l++)
+  for (int l = 0; l < layers && sim_zoo_going(g); l++)
     x = gpt_layer(g, l, x, heads, hidden);
 
   x = sim_graph_layernorm(g, "final_ln", x);
@@ -159,7 +159,7 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
   x = sim_graph_dropout(g, "embed.dropout", x, DROPOUT);
 
   SimZooName n;
-  for (int l = 0; l < layers; l++) {
+  for (int l = 0; l < layers && sim_zoo_going(g); l++) {
     int y = attention(g, sim_zoo_name(&n, "layer%d.attn", l), x, x, heads, hidden, FALSE, FALSE);
     mark_selective(g, y);
     y = sim_graph_dropout(g, sim_zoo_name(&n, "layer%d.attn.dropout", l), y, DROPOUT);
@@ -237,7 +237,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   int x = sim_graph_embedding(g, "encoder.embed", src, vocab, d);
   int word_table = x;
   x = sim_graph_dropout(g, "encoder.embed.dropout", x, DROPOUT);
-  for (int l = 0; l < enc_layers; l++) {
+  for (int l = 0; l < enc_layers && sim_zoo_going(g); l++) {
     sim_zoo_name(&p, "encoder.layer%d", l);
     int y = attention(g, sim_zoo_name(&n, "%s.attn", p.s), x, x, heads, d, FALSE, FALSE);
     mark_selective(g, y);
@@ -250,7 +250,7 @@ static SimGraph *build_transformer(const SimZooModel *model, const SimZooArgs *a
   x = sim_graph_embedding(g, "decoder.embed", tgt, vocab, d);
   sim_zoo_share(g, x, word_table);
   x = sim_graph_dropout(g, "decoder.embed.dropout", x, DROPOUT);
-  for (int l = 0; l < dec_layers; l++) {
+  for (int l = 0; l < dec_layers && sim_zoo_going(g); l++) {
     sim_zoo_name(&p, "decoder.layer%d", l);
     int y = attention(g, sim_zoo_name(&n, "%s.self_attn", p.s), x, x, heads, d, TRUE, FALSE);
     mark_selective(g, y);

@@ -83,4 +83,13 @@ extern const SimZooModel sim_zoo_transformer_models[];
 extern const SimZooModel sim_zoo_recsys_models[];
 extern const SimZooModel sim_zoo_candle_models[];
 
+/* Whether the graph is still being built: false after an error, which every later
+ * builder call would only repeat.  Loops over a size a user gives (layers, tables,
+ * towers) test it, so that a mistyped size fails at once instead of after billions of
+ * empty calls. */
+static inline gboolean sim_zoo_going(const SimGraph *g)
+{
+  return g->sticky_error == NULL;
+}
+
 G_END_DECLS
