@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 
 #include <stdarg.h>
 #include <unistd.h>
@@ -78,6 +79,41 @@ char *cli_format_time(double s)
   if (a >= 1e-3)
     return g_strdup_printf("%.3f ms", s * 1e3);
   return g_strdup_printf("%.2f us", s * 1e6);
+}
+
+gboolean cli_option_int(const char *name, const char *value, gint64 lo, gint64 hi, gint64 *out,
+                        GError **error)
+{
+  char *end = NULL;
+  errno = 0;
+  gint64 v = g_ascii_strtoll(value, &end, 10);
+  if (!*value || *end || errno || v < lo || v > hi) {
+    if (hi == G_MAXINT64)
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: expected a whole number of at least %" G_GINT64_FORMAT, name, value,
+                  lo);
+    else
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: expected a whole number from %" G_GINT64_FORMAT " to %" G_GINT64_FORMAT,
+                  name, value, lo, hi);
+    return FALSE;
+  }
+  *out = v;
+  return TRUE;
+}
+
+gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(double),
+                         const char *what, double *out, GError **error)
+{
+  char *end = NULL;
+  double v = g_ascii_strtod(value, &end);
+  if (!*value || *end || !isfinite(v) || !ok_fn(v)) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s %s: expected %s", name,
+                value, what);
+    return FALSE;
+  }
+  *out = v;
+  return TRUE;
 }
 
 gboolean cli_stderr_is_tty(void)

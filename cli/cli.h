@@ -33,6 +33,14 @@ char *cli_format_bytes(double bytes);
 char *cli_format_time(double seconds);
 
 /* Whether stderr is a terminal (progress lines are shown only then). */
+/* An option's value as a whole number in [@lo, @hi], or a GOptionError that names the
+ * option and the range. */
+gboolean cli_option_int(const char *name, const char *value, gint64 lo, gint64 hi, gint64 *out,
+                        GError **error);
+/* An option's value as a finite number; @what says what was expected when it is not one or
+ * @ok_fn refuses it. */
+gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(double),
+                         const char *what, double *out, GError **error);
 gboolean cli_stderr_is_tty(void);
 
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */

@@ -6,7 +6,6 @@
 #include "parasol-profile.h"
 
 #include <json-glib/json-glib.h>
-#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -66,31 +65,24 @@ static void model_options_clear(ModelOptions *o)
   g_strfreev(o->params);
 }
 
+static gboolean non_negative(double v)
+{
+  return v >= 0;
+}
+
 /* --max-shapes and --repetitions (1 or more), --device and --warmup (0 or more), --min-ms
  * (0 or more, a real number). */
 static gboolean parse_measure_number(const char *name, const char *value, gpointer data,
                                      GError **error)
 {
   ModelOptions *o = data;
-  char *end = NULL;
-  if (g_str_equal(name, "--min-ms")) {
-    double v = g_ascii_strtod(value, &end);
-    if (!*value || *end || !isfinite(v) || v < 0) {
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "%s %s: expected milliseconds, 0 or more", name, value);
-      return FALSE;
-    }
-    o->min_ms = v;
-    return TRUE;
-  }
+  if (g_str_equal(name, "--min-ms"))
+    return cli_option_real(name, value, non_negative, "milliseconds, 0 or more", &o->min_ms,
+                           error);
   int lo = g_str_equal(name, "--max-shapes") || g_str_equal(name, "--repetitions") ? 1 : 0;
-  errno = 0;
-  gint64 v = g_ascii_strtoll(value, &end, 10);
-  if (!*value || *end || errno || v < lo || v > G_MAXINT) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "%s %s: expected a whole number from %d to %d", name, value, lo, G_MAXINT);
+  gint64 v;
+  if (!cli_option_int(name, value, lo, G_MAXINT, &v, error))
     return FALSE;
-  }
   if (g_str_equal(name, "--max-shapes"))
     o->max_shapes = (int)v;
   else if (g_str_equal(name, "--device"))

@@ -1,7 +1,6 @@
 /* exec-options.c — the execution options and run setup shared by exec and validate. */
 #include "exec-options.h"
 
-#include <math.h>
 #include <string.h>
 
 void cli_exec_options_init(CliExecOptions *o, int default_steps)
@@ -17,23 +16,18 @@ void cli_exec_options_clear(CliExecOptions *o)
   g_clear_pointer(&o->optimizer, g_free);
 }
 
+static gboolean positive(double v)
+{
+  return v > 0;
+}
+
 /* --lr and --adam-eps: a positive number (0 stands for "the default" inside). */
 static gboolean parse_positive(const char *name, const char *value, gpointer data,
                                GError **error)
 {
   CliExecOptions *o = data;
-  char *end = NULL;
-  double v = g_ascii_strtod(value, &end);
-  if (!*value || *end || !isfinite(v) || v <= 0) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "%s %s: expected a positive number", name, value);
-    return FALSE;
-  }
-  if (g_str_equal(name, "--lr"))
-    o->lr = v;
-  else
-    o->adam_eps = v;
-  return TRUE;
+  return cli_option_real(name, value, positive, "a positive number",
+                         g_str_equal(name, "--lr") ? &o->lr : &o->adam_eps, error);
 }
 
 GOptionGroup *cli_exec_option_group(CliExecOptions *o)

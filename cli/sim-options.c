@@ -2,7 +2,6 @@
 #include "sim-options.h"
 #include "parasol-profile.h"
 
-#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -34,21 +33,10 @@ void cli_plan_options_clear(CliPlanOptions *p)
 static gboolean parse_count(const char *name, const char *value, gpointer data, GError **error)
 {
   CliPlanOptions *p = data;
-  char *end = NULL;
-  errno = 0;
-  gint64 v = g_ascii_strtoll(value, &end, 10);
-  gint64 max = g_str_equal(name, "--microbatch-size") || g_str_equal(name, "--global-batch")
-               ? G_MAXINT64 : G_MAXINT;
-  if (!*value || *end || errno || v < 1 || v > max) {
-    if (max == G_MAXINT64)
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "%s %s: expected a whole number of at least 1", name, value);
-    else
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "%s %s: expected a whole number from 1 to %" G_GINT64_FORMAT, name, value,
-                  max);
+  gboolean wide = g_str_equal(name, "--microbatch-size") || g_str_equal(name, "--global-batch");
+  gint64 v;
+  if (!cli_option_int(name, value, 1, wide ? G_MAXINT64 : G_MAXINT, &v, error))
     return FALSE;
-  }
   if (g_str_equal(name, "--dp"))
     p->dp = (int)v;
   else if (g_str_equal(name, "--tp"))
@@ -64,19 +52,22 @@ static gboolean parse_count(const char *name, const char *value, gpointer data, 
   return TRUE;
 }
 
+static gboolean non_negative(double v)
+{
+  return v >= 0;
+}
+
+static gboolean fraction(double v)
+{
+  return v > 0 && v <= 1;
+}
+
 static gboolean parse_bucket_mb(const char *name, const char *value, gpointer data,
                                 GError **error)
 {
   CliPlanOptions *p = data;
-  char *end = NULL;
-  double v = g_ascii_strtod(value, &end);
-  if (!*value || *end || !isfinite(v) || v < 0) {
-    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                "%s %s: expected a size in MB, 0 or more (0: a bucket per weight)", name, value);
-    return FALSE;
-  }
-  p->bucket_mb = v;
-  return TRUE;
+  return cli_option_real(name, value, non_negative,
+                         "a size in MB, 0 or more (0: a bucket per weight)", &p->bucket_mb, error);
 }
 
 /* The model's real-valued parameters: where each goes and what it may be. */
@@ -104,16 +95,10 @@ static gboolean parse_real(const char *name, const char *value, gpointer data, G
   for (size_t i = 0; i < G_N_ELEMENTS(real_options); i++) {
     if (!g_str_equal(name, real_options[i].name))
       continue;
-    char *end = NULL;
-    double v = g_ascii_strtod(value, &end);
     gboolean frac = real_options[i].fraction;
-    if (!*value || *end || !isfinite(v) || (frac ? v <= 0 || v > 1 : v < 0)) {
-      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s %s: expected %s", name,
-                  value, frac ? "a fraction in (0, 1]" : "a number, 0 or more");
-      return FALSE;
-    }
-    *(double *)G_STRUCT_MEMBER_P(data, real_options[i].offset) = v;
-    return TRUE;
+    return cli_option_real(name, value, frac ? fraction : non_negative,
+                           frac ? "a fraction in (0, 1]" : "a number, 0 or more",
+                           (double *)G_STRUCT_MEMBER_P(data, real_options[i].offset), error);
   }
   g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_FAILED, "%s: not a parameter", name);
   return FALSE;
