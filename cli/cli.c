@@ -116,6 +116,41 @@ gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(
   return TRUE;
 }
 
+gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GArray *out,
+                           GError **error)
+{
+  g_auto(GStrv) parts = g_strsplit(spec, ",", -1);
+  for (int i = 0; parts[i]; i++) {
+    const char *p = g_strstrip(parts[i]);
+    char *end = NULL;
+    errno = 0;
+    gint64 a = g_ascii_strtoll(p, &end, 10), b = a, step = 1;
+    gboolean ok = end != p && !errno;
+    if (ok && *end == '-') {
+      const char *q = end + 1;
+      b = g_ascii_strtoll(q, &end, 10);
+      ok = end != q && !errno;
+      if (ok && *end == ':') {
+        q = end + 1;
+        step = g_ascii_strtoll(q, &end, 10);
+        ok = end != q && !errno && step >= 1;
+      }
+    }
+    ok = ok && !*end;
+    if (!ok || a < 0 || b < a || b >= n_devices) {
+      g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "%s %s: '%s' is not a device or a range of devices a-b[:step] within 0..%d",
+                  name, spec, p, n_devices - 1);
+      return FALSE;
+    }
+    for (gint64 d = a; d <= b; d += step) {
+      int v = (int)d;
+      g_array_append_val(out, v);
+    }
+  }
+  return TRUE;
+}
+
 gboolean cli_stderr_is_tty(void)
 {
   return isatty(STDERR_FILENO);

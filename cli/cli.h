@@ -41,6 +41,10 @@ gboolean cli_option_int(const char *name, const char *value, gint64 lo, gint64 h
  * @ok_fn refuses it. */
 gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(double),
                          const char *what, double *out, GError **error);
+/* A list of devices as an option gives it: ids and ranges "a-b", a range with a step
+ * "a-b:s", separated by commas ("0-1023:64,5").  Each must lie in 0..@n_devices-1. */
+gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GArray *out,
+                           GError **error);
 gboolean cli_stderr_is_tty(void);
 
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */

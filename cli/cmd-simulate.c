@@ -7,6 +7,9 @@
 #include <json-glib/json-glib.h>
 #include <string.h>
 
+/* Beyond this many events a trace gets a word on its size. */
+#define TRACE_EVENTS_WARN 5000000
+
 static int batch_error(int line, const char *message, int status)
 {
   g_autoptr(JsonBuilder) jb = json_builder_new();
@@ -84,6 +87,7 @@ static int simulate_batch(const char *path)
 static int simulate_one(int argc, char **argv, int line)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
+  g_autofree char *trace_devices = NULL;
   g_autofree char *save = NULL, *batch = NULL;
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE;
@@ -95,6 +99,7 @@ static int simulate_one(int argc, char **argv, int line)
     { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
     { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
     { "trace", 0, 0, G_OPTION_ARG_FILENAME, &trace, "Write the timeline (Chrome trace format)", "FILE" },
+    { "trace-devices", 0, 0, G_OPTION_ARG_STRING, &trace_devices, "Keep only these GPUs' tracks in the trace, e.g. 0-7 or 0-1023:64 (devices that folding leaves to a symmetric one have none; --no-fold simulates all)", "LIST" },
     { "save-strategy", 0, 0, G_OPTION_ARG_FILENAME, &save, "Write the strategy used", "FILE" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the report as JSON", NULL },
     { "batch", 0, 0, G_OPTION_ARG_FILENAME, &batch, "Simulate every line of FILE (- for stdin): each line holds these options; one line of JSON comes out per line", "FILE" },
@@ -111,8 +116,8 @@ static int simulate_one(int argc, char **argv, int line)
     g_autoptr(GError) perr = NULL;
     if (!g_option_context_parse(ctx, &argc, &argv, &perr))
       return batch_error(line, perr->message, CLI_EXIT_USAGE);
-    if (batch || trace || save)
-      return batch_error(line, "--batch, --trace and --save-strategy do not belong in a batch line",
+    if (batch || trace || trace_devices || save)
+      return batch_error(line, "--batch, --trace, --trace-devices and --save-strategy do not belong in a batch line",
                          CLI_EXIT_USAGE);
   } else if (!cli_parse_options(ctx, &argc, &argv)) {
     return CLI_EXIT_USAGE;
@@ -158,6 +163,20 @@ static int simulate_one(int argc, char **argv, int line)
     cli_problem_clear(&pb);
     return fail(line, error);
   }
+  g_autoptr(GArray) keep = NULL;
+  if (trace_devices) {
+    keep = g_array_new(FALSE, FALSE, sizeof(int));
+    if (!trace)
+      g_set_error(&error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                  "--trace-devices needs --trace FILE");
+    else
+      cli_parse_devices("--trace-devices", trace_devices, sim_machine_n_devices(pb.machine),
+                        keep, &error);
+    if (error) {
+      cli_problem_clear(&pb);
+      return fail(line, error);
+    }
+  }
   SimOptions o = cli_plan_sim_options(&plan, &pb);
   o.keep_timeline = trace != NULL;
   g_autoptr(SimReport) r = sim_simulate(pb.graph, pb.machine, s, pb.cost, &o, &error);
@@ -180,11 +199,19 @@ static int simulate_one(int argc, char **argv, int line)
     sim_report_print(r, stdout);
   }
   if (trace) {
-    if (!cli_make_parent(trace, &error) || !sim_report_write_trace(r, trace, &error)) {
+    int64_t events = 0;
+    if (!cli_make_parent(trace, &error) ||
+        !sim_report_write_trace_devices(r, trace, keep ? (const int *)keep->data : NULL,
+                                        keep ? (int)keep->len : 0, &events, &error)) {
       cli_problem_clear(&pb);
       return fail(line, error);
     }
-    g_printerr("parasol: timeline written to %s\n", trace);
+    g_printerr("parasol: timeline written to %s (%" G_GINT64_FORMAT " events)\n", trace, events);
+    /* Perfetto's UI holds a JSON trace in the browser's memory: some tens of millions of
+     * events are more than it loads. */
+    if (events > TRACE_EVENTS_WARN && !keep)
+      g_printerr("parasol: a trace this large may not open in ui.perfetto.dev; "
+                 "--trace-devices keeps fewer GPUs (e.g. one of each pipeline stage)\n");
   }
   cli_problem_clear(&pb);
   return CLI_EXIT_OK;

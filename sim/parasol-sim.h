@@ -780,6 +780,12 @@ SIM_PUBLIC gboolean sim_report_record(const SimReport *r, int64_t i, SimTaskReco
 SIM_PUBLIC void sim_report_print(const SimReport *r, FILE *out);
 SIM_PUBLIC char *sim_report_to_json(const SimReport *r);
 SIM_PUBLIC gboolean sim_report_write_trace(const SimReport *r, const char *path, GError **error);
+/* The same, keeping only the tracks of @devices (NULL: all): their compute and
+ * communication, and the links of the transfers and collectives they take part in.
+ * @n_events, if given, receives the number of timed events written. */
+SIM_PUBLIC gboolean sim_report_write_trace_devices(const SimReport *r, const char *path,
+                                                   const int *devices, int n_devices,
+                                                   int64_t *n_events, GError **error);
 
 /* Delta simulation: a simulator that keeps its task graph and timeline between calls.
  * After sim_session_set_op() changes some operators, sim_session_run() re-lowers and

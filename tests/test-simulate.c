@@ -8,6 +8,8 @@
  * bandwidth (sim_coll_params_default); compute times come from the cost model itself,
  * which these tests take as given. */
 #include <criterion/criterion.h>
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
 
@@ -728,4 +730,98 @@ Test(delta, a_bounded_run_stops_past_its_bound)
   }
   g_rand_free(rng);
   sim_session_free(ss);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Traces                                                                               */
+
+/* The timed events ("ph": "X") of a trace file, read back. */
+static JsonArray *trace_events(const char *path, JsonParser *parser)
+{
+  GError *error = NULL;
+  cr_assert(json_parser_load_from_file(parser, path, &error), "%s",
+            error ? error->message : "");
+  JsonObject *root = json_node_get_object(json_parser_get_root(parser));
+  return json_object_get_array_member(root, "traceEvents");
+}
+
+/* Events of @cat on (pid, tid), and the latest end among all timed events (us). */
+static int count_track(JsonArray *ev, int pid, int tid, const char *cat, double *last_end)
+{
+  int n = 0;
+  for (guint i = 0; i < json_array_get_length(ev); i++) {
+    JsonObject *e = json_array_get_object_element(ev, i);
+    if (strcmp(json_object_get_string_member(e, "ph"), "X"))
+      continue;
+    double ts = json_object_get_double_member(e, "ts"), dur = json_object_get_double_member(e, "dur");
+    cr_assert(ts >= 0 && dur >= 0);
+    if (last_end)
+      *last_end = MAX(*last_end, ts + dur);
+    n += json_object_get_int_member(e, "pid") == pid && json_object_get_int_member(e, "tid") == tid &&
+         !strcmp(json_object_get_string_member(e, "cat"), cat);
+  }
+  return n;
+}
+
+Test(trace, every_gpu_or_the_ones_asked_for)
+{
+  /* Data parallel over GPUs 0 and 1 of one node, unfolded: each GPU runs the same
+   * forward and backward tasks on its compute track (tid 2 x local rank) and takes part
+   * in the gradient all-reduces on its communication track (tid 2 x local rank + 1). */
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=2,hidden=256,input=128,classes=16,batch=16");
+  g_autoptr(SimMachine) m = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  o.keep_timeline = TRUE;
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  g_autofree char *dir = g_dir_make_tmp("parasol-trace-XXXXXX", NULL);
+  g_autofree char *all = g_build_filename(dir, "all.json", NULL);
+  g_autofree char *one = g_build_filename(dir, "one.json", NULL);
+
+  int64_t n_all = 0, n_one = 0;
+  cr_assert(sim_report_write_trace_devices(r, all, NULL, 0, &n_all, &error), "%s",
+            error ? error->message : "");
+  g_autoptr(JsonParser) pa = json_parser_new();
+  JsonArray *ea = trace_events(all, pa);
+  double last = 0;
+  int fwd0 = count_track(ea, 0, 0, "forward", &last);
+  cr_expect_gt(fwd0, 0);
+  cr_expect_eq(count_track(ea, 0, 2, "forward", NULL), fwd0);
+  cr_expect_gt(count_track(ea, 0, 1, "grad-sync", NULL), 0);
+  cr_expect_gt(count_track(ea, 0, 3, "grad-sync", NULL), 0);
+  /* The last event ends with the iteration. */
+  cr_expect(fabs(last - 1e6 * sim_report_iteration_time(r)) < 1e-3, "%g us against %g s", last,
+            sim_report_iteration_time(r));
+
+  /* GPU 0 alone: its tracks as they were, none of GPU 1's. */
+  const int just0[] = { 0 };
+  cr_assert(sim_report_write_trace_devices(r, one, just0, 1, &n_one, &error), "%s",
+            error ? error->message : "");
+  g_autoptr(JsonParser) po = json_parser_new();
+  JsonArray *eo = trace_events(one, po);
+  cr_expect_eq(count_track(eo, 0, 0, "forward", NULL), fwd0);
+  cr_expect_eq(count_track(eo, 0, 1, "grad-sync", NULL), count_track(ea, 0, 1, "grad-sync", NULL));
+  cr_expect_eq(count_track(eo, 0, 2, "forward", NULL), 0);
+  cr_expect_eq(count_track(eo, 0, 3, "grad-sync", NULL), 0);
+  cr_expect_lt(n_one, n_all);
+
+  /* A device the machine lacks: refused, and the file already there left as it was. */
+  const int bad[] = { 0, 9 };
+  g_autofree char *before = NULL;
+  cr_assert(g_file_get_contents(one, &before, NULL, NULL));
+  cr_expect_not(sim_report_write_trace_devices(r, one, bad, 2, NULL, &error));
+  cr_assert_not_null(error);
+  cr_expect(strstr(error->message, "device 9 does not exist"), "%s", error->message);
+  g_clear_error(&error);
+  g_autofree char *after = NULL;
+  cr_assert(g_file_get_contents(one, &after, NULL, NULL));
+  cr_expect_str_eq(after, before);
+  g_unlink(all);
+  g_unlink(one);
+  g_rmdir(dir);
 }
