@@ -76,9 +76,9 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
 {
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
-  int width = MAX(1, search_context_get_option_int(ctx, "width", 3));
-  int max_cands = MAX(1, search_context_get_option_int(ctx, "cands", 8));
-  int polish = search_context_get_option_int(ctx, "polish", 1);
+  int width = search_context_get_option_int_in(ctx, "width", 3, 1, G_MAXINT);
+  int max_cands = search_context_get_option_int_in(ctx, "cands", 8, 1, G_MAXINT);
+  int polish = search_context_get_option_int_in(ctx, "polish", 1, 0, 1);
   SearchEstimate *e = search_estimate_new(p);
 
   Entry *beam = g_new0(Entry, width);

@@ -790,9 +790,9 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
 {
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
-  int cands = MAX(1, search_context_get_option_int(ctx, "cands", 8));
-  int max_cands = MAX(cands, search_context_get_option_int(ctx, "max-cands", 32));
-  int polish = search_context_get_option_int(ctx, "polish", 1);
+  int cands = search_context_get_option_int_in(ctx, "cands", 8, 1, G_MAXINT);
+  int max_cands = MAX(cands, search_context_get_option_int_in(ctx, "max-cands", 32, 1, G_MAXINT));
+  int polish = search_context_get_option_int_in(ctx, "polish", 1, 0, 1);
   SearchEstimate *e = search_estimate_new(p);
   g_autofree int *cfg = g_new(int, MAX(n, 1));
   g_autofree int *prev = g_new0(int, MAX(n, 1));

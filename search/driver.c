@@ -260,6 +260,34 @@ int search_context_get_option_int(const SearchContext *ctx, const char *key, int
   return (int)x;
 }
 
+double search_context_get_option_double_in(const SearchContext *ctx, const char *key,
+                                           double def, double lo, double hi)
+{
+  const char *v = search_context_get_option(ctx, key);
+  double x = search_context_get_option_double(ctx, key, def);
+  if (v && (x < lo || x > hi)) {
+    g_autofree char *what = isinf(hi) ? g_strdup_printf("a number of at least %g", lo)
+                                      : g_strdup_printf("a number from %g to %g", lo, hi);
+    option_error(ctx, key, v, what);
+    return def;
+  }
+  return x;
+}
+
+int search_context_get_option_int_in(const SearchContext *ctx, const char *key, int def, int lo,
+                                     int hi)
+{
+  const char *v = search_context_get_option(ctx, key);
+  int x = search_context_get_option_int(ctx, key, def);
+  if (v && (x < lo || x > hi)) {
+    g_autofree char *what = hi == G_MAXINT ? g_strdup_printf("an integer of at least %d", lo)
+                                           : g_strdup_printf("an integer from %d to %d", lo, hi);
+    option_error(ctx, key, v, what);
+    return def;
+  }
+  return x;
+}
+
 GRand *search_context_rand_new(const SearchContext *ctx, guint32 stream)
 {
   g_return_val_if_fail(ctx != NULL, NULL);

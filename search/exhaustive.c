@@ -8,7 +8,7 @@ static gboolean exhaustive_run(const SearchAlgorithm *self, SearchContext *ctx, 
 {
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
-  double max = search_context_get_option_double(ctx, "max", 1e7);
+  double max = search_context_get_option_double_in(ctx, "max", 1e7, 1, INFINITY);
   double total = 1;
   for (int op = 0; op < n; op++)
     total *= search_problem_n_configs(p, op);

@@ -160,11 +160,11 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
   Mcmc m = { .ctx = ctx, .p = p };
-  m.n_chains = MAX(1, search_context_get_option_int(ctx, "chains",
-                                                    search_context_get_threads(ctx)));
-  m.beta = search_context_get_option_double(ctx, "beta", 20);
-  m.propagate = search_context_get_option_double(ctx, "propagate", 0.2);
-  m.stop_early = search_context_get_option_int(ctx, "stop-early", 1) != 0;
+  m.n_chains = search_context_get_option_int_in(ctx, "chains", search_context_get_threads(ctx),
+                                                1, 1024);
+  m.beta = search_context_get_option_double_in(ctx, "beta", 20, 1e-3, INFINITY);
+  m.propagate = search_context_get_option_double_in(ctx, "propagate", 0.2, 0, 1);
+  m.stop_early = search_context_get_option_int_in(ctx, "stop-early", 1, 0, 1) != 0;
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {
@@ -180,7 +180,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
       g_array_append_val(m.nbrs[op], src);
       g_array_append_val(m.nbrs[src], op);
     }
-  m.epoch = MAX(1, search_context_get_option_int(ctx, "epoch", MAX(100, 2 * m.n_movable)));
+  m.epoch = search_context_get_option_int_in(ctx, "epoch", MAX(100, 2 * m.n_movable), 1, G_MAXINT);
   gboolean ok = TRUE;
   if (m.n_movable == 0) {
     g_autoptr(SimStrategy) s = search_problem_data_parallel(p, error);

@@ -168,12 +168,19 @@ SEARCH_PUBLIC double search_context_elapsed(const SearchContext *ctx);
 SEARCH_PUBLIC gboolean search_context_should_stop(const SearchContext *ctx);
 
 /* Algorithm options ("key=value" from the command line).  The getters return @def when
- * the key is absent and report malformed values once, as warnings, then use @def. */
+ * the key is absent; a malformed value, or one outside [@lo, @hi] for the _in getters,
+ * stops the search, which then fails with a message naming the algorithm, the option and
+ * what it expects. */
 SEARCH_PUBLIC const char *search_context_get_option(const SearchContext *ctx, const char *key);
 SEARCH_PUBLIC double search_context_get_option_double(const SearchContext *ctx, const char *key,
                                                       double def);
 SEARCH_PUBLIC int search_context_get_option_int(const SearchContext *ctx, const char *key,
                                                 int def);
+SEARCH_PUBLIC double search_context_get_option_double_in(const SearchContext *ctx,
+                                                         const char *key, double def, double lo,
+                                                         double hi);
+SEARCH_PUBLIC int search_context_get_option_int_in(const SearchContext *ctx, const char *key,
+                                                   int def, int lo, int hi);
 
 /* A random generator for stream @stream of the context's seed: the same seed and stream
  * give the same numbers, whatever the threads do (transfer full; g_rand_free). */

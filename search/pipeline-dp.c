@@ -165,8 +165,8 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   const SearchProblem *p = search_context_get_problem(ctx);
   const SimGraph *g = p->g;
   int n = sim_graph_n_ops(g);
-  int max_stages = search_context_get_option_int(ctx, "max-stages", 16);
-  int cands = MAX(1, search_context_get_option_int(ctx, "cands", 8));
+  int max_stages = search_context_get_option_int_in(ctx, "max-stages", 16, 1, G_MAXINT);
+  int cands = search_context_get_option_int_in(ctx, "cands", 8, 1, G_MAXINT);
   SearchEstimate *e = search_estimate_new(p);
 
   /* S = 1: data parallelism, the expert's plan and the dynamic program's strategy. */
@@ -238,7 +238,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   }
 
   /* Local search: one sweep over each of the two, then the better one on. */
-  if (search_context_get_option_int(ctx, "polish", 1)) {
+  if (search_context_get_option_int_in(ctx, "polish", 1, 0, 1)) {
     GArray **lists = g_new(GArray *, MAX(n, 1));
     for (int op = 0; op < n; op++)
       lists[op] = search_polish_candidates(p, e, op, MAX(cands, 16));

@@ -690,8 +690,8 @@ static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
                 "lists them", inner_name);
     return FALSE;
   }
-  double alpha = search_context_get_option_double(ctx, "alpha", 1.05);
-  int max_graphs = MAX(1, search_context_get_option_int(ctx, "graphs", 8));
+  double alpha = search_context_get_option_double_in(ctx, "alpha", 1.05, 1, INFINITY);
+  int max_graphs = search_context_get_option_int_in(ctx, "graphs", 8, 1, G_MAXINT);
 
   GArray *queue = g_array_new(FALSE, FALSE, sizeof(Node));
   GHashTable *seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);

@@ -620,6 +620,26 @@ Test(search, bad_arguments_give_clear_errors)
   cr_assert(strstr(error->message, "beta=hot") && strstr(error->message, "number"), "%s",
             error->message);
   g_clear_error(&error);
+  /* Values out of their range (taken before, or clamped without a word). */
+  const struct {
+    const char *algo, *opt, *want;
+  } ranges[] = {
+    { "mcmc", "beta=-1", "option beta=-1: expected a number of at least 0.001" },
+    { "mcmc", "chains=0", "option chains=0: expected an integer from 1 to 1024" },
+    { "mcmc", "propagate=2", "option propagate=2: expected a number from 0 to 1" },
+    { "beam", "width=0", "option width=0: expected an integer of at least 1" },
+    { "subst", "alpha=0.5", "option alpha=0.5: expected a number of at least 1" },
+    { "dp", "polish=2", "option polish=2: expected an integer from 0 to 1" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(ranges); i++) {
+    const char *one[] = { ranges[i].opt, NULL };
+    o.options = one;
+    cr_assert_null(search_run(search_lookup(ranges[i].algo), f.p, &o, &error), "%s",
+                   ranges[i].opt);
+    cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_INVALID));
+    cr_assert(strstr(error->message, ranges[i].want), "%s", error->message);
+    g_clear_error(&error);
+  }
   const char *inner[] = { "inner=nothing", NULL };
   o.options = inner;
   cr_assert_null(search_run(search_lookup("subst"), f.p, &o, &error));
