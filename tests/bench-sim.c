@@ -3,7 +3,7 @@
  * Not a test: it asserts nothing about time.  Each large case runs in a child process so
  * that its peak resident memory is its own (getrusage of the child).  Run it with
  *   meson test -C build --benchmark --suite bench --verbose
- * or directly: build/tests/bench-sim [--quick | --engine | --delta]. */
+ * or directly: build/tests/bench-sim [--quick | --engine | --delta [--quick]]. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,7 +272,7 @@ static void all_deltas(void)
 
 int main(int argc, char **argv)
 {
-  quick = argc > 1 && !strcmp(argv[1], "--quick");
+  quick = argc > 1 && (!strcmp(argv[1], "--quick") || (argc > 2 && !strcmp(argv[2], "--quick")));
   if (argc > 1 && !strcmp(argv[1], "--engine")) {
     /* Only the engine's rate, for profiling it. */
     engine_rate();
