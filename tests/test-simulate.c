@@ -299,6 +299,55 @@ Test(closed_form, overlap_hides_communication_shorter_than_the_remaining_backwar
   cr_assert_float_eq(off, expect_off, expect_off * 1e-9, "no overlap: %g vs %g", off, expect_off);
 }
 
+Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
+{
+  /* Two 4096 x 4096 linears (33,554,432 parameters, fp16 weights in mixed precision, fp32
+   * otherwise), data parallel over 4 GPUs, a batch of 8: every GPU holds every weight,
+   * and the activations (8 x 4096 values a tensor) are under 1 MB.  Bytes per parameter:
+   *   mixed precision, Adam:   2 (weight) + 2 (gradient) + 4 (fp32 master) + 8 (moments) = 16
+   *   the same with ZeRO-1:    2 + 2 + 12 / 4 (the fp32 states split over the replicas) = 7
+   *   fp32, Adam:              4 + 4 + 8 = 16
+   *   fp32, SGD with momentum: 4 + 4 + 4 = 12 */
+  const double params = 2.0 * 4096 * 4096;
+  const struct {
+    SimPrecision precision;
+    SimOptimizer optimizer;
+    gboolean zero1;
+    double bytes;
+  } cases[] = {
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, 16 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, 7 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, 16 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, 12 },
+  };
+  g_autoptr(SimMachine) mach = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    g_autoptr(SimGraph) g = chain(2, 8, 4096);
+    sim_graph_set_float_dtype(g, cases[i].precision == SIM_PRECISION_FP32 ? SIM_DTYPE_FP32
+                                                                          : SIM_DTYPE_FP16);
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, mach, 4, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimMemoryOptions mo = sim_strategy_get_memory(s);
+    mo.precision = cases[i].precision;
+    mo.optimizer = cases[i].optimizer;
+    mo.zero1 = cases[i].zero1;
+    mo.recompute = SIM_RECOMPUTE_NONE;
+    sim_strategy_set_memory(s, &mo);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
+    cr_assert_not_null(r, "%s", error ? error->message : "");
+    double want = cases[i].bytes * params;
+    for (int d = 0; d < 4; d++) {
+      double got = (double)sim_report_peak_memory(r, d);
+      cr_expect(got >= want && got <= want + (1 << 20),
+                "case %zu, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations", i,
+                d, got, want);
+    }
+  }
+}
+
 Test(closed_form, out_of_memory_is_reported)
 {
   /* gpt3-175b's weights and Adam states (16 bytes per parameter, 2.8 TB) on 4 GPUs of 80 GB. */
