@@ -108,8 +108,8 @@ static int simulate_one(int argc, char **argv, int line)
   g_autoptr(GOptionContext) ctx = g_option_context_new("- predict one training iteration");
   g_option_context_set_summary(ctx,
     "Simulates one iteration of training MODEL on MACHINE under a strategy: a file\n"
-    "(--strategy), Megatron-style degrees (--dp/--tp/--pp), or data parallelism over\n"
-    "every GPU when neither is given.");
+    "(--strategy), Megatron-style degrees (--tp/--pp, and --dp, which defaults to the GPUs\n"
+    "they leave), or data parallelism over every GPU when neither is given.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
   if (line >= 0) {
@@ -197,6 +197,11 @@ static int simulate_one(int argc, char **argv, int line)
     printf("%s\n", text);
   } else {
     sim_report_print(r, stdout);
+    if (!sim_report_fits(r))
+      g_printerr("parasol: the plan does not fit in GPU memory; smaller micro-batches "
+                 "(--microbatch-size), recomputed activations (--recompute full), sharded "
+                 "optimizer states (--zero1) or more model parallelism (--tp, --pp) lower the "
+                 "peak, and `parasol search` looks only among plans that fit\n");
   }
   if (trace) {
     int64_t events = 0;

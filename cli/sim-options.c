@@ -107,7 +107,7 @@ static gboolean parse_real(const char *name, const char *value, gpointer data, G
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 {
   GOptionEntry entries[] = {
-    { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree", "N" },
+    { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree (default: the GPUs --tp and --pp leave, as Megatron derives it)", "N" },
     { "tp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Tensor-parallel degree (inside a node)", "N" },
     { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
     { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
@@ -342,9 +342,20 @@ SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m,
   if (!cli_plan_megatron_options(p, &o, error))
     return NULL;
   gboolean megatron = p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+  int n_dev = sim_machine_n_devices(m);
   if (!megatron) {
     /* Data parallel over every GPU, with the plan's memory and sync options. */
-    o.dp = sim_machine_n_devices(m);
+    o.dp = n_dev;
+  } else if (!p->dp) {
+    /* As Megatron derives it: the GPUs that tensor and pipeline parallelism leave. */
+    int mp = o.tp * o.pp;
+    if (mp > n_dev || n_dev % mp) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "tp %d x pp %d = %d GPUs do not divide the machine's %d; give --dp to use "
+                  "fewer", o.tp, o.pp, mp, n_dev);
+      return NULL;
+    }
+    o.dp = n_dev / mp;
   }
   if (!p->microbatches && !p->microbatch_size) {
     /* Without a word on micro-batches: one, or four per stage for a pipeline, as far as

@@ -45,7 +45,8 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
 void cli_problem_clear(CliProblem *pb);
 
 /* The strategy the flags describe: Megatron-style when any of --dp/--tp/--pp/
- * --microbatch-size/--microbatches is given, else data parallel over every GPU. */
+ * --microbatch-size/--microbatches is given (without --dp, data parallel over the GPUs
+ * that tp x pp leave, as Megatron derives it), else data parallel over every GPU. */
 SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error);
 /* The Megatron options the flags describe (degrees default to 1). */
 gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error);

@@ -158,13 +158,29 @@ Test(cli, a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint)
   run_clear(&ok);
 }
 
+Test(cli, the_data_parallel_degree_defaults_to_the_gpus_left)
+{
+  /* As Megatron derives it: 8 GPUs, tp 2, so dp 4, the same plan as --dp 4 (it once
+   * defaulted to 1, leaving six GPUs idle). */
+  Run derived = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--tp", "2", "--json", NULL);
+  Run given = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--tp", "2", "--dp", "4", "--json",
+                  NULL);
+  cr_assert_eq(derived.status, 0, "%s", derived.err);
+  cr_assert_eq(given.status, 0, "%s", given.err);
+  cr_expect_eq(iteration_time(derived.out), iteration_time(given.out));
+  run_clear(&derived);
+  run_clear(&given);
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "3", NULL),
+                 "tp 3 x pp 1 = 3 GPUs do not divide the machine's 8; give --dp");
+}
+
 Test(cli, a_refused_plan_leaves_the_output_file_alone)
 {
   g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "kept.json", NULL);
   cr_assert(g_file_set_contents(path, "{\"kept\": true}\n", -1, NULL));
-  expect_refused(run("simulate", SMALL_GPT, "--tp", "3", "--save-strategy", path, NULL),
-                 "tp 3 does not divide");
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "3", "--dp", "1", "--save-strategy", path,
+                     NULL), "tp 3 does not divide");
   g_autofree char *text = NULL;
   cr_assert(g_file_get_contents(path, &text, NULL, NULL));
   cr_expect_str_eq(text, "{\"kept\": true}\n");
