@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include <stdarg.h>
+#include <string.h>
 #include <unistd.h>
 
 int cli_report_error(GError *error)
@@ -149,6 +150,35 @@ gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GA
     }
   }
   return TRUE;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig)
+{
+  interrupted = 1;
+  /* A second Ctrl-C is not caught. */
+  signal(sig, SIG_DFL);
+}
+
+void cli_interrupt_catch(void)
+{
+  interrupted = 0;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+}
+
+void cli_interrupt_release(void)
+{
+  signal(SIGINT, SIG_DFL);
+}
+
+const volatile sig_atomic_t *cli_interrupted(void)
+{
+  return &interrupted;
 }
 
 gboolean cli_stderr_is_tty(void)

@@ -2,6 +2,8 @@
  * exit statuses, loading models and machines from options, and number formatting. */
 #pragma once
 
+#include <signal.h>
+
 #include "parasol-sim.h"
 
 /* Exit statuses (DESIGN.md, Conventions). */
@@ -45,6 +47,12 @@ gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(
  * "a-b:s", separated by commas ("0-1023:64,5").  Each must lie in 0..@n_devices-1. */
 gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GArray *out,
                            GError **error);
+/* Ctrl-C for long work: the first SIGINT sets the flag cli_interrupted() reads (the work
+ * stops at its next check and keeps what it has); a second one ends the program as usual.
+ * cli_interrupt_release() puts the default back. */
+void cli_interrupt_catch(void);
+void cli_interrupt_release(void);
+const volatile sig_atomic_t *cli_interrupted(void);
 gboolean cli_stderr_is_tty(void);
 
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */

@@ -205,8 +205,11 @@ static ProfileMeasureOptions measure_options(const ModelOptions *o)
   return mo;
 }
 
+/* @user_data, if given, is an int that keeps the number of shapes done. */
 static void progress(int done, int total, const char *key, gpointer user_data)
 {
+  if (user_data)
+    *(int *)user_data = done;
   if (cli_stderr_is_tty())
     g_printerr("\r%d/%d shapes measured", done, total);
   if (done == total && cli_stderr_is_tty())
@@ -289,10 +292,20 @@ static int ops_run(ModelOptions *mo, int argc, char **argv)
   ProfileMeasureOptions meas = measure_options(mo);
   g_printerr("parasol: measuring %d distinct shapes of %s on %s (%s)\n", profile_shapes_n(shapes),
              sim_graph_get_name(g), profile_runner_device_name(r), r->klass->name);
-  int skipped = 0;
-  int added = profile_measure_shapes(r, db, g, shapes, &meas, progress, NULL, &skipped, &error);
+  int skipped = 0, done = 0;
+  /* Ctrl-C ends the measurement and keeps what was measured. */
+  meas.stop = cli_interrupted();
+  cli_interrupt_catch();
+  int added = profile_measure_shapes(r, db, g, shapes, &meas, progress, &done, &skipped, &error);
+  cli_interrupt_release();
   if (added < 0)
     return profile_error(error);
+  if (*meas.stop) {
+    if (cli_stderr_is_tty())
+      g_printerr("\n");
+    g_printerr("parasol profile ops: interrupted after %d of %d shapes; keeping what was "
+               "measured\n", done, profile_shapes_n(shapes));
+  }
   g_autofree char *src = g_strdup_printf("parasol profile ops --model %s on %s (%s backend)",
                                          sim_graph_get_name(g), profile_runner_device_name(r),
                                          r->klass->name);
@@ -805,7 +818,10 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
   ProfileMeasureOptions meas = measure_options(mo);
   g_autoptr(ProfileDb) fresh = profile_db_new();
   g_autoptr(GArray) errs = g_array_new(FALSE, FALSE, sizeof(double));
-  for (int i = 0; i < profile_shapes_n(shapes); i++) {
+  /* Ctrl-C ends the comparison with the rows written so far and their summary. */
+  meas.stop = cli_interrupted();
+  cli_interrupt_catch();
+  for (int i = 0; i < profile_shapes_n(shapes) && !*meas.stop; i++) {
     int op = profile_shapes_op(shapes, i);
     const int64_t *extent = profile_shapes_extent(shapes, i);
     for (int p = 0; p < (meas.backward ? 2 : 1); p++) {
@@ -818,9 +834,13 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
         g_autoptr(GError) merr = NULL;
         const ProfileOpEntry *e = profile_measure_op(r, fresh, g, op, extent, (SimPass)p, &meas,
                                                      &merr);
+        if (!e && merr->code == PROFILE_ERROR_INTERRUPTED)
+          break;
         if (!e) {
-          if (merr->code == PROFILE_ERROR_DEVICE)
+          if (merr->code == PROFILE_ERROR_DEVICE) {
+            cli_interrupt_release();
             return profile_error(g_steal_pointer(&merr));
+          }
           g_printerr("parasol: skipping %s: %s\n", profile_shapes_key(shapes, i), merr->message);
           continue;
         }
@@ -835,6 +855,9 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
       compare_row(*out, g, op, extent, (SimPass)p, measured, db, gpu, dev, roof, cal, errs);
     }
   }
+  cli_interrupt_release();
+  if (*meas.stop)
+    g_printerr("parasol profile compare: interrupted; the rows so far are written\n");
   summarize_errors(errs);
   return CLI_EXIT_OK;
 }
@@ -893,7 +916,10 @@ static int perf_run(ModelOptions *mo, int argc, char **argv, FILE **out)
   meas.min_seconds = budget_ms * 1e-3;
   meas.max_repetitions = 100000;
   g_autoptr(ProfileDb) db = profile_db_new();
-  for (int i = 0; i < profile_shapes_n(shapes); i++) {
+  /* Ctrl-C ends the table with the rows written so far. */
+  meas.stop = cli_interrupted();
+  cli_interrupt_catch();
+  for (int i = 0; i < profile_shapes_n(shapes) && !*meas.stop; i++) {
     int op = profile_shapes_op(shapes, i);
     const int64_t *extent = profile_shapes_extent(shapes, i);
     for (int p = 0; p < (meas.backward ? 2 : 1); p++) {
@@ -903,9 +929,13 @@ static int perf_run(ModelOptions *mo, int argc, char **argv, FILE **out)
         continue;
       g_autoptr(GError) merr = NULL;
       const ProfileOpEntry *e = profile_measure_op(r, db, g, op, extent, (SimPass)p, &meas, &merr);
+      if (!e && merr->code == PROFILE_ERROR_INTERRUPTED)
+        break;
       if (!e) {
-        if (merr->code == PROFILE_ERROR_DEVICE)
+        if (merr->code == PROFILE_ERROR_DEVICE) {
+          cli_interrupt_release();
           return profile_error(g_steal_pointer(&merr));
+        }
         g_printerr("parasol: skipping %s: %s\n", profile_shapes_key(shapes, i), merr->message);
         continue;
       }
@@ -917,6 +947,9 @@ static int perf_run(ModelOptions *mo, int argc, char **argv, FILE **out)
       fflush(*out);
     }
   }
+  cli_interrupt_release();
+  if (*meas.stop)
+    g_printerr("parasol profile perf: interrupted; the rows so far are written\n");
   return CLI_EXIT_OK;
 }
 

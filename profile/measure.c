@@ -34,6 +34,15 @@ ProfileMeasureOptions profile_measure_options_default(void)
   };
 }
 
+/* Whether the caller asked the measurement to stop; sets PROFILE_ERROR_INTERRUPTED. */
+static gboolean stopped(const ProfileMeasureOptions *o, GError **error)
+{
+  if (!o->stop || !*o->stop)
+    return FALSE;
+  g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_INTERRUPTED, "interrupted");
+  return TRUE;
+}
+
 /* Times @pass of the prepared shard and adds its entry. */
 static const ProfileOpEntry *time_pass(ProfileRunner *r, ProfileDb *db, const SimGraph *g,
                                        int op, const int64_t *extent, SimPass pass,
@@ -51,6 +60,8 @@ static const ProfileOpEntry *time_pass(ProfileRunner *r, ProfileDb *db, const Si
   double total = 0.0;
   int batch = reps;
   while (batch > 0) {
+    if (stopped(o, error))
+      return NULL;
     g_autofree double *t = g_new(double, batch);
     if (!r->klass->run(r, pass, batch, t, error))
       return NULL;
@@ -134,7 +145,7 @@ int profile_measure_shapes(ProfileRunner *r, ProfileDb *db, const SimGraph *g,
     o = &def;
   int added = 0, skipped = 0;
   int n = profile_shapes_n(shapes);
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && !(o->stop && *o->stop); i++) {
     int op = profile_shapes_op(shapes, i);
     const int64_t *extent = profile_shapes_extent(shapes, i);
     SimPass passes[SIM_PASS_COUNT];
@@ -158,6 +169,10 @@ int profile_measure_shapes(ProfileRunner *r, ProfileDb *db, const SimGraph *g,
     }
     if (r->klass->release)
       r->klass->release(r);
+    /* Stopped in the middle of this shape: the passes timed to the end are kept (each
+     * entry stands alone), the one under way is not. */
+    if (!ok && e && g_error_matches(e, PROFILE_ERROR, PROFILE_ERROR_INTERRUPTED))
+      break;
     if (!ok) {
       /* A device that fails outright fails every later shape too: stop and say why.  An
        * operator the runner lacks, or one too large for the device, is only skipped. */

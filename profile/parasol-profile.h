@@ -20,6 +20,8 @@
 
 #include "parasol-sim.h"
 
+#include <signal.h>
+
 G_BEGIN_DECLS
 
 #define PROFILE_PUBLIC __attribute__((visibility("default")))
@@ -35,6 +37,7 @@ typedef enum {
   PROFILE_ERROR_UNSUPPORTED,  /* an operator or collective the runner cannot execute        */
   PROFILE_ERROR_DEVICE,       /* the device failed: none present, a CUDA or NCCL error      */
   PROFILE_ERROR_NO_MEMORY,    /* the device has too little memory for what was asked        */
+  PROFILE_ERROR_INTERRUPTED,  /* the measurement was asked to stop (ProfileMeasureOptions.stop) */
 } ProfileErrorCode;
 PROFILE_PUBLIC GQuark profile_error_quark(void);
 
@@ -336,6 +339,9 @@ typedef struct {
   int max_repetitions;      /* cap for @min_seconds (default 1000)                      */
   gboolean backward;        /* measure the backward pass too (default TRUE)             */
   gboolean update;          /* measure the weight update of ops with weights (default FALSE) */
+  /* When given and it becomes non-zero (a SIGINT handler sets it), the measurement stops
+   * between runs: the shape under way is dropped and what was measured before is kept. */
+  const volatile sig_atomic_t *stop;
 } ProfileMeasureOptions;
 
 PROFILE_PUBLIC ProfileMeasureOptions profile_measure_options_default(void);
@@ -356,7 +362,9 @@ typedef void (*ProfileProgressFunc)(int done, int total, const char *key, gpoint
 /* Measures every shape of @shapes in the passes @o asks for and adds the entries to @db,
  * with the runner's device notes.  A shape the runner cannot run (unsupported, or out of
  * device memory) is skipped and counted in @n_skipped with a warning on stderr; a device
- * error stops the measurement and is returned.  Returns the number of entries added. */
+ * error stops the measurement and is returned.  When @o->stop is set, the measurement
+ * ends early with the shapes measured so far, which is not an error (@progress has been
+ * told of each shape done).  Returns the number of entries added. */
 PROFILE_PUBLIC int profile_measure_shapes(ProfileRunner *r, ProfileDb *db, const SimGraph *g,
                                           const ProfileShapes *shapes,
                                           const ProfileMeasureOptions *o,

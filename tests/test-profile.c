@@ -612,6 +612,50 @@ Test(cpu, measures_a_tiny_model_and_simulates_with_it)
   cr_assert_leq(cal.rms_log_after, cal.rms_log_before + 1e-12);
 }
 
+/* A progress callback that asks the measurement to stop after two shapes, as Ctrl-C
+ * does through ProfileMeasureOptions.stop. */
+static volatile sig_atomic_t stop_flag;
+
+static void stop_after_two(int done, int total, const char *key, gpointer user_data)
+{
+  *(int *)user_data = done;
+  if (done == 2)
+    stop_flag = 1;
+}
+
+Test(cpu, a_stopped_measurement_keeps_the_shapes_done)
+{
+  g_autoptr(SimGraph) g = tiny_mlp();
+  ProfileEnumerateOptions eo = { .n_devices = 2 };
+  g_autoptr(ProfileShapes) shapes = profile_enumerate_shapes(g, &eo);
+  cr_assert_gt(profile_shapes_n(shapes), 3);
+  g_autoptr(ProfileRunner) r = profile_runner_cpu_new("dev");
+  ProfileMeasureOptions mo = profile_measure_options_default();
+  mo.warmup = 0;
+  mo.repetitions = 2;
+  mo.stop = &stop_flag;
+  stop_flag = 0;
+  g_autoptr(ProfileDb) db = profile_db_new();
+  g_autoptr(GError) error = NULL;
+  int done = 0, skipped = -1;
+  int added = profile_measure_shapes(r, db, g, shapes, &mo, stop_after_two, &done, &skipped,
+                                     &error);
+  /* Not an error: two shapes, forward and backward each, and nothing after them. */
+  cr_assert_null(error, "%s", error ? error->message : "");
+  cr_assert_eq(done, 2);
+  cr_assert_eq(added, 4);
+  cr_assert_eq(profile_db_n_ops(db), 4);
+  for (int i = 0; i < 2; i++) {
+    g_autofree char *key =
+      sim_graph_op_shard_key(g, profile_shapes_op(shapes, i), profile_shapes_extent(shapes, i));
+    cr_expect_not_null(profile_db_find_op(db, "dev", key, SIM_PASS_FORWARD), "%s", key);
+  }
+  /* Already stopped: nothing is measured. */
+  g_autoptr(ProfileDb) none = profile_db_new();
+  cr_assert_eq(profile_measure_shapes(r, none, g, shapes, &mo, NULL, NULL, NULL, &error), 0);
+  cr_assert_eq(profile_db_n_ops(none), 0);
+}
+
 Test(cpu, measure_op_with_a_time_budget)
 {
   g_autoptr(SimGraph) g = one_linear(8, SIM_DTYPE_FP32);
