@@ -109,7 +109,8 @@ static int simulate_one(int argc, char **argv, int line)
   g_option_context_set_summary(ctx,
     "Simulates one iteration of training MODEL on MACHINE under a strategy: a file\n"
     "(--strategy), Megatron-style degrees (--tp/--pp, and --dp, which defaults to the GPUs\n"
-    "they leave), or data parallelism over every GPU when neither is given.");
+    "they leave), or data parallelism over every GPU when neither is given, then with the\n"
+    "largest micro-batch that fits in memory.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
   if (line >= 0) {
@@ -159,10 +160,6 @@ static int simulate_one(int argc, char **argv, int line)
     cli_problem_clear(&pb);
     return fail(line, error);
   }
-  if (save && (!cli_make_parent(save, &error) || !sim_strategy_save(s, pb.graph, save, &error))) {
-    cli_problem_clear(&pb);
-    return fail(line, error);
-  }
   g_autoptr(GArray) keep = NULL;
   if (trace_devices) {
     keep = g_array_new(FALSE, FALSE, sizeof(int));
@@ -181,6 +178,42 @@ static int simulate_one(int argc, char **argv, int line)
   o.keep_timeline = trace != NULL;
   g_autoptr(SimReport) r = sim_simulate(pb.graph, pb.machine, s, pb.cost, &o, &error);
   if (!r) {
+    cli_problem_clear(&pb);
+    return fail(line, error);
+  }
+  /* The default plan (data parallel over every GPU, no word on micro-batches) takes the
+   * largest micro-batch that fits, as one would set it by hand; a plan given in flags or a
+   * file is simulated as given. */
+  gboolean defaults = !strategy_file && !plan.dp && !plan.tp && !plan.pp &&
+                      !plan.microbatches && !plan.microbatch_size;
+  if (defaults && !sim_report_fits(r)) {
+    int64_t per = sim_graph_batch_size(pb.graph) / MAX(sim_machine_n_devices(pb.machine), 1);
+    int64_t whole_peak = sim_report_max_peak_memory(r);
+    for (int64_t k = per / 2; k >= 1; k /= 2) {
+      if (per % k)
+        continue;
+      plan.microbatch_size = k;
+      g_autoptr(SimStrategy) sk = cli_plan_build(&plan, pb.graph, pb.machine, NULL);
+      g_autoptr(SimReport) rk =
+        sk ? sim_simulate(pb.graph, pb.machine, sk, pb.cost, &o, NULL) : NULL;
+      plan.microbatch_size = 0;
+      if (!rk || !sim_report_fits(rk))
+        continue;
+      g_autofree char *was = cli_format_bytes((double)whole_peak);
+      g_autofree char *now = cli_format_bytes((double)sim_report_max_peak_memory(rk));
+      if (line < 0)
+        g_printerr("parasol: %" G_GINT64_FORMAT " samples a GPU in one micro-batch need %s; "
+                   "micro-batches of %" G_GINT64_FORMAT " (%" G_GINT64_FORMAT " a step) fit "
+                   "in %s: simulated with those (--microbatch-size %" G_GINT64_FORMAT ")\n",
+                   per, was, k, per / k, now, k);
+      g_clear_pointer(&s, sim_strategy_free);
+      g_clear_pointer(&r, sim_report_free);
+      s = g_steal_pointer(&sk);
+      r = g_steal_pointer(&rk);
+      break;
+    }
+  }
+  if (save && (!cli_make_parent(save, &error) || !sim_strategy_save(s, pb.graph, save, &error))) {
     cli_problem_clear(&pb);
     return fail(line, error);
   }

@@ -174,6 +174,27 @@ Test(cli, the_data_parallel_degree_defaults_to_the_gpus_left)
                  "tp 3 x pp 1 = 3 GPUs do not divide the machine's 8; give --dp");
 }
 
+Test(cli, the_default_plan_takes_the_largest_micro_batch_that_fits)
+{
+  /* 128 sequences of 2,048 tokens a GPU in one micro-batch need about 100 GiB of the 80;
+   * in two of 64 they need about 50.  Without a word on the plan, that is what is
+   * simulated, and said; with the plan in flags, it is simulated as given. */
+#define BIG_BATCH "--model", "gpt", "--param", \
+                  "layers=2,hidden=1024,heads=16,seq=2048,vocab=1024,batch=1024", \
+                  "--machine", "dgx-a100:1", "--json"
+  Run dflt = run("simulate", BIG_BATCH, NULL);
+  Run by_hand = run("simulate", BIG_BATCH, "--microbatch-size", "64", NULL);
+  Run as_given = run("simulate", BIG_BATCH, "--dp", "8", NULL);
+  cr_assert_eq(dflt.status, 0, "%s", dflt.err);
+  cr_expect(strstr(dflt.err, "micro-batches of 64 (2 a step) fit"), "%s", dflt.err);
+  cr_expect(strstr(dflt.out, "\"fits\" : true"), "%s", dflt.out);
+  cr_expect_eq(iteration_time(dflt.out), iteration_time(by_hand.out));
+  cr_expect(strstr(as_given.out, "\"fits\" : false"), "%s", as_given.out);
+  run_clear(&dflt);
+  run_clear(&by_hand);
+  run_clear(&as_given);
+}
+
 Test(cli, a_refused_plan_leaves_the_output_file_alone)
 {
   g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
