@@ -11,6 +11,13 @@
  * cur - cur ln(u) / beta, so the simulation stops once it passes that bound (most
  * proposals late in a search are rejected).
  *
+ * While the current plan trades time for memory (recomputation, ZeRO-1, micro-batches),
+ * a proposal changes the whole plan instead with probability "plan-moves": the number of
+ * micro-batches (gradient accumulation) doubled or halved, activation recomputation or
+ * ZeRO-1 switched.  These decide between memory and time where per-operator moves cannot
+ * (an LLM that fits only with recomputation may run faster with smaller micro-batches and
+ * none); each is a full simulation, taken only when it is faster.
+ *
  * Several chains run on the worker threads, each with its own random stream and its own
  * share of the evaluation budget.  They meet after every epoch: a chain that did not
  * improve during the epoch restarts from the best strategy found so far. */
@@ -37,6 +44,7 @@ typedef struct {
   int epoch;
   double beta;
   double propagate;
+  double plan_moves;    /* probability of a move of the whole plan                      */
   gboolean stop_early;  /* simulations stop at the acceptance bound                   */
   GArray **nbrs;     /* per op: neighbouring ops                   */
   int *movable;      /* ops with more than one candidate           */
@@ -59,6 +67,120 @@ static void save(const SearchEvaluator *ev, int op, Undo *u)
   u->devices = g_memdup2(dev, sizeof(int) * (gsize)MAX(u->n, 1));
 }
 
+/* The cost below which a candidate is accepted for the chain's next number u: cur - cur
+ * ln(u) / beta (a hair above, so that rounding never turns away a candidate the rule
+ * accepts).  u is read ahead on a copy of the stream: the chain still draws it only for a
+ * move uphill.  INFINITY when simulations are not to stop early. */
+static double acceptance_bound(const Mcmc *m, const Chain *c)
+{
+  if (!m->stop_early || !isfinite(c->cur) || c->cur <= 0 || m->beta <= 0)
+    return INFINITY;
+  GRand *ahead = g_rand_copy(c->rng);
+  double u = g_rand_double(ahead);
+  g_rand_free(ahead);
+  return u > 0 ? (c->cur - c->cur * log(u) / m->beta) * (1 + 1e-9) : INFINITY;
+}
+
+/* Metropolis-Hastings' rule for a candidate of @cost; updates the chain when it is taken. */
+static gboolean accept_cost(const Mcmc *m, Chain *c, double cost)
+{
+  gboolean accept = cost <= c->cur;
+  if (!accept && isfinite(cost) && isfinite(c->cur) && c->cur > 0)
+    accept = g_rand_double(c->rng) < exp(-m->beta * (cost - c->cur) / c->cur);
+  if (!accept && !isfinite(c->cur))
+    accept = TRUE;
+  if (accept) {
+    c->cur = cost;
+    if (cost < c->best) {
+      c->best = cost;
+      c->improved = TRUE;
+    }
+  }
+  return accept;
+}
+
+/* Whether the chain's plan trades time for memory: recomputation, ZeRO-1 or several
+ * micro-batches in one stage.  Only then can a plan move pay: a plan that fits without
+ * them is fastest as it is, and its chain draws no plan moves at all. */
+static gboolean under_memory_pressure(const Chain *c)
+{
+  const SimStrategy *s = search_evaluator_get_strategy(c->ev);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 ||
+         (sim_strategy_get_microbatches(s) > 1 && sim_strategy_n_stages(s) == 1);
+}
+
+/* Runs @s in an evaluator of its own; NULL when the plan is not valid (a count of
+ * micro-batches the batch or a split does not allow).  *@raw gets the unpenalized cost
+ * (INFINITY when it does not fit). */
+static SearchEvaluator *try_plan(Mcmc *m, Chain *c, int i, const SimStrategy *s, double *raw)
+{
+  SearchEvaluator *ev = search_evaluator_new(m->ctx, s, (guint32)i, NULL);
+  if (!ev)
+    return NULL;
+  gint64 used = c->used + search_evaluator_get_evals(c->ev);
+  if (c->share > 0)
+    search_evaluator_set_limit(ev, MAX(1, c->share - used));
+  /* Only a faster plan is taken, so a run may stop at the current cost. */
+  *raw = search_evaluator_run_bounded(ev, m->stop_early ? c->cur : INFINITY);
+  return ev;
+}
+
+/* A move of the whole plan (see the top).  Switching recomputation or ZeRO-1 off doubles
+ * the micro-batches until the plan fits again (the memory it saved must come from
+ * somewhere), so that the two steps, neither faster alone, are one move.  The candidate
+ * runs in an evaluator of its own, which replaces the chain's when the move is taken. */
+static void plan_move(Mcmc *m, Chain *c, int i)
+{
+  const SimStrategy *cur = search_evaluator_get_strategy(c->ev);
+  g_autoptr(SimStrategy) s = sim_strategy_copy(cur);
+  int mb = sim_strategy_get_microbatches(s);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  gboolean relax = FALSE;
+  switch (g_rand_int_range(c->rng, 0, 4)) {
+  case 0:
+    mb *= 2;
+    break;
+  case 1:
+    if (mb == 1)
+      return;
+    mb /= 2;
+    break;
+  case 2:
+    relax = mo.recompute != SIM_RECOMPUTE_NONE;
+    mo.recompute = relax ? SIM_RECOMPUTE_NONE : SIM_RECOMPUTE_FULL;
+    break;
+  default:
+    relax = mo.zero1;
+    mo.zero1 = !mo.zero1;
+    break;
+  }
+  sim_strategy_set_memory(s, &mo);
+  SearchEvaluator *ev = NULL;
+  double raw = INFINITY;
+  for (int tries = 0; tries < (relax ? 8 : 1); tries++, mb *= 2) {
+    if (ev) {
+      c->used += search_evaluator_get_evals(ev);
+      search_evaluator_free(ev);
+    }
+    sim_strategy_set_microbatches(s, mb);
+    ev = try_plan(m, c, i, s, &raw);
+    if (!ev || isfinite(raw) || search_evaluator_last_memory(ev) <= 1)
+      break;
+  }
+  if (!ev)
+    return;
+  double cost = search_penalized(ev, raw);
+  if (cost < c->cur && accept_cost(m, c, cost)) {
+    c->used += search_evaluator_get_evals(c->ev);
+    search_evaluator_free(c->ev);
+    c->ev = ev;
+  } else {
+    c->used += search_evaluator_get_evals(ev);
+    search_evaluator_free(ev);
+  }
+}
+
 static void chain_epoch(int i, gpointer data)
 {
   Mcmc *m = data;
@@ -70,6 +192,12 @@ static void chain_epoch(int i, gpointer data)
     if (search_evaluator_should_stop(c->ev)) {
       c->done = TRUE;
       break;
+    }
+    if (m->plan_moves > 0 && under_memory_pressure(c) && g_rand_double(c->rng) < m->plan_moves) {
+      plan_move(m, c, i);
+      if (i == 0)
+        search_context_set_current(m->ctx, c->cur);
+      continue;
     }
     int op = m->movable[g_rand_int_range(c->rng, 0, m->n_movable)];
     int n = search_problem_n_configs(p, op);
@@ -100,31 +228,11 @@ static void chain_epoch(int i, gpointer data)
     }
     /* The candidate is accepted if its cost is at most cur, or else if the next number u
      * of the chain's stream is below exp(-beta (cost - cur) / cur): exactly when its cost
-     * is below cur - cur ln(u) / beta.  u is read ahead on a copy of the stream (the
-     * chain still draws it only for a move uphill), and a simulation that passes the
-     * bound (a hair above it, so that rounding never turns away a candidate the rule
-     * accepts) is rejected without being finished. */
-    double bound = INFINITY;
-    if (m->stop_early && isfinite(c->cur) && c->cur > 0 && m->beta > 0) {
-      GRand *ahead = g_rand_copy(c->rng);
-      double u = g_rand_double(ahead);
-      g_rand_free(ahead);
-      if (u > 0)
-        bound = (c->cur - c->cur * log(u) / m->beta) * (1 + 1e-9);
-    }
-    double cost = search_penalized(c->ev, search_evaluator_run_bounded(c->ev, bound));
-    gboolean accept = cost <= c->cur;
-    if (!accept && isfinite(cost) && isfinite(c->cur) && c->cur > 0)
-      accept = g_rand_double(c->rng) < exp(-m->beta * (cost - c->cur) / c->cur);
-    if (!accept && !isfinite(c->cur))
-      accept = TRUE;
-    if (accept) {
-      c->cur = cost;
-      if (cost < c->best) {
-        c->best = cost;
-        c->improved = TRUE;
-      }
-    } else {
+     * is below cur - cur ln(u) / beta, so a simulation that passes that bound is rejected
+     * without being finished. */
+    double cost = search_penalized(c->ev,
+                                   search_evaluator_run_bounded(c->ev, acceptance_bound(m, c)));
+    if (!accept_cost(m, c, cost)) {
       for (int k = n_undo - 1; k >= 0; k--)
         search_evaluator_set_op(c->ev, undo[k].op, undo[k].degree, undo[k].devices);
     }
@@ -165,6 +273,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   m.beta = search_context_get_option_double_in(ctx, "beta", 20, 1e-3, INFINITY);
   m.propagate = search_context_get_option_double_in(ctx, "propagate", 0.2, 0, 1);
   m.stop_early = search_context_get_option_int_in(ctx, "stop-early", 1, 0, 1) != 0;
+  m.plan_moves = search_context_get_option_double_in(ctx, "plan-moves", 0.05, 0, 1);
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {
@@ -277,6 +386,8 @@ static const SearchOptionSpec mcmc_options[] = {
   { "epoch", "steps between restarts from the best (default max(100, 2 x operators))" },
   { "stop-early", "1: a proposal's simulation stops once it is past the acceptance bound, "
                   "which decides the same; 0: every simulation runs to its end (default 1)" },
+  { "plan-moves", "probability that a move changes the whole plan: micro-batches doubled or "
+                  "halved, recomputation or ZeRO-1 switched, while the plan trades time for memory (default 0.05; 0: none)" },
   { NULL, NULL },
 };
 

@@ -485,6 +485,30 @@ Test(search, mcmc_decides_the_same_whether_its_simulations_stop_early)
   fixture_free(&f);
 }
 
+Test(search, mcmc_trades_recomputation_for_micro_batches, .timeout = 120)
+{
+  /* A GPT whose 128 sequences of 2,048 tokens a GPU need about 100 GiB of activations in one
+   * micro-batch: data parallelism fits only with recomputation (a third more compute) or
+   * with the batch split into micro-batches.  Per-operator moves cannot leave the
+   * recomputation the first plan needed; plan moves can, and do. */
+  Fixture f;
+  fixture_load(&f, "gpt", "layers=2,hidden=1024,heads=16,seq=2048,vocab=1024,batch=1024",
+               "dgx-a100", 0);
+  static const char *const none[] = { "plan-moves=0", NULL };
+  SearchResult *a = run("mcmc", f.p, 3000, 1, 1, none);
+  SearchResult *b = run("mcmc", f.p, 3000, 1, 1, NULL);
+  const SimStrategy *sa = search_result_get_strategy(a), *sb = search_result_get_strategy(b);
+  cr_assert_eq(sim_strategy_get_memory(sa).recompute, SIM_RECOMPUTE_FULL);
+  cr_assert_eq(sim_strategy_get_microbatches(sa), 1);
+  cr_expect_eq(sim_strategy_get_memory(sb).recompute, SIM_RECOMPUTE_NONE);
+  cr_expect_gt(sim_strategy_get_microbatches(sb), 1);
+  cr_expect_lt(search_result_get_time(b), 0.9 * search_result_get_time(a), "%g against %g",
+               search_result_get_time(b), search_result_get_time(a));
+  search_result_free(a);
+  search_result_free(b);
+  fixture_free(&f);
+}
+
 Test(search, bounded_simulations_change_no_result)
 {
   /* Local search keeps a trial only below the best so far, MCMC accepts below a bound it
