@@ -230,6 +230,68 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
   return cur;
 }
 
+/* Whether @s trades time for memory: recomputation, ZeRO-1 or several micro-batches in
+ * one stage. */
+static gboolean saves_memory(const SimStrategy *s)
+{
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 ||
+         (sim_strategy_get_microbatches(s) > 1 && sim_strategy_n_stages(s) == 1);
+}
+
+/* Changes of the whole plan for a plan that saves memory, tried in turn and kept when
+ * faster: recomputation off, ZeRO-1 off (each doubling the micro-batches until the plan
+ * fits again), half and twice the micro-batches.  Replaces *@ev with the evaluator of the
+ * plan kept; returns its cost (@cur when nothing was faster). */
+static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur, guint32 stream)
+{
+  for (int kind = 0; kind < 4; kind++) {
+    const SimStrategy *now = search_evaluator_get_strategy(*ev);
+    if (!saves_memory(now) || search_evaluator_should_stop(*ev))
+      break;
+    g_autoptr(SimStrategy) s = sim_strategy_copy(now);
+    SimMemoryOptions mo = sim_strategy_get_memory(s);
+    int mb = sim_strategy_get_microbatches(s);
+    gboolean relax = kind < 2;
+    if (kind == 0 && mo.recompute != SIM_RECOMPUTE_NONE)
+      mo.recompute = SIM_RECOMPUTE_NONE;
+    else if (kind == 1 && mo.zero1)
+      mo.zero1 = FALSE;
+    else if (kind == 2 && mb > 1)
+      mb /= 2;
+    else if (kind == 3)
+      mb *= 2;
+    else
+      continue;
+    sim_strategy_set_memory(s, &mo);
+    SearchEvaluator *best_ev = NULL;
+    for (int tries = 0; tries < (relax ? 8 : 1) && !search_context_should_stop(ctx);
+         tries++, mb *= 2) {
+      sim_strategy_set_microbatches(s, mb);
+      SearchEvaluator *t = search_evaluator_new(ctx, s, stream, NULL);
+      if (!t)
+        break;
+      double raw = search_evaluator_run_bounded(t, cur);
+      double c = search_penalized(t, raw);
+      gboolean fits = isfinite(raw) || search_evaluator_last_memory(t) <= 1;
+      if (c < cur) {
+        cur = c;
+        best_ev = t;
+        break;
+      }
+      search_evaluator_free(t);
+      if (fits)
+        break;
+    }
+    if (best_ev) {
+      search_evaluator_free(*ev);
+      *ev = best_ev;
+      kind = -1; /* from the first kind again, on the new plan */
+    }
+  }
+  return cur;
+}
+
 double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, int max_sweeps,
                      guint32 stream)
 {
@@ -344,6 +406,12 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         cur = c;
         improved = TRUE;
       }
+    }
+    if (!improved && !stop) {
+      /* Nothing more per operator: a change of the whole plan may open more. */
+      double c = improve_plan(ctx, &ev, cur, stream);
+      improved = c < cur;
+      cur = c;
     }
     if (!improved)
       break;
