@@ -3,8 +3,9 @@
  *   - data parallelism over every device;
  *   - Megatron-style expert plans after Narayanan et al. (SC'21): tensor parallelism inside
  *     a node (powers of two up to the node's size), pipeline stages across the rest, data
- *     parallelism for what remains, micro-batch sizes 1 to 8, and, for a plan that would
- *     not fit otherwise, the distributed optimizer and full recomputation; the fastest;
+ *     parallelism for what remains, micro-batch sizes 1 to 8 (without a pipeline also the
+ *     whole batch in one), and, for a plan that would not fit otherwise, the distributed
+ *     optimizer and full recomputation; the fastest;
  *   - "one weird trick" (Krizhevsky 2014) for networks with convolutions: the layers up to
  *     the first dense one data parallel, the dense layers model parallel. */
 #include "search-private.h"
@@ -115,9 +116,13 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out)
         continue;
       int dp = n / (tp * pp);
       if (pp == 1) {
-        /* Without a pipeline one micro-batch holds the replica's whole batch. */
+        /* Without a pipeline one micro-batch holds the replica's whole batch, or, as
+         * Megatron runs a batch too large for memory, micro-batches of 1 to 8 samples
+         * accumulate their gradients. */
         if (batch % dp == 0)
           add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out);
+        for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2)
+          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out);
         continue;
       }
       /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as

@@ -472,7 +472,7 @@ SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
   double best_cost = INFINITY;
   for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    if (sim_strategy_n_stages(s) != 1 || sim_strategy_get_microbatches(s) != 1)
+    if (sim_strategy_n_stages(s) != 1)
       continue;
     double c = search_fit(ctx, &s);
     g_ptr_array_index(cands, i) = s;
