@@ -103,7 +103,7 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
    * expert's configurations. */
   if (width > 1) {
     double ec = INFINITY;
-    SimStrategy *expert = search_start_expert(ctx, &ec);
+    SimStrategy *expert = search_start_expert(ctx, TRUE, &ec);
     if (expert && isfinite(ec) && !sim_strategy_equal(expert, beam[0].s)) {
       beam[1].s = expert;
       beam[1].cost = ec;

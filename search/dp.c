@@ -804,7 +804,7 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
     search_estimate_free(e);
     return FALSE;
   }
-  search_prefer_expert(ctx, &best, &best_cost);
+  search_prefer_expert(ctx, FALSE, &best, &best_cost);
   gboolean first = TRUE;
   double solve_time = 0;
   for (int k = cands; k <= max_cands && !search_context_should_stop(ctx); k *= 2) {

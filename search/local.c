@@ -464,7 +464,7 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
   return s;
 }
 
-SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
+SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   search_expert_candidates(search_context_get_problem(ctx), cands);
@@ -472,7 +472,7 @@ SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
   double best_cost = INFINITY;
   for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    if (sim_strategy_n_stages(s) != 1)
+    if (single_stage && sim_strategy_n_stages(s) != 1)
       continue;
     double c = search_fit(ctx, &s);
     g_ptr_array_index(cands, i) = s;
@@ -486,10 +486,11 @@ SimStrategy *search_start_expert(SearchContext *ctx, double *cost)
   return best >= 0 ? g_ptr_array_steal_index(cands, best) : NULL;
 }
 
-void search_prefer_expert(SearchContext *ctx, SimStrategy **best, double *cost)
+void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,
+                          double *cost)
 {
   double ec = INFINITY;
-  SimStrategy *expert = search_start_expert(ctx, &ec);
+  SimStrategy *expert = search_start_expert(ctx, single_stage, &ec);
   if (expert && ec < *cost) {
     *cost = ec;
     sim_strategy_free(*best);

@@ -176,7 +176,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
     search_estimate_free(e);
     return FALSE;
   }
-  search_prefer_expert(ctx, &flat, &flat_cost);
+  search_prefer_expert(ctx, TRUE, &flat, &flat_cost);
   {
     g_autofree int *cfg = g_new(int, MAX(n, 1));
     search_dp_unity(p, e, cands, TRUE, cfg);

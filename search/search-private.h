@@ -193,11 +193,15 @@ double search_fit(SearchContext *ctx, SimStrategy **s);
 SimMemoryOptions search_memory_step(SimMemoryOptions base, int step);
 /* The data-parallel strategy made to fit (transfer full) and its time. */
 SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error);
-/* The fastest single-stage expert plan made to fit (transfer full; NULL if none fits) and
- * its time: constructive algorithms start from the better of it and data parallelism. */
-SimStrategy *search_start_expert(SearchContext *ctx, double *cost);
+/* The fastest expert plan made to fit (transfer full; NULL if none fits) and its time:
+ * constructive algorithms start from the better of it and data parallelism.  With
+ * @single_stage, only plans without a pipeline (for algorithms that build single-stage
+ * plans operator by operator); else pipelined ones too, where an algorithm only needs a
+ * plan to start from and to beat. */
+SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost);
 /* Replaces *@best (of time *@cost) by that expert plan where the plan is faster. */
-void search_prefer_expert(SearchContext *ctx, SimStrategy **best, double *cost);
+void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,
+                          double *cost);
 
 /* The candidate of @op on the same devices with the same split of the batch as @c (an
  * operator of another shape following @c), or -1. */
