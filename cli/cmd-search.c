@@ -160,7 +160,21 @@ int cmd_search(int argc, char **argv)
       dp_fits = sim_report_fits(r);
     }
   }
-  expert = search_problem_expert(problem, &expert_time, NULL);
+  /* The expert plans, unless the algorithm simulated them all already (data parallelism,
+   * the other candidate of search_problem_expert(), is simulated above). */
+  double known_time = INFINITY;
+  const SimStrategy *known = search_result_get_expert(result, &known_time);
+  if (known) {
+    expert = sim_strategy_copy(known);
+    expert_time = known_time;
+    if (dp_fits && dp_raw < expert_time) {
+      g_clear_pointer(&expert, sim_strategy_free);
+      expert = sim_strategy_copy(dp);
+      expert_time = dp_raw;
+    }
+  } else {
+    expert = search_problem_expert(problem, &expert_time, NULL);
+  }
 
   const SimStrategy *best = search_result_get_strategy(result);
   const SearchProblem *bp = search_result_get_problem(result);

@@ -607,6 +607,7 @@ static SearchContext *context_new(const SearchAlgorithm *algo, SearchProblem *p)
 static void context_free(SearchContext *ctx)
 {
   g_clear_pointer(&ctx->best, sim_strategy_free);
+  g_clear_pointer(&ctx->expert, sim_strategy_free);
   g_clear_pointer(&ctx->best_problem, search_problem_unref);
   g_clear_pointer(&ctx->options, g_hash_table_unref);
   g_clear_pointer(&ctx->improvements, g_array_unref);
@@ -663,6 +664,8 @@ struct _SearchResult {
   SearchProblem *problem;
   SimStrategy *best;
   double time;
+  SimStrategy *expert;
+  double expert_time;
   gint64 evals;
   gint64 cut_evals;
   double elapsed;
@@ -765,8 +768,31 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->elapsed = elapsed;
   r->interrupted = atomic_load(&ctx->interrupted) != 0;
   r->improvements = g_steal_pointer(&ctx->improvements);
+  r->expert = g_steal_pointer(&ctx->expert);
+  r->expert_time = ctx->expert_cost;
   context_free(ctx);
   return r;
+}
+
+const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  if (time)
+    *time = r->expert ? r->expert_time : INFINITY;
+  return r->expert;
+}
+
+void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost)
+{
+  SearchContext *root = ctx->root;
+  if (ctx->problem != root->problem)
+    return;
+  g_mutex_lock(&root->lock);
+  if (!root->expert) {
+    root->expert = sim_strategy_copy(s);
+    root->expert_cost = cost;
+  }
+  g_mutex_unlock(&root->lock);
 }
 
 void search_result_free(SearchResult *r)
@@ -775,6 +801,7 @@ void search_result_free(SearchResult *r)
     return;
   search_problem_unref(r->problem);
   sim_strategy_free(r->best);
+  sim_strategy_free(r->expert);
   g_array_unref(r->improvements);
   g_free(r);
 }

@@ -470,7 +470,8 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
   search_expert_candidates(search_context_get_problem(ctx), cands);
   int best = -1;
   double best_cost = INFINITY;
-  for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
+  guint i = 0;
+  for (; i < cands->len && !search_context_should_stop(ctx); i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
     if (single_stage && sim_strategy_n_stages(s) != 1)
       continue;
@@ -481,6 +482,9 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
       best = (int)i;
     }
   }
+  /* Every candidate simulated: the yardstick `parasol search` reports. */
+  if (!single_stage && i == cands->len && best >= 0)
+    search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;
   return best >= 0 ? g_ptr_array_steal_index(cands, best) : NULL;

@@ -322,6 +322,9 @@ SEARCH_PUBLIC const SearchProblem *search_result_get_problem(const SearchResult 
 SEARCH_PUBLIC gint64 search_result_get_evals(const SearchResult *r);
 /* Of those, the evaluations stopped at a bound (search_evaluator_run_bounded()). */
 SEARCH_PUBLIC gint64 search_result_get_cut_evals(const SearchResult *r);
+/* The fastest expert plan (search_problem_expert()'s candidates, without data parallelism
+ * itself) and its time, when the algorithm simulated them all on its way; else NULL. */
+SEARCH_PUBLIC const SimStrategy *search_result_get_expert(const SearchResult *r, double *time);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
 /* Whether the search stopped on Ctrl-C. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);

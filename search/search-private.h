@@ -91,6 +91,8 @@ struct _SearchContext {
   gint64 last_progress;
   double current;
   gint64 full_evals;          /* search_context_evaluate() calls, for tie keys          */
+  SimStrategy *expert;        /* the fastest expert plan, when an algorithm went through  */
+  double expert_cost;         /* them all (search_start_expert), for the yardstick        */
 
   /* Every context: its best (the root's is the search's result). */
   double best_cost;
@@ -199,6 +201,10 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
  * plans operator by operator); else pipelined ones too, where an algorithm only needs a
  * plan to start from and to beat. */
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost);
+/* Keeps @s, the fastest of all expert plans (of time @cost), for the search's result:
+ * `parasol search` reports it as its yardstick instead of simulating them all again.
+ * Only for the search's own problem, and only the first time. */
+void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost);
 /* Replaces *@best (of time *@cost) by that expert plan where the plan is faster. */
 void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,
                           double *cost);

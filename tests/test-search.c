@@ -509,6 +509,30 @@ Test(search, mcmc_trades_recomputation_for_micro_batches, .timeout = 120)
   fixture_free(&f);
 }
 
+Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
+{
+  /* MCMC's second chain starts from the fastest expert plan, simulating every candidate:
+   * the result keeps it, and it is the plan search_problem_expert() finds (which also
+   * counts data parallelism, slower here). */
+  Fixture f;
+  fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
+  SearchResult *r = run("mcmc", f.p, 500, 1, 2, NULL);
+  double known = INFINITY;
+  const SimStrategy *k = search_result_get_expert(r, &known);
+  cr_assert_not_null(k);
+  double direct = INFINITY;
+  g_autoptr(SimStrategy) e = search_problem_expert(f.p, &direct, NULL);
+  cr_assert_not_null(e);
+  cr_expect_eq(known, direct);
+  cr_expect(sim_strategy_equal(k, e));
+  search_result_free(r);
+  /* One chain never starts there: no yardstick to keep. */
+  r = run("mcmc", f.p, 500, 1, 1, NULL);
+  cr_expect_null(search_result_get_expert(r, NULL));
+  search_result_free(r);
+  fixture_free(&f);
+}
+
 Test(search, bounded_simulations_change_no_result)
 {
   /* Local search keeps a trial only below the best so far, MCMC accepts below a bound it
