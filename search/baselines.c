@@ -102,7 +102,7 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
     g_ptr_array_add(out, mapped);
 }
 
-void search_expert_candidates(const SearchProblem *p, GPtrArray *out)
+void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents)
 {
   int n = p->n_devices;
   int node_size = sim_machine_node_n_devices(p->m, sim_machine_device_node(p->m, p->devices[0]));
@@ -118,11 +118,24 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out)
       if (pp == 1) {
         /* Without a pipeline one micro-batch holds the replica's whole batch, or, as
          * Megatron runs a batch too large for memory, micro-batches of 1 to 8 samples
-         * accumulate their gradients. */
+         * accumulate their gradients (those when @parents is given: each is the
+         * whole-batch plan's variant, worth a look only where that plan does not fit). */
+        guint whole = out->len;
         if (batch % dp == 0)
           add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out);
-        for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2)
+        if (!parents || out->len == whole)
+          continue;
+        int parent = (int)whole;
+        while (parents->len < out->len) {
+          int none = -1;
+          g_array_append_val(parents, none);
+        }
+        for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2) {
+          guint before = out->len;
           add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out);
+          if (out->len > before)
+            g_array_append_val(parents, parent);
+        }
         continue;
       }
       /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as
@@ -136,6 +149,10 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out)
     if (owt)
       g_ptr_array_add(out, owt);
   }
+  while (parents && parents->len < out->len) {
+    int none = -1;
+    g_array_append_val(parents, none);
+  }
 }
 
 SimStrategy *search_problem_expert(const SearchProblem *p, double *time, GError **error)
@@ -143,19 +160,28 @@ SimStrategy *search_problem_expert(const SearchProblem *p, double *time, GError 
   g_return_val_if_fail(p != NULL, NULL);
   search_problem_prepare(p);
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-  search_expert_candidates(p, cands);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  search_expert_candidates(p, cands, parents);
   SimStrategy *dp = search_problem_data_parallel(p, error);
   if (!dp)
     return NULL;
   g_ptr_array_add(cands, dp);
+  int none = -1;
+  g_array_append_val(parents, none);
+  g_autofree uint8_t *fit = g_new0(uint8_t, cands->len);
   double best = INFINITY;
   int arg = -1;
   for (guint i = 0; i < cands->len; i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
+    int parent = g_array_index(parents, int, i);
+    /* A micro-batched variant only where its whole-batch plan did not fit as it was. */
+    if (parent >= 0 && fit[parent])
+      continue;
     double c = search_problem_simulate(p, s, NULL, NULL);
+    fit[i] = isfinite(c);
     /* A plan that does not fit saves memory as Megatron would: the distributed optimizer,
-     * then full recomputation, then both. */
-    if (!isfinite(c) && p->memory_limit) {
+     * then full recomputation, then both (a micro-batched variant is itself the saving). */
+    if (!isfinite(c) && p->memory_limit && parent < 0) {
       SimMemoryOptions base = sim_strategy_get_memory(s);
       for (int k = 0; k < 3 && !isfinite(c); k++) {
         SimMemoryOptions m = search_memory_step(base, k);
@@ -190,10 +216,18 @@ static gboolean expert_run(const SearchAlgorithm *self, SearchContext *ctx, GErr
 {
   const SearchProblem *p = search_context_get_problem(ctx);
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-  search_expert_candidates(p, cands);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  search_expert_candidates(p, cands, parents);
+  g_autofree uint8_t *fit = g_new0(uint8_t, MAX(cands->len, 1));
   for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    search_fit(ctx, &s);
+    int parent = g_array_index(parents, int, i);
+    if (parent >= 0) {
+      if (!fit[parent])
+        search_context_evaluate(ctx, s);
+      continue;
+    }
+    fit[i] = search_expert_fit(ctx, &s, NULL);
     g_ptr_array_index(cands, i) = s;
   }
   return TRUE;

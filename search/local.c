@@ -431,11 +431,12 @@ SimMemoryOptions search_memory_step(SimMemoryOptions base, int step)
   return base;
 }
 
-double search_fit(SearchContext *ctx, SimStrategy **s)
+/* The memory ladder for @s, which did not fit as it was. */
+static double fit_ladder(SearchContext *ctx, SimStrategy **s)
 {
-  double cost = search_context_evaluate(ctx, *s);
-  if (isfinite(cost) || !search_problem_get_memory_limit(search_context_get_problem(ctx)))
-    return cost;
+  if (!search_problem_get_memory_limit(search_context_get_problem(ctx)))
+    return INFINITY;
+  double cost = INFINITY;
   SimMemoryOptions base = sim_strategy_get_memory(*s);
   for (int i = 0; i < 3 && !search_context_should_stop(ctx); i++) {
     SimMemoryOptions m = search_memory_step(base, i);
@@ -453,6 +454,23 @@ double search_fit(SearchContext *ctx, SimStrategy **s)
   return INFINITY;
 }
 
+double search_fit(SearchContext *ctx, SimStrategy **s)
+{
+  double cost = search_context_evaluate(ctx, *s);
+  return isfinite(cost) ? cost : fit_ladder(ctx, s);
+}
+
+gboolean search_expert_fit(SearchContext *ctx, SimStrategy **s, double *cost)
+{
+  double c = search_context_evaluate(ctx, *s);
+  gboolean plain = isfinite(c);
+  if (!plain)
+    c = fit_ladder(ctx, s);
+  if (cost)
+    *cost = c;
+  return plain;
+}
+
 SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error)
 {
   SimStrategy *s = search_problem_data_parallel(search_context_get_problem(ctx), error);
@@ -467,7 +485,9 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-  search_expert_candidates(search_context_get_problem(ctx), cands);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  search_expert_candidates(search_context_get_problem(ctx), cands, parents);
+  g_autofree uint8_t *fit = g_new0(uint8_t, MAX(cands->len, 1));
   int best = -1;
   double best_cost = INFINITY;
   guint i = 0;
@@ -475,7 +495,17 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
     SimStrategy *s = g_ptr_array_index(cands, i);
     if (single_stage && sim_strategy_n_stages(s) != 1)
       continue;
-    double c = search_fit(ctx, &s);
+    /* A micro-batched variant only where its whole-batch plan did not fit as it was; it
+     * is a memory saving itself, so it gets no ladder of its own. */
+    int parent = g_array_index(parents, int, i);
+    double c = INFINITY;
+    if (parent >= 0) {
+      if (fit[parent])
+        continue;
+      c = search_context_evaluate(ctx, s);
+    } else {
+      fit[i] = search_expert_fit(ctx, &s, &c);
+    }
     g_ptr_array_index(cands, i) = s;
     if (c < best_cost) {
       best_cost = c;

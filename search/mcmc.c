@@ -243,13 +243,13 @@ static void chain_epoch(int i, gpointer data)
   }
 }
 
-/* A first strategy for chain @i: data parallelism, the best expert plan (as
+/* A first strategy for chain @i: data parallelism, the best single-stage expert plan (as
  * FlexFlow starts from expert-designed strategies), or random. */
 static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
 {
   const SearchProblem *p = m->p;
   if (i % 3 == 1) {
-    SimStrategy *s = search_start_expert(m->ctx, FALSE, NULL);
+    SimStrategy *s = search_start_expert(m->ctx, TRUE, NULL);
     if (s)
       return s;
   }

@@ -511,12 +511,12 @@ Test(search, mcmc_trades_recomputation_for_micro_batches, .timeout = 120)
 
 Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
 {
-  /* MCMC's second chain starts from the fastest expert plan, simulating every candidate:
-   * the result keeps it, and it is the plan search_problem_expert() finds (which also
-   * counts data parallelism, slower here). */
+  /* Unity's dynamic program starts from the fastest expert plan, simulating every
+   * candidate: the result keeps it, and it is the plan search_problem_expert() finds
+   * (which also counts data parallelism, slower here). */
   Fixture f;
   fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
-  SearchResult *r = run("mcmc", f.p, 500, 1, 2, NULL);
+  SearchResult *r = run("dp", f.p, 500, 1, 1, NULL);
   double known = INFINITY;
   const SimStrategy *k = search_result_get_expert(r, &known);
   cr_assert_not_null(k);
@@ -526,8 +526,8 @@ Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
   cr_expect_eq(known, direct);
   cr_expect(sim_strategy_equal(k, e));
   search_result_free(r);
-  /* One chain never starts there: no yardstick to keep. */
-  r = run("mcmc", f.p, 500, 1, 1, NULL);
+  /* MCMC starts only from single-stage expert plans: no yardstick to keep. */
+  r = run("mcmc", f.p, 500, 1, 2, NULL);
   cr_expect_null(search_result_get_expert(r, NULL));
   search_result_free(r);
   fixture_free(&f);
