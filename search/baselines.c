@@ -214,22 +214,8 @@ static gboolean data_parallel_run(const SearchAlgorithm *self, SearchContext *ct
 
 static gboolean expert_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
 {
-  const SearchProblem *p = search_context_get_problem(ctx);
-  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
-  search_expert_candidates(p, cands, parents);
-  g_autofree uint8_t *fit = g_new0(uint8_t, MAX(cands->len, 1));
-  for (guint i = 0; i < cands->len && !search_context_should_stop(ctx); i++) {
-    SimStrategy *s = g_ptr_array_index(cands, i);
-    int parent = g_array_index(parents, int, i);
-    if (parent >= 0) {
-      if (!fit[parent])
-        search_context_evaluate(ctx, s);
-      continue;
-    }
-    fit[i] = search_expert_fit(ctx, &s, NULL);
-    g_ptr_array_index(cands, i) = s;
-  }
+  /* Every candidate is simulated (and recorded): the best is the search's result. */
+  sim_strategy_free(search_start_expert(ctx, FALSE, NULL));
   return TRUE;
 }
 

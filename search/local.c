@@ -230,9 +230,7 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
   return cur;
 }
 
-/* Whether @s trades time for memory: recomputation, ZeRO-1 or several micro-batches in
- * one stage. */
-static gboolean saves_memory(const SimStrategy *s)
+gboolean search_plan_saves_memory(const SimStrategy *s)
 {
   SimMemoryOptions mo = sim_strategy_get_memory(s);
   return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 ||
@@ -247,7 +245,7 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
 {
   for (int kind = 0; kind < 4; kind++) {
     const SimStrategy *now = search_evaluator_get_strategy(*ev);
-    if (!saves_memory(now) || search_evaluator_should_stop(*ev))
+    if (!search_plan_saves_memory(now) || search_evaluator_should_stop(*ev))
       break;
     g_autoptr(SimStrategy) s = sim_strategy_copy(now);
     SimMemoryOptions mo = sim_strategy_get_memory(s);

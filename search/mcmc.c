@@ -99,17 +99,6 @@ static gboolean accept_cost(const Mcmc *m, Chain *c, double cost)
   return accept;
 }
 
-/* Whether the chain's plan trades time for memory: recomputation, ZeRO-1 or several
- * micro-batches in one stage.  Only then can a plan move pay: a plan that fits without
- * them is fastest as it is, and its chain draws no plan moves at all. */
-static gboolean under_memory_pressure(const Chain *c)
-{
-  const SimStrategy *s = search_evaluator_get_strategy(c->ev);
-  SimMemoryOptions mo = sim_strategy_get_memory(s);
-  return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 ||
-         (sim_strategy_get_microbatches(s) > 1 && sim_strategy_n_stages(s) == 1);
-}
-
 /* Runs @s in an evaluator of its own; NULL when the plan is not valid (a count of
  * micro-batches the batch or a split does not allow).  *@raw gets the unpenalized cost
  * (INFINITY when it does not fit). */
@@ -193,7 +182,11 @@ static void chain_epoch(int i, gpointer data)
       c->done = TRUE;
       break;
     }
-    if (m->plan_moves > 0 && under_memory_pressure(c) && g_rand_double(c->rng) < m->plan_moves) {
+    /* Only a plan that saves memory can gain by a plan move: a chain whose plan fits
+     * without savings draws none. */
+    if (m->plan_moves > 0 &&
+        search_plan_saves_memory(search_evaluator_get_strategy(c->ev)) &&
+        g_rand_double(c->rng) < m->plan_moves) {
       plan_move(m, c, i);
       if (i == 0)
         search_context_set_current(m->ctx, c->cur);

@@ -191,6 +191,9 @@ double search_penalized(const SearchEvaluator *ev, double cost);
  * (+inf, *s unchanged, when none does).  The data-parallel baseline, which the algorithms
  * also start from, is made to fit this way. */
 double search_fit(SearchContext *ctx, SimStrategy **s);
+/* Whether @s trades time for memory: recomputation, ZeRO-1 or several micro-batches in
+ * one stage (the plans whose whole-plan changes can pay, local.c and mcmc.c). */
+gboolean search_plan_saves_memory(const SimStrategy *s);
 /* Step 0, 1 or 2 of that ladder from the options @base. */
 SimMemoryOptions search_memory_step(SimMemoryOptions base, int step);
 /* The data-parallel strategy made to fit (transfer full) and its time. */
