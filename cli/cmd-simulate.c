@@ -128,6 +128,8 @@ static int simulate_one(int argc, char **argv, int line)
                      : cli_usage_error("simulate", "unexpected argument '%s'", argv[1]);
   if (batch)
     return simulate_batch(batch);
+  if (trace_devices && !trace)
+    return cli_usage_error("simulate", "--trace-devices needs --trace FILE");
 
   GError *error = NULL;
   CliProblem pb = { 0 };
@@ -163,13 +165,8 @@ static int simulate_one(int argc, char **argv, int line)
   g_autoptr(GArray) keep = NULL;
   if (trace_devices) {
     keep = g_array_new(FALSE, FALSE, sizeof(int));
-    if (!trace)
-      g_set_error(&error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
-                  "--trace-devices needs --trace FILE");
-    else
-      cli_parse_devices("--trace-devices", trace_devices, sim_machine_n_devices(pb.machine),
-                        keep, &error);
-    if (error) {
+    if (!cli_parse_devices("--trace-devices", trace_devices, sim_machine_n_devices(pb.machine),
+                           keep, &error)) {
       cli_problem_clear(&pb);
       return fail(line, error);
     }
@@ -184,8 +181,7 @@ static int simulate_one(int argc, char **argv, int line)
   /* The default plan (data parallel over every GPU, no word on micro-batches) takes the
    * largest micro-batch that fits, as one would set it by hand; a plan given in flags or a
    * file is simulated as given. */
-  gboolean defaults = !strategy_file && !plan.dp && !plan.tp && !plan.pp &&
-                      !plan.microbatches && !plan.microbatch_size;
+  gboolean defaults = !strategy_file && !cli_plan_has_degrees(&plan);
   if (defaults && !sim_report_fits(r)) {
     int64_t per = sim_graph_batch_size(pb.graph) / MAX(sim_machine_n_devices(pb.machine), 1);
     int64_t whole_peak = sim_report_max_peak_memory(r);

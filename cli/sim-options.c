@@ -336,12 +336,17 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   return TRUE;
 }
 
+gboolean cli_plan_has_degrees(const CliPlanOptions *p)
+{
+  return p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+}
+
 SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)
 {
   SimMegatronOptions o;
   if (!cli_plan_megatron_options(p, &o, error))
     return NULL;
-  gboolean megatron = p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+  gboolean megatron = cli_plan_has_degrees(p);
   int n_dev = sim_machine_n_devices(m);
   if (!megatron) {
     /* Data parallel over every GPU, with the plan's memory and sync options. */

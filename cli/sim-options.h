@@ -44,6 +44,9 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
                           const CliPlanOptions *p, GError **error);
 void cli_problem_clear(CliProblem *pb);
 
+/* Whether any of --dp/--tp/--pp/--microbatch-size/--microbatches was given: the plan is
+ * then Megatron-style, as given. */
+gboolean cli_plan_has_degrees(const CliPlanOptions *p);
 /* The strategy the flags describe: Megatron-style when any of --dp/--tp/--pp/
  * --microbatch-size/--microbatches is given (without --dp, data parallel over the GPUs
  * that tp x pp leave, as Megatron derives it), else data parallel over every GPU. */
