@@ -149,6 +149,11 @@ gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GA
       g_array_append_val(out, v);
     }
   }
+  if (out->len == 0) {
+    g_set_error(error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE,
+                "%s '%s': expected devices and ranges, as 0-7 or 0,2,4,6", name, spec);
+    return FALSE;
+  }
   return TRUE;
 }
 

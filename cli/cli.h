@@ -44,7 +44,8 @@ gboolean cli_option_int(const char *name, const char *value, gint64 lo, gint64 h
 gboolean cli_option_real(const char *name, const char *value, gboolean (*ok_fn)(double),
                          const char *what, double *out, GError **error);
 /* A list of devices as an option gives it: ids and ranges "a-b", a range with a step
- * "a-b:s", separated by commas ("0-1023:64,5").  Each must lie in 0..@n_devices-1. */
+ * "a-b:s", separated by commas ("0-1023:64,5"), appended to @out.  Each must lie in
+ * 0..@n_devices-1, and the list may not be empty. */
 gboolean cli_parse_devices(const char *name, const char *spec, int n_devices, GArray *out,
                            GError **error);
 /* Ctrl-C for long work: the first SIGINT sets the flag cli_interrupted() reads (the work

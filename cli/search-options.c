@@ -30,7 +30,7 @@ GOptionGroup *cli_search_option_group(CliSearchOptions *o)
     { "opt", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &o->opts, "Algorithm option KEY=VALUE (repeatable; --list shows them)", "K=V" },
     { "plugin", 0, 0, G_OPTION_ARG_FILENAME_ARRAY, &o->plugins, "Load a search algorithm from a shared object (repeatable)", "FILE.so" },
     { "allow", 0, 0, G_OPTION_ARG_STRING, &o->allow, "Kinds of parallelism: data,attribute,parameter,reduction,pipeline (or model, all; default all)", "KINDS" },
-    { "devices", 0, 0, G_OPTION_ARG_STRING, &o->devices, "Devices to use: 0-7 or 0,2,4,6 (default all)", "LIST" },
+    { "devices", 0, 0, G_OPTION_ARG_STRING, &o->devices, "Devices to use: 0-7, 0,2,4,6 or 0-31:8 (default all)", "LIST" },
     { "memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->memory_limit, "Strategies that do not fit in device memory are infeasible (default)", NULL },
     { "no-memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->no_memory_limit, "Ignore device memory capacity", NULL },
     { NULL },
@@ -67,40 +67,6 @@ const SearchAlgorithm *cli_search_lookup(const char *name, GError **error)
     g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_UNKNOWN,
                 "unknown search algorithm '%s'; 'parasol search --list' lists them", name);
   return a;
-}
-
-/* "0-7", "0,2,4,6", "0-3,8-11" */
-static GArray *parse_devices(const char *text, GError **error)
-{
-  GArray *out = g_array_new(FALSE, FALSE, sizeof(int));
-  g_auto(GStrv) parts = g_strsplit(text, ",", -1);
-  for (char **it = parts; *it; it++) {
-    char *w = g_strstrip(*it);
-    char *end = NULL;
-    gint64 a = g_ascii_strtoll(w, &end, 10), b = a;
-    if (end == w)
-      goto bad;
-    if (*end == '-') {
-      char *s = end + 1;
-      b = g_ascii_strtoll(s, &end, 10);
-      if (end == s)
-        goto bad;
-    }
-    if (*end || a < 0 || b < a || b > 65535)
-      goto bad;
-    for (gint64 d = a; d <= b; d++) {
-      int v = (int)d;
-      g_array_append_val(out, v);
-    }
-  }
-  if (out->len == 0)
-    goto bad;
-  return out;
-bad:
-  g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
-              "--devices '%s': expected device numbers and ranges, as 0-7 or 0,2,4,6", text);
-  g_array_unref(out);
-  return NULL;
 }
 
 gboolean cli_search_check_plan(const CliPlanOptions *plan, GError **error)
@@ -142,8 +108,9 @@ SearchProblem *cli_search_problem(const CliProblem *pb, const CliPlanOptions *pl
     search_problem_set_kinds(p, k);
   }
   if (o->devices) {
-    g_autoptr(GArray) devs = parse_devices(o->devices, error);
-    if (!devs)
+    g_autoptr(GArray) devs = g_array_new(FALSE, FALSE, sizeof(int));
+    if (!cli_parse_devices("--devices", o->devices, sim_machine_n_devices(pb->machine), devs,
+                           error))
       return NULL;
     if (!search_problem_set_devices(p, (const int *)devs->data, (int)devs->len, error)) {
       g_prefix_error(error, "--devices: ");

@@ -62,6 +62,12 @@ Test(cli, counts_must_be_whole_and_positive)
   expect_refused(run("simulate", "--global-batch", "-5", NULL), "--global-batch -5:");
   expect_refused(run("simulate", "--dp", "99999999999", NULL), "from 1 to 2147483647");
   expect_refused(run("search", "--dp", "0", "--budget", "10evals", NULL), "--dp 0:");
+  /* Device lists: one parser for the search's --devices and simulate's --trace-devices. */
+  expect_refused(run("search", "--devices", "0-99", "--budget", "10evals", NULL),
+                 "--devices 0-99: '0-99' is not a device or a range of devices a-b[:step] "
+                 "within 0..7");
+  expect_refused(run("simulate", "--trace", "unused.json", "--trace-devices", "4-2", NULL),
+                 "--trace-devices 4-2: '4-2' is not a device");
   expect_refused(run("simulate", "--bucket-mb", "-1", NULL),
                  "--bucket-mb -1: expected a size in MB, 0 or more");
 }
