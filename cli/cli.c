@@ -162,8 +162,6 @@ static volatile sig_atomic_t interrupted;
 static void on_interrupt(int sig)
 {
   interrupted = 1;
-  /* A second Ctrl-C is not caught. */
-  signal(sig, SIG_DFL);
 }
 
 void cli_interrupt_catch(void)
@@ -172,6 +170,8 @@ void cli_interrupt_catch(void)
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_interrupt;
+  /* A second Ctrl-C is not caught, as in the search driver. */
+  sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
 }
