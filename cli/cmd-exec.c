@@ -33,9 +33,10 @@ int cmd_exec(int argc, char **argv)
     "degrees, or data parallelism over every GPU) for --steps training steps, and prints\n"
     "each step's loss and time.  The cpu back end computes in fp32 with one thread per\n"
     "simulated device; it is slow and meant for small models and for checking that a\n"
-    "strategy computes what one device does (--check).  With Adam, parameters whose exact\n"
-    "gradient is zero move by the learning rate in the direction of rounding noise, which\n"
-    "differs between strategies: check with --optimizer sgd, or a larger --adam-eps.");
+    "strategy computes what one device does (--check).  A checked run with Adam takes an\n"
+    "epsilon of 1e-3 unless --adam-eps gives one: with 1e-8, parameters whose exact gradient\n"
+    "is zero move by the learning rate in the direction of rounding noise, which differs\n"
+    "between strategies.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_exec_option_group(&eo));
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
@@ -65,6 +66,7 @@ int cmd_exec(int argc, char **argv)
   /* With --check, activations start each step as NaN, so that a value read before it is
    * written shows in the comparison. */
   eo.poison = check;
+  eo.checking = check;
   int status = CLI_EXIT_OK;
   if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
                       machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
@@ -74,6 +76,10 @@ int cmd_exec(int argc, char **argv)
   printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
          sim_machine_get_name(e.pb.machine), cli_exec_devices_used(e.plan),
          exec_backend_get_name(e.backend));
+  if (e.check_eps > 0)
+    printf("Adam's epsilon %g for the check (--adam-eps to choose): with 1e-8, weights whose "
+           "gradient is rounding noise move by the learning rate in that noise's direction\n",
+           e.check_eps);
   printf("%-6s %14s %12s\n", "step", "loss", "time");
   for (int k = 0; k < eo.steps; k++) {
     if (!exec_run_step(e.run, &error))

@@ -37,7 +37,7 @@ GOptionGroup *cli_exec_option_group(CliExecOptions *o)
     { "steps", 'n', 0, G_OPTION_ARG_INT, &o->steps, "Training steps to run", "N" },
     { "optimizer", 0, 0, G_OPTION_ARG_STRING, &o->optimizer, "sgd or adam (default: the strategy's)", "O" },
     { "lr", 0, 0, G_OPTION_ARG_CALLBACK, parse_positive, "Learning rate (default 0.05 for SGD, 0.001 for Adam)", "LR" },
-    { "adam-eps", 0, 0, G_OPTION_ARG_CALLBACK, parse_positive, "Adam's epsilon (default 1e-8)", "E" },
+    { "adam-eps", 0, 0, G_OPTION_ARG_CALLBACK, parse_positive, "Adam's epsilon (default 1e-8; 1e-3 for a run exec --check compares)", "E" },
     { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Seed of the data and initial weights (default 1)", "S" },
     { NULL },
   };
@@ -78,6 +78,10 @@ static gboolean apply_optimizer(SimStrategy *s, const CliExecOptions *o, GError 
 
 static gboolean start_run(CliExec *e, const CliExecOptions *o, GError **error)
 {
+  CliExecOptions co = *o;
+  if (e->check_eps > 0)
+    co.adam_eps = e->check_eps;
+  o = &co;
   e->backend = exec_backend_new(o->backend ? o->backend : "cpu", error);
   if (!e->backend)
     return FALSE;
@@ -104,6 +108,9 @@ gboolean cli_exec_setup(CliExec *e, const char *model, char **params, const char
   e->plan = sim_plan_new(e->pb.graph, e->pb.machine, e->strategy, e->pb.cost, error);
   if (!e->plan)
     return FALSE;
+  if (o->checking && o->adam_eps == 0 &&
+      sim_strategy_get_memory(e->strategy).optimizer == SIM_OPTIMIZER_ADAM)
+    e->check_eps = CLI_CHECK_ADAM_EPS;
   return start_run(e, o, error);
 }
 
@@ -111,6 +118,7 @@ gboolean cli_exec_setup_reference(CliExec *ref, const CliExec *e, const CliExecO
                                   GError **error)
 {
   memset(ref, 0, sizeof *ref);
+  ref->check_eps = e->check_eps;
   ref->strategy = exec_reference_strategy(e->plan, e->pb.machine, error);
   if (!ref->strategy)
     return FALSE;

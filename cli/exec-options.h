@@ -15,7 +15,16 @@ typedef struct {
   gint64 seed;
   gboolean poison;     /* fill activations with NaN before each step (exec --check):   */
                        /* a correctness aid, kept out of timed runs                     */
+  gboolean checking;   /* the run is compared with one device (exec --check): Adam     */
+                       /* without --adam-eps then runs with CLI_CHECK_ADAM_EPS          */
 } CliExecOptions;
+
+/* Adam's epsilon for runs checked against one device when none is given.  With 1e-8 an
+ * element whose gradient is rounding noise (a key bias before softmax, a unit ReLU keeps
+ * dark for most samples) moves by about the learning rate in the direction of that noise,
+ * which differs between strategies, so correct plans differ from one device by lr; a
+ * step's response to a gradient difference is at most lr/eps times it, 1 with this. */
+#define CLI_CHECK_ADAM_EPS 1e-3
 
 void cli_exec_options_init(CliExecOptions *o, int default_steps);
 void cli_exec_options_clear(CliExecOptions *o);
@@ -29,6 +38,7 @@ typedef struct {
   SimPlan *plan;
   ExecBackend *backend;
   ExecRun *run;
+  double check_eps;    /* Adam's epsilon chosen for the check (CLI_CHECK_ADAM_EPS), or 0 */
 } CliExec;
 
 /* Loads the problem, reads @strategy_file (or builds the plan options' strategy), lowers

@@ -214,3 +214,26 @@ Test(cli, a_refused_plan_leaves_the_output_file_alone)
   g_unlink(path);
   g_rmdir(dir);
 }
+
+Test(cli, a_checked_run_with_adam_matches_one_device)
+{
+  /* The default run (a tiny GPT data parallel over 8 GPUs, Adam): with Adam's epsilon at
+   * 1e-8 the key bias, whose exact gradient is zero, moves by the learning rate in the
+   * direction of its rounding noise, which differs from one device's, and --check said
+   * MISMATCH for a correct plan.  The check now runs Adam at 1e-3 and says so; an
+   * epsilon given is used as given. */
+  Run dflt = run("exec", "--check", NULL);
+  cr_expect_eq(dflt.status, 0, "%s%s", dflt.out, dflt.err);
+  cr_expect(strstr(dflt.out, "Adam's epsilon 0.001 for the check"), "%s", dflt.out);
+  cr_expect(strstr(dflt.out, "match (tolerance"), "%s", dflt.out);
+  Run given = run("exec", "--check", "--adam-eps", "1e-8", NULL);
+  cr_expect_null(strstr(given.out, "Adam's epsilon"), "%s", given.out);
+  cr_expect(strstr(given.out, "MISMATCH"), "%s", given.out);
+  cr_expect_eq(given.status, 1);
+  Run sgd = run("exec", "--check", "--optimizer", "sgd", NULL);
+  cr_expect_eq(sgd.status, 0, "%s%s", sgd.out, sgd.err);
+  cr_expect_null(strstr(sgd.out, "Adam's epsilon"), "%s", sgd.out);
+  run_clear(&dflt);
+  run_clear(&given);
+  run_clear(&sgd);
+}
