@@ -108,6 +108,7 @@ int cmd_search(int argc, char **argv)
   CliProblem pb = { 0 };
   g_autoptr(SearchProblem) problem = NULL;
   g_autoptr(SearchResult) result = NULL;
+  g_autoptr(SearchResult) yardstick = NULL;
   g_autoptr(SimReport) report = NULL;
   g_autoptr(SimStrategy) dp = NULL;
   g_autoptr(SimStrategy) expert = NULL;
@@ -149,33 +150,6 @@ int cmd_search(int argc, char **argv)
   if (!(result = search_run(algo, problem, &ro, &error)))
     goto fail;
 
-  /* The yardsticks, outside the budget. */
-  double dp_raw = INFINITY, expert_time = INFINITY;
-  gboolean dp_fits = FALSE;
-  if ((dp = search_problem_data_parallel(problem, NULL))) {
-    g_autoptr(SimReport) r = NULL;
-    search_problem_simulate(problem, dp, &r, NULL);
-    if (r) {
-      dp_raw = sim_report_iteration_time(r);
-      dp_fits = sim_report_fits(r);
-    }
-  }
-  /* The expert plans, unless the algorithm simulated them all already (data parallelism,
-   * the other candidate of search_problem_expert(), is simulated above). */
-  double known_time = INFINITY;
-  const SimStrategy *known = search_result_get_expert(result, &known_time);
-  if (known) {
-    expert = sim_strategy_copy(known);
-    expert_time = known_time;
-    if (dp_fits && dp_raw < expert_time) {
-      g_clear_pointer(&expert, sim_strategy_free);
-      expert = sim_strategy_copy(dp);
-      expert_time = dp_raw;
-    }
-  } else {
-    expert = search_problem_expert(problem, &expert_time, NULL);
-  }
-
   const SimStrategy *best = search_result_get_strategy(result);
   const SearchProblem *bp = search_result_get_problem(result);
   double elapsed = search_result_get_elapsed(result);
@@ -193,6 +167,8 @@ int cmd_search(int argc, char **argv)
     status = CLI_EXIT_FAILURE;
     goto done;
   }
+  /* The strategy is saved before the yardsticks are simulated, which can take a while on
+   * large machines: a Ctrl-C there keeps it. */
   double best_time = search_problem_simulate(bp, best, &report, &error);
   if (!report)
     goto fail;
@@ -201,6 +177,55 @@ int cmd_search(int argc, char **argv)
       goto fail;
     g_printerr("parasol search: strategy written to %s\n", out);
   }
+
+  /* The yardsticks, outside the budget. */
+  double dp_raw = INFINITY, expert_time = INFINITY;
+  gboolean dp_fits = FALSE, yardstick_cut = FALSE;
+  if ((dp = search_problem_data_parallel(problem, NULL))) {
+    g_autoptr(SimReport) r = NULL;
+    search_problem_simulate(problem, dp, &r, NULL);
+    if (r) {
+      dp_raw = sim_report_iteration_time(r);
+      dp_fits = sim_report_fits(r);
+    }
+  }
+  /* The expert plans, unless the algorithm simulated them all already; else as the
+   * expert algorithm simulates them, on the search's threads, with no budget (data
+   * parallelism, their other candidate, is simulated above).  Ctrl-C stops them: the
+   * yardstick is then the best plan simulated so far, and says so. */
+  double known_time = INFINITY;
+  const SimStrategy *known = search_result_get_expert(result, &known_time);
+  if (!known) {
+    SearchRunOptions yo = ro;
+    yo.time_budget = 0;
+    yo.eval_budget = G_MAXINT64 / 2;
+    yo.log_path = NULL;
+    yo.options = NULL;
+    if (ro.progress)
+      g_printerr("parasol search: simulating the expert plans for the yardstick\n");
+    yardstick = search_run(cli_search_lookup("expert", NULL), problem, &yo, NULL);
+    if (yardstick) {
+      known = search_result_get_expert(yardstick, &known_time);
+      if (!known && search_result_get_interrupted(yardstick)) {
+        known = search_result_get_strategy(yardstick);
+        known_time = search_result_get_time(yardstick);
+        yardstick_cut = known != NULL;
+      }
+    }
+  }
+  if (known) {
+    expert = sim_strategy_copy(known);
+    expert_time = known_time;
+  }
+  if (dp_fits && dp_raw < expert_time) {
+    g_clear_pointer(&expert, sim_strategy_free);
+    expert = sim_strategy_copy(dp);
+    expert_time = dp_raw;
+  }
+  if (yardstick_cut)
+    g_printerr("parasol search: interrupted; the expert yardstick is the best of the plans "
+               "simulated so far\n");
+
   if (plot) {
     g_autofree char *gp = g_strconcat(plot_stem, ".gp", NULL);
     g_autofree char *title = g_strdup_printf("%s on %s, %s", sim_graph_get_name(pb.graph),
@@ -242,6 +267,8 @@ int cmd_search(int argc, char **argv)
     json_builder_set_member_name(b, "data_parallel_fits");
     json_builder_add_boolean_value(b, dp_fits);
     add_time(b, "expert_s", expert_time);
+    json_builder_set_member_name(b, "expert_complete");
+    json_builder_add_boolean_value(b, !yardstick_cut);
     add_time(b, "speedup_over_data_parallel", isfinite(dp_raw) ? dp_raw / best_time : NAN);
     add_time(b, "speedup_over_expert", expert_time / best_time);
     json_builder_set_member_name(b, "rewrites");
@@ -277,9 +304,10 @@ int cmd_search(int argc, char **argv)
     g_autofree char *s_ex = speedup_text(expert_time, best_time);
     g_autofree char *t_dp = cli_format_time(dp_raw);
     g_autofree char *t_ex = cli_format_time(expert_time);
-    printf("  speedup             %s over data parallel (%s%s), %s over expert (%s)\n", s_dp,
+    printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
            isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
-           s_ex, isfinite(expert_time) ? t_ex : "none fits");
+           s_ex, isfinite(expert_time) ? t_ex : "none fits",
+           yardstick_cut ? ", the best of those simulated before Ctrl-C" : "");
   }
   goto done;
 
@@ -289,6 +317,7 @@ done:
   /* The problem and results borrow the graph and machine: they go first. */
   g_clear_pointer(&report, sim_report_free);
   g_clear_pointer(&result, search_result_free);
+  g_clear_pointer(&yardstick, search_result_free);
   g_clear_pointer(&problem, search_problem_unref);
   cli_problem_clear(&pb);
   cli_search_options_clear(&so);

@@ -158,45 +158,45 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
 SimStrategy *search_problem_expert(const SearchProblem *p, double *time, GError **error)
 {
   g_return_val_if_fail(p != NULL, NULL);
-  search_problem_prepare(p);
-  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
-  search_expert_candidates(p, cands, parents);
-  SimStrategy *dp = search_problem_data_parallel(p, error);
-  if (!dp)
+  if (time)
+    *time = INFINITY;
+  /* The expert plans as the expert algorithm simulates them, with no budget. */
+  SearchRunOptions o = search_run_options_default();
+  o.time_budget = 0;
+  o.eval_budget = G_MAXINT64 / 2;
+  o.progress = FALSE;
+  o.handle_sigint = FALSE;
+  g_autoptr(SearchResult) r = search_run(&search_algo_expert, (SearchProblem *)p, &o, error);
+  if (!r)
     return NULL;
-  g_ptr_array_add(cands, dp);
-  int none = -1;
-  g_array_append_val(parents, none);
-  g_autofree uint8_t *fit = g_new0(uint8_t, cands->len);
   double best = INFINITY;
-  int arg = -1;
-  for (guint i = 0; i < cands->len; i++) {
-    SimStrategy *s = g_ptr_array_index(cands, i);
-    int parent = g_array_index(parents, int, i);
-    /* A micro-batched variant only where its whole-batch plan did not fit as it was. */
-    if (parent >= 0 && fit[parent])
-      continue;
-    double c = search_problem_simulate(p, s, NULL, NULL);
-    fit[i] = isfinite(c);
-    /* A plan that does not fit saves memory as Megatron would: the distributed optimizer,
-     * then full recomputation, then both (a micro-batched variant is itself the saving). */
-    if (!isfinite(c) && p->memory_limit && parent < 0) {
-      SimMemoryOptions base = sim_strategy_get_memory(s);
-      for (int k = 0; k < 3 && !isfinite(c); k++) {
-        SimMemoryOptions m = search_memory_step(base, k);
-        sim_strategy_set_memory(s, &m);
-        c = search_problem_simulate(p, s, NULL, NULL);
-      }
+  const SimStrategy *e = search_result_get_expert(r, &best);
+  SimStrategy *winner = e ? sim_strategy_copy(e) : NULL;
+  /* Data parallelism, saving memory as the expert plans do when it does not fit. */
+  SimStrategy *dp = search_problem_data_parallel(p, error);
+  if (!dp) {
+    g_clear_pointer(&winner, sim_strategy_free);
+    return NULL;
+  }
+  double c = search_problem_simulate(p, dp, NULL, NULL);
+  if (!isfinite(c) && p->memory_limit) {
+    SimMemoryOptions base = sim_strategy_get_memory(dp);
+    for (int k = 0; k < 3 && !isfinite(c); k++) {
+      SimMemoryOptions m = search_memory_step(base, k);
+      sim_strategy_set_memory(dp, &m);
+      c = search_problem_simulate(p, dp, NULL, NULL);
     }
-    if (c < best) {
-      best = c;
-      arg = (int)i;
-    }
+  }
+  if (c < best) {
+    best = c;
+    g_clear_pointer(&winner, sim_strategy_free);
+    winner = dp;
+  } else {
+    sim_strategy_free(dp);
   }
   if (time)
     *time = best;
-  return arg >= 0 ? g_ptr_array_steal_index(cands, arg) : NULL;
+  return winner;
 }
 
 /* ---------------------------------------------------------------------------------- */

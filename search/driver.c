@@ -502,6 +502,14 @@ double search_evaluator_run_bounded(SearchEvaluator *ev, double bound)
   return cost;
 }
 
+gboolean search_evaluator_was_cut(const SearchEvaluator *ev, gboolean *overflowed)
+{
+  g_return_val_if_fail(ev != NULL, FALSE);
+  if (overflowed)
+    *overflowed = sim_session_overflowed(ev->ss);
+  return sim_session_cut(ev->ss);
+}
+
 double search_evaluator_last_time(const SearchEvaluator *ev)
 {
   g_return_val_if_fail(ev != NULL, INFINITY);

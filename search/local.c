@@ -480,38 +480,131 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
   return s;
 }
 
+/* Expert plans are simulated a round at a time, as many in a round as the search has
+ * threads, each run bounded by the best time of the rounds before: a plan that cannot
+ * beat it stops early.  A round's bound does not depend on how its threads are timed,
+ * so neither do the runs nor the result, which is the one that simulating every plan to
+ * its end gives (its time is below every bound).  Whether a plan stopped early fits is
+ * read from the memory it had taken by then: if nothing had overflowed, it is taken to
+ * fit, and its memory savings, slower than the bound, are not tried. */
+#define EXPERT_STREAM 0xfe0000u
+
+typedef struct {
+  SearchContext *ctx;
+  GPtrArray *cands;       /* SimStrategy*, replaced by the variant that fits          */
+  const int *round;       /* the candidates of this round                             */
+  double bound;
+  double *cost;           /* per candidate: its time, +inf if it does not fit or lost */
+  uint8_t *fit;           /* per candidate: it fitted as it was                       */
+  gboolean ladder;        /* the round's plans get the memory ladder when they do not fit */
+} ExpertRound;
+
+/* One plan bounded by @bound: its cost (+inf when it does not fit or is slower than
+ * @bound); whether it fits (or, stopped early, had not overflowed) goes to @fit. */
+static double expert_eval(SearchContext *ctx, const SimStrategy *s, guint32 stream,
+                          double bound, gboolean *fit)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  *fit = FALSE;
+  SearchEvaluator *ev = search_evaluator_new(ctx, s, stream, NULL);
+  if (!ev)
+    return INFINITY;
+  double c = search_evaluator_run_bounded(ev, bound);
+  gboolean overflowed = FALSE;
+  if (search_evaluator_was_cut(ev, &overflowed)) {
+    *fit = !overflowed || !search_problem_get_memory_limit(p);
+    c = INFINITY;
+  } else {
+    *fit = isfinite(c);
+  }
+  search_evaluator_free(ev);
+  return c;
+}
+
+static void expert_round_task(int k, gpointer data)
+{
+  ExpertRound *r = data;
+  int i = r->round[k];
+  SimStrategy **s = (SimStrategy **)&g_ptr_array_index(r->cands, i);
+  guint32 stream = EXPERT_STREAM + (guint32)i * 4;
+  gboolean fit;
+  double c = expert_eval(r->ctx, *s, stream, r->bound, &fit);
+  r->fit[i] = (uint8_t)fit;
+  /* A plan that does not fit saves memory as Megatron would: the distributed optimizer,
+   * then full recomputation, then both; the first that fits is the plan. */
+  const SearchProblem *p = search_context_get_problem(r->ctx);
+  if (!fit && r->ladder && search_problem_get_memory_limit(p)) {
+    SimMemoryOptions base = sim_strategy_get_memory(*s);
+    for (int step = 0; step < 3 && !search_context_should_stop(r->ctx); step++) {
+      SimMemoryOptions m = search_memory_step(base, step);
+      if (m.zero1 == base.zero1 && m.recompute == base.recompute)
+        continue;
+      g_autoptr(SimStrategy) v = sim_strategy_copy(*s);
+      sim_strategy_set_memory(v, &m);
+      gboolean vfit;
+      c = expert_eval(r->ctx, v, stream + 1 + (guint32)step, r->bound, &vfit);
+      if (vfit) {
+        sim_strategy_free(*s);
+        *s = g_steal_pointer(&v);
+        break;
+      }
+    }
+  }
+  r->cost[i] = c;
+}
+
+/* Simulates the candidates @idx in rounds, lowering *@best_cost (and *@best, the index)
+ * with each round's results in index order. */
+static void expert_rounds(SearchContext *ctx, GPtrArray *cands, GArray *idx, gboolean ladder,
+                          double *costs, uint8_t *fit, double *best_cost, int *best)
+{
+  int width = MAX(1, search_context_get_threads(ctx));
+  for (guint at = 0; at < idx->len && !search_context_should_stop(ctx); at += (guint)width) {
+    int n = (int)MIN((guint)width, idx->len - at);
+    ExpertRound r = { .ctx = ctx, .cands = cands, .round = &g_array_index(idx, int, at),
+                      .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder };
+    search_context_parallel(ctx, n, expert_round_task, &r);
+    for (int k = 0; k < n; k++) {
+      int i = r.round[k];
+      if (costs[i] < *best_cost || (costs[i] == *best_cost && isfinite(costs[i]) && i < *best)) {
+        *best_cost = costs[i];
+        *best = i;
+      }
+    }
+  }
+}
+
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
   search_expert_candidates(search_context_get_problem(ctx), cands, parents);
-  g_autofree uint8_t *fit = g_new0(uint8_t, MAX(cands->len, 1));
-  int best = -1;
-  double best_cost = INFINITY;
-  guint i = 0;
-  for (; i < cands->len && !search_context_should_stop(ctx); i++) {
+  guint n = cands->len;
+  g_autofree uint8_t *fit = g_new0(uint8_t, MAX(n, 1));
+  g_autofree double *costs = g_new(double, MAX(n, 1));
+  for (guint i = 0; i < n; i++)
+    costs[i] = INFINITY;
+  /* First every plan (with its memory savings when it does not fit), then the
+   * micro-batched variants of the whole-batch plans that did not fit as they were: each
+   * is a memory saving itself, so it gets no ladder of its own. */
+  g_autoptr(GArray) first = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint i = 0; i < n; i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    if (single_stage && sim_strategy_n_stages(s) != 1)
-      continue;
-    /* A micro-batched variant only where its whole-batch plan did not fit as it was; it
-     * is a memory saving itself, so it gets no ladder of its own. */
-    int parent = g_array_index(parents, int, i);
-    double c = INFINITY;
-    if (parent >= 0) {
-      if (fit[parent])
-        continue;
-      c = search_context_evaluate(ctx, s);
-    } else {
-      fit[i] = search_expert_fit(ctx, &s, &c);
-    }
-    g_ptr_array_index(cands, i) = s;
-    if (c < best_cost) {
-      best_cost = c;
-      best = (int)i;
-    }
+    if (g_array_index(parents, int, i) < 0 && !(single_stage && sim_strategy_n_stages(s) != 1))
+      g_array_append_val(first, i);
   }
+  double best_cost = INFINITY;
+  int best = -1;
+  expert_rounds(ctx, cands, first, TRUE, costs, fit, &best_cost, &best);
+  g_autoptr(GArray) variants = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint i = 0; i < n; i++) {
+    int parent = g_array_index(parents, int, i);
+    if (parent >= 0 && !fit[parent] && !(single_stage && sim_strategy_n_stages(g_ptr_array_index(cands, i)) != 1))
+      g_array_append_val(variants, i);
+  }
+  expert_rounds(ctx, cands, variants, FALSE, costs, fit, &best_cost, &best);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
-  if (!single_stage && i == cands->len && best >= 0)
+  if (!single_stage && !search_context_should_stop(ctx) && best >= 0)
     search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;

@@ -180,6 +180,10 @@ void search_ve_assign(SearchVE *ve, const int *kept_values, int *values);
 gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
                                  const int *devices);
 
+/* Whether the evaluator's last run stopped at its bound, and (@overflowed) whether some
+ * device's memory had overflowed by then (sim_session_overflowed()). */
+gboolean search_evaluator_was_cut(const SearchEvaluator *ev, gboolean *overflowed);
+
 /* The cost an algorithm compares strategies by: the time of a feasible one; for one that
  * does not fit, its time scaled up by a thousand and by how far it overflows, so that
  * every feasible strategy ranks first and the less infeasible ones next. */

@@ -804,6 +804,10 @@ SIM_PUBLIC double sim_session_run(SimSession *ss);
  * sim_session_run(), sim_session_report() and sim_session_memory(), run it again. */
 SIM_PUBLIC double sim_session_run_bounded(SimSession *ss, double bound);
 SIM_PUBLIC gboolean sim_session_cut(const SimSession *ss);
+/* Whether some device's memory has exceeded its capacity in the last run, as far as it
+ * went: after a run stopped at its bound, TRUE means the strategy does not fit, FALSE
+ * that it fitted so far (memory may still overflow in the rest).  Runs nothing. */
+SIM_PUBLIC gboolean sim_session_overflowed(const SimSession *ss);
 SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
 SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
 /* What a search needs of the last run without building a report: the largest ratio of a
