@@ -416,6 +416,33 @@ double search_context_evaluate(SearchContext *ctx, const SimStrategy *s)
   return cost;
 }
 
+double search_context_evaluate_bounded(SearchContext *ctx, const SimStrategy *s, double bound,
+                                      guint64 key, gboolean *cut, gboolean *overflowed)
+{
+  g_return_val_if_fail(ctx != NULL && s != NULL, INFINITY);
+  SearchContext *root = ctx->root;
+  const SearchProblem *p = ctx->problem;
+  atomic_fetch_add(&root->evals, 1);
+  if (g_getenv("PARASOL_NO_BOUNDS"))
+    bound = INFINITY;
+  *cut = *overflowed = FALSE;
+  SimBrief b;
+  double cost = INFINITY;
+  if (sim_simulate_brief(p->g, p->m, s, p->cost, &p->sim, bound, &b, NULL)) {
+    if (b.cut) {
+      /* Slower than @bound: counted, and not offered as the best. */
+      atomic_fetch_add(&root->cut_evals, 1);
+      *cut = TRUE;
+      *overflowed = b.overflowed;
+      search_context_record(ctx, p, s, NAN, key);
+      return INFINITY;
+    }
+    cost = search_problem_cost(p, b.time, b.max_ratio, b.fits, NULL, NULL);
+  }
+  search_context_record(ctx, p, s, cost, key);
+  return cost;
+}
+
 struct _SearchEvaluator {
   SearchContext *ctx;
   SimSession *ss;
@@ -500,14 +527,6 @@ double search_evaluator_run_bounded(SearchEvaluator *ev, double bound)
   search_context_record(ev->ctx, p, sim_session_get_strategy(ev->ss), cost,
                         search_key(ev->stream, ev->n));
   return cost;
-}
-
-gboolean search_evaluator_was_cut(const SearchEvaluator *ev, gboolean *overflowed)
-{
-  g_return_val_if_fail(ev != NULL, FALSE);
-  if (overflowed)
-    *overflowed = sim_session_overflowed(ev->ss);
-  return sim_session_cut(ev->ss);
 }
 
 double search_evaluator_last_time(const SearchEvaluator *ev)

@@ -505,19 +505,10 @@ static double expert_eval(SearchContext *ctx, const SimStrategy *s, guint32 stre
                           double bound, gboolean *fit)
 {
   const SearchProblem *p = search_context_get_problem(ctx);
-  *fit = FALSE;
-  SearchEvaluator *ev = search_evaluator_new(ctx, s, stream, NULL);
-  if (!ev)
-    return INFINITY;
-  double c = search_evaluator_run_bounded(ev, bound);
-  gboolean overflowed = FALSE;
-  if (search_evaluator_was_cut(ev, &overflowed)) {
-    *fit = !overflowed || !search_problem_get_memory_limit(p);
-    c = INFINITY;
-  } else {
-    *fit = isfinite(c);
-  }
-  search_evaluator_free(ev);
+  gboolean cut, overflowed;
+  double c = search_context_evaluate_bounded(ctx, s, bound, search_key(stream, 1), &cut,
+                                             &overflowed);
+  *fit = cut ? !overflowed || !search_problem_get_memory_limit(p) : isfinite(c);
   return c;
 }
 
@@ -535,7 +526,9 @@ static void expert_round_task(int k, gpointer data)
   const SearchProblem *p = search_context_get_problem(r->ctx);
   if (!fit && r->ladder && search_problem_get_memory_limit(p)) {
     SimMemoryOptions base = sim_strategy_get_memory(*s);
-    for (int step = 0; step < 3 && !search_context_should_stop(r->ctx); step++) {
+    /* No look at the budget inside a round: where the rounds stop must not depend on
+     * how the round's threads are timed. */
+    for (int step = 0; step < 3; step++) {
       SimMemoryOptions m = search_memory_step(base, step);
       if (m.zero1 == base.zero1 && m.recompute == base.recompute)
         continue;
@@ -574,7 +567,18 @@ static void expert_rounds(SearchContext *ctx, GPtrArray *cands, GArray *idx, gbo
   }
 }
 
+/* Whether candidate @s is of the stages asked for: 0 all, 1 single-stage, 2 pipelined. */
+static gboolean expert_of(const SimStrategy *s, int stages)
+{
+  return stages == 0 || (stages == 1) == (sim_strategy_n_stages(s) == 1);
+}
+
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
+{
+  return search_start_expert_stages(ctx, single_stage ? 1 : 0, cost);
+}
+
+SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
@@ -590,7 +594,7 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
   g_autoptr(GArray) first = g_array_new(FALSE, FALSE, sizeof(int));
   for (guint i = 0; i < n; i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    if (g_array_index(parents, int, i) < 0 && !(single_stage && sim_strategy_n_stages(s) != 1))
+    if (g_array_index(parents, int, i) < 0 && expert_of(s, stages))
       g_array_append_val(first, i);
   }
   double best_cost = INFINITY;
@@ -599,12 +603,12 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
   g_autoptr(GArray) variants = g_array_new(FALSE, FALSE, sizeof(int));
   for (guint i = 0; i < n; i++) {
     int parent = g_array_index(parents, int, i);
-    if (parent >= 0 && !fit[parent] && !(single_stage && sim_strategy_n_stages(g_ptr_array_index(cands, i)) != 1))
+    if (parent >= 0 && !fit[parent] && expert_of(g_ptr_array_index(cands, i), stages))
       g_array_append_val(variants, i);
   }
   expert_rounds(ctx, cands, variants, FALSE, costs, fit, &best_cost, &best);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
-  if (!single_stage && !search_context_should_stop(ctx) && best >= 0)
+  if (stages == 0 && !search_context_should_stop(ctx) && best >= 0)
     search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;

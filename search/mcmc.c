@@ -45,6 +45,7 @@ typedef struct {
   double beta;
   double propagate;
   double plan_moves;    /* probability of a move of the whole plan                      */
+  double pipelines;     /* share of the budget for expert plans with a pipeline         */
   gboolean stop_early;  /* simulations stop at the acceptance bound                   */
   GArray **nbrs;     /* per op: neighbouring ops                   */
   int *movable;      /* ops with more than one candidate           */
@@ -236,13 +237,44 @@ static void chain_epoch(int i, gpointer data)
   }
 }
 
-/* A first strategy for chain @i: data parallelism, the best single-stage expert plan (as
- * FlexFlow starts from expert-designed strategies), or random. */
+/* The best expert plan with a pipeline found within a share @share of what is left of
+ * the budget (evaluations, or else seconds), or NULL. */
+static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost)
+{
+  SearchContext *ctx = m->ctx;
+  *cost = INFINITY;
+  gint64 left = search_context_evals_left(ctx);
+  gint64 evals = 0;
+  double seconds = 0;
+  if (left != G_MAXINT64)
+    evals = MAX(1, (gint64)((double)left * share));
+  else if (ctx->deadline < G_MAXDOUBLE)
+    seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
+  if (search_context_should_stop(ctx))
+    return NULL;
+  SearchContext *in = search_context_new_inner(ctx, ctx->algo, (SearchProblem *)m->p, evals,
+                                               seconds);
+  SimStrategy *s = search_start_expert_stages(in, 2, cost);
+  search_context_free_inner(in);
+  return s;
+}
+
+/* A first strategy for chain @i: data parallelism, the best expert plan (as FlexFlow
+ * starts from expert-designed strategies: every single-stage one, then those with a
+ * pipeline as far as the "pipelines" share of the budget goes), or random. */
 static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
 {
   const SearchProblem *p = m->p;
   if (i % 3 == 1) {
-    SimStrategy *s = search_start_expert(m->ctx, TRUE, NULL);
+    double flat = INFINITY, piped = INFINITY;
+    SimStrategy *s = search_start_expert(m->ctx, TRUE, &flat);
+    SimStrategy *t = m->pipelines > 0 ? pipelined_expert(m, m->pipelines, &piped) : NULL;
+    if (t && piped < flat) {
+      sim_strategy_free(s);
+      s = t;
+    } else if (t) {
+      sim_strategy_free(t);
+    }
     if (s)
       return s;
   }
@@ -267,6 +299,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   m.propagate = search_context_get_option_double_in(ctx, "propagate", 0.2, 0, 1);
   m.stop_early = search_context_get_option_int_in(ctx, "stop-early", 1, 0, 1) != 0;
   m.plan_moves = search_context_get_option_double_in(ctx, "plan-moves", 0.05, 0, 1);
+  m.pipelines = search_context_get_option_double_in(ctx, "pipelines", 0.25, 0, 1);
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {
@@ -381,6 +414,9 @@ static const SearchOptionSpec mcmc_options[] = {
                   "which decides the same; 0: every simulation runs to its end (default 1)" },
   { "plan-moves", "probability that a move changes the whole plan: micro-batches doubled or "
                   "halved, recomputation or ZeRO-1 switched, while the plan trades time for memory (default 0.05; 0: none)" },
+  { "pipelines", "share of the budget left after the single-stage expert plans that the "
+                 "expert plans with a pipeline may take to give a chain its start "
+                 "(default 0.25; 0: none)" },
   { NULL, NULL },
 };
 

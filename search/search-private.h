@@ -180,10 +180,12 @@ void search_ve_assign(SearchVE *ve, const int *kept_values, int *values);
 gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
                                  const int *devices);
 
-/* Whether the evaluator's last run stopped at its bound, and (@overflowed) whether some
- * device's memory had overflowed by then (sim_session_overflowed()). */
-gboolean search_evaluator_was_cut(const SearchEvaluator *ev, gboolean *overflowed);
-
+/* One simulation of @s from scratch (folded, as search_context_evaluate()'s), stopping
+ * once past @bound seconds: its cost, or +inf with *@cut set when it stopped there (and
+ * *@overflowed when some device's memory had overflowed by then).  @key orders equal
+ * costs for the best. */
+double search_context_evaluate_bounded(SearchContext *ctx, const SimStrategy *s, double bound,
+                                       guint64 key, gboolean *cut, gboolean *overflowed);
 /* The cost an algorithm compares strategies by: the time of a feasible one; for one that
  * does not fit, its time scaled up by a thousand and by how far it overflows, so that
  * every feasible strategy ranks first and the less infeasible ones next. */
@@ -208,6 +210,8 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
  * plans operator by operator); else pipelined ones too, where an algorithm only needs a
  * plan to start from and to beat. */
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost);
+/* The same over the plans of @stages: 0 all, 1 single-stage, 2 pipelined. */
+SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost);
 /* Keeps @s, the fastest of all expert plans (of time @cost), for the search's result:
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */

@@ -136,18 +136,6 @@ gboolean sim_session_cut(const SimSession *ss)
   return ss->ran && ss->tl.cut;
 }
 
-gboolean sim_session_overflowed(const SimSession *ss)
-{
-  g_return_val_if_fail(ss != NULL, FALSE);
-  if (!ss->ran || !ss->tl.peak_mem)
-    return FALSE;
-  int nd = sim_machine_n_devices(ss->m);
-  for (int d = 0; d < nd; d++)
-    if (ss->tl.peak_mem[d] > sim_machine_device_spec(ss->m, d)->mem_capacity)
-      return TRUE;
-  return FALSE;
-}
-
 const SimStrategy *sim_session_get_strategy(const SimSession *ss)
 {
   return ss->s;

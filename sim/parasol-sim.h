@@ -787,6 +787,24 @@ SIM_PUBLIC gboolean sim_report_write_trace_devices(const SimReport *r, const cha
                                                    const int *devices, int n_devices,
                                                    int64_t *n_events, GError **error);
 
+/* What a search needs of one simulation, without a report. */
+typedef struct {
+  double time;        /* the iteration time; after a cut, a lower bound past the bound  */
+  gboolean cut;       /* the run stopped at its bound                                    */
+  gboolean fits;      /* every device within its memory (as far as the run went)         */
+  gboolean overflowed;/* some device over its memory by the end of the run, cut or not   */
+  double max_ratio;   /* the largest ratio of peak memory to capacity                    */
+} SimBrief;
+
+/* sim_simulate() without the report, folding as it does, with the engine stopping at the
+ * first event past @bound seconds (INFINITY: none): a run past the bound ends cut, its
+ * time then a lower bound of the iteration time.  Up to the bound the run is
+ * sim_simulate()'s, so a run that is not cut has its time and memory.  FALSE with @error
+ * for a strategy that is not valid or whose schedule cannot run. */
+SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                       SimCostModel *cost, const SimOptions *o, double bound,
+                                       SimBrief *out, GError **error);
+
 /* Delta simulation: a simulator that keeps its task graph and timeline between calls.
  * After sim_session_set_op() changes some operators, sim_session_run() re-lowers and
  * re-simulates only what the changes touch.  Results equal those of sim_simulate(). */
@@ -804,10 +822,6 @@ SIM_PUBLIC double sim_session_run(SimSession *ss);
  * sim_session_run(), sim_session_report() and sim_session_memory(), run it again. */
 SIM_PUBLIC double sim_session_run_bounded(SimSession *ss, double bound);
 SIM_PUBLIC gboolean sim_session_cut(const SimSession *ss);
-/* Whether some device's memory has exceeded its capacity in the last run, as far as it
- * went: after a run stopped at its bound, TRUE means the strategy does not fit, FALSE
- * that it fitted so far (memory may still overflow in the rest).  Runs nothing. */
-SIM_PUBLIC gboolean sim_session_overflowed(const SimSession *ss);
 SIM_PUBLIC const SimStrategy *sim_session_get_strategy(const SimSession *ss);
 SIM_PUBLIC SimReport *sim_session_report(SimSession *ss);
 /* What a search needs of the last run without building a report: the largest ratio of a

@@ -677,3 +677,58 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   g_free(lo.rep_of);
   return r;
 }
+
+gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                            SimCostModel *cost, const SimOptions *o, double bound,
+                            SimBrief *out, GError **error)
+{
+  g_return_val_if_fail(g && m && s && out, FALSE);
+  memset(out, 0, sizeof *out);
+  out->time = INFINITY;
+  SimOptions opts = o ? *o : sim_options_default();
+  opts.keep_timeline = FALSE;
+  if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
+    return FALSE;
+  g_autoptr(SimCostModel) own_cost = NULL;
+  if (!cost) {
+    SimRooflineParams rp = sim_roofline_params_default();
+    cost = own_cost = sim_cost_model_new_roofline(&rp);
+  }
+  SimCollParams cp = sim_coll_params_from_options(&opts);
+  Lowered lo = lower_folded(g, m, s, cost, &opts, &cp);
+  SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
+  sim_taskgraph_assemble(tg);
+  sim_taskgraph_release_blocks(tg);
+  SimEngine *e = sim_engine_new(m, &cp);
+  sim_engine_set_host_times(e, &opts);
+  sim_engine_set_bound(e, bound);
+  SimTimeline tl = { 0 };
+  sim_engine_run(e, tg, &tl);
+  gboolean ok = !tl.deadlock;
+  if (!ok) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "the strategy's schedule cannot run: %d of %d tasks never became ready "
+                "(a stage order that waits on itself)",
+                tg->n_tasks - tl.n_tasks_run, tg->n_tasks);
+  } else {
+    out->time = tl.makespan;
+    out->cut = tl.cut;
+    out->fits = TRUE;
+    /* Folded devices have their representative's memory, as in the report. */
+    int nd = sim_machine_n_devices(m);
+    for (int d = 0; d < nd; d++) {
+      const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
+      int64_t peak = tl.peak_mem[lo.rep_of ? lo.rep_of[d] : d];
+      if (spec->mem_capacity > 0)
+        out->max_ratio = MAX(out->max_ratio, (double)peak / (double)spec->mem_capacity);
+      if (peak > spec->mem_capacity)
+        out->fits = FALSE;
+    }
+    out->overflowed = !out->fits;
+  }
+  sim_timeline_clear(&tl);
+  sim_engine_free(e);
+  sim_lowering_free(lo.lw);
+  g_free(lo.rep_of);
+  return ok;
+}
