@@ -653,6 +653,61 @@ Test(folding, equals_the_unfolded_simulation)
   fold_bucket_bytes = 0;
 }
 
+/* sim_simulate_brief() against sim_simulate(): a folded run without a bound has the
+ * report's iteration time, to the bit, and its memory verdict; with a bound below it the
+ * engine stops past the bound; a plan too large for memory says so, cut or not. */
+static void check_brief(const char *params, int dp, int tp, int pp, int mbs, gboolean fits)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", params);
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.dp = dp;
+  mo.tp = tp;
+  mo.pp = pp;
+  mo.microbatches = mbs;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+  cr_assert_not_null(r);
+  cr_assert_str_neq(sim_report_folding(r), "none");
+  cr_assert_eq(sim_report_fits(r), fits);
+  double t = sim_report_iteration_time(r);
+  double ratio = 0;
+  for (int d = 0; d < sim_report_n_devices(r); d++)
+    ratio = MAX(ratio, (double)sim_report_peak_memory(r, d) /
+                         (double)sim_machine_device_spec(m, d)->mem_capacity);
+  SimBrief b;
+  cr_assert(sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error));
+  cr_assert_eq(b.time, t);
+  cr_assert_not(b.cut);
+  cr_assert_eq(b.fits, sim_report_fits(r));
+  cr_assert_eq(b.overflowed, !sim_report_fits(r));
+  cr_assert_eq(b.max_ratio, ratio);
+  /* At the iteration time the bound stops nothing. */
+  cr_assert(sim_simulate_brief(g, m, s, NULL, &o, t, &b, &error));
+  cr_assert_eq(b.time, t);
+  cr_assert_not(b.cut);
+  cr_assert(sim_simulate_brief(g, m, s, NULL, &o, 0.9 * t, &b, &error));
+  cr_assert(b.cut);
+  cr_assert(b.time > 0.9 * t && b.time <= t, "%.17g not in (%.17g, %.17g]", b.time, 0.9 * t, t);
+  /* Weights and optimizer states are there from the start: a plan whose static memory
+   * overflows has overflowed before any bound. */
+  if (!sim_report_fits(r))
+    cr_assert(b.overflowed);
+}
+
+Test(folding, a_brief_simulation_is_the_reports_and_stops_past_its_bound)
+{
+  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 2, 2, 2, 4, TRUE);
+  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, TRUE);
+  /* 12.9 G parameters over tensor-parallel pairs of 80 GB GPUs, 16 bytes each with mixed
+   * precision and Adam: 103 GB a GPU, out of memory. */
+  check_brief("layers=64,hidden=4096,heads=32,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, FALSE);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Delta simulation                                                                     */
 
