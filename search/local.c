@@ -575,10 +575,11 @@ static gboolean expert_of(const SimStrategy *s, int stages)
 
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
 {
-  return search_start_expert_stages(ctx, single_stage ? 1 : 0, cost);
+  return search_start_expert_stages(ctx, single_stage ? 1 : 0, cost, NULL);
 }
 
-SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost)
+SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost,
+                                        gboolean *complete)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
@@ -608,7 +609,10 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
   }
   expert_rounds(ctx, cands, variants, FALSE, costs, fit, &best_cost, &best);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
-  if (stages == 0 && !search_context_should_stop(ctx) && best >= 0)
+  gboolean done = !search_context_should_stop(ctx);
+  if (complete)
+    *complete = done;
+  if (stages == 0 && done && best >= 0)
     search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;

@@ -210,8 +210,10 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
  * plans operator by operator); else pipelined ones too, where an algorithm only needs a
  * plan to start from and to beat. */
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost);
-/* The same over the plans of @stages: 0 all, 1 single-stage, 2 pipelined. */
-SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost);
+/* The same over the plans of @stages: 0 all, 1 single-stage, 2 pipelined; *@complete
+ * (if given) tells whether every one of them was simulated within the budget. */
+SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost,
+                                        gboolean *complete);
 /* Keeps @s, the fastest of all expert plans (of time @cost), for the search's result:
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */

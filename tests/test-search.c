@@ -526,8 +526,18 @@ Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
   cr_expect_eq(known, direct);
   cr_expect(sim_strategy_equal(k, e));
   search_result_free(r);
-  /* MCMC starts only from single-stage expert plans: no yardstick to keep. */
+  /* MCMC starts a chain from the best expert plan, the single-stage ones and then those
+   * with a pipeline within a share of the budget: here it simulates them all, and keeps
+   * the same yardstick; with no share for pipelines it has not seen them all. */
   r = run("mcmc", f.p, 500, 1, 2, NULL);
+  known = INFINITY;
+  k = search_result_get_expert(r, &known);
+  cr_assert_not_null(k);
+  cr_expect_eq(known, direct);
+  cr_expect(sim_strategy_equal(k, e));
+  search_result_free(r);
+  static const char *const flat[] = { "pipelines=0", NULL };
+  r = run("mcmc", f.p, 500, 1, 2, flat);
   cr_expect_null(search_result_get_expert(r, NULL));
   search_result_free(r);
   fixture_free(&f);
