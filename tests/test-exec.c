@@ -10,6 +10,7 @@
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parasol-exec.h"
 
@@ -630,6 +631,34 @@ Test(exec, registry)
   cr_assert(strstr(error->message, "cpu") != NULL, "the message lists the back ends: %s",
             error->message);
   g_error_free(error);
+}
+
+/* Every simulated device of the cpu back end lives in the host's memory: buffers that
+ * would add up to more than the host has are refused (the system would grant the pages
+ * and end the program when they are written), and freed ones count no more. */
+Test(exec, the_cpu_back_end_refuses_more_memory_than_the_host_has)
+{
+  GError *error = NULL;
+  g_autoptr(ExecBackend) b = exec_backend_new("cpu", &error);
+  cr_assert(exec_backend_open(b, 2, &error));
+  size_t host = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+  ExecBuffer *small = exec_backend_buffer_alloc(b, 0, 1 << 20, &error);
+  cr_assert_not_null(small);
+  ExecBuffer *big = exec_backend_buffer_alloc(b, 1, host, &error);
+  cr_assert_null(big);
+  cr_assert(g_error_matches(error, EXEC_ERROR, EXEC_ERROR_BACKEND));
+  cr_assert(strstr(error->message, "device 1: the cpu back end would need more than the host's"),
+            "%s", error->message);
+  g_clear_error(&error);
+  exec_backend_buffer_free(b, 0, small);
+  /* With the first freed, a buffer of nearly the host's size is within the count (its
+   * pages are only reserved, never written here). */
+  ExecBuffer *most = exec_backend_buffer_alloc(b, 1, host - (1 << 20), &error);
+  if (most)
+    exec_backend_buffer_free(b, 1, most);
+  else
+    cr_assert(strstr(error->message, "cannot allocate"), "%s", error->message);
+  g_clear_error(&error);
 }
 
 /* A fused activation cannot apply to partial sums: a split reduction under it is refused

@@ -10,6 +10,7 @@
 #include "cpu-private.h"
 
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
   int n, arrived, left;
@@ -25,7 +26,15 @@ typedef struct {
   GHashTable *mail;       /* tag -> float* message (packed region)                      */
   GHashTable *meetings;   /* tag -> Meeting*                                            */
   gboolean aborted;
+  size_t allocated;       /* bytes of every device's buffers                            */
 } Cpu;
+
+/* The host's physical memory in bytes (0: unknown). */
+static size_t host_memory(void)
+{
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
 
 static Cpu *cpu(ExecBackend *b)
 {
@@ -172,11 +181,33 @@ static gboolean cpu_open(ExecBackend *self, int n_devices, GError **error)
 
 static ExecBuffer *cpu_buffer_alloc(ExecBackend *self, int dev, size_t bytes, GError **error)
 {
+  /* Every simulated device lives in the host's memory: a plan that needs more than the
+   * host has is refused here, before the system grants pages it cannot back and ends the
+   * program when they are written. */
+  Cpu *c = cpu(self);
+  size_t host = host_memory();
+  g_mutex_lock(&c->lock);
+  gboolean room = host == 0 || (bytes <= host && c->allocated <= host - bytes);
+  if (room)
+    c->allocated += bytes;
+  size_t had = c->allocated;
+  g_mutex_unlock(&c->lock);
+  if (!room) {
+    g_set_error(error, EXEC_ERROR, EXEC_ERROR_BACKEND,
+                "device %d: the cpu back end would need more than the host's %.1f GiB of "
+                "memory (%.1f GiB held, %.1f GiB more asked); run a smaller model or fewer "
+                "devices", dev, (double)host / (1 << 30), (double)had / (1 << 30),
+                (double)bytes / (1 << 30));
+    return NULL;
+  }
   ExecBuffer *b = g_new(ExecBuffer, 1);
   b->bytes = bytes;
   b->data = g_try_malloc0(MAX(bytes, 8));
   if (!b->data) {
     g_free(b);
+    g_mutex_lock(&c->lock);
+    c->allocated -= bytes;
+    g_mutex_unlock(&c->lock);
     g_set_error(error, EXEC_ERROR, EXEC_ERROR_BACKEND,
                 "device %d: cannot allocate %zu bytes of host memory", dev, bytes);
     return NULL;
@@ -186,6 +217,10 @@ static ExecBuffer *cpu_buffer_alloc(ExecBackend *self, int dev, size_t bytes, GE
 
 static void cpu_buffer_free(ExecBackend *self, int dev, ExecBuffer *b)
 {
+  Cpu *c = cpu(self);
+  g_mutex_lock(&c->lock);
+  c->allocated -= b->bytes;
+  g_mutex_unlock(&c->lock);
   g_free(b->data);
   g_free(b);
 }
