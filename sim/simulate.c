@@ -638,43 +638,65 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
   return out;
 }
 
+/* One simulation from scratch, folded: the lowering, the assembled task graph and the
+ * engine's timeline, for sim_simulate() and sim_simulate_brief(). */
+typedef struct {
+  Lowered lo;
+  SimEngine *e;
+  SimTimeline tl;
+  SimCostModel *own_cost;
+} OneShot;
+
+static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                             SimCostModel *cost, const SimOptions *opts, double bound,
+                             GError **error)
+{
+  memset(os, 0, sizeof *os);
+  if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
+    return FALSE;
+  if (!cost) {
+    SimRooflineParams rp = sim_roofline_params_default();
+    cost = os->own_cost = sim_cost_model_new_roofline(&rp);
+  }
+  SimCollParams cp = sim_coll_params_from_options(opts);
+  os->lo = lower_folded(g, m, s, cost, opts, &cp);
+  SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
+  sim_taskgraph_assemble(tg);
+  sim_taskgraph_release_blocks(tg);
+  os->e = sim_engine_new(m, &cp);
+  sim_engine_set_host_times(os->e, opts);
+  sim_engine_set_bound(os->e, bound);
+  sim_engine_run(os->e, tg, &os->tl);
+  if (os->tl.deadlock) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "the strategy's schedule cannot run: %d of %d tasks never became ready "
+                "(a stage order that waits on itself)",
+                tg->n_tasks - os->tl.n_tasks_run, tg->n_tasks);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static void one_shot_clear(OneShot *os)
+{
+  sim_timeline_clear(&os->tl);
+  g_clear_pointer(&os->e, sim_engine_free);
+  g_clear_pointer(&os->lo.lw, sim_lowering_free);
+  g_clear_pointer(&os->lo.rep_of, g_free);
+  g_clear_pointer(&os->own_cost, sim_cost_model_free);
+}
+
 SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                         SimCostModel *cost, const SimOptions *o, GError **error)
 {
   g_return_val_if_fail(g && m && s, NULL);
   SimOptions opts = o ? *o : sim_options_default();
-  if (!sim_strategy_validate(s, g, m, error))
-    return NULL;
-  if (!check_schedule(s, error))
-    return NULL;
-  g_autoptr(SimCostModel) own_cost = NULL;
-  if (!cost) {
-    SimRooflineParams rp = sim_roofline_params_default();
-    cost = own_cost = sim_cost_model_new_roofline(&rp);
-  }
-  SimCollParams cp = sim_coll_params_from_options(&opts);
-  Lowered lo = lower_folded(g, m, s, cost, &opts, &cp);
-  SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
-  sim_taskgraph_assemble(tg);
-  sim_taskgraph_release_blocks(tg);
-  SimEngine *e = sim_engine_new(m, &cp);
-  sim_engine_set_host_times(e, &opts);
-  SimTimeline tl = { 0 };
-  sim_engine_run(e, tg, &tl);
+  OneShot os;
   SimReport *r = NULL;
-  if (tl.deadlock) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "the strategy's schedule cannot run: %d of %d tasks never became ready "
-                "(a stage order that waits on itself)",
-                tg->n_tasks - tl.n_tasks_run, tg->n_tasks);
-  } else {
-    r = sim_report_build(g, m, s, tg, &tl, lo.rep_of, lo.folding, &opts,
-                         sim_lowering_model_flops(lo.lw));
-  }
-  sim_timeline_clear(&tl);
-  sim_engine_free(e);
-  sim_lowering_free(lo.lw);
-  g_free(lo.rep_of);
+  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, error))
+    r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl, os.lo.rep_of,
+                         os.lo.folding, &opts, sim_lowering_model_flops(os.lo.lw));
+  one_shot_clear(&os);
   return r;
 }
 
@@ -687,38 +709,16 @@ gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy 
   out->time = INFINITY;
   SimOptions opts = o ? *o : sim_options_default();
   opts.keep_timeline = FALSE;
-  if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
-    return FALSE;
-  g_autoptr(SimCostModel) own_cost = NULL;
-  if (!cost) {
-    SimRooflineParams rp = sim_roofline_params_default();
-    cost = own_cost = sim_cost_model_new_roofline(&rp);
-  }
-  SimCollParams cp = sim_coll_params_from_options(&opts);
-  Lowered lo = lower_folded(g, m, s, cost, &opts, &cp);
-  SimTaskGraph *tg = sim_lowering_taskgraph(lo.lw);
-  sim_taskgraph_assemble(tg);
-  sim_taskgraph_release_blocks(tg);
-  SimEngine *e = sim_engine_new(m, &cp);
-  sim_engine_set_host_times(e, &opts);
-  sim_engine_set_bound(e, bound);
-  SimTimeline tl = { 0 };
-  sim_engine_run(e, tg, &tl);
-  gboolean ok = !tl.deadlock;
-  if (!ok) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "the strategy's schedule cannot run: %d of %d tasks never became ready "
-                "(a stage order that waits on itself)",
-                tg->n_tasks - tl.n_tasks_run, tg->n_tasks);
-  } else {
-    out->time = tl.makespan;
-    out->cut = tl.cut;
+  OneShot os;
+  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, error);
+  if (ok) {
+    out->time = os.tl.makespan;
+    out->cut = os.tl.cut;
     out->fits = TRUE;
     /* Folded devices have their representative's memory, as in the report. */
-    int nd = sim_machine_n_devices(m);
-    for (int d = 0; d < nd; d++) {
+    for (int d = 0; d < sim_machine_n_devices(m); d++) {
       const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
-      int64_t peak = tl.peak_mem[lo.rep_of ? lo.rep_of[d] : d];
+      int64_t peak = os.tl.peak_mem[os.lo.rep_of ? os.lo.rep_of[d] : d];
       if (spec->mem_capacity > 0)
         out->max_ratio = MAX(out->max_ratio, (double)peak / (double)spec->mem_capacity);
       if (peak > spec->mem_capacity)
@@ -726,9 +726,6 @@ gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy 
     }
     out->overflowed = !out->fits;
   }
-  sim_timeline_clear(&tl);
-  sim_engine_free(e);
-  sim_lowering_free(lo.lw);
-  g_free(lo.rep_of);
+  one_shot_clear(&os);
   return ok;
 }
