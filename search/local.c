@@ -429,12 +429,11 @@ SimMemoryOptions search_memory_step(SimMemoryOptions base, int step)
   return base;
 }
 
-/* The memory ladder for @s, which did not fit as it was. */
-static double fit_ladder(SearchContext *ctx, SimStrategy **s)
+double search_fit(SearchContext *ctx, SimStrategy **s)
 {
-  if (!search_problem_get_memory_limit(search_context_get_problem(ctx)))
-    return INFINITY;
-  double cost = INFINITY;
+  double cost = search_context_evaluate(ctx, *s);
+  if (isfinite(cost) || !search_problem_get_memory_limit(search_context_get_problem(ctx)))
+    return cost;
   SimMemoryOptions base = sim_strategy_get_memory(*s);
   for (int i = 0; i < 3 && !search_context_should_stop(ctx); i++) {
     SimMemoryOptions m = search_memory_step(base, i);
@@ -450,23 +449,6 @@ static double fit_ladder(SearchContext *ctx, SimStrategy **s)
     }
   }
   return INFINITY;
-}
-
-double search_fit(SearchContext *ctx, SimStrategy **s)
-{
-  double cost = search_context_evaluate(ctx, *s);
-  return isfinite(cost) ? cost : fit_ladder(ctx, s);
-}
-
-gboolean search_expert_fit(SearchContext *ctx, SimStrategy **s, double *cost)
-{
-  double c = search_context_evaluate(ctx, *s);
-  gboolean plain = isfinite(c);
-  if (!plain)
-    c = fit_ladder(ctx, s);
-  if (cost)
-    *cost = c;
-  return plain;
 }
 
 SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error)

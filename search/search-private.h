@@ -255,9 +255,6 @@ GArray *search_polish_candidates(const SearchProblem *p, SearchEstimate *e, int 
  * candidate), also the whole-batch plans' variants with gradient accumulation, each with
  * the index of its whole-batch plan (-1 for the others). */
 void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents);
-/* search_fit() for an expert candidate; returns whether it fit as it was (its
- * micro-batched variants are then not worth a look) and sets its cost in *@cost if given. */
-gboolean search_expert_fit(SearchContext *ctx, SimStrategy **s, double *cost);
 SimStrategy *search_owt_strategy(const SearchProblem *p, GError **error);
 
 /* Substitutions (substitutions.c): the rewrites applicable to @g, by name (transfer
