@@ -72,14 +72,22 @@ Test(cli, counts_must_be_whole_and_positive)
                  "--bucket-mb -1: expected a size in MB, 0 or more");
 }
 
-/* "iteration_time_s" of a --json report. */
-static double iteration_time(const char *json)
+/* The first number named @name in @json (the outer object's members come before the
+ * report a search prints inside it). */
+static double json_number(const char *json, const char *name)
 {
-  const char *key = strstr(json, "\"iteration_time_s\"");
-  cr_assert_not_null(key, "no iteration time in: %s", json);
+  g_autofree char *quoted = g_strdup_printf("\"%s\"", name);
+  const char *key = strstr(json, quoted);
+  cr_assert_not_null(key, "no %s in: %s", name, json);
   const char *colon = strchr(key, ':');
   cr_assert_not_null(colon);
   return g_ascii_strtod(colon + 1, NULL);
+}
+
+/* "iteration_time_s" of a --json report. */
+static double iteration_time(const char *json)
+{
+  return json_number(json, "iteration_time_s");
 }
 
 Test(cli, model_parameters_are_checked_where_they_are_given)
@@ -236,4 +244,49 @@ Test(cli, a_checked_run_with_adam_matches_one_device)
   run_clear(&dflt);
   run_clear(&given);
   run_clear(&sgd);
+}
+
+Test(cli, a_search_slower_than_the_expert_plan_gives_way_to_it)
+{
+  /* Three evaluations leave beam far from the expert plan (GPT-3 1.3B on two A100s, whose
+   * data-parallel plan does not fit): the expert plan, which the command simulates for
+   * its yardstick anyway, is written and reported instead, and the output keeps the
+   * search's own figures; --own keeps the search's plan. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *kept = g_build_filename(dir, "kept.json", NULL);
+  g_autofree char *own = g_build_filename(dir, "own.json", NULL);
+#define SLOW_SEARCH "search", "--model", "gpt3-1.3b", "--machine", "dgx-a100:2", "--algo", \
+                    "beam", "--budget", "3evals", "--threads", "1", "--json"
+  Run a = run(SLOW_SEARCH, "--out", kept, NULL);
+  Run b = run(SLOW_SEARCH, "--out", own, "--own", NULL);
+#undef SLOW_SEARCH
+  cr_assert_eq(a.status, 0, "%s", a.err);
+  cr_assert_eq(b.status, 0, "%s", b.err);
+  cr_expect(strstr(a.out, "\"kept\" : \"expert\""), "%s", a.out);
+  cr_expect(strstr(a.err, "the expert plan is faster than the search's best"), "%s", a.err);
+  cr_expect(strstr(b.out, "\"kept\" : \"search\""), "%s", b.out);
+  double expert = json_number(a.out, "expert_s");
+  double search = json_number(a.out, "search_iteration_time_s");
+  cr_expect_eq(iteration_time(a.out), expert);
+  cr_expect_gt(search, expert * 1.05, "search %g s, expert %g s", search, expert);
+  cr_expect_eq(json_number(b.out, "search_iteration_time_s"), search);
+  cr_expect_eq(iteration_time(b.out), search);
+  cr_expect_eq(json_number(b.out, "expert_s"), expert);
+  /* Each file is the plan its output reports. */
+  const char *files[] = { kept, own };
+  const double times[] = { expert, search };
+  for (int i = 0; i < 2; i++) {
+    Run s = run("simulate", "--model", "gpt3-1.3b", "--machine", "dgx-a100:2", "--strategy",
+                files[i], "--json", NULL);
+    cr_assert_eq(s.status, 0, "%s", s.err);
+    double t = iteration_time(s.out);
+    cr_expect_float_eq(t, times[i], 1e-9 * times[i], "%s: %g s, reported %g s", files[i], t,
+                       times[i]);
+    run_clear(&s);
+  }
+  run_clear(&a);
+  run_clear(&b);
+  g_unlink(kept);
+  g_unlink(own);
+  g_rmdir(dir);
 }
