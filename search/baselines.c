@@ -79,7 +79,7 @@ static int n_checkpoints(const SimGraph *g)
 }
 
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
-                         SimRecompute recompute, GPtrArray *out)
+                         SimRecompute recompute, GPtrArray *out, GArray *opts)
 {
   int64_t batch = sim_graph_batch_size(p->g);
   if (batch % ((int64_t)dp * mbs) != 0)
@@ -98,11 +98,21 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   if (!s)
     return;
   SimStrategy *mapped = search_problem_map_devices(p, s, NULL);
-  if (mapped)
+  if (mapped) {
     g_ptr_array_add(out, mapped);
+    if (opts)
+      g_array_append_val(opts, o);
+  }
 }
 
-void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents)
+SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o)
+{
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(p->g, p->m, o, NULL);
+  return s ? search_problem_map_devices(p, s, NULL) : NULL;
+}
+
+void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                              GArray *opts)
 {
   int n = p->n_devices;
   int node_size = sim_machine_node_n_devices(p->m, sim_machine_device_node(p->m, p->devices[0]));
@@ -122,7 +132,7 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
          * whole-batch plan's variant, worth a look only where that plan does not fit). */
         guint whole = out->len;
         if (batch % dp == 0)
-          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out);
+          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out, opts);
         if (!parents || out->len == whole)
           continue;
         int parent = (int)whole;
@@ -132,7 +142,7 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
         }
         for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2) {
           guint before = out->len;
-          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out);
+          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts);
           if (out->len > before)
             g_array_append_val(parents, parent);
         }
@@ -141,13 +151,18 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
       /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as
        * many micro-batches as stages, so the pipeline can fill. */
       for (int64_t mbs = 1; mbs <= 8 && mbs * dp * pp <= batch; mbs *= 2)
-        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out);
+        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts);
     }
   }
   if (has_conv(p->g)) {
     SimStrategy *owt = search_owt_strategy(p, NULL);
-    if (owt)
+    if (owt) {
       g_ptr_array_add(out, owt);
+      if (opts) {
+        SimMegatronOptions none = { 0 };
+        g_array_append_val(opts, none);
+      }
+    }
   }
   while (parents && parents->len < out->len) {
     int none = -1;
@@ -219,6 +234,18 @@ static gboolean expert_run(const SearchAlgorithm *self, SearchContext *ctx, GErr
   return TRUE;
 }
 
+static gboolean megatron_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  /* The expert plans first (every one simulated and recorded, the yardstick), then the
+   * winner's neighbourhood in Megatron's plan space. */
+  SimMegatronOptions o;
+  double cost = INFINITY;
+  g_autoptr(SimStrategy) s = search_start_expert_stages(ctx, 0, &cost, NULL, &o);
+  if (s)
+    search_refine_megatron(ctx, &s, &cost, &o);
+  return TRUE;
+}
+
 static gboolean owt_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
 {
   g_autoptr(SimStrategy) s = search_owt_strategy(search_context_get_problem(ctx), error);
@@ -241,6 +268,15 @@ const SearchAlgorithm search_algo_expert = {
   .description = "the fastest expert plan: Megatron-style (tensor parallel in a node, "
                  "pipeline across, data parallel for the rest) or one weird trick",
   .run = expert_run,
+};
+
+const SearchAlgorithm search_algo_megatron = {
+  .api_version = SEARCH_ALGORITHM_API_VERSION,
+  .name = "megatron",
+  .description = "Megatron's plan space past its rules: the fastest expert plan, then a local "
+                 "search over interleaved model chunks, sequence parallelism, micro-batch "
+                 "size, recomputation, ZeRO-1 and gradient buckets",
+  .run = megatron_run,
 };
 
 const SearchAlgorithm search_algo_owt = {

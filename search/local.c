@@ -557,15 +557,16 @@ static gboolean expert_of(const SimStrategy *s, int stages)
 
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
 {
-  return search_start_expert_stages(ctx, single_stage ? 1 : 0, cost, NULL);
+  return search_start_expert_stages(ctx, single_stage ? 1 : 0, cost, NULL, NULL);
 }
 
 SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost,
-                                        gboolean *complete)
+                                        gboolean *complete, SimMegatronOptions *opts)
 {
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
-  search_expert_candidates(search_context_get_problem(ctx), cands, parents);
+  g_autoptr(GArray) options = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+  search_expert_candidates(search_context_get_problem(ctx), cands, parents, options);
   guint n = cands->len;
   g_autofree uint8_t *fit = g_new0(uint8_t, MAX(n, 1));
   g_autofree double *costs = g_new(double, MAX(n, 1));
@@ -598,7 +599,147 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
     search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;
+  if (opts) {
+    memset(opts, 0, sizeof *opts);
+    if (best >= 0) {
+      /* The memory savings the winner took on its way to fitting. */
+      *opts = g_array_index(options, SimMegatronOptions, best);
+      opts->memory = sim_strategy_get_memory(g_ptr_array_index(cands, best));
+    }
+  }
   return best >= 0 ? g_ptr_array_steal_index(cands, best) : NULL;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Megatron's plan space past its rules                                               */
+
+#define REFINE_STREAM 0xfd0000u
+#define REFINE_MAX 16
+
+typedef struct {
+  SearchContext *ctx;
+  SimMegatronOptions opt[REFINE_MAX];
+  SimStrategy *plan[REFINE_MAX];
+  double cost[REFINE_MAX];
+  double bound;
+  gint64 key;
+} RefineRound;
+
+static void refine_task(int i, gpointer data)
+{
+  RefineRound *r = data;
+  gboolean cut, overflowed;
+  r->cost[i] = search_context_evaluate_bounded(r->ctx, r->plan[i], r->bound,
+                                               search_key(REFINE_STREAM, r->key + i), &cut,
+                                               &overflowed);
+}
+
+/* The neighbours of @o: each one change of the plan, as far as the batch allows (the
+ * builder refuses the rest). */
+static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
+                             SimMegatronOptions *out)
+{
+  int n = 0;
+  int64_t batch = sim_graph_batch_size(p->g);
+  int chunks = o->schedule == SIM_SCHEDULE_INTERLEAVED ? o->chunks : 1;
+  SimMegatronOptions v;
+  if (o->pp > 1) {
+    /* More model chunks per stage: a smaller pipeline bubble for more transfers. */
+    v = *o;
+    v.schedule = SIM_SCHEDULE_INTERLEAVED;
+    v.chunks = chunks * 2;
+    out[n++] = v;
+    if (chunks > 1) {
+      v = *o;
+      v.chunks = chunks / 2;
+      v.schedule = v.chunks > 1 ? SIM_SCHEDULE_INTERLEAVED : SIM_SCHEDULE_1F1B;
+      out[n++] = v;
+    }
+  }
+  if (o->tp > 1) {
+    v = *o;
+    v.sequence_parallel = !o->sequence_parallel;
+    out[n++] = v;
+  }
+  for (int k = 0; k < 2; k++) {
+    int64_t mbs = k == 0 ? o->microbatch_size * 2 : o->microbatch_size / 2;
+    if (mbs < 1 || batch % ((int64_t)o->dp * mbs) != 0)
+      continue;
+    int64_t m = batch / ((int64_t)o->dp * mbs);
+    if (o->pp > 1 && m < o->pp)
+      continue;
+    v = *o;
+    v.microbatch_size = mbs;
+    v.microbatches = (int)m;
+    out[n++] = v;
+  }
+  for (int r = SIM_RECOMPUTE_NONE; r <= SIM_RECOMPUTE_FULL; r++)
+    if (r != (int)o->memory.recompute) {
+      v = *o;
+      v.memory.recompute = (SimRecompute)r;
+      out[n++] = v;
+    }
+  if (o->dp > 1) {
+    v = *o;
+    v.memory.zero1 = !o->memory.zero1;
+    out[n++] = v;
+  }
+  if (o->sync.bucket_bytes > 0) {
+    for (int k = 0; k < 2; k++) {
+      v = *o;
+      v.sync.bucket_bytes = k == 0 ? o->sync.bucket_bytes * 2 : o->sync.bucket_bytes / 2;
+      if (v.sync.bucket_bytes >= (1 << 20))
+        out[n++] = v;
+    }
+  }
+  g_assert(n <= REFINE_MAX);
+  return n;
+}
+
+int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
+                           const SimMegatronOptions *o)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  if (!o || o->dp < 1 || !isfinite(*cost))
+    return 0;
+  SimMegatronOptions cur = *o;
+  gint64 key = 0;
+  int kept = 0;
+  /* Steepest descent: every neighbour of a round is simulated, bounded by the current
+   * cost, on the search's threads; the fastest (the first on a tie) is kept.  Neither
+   * depends on how the threads are timed. */
+  while (!search_context_should_stop(ctx)) {
+    RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
+    SimMegatronOptions cand[REFINE_MAX];
+    int m = refine_neighbours(p, &cur, cand), n = 0;
+    for (int i = 0; i < m; i++) {
+      SimStrategy *plan = search_megatron_plan(p, &cand[i]);
+      if (!plan)
+        continue;
+      r.opt[n] = cand[i];
+      r.plan[n] = plan;
+      r.cost[n] = INFINITY;
+      n++;
+    }
+    key += REFINE_MAX;
+    search_context_parallel(ctx, n, refine_task, &r);
+    int best = -1;
+    for (int i = 0; i < n; i++)
+      if (r.cost[i] < *cost && (best < 0 || r.cost[i] < r.cost[best]))
+        best = i;
+    if (best >= 0) {
+      *cost = r.cost[best];
+      cur = r.opt[best];
+      sim_strategy_free(*s);
+      *s = g_steal_pointer(&r.plan[best]);
+      kept++;
+    }
+    for (int i = 0; i < n; i++)
+      g_clear_pointer(&r.plan[i], sim_strategy_free);
+    if (best < 0)
+      break;
+  }
+  return kept;
 }
 
 void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,

@@ -237,13 +237,11 @@ static void chain_epoch(int i, gpointer data)
   }
 }
 
-/* The best expert plan with a pipeline found within a share @share of what is left of
- * the budget (evaluations, or else seconds), or NULL. */
-static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboolean *complete)
+/* An inner context with a share @share of what is left of the budget (evaluations, or
+ * else seconds), or NULL when the budget is spent. */
+static SearchContext *budget_share(Mcmc *m, double share)
 {
   SearchContext *ctx = m->ctx;
-  *cost = INFINITY;
-  *complete = FALSE;
   gint64 left = search_context_evals_left(ctx);
   gint64 evals = 0;
   double seconds = 0;
@@ -253,34 +251,57 @@ static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboole
     seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
   if (search_context_should_stop(ctx))
     return NULL;
-  SearchContext *in = search_context_new_inner(ctx, ctx->algo, (SearchProblem *)m->p, evals,
-                                               seconds);
-  SimStrategy *s = search_start_expert_stages(in, 2, cost, complete);
+  return search_context_new_inner(ctx, ctx->algo, (SearchProblem *)m->p, evals, seconds);
+}
+
+/* The best expert plan with a pipeline found within a share @share of what is left of
+ * the budget, or NULL. */
+static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboolean *complete,
+                                     SimMegatronOptions *o)
+{
+  *cost = INFINITY;
+  *complete = FALSE;
+  memset(o, 0, sizeof *o);
+  SearchContext *in = budget_share(m, share);
+  if (!in)
+    return NULL;
+  SimStrategy *s = search_start_expert_stages(in, 2, cost, complete, o);
   search_context_free_inner(in);
   return s;
 }
 
 /* A first strategy for chain @i: data parallelism, the best expert plan (as FlexFlow
  * starts from expert-designed strategies: every single-stage one, then those with a
- * pipeline as far as the "pipelines" share of the budget goes), or random. */
+ * pipeline as far as the "pipelines" share of the budget goes, the winner refined in
+ * Megatron's plan space within the same share of what is left), or random. */
 static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
 {
   const SearchProblem *p = m->p;
   if (i % 3 == 1) {
     double flat = INFINITY, piped = INFINITY;
     gboolean flat_done = FALSE, piped_done = FALSE;
-    SimStrategy *s = search_start_expert_stages(m->ctx, 1, &flat, &flat_done);
-    SimStrategy *t = m->pipelines > 0 ? pipelined_expert(m, m->pipelines, &piped, &piped_done)
-                                      : NULL;
+    SimMegatronOptions fo, po;
+    SimStrategy *s = search_start_expert_stages(m->ctx, 1, &flat, &flat_done, &fo);
+    SimStrategy *t = m->pipelines > 0
+                       ? pipelined_expert(m, m->pipelines, &piped, &piped_done, &po)
+                       : NULL;
     if (t && piped < flat) {
       sim_strategy_free(s);
       s = t;
+      fo = po;
     } else if (t) {
       sim_strategy_free(t);
     }
     /* Every expert plan simulated: the yardstick `parasol search` reports. */
     if (s && flat_done && piped_done)
       search_context_keep_expert(m->ctx, s, MIN(flat, piped));
+    if (s && m->pipelines > 0) {
+      SearchContext *in = budget_share(m, m->pipelines);
+      double c = MIN(flat, piped);
+      if (in)
+        search_refine_megatron(in, &s, &c, &fo);
+      search_context_free_inner(in);
+    }
     if (s)
       return s;
   }
@@ -421,8 +442,9 @@ static const SearchOptionSpec mcmc_options[] = {
   { "plan-moves", "probability that a move changes the whole plan: micro-batches doubled or "
                   "halved, recomputation or ZeRO-1 switched, while the plan trades time for memory (default 0.05; 0: none)" },
   { "pipelines", "share of the budget left after the single-stage expert plans that the "
-                 "expert plans with a pipeline may take to give a chain its start "
-                 "(default 0.25; 0: none)" },
+                 "expert plans with a pipeline may take to give a chain its start, and "
+                 "then of what is left that refining the winner in Megatron's plan space "
+                 "may take (default 0.25; 0: neither)" },
   { NULL, NULL },
 };
 

@@ -199,7 +199,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   g_autoptr(SimStrategy) pipe = NULL;
   if (p->kinds & SEARCH_KIND_PIPELINE) {
     g_autoptr(GPtrArray) expert = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-    search_expert_candidates(p, expert, NULL);
+    search_expert_candidates(p, expert, NULL, NULL);
     for (guint i = 0; i < expert->len && !search_context_should_stop(ctx); i++) {
       SimStrategy *s = g_ptr_array_index(expert, i);
       if (sim_strategy_n_stages(s) < 2)

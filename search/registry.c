@@ -71,6 +71,7 @@ void search_register_builtins(void)
     &search_algo_optcnn,
     &search_algo_dp,
     &search_algo_pipeline,
+    &search_algo_megatron,
     &search_algo_beam,
     &search_algo_subst,
   };

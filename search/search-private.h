@@ -213,7 +213,15 @@ SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, doub
 /* The same over the plans of @stages: 0 all, 1 single-stage, 2 pipelined; *@complete
  * (if given) tells whether every one of them was simulated within the budget. */
 SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *cost,
-                                        gboolean *complete);
+                                        gboolean *complete, SimMegatronOptions *opts);
+/* Megatron's plan space past its rules, from the plan of @o (the expert's winner, of cost
+ * *@cost, held in *@s): a local search over the interleaved schedule's model chunks,
+ * sequence parallelism, the micro-batch size, recomputation, ZeRO-1 and the gradient
+ * buckets, one change at a time, each simulated and kept when faster, until no change
+ * helps or the budget ends.  Replaces *@s and *@cost with the fastest plan found and
+ * returns the number of changes kept. */
+int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
+                           const SimMegatronOptions *o);
 /* Keeps @s, the fastest of all expert plans (of time @cost), for the search's result:
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */
@@ -254,7 +262,12 @@ GArray *search_polish_candidates(const SearchProblem *p, SearchEstimate *e, int 
  * trick", appended to @out (SimStrategy*, transfer full).  With @parents (int per
  * candidate), also the whole-batch plans' variants with gradient accumulation, each with
  * the index of its whole-batch plan (-1 for the others). */
-void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents);
+void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                              GArray *opts);
+/* With @opts (SimMegatronOptions per candidate), each candidate's options for
+ * sim_strategy_megatron(), dp 0 for one weird trick.  The plan of @o on the problem's
+ * devices, or NULL where the builder refuses it: */
+SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o);
 SimStrategy *search_owt_strategy(const SearchProblem *p, GError **error);
 
 /* Substitutions (substitutions.c): the rewrites applicable to @g, by name (transfer
@@ -269,6 +282,7 @@ SimStrategy *search_strategy_transfer(const SearchProblem *from, const SimStrate
 /* The built-in algorithms. */
 extern const SearchAlgorithm search_algo_data_parallel;
 extern const SearchAlgorithm search_algo_expert;
+extern const SearchAlgorithm search_algo_megatron;
 extern const SearchAlgorithm search_algo_owt;
 extern const SearchAlgorithm search_algo_exhaustive;
 extern const SearchAlgorithm search_algo_mcmc;
