@@ -615,6 +615,7 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 
 #define REFINE_STREAM 0xfd0000u
 #define REFINE_MAX 16
+#define REFINE_GAIN 1e-5
 
 typedef struct {
   SearchContext *ctx;
@@ -723,9 +724,11 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
     }
     key += REFINE_MAX;
     search_context_parallel(ctx, n, refine_task, &r);
+    /* A change is kept for a gain of at least REFINE_GAIN of the time, not for the last
+     * bits of a sum. */
     int best = -1;
     for (int i = 0; i < n; i++)
-      if (r.cost[i] < *cost && (best < 0 || r.cost[i] < r.cost[best]))
+      if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
         best = i;
     if (best >= 0) {
       *cost = r.cost[best];
