@@ -272,8 +272,8 @@ static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboole
 
 /* A first strategy for chain @i: data parallelism, the best expert plan (as FlexFlow
  * starts from expert-designed strategies: every single-stage one, then those with a
- * pipeline as far as the "pipelines" share of the budget goes, the winner refined in
- * Megatron's plan space within the same share of what is left), or random. */
+ * pipeline as far as the "pipelines" share of the budget goes, a pipelined winner refined
+ * in Megatron's plan space within the same share of what is left), or random. */
 static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
 {
   const SearchProblem *p = m->p;
@@ -295,7 +295,10 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
     /* Every expert plan simulated: the yardstick `parasol search` reports. */
     if (s && flat_done && piped_done)
       search_context_keep_expert(m->ctx, s, MIN(flat, piped));
-    if (s && m->pipelines > 0) {
+    /* Only a pipeline is refined: the chains' own moves reach a single-stage plan's
+     * operators and its memory savings, and a global change made for the expert plan
+     * (ZeRO-1, say) can be the wrong one for the plan the chains go on to find. */
+    if (s && m->pipelines > 0 && fo.pp > 1) {
       SearchContext *in = budget_share(m, m->pipelines);
       double c = MIN(flat, piped);
       if (in)
