@@ -929,6 +929,12 @@ Test(search, megatron_refinement_interleaves_the_expert_pipeline)
   cr_expect(sim_strategy_equal(search_result_get_strategy(two), best));
   double ts = search_problem_simulate(f.p, best, NULL, NULL);
   cr_expect_eq(ts, t);
+  /* MCMC refines its pipelined expert start the same way, within its budget's share: 300
+   * evaluations reach the refined plan. */
+  SearchResult *mc = run("mcmc", f.p, 300, 1, 2, NULL);
+  cr_expect_leq(search_result_get_time(mc), t, "mcmc %g s, refined %g s",
+                search_result_get_time(mc), t);
+  search_result_free(mc);
   search_result_free(one);
   search_result_free(two);
   fixture_free(&f);
