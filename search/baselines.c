@@ -275,7 +275,7 @@ const SearchAlgorithm search_algo_megatron = {
   .name = "megatron",
   .description = "Megatron's plan space past its rules: the fastest expert plan, then a local "
                  "search over interleaved model chunks, sequence parallelism, micro-batch "
-                 "size, recomputation, ZeRO-1 and gradient buckets",
+                 "size, recomputation, ZeRO-1, gradient buckets and the TP/PP/DP split",
   .run = megatron_run,
 };
 

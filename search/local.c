@@ -614,7 +614,7 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 /* Megatron's plan space past its rules                                               */
 
 #define REFINE_STREAM 0xfd0000u
-#define REFINE_MAX 16
+#define REFINE_MAX 20
 #define REFINE_GAIN 1e-5
 
 typedef struct {
@@ -660,6 +660,39 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
   if (o->tp > 1) {
     v = *o;
     v.sequence_parallel = !o->sequence_parallel;
+    out[n++] = v;
+  }
+  /* The devices traded between two kinds of parallelism, everything else kept: tensor
+   * for pipeline parallelism and pipeline for data parallelism, both ways (the expert
+   * rules tried each split, but not with the knobs above). */
+  static const int trades[4][3] = { { 1, -1, 0 }, { -1, 1, 0 }, { 0, 1, -1 }, { 0, -1, 1 } };
+  for (int k = 0; k < 4; k++) {
+    /* (TP, PP, DP), each doubled (1), halved (-1) or kept (0). */
+    int d[3] = { o->tp, o->pp, o->dp };
+    gboolean ok = TRUE;
+    for (int i = 0; i < 3; i++) {
+      if (trades[k][i] > 0)
+        d[i] *= 2;
+      else if (trades[k][i] < 0 && d[i] % 2 == 0)
+        d[i] /= 2;
+      else if (trades[k][i] < 0)
+        ok = FALSE;
+    }
+    v = *o;
+    v.tp = d[0];
+    v.pp = d[1];
+    v.dp = d[2];
+    if (!ok || batch % ((int64_t)v.dp * v.microbatch_size) != 0)
+      continue;
+    v.microbatches = (int)(batch / ((int64_t)v.dp * v.microbatch_size));
+    if (v.pp > 1 && v.microbatches < v.pp)
+      continue;
+    if (v.pp == 1) {
+      v.schedule = SIM_SCHEDULE_1F1B;
+      v.chunks = 1;
+    }
+    if (v.tp == 1)
+      v.sequence_parallel = FALSE;
     out[n++] = v;
   }
   for (int k = 0; k < 2; k++) {

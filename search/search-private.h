@@ -216,8 +216,9 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
                                         gboolean *complete, SimMegatronOptions *opts);
 /* Megatron's plan space past its rules, from the plan of @o (the expert's winner, of cost
  * *@cost, held in *@s): a local search over the interleaved schedule's model chunks,
- * sequence parallelism, the micro-batch size, recomputation, ZeRO-1 and the gradient
- * buckets, one change at a time, each simulated and kept when faster, until no change
+ * sequence parallelism, the micro-batch size, recomputation, ZeRO-1, the gradient
+ * buckets and trades of devices between tensor and pipeline or pipeline and data
+ * parallelism, one change at a time, each simulated and kept when faster, until no change
  * helps or the budget ends.  Replaces *@s and *@cost with the fastest plan found and
  * returns the number of changes kept. */
 int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,

@@ -905,13 +905,13 @@ Test(search, the_expert_yardstick_is_the_same_on_any_number_of_threads)
 
 Test(search, megatron_refinement_interleaves_the_expert_pipeline)
 {
-  /* Megatron 7.5B on 16 A100s with a batch of 64: the fastest expert plan is a 1F1B
-   * pipeline whose bubble (stages - 1 of every micro-batches + stages - 1 slots) costs
-   * more than the extra transfers of interleaving model chunks; the refinement finds the
-   * interleaved plan, the same on one thread and two (each round's neighbours are
-   * simulated against the same bound), and its time is the report's. */
+  /* Megatron 18.4B on 16 A100s with a batch of 64: the fastest expert plan is a 1F1B
+   * pipeline whose bubble ((stages - 1) / micro-batches of the work) costs more than the
+   * extra transfers of interleaving model chunks; the refinement finds an interleaved
+   * plan, the same on one thread and two (each round's neighbours are simulated against
+   * the same bound), and its time is the report's. */
   Fixture f;
-  fixture_load(&f, "megatron-7.5b", "batch=64", "dgx-a100:2", 0);
+  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100:2", 0);
   SearchResult *one = run("megatron", f.p, 100000, 1, 1, NULL);
   SearchResult *two = run("megatron", f.p, 100000, 1, 2, NULL);
   double te = INFINITY;
