@@ -663,6 +663,21 @@ SearchContext *search_context_new_inner(SearchContext *ctx, const SearchAlgorith
   return c;
 }
 
+SearchContext *search_context_new_share(SearchContext *ctx, double share)
+{
+  gint64 left = search_context_evals_left(ctx);
+  gint64 evals = 0;
+  double seconds = 0;
+  if (left != G_MAXINT64)
+    evals = MAX(1, (gint64)((double)left * share));
+  else if (ctx->deadline < G_MAXDOUBLE)
+    seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
+  if (search_context_should_stop(ctx))
+    return NULL;
+  return search_context_new_inner(ctx, ctx->algo, (SearchProblem *)ctx->problem, evals,
+                                  seconds);
+}
+
 void search_context_free_inner(SearchContext *inner)
 {
   if (inner)

@@ -782,7 +782,16 @@ void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy
                           double *cost)
 {
   double ec = INFINITY;
-  SimStrategy *expert = search_start_expert(ctx, single_stage, &ec);
+  SimMegatronOptions o;
+  SimStrategy *expert = search_start_expert_stages(ctx, single_stage ? 1 : 0, &ec, NULL, &o);
+  /* A pipelined winner is refined in Megatron's plan space within a quarter of what is
+   * left of the budget (as MCMC does for its start). */
+  if (expert && ec < *cost && o.pp > 1) {
+    SearchContext *in = search_context_new_share(ctx, 0.25);
+    if (in)
+      search_refine_megatron(in, &expert, &ec, &o);
+    search_context_free_inner(in);
+  }
   if (expert && ec < *cost) {
     *cost = ec;
     sim_strategy_free(*best);

@@ -237,23 +237,6 @@ static void chain_epoch(int i, gpointer data)
   }
 }
 
-/* An inner context with a share @share of what is left of the budget (evaluations, or
- * else seconds), or NULL when the budget is spent. */
-static SearchContext *budget_share(Mcmc *m, double share)
-{
-  SearchContext *ctx = m->ctx;
-  gint64 left = search_context_evals_left(ctx);
-  gint64 evals = 0;
-  double seconds = 0;
-  if (left != G_MAXINT64)
-    evals = MAX(1, (gint64)((double)left * share));
-  else if (ctx->deadline < G_MAXDOUBLE)
-    seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
-  if (search_context_should_stop(ctx))
-    return NULL;
-  return search_context_new_inner(ctx, ctx->algo, (SearchProblem *)m->p, evals, seconds);
-}
-
 /* The best expert plan with a pipeline found within a share @share of what is left of
  * the budget, or NULL. */
 static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboolean *complete,
@@ -262,7 +245,7 @@ static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboole
   *cost = INFINITY;
   *complete = FALSE;
   memset(o, 0, sizeof *o);
-  SearchContext *in = budget_share(m, share);
+  SearchContext *in = search_context_new_share(m->ctx, share);
   if (!in)
     return NULL;
   SimStrategy *s = search_start_expert_stages(in, 2, cost, complete, o);
@@ -299,7 +282,7 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
      * operators and its memory savings, and a global change made for the expert plan
      * (ZeRO-1, say) can be the wrong one for the plan the chains go on to find. */
     if (s && m->pipelines > 0 && fo.pp > 1) {
-      SearchContext *in = budget_share(m, m->pipelines);
+      SearchContext *in = search_context_new_share(m->ctx, m->pipelines);
       double c = MIN(flat, piped);
       if (in)
         search_refine_megatron(in, &s, &c, &fo);

@@ -111,6 +111,9 @@ void search_context_record(SearchContext *ctx, const SearchProblem *p, const Sim
 SearchContext *search_context_new_inner(SearchContext *ctx, const SearchAlgorithm *inner,
                                         SearchProblem *p, gint64 evals, double seconds);
 void search_context_free_inner(SearchContext *inner);
+/* An inner context on the same problem and algorithm with a share @share of what is left
+ * of the budget (evaluations, or else seconds), or NULL when the budget is spent. */
+SearchContext *search_context_new_share(SearchContext *ctx, double share);
 /* Runs @inner in a new inner context and returns its best time (+inf); its best strategy
  * goes to @best when not NULL. */
 double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner,
@@ -227,7 +230,9 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */
 void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost);
-/* Replaces *@best (of time *@cost) by that expert plan where the plan is faster. */
+/* Replaces *@best (of time *@cost) by that expert plan where the plan is faster; a
+ * pipelined winner first refined by search_refine_megatron() within a quarter of what is
+ * left of the budget. */
 void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,
                           double *cost);
 
