@@ -629,6 +629,13 @@ typedef struct {
 static void refine_task(int i, gpointer data)
 {
   RefineRound *r = data;
+  /* Past a deadline in seconds the round's other neighbours are skipped (on a large
+   * machine a round takes several seconds); an evaluation budget is never looked at
+   * inside a round, where the runs must not depend on the threads' timing. */
+  if (r->ctx->deadline < G_MAXDOUBLE && search_context_elapsed(r->ctx) >= r->ctx->deadline) {
+    r->cost[i] = INFINITY;
+    return;
+  }
   gboolean cut, overflowed;
   r->cost[i] = search_context_evaluate_bounded(r->ctx, r->plan[i], r->bound,
                                                search_key(REFINE_STREAM, r->key + i), &cut,

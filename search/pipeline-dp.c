@@ -199,7 +199,9 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   g_autoptr(SimStrategy) pipe = NULL;
   if (p->kinds & SEARCH_KIND_PIPELINE) {
     g_autoptr(GPtrArray) expert = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
-    search_expert_candidates(p, expert, NULL, NULL);
+    g_autoptr(GArray) opts = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+    search_expert_candidates(p, expert, NULL, opts);
+    SimMegatronOptions best_opts = { 0 };
     for (guint i = 0; i < expert->len && !search_context_should_stop(ctx); i++) {
       SimStrategy *s = g_ptr_array_index(expert, i);
       if (sim_strategy_n_stages(s) < 2)
@@ -210,7 +212,17 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
         pipe_cost = c;
         g_clear_pointer(&pipe, sim_strategy_free);
         pipe = sim_strategy_copy(s);
+        best_opts = g_array_index(opts, SimMegatronOptions, i);
+        best_opts.memory = sim_strategy_get_memory(s);
       }
+    }
+    /* The best of them refined in Megatron's plan space, within a quarter of what is left
+     * of the budget. */
+    if (pipe && best_opts.pp > 1) {
+      SearchContext *in = search_context_new_share(ctx, 0.25);
+      if (in)
+        search_refine_megatron(in, &pipe, &pipe_cost, &best_opts);
+      search_context_free_inner(in);
     }
   }
 
