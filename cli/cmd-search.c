@@ -99,7 +99,8 @@ int cmd_search(int argc, char **argv)
     "plan.  Ctrl-C stops the search and keeps the best strategy found so far.  Where the\n"
     "data-parallel or expert plan (simulated after the search, outside its budget) is\n"
     "faster than what the search found, that plan is written and reported instead, and\n"
-    "the output says so (--own keeps the search's).");
+    "the output says so (--own keeps the search's; so does --allow with fewer than all\n"
+    "kinds of parallelism).");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_search_option_group(&so));
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
@@ -164,9 +165,10 @@ int cmd_search(int argc, char **argv)
   if (search_result_get_interrupted(result))
     g_printerr("parasol search: interrupted; keeping the best strategy found so far\n");
   /* A search, unlike the fixed plans (data-parallel, expert, owt), gives way to a faster
-   * yardstick (below) unless --own. */
+   * yardstick (below) unless --own, or unless --allow kept some kinds of parallelism
+   * from it, which the yardsticks do not heed. */
   fallback = !own && strcmp(algo->name, "data-parallel") && strcmp(algo->name, "expert") &&
-             strcmp(algo->name, "owt");
+             strcmp(algo->name, "owt") && search_problem_get_kinds(problem) == SEARCH_KIND_ALL;
   if (!best && !fallback)
     goto infeasible;
   /* The strategy is saved before the yardsticks are simulated, which can take a while on

@@ -650,8 +650,13 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
   int n = 0;
   int64_t batch = sim_graph_batch_size(p->g);
   int chunks = o->schedule == SIM_SCHEDULE_INTERLEAVED ? o->chunks : 1;
+  /* Only the kinds of parallelism the problem allows grow (tensor parallelism splits
+   * parameters and reductions). */
+  gboolean may_pp = (p->kinds & SEARCH_KIND_PIPELINE) != 0;
+  gboolean may_tp = (p->kinds & SEARCH_KIND_PARAMETER) && (p->kinds & SEARCH_KIND_REDUCTION);
+  gboolean may_dp = (p->kinds & SEARCH_KIND_DATA) != 0;
   SimMegatronOptions v;
-  if (o->pp > 1) {
+  if (o->pp > 1 && may_pp) {
     /* More model chunks per stage: a smaller pipeline bubble for more transfers. */
     v = *o;
     v.schedule = SIM_SCHEDULE_INTERLEAVED;
@@ -685,6 +690,8 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
       else if (trades[k][i] < 0)
         ok = FALSE;
     }
+    if ((d[0] > o->tp && !may_tp) || (d[1] > o->pp && !may_pp) || (d[2] > o->dp && !may_dp))
+      ok = FALSE;
     v = *o;
     v.tp = d[0];
     v.pp = d[1];

@@ -265,7 +265,7 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
     gboolean flat_done = FALSE, piped_done = FALSE;
     SimMegatronOptions fo, po;
     SimStrategy *s = search_start_expert_stages(m->ctx, 1, &flat, &flat_done, &fo);
-    SimStrategy *t = m->pipelines > 0
+    SimStrategy *t = m->pipelines > 0 && (p->kinds & SEARCH_KIND_PIPELINE)
                        ? pipelined_expert(m, m->pipelines, &piped, &piped_done, &po)
                        : NULL;
     if (t && piped < flat) {

@@ -259,7 +259,13 @@ Test(cli, a_search_slower_than_the_expert_plan_gives_way_to_it)
                     "beam", "--budget", "3evals", "--threads", "1", "--json"
   Run a = run(SLOW_SEARCH, "--out", kept, NULL);
   Run b = run(SLOW_SEARCH, "--out", own, "--own", NULL);
+  /* The yardsticks do not heed --allow: a search kept from some kinds of parallelism
+   * keeps its own plan. */
+  Run c = run(SLOW_SEARCH, "--allow", "data,parameter,reduction", NULL);
 #undef SLOW_SEARCH
+  cr_assert_eq(c.status, 0, "%s", c.err);
+  cr_expect(strstr(c.out, "\"kept\" : \"search\""), "%s", c.out);
+  run_clear(&c);
   cr_assert_eq(a.status, 0, "%s", a.err);
   cr_assert_eq(b.status, 0, "%s", b.err);
   cr_expect(strstr(a.out, "\"kept\" : \"expert\""), "%s", a.out);
