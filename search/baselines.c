@@ -78,6 +78,13 @@ static int n_checkpoints(const SimGraph *g)
   return n;
 }
 
+SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o)
+{
+  /* A device subset is numbered 0..n-1 for the builder and mapped back afterwards. */
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(p->g, p->m, o, NULL);
+  return s ? search_problem_map_devices(p, s, NULL) : NULL;
+}
+
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
                          SimRecompute recompute, GPtrArray *out, GArray *opts)
 {
@@ -93,22 +100,12 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   o.sync = p->sync;
   o.memory = p->memory;
   o.memory.recompute = recompute;
-  /* A device subset is numbered 0..n-1 for the builder and mapped back afterwards. */
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(p->g, p->m, &o, NULL);
-  if (!s)
-    return;
-  SimStrategy *mapped = search_problem_map_devices(p, s, NULL);
+  SimStrategy *mapped = search_megatron_plan(p, &o);
   if (mapped) {
     g_ptr_array_add(out, mapped);
     if (opts)
       g_array_append_val(opts, o);
   }
-}
-
-SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o)
-{
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(p->g, p->m, o, NULL);
-  return s ? search_problem_map_devices(p, s, NULL) : NULL;
 }
 
 void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,

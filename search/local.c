@@ -642,6 +642,17 @@ static void refine_task(int i, gpointer data)
                                                &overflowed);
 }
 
+/* Sets @v's number of micro-batches from its data-parallel degree and micro-batch size;
+ * FALSE where they do not divide the batch or leave a pipeline fewer micro-batches than
+ * stages. */
+static gboolean fill_microbatches(SimMegatronOptions *v, int64_t batch)
+{
+  if (batch % ((int64_t)v->dp * v->microbatch_size) != 0)
+    return FALSE;
+  v->microbatches = (int)(batch / ((int64_t)v->dp * v->microbatch_size));
+  return v->pp == 1 || v->microbatches >= v->pp;
+}
+
 /* The neighbours of @o: each one change of the plan, as far as the batch allows (the
  * builder refuses the rest). */
 static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
@@ -696,10 +707,7 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     v.tp = d[0];
     v.pp = d[1];
     v.dp = d[2];
-    if (!ok || batch % ((int64_t)v.dp * v.microbatch_size) != 0)
-      continue;
-    v.microbatches = (int)(batch / ((int64_t)v.dp * v.microbatch_size));
-    if (v.pp > 1 && v.microbatches < v.pp)
+    if (!ok || !fill_microbatches(&v, batch))
       continue;
     if (v.pp == 1) {
       v.schedule = SIM_SCHEDULE_1F1B;
@@ -710,16 +718,10 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     out[n++] = v;
   }
   for (int k = 0; k < 2; k++) {
-    int64_t mbs = k == 0 ? o->microbatch_size * 2 : o->microbatch_size / 2;
-    if (mbs < 1 || batch % ((int64_t)o->dp * mbs) != 0)
-      continue;
-    int64_t m = batch / ((int64_t)o->dp * mbs);
-    if (o->pp > 1 && m < o->pp)
-      continue;
     v = *o;
-    v.microbatch_size = mbs;
-    v.microbatches = (int)m;
-    out[n++] = v;
+    v.microbatch_size = k == 0 ? o->microbatch_size * 2 : o->microbatch_size / 2;
+    if (v.microbatch_size >= 1 && fill_microbatches(&v, batch))
+      out[n++] = v;
   }
   for (int r = SIM_RECOMPUTE_NONE; r <= SIM_RECOMPUTE_FULL; r++)
     if (r != (int)o->memory.recompute) {
@@ -792,20 +794,27 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
   return kept;
 }
 
+void search_refine_pipeline(SearchContext *ctx, double share, SimStrategy **s, double *cost,
+                            const SimMegatronOptions *o)
+{
+  if (!*s || o->pp < 2)
+    return;
+  SearchContext *in = search_context_new_share(ctx, share);
+  if (in)
+    search_refine_megatron(in, s, cost, o);
+  search_context_free_inner(in);
+}
+
 void search_prefer_expert(SearchContext *ctx, gboolean single_stage, SimStrategy **best,
                           double *cost)
 {
   double ec = INFINITY;
   SimMegatronOptions o;
   SimStrategy *expert = search_start_expert_stages(ctx, single_stage ? 1 : 0, &ec, NULL, &o);
-  /* A pipelined winner is refined in Megatron's plan space within a quarter of what is
-   * left of the budget (as MCMC does for its start). */
-  if (expert && ec < *cost && o.pp > 1) {
-    SearchContext *in = search_context_new_share(ctx, 0.25);
-    if (in)
-      search_refine_megatron(in, &expert, &ec, &o);
-    search_context_free_inner(in);
-  }
+  /* A pipelined winner is refined within a quarter of what is left of the budget (as MCMC
+   * does for its start). */
+  if (ec < *cost)
+    search_refine_pipeline(ctx, 0.25, &expert, &ec, &o);
   if (expert && ec < *cost) {
     *cost = ec;
     sim_strategy_free(*best);

@@ -281,12 +281,9 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
     /* Only a pipeline is refined: the chains' own moves reach a single-stage plan's
      * operators and its memory savings, and a global change made for the expert plan
      * (ZeRO-1, say) can be the wrong one for the plan the chains go on to find. */
-    if (s && m->pipelines > 0 && fo.pp > 1) {
-      SearchContext *in = search_context_new_share(m->ctx, m->pipelines);
+    if (m->pipelines > 0) {
       double c = MIN(flat, piped);
-      if (in)
-        search_refine_megatron(in, &s, &c, &fo);
-      search_context_free_inner(in);
+      search_refine_pipeline(m->ctx, m->pipelines, &s, &c, &fo);
     }
     if (s)
       return s;

@@ -218,12 +218,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
     }
     /* The best of them refined in Megatron's plan space, within a quarter of what is left
      * of the budget. */
-    if (pipe && best_opts.pp > 1) {
-      SearchContext *in = search_context_new_share(ctx, 0.25);
-      if (in)
-        search_refine_megatron(in, &pipe, &pipe_cost, &best_opts);
-      search_context_free_inner(in);
-    }
+    search_refine_pipeline(ctx, 0.25, &pipe, &pipe_cost, &best_opts);
   }
 
   int64_t batch = sim_graph_batch_size(g);

@@ -226,6 +226,10 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
  * returns the number of changes kept. */
 int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
                            const SimMegatronOptions *o);
+/* The same for a plan with a pipeline (@o's pp > 1; others are left as they are), within a
+ * share @share of what is left of the budget. */
+void search_refine_pipeline(SearchContext *ctx, double share, SimStrategy **s, double *cost,
+                            const SimMegatronOptions *o);
 /* Keeps @s, the fastest of all expert plans (of time @cost), for the search's result:
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */
