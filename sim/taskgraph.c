@@ -392,6 +392,15 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   /* Global ids: blocks in assembly order, tasks in block order. */
   int n_blocks = tg->order ? (int)tg->order->len : (int)tg->blocks->len;
   int n = 0, n_edges = 0;
+  if (tg->order) {
+    /* Every live block must be in the order, or its tasks would silently go missing. */
+    int listed = 0, live = 0;
+    for (int o = 0; o < n_blocks; o++)
+      listed += ((SimTaskBlock *)tg->blocks->pdata[ORDER(o)])->live;
+    for (guint i = 0; i < tg->blocks->len; i++)
+      live += ((SimTaskBlock *)tg->blocks->pdata[i])->live;
+    g_assert(listed == live);
+  }
   for (int o = 0; o < n_blocks; o++) {
     SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
     b->offset = n;

@@ -643,6 +643,12 @@ Test(folding, equals_the_unfolded_simulation)
   check_fold("dgx-a100:4", "gpt", gpt, 2, 4, 4, 8, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE, NULL);
   check_fold("dgx-a100:2", "resnet-50", "batch=64", 16, 1, 1, 1, SIM_SCHEDULE_1F1B, 1,
              SIM_RECOMPUTE_NONE, "data-parallel replicas");
+  /* Two GPUs a NIC: the folded ranks' data-parallel rings (TP 8) and pipeline sends (TP 4,
+   * PP 2) cross the same NICs as their representatives', as shadows. */
+  check_fold("vtrain-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             both);
+  check_fold("vtrain-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             both);
   /* Gradients in several 25 MB buckets per tensor-parallel rank: each rank's data-parallel
    * group buckets its own gradients, folded or not. */
   const char *wide = "layers=2,hidden=2048,heads=16,seq=128,vocab=4096,batch=16";
