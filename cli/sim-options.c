@@ -121,6 +121,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
+    { "scatter-gather", 0, 0, G_OPTION_ARG_NONE, &p->scatter_gather, "Megatron's scatter-gather of pipeline messages: each tensor-parallel rank sends 1/TP of an activation or gradient to the next stage, whose ranks all-gather it", NULL },
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of link bandwidth", "F" },
@@ -265,6 +266,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   if (p->microbatch_size > 0)
     o->microbatch_size = p->microbatch_size;
   o->sequence_parallel = p->sequence_parallel;
+  o->scatter_gather = p->scatter_gather;
   if (p->schedule) {
     if (!strcmp(p->schedule, "1f1b")) {
       o->schedule = SIM_SCHEDULE_1F1B;

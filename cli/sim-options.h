@@ -9,7 +9,7 @@ typedef struct {
   gint64 microbatch_size, global_batch;
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
-  gboolean no_overlap, zero1, sequence_parallel, no_fold, blocking_sends;
+  gboolean no_overlap, zero1, sequence_parallel, scatter_gather, no_fold, blocking_sends;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;

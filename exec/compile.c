@@ -956,6 +956,16 @@ static void emit_copy(Ctx *x, int task, const SimPlanTask *t)
   int src = t->device, dst = t->peer;
   int64_t tag = coll_tag(task, 0);
   ExecBuf *from, *to;
+  if (t->relay && t->grad) {
+    /* A relayed gradient part would carry whatever else the relaying device has summed
+     * into that gradient. */
+    fail(x, EXEC_ERROR_UNSUPPORTED,
+         "task %d passes on part of the gradient of tensor '%s' (pipeline scatter-gather); "
+         "the executors run plans without it (drop \"pipeline_scatter_gather\" or "
+         "--scatter-gather)",
+         task, sim_graph_tensor_name(x->g, t->tensor));
+    return;
+  }
   if (t->grad) {
     /* One consumer's contributions, or the staged sum of several. */
     from = t->n_ops > 1 ? find_buf(x, EXEC_BUF_STAGE, src, t->tensor, -1, 0, t->mb)

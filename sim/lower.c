@@ -543,6 +543,13 @@ typedef struct {
   int c, k, holder;
   gboolean local;
   SimRegion inter;
+  /* Scatter-gather (SimStrategy.scatter_gather): the piece is part sg_i of sg_n that the
+   * consumers of pieces [sg_base, sg_base + sg_n) each receive from a holder and pass on
+   * to the others; sg_n == 0 for a piece sent whole.  A piece of a consumer shard that is
+   * folded away (sim FALSE) sends nothing and stands for its part. */
+  int sg_n, sg_i, sg_base;
+  gboolean sim;
+  SimRegion part;
 } Piece;
 
 /* TRUE if the boxes @a and @b (of one rank) overlap: the quick test that spares most
@@ -555,20 +562,85 @@ static inline gboolean boxes_overlap(const SimRegion *a, const SimRegion *b)
   return a->ndim == b->ndim;
 }
 
+/* Megatron's scatter-gather across pipeline stages: the consumer shards of another stage
+ * that need the same region from one group of several holders (tensor-parallel ranks that
+ * all hold the activation) each receive one part of it, cut along its longest dimension,
+ * from one holder, and take the other parts from each other.  Returns the pieces with
+ * every such group laid out consecutively, its parts in order; the others first, as
+ * plan_pieces() made them. */
+static GArray *scatter_gather(const OpLay *dst, GArray *groups, GArray *in)
+{
+  guint n = in->len;
+  GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), n);
+  uint8_t *taken = g_new0(uint8_t, MAX(n, 1));
+  int *members = g_new(int, MAX(n, 1));
+  for (guint a = 0; a < n; a++) {
+    const Piece *p = &g_array_index(in, Piece, a);
+    const Holders *h = &g_array_index(groups, Holders, p->k);
+    if (taken[a] || p->local || h->n < 2)
+      continue;
+    int m = 0;
+    for (guint b = a; b < n; b++) {
+      const Piece *q = &g_array_index(in, Piece, b);
+      if (!taken[b] && !q->local && q->k == p->k && sim_region_equal(&q->inter, &p->inter))
+        members[m++] = (int)b;
+    }
+    int dim = 0;
+    for (int d = 1; d < p->inter.ndim; d++)
+      if (p->inter.hi[d] - p->inter.lo[d] > p->inter.hi[dim] - p->inter.lo[dim])
+        dim = d;
+    int64_t ext = p->inter.hi[dim] - p->inter.lo[dim];
+    if (m < 2 || ext < m)
+      continue;
+    guint base = out->len;
+    for (int i = 0; i < m; i++) {
+      taken[members[i]] = 1;
+      Piece q = g_array_index(in, Piece, members[i]);
+      q.sg_n = m;
+      q.sg_i = i;
+      q.sg_base = (int)base;
+      q.holder = h->members[i % h->n];
+      q.part = q.inter;
+      q.part.lo[dim] = q.inter.lo[dim] + ext * i / m;
+      q.part.hi[dim] = q.inter.lo[dim] + ext * (i + 1) / m;
+      g_array_append_val(out, q);
+    }
+  }
+  /* The pieces sent whole go first, in their order; the groups' places move by as many. */
+  GArray *res = g_array_sized_new(FALSE, FALSE, sizeof(Piece), n);
+  for (guint a = 0; a < n; a++)
+    if (!taken[a] && g_array_index(in, Piece, a).sim)
+      g_array_append_val(res, g_array_index(in, Piece, a));
+  guint shift = res->len;
+  for (guint i = 0; i < out->len; i++) {
+    Piece q = g_array_index(out, Piece, i);
+    q.sg_base += (int)shift;
+    g_array_append_val(res, q);
+  }
+  (void)dst;
+  g_free(taken);
+  g_free(members);
+  g_array_free(out, TRUE);
+  g_array_free(in, TRUE);
+  return res;
+}
+
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
                            const OpLay *dst, const SimRegion *need)
 {
+  /* Scatter-gather needs every consumer shard of a group, folded away or not. */
+  gboolean sg = lw->s->scatter_gather && src->stage != dst->stage;
   /* Most consumer shards take one piece. */
   GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
   for (int c = 0; c < dst->n_shards; c++) {
-    if (dst->cidx[c] < 0)
+    if (dst->cidx[c] < 0 && !sg)
       continue;
     int dev = dst->dev[c];
     for (guint k = 0; k < groups->len; k++) {
       Holders *h = &g_array_index(groups, Holders, k);
       if (!boxes_overlap(&need[c], &h->region))
         continue;
-      Piece p = { .c = c, .k = (int)k, .holder = -1 };
+      Piece p = { .c = c, .k = (int)k, .holder = -1, .sim = dst->cidx[c] >= 0 };
       if (!sim_region_intersect(&need[c], &h->region, &p.inter))
         continue;
       for (int i = 0; i < h->n && p.holder < 0; i++)
@@ -577,56 +649,113 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
       p.local = p.holder >= 0;
       if (!p.local)
         p.holder = h->members[c % h->n];
-      if (!ready[k].reduced && src->cidx[p.holder] < 0) {
-        /* The data would come from a device that is folded away. */
-        lw->fold_violated = TRUE;
-        continue;
-      }
       g_array_append_val(out, p);
     }
   }
+  if (sg)
+    out = scatter_gather(dst, groups, out);
+  /* Data from a device that is folded away breaks the folding.  (The pieces of groups come
+   * after all others, so dropping others moves each group by the number dropped.) */
+  guint kept = 0;
+  for (guint i = 0; i < out->len; i++) {
+    Piece p = g_array_index(out, Piece, i);
+    if (p.sim && !ready[p.k].reduced && src->cidx[p.holder] < 0) {
+      lw->fold_violated = TRUE;
+      if (!p.sg_n)
+        continue;
+    }
+    if (p.sg_n)
+      p.sg_base -= (int)(i - kept);
+    g_array_index(out, Piece, kept++) = p;
+  }
+  g_array_set_size(out, kept);
   return out;
 }
 
+/* A flow of @region from device @sdev to @dev after @from, before @to: made once per
+ * transfer key (micro-batch, pass, devices, region), later users only wait for it.
+ * @relay: the region is passed on from a device that received it (scatter-gather).
+ * Returns the flow. */
+static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
+                       const SimRegion *region, SimTaskRef from, SimTaskRef to, SimDType dt,
+                       int tensor_op, int tensor, gboolean grad, gboolean relay, int mb)
+{
+  SentKey key;
+  memset(&key, 0, sizeof key);
+  key.which = which;
+  transfer_key(&key.tk, sdev, dev, region);
+  gboolean added;
+  guint k = sim_key_index_get(&lw->transfers, &key, &added);
+  if (!added) {
+    SimTaskRef fr = { block, lw->transfers.value[k] };
+    sim_taskgraph_depend(lw->tg, block, from, fr);
+    sim_taskgraph_depend(lw->tg, block, fr, to);
+    return fr;
+  }
+  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(region, dt),
+                            tensor_op, mb);
+  SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+  lw->transfers.value[k] = fr.index;
+  if (lw->record) {
+    SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = grad, .relay = relay,
+                     .tensor = tensor, .region = *region };
+    sim_taskgraph_sem_add(lw->tg, block, &m);
+  }
+  sim_taskgraph_depend(lw->tg, block, from, fr);
+  sim_taskgraph_depend(lw->tg, block, fr, to);
+  return fr;
+}
+
 /* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
- * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it. */
+ * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
+ * scatter-gathered piece sends its part from its holder, then every consumer of the group
+ * passes its part on to the others (a consumer folded away passes its part on when the
+ * representative has its own: their timelines are the same). */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
                     int tensor_op, int tensor, int which)
 {
+  gboolean grad = dst_pass == P_B;
+  SimTaskRef *got = NULL;
   for (guint i = 0; i < pieces->len; i++) {
     const Piece *p = &g_array_index(pieces, Piece, i);
+    if (!p->sim)
+      continue;
     SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
     SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb, p->holder);
     if (p->local) {
       sim_taskgraph_depend(lw->tg, block, from, to);
       continue;
     }
-    int dev = dst->dev[p->c], sdev = src->dev[p->holder];
-    SentKey key;
-    memset(&key, 0, sizeof key);
-    key.which = which;
-    transfer_key(&key.tk, sdev, dev, &p->inter);
-    gboolean added;
-    guint k = sim_key_index_get(&lw->transfers, &key, &added);
-    if (!added) {
-      SimTaskRef fr = { block, lw->transfers.value[k] };
-      sim_taskgraph_depend(lw->tg, block, from, fr);
-      sim_taskgraph_depend(lw->tg, block, fr, to);
-      continue;
+    SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],
+                         p->sg_n ? &p->part : &p->inter, from, to, dt, tensor_op, tensor, grad,
+                         FALSE, mb);
+    if (p->sg_n) {
+      if (!got)
+        got = g_new(SimTaskRef, pieces->len);
+      got[i] = fr;
     }
-    SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(&p->inter, dt),
-                              tensor_op, mb);
-    SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
-    lw->transfers.value[k] = fr.index;
-    if (lw->record) {
-      SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
-                       .tensor = tensor, .region = p->inter };
-      sim_taskgraph_sem_add(lw->tg, block, &m);
-    }
-    sim_taskgraph_depend(lw->tg, block, from, fr);
-    sim_taskgraph_depend(lw->tg, block, fr, to);
   }
+  for (guint i = 0; got && i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    if (!p->sg_n || !p->sim)
+      continue;
+    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
+    int dev = dst->dev[p->c];
+    for (int j = 0; j < p->sg_n; j++) {
+      const Piece *q = &g_array_index(pieces, Piece, p->sg_base + j);
+      if (q == p)
+        continue;
+      SimTaskRef arrived = q->sim ? got[p->sg_base + j] : got[i];
+      int qdev = dst->dev[q->c];
+      if (qdev == dev)
+        sim_taskgraph_depend(lw->tg, block, arrived, to);
+      else
+        send(lw, block, which, qdev, dev, &q->part, arrived, to, dt, tensor_op, tensor, grad,
+             TRUE, mb);
+    }
+  }
+  g_free(got);
 }
 
 static void build_tensor_block(SimLowering *lw, int t)

@@ -663,6 +663,7 @@ typedef struct {
   SimSchedule schedule;
   int chunks;                 /* model chunks per stage (interleaved)                 */
   gboolean sequence_parallel;
+  gboolean scatter_gather;    /* pipeline messages split over the tensor-parallel ranks */
   SimSyncOptions sync;
   SimMemoryOptions memory;
 } SimMegatronOptions;
@@ -881,6 +882,7 @@ typedef struct {
   gboolean sharded;        /* SYNC: reduce-scatter                                        */
   double predicted;        /* COMPUTE: the cost model's seconds; COPY: bytes / route bandwidth */
   double bytes;            /* COPY, TIMING flows                                          */
+  gboolean relay;          /* COPY: passed on by a device that received it (scatter-gather) */
 } SimPlanTask;
 
 /* Lowers @s for execution.  @cost may be NULL (the roofline model). */

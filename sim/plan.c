@@ -192,6 +192,7 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
       out->ops = p->copy_ops + p->copy_ops_off[i];
       out->tensor = m->tensor;
       out->grad = m->grad;
+      out->relay = m->relay;
       out->region = m->region;
       double bw = sim_machine_bandwidth(p->m, t->device, t->peer);
       out->predicted = isfinite(bw) && bw > 0 ? t->bytes / bw : 0;

@@ -451,6 +451,10 @@ struct _SimStrategy {
   SimSyncOptions sync;
   SimMemoryOptions memory;
   gboolean sequence_parallel;
+  /* Megatron's scatter-gather of pipeline messages: the tensor-parallel ranks that hold
+   * an activation (or gradient) each send 1/n of it to the next stage, whose ranks
+   * all-gather the parts. */
+  gboolean scatter_gather;
   /* Graph rewrites the strategy was found with (names of substitutions, in order); the
    * search applies them to the model before the configurations refer to it. */
   GPtrArray *rewrites;
@@ -488,6 +492,8 @@ int sim_strategy_op_replicas(const SimStrategy *s, int op);
 /* Options that the public header does not expose yet. */
 void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
+void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on);
+gboolean sim_strategy_get_scatter_gather(const SimStrategy *s);
 
 /* Enumerations by name, as the strategy files spell them; -1 for unknown names. */
 int sim_schedule_from_name(const char *name);

@@ -500,6 +500,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   sim_strategy_set_sync(s, &o->sync);
   sim_strategy_set_memory(s, &o->memory);
   sim_strategy_set_sequence_parallel(s, o->sequence_parallel);
+  sim_strategy_set_scatter_gather(s, o->scatter_gather);
   if (!sim_strategy_validate(s, g, m, error))
     return NULL;
   return g_steal_pointer(&s);

@@ -14,6 +14,7 @@
  *     "memory": {"recompute": "none" | "selective" | "full", "zero": 0 | 1,
  *                "precision": "fp32" | "mixed-fp16" | "mixed-bf16", "optimizer": "adam" | "sgd"},
  *     "sequence_parallel": false,
+ *     "pipeline_scatter_gather": false,   (optional; see SimStrategy.scatter_gather)
  *     "rewrites": ["fuse-qkv", ...],
  *     "stages": [{"devices": [0, 1]}, {"devices": {"start": 2, "count": 2, "stride": 1}}],
  *     "default": {"degrees": {"b": 4}, "devices": [0, 1, 2, 3], "stage": 0},
@@ -100,6 +101,8 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
                          sim_optimizer_name(s->memory.optimizer));
   g_string_append_printf(out, "  \"sequence_parallel\": %s,\n",
                          s->sequence_parallel ? "true" : "false");
+  if (s->scatter_gather)
+    g_string_append(out, "  \"pipeline_scatter_gather\": true,\n");
   g_string_append(out, "  \"rewrites\": [");
   for (guint i = 0; i < s->rewrites->len; i++) {
     if (i)
@@ -565,7 +568,7 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
 {
   static const char *const keys[] = { "format", "version", "model", "microbatches", "schedule",
                                       "chunks", "sync", "memory", "sequence_parallel",
-                                      "rewrites", "stages", "default", "ops", NULL };
+                                      "pipeline_scatter_gather", "rewrites", "stages", "default", "ops", NULL };
   if (!check_keys(r, root, "", keys))
     return FALSE;
 
@@ -621,6 +624,9 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
     return FALSE;
   if ((m = json_object_get_member(root, "sequence_parallel")) &&
       !get_bool(r, m, "sequence_parallel", &s->sequence_parallel))
+    return FALSE;
+  if ((m = json_object_get_member(root, "pipeline_scatter_gather")) &&
+      !get_bool(r, m, "pipeline_scatter_gather", &s->scatter_gather))
     return FALSE;
   if ((m = json_object_get_member(root, "rewrites"))) {
     if (!JSON_NODE_HOLDS_ARRAY(m))

@@ -184,6 +184,7 @@ SimStrategy *sim_strategy_new(const SimGraph *g, const SimMachine *m)
                                   .precision = SIM_PRECISION_FP32,
                                   .optimizer = SIM_OPTIMIZER_ADAM };
   s->sequence_parallel = FALSE;
+  s->scatter_gather = FALSE;
   s->rewrites = g_ptr_array_new_with_free_func(g_free);
   return s;
 }
@@ -246,7 +247,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
 
   if (a->n_ops != b->n_ops || a->n_devices != b->n_devices || a->n_stages != b->n_stages ||
       a->microbatches != b->microbatches || a->schedule != b->schedule ||
-      a->chunks != b->chunks || a->sequence_parallel != b->sequence_parallel)
+      a->chunks != b->chunks || a->sequence_parallel != b->sequence_parallel ||
+      !a->scatter_gather != !b->scatter_gather)
     return FALSE;
   if (a->sync.algorithm != b->sync.algorithm || a->sync.bucket_bytes != b->sync.bucket_bytes ||
       !a->sync.overlap != !b->sync.overlap)
@@ -643,6 +645,18 @@ gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s)
 {
   g_return_val_if_fail(s != NULL, FALSE);
   return s->sequence_parallel;
+}
+
+void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on)
+{
+  g_return_if_fail(s != NULL);
+  s->scatter_gather = !!on;
+}
+
+gboolean sim_strategy_get_scatter_gather(const SimStrategy *s)
+{
+  g_return_val_if_fail(s != NULL, FALSE);
+  return s->scatter_gather;
 }
 
 void sim_strategy_add_rewrite(SimStrategy *s, const char *name)

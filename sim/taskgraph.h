@@ -105,6 +105,7 @@ typedef struct {
   int32_t index;       /* the task in its block                                       */
   uint8_t kind;        /* SimSemKind                                                  */
   uint8_t grad;        /* the gradient of the tensor, not its value                    */
+  uint8_t relay;       /* a copy passed on by a device that received it (scatter-gather) */
   uint8_t coll;        /* SimCollKind of a synchronization                             */
   int32_t tensor;
   SimRegion region;

@@ -570,6 +570,8 @@ Test(properties, flow_groups_change_no_timing)
 
 /* Gradient bucket size of the plans check_fold() builds (0: none, the library's default). */
 static int64_t fold_bucket_bytes;
+/* ... and whether they scatter-gather their pipeline messages. */
+static gboolean fold_scatter_gather;
 
 static void check_fold_at(SimDetail detail, const char *machine, const char *model,
                           const char *params, int dp, int tp, int pp, int mbs, SimSchedule sched,
@@ -589,6 +591,7 @@ static void check_fold_at(SimDetail detail, const char *machine, const char *mod
   mo.chunks = chunks;
   mo.memory.recompute = rc;
   mo.sync.bucket_bytes = fold_bucket_bytes;
+  mo.scatter_gather = fold_scatter_gather;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
@@ -657,6 +660,80 @@ Test(folding, equals_the_unfolded_simulation)
   check_fold("dgx-a100:4", "gpt", wide, 2, 8, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
              both);
   fold_bucket_bytes = 0;
+  /* Pipeline messages scatter-gathered: the representative takes the parts of the ranks
+   * folded away as they reach it, and their relays run as shadows. */
+  fold_scatter_gather = TRUE;
+  check_fold("vtrain-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             both);
+  check_fold("dgx-a100:4", "gpt", gpt, 2, 8, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+             both);
+  check_fold("dgx-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_INTERLEAVED, 2,
+             SIM_RECOMPUTE_SELECTIVE, NULL);
+  fold_scatter_gather = FALSE;
+}
+
+/* Megatron's scatter-gather of pipeline messages, in bytes: with TP n, every activation
+ * and gradient that crosses from one stage to the next crosses once in n parts of 1/n
+ * (one from each rank) instead of n times whole, and each rank of the receiving stage
+ * passes its part to the n - 1 others.  A 2-layer GPT, TP 4, DP 2, PP 2 over two nodes
+ * (Megatron's rank order puts stage 0 on the first node, stage 1 on the second), 2
+ * micro-batches of 2 samples a replica, 128 tokens, hidden 256, fp16: a message is 2 x
+ * 128 x 256 x 2 = 131,072 bytes; per micro-batch and replica, one forward and one backward
+ * message cross: 8 in all. */
+Test(scatter_gather, splits_each_pipeline_message_over_the_tensor_parallel_ranks)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=2,hidden=256,heads=8,seq=128,vocab=1024,batch=8");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("vtrain-a100:2", &error);
+  cr_assert_not_null(m);
+  double cross[2] = { 0, 0 }, relayed[2] = { 0, 0 };
+  int n_cross[2] = { 0, 0 }, n_relay[2] = { 0, 0 };
+  double t[2];
+  for (int sg = 0; sg < 2; sg++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = 4;
+    mo.pp = 2;
+    mo.dp = 2;
+    mo.microbatches = 2;
+    mo.scatter_gather = sg;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimPlan *p = sim_plan_new(g, m, s, NULL, &error);
+    cr_assert_not_null(p, "%s", error ? error->message : "");
+    for (int i = 0; i < sim_plan_n_tasks(p); i++) {
+      SimPlanTask pt;
+      sim_plan_task(p, i, &pt);
+      if (pt.kind != SIM_PLAN_COPY)
+        continue;
+      gboolean across = sim_machine_device_node(m, pt.device) != sim_machine_device_node(m, pt.peer);
+      cr_assert(!pt.relay || !across, "a relay stays inside its stage's node");
+      cr_assert(!pt.relay || sg);
+      if (across) {
+        cross[sg] += pt.bytes;
+        n_cross[sg]++;
+      } else if (pt.relay) {
+        relayed[sg] += pt.bytes;
+        n_relay[sg]++;
+      }
+    }
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+    cr_assert_not_null(r, "%s", error ? error->message : "");
+    t[sg] = sim_report_iteration_time(r);
+    sim_plan_free(p);
+  }
+  const double msg = 2.0 * 128 * 256 * 2;
+  cr_assert_eq(n_cross[0], 8 * 4, "whole: each of the 4 ranks sends each message (%d)",
+               n_cross[0]);
+  cr_assert_float_eq(cross[0], 8 * 4 * msg, 1e-6, "%g", cross[0]);
+  cr_assert_eq(n_cross[1], 8 * 4, "parts: each of the 4 ranks sends a quarter (%d)", n_cross[1]);
+  cr_assert_float_eq(cross[1], 8 * msg, 1e-6, "%g", cross[1]);
+  cr_assert_eq(n_relay[1], 8 * 4 * 3, "each rank passes its part to the 3 others (%d)",
+               n_relay[1]);
+  cr_assert_float_eq(relayed[1], 8 * 3 * msg, 1e-6, "%g", relayed[1]);
+  /* Two GPUs a NIC: a quarter of the bytes across the NICs is faster. */
+  cr_assert_lt(t[1], t[0]);
 }
 
 /* sim_simulate_brief() against sim_simulate(): a folded run without a bound has the
