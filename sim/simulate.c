@@ -288,6 +288,9 @@ static int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k)
  * other flow uses.  Returns FALSE, adding nothing, when that does not hold. */
 typedef struct {
   int32_t block, index, a, b;
+  /* Which of its collective's flows with the same ends (or, for a whole ring's flow, which
+   * of its collective's rings) it is: the channels of a ring are distinct flows. */
+  int32_t occ;
 } FlowAt;
 
 static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, gboolean ranks)
@@ -367,6 +370,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
 
   /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
    * device-by-device table: 1 whole, 2 with shadows). */
+  GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                               (GDestroyNotify)g_bytes_unref, NULL);
   GArray *part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
   uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
   GArray *part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
@@ -414,12 +419,19 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         }
       }
       if (!whole) {
-        FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer };
+        FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer, 0 };
+        if (t->coll >= 0) {
+          int32_t okey[3] = { t->coll, t->n_links ? -1 : t->device, t->n_links ? -1 : t->peer };
+          GBytes *kb = g_bytes_new(okey, sizeof okey);
+          at.occ = GPOINTER_TO_INT(g_hash_table_lookup(occ_seen, kb));
+          g_hash_table_replace(occ_seen, kb, GINT_TO_POINTER(at.occ + 1));
+        }
         g_array_append_val(part, at);
       }
     }
   }
   g_free(kind);
+  g_hash_table_destroy(occ_seen);
   g_free(last_set);
   g_free(last_whole);
   if (!ring_ok)
@@ -524,7 +536,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
               continue;
             /* Rotations of one image set give the same collective: key it by its set (its
              * smallest device) and, for a flow per rank, by the pair. */
-            int32_t key[3] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll };
+            int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
+                               at.occ };
             GBytes *kb = g_bytes_new(key, sizeof key);
             if (g_hash_table_contains(made, kb)) {
               g_bytes_unref(kb);

@@ -652,6 +652,15 @@ Test(folding, equals_the_unfolded_simulation)
              both);
   check_fold("vtrain-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
              both);
+  /* Data-parallel rings over several GPUs of each node run as several channels (rotations
+   * inside the nodes), some of whose flows join the same two GPUs: each channel's flow has
+   * its own shadow. */
+  check_fold("dgx1-v100:2", "gpt", gpt, 8, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             NULL);
+  check_fold("flexflow-p100", "gpt", gpt, 4, 2, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             NULL);
+  check_fold("pcie-4gpu:2", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+             NULL);
   /* Gradients in several 25 MB buckets per tensor-parallel rank: each rank's data-parallel
    * group buckets its own gradients, folded or not. */
   const char *wide = "layers=2,hidden=2048,heads=16,seq=128,vocab=4096,batch=16";
