@@ -564,6 +564,15 @@ Test(strategy_json, round_trips_megatron)
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   assert_round_trip(s, g, m);
+  /* Pipeline messages scatter-gathered: written, read back, and not equal to whole ones. */
+  o.scatter_gather = TRUE;
+  g_autoptr(SimStrategy) sg = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(sg, "%s", error ? error->message : "");
+  cr_assert(sim_strategy_get_scatter_gather(sg));
+  g_autofree char *text = sim_strategy_to_json(sg, g);
+  cr_assert(strstr(text, "\"pipeline_scatter_gather\": true"), "%s", text);
+  assert_round_trip(sg, g, m);
+  cr_assert_not(sim_strategy_equal(s, sg));
 }
 
 Test(strategy_json, writes_compact_device_ranges)
@@ -668,6 +677,10 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 {
   GError *e;
   g_autofree char *base = g_strdup(tiny_ops);
+
+  e = read_error("\"pipeline_scatter_gather\": 1");
+  assert_error(e, SIM_ERROR_PARSE, "s.json: pipeline_scatter_gather: expected true or false");
+  g_error_free(e);
 
   e = read_error("\"ops\": {\"fc9\": {\"devices\": [0]}}");
   assert_error(e, SIM_ERROR_UNKNOWN, "s.json: ops.fc9: no such operator in model 'tiny'");
