@@ -11,6 +11,7 @@
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "taskgraph.h"
@@ -572,6 +573,8 @@ Test(properties, flow_groups_change_no_timing)
 static int64_t fold_bucket_bytes;
 /* ... and whether they scatter-gather their pipeline messages. */
 static gboolean fold_scatter_gather;
+/* ... sequence parallelism and ZeRO-1. */
+static gboolean fold_sequence_parallel, fold_zero1;
 
 static void check_fold_at(SimDetail detail, const char *machine, const char *model,
                           const char *params, int dp, int tp, int pp, int mbs, SimSchedule sched,
@@ -592,6 +595,8 @@ static void check_fold_at(SimDetail detail, const char *machine, const char *mod
   mo.memory.recompute = rc;
   mo.sync.bucket_bytes = fold_bucket_bytes;
   mo.scatter_gather = fold_scatter_gather;
+  mo.sequence_parallel = fold_sequence_parallel;
+  mo.memory.zero1 = fold_zero1;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
@@ -679,6 +684,45 @@ Test(folding, equals_the_unfolded_simulation)
   check_fold("dgx-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_INTERLEAVED, 2,
              SIM_RECOMPUTE_SELECTIVE, NULL);
   fold_scatter_gather = FALSE;
+}
+
+/* Random Megatron plans on machines whose GPUs share links in different ways (a NIC per
+ * GPU pair, the DGX-1's cube mesh, one NIC per node, PCIe switches, a rail per GPU):
+ * whatever folding the simulator picks, its run equals the unfolded one. */
+Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
+{
+  const char *machines[][2] = { { "vtrain-a100:2", "16" }, { "dgx1-v100:2", "16" },
+                                { "flexflow-p100", "16" }, { "pcie-4gpu:2", "8" },
+                                { "dgx-a100:2", "16" }, { "dgx1-p100:2", "16" } };
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  GRand *rng = g_rand_new_with_seed(11);
+  int done = 0;
+  while (done < 24) {
+    int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(machines));
+    int n = atoi(machines[mi][1]);
+    int tp = 1 << g_rand_int_range(rng, 0, 3), pp = 1 << g_rand_int_range(rng, 0, 2);
+    int dp = g_rand_int_range(rng, 0, 4) ? n / (tp * pp) : MAX(1, n / (2 * tp * pp));
+    if (dp < 1 || 32 % dp || (32 / dp) % 2)
+      continue;
+    int mbs = 2;
+    SimSchedule sched = SIM_SCHEDULE_1F1B;
+    int chunks = 1;
+    if (pp > 1 && g_rand_int_range(rng, 0, 3) == 0) {
+      sched = SIM_SCHEDULE_INTERLEAVED;
+      chunks = 2;
+    }
+    SimRecompute rc = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    fold_scatter_gather = pp > 1 && g_rand_boolean(rng);
+    fold_sequence_parallel = tp > 1 && g_rand_boolean(rng);
+    fold_zero1 = dp > 1 && g_rand_boolean(rng);
+    fold_bucket_bytes = g_rand_boolean(rng) ? 0 : 1000000;
+    SimDetail detail = g_rand_boolean(rng) ? SIM_DETAIL_FLOWS : SIM_DETAIL_COLLECTIVE;
+    check_fold_at(detail, machines[mi][0], "gpt", gpt, dp, tp, pp, mbs, sched, chunks, rc, NULL);
+    done++;
+  }
+  fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
+  fold_bucket_bytes = 0;
+  g_rand_free(rng);
 }
 
 /* Megatron's scatter-gather of pipeline messages, in bytes: with TP n, every activation
