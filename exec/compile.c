@@ -956,17 +956,23 @@ static void emit_copy(Ctx *x, int task, const SimPlanTask *t)
   int src = t->device, dst = t->peer;
   int64_t tag = coll_tag(task, 0);
   ExecBuf *from, *to;
-  if (t->relay && t->grad) {
-    /* A relayed gradient part would carry whatever else the relaying device has summed
-     * into that gradient. */
-    fail(x, EXEC_ERROR_UNSUPPORTED,
-         "task %d passes on part of the gradient of tensor '%s' (pipeline scatter-gather); "
-         "the executors run plans without it (drop \"pipeline_scatter_gather\" or "
-         "--scatter-gather)",
-         task, sim_graph_tensor_name(x->g, t->tensor));
-    return;
-  }
-  if (t->grad) {
+  if (t->grad && t->relay) {
+    /* A part of a gradient passed on (scatter-gather): the relaying device's gradient
+     * buffer holds what it received, which the lowering makes the part alone (no consumer
+     * of the tensor on that device). */
+    int nc = sim_graph_tensor_n_consumers(x->g, t->tensor);
+    for (int k = 0; k < nc; k++)
+      if (find_buf(x, EXEC_BUF_CONTRIB, src, t->tensor, sim_graph_tensor_consumer(x->g, t->tensor, k),
+                   0, t->mb)) {
+        fail(x, EXEC_ERROR_UNSUPPORTED,
+             "task %d passes on part of the gradient of tensor '%s' from device %d, which "
+             "also computes some of it",
+             task, sim_graph_tensor_name(x->g, t->tensor), src);
+        return;
+      }
+    from = find_buf(x, EXEC_BUF_GRAD, src, t->tensor, -1, 0, t->mb);
+    to = find_buf(x, EXEC_BUF_GRAD, dst, t->tensor, -1, 0, t->mb);
+  } else if (t->grad) {
     /* One consumer's contributions, or the staged sum of several. */
     from = t->n_ops > 1 ? find_buf(x, EXEC_BUF_STAGE, src, t->tensor, -1, 0, t->mb)
                         : find_buf(x, EXEC_BUF_CONTRIB, src, t->tensor, t->ops[0], 0, t->mb);
@@ -985,7 +991,7 @@ static void emit_copy(Ctx *x, int task, const SimPlanTask *t)
     return;
   }
   emit_time(x, src, task, TRUE);
-  if (t->grad && t->n_ops > 1) {
+  if (t->grad && !t->relay && t->n_ops > 1) {
     ExecView sv = buf_view(from);
     emit_fill(x, src, &sv, &t->region, 0.0f);
     for (int k = 0; k < t->n_ops; k++) {

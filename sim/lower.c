@@ -625,11 +625,12 @@ static GArray *scatter_gather(const OpLay *dst, GArray *groups, GArray *in)
   return res;
 }
 
+/* @may_sg: scatter-gather is allowed for this direction (see build_tensor_block()). */
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
-                           const OpLay *dst, const SimRegion *need)
+                           const OpLay *dst, const SimRegion *need, gboolean may_sg)
 {
   /* Scatter-gather needs every consumer shard of a group, folded away or not. */
-  gboolean sg = lw->s->scatter_gather && src->stage != dst->stage;
+  gboolean sg = may_sg && lw->s->scatter_gather && src->stage != dst->stage;
   /* Most consumer shards take one piece. */
   GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
   for (int c = 0; c < dst->n_shards; c++) {
@@ -820,6 +821,16 @@ static void build_tensor_block(SimLowering *lw, int t)
   /* Transfers already made, per micro-batch and pass (forward, recompute, backward:
    * which = 3 mb + pass), made when first needed. */
   sim_key_index_clear(&lw->transfers);
+  /* Gradients are scatter-gathered only where every consumer sits in one other stage: the
+   * producer's ranks then hold nothing of the gradient but what they receive, so a part
+   * passed on from one to another is exactly the part received (Megatron's stage
+   * boundaries). */
+  gboolean bwd_sg = TRUE;
+  for (guint ci = 0; ci < ten->consumers->len; ci++) {
+    const OpLay *cl = &lw->ops[g_array_index(ten->consumers, int, ci)];
+    const OpLay *c0 = &lw->ops[g_array_index(ten->consumers, int, 0)];
+    bwd_sg &= cl->stage != pl->stage && cl->stage == c0->stage;
+  }
 
   for (guint ci = 0; ci < ten->consumers->len; ci++) {
     int cx = g_array_index(ten->consumers, int, ci);
@@ -855,8 +866,8 @@ static void build_tensor_block(SimLowering *lw, int t)
     /* Whether a group is reduced is the same in every micro-batch: the first one's
      * readiness tells the pieces where the data comes from. */
     reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
-    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need);
-    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed);
+    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
+    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
     for (int mb = 0; mb < M; mb++) {
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
               mb * 3);

@@ -454,6 +454,35 @@ Test(exec, gpt_megatron_3d)
   check(g, m, s, SIM_OPTIMIZER_SGD);
 }
 
+/* Megatron's scatter-gather of pipeline messages: the activations and gradients that
+ * cross stages travel in parts, which the receiving ranks pass on to each other; the run
+ * still matches one device. */
+Test(exec, gpt_megatron_3d_scatter_gather)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 2;
+  o.dp = 2;
+  o.scatter_gather = TRUE;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  int relays[2] = { 0, 0 };
+  for (int i = 0; i < sim_plan_n_tasks(plan); i++) {
+    SimPlanTask t;
+    sim_plan_task(plan, i, &t);
+    if (t.kind == SIM_PLAN_COPY && t.relay)
+      relays[t.grad]++;
+  }
+  cr_assert_gt(relays[0], 0, "activations passed on");
+  cr_assert_gt(relays[1], 0, "gradients passed on");
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
 /* BERT ties its output layer to the embedding and gives it a bias of its own, which data
  * parallelism must synchronize like any weight. */
 Test(exec, bert_data_parallel)
