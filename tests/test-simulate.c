@@ -981,6 +981,53 @@ Test(delta, equals_full_simulation_on_pipelines)
   g_rand_free(rng);
 }
 
+/* Delta sessions on machines whose GPUs share links: after random changes from data
+ * parallelism (each kept or undone, so the plan is sometimes symmetric again), the
+ * session's time is the report's, which folds where it can. */
+Test(delta, equals_the_report_on_machines_with_shared_links)
+{
+  const char *machines[] = { "flexflow-p100", "dgx1-v100:2", "pcie-4gpu:2", "vtrain-a100:2" };
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=4,hidden=256,input=128,classes=64,batch=32,towers=2");
+  g_autoptr(SimCostModel) c = roofline();
+  GRand *rng = g_rand_new_with_seed(3);
+  for (size_t k = 0; k < G_N_ELEMENTS(machines); k++) {
+    GError *error = NULL;
+    g_autoptr(SimMachine) m = sim_machine_load(machines[k], &error);
+    cr_assert_not_null(m);
+    int n = sim_machine_n_devices(m);
+    g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, n, &error);
+    cr_assert_not_null(s0, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+    cr_assert_not_null(ss, "%s", error ? error->message : "");
+    for (int seq = 0; seq < 6; seq++) {
+      g_autoptr(SimStrategy) before = sim_strategy_copy(sim_session_get_strategy(ss));
+      random_op_change(ss, g, rng);
+      double t = sim_session_run(ss);
+      g_autoptr(SimReport) r = sim_simulate(g, m, sim_session_get_strategy(ss), c, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      cr_assert_float_eq(t, sim_report_iteration_time(r), 1e-9 * t, "%s: delta %.17g vs report %.17g",
+                         machines[k], t, sim_report_iteration_time(r));
+      if (g_rand_boolean(rng)) {
+        /* Undone: back to the plan before, symmetric again at first. */
+        for (int x = 0; x < sim_graph_n_ops(g); x++) {
+          int nd = 0;
+          const int *devs = sim_strategy_op_devices(before, x, &nd);
+          cr_assert(sim_session_set_op(ss, x, sim_strategy_op_degrees(before, x), devs, NULL));
+        }
+        double back = sim_session_run(ss);
+        g_autoptr(SimReport) rb = sim_simulate(g, m, before, c, &o, &error);
+        cr_assert_not_null(rb);
+        cr_assert_float_eq(back, sim_report_iteration_time(rb), 1e-9 * back, "%s: undone %.17g vs %.17g (%s)",
+                           machines[k], back, sim_report_iteration_time(rb),
+                           sim_report_folding(rb));
+      }
+    }
+    sim_session_free(ss);
+  }
+  g_rand_free(rng);
+}
+
 Test(delta, a_bounded_run_stops_past_its_bound)
 {
   g_autoptr(SimCostModel) c = roofline();
