@@ -440,17 +440,25 @@ Test(exec, gpt_megatron_tp)
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
-Test(exec, gpt_megatron_3d)
+/* Megatron's plan with TP 2, PP 2, DP 2, pipeline messages whole or scatter-gathered. */
+static SimStrategy *megatron_3d(const SimGraph *g, SimMachine *m, gboolean scatter_gather)
 {
-  g_autoptr(SimGraph) g = gpt();
-  g_autoptr(SimMachine) m = machine();
   SimMegatronOptions o = sim_megatron_options_default();
   o.tp = 2;
   o.pp = 2;
   o.dp = 2;
+  o.scatter_gather = scatter_gather;
   GError *error = NULL;
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  SimStrategy *s = sim_strategy_megatron(g, m, &o, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
+  return s;
+}
+
+Test(exec, gpt_megatron_3d)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = megatron_3d(g, m, FALSE);
   check(g, m, s, SIM_OPTIMIZER_SGD);
 }
 
@@ -461,14 +469,8 @@ Test(exec, gpt_megatron_3d_scatter_gather)
 {
   g_autoptr(SimGraph) g = gpt();
   g_autoptr(SimMachine) m = machine();
-  SimMegatronOptions o = sim_megatron_options_default();
-  o.tp = 2;
-  o.pp = 2;
-  o.dp = 2;
-  o.scatter_gather = TRUE;
+  g_autoptr(SimStrategy) s = megatron_3d(g, m, TRUE);
   GError *error = NULL;
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
-  cr_assert_not_null(s, "%s", error ? error->message : "");
   g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
   cr_assert_not_null(plan, "%s", error ? error->message : "");
   int relays[2] = { 0, 0 };

@@ -882,6 +882,27 @@ static SimSession *data_parallel_session(const SimGraph *g, SimMachine *m, SimCo
   return ss;
 }
 
+/* The session's last run against the same strategy lowered and simulated from scratch:
+ * the same tasks and the same timeline, bit for bit. */
+static void assert_same_as_fresh(SimSession *ss, const SimGraph *g, SimMachine *m,
+                                 SimCostModel *c, double t, const char *what)
+{
+  SimTaskGraph *tg;
+  SimTimeline tl = { 0 };
+  SimLowering *lw;
+  run_lowered(g, m, sim_session_get_strategy(ss), c, &tg, &tl, &lw);
+  const SimTaskGraph *dtg = sim_session_taskgraph(ss);
+  const SimTimeline *dtl = sim_session_timeline(ss);
+  cr_assert_eq(t, tl.makespan, "%s: delta %.17g vs full %.17g", what, t, tl.makespan);
+  cr_assert_eq(dtg->n_tasks, tg->n_tasks);
+  for (int i = 0; i < tg->n_tasks; i++) {
+    cr_assert_eq(dtl->start[i], tl.start[i]);
+    cr_assert_eq(dtl->end[i], tl.end[i]);
+  }
+  sim_timeline_clear(&tl);
+  sim_lowering_free(lw);
+}
+
 Test(delta, equals_full_simulation_after_random_changes)
 {
   const char *models[][2] = {
@@ -900,21 +921,7 @@ Test(delta, equals_full_simulation_after_random_changes)
       for (int i = 0; i < changes; i++)
         random_op_change(ss, g, rng);
       double t = sim_session_run(ss);
-      /* The same strategy lowered and simulated from scratch: the same tasks and the
-       * same timeline, bit for bit. */
-      SimTaskGraph *tg;
-      SimTimeline tl = { 0 };
-      SimLowering *lw;
-      run_lowered(g, m, sim_session_get_strategy(ss), c, &tg, &tl, &lw);
-      const SimTaskGraph *dtg = sim_session_taskgraph(ss);
-      const SimTimeline *dtl = sim_session_timeline(ss);
-      cr_assert_eq(t, tl.makespan, "%s: delta %.17g vs full %.17g", models[k][0], t,
-                   tl.makespan);
-      cr_assert_eq(dtg->n_tasks, tg->n_tasks);
-      for (int i = 0; i < tg->n_tasks; i++) {
-        cr_assert_eq(dtl->start[i], tl.start[i]);
-        cr_assert_eq(dtl->end[i], tl.end[i]);
-      }
+      assert_same_as_fresh(ss, g, m, c, t, models[k][0]);
       /* The memory figures a search reads without a report are the report's. */
       double ratio = -1;
       gboolean fits = FALSE;
@@ -926,8 +933,6 @@ Test(delta, equals_full_simulation_after_random_changes)
                            (double)sim_machine_device_spec(m, d)->mem_capacity);
       cr_assert_eq(ratio, want);
       cr_assert_eq(fits, sim_report_fits(r));
-      sim_timeline_clear(&tl);
-      sim_lowering_free(lw);
     }
     sim_session_free(ss);
   }
@@ -960,21 +965,8 @@ Test(delta, equals_full_simulation_on_pipelines)
     cr_assert_not_null(ss, "%s", error ? error->message : "");
     for (int seq = 0; seq < 6; seq++) {
       random_op_change(ss, g, rng);
-      double t = sim_session_run(ss);
-      SimTaskGraph *tg;
-      SimTimeline tl = { 0 };
-      SimLowering *lw;
-      run_lowered(g, m, sim_session_get_strategy(ss), c, &tg, &tl, &lw);
-      const SimTaskGraph *dtg = sim_session_taskgraph(ss);
-      const SimTimeline *dtl = sim_session_timeline(ss);
-      cr_assert_eq(t, tl.makespan, "sg %d: delta %.17g vs full %.17g", sg, t, tl.makespan);
-      cr_assert_eq(dtg->n_tasks, tg->n_tasks);
-      for (int i = 0; i < tg->n_tasks; i++) {
-        cr_assert_eq(dtl->start[i], tl.start[i]);
-        cr_assert_eq(dtl->end[i], tl.end[i]);
-      }
-      sim_timeline_clear(&tl);
-      sim_lowering_free(lw);
+      assert_same_as_fresh(ss, g, m, c, sim_session_run(ss),
+                           sg ? "scatter-gathered" : "whole messages");
     }
     sim_session_free(ss);
   }
