@@ -568,7 +568,7 @@ static inline gboolean boxes_overlap(const SimRegion *a, const SimRegion *b)
  * from one holder, and take the other parts from each other.  Returns the pieces with
  * every such group laid out consecutively, its parts in order; the others first, as
  * plan_pieces() made them. */
-static GArray *scatter_gather(const OpLay *dst, GArray *groups, GArray *in)
+static GArray *scatter_gather(GArray *groups, GArray *in)
 {
   guint n = in->len;
   GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), n);
@@ -617,7 +617,6 @@ static GArray *scatter_gather(const OpLay *dst, GArray *groups, GArray *in)
     q.sg_base += (int)shift;
     g_array_append_val(res, q);
   }
-  (void)dst;
   g_free(taken);
   g_free(members);
   g_array_free(out, TRUE);
@@ -654,7 +653,7 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
     }
   }
   if (sg)
-    out = scatter_gather(dst, groups, out);
+    out = scatter_gather(groups, out);
   /* Data from a device that is folded away breaks the folding.  (The pieces of groups come
    * after all others, so dropping others moves each group by the number dropped.) */
   guint kept = 0;
