@@ -543,11 +543,11 @@ typedef struct {
   int c, k, holder;
   gboolean local;
   SimRegion inter;
-  /* Scatter-gather (SimStrategy.scatter_gather): the piece is part sg_i of sg_n that the
-   * consumers of pieces [sg_base, sg_base + sg_n) each receive from a holder and pass on
-   * to the others; sg_n == 0 for a piece sent whole.  A piece of a consumer shard that is
-   * folded away (sim FALSE) sends nothing and stands for its part. */
-  int sg_n, sg_i, sg_base;
+  /* Scatter-gather (SimStrategy.scatter_gather): the piece is one of the sg_n parts that
+   * the consumers of pieces [sg_base, sg_base + sg_n) each receive from a holder and pass
+   * on to the others; sg_n == 0 for a piece sent whole.  A piece of a consumer shard that
+   * is folded away (sim FALSE) sends nothing and stands for its part. */
+  int sg_n, sg_base;
   gboolean sim;
   SimRegion part;
 } Piece;
@@ -597,7 +597,6 @@ static GArray *scatter_gather(GArray *groups, GArray *in)
       taken[members[i]] = 1;
       Piece q = g_array_index(in, Piece, members[i]);
       q.sg_n = m;
-      q.sg_i = i;
       q.sg_base = (int)base;
       q.holder = h->members[i % h->n];
       q.part = q.inter;
@@ -824,12 +823,10 @@ static void build_tensor_block(SimLowering *lw, int t)
    * producer's ranks then hold nothing of the gradient but what they receive, so a part
    * passed on from one to another is exactly the part received (Megatron's stage
    * boundaries). */
-  gboolean bwd_sg = TRUE;
-  for (guint ci = 0; ci < ten->consumers->len; ci++) {
-    const OpLay *cl = &lw->ops[g_array_index(ten->consumers, int, ci)];
-    const OpLay *c0 = &lw->ops[g_array_index(ten->consumers, int, 0)];
-    bwd_sg &= cl->stage != pl->stage && cl->stage == c0->stage;
-  }
+  int cstage = lw->ops[g_array_index(ten->consumers, int, 0)].stage;
+  gboolean bwd_sg = cstage != pl->stage;
+  for (guint ci = 1; ci < ten->consumers->len; ci++)
+    bwd_sg &= lw->ops[g_array_index(ten->consumers, int, ci)].stage == cstage;
 
   for (guint ci = 0; ci < ten->consumers->len; ci++) {
     int cx = g_array_index(ten->consumers, int, ci);

@@ -498,15 +498,6 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     }
     g_ptr_array_free(slot, TRUE);
     int shadow_block = sim_taskgraph_block_new(tg);
-    if (tg->order) {
-      /* The lowering lays its blocks out in an order of its own: the shadows join it, last
-       * (a block left out of the order is never assembled). */
-      gboolean listed = FALSE;
-      for (guint i = 0; i < tg->order->len && !listed; i++)
-        listed = g_array_index(tg->order, int, i) == shadow_block;
-      if (!listed)
-        g_array_append_val(tg->order, shadow_block);
-    }
     /* A collective's flows map onto each other under its own symmetries, so different
      * symmetries can give one flow the same image: one shadow per image and collective. */
     GHashTable *made = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,

@@ -98,11 +98,19 @@ void sim_taskgraph_free(SimTaskGraph *tg)
 int sim_taskgraph_block_new(SimTaskGraph *tg)
 {
   tg->dirty = TRUE;
+  /* Where blocks are laid out in an order of their own (a lowering that reuses blocks sets
+   * it, and sets it again after each build), a block made later joins it, last: a block
+   * left out of the order would never be assembled. */
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
     if (!b->live) {
       b->live = TRUE;
       b->changed = TRUE;
+      gboolean listed = FALSE;
+      for (guint o = 0; tg->order && o < tg->order->len && !listed; o++)
+        listed = g_array_index(tg->order, int, o) == (int)i;
+      if (tg->order && !listed)
+        g_array_append_val(tg->order, i);
       return (int)i;
     }
   }
@@ -112,7 +120,10 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   b->live = TRUE;
   b->changed = TRUE;
   g_ptr_array_add(tg->blocks, b);
-  return (int)tg->blocks->len - 1;
+  int id = (int)tg->blocks->len - 1;
+  if (tg->order)
+    g_array_append_val(tg->order, id);
+  return id;
 }
 
 void sim_taskgraph_release_blocks(SimTaskGraph *tg)
