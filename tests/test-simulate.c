@@ -725,6 +725,23 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
   g_rand_free(rng);
 }
 
+/* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
+ * scatter-gathered or not; fails the test if the builder refuses it. */
+static SimStrategy *megatron_plan(SimGraph *g, SimMachine *m, int tp, int pp, int dp, int mbs,
+                                  gboolean scatter_gather)
+{
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = tp;
+  mo.pp = pp;
+  mo.dp = dp;
+  mo.microbatches = mbs;
+  mo.scatter_gather = scatter_gather;
+  GError *error = NULL;
+  SimStrategy *s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  return s;
+}
+
 /* Megatron's scatter-gather of pipeline messages, in bytes: with TP n, every activation
  * and gradient that crosses from one stage to the next crosses once in n parts of 1/n
  * (one from each rank) instead of n times whole, and each rank of the receiving stage
@@ -744,14 +761,7 @@ Test(scatter_gather, splits_each_pipeline_message_over_the_tensor_parallel_ranks
   int n_cross[2] = { 0, 0 }, n_relay[2] = { 0, 0 };
   double t[2];
   for (int sg = 0; sg < 2; sg++) {
-    SimMegatronOptions mo = sim_megatron_options_default();
-    mo.tp = 4;
-    mo.pp = 2;
-    mo.dp = 2;
-    mo.microbatches = 2;
-    mo.scatter_gather = sg;
-    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
-    cr_assert_not_null(s, "%s", error ? error->message : "");
+    g_autoptr(SimStrategy) s = megatron_plan(g, m, 4, 2, 2, 2, sg);
     SimPlan *p = sim_plan_new(g, m, s, NULL, &error);
     cr_assert_not_null(p, "%s", error ? error->message : "");
     for (int i = 0; i < sim_plan_n_tasks(p); i++) {
@@ -798,13 +808,7 @@ static void check_brief(const char *params, int dp, int tp, int pp, int mbs, gbo
   sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
-  SimMegatronOptions mo = sim_megatron_options_default();
-  mo.dp = dp;
-  mo.tp = tp;
-  mo.pp = pp;
-  mo.microbatches = mbs;
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
-  cr_assert_not_null(s, "%s", error ? error->message : "");
+  g_autoptr(SimStrategy) s = megatron_plan(g, m, tp, pp, dp, mbs, FALSE);
   SimOptions o = sim_options_default();
   g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
   cr_assert_not_null(r);
@@ -952,14 +956,7 @@ Test(delta, equals_full_simulation_on_pipelines)
   cr_assert_not_null(m);
   GRand *rng = g_rand_new_with_seed(5);
   for (int sg = 0; sg < 2; sg++) {
-    SimMegatronOptions mo = sim_megatron_options_default();
-    mo.tp = 2;
-    mo.pp = 2;
-    mo.dp = 1;
-    mo.microbatches = 2;
-    mo.scatter_gather = sg;
-    g_autoptr(SimStrategy) s0 = sim_strategy_megatron(g, m, &mo, &error);
-    cr_assert_not_null(s0, "%s", error ? error->message : "");
+    g_autoptr(SimStrategy) s0 = megatron_plan(g, m, 2, 2, 1, 2, sg);
     SimOptions o = sim_options_default();
     SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
     cr_assert_not_null(ss, "%s", error ? error->message : "");
