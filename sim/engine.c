@@ -835,15 +835,16 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
 {
   int n = tg->n_tasks;
   if (n > e->cap_tasks) {
+    /* Every run sets these up afresh (below): nothing to keep. */
     e->cap_tasks = n;
-    e->preds_left = g_renew(int32_t, e->preds_left, n);
-    e->flow_slot = g_renew(int32_t, e->flow_slot, n);
-    e->flow_ver = g_renew(uint32_t, e->flow_ver, n);
-    e->flow_route = g_renew(const SimRoute *, e->flow_route, n);
-    e->ready_time = g_renew(double, e->ready_time, n);
-    e->sync_time = g_renew(double, e->sync_time, n);
-    e->ready = g_renew(uint8_t, e->ready, n);
-    e->send_counted = g_renew(uint8_t, e->send_counted, n);
+    e->preds_left = sim_large_renew(e->preds_left, (size_t)n * sizeof(int32_t));
+    e->flow_slot = sim_large_renew(e->flow_slot, (size_t)n * sizeof(int32_t));
+    e->flow_ver = sim_large_renew(e->flow_ver, (size_t)n * sizeof(uint32_t));
+    e->flow_route = sim_large_renew(e->flow_route, (size_t)n * sizeof(const SimRoute *));
+    e->ready_time = sim_large_renew(e->ready_time, (size_t)n * sizeof(double));
+    e->sync_time = sim_large_renew(e->sync_time, (size_t)n * sizeof(double));
+    e->ready = sim_large_renew(e->ready, (size_t)n);
+    e->send_counted = sim_large_renew(e->send_counted, (size_t)n);
   }
   /* A delta run fills the arrays of the last one (fresh pages cost more than the
    * writes). */
@@ -857,9 +858,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   } else {
     sim_timeline_clear(tl);
     tl->cap = (size_t)MAX(n, 1);
-    tl->start = g_new(double, tl->cap);
-    tl->end = g_new(double, tl->cap);
-    tl->crit = g_new(int32_t, tl->cap);
+    tl->start = sim_large_alloc(tl->cap * sizeof(double));
+    tl->end = sim_large_alloc(tl->cap * sizeof(double));
+    tl->crit = sim_large_alloc(tl->cap * sizeof(int32_t));
   }
   tl->peak_mem = g_new0(int64_t, e->n_devices);
   e->tg = tg;

@@ -3,6 +3,30 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+gpointer sim_large_alloc(size_t bytes)
+{
+  if (bytes < 4 * HUGE_PAGE)
+    return g_malloc(MAX(bytes, 1));
+  size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+  void *p = NULL;
+  if (posix_memalign(&p, HUGE_PAGE, rounded) != 0)
+    g_error("out of memory: %zu bytes", rounded);
+#ifdef MADV_HUGEPAGE
+  /* Advice only: without transparent huge pages the memory is ordinary. */
+  (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+gpointer sim_large_renew(gpointer old, size_t bytes)
+{
+  g_free(old);
+  return sim_large_alloc(bytes);
+}
 
 static const char *const class_names[SIM_CLASS_COUNT] = {
   [SIM_CLASS_FORWARD] = "forward",
@@ -367,9 +391,8 @@ static gpointer grow(gpointer p, size_t *cap, size_t n, size_t size)
   if (n <= *cap && p)
     return p;
   size_t want = MAX(p ? n + n / 2 : n, (size_t)1);
-  g_free(p);
   *cap = want;
-  return g_malloc(want * size);
+  return sim_large_renew(p, want * size);
 }
 
 #define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
@@ -422,6 +445,11 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   }
   gboolean tasks_kept = tg->task && (size_t)n <= tg->cap_task;
   tg->task = grow(tg->task, &tg->cap_task, (size_t)n, sizeof(SimTask));
+  if (!tasks_kept) {
+    /* Per-task arrays sized as the task array, filled below. */
+    tg->n_pred = sim_large_renew(tg->n_pred, tg->cap_task * sizeof(int32_t));
+    tg->group_head = sim_large_renew(tg->group_head, tg->cap_task);
+  }
   tg->n_tasks = n;
   size_t n_extra = 0;
   for (int o = 0; o < n_blocks; o++) {
@@ -471,7 +499,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
    * task, is the costly thing to walk. */
   int32_t *count = g_new0(int32_t, MAX(n, 1));
   int32_t *soff = g_new(int32_t, (size_t)n + 1);
-  tg->n_pred = g_renew(int32_t, tg->n_pred, MAX(tg->cap_task, (size_t)1));
   memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
   edges_pass(tg, n_blocks, boff, count, FALSE);
   int n_roots = 0;
@@ -495,7 +522,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
-  tg->group_head = g_renew(uint8_t, tg->group_head, MAX(tg->cap_task, (size_t)1));
   const int32_t *np = tg->n_pred, *succ = tg->succ;
   for (int t = 0; t < n; t++) {
     SimTask *j = &tg->task[t];

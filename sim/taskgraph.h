@@ -376,6 +376,14 @@ typedef struct {
   int n, cap;
 } SimIntStack;
 
+/* Memory for a large flat array (a task graph's tasks, the engine's per-task state): at
+ * 8 MiB and more it is aligned to 2 MiB and marked for transparent huge pages, so that
+ * its first touch costs a fault per 2 MiB instead of per 4 KiB page (a million-task
+ * graph touches gigabytes of fresh memory once).  Freed with g_free(); the contents of a
+ * block passed to sim_large_renew() are not kept. */
+gpointer sim_large_alloc(size_t bytes);
+gpointer sim_large_renew(gpointer old, size_t bytes);
+
 static inline void sim_int_stack_push(SimIntStack *a, int x)
 {
   if (a->n == a->cap) {
