@@ -293,6 +293,67 @@ typedef struct {
   int32_t occ;
 } FlowAt;
 
+/* A set of four-integer keys (open addressing, linear probing): folding asks it hundreds
+ * of thousands of times whether an image was made already. */
+typedef struct {
+  int32_t v[4];
+} Key4;
+
+typedef struct {
+  Key4 *key;
+  uint8_t *used;
+  size_t cap, n;
+} KeySet;
+
+static size_t keyset_slot(const KeySet *ks, const int32_t *k)
+{
+  uint64_t h = (uint64_t)(uint32_t)k[0] * 0x9E3779B97F4A7C15u;
+  h = (h ^ (uint32_t)k[1]) * 0xC2B2AE3D27D4EB4Fu;
+  h = (h ^ (uint32_t)k[2]) * 0x165667B19E3779F9u;
+  h = (h ^ (uint32_t)k[3]) * 0x9E3779B97F4A7C15u;
+  size_t i = (size_t)(h ^ (h >> 31)) & (ks->cap - 1);
+  while (ks->used[i]) {
+    const int32_t *o = ks->key[i].v;
+    if (o[0] == k[0] && o[1] == k[1] && o[2] == k[2] && o[3] == k[3])
+      break;
+    i = (i + 1) & (ks->cap - 1);
+  }
+  return i;
+}
+
+/* Adds @k; returns FALSE if it was there already. */
+static gboolean keyset_add(KeySet *ks, const int32_t *k)
+{
+  if (2 * (ks->n + 1) > ks->cap) {
+    KeySet big = { NULL, NULL, ks->cap ? 2 * ks->cap : 1024, 0 };
+    big.key = g_new(Key4, big.cap);
+    big.used = g_new0(uint8_t, big.cap);
+    for (size_t i = 0; i < ks->cap; i++)
+      if (ks->used[i]) {
+        size_t j = keyset_slot(&big, ks->key[i].v);
+        big.used[j] = 1;
+        big.key[j] = ks->key[i];
+        big.n++;
+      }
+    g_free(ks->key);
+    g_free(ks->used);
+    *ks = big;
+  }
+  size_t i = keyset_slot(ks, k);
+  if (ks->used[i])
+    return FALSE;
+  ks->used[i] = 1;
+  memcpy(ks->key[i].v, k, sizeof(Key4));
+  ks->n++;
+  return TRUE;
+}
+
+static void keyset_clear(KeySet *ks)
+{
+  g_free(ks->key);
+  g_free(ks->used);
+}
+
 static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, gboolean ranks)
 {
   for (int r = 0; r < R; r++)
@@ -500,12 +561,55 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     int shadow_block = sim_taskgraph_block_new(tg);
     /* A collective's flows map onto each other under its own symmetries, so different
      * symmetries can give one flow the same image: one shadow per image and collective. */
-    GHashTable *made = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                             (GDestroyNotify)g_bytes_unref, NULL);
+    KeySet made = { 0 };
+    /* Collectives repeat over a few device sets: each distinct set gets a membership
+     * table, and its smallest image under the symmetry at hand is worked out once. */
+    int *set_of = g_new(int, MAX(n_coll, 1));
+    GPtrArray *member = g_ptr_array_new_with_free_func(g_free);
+    GArray *set_low = g_array_new(FALSE, FALSE, sizeof(int));
+    GArray *set_low_at = g_array_new(FALSE, FALSE, sizeof(int));
+    {
+      GHashTable *ids = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                              (GDestroyNotify)g_bytes_unref, NULL);
+      /* Most collectives repeat the set of the last one that began with the same device:
+       * compared first, hashed only when it differs. */
+      const GArray **last = g_new0(const GArray *, MAX(nd, 1));
+      int *last_id = g_new(int, MAX(nd, 1));
+      for (int c = 0; c < n_coll; c++) {
+        const GArray *set = tg->coll_devs->pdata[c];
+        int d0 = set->len ? g_array_index(set, int, 0) : 0;
+        if (last[d0] && last[d0]->len == set->len &&
+            memcmp(last[d0]->data, set->data, set->len * sizeof(int)) == 0) {
+          set_of[c] = last_id[d0];
+          continue;
+        }
+        last[d0] = set;
+        GBytes *kb = g_bytes_new(set->data, set->len * sizeof(int));
+        gpointer id;
+        if (g_hash_table_lookup_extended(ids, kb, NULL, &id)) {
+          set_of[c] = last_id[d0] = GPOINTER_TO_INT(id);
+          g_bytes_unref(kb);
+          continue;
+        }
+        set_of[c] = last_id[d0] = (int)member->len;
+        g_hash_table_insert(ids, kb, GINT_TO_POINTER(set_of[c]));
+        uint8_t *in = g_new0(uint8_t, MAX(nd, 1));
+        for (guint i = 0; i < set->len; i++)
+          in[g_array_index(set, int, i)] = 1;
+        g_ptr_array_add(member, in);
+        int none = -1;
+        g_array_append_val(set_low, none);
+        g_array_append_val(set_low_at, none);
+      }
+      g_hash_table_destroy(ids);
+      g_free(last);
+      g_free(last_id);
+    }
     for (int r = 0; r < R; r++)
       for (int k = 0; k < K; k++) {
         if (r == 0 && k == 0)
           continue;
+        int rk = r * K + k;
         for (guint q = 0; q < part->len; q++) {
           FlowAt at = g_array_index(part, FlowAt, q);
           SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
@@ -514,27 +618,28 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
           sh.peer = fold_map(f, at.b, r, k, ranks);
           if (sh.coll >= 0) {
             /* An image inside the collective's own devices is one of its own flows. */
-            const GArray *set = tg->coll_devs->pdata[sh.coll];
-            gboolean in_a = FALSE, in_b = FALSE;
-            int low = G_MAXINT;
-            for (guint i = 0; i < set->len; i++) {
-              int d = g_array_index(set, int, i);
-              in_a |= d == sh.device;
-              in_b |= d == sh.peer;
-              low = MIN(low, fold_map(f, d, r, k, ranks));
-            }
-            if (in_a && in_b)
+            int sid = set_of[sh.coll];
+            const uint8_t *in = member->pdata[sid];
+            if (in[sh.device] && in[sh.peer])
               continue;
             /* Rotations of one image set give the same collective: key it by its set (its
              * smallest device) and, for a flow per rank, by the pair. */
+            int low = -1;
+            if (sh.n_links) {
+              if (g_array_index(set_low_at, int, sid) != rk) {
+                const GArray *set = tg->coll_devs->pdata[sh.coll];
+                int m0 = G_MAXINT;
+                for (guint i = 0; i < set->len; i++)
+                  m0 = MIN(m0, fold_map(f, g_array_index(set, int, i), r, k, ranks));
+                g_array_index(set_low, int, sid) = m0;
+                g_array_index(set_low_at, int, sid) = rk;
+              }
+              low = g_array_index(set_low, int, sid);
+            }
             int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
                                at.occ };
-            GBytes *kb = g_bytes_new(key, sizeof key);
-            if (g_hash_table_contains(made, kb)) {
-              g_bytes_unref(kb);
+            if (!keyset_add(&made, key))
               continue;
-            }
-            g_hash_table_add(made, kb);
           }
           SimTaskRef sr;
           if (sh.n_links) {
@@ -562,7 +667,11 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
             sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
         }
       }
-    g_hash_table_destroy(made);
+    keyset_clear(&made);
+    g_free(set_of);
+    g_ptr_array_free(member, TRUE);
+    g_array_free(set_low, TRUE);
+    g_array_free(set_low_at, TRUE);
     for (guint q = 0; q < part->len; q++)
       if (preds[q])
         g_array_free(preds[q], TRUE);
