@@ -835,7 +835,8 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
 {
   int n = tg->n_tasks;
   if (n > e->cap_tasks) {
-    /* Every run sets these up afresh (below): nothing to keep. */
+    /* Nothing in these outlives a run (each is set up below, or written before it is
+     * read): nothing to keep. */
     e->cap_tasks = n;
     e->preds_left = sim_large_renew(e->preds_left, (size_t)n * sizeof(int32_t));
     e->flow_slot = sim_large_renew(e->flow_slot, (size_t)n * sizeof(int32_t));

@@ -372,6 +372,46 @@ static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, g
   return TRUE;
 }
 
+/* Collectives repeat over a few device sets (each replica's tensor-parallel group,
+ * micro-batch after micro-batch): numbers the distinct sets, per collective, and gives
+ * each a membership table over the @nd devices in @member.  A set is first compared with
+ * the last one that began with the same device, and hashed only when it differs. */
+static int *distinct_sets(const SimTaskGraph *tg, int n_coll, int nd, GPtrArray *member)
+{
+  int *set_of = g_new(int, MAX(n_coll, 1));
+  GHashTable *ids = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                          (GDestroyNotify)g_bytes_unref, NULL);
+  const GArray **last = g_new0(const GArray *, MAX(nd, 1));
+  int *last_id = g_new(int, MAX(nd, 1));
+  for (int c = 0; c < n_coll; c++) {
+    const GArray *set = tg->coll_devs->pdata[c];
+    int d0 = set->len ? g_array_index(set, int, 0) : 0;
+    if (last[d0] && last[d0]->len == set->len &&
+        memcmp(last[d0]->data, set->data, set->len * sizeof(int)) == 0) {
+      set_of[c] = last_id[d0];
+      continue;
+    }
+    last[d0] = set;
+    GBytes *kb = g_bytes_new(set->data, set->len * sizeof(int));
+    gpointer id;
+    if (g_hash_table_lookup_extended(ids, kb, NULL, &id)) {
+      set_of[c] = last_id[d0] = GPOINTER_TO_INT(id);
+      g_bytes_unref(kb);
+      continue;
+    }
+    set_of[c] = last_id[d0] = (int)member->len;
+    g_hash_table_insert(ids, kb, GINT_TO_POINTER(set_of[c]));
+    uint8_t *in = g_new0(uint8_t, MAX(nd, 1));
+    for (guint i = 0; i < set->len; i++)
+      in[g_array_index(set, int, i)] = 1;
+    g_ptr_array_add(member, in);
+  }
+  g_hash_table_destroy(ids);
+  g_free(last);
+  g_free(last_id);
+  return set_of;
+}
+
 /* Extends the link map of one symmetry with the route of pair (a, b); FALSE if it does
  * not fit. */
 static gboolean map_route(SimMachine *m, int a, int b, int pa, int pb, int *lam, int *inv,
@@ -423,11 +463,12 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
       K = MAX(K, g_array_index(f->sizes, int, c));
   int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
   gboolean ok = TRUE, ring_ok = TRUE;
-  int8_t *coll_whole = g_new(int8_t, MAX(n_coll, 1));
-  for (int c = 0; c < n_coll; c++)
-    coll_whole[c] = -1;
-  const GArray **last_set = g_new0(const GArray *, MAX(nd, 1));
-  int8_t *last_whole = g_new0(int8_t, MAX(nd, 1));
+  GPtrArray *member = g_ptr_array_new_with_free_func(g_free);
+  int *set_of = distinct_sets(tg, n_coll, nd, member);
+  /* Whether every symmetry maps a set onto itself (-1: not asked yet). */
+  int8_t *set_whole = g_new(int8_t, MAX(member->len, 1));
+  for (guint i = 0; i < member->len; i++)
+    set_whole[i] = -1;
 
   /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
    * device-by-device table: 1 whole, 2 with shadows). */
@@ -448,21 +489,10 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         continue;
       gboolean whole = FALSE;
       if (t->coll >= 0 && t->coll < n_coll) {
-        if (coll_whole[t->coll] < 0) {
-          /* Collectives repeat over a few sets of devices (each replica's tensor-parallel
-           * group, micro-batch after micro-batch): the answer for the last set that began
-           * with the same device holds for the same set. */
-          const GArray *set = tg->coll_devs->pdata[t->coll];
-          int d0 = set->len ? g_array_index(set, int, 0) : 0;
-          const GArray *last = last_set[d0];
-          if (!last || last->len != set->len ||
-              memcmp(last->data, set->data, set->len * sizeof(int)) != 0) {
-            last_set[d0] = set;
-            last_whole[d0] = (int8_t)coll_invariant(set, f, R, K, ranks);
-          }
-          coll_whole[t->coll] = last_whole[d0];
-        }
-        whole = coll_whole[t->coll];
+        int sid = set_of[t->coll];
+        if (set_whole[sid] < 0)
+          set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll], f, R, K, ranks);
+        whole = set_whole[sid];
       }
       /* A pair, or the ring edges of a whole collective's one flow. */
       const int32_t *mem = t->n_links ? &g_array_index(blk->extra, int32_t, t->links_off + t->n_links)
@@ -493,8 +523,6 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
   }
   g_free(kind);
   g_hash_table_destroy(occ_seen);
-  g_free(last_set);
-  g_free(last_whole);
   if (!ring_ok)
     ok = FALSE;
 
@@ -564,47 +592,11 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     KeySet made = { 0 };
     /* Collectives repeat over a few device sets: each distinct set gets a membership
      * table, and its smallest image under the symmetry at hand is worked out once. */
-    int *set_of = g_new(int, MAX(n_coll, 1));
-    GPtrArray *member = g_ptr_array_new_with_free_func(g_free);
-    GArray *set_low = g_array_new(FALSE, FALSE, sizeof(int));
-    GArray *set_low_at = g_array_new(FALSE, FALSE, sizeof(int));
-    {
-      GHashTable *ids = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                              (GDestroyNotify)g_bytes_unref, NULL);
-      /* Most collectives repeat the set of the last one that began with the same device:
-       * compared first, hashed only when it differs. */
-      const GArray **last = g_new0(const GArray *, MAX(nd, 1));
-      int *last_id = g_new(int, MAX(nd, 1));
-      for (int c = 0; c < n_coll; c++) {
-        const GArray *set = tg->coll_devs->pdata[c];
-        int d0 = set->len ? g_array_index(set, int, 0) : 0;
-        if (last[d0] && last[d0]->len == set->len &&
-            memcmp(last[d0]->data, set->data, set->len * sizeof(int)) == 0) {
-          set_of[c] = last_id[d0];
-          continue;
-        }
-        last[d0] = set;
-        GBytes *kb = g_bytes_new(set->data, set->len * sizeof(int));
-        gpointer id;
-        if (g_hash_table_lookup_extended(ids, kb, NULL, &id)) {
-          set_of[c] = last_id[d0] = GPOINTER_TO_INT(id);
-          g_bytes_unref(kb);
-          continue;
-        }
-        set_of[c] = last_id[d0] = (int)member->len;
-        g_hash_table_insert(ids, kb, GINT_TO_POINTER(set_of[c]));
-        uint8_t *in = g_new0(uint8_t, MAX(nd, 1));
-        for (guint i = 0; i < set->len; i++)
-          in[g_array_index(set, int, i)] = 1;
-        g_ptr_array_add(member, in);
-        int none = -1;
-        g_array_append_val(set_low, none);
-        g_array_append_val(set_low_at, none);
-      }
-      g_hash_table_destroy(ids);
-      g_free(last);
-      g_free(last_id);
-    }
+    /* The smallest image of each distinct set, worked out once per symmetry. */
+    int *set_low = g_new(int, MAX(member->len, 1));
+    int *set_low_at = g_new(int, MAX(member->len, 1));
+    for (guint i = 0; i < member->len; i++)
+      set_low_at[i] = -1;
     for (int r = 0; r < R; r++)
       for (int k = 0; k < K; k++) {
         if (r == 0 && k == 0)
@@ -626,15 +618,15 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
              * smallest device) and, for a flow per rank, by the pair. */
             int low = -1;
             if (sh.n_links) {
-              if (g_array_index(set_low_at, int, sid) != rk) {
+              if (set_low_at[sid] != rk) {
                 const GArray *set = tg->coll_devs->pdata[sh.coll];
                 int m0 = G_MAXINT;
                 for (guint i = 0; i < set->len; i++)
                   m0 = MIN(m0, fold_map(f, g_array_index(set, int, i), r, k, ranks));
-                g_array_index(set_low, int, sid) = m0;
-                g_array_index(set_low_at, int, sid) = rk;
+                set_low[sid] = m0;
+                set_low_at[sid] = rk;
               }
-              low = g_array_index(set_low, int, sid);
+              low = set_low[sid];
             }
             int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
                                at.occ };
@@ -668,10 +660,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         }
       }
     keyset_clear(&made);
-    g_free(set_of);
-    g_ptr_array_free(member, TRUE);
-    g_array_free(set_low, TRUE);
-    g_array_free(set_low_at, TRUE);
+    g_free(set_low);
+    g_free(set_low_at);
     for (guint q = 0; q < part->len; q++)
       if (preds[q])
         g_array_free(preds[q], TRUE);
@@ -681,7 +671,9 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
   g_free(inv);
   g_free(part_links);
   g_free(whole_links);
-  g_free(coll_whole);
+  g_free(set_whole);
+  g_free(set_of);
+  g_ptr_array_free(member, TRUE);
   g_array_free(part_keys, TRUE);
   g_array_free(whole_keys, TRUE);
   g_array_free(part, TRUE);
