@@ -686,6 +686,70 @@ Test(folding, equals_the_unfolded_simulation)
   fold_scatter_gather = FALSE;
 }
 
+/* The folding of a plan of 2 micro-batches is found by lowering it; that of a plan of many
+ * is decided on a copy with the fewest micro-batches its schedule allows, then lowered
+ * once.  Both must pick the same folding, whichever it is: refused replicas over
+ * hashed spines, two GPUs a NIC, interleaved chunks, scatter-gathered messages. */
+static const char *folding_of(const char *machine, int dp, int tp, int pp, int mbs,
+                              SimSchedule sched, int chunks, gboolean sg, double *time)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
+  cr_assert_not_null(m);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.dp = dp;
+  mo.tp = tp;
+  mo.pp = pp;
+  mo.microbatches = mbs;
+  mo.schedule = sched;
+  mo.chunks = chunks;
+  mo.scatter_gather = sg;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  *time = sim_report_iteration_time(r);
+  o.fold = FALSE;
+  g_autoptr(SimReport) full = sim_simulate(g, m, s, NULL, &o, &error);
+  cr_assert_not_null(full);
+  cr_assert_float_eq(*time, sim_report_iteration_time(full), 1e-9 * *time, "%s mbs %d", machine,
+                     mbs);
+  return g_intern_string(sim_report_folding(r));
+}
+
+Test(folding, does_not_depend_on_the_number_of_micro_batches)
+{
+  struct {
+    const char *machine;
+    int dp, tp, pp, chunks;
+    gboolean sg;
+  } plans[] = {
+    { "dgx-a100:4", 2, 4, 4, 1, FALSE }, { "dgx-a100:4", 2, 8, 2, 1, FALSE },
+    { "vtrain-a100:2", 2, 4, 2, 1, FALSE }, { "vtrain-a100:2", 2, 4, 2, 1, TRUE },
+    { "dgx-a100:2", 2, 4, 2, 2, FALSE }, { "dgx1-v100:2", 4, 2, 2, 1, FALSE },
+    { "pcie-4gpu:2", 2, 2, 2, 1, FALSE },
+  };
+  int refused = 0;
+  for (guint i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimSchedule sched = plans[i].chunks > 1 ? SIM_SCHEDULE_INTERLEAVED : SIM_SCHEDULE_1F1B;
+    int fewest = plans[i].chunks > 1 ? plans[i].pp / plans[i].chunks : 1;
+    double t_few, t_many;
+    const char *few = folding_of(plans[i].machine, plans[i].dp, plans[i].tp, plans[i].pp,
+                                 2 * fewest, sched, plans[i].chunks, plans[i].sg, &t_few);
+    const char *many = folding_of(plans[i].machine, plans[i].dp, plans[i].tp, plans[i].pp,
+                                  16 * fewest, sched, plans[i].chunks, plans[i].sg, &t_many);
+    cr_assert_str_eq(many, few, "%s dp%d tp%d pp%d", plans[i].machine, plans[i].dp,
+                     plans[i].tp, plans[i].pp);
+    /* More micro-batches of the same batch: a different run, not the same one. */
+    cr_assert_neq(t_few, t_many);
+    refused += strcmp(few, "data-parallel replicas and tensor-parallel ranks") != 0;
+  }
+  /* Some of these plans must refuse a folding, or the check above says little. */
+  cr_assert_gt(refused, 0);
+}
+
 /* Random Megatron plans on machines whose GPUs share links in different ways (a NIC per
  * GPU pair, the DGX-1's cube mesh, one NIC per node, PCIe switches, a rail per GPU):
  * whatever folding the simulator picks, its run equals the unfolded one. */
