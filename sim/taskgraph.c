@@ -324,6 +324,72 @@ static int entry_cmp(const void *a, const void *b)
   return (x->index > y->index) - (x->index < y->index);
 }
 
+/* Sorts @n entries by key, and entries of equal keys by (block, index), which is the
+ * order @v holds them in when @in_order: a stable radix sort over the bits by which the
+ * keys differ (a stream's keys are a schedule step above an operator's position, a few
+ * thousand values each), two or three passes of 11 bits where qsort compared each entry
+ * some 15 times through a function pointer.  Short or unordered arrays go to qsort. */
+static void sort_entries(SortedEntry *v, guint n, gboolean in_order)
+{
+  if (n < 256 || !in_order) {
+    qsort(v, n, sizeof(SortedEntry), entry_cmp);
+    return;
+  }
+  /* Keys are monotone in (high - hmin) << lo_bits | low, which takes few bits. */
+  uint32_t hmin = UINT32_MAX, hmax = 0, lmax = 0;
+  for (guint i = 0; i < n; i++) {
+    uint32_t h = (uint32_t)(v[i].key >> 32), l = (uint32_t)v[i].key;
+    hmin = MIN(hmin, h);
+    hmax = MAX(hmax, h);
+    lmax = MAX(lmax, l);
+  }
+  int lo_bits = lmax ? 64 - __builtin_clzll(lmax) : 0;
+  uint64_t span = hmax - hmin;
+  int hi_bits = span ? 64 - __builtin_clzll(span) : 0;
+  int bits = lo_bits + hi_bits;
+  if (bits > 44) {
+    qsort(v, n, sizeof(SortedEntry), entry_cmp);
+    return;
+  }
+  enum { DIGIT = 11, BUCKETS = 1 << DIGIT };
+  uint64_t *packed = g_new(uint64_t, n), *packed_tmp = g_new(uint64_t, n);
+  SortedEntry *tmp = g_new(SortedEntry, n);
+  for (guint i = 0; i < n; i++)
+    packed[i] = ((uint64_t)((uint32_t)(v[i].key >> 32) - hmin) << lo_bits) |
+                (uint32_t)v[i].key;
+  guint *count = g_new(guint, BUCKETS);
+  SortedEntry *src = v, *dst = tmp;
+  uint64_t *psrc = packed, *pdst = packed_tmp;
+  for (int shift = 0; shift < bits; shift += DIGIT) {
+    memset(count, 0, sizeof(guint) * BUCKETS);
+    for (guint i = 0; i < n; i++)
+      count[(psrc[i] >> shift) & (BUCKETS - 1)]++;
+    guint sum = 0;
+    for (int b = 0; b < BUCKETS; b++) {
+      guint c = count[b];
+      count[b] = sum;
+      sum += c;
+    }
+    for (guint i = 0; i < n; i++) {
+      guint at = count[(psrc[i] >> shift) & (BUCKETS - 1)]++;
+      dst[at] = src[i];
+      pdst[at] = psrc[i];
+    }
+    SortedEntry *t = src;
+    src = dst;
+    dst = t;
+    uint64_t *pt = psrc;
+    psrc = pdst;
+    pdst = pt;
+  }
+  if (src != v)
+    memcpy(v, src, sizeof(SortedEntry) * n);
+  g_free(count);
+  g_free(tmp);
+  g_free(packed);
+  g_free(packed_tmp);
+}
+
 /* Brings tg->sorted up to date: the entries of unchanged blocks stay where they are, those
  * of changed blocks are sorted and merged in. */
 static void update_streams(SimTaskGraph *tg)
@@ -336,16 +402,26 @@ static void update_streams(SimTaskGraph *tg)
       tg->sorted[d] = g_array_new(FALSE, FALSE, sizeof(SortedEntry));
   }
   GArray **add = g_new0(GArray *, MAX(nd, 1));
+  /* Whether each device's entries come in (block, index) order, as the lowering adds
+   * them (a block's entries by rising index): a stable sort by key then gives the order
+   * entry_cmp() defines. */
+  uint8_t *unordered = g_new0(uint8_t, MAX(nd, 1));
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
     if (!b->live || (!fresh && !b->changed))
       continue;
     for (guint j = 0; j < b->stream->len; j++) {
       const SimStreamEntry *se = &g_array_index(b->stream, SimStreamEntry, j);
-      if (!add[se->device])
-        add[se->device] = g_array_new(FALSE, FALSE, sizeof(SortedEntry));
+      GArray *a = add[se->device];
+      if (!a)
+        a = add[se->device] = g_array_new(FALSE, FALSE, sizeof(SortedEntry));
+      else {
+        const SortedEntry *last = &g_array_index(a, SortedEntry, a->len - 1);
+        if (last->block == (int32_t)i && last->index >= se->index)
+          unordered[se->device] = 1;
+      }
       SortedEntry e = { se->key, (int32_t)i, se->index };
-      g_array_append_val(add[se->device], e);
+      g_array_append_val(a, e);
     }
   }
   for (int d = 0; d < nd; d++) {
@@ -362,7 +438,7 @@ static void update_streams(SimTaskGraph *tg)
     g_array_set_size(old, k);
     if (!add[d])
       continue;
-    qsort(add[d]->data, add[d]->len, sizeof(SortedEntry), entry_cmp);
+    sort_entries((SortedEntry *)add[d]->data, add[d]->len, !unordered[d]);
     GArray *merged = g_array_sized_new(FALSE, FALSE, sizeof(SortedEntry), old->len + add[d]->len);
     guint a = 0, c = 0;
     while (a < old->len || c < add[d]->len) {
@@ -381,6 +457,7 @@ static void update_streams(SimTaskGraph *tg)
     tg->sorted[d] = merged;
   }
   g_free(add);
+  g_free(unordered);
 }
 
 /* @p with room for @n elements of @size bytes: reallocated only to grow, and then by half
