@@ -483,8 +483,9 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     SimTaskBlock *blk = blocks->pdata[b];
     if (!blk->live)
       continue;
-    for (guint i = 0; i < blk->tasks->len; i++) {
-      const SimTask *t = &g_array_index(blk->tasks, SimTask, i);
+    const SimTask *bt = sim_block_tasks(tg, blk);
+    for (guint i = 0; i < sim_block_n_tasks(blk); i++) {
+      const SimTask *t = &bt[i];
       if (t->kind != SIM_TASK_FLOW || t->device == t->peer)
         continue;
       gboolean whole = FALSE;
@@ -562,7 +563,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
       FlowAt at = g_array_index(part, FlowAt, q);
       int32_t **sl = (int32_t **)&slot->pdata[at.block];
       if (!*sl) {
-        guint n = sim_taskgraph_block(tg, at.block)->tasks->len;
+        guint n = sim_block_n_tasks(sim_taskgraph_block(tg, at.block));
         *sl = g_new(int32_t, n);
         for (guint i = 0; i < n; i++)
           (*sl)[i] = -1;
@@ -605,7 +606,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         for (guint q = 0; q < part->len; q++) {
           FlowAt at = g_array_index(part, FlowAt, q);
           SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
-          SimTask sh = g_array_index(ob->tasks, SimTask, at.index);
+          SimTask sh = sim_block_tasks(tg, ob)[at.index];
           sh.device = fold_map(f, at.a, r, k, ranks);
           sh.peer = fold_map(f, at.b, r, k, ranks);
           if (sh.coll >= 0) {
@@ -717,6 +718,7 @@ static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrateg
   }
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
+  sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);
   if (!sim_lowering_fold_violated(lw) &&
       add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
@@ -792,6 +794,7 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
     for (int d = 0; d < nd; d++)
       out.rep_of[d] = d;
     out.lw = sim_lowering_new(g, m, s, cost, o, cp, NULL);
+    sim_taskgraph_share_tasks(sim_lowering_taskgraph(out.lw));
     sim_lowering_build(out.lw);
     out.folding = "none";
   }

@@ -28,6 +28,106 @@ gpointer sim_large_renew(gpointer old, size_t bytes)
   return sim_large_alloc(bytes);
 }
 
+/* ---- Shared tasks (sim_taskgraph_share_tasks()) ----------------------------------- */
+
+/* Room in the mapping for @more tasks after those it holds.  The mapping grows by
+ * remapping its pages, not by copying them. */
+static void shared_reserve(SimTaskGraph *tg, size_t more)
+{
+  size_t need = (tg->n_shared + more) * sizeof(SimTask);
+  if (need <= tg->shared_bytes)
+    return;
+  size_t want = MAX(MAX(need, tg->shared_bytes * 2), (size_t)256 << 10);
+  size_t unit = want < 4 * HUGE_PAGE ? (size_t)64 << 10 : HUGE_PAGE;
+  want = (want + unit - 1) & ~(unit - 1);
+  void *p = tg->shared ? mremap(tg->shared, tg->shared_bytes, want, MREMAP_MAYMOVE)
+                       : mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                              -1, 0);
+  if (p == MAP_FAILED)
+    g_error("out of memory: %zu bytes of tasks", want);
+#ifdef MADV_HUGEPAGE
+  /* Huge pages from 8 MiB up, as sim_large_alloc() gives them: a small graph would pay
+   * for clearing 2 MiB to hold a few tasks. */
+  if (want >= 4 * HUGE_PAGE)
+    (void)madvise(p, want, MADV_HUGEPAGE);
+#endif
+  tg->shared = p;
+  tg->shared_bytes = want;
+}
+
+void sim_taskgraph_share_tasks(SimTaskGraph *tg)
+{
+  for (guint i = 0; i < tg->blocks->len; i++)
+    g_return_if_fail(sim_block_n_tasks(tg->blocks->pdata[i]) == 0);
+  if (tg->sharing || tg->task)
+    return;
+  tg->sharing = TRUE;
+  tg->open_block = -1;
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    b->shared = TRUE;
+    b->sh_start = -1;
+    b->sh_len = 0;
+  }
+}
+
+/* Ends the sharing: every block takes its tasks into its own array. */
+static void tasks_unshare(SimTaskGraph *tg)
+{
+  for (guint i = 0; i < tg->blocks->len; i++) {
+    SimTaskBlock *b = tg->blocks->pdata[i];
+    if (!b->shared)
+      continue;
+    if (b->sh_len)
+      g_array_append_vals(b->tasks, tg->shared + b->sh_start, (guint)b->sh_len);
+    b->shared = FALSE;
+    b->sh_start = -1;
+    b->sh_len = 0;
+  }
+  if (tg->shared)
+    munmap(tg->shared, tg->shared_bytes);
+  tg->shared = NULL;
+  tg->n_shared = tg->shared_bytes = 0;
+  tg->sharing = FALSE;
+  tg->open_block = -1;
+}
+
+/* Assembly with every task in the mapping: moves each block's tasks to its place there
+ * (@n tasks in all, the mapping's number), so that the mapping becomes the flat task
+ * array.  Blocks that move towards the end are set aside first; the others move towards
+ * the start, or stay, in the order of their places, and a block's place never covers the
+ * tasks of a block that has yet to move (those lie at or after their own places, which
+ * follow).  Then the blocks set aside are written to theirs. */
+static void shared_place(SimTaskGraph *tg, int n_blocks, const int *order)
+{
+  GArray *aside = g_array_new(FALSE, FALSE, sizeof(SimTask));
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[order[o]];
+    if (b->live && b->sh_len && b->offset > b->sh_start)
+      g_array_append_vals(aside, tg->shared + b->sh_start, (guint)b->sh_len);
+  }
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[order[o]];
+    if (b->live && b->sh_len && b->offset < b->sh_start)
+      memmove(tg->shared + b->offset, tg->shared + b->sh_start,
+              sizeof(SimTask) * (size_t)b->sh_len);
+  }
+  size_t at = 0;
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[order[o]];
+    if (b->live && b->sh_len && b->offset > b->sh_start) {
+      memcpy(tg->shared + b->offset, &g_array_index(aside, SimTask, at),
+             sizeof(SimTask) * (size_t)b->sh_len);
+      at += (size_t)b->sh_len;
+    }
+  }
+  g_array_free(aside, TRUE);
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[order[o]];
+    b->sh_start = b->offset;
+  }
+}
+
 static const char *const class_names[SIM_CLASS_COUNT] = {
   [SIM_CLASS_FORWARD] = "forward",
   [SIM_CLASS_BACKWARD] = "backward",
@@ -105,7 +205,12 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   if (tg->order)
     g_array_free(tg->order, TRUE);
   g_free(tg->static_mem);
-  g_free(tg->task);
+  if (tg->task_mapped)
+    munmap(tg->task, tg->task_mapped);
+  else
+    g_free(tg->task);
+  if (tg->shared)
+    munmap(tg->shared, tg->shared_bytes);
   g_free(tg->succ);
   g_free(tg->stream);
   g_free(tg->extra);
@@ -143,6 +248,8 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   b->sem = g_array_new(FALSE, FALSE, sizeof(SimTaskSem));
   b->live = TRUE;
   b->changed = TRUE;
+  b->shared = tg->sharing;
+  b->sh_start = -1;
   g_ptr_array_add(tg->blocks, b);
   int id = (int)tg->blocks->len - 1;
   if (tg->order)
@@ -154,6 +261,9 @@ void sim_taskgraph_release_blocks(SimTaskGraph *tg)
 {
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
+    b->shared = FALSE;
+    b->sh_start = -1;
+    b->sh_len = 0;
     sem_clear(b);
     g_array_free(b->tasks, TRUE);
     g_array_free(b->edges, TRUE);
@@ -167,6 +277,8 @@ void sim_taskgraph_release_blocks(SimTaskGraph *tg)
 void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  if (b->shared && b->sh_len)
+    tasks_unshare(tg);
   g_array_set_size(b->tasks, 0);
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
@@ -194,7 +306,10 @@ void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n
                                  int n_stream)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
-  array_reserve(b->tasks, (guint)n_tasks);
+  if (b->shared)
+    shared_reserve(tg, (size_t)n_tasks);
+  else
+    array_reserve(b->tasks, (guint)n_tasks);
   array_reserve(b->edges, (guint)n_edges);
   array_reserve(b->stream, (guint)n_stream);
 }
@@ -202,9 +317,25 @@ void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n
 SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
-  g_array_append_val(b->tasks, *t);
+  /* Shared tasks handed over to the flat array have left their blocks. */
+  g_assert(!tg->task_mapped);
   b->changed = TRUE;
   tg->dirty = TRUE;
+  if (b->shared) {
+    /* A block's tasks stay together: a block starts at the end of the mapping, and only
+     * the last one started grows. */
+    if (b->sh_start < 0) {
+      b->sh_start = (int64_t)tg->n_shared;
+      tg->open_block = block;
+    }
+    if (tg->open_block == block) {
+      shared_reserve(tg, 1);
+      tg->shared[tg->n_shared++] = *t;
+      return (SimTaskRef){ block, b->sh_len++ };
+    }
+    tasks_unshare(tg);
+  }
+  g_array_append_val(b->tasks, *t);
   return (SimTaskRef){ block, (int32_t)b->tasks->len - 1 };
 }
 
@@ -500,6 +631,8 @@ static void edges_pass(SimTaskGraph *tg, int n_blocks, const int32_t *boff, int3
 
 void sim_taskgraph_assemble(SimTaskGraph *tg)
 {
+  /* Shared tasks handed over to the flat array have left their blocks. */
+  g_return_if_fail(!tg->task_mapped);
   /* Global ids: blocks in assembly order, tasks in block order. */
   int n_blocks = tg->order ? (int)tg->order->len : (int)tg->blocks->len;
   int n = 0, n_edges = 0;
@@ -517,12 +650,39 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     b->offset = n;
     if (!b->live)
       continue;
-    n += (int)b->tasks->len;
+    n += (int)sim_block_n_tasks(b);
     n_edges += (int)b->edges->len;
   }
+  /* Shared tasks that are all live become the flat task array where they are. */
+  gboolean handover = tg->sharing && !tg->task && (size_t)n == tg->n_shared;
+  for (guint i = 0; handover && i < tg->blocks->len; i++) {
+    const SimTaskBlock *b = tg->blocks->pdata[i];
+    handover = b->live ? b->shared : !b->shared || b->sh_len == 0;
+  }
+  if (handover) {
+    int *order = g_new(int, MAX(n_blocks, 1));
+    for (int o = 0; o < n_blocks; o++)
+      order[o] = ORDER(o);
+    shared_place(tg, n_blocks, order);
+    g_free(order);
+    tg->task = tg->shared;
+    tg->cap_task = tg->shared_bytes / sizeof(SimTask);
+    tg->task_mapped = tg->shared_bytes;
+    tg->shared = NULL;
+    tg->n_shared = tg->shared_bytes = 0;
+    tg->sharing = FALSE;
+    /* The blocks keep their lengths (sh_len) until their extras are in place, below. */
+  } else if (tg->sharing) {
+    tasks_unshare(tg);
+  }
   gboolean tasks_kept = tg->task && (size_t)n <= tg->cap_task;
+  if (!tasks_kept && tg->task_mapped) {
+    munmap(tg->task, tg->task_mapped);
+    tg->task = NULL;
+    tg->task_mapped = 0;
+  }
   tg->task = grow(tg->task, &tg->cap_task, (size_t)n, sizeof(SimTask));
-  if (!tasks_kept) {
+  if (!tasks_kept || handover) {
     /* Per-task arrays sized as the task array, filled below. */
     tg->n_pred = sim_large_renew(tg->n_pred, tg->cap_task * sizeof(int32_t));
     tg->group_head = sim_large_renew(tg->group_head, tg->cap_task);
@@ -552,12 +712,13 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       n_extra += b->extra->len;
       continue;
     }
-    if (b->tasks->len)
-      memcpy(tg->task + b->offset, b->tasks->data, b->tasks->len * sizeof(SimTask));
+    guint nt = sim_block_n_tasks(b);
+    if (nt && !handover)
+      memcpy(tg->task + b->offset, b->tasks->data, nt * sizeof(SimTask));
     if (b->extra->len) {
       memcpy(tg->extra + n_extra, b->extra->data, b->extra->len * sizeof(int32_t));
       /* Collective flows point into their block's extra array: rebase them. */
-      for (guint k = 0; k < b->tasks->len; k++) {
+      for (guint k = 0; k < nt; k++) {
         SimTask *t = &tg->task[b->offset + k];
         if (t->kind == SIM_TASK_FLOW && t->n_links)
           t->links_off += (int32_t)n_extra;
@@ -565,6 +726,13 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       n_extra += b->extra->len;
     }
   }
+  if (handover)
+    for (guint i = 0; i < tg->blocks->len; i++) {
+      SimTaskBlock *b = tg->blocks->pdata[i];
+      b->shared = FALSE;
+      b->sh_start = -1;
+      b->sh_len = 0;
+    }
   /* Successor lists in CSR form: count, prefix-sum, fill, in dense arrays.  Edges are
    * filled in block order, so the successor order is deterministic. */
   tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));

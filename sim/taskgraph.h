@@ -128,6 +128,11 @@ typedef struct {
    * lands there again is not copied again. */
   int32_t last_offset, last_extra;
   gboolean placed;
+  /* With shared tasks (sim_taskgraph_share_tasks()): the block's tasks are
+   * SimTaskGraph.shared[sh_start, sh_start + sh_len) and @tasks stays empty. */
+  gboolean shared;
+  int64_t sh_start;    /* -1 until the block's first task                               */
+  int32_t sh_len;
 } SimTaskBlock;
 
 typedef struct {
@@ -167,6 +172,14 @@ typedef struct {
   /* The devices of every collective, by id, when tracked (folding needs them). */
   gboolean track_collectives;
   GPtrArray *coll_devs;  /* GArray of int, or NULL when not tracked                    */
+  /* Shared tasks (sim_taskgraph_share_tasks()): every block's tasks in one mapping, in the
+   * order they were added, a block's all together while it is the one being filled. */
+  gboolean sharing;
+  SimTask *shared;
+  size_t n_shared;       /* tasks                                                      */
+  size_t shared_bytes;   /* mapped                                                     */
+  int open_block;        /* the block whose tasks end the mapping, or -1               */
+  size_t task_mapped;    /* bytes, when @task is that mapping handed over (else 0)     */
 } SimTaskGraph;
 
 SimTaskGraph *sim_taskgraph_new(int n_devices);
@@ -185,6 +198,24 @@ static inline SimTaskBlock *sim_taskgraph_block(SimTaskGraph *tg, int block)
  * that knows its size grows without reallocating). */
 void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n_edges,
                                  int n_stream);
+/* For a graph built once and run once: blocks keep their tasks in one mapping, in the
+ * order they are added, and assembly moves them into place there instead of copying them
+ * into a fresh array (a million-task graph faulted in and copied hundreds of megabytes).
+ * Call before any task is added.  Blocks filled one after the other stay in the mapping;
+ * a task added to a block that was filled before, or a block cleared, ends the sharing
+ * (every block gets its own array again), which costs time, not correctness. */
+void sim_taskgraph_share_tasks(SimTaskGraph *tg);
+/* A block's tasks and their number, shared or not. */
+static inline guint sim_block_n_tasks(const SimTaskBlock *b)
+{
+  return b->shared ? (guint)b->sh_len : b->tasks->len;
+}
+static inline const SimTask *sim_block_tasks(const SimTaskGraph *tg, const SimTaskBlock *b)
+{
+  if (b->shared)
+    return b->sh_start >= 0 ? tg->shared + b->sh_start : tg->shared;
+  return (const SimTask *)(const void *)b->tasks->data;
+}
 /* Appends a task to @block; returns its reference. */
 SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t);
 /* Declares that @to cannot start before @from ends; the edge belongs to @block. */

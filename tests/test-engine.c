@@ -729,3 +729,143 @@ Test(engine, hierarchical_allreduce_closed_form)
   check_algo(m, SIM_ALLREDUCE_HIERARCHICAL, dev, 8, 1e9, 2 * (15e-6 + 7.5e-3) + 18e-6 + 10e-3);
   sim_machine_free(m);
 }
+
+/* ---- Shared tasks ---------------------------------------------------------------------- */
+
+/* Fills a graph of @n_blocks blocks with random tasks (compute tasks on streams, pair
+ * flows, collective flows whose links sit in the block's extra array) and random edges,
+ * block by block in the order @fill (created in slot order first), laid out in the order
+ * @order.  @interleave adds one more task to the first block filled after all others,
+ * @clear empties the second block filled and fills it again: both end the sharing. */
+static SimTaskGraph *random_blocks(gboolean share, int n_blocks, const int *fill,
+                                   const int *order, gboolean interleave, gboolean clear,
+                                   guint32 seed)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  if (share)
+    sim_taskgraph_share_tasks(tg);
+  for (int i = 0; i < n_blocks; i++)
+    sim_taskgraph_block_new(tg);
+  tg->order = g_array_new(FALSE, FALSE, sizeof(int));
+  g_array_append_vals(tg->order, order, (guint)n_blocks);
+  GRand *rng = g_rand_new_with_seed(seed);
+  int *len = g_new0(int, n_blocks);
+  for (int pass = 0; pass < (clear ? 2 : 1); pass++)
+    for (int k = 0; k < n_blocks; k++) {
+      int b = fill[k];
+      if (pass == 1 && k != 1)
+        continue;
+      if (pass == 1)
+        sim_taskgraph_block_clear(tg, b);
+      /* Refilled with as many tasks: later blocks' edges name them. */
+      int n = pass == 1 ? len[b] : g_rand_int_range(rng, 1, 40);
+      if (k % 3 == 0)
+        sim_taskgraph_block_reserve(tg, b, n, n, n);
+      for (int i = 0; i < n; i++) {
+        int kind = g_rand_int_range(rng, 0, 3), d = g_rand_int_range(rng, 0, 8);
+        if (kind == 0) {
+          SimTask t = sim_task_compute(SIM_CLASS_FORWARD, d, b, 0, i, 1e-6 * (i + 1));
+          SimTaskRef r = sim_taskgraph_add(tg, b, &t);
+          /* Stream order as edge order (blocks by filling, tasks by index): no cycles. */
+          sim_taskgraph_stream_add(tg, b, d, (uint64_t)(k * 1000 + i), r.index);
+        } else if (kind == 1) {
+          SimTask t = sim_task_flow(SIM_CLASS_TRANSFER, d, (d + 1) % 8, 1e6 * (i + 1), b, i);
+          sim_taskgraph_add(tg, b, &t);
+        } else {
+          int members[3] = { d, (d + 2) % 8, (d + 5) % 8 };
+          sim_taskgraph_add_ring_flow(tg, b, SIM_CLASS_GRAD_SYNC, machine, members, 3,
+                                      1e6 * (i + 1), 1e-6, b, i, -1);
+        }
+      }
+      len[b] = n;
+      /* Edges inside the block and towards blocks filled before. */
+      for (int e = 0; e < n; e++) {
+        int from_k = g_rand_int_range(rng, 0, k + 1), to_i = g_rand_int_range(rng, 0, n);
+        int fb = fill[from_k];
+        if (fb == b && g_rand_int_range(rng, 0, 2) == 0)
+          continue;
+        SimTaskRef from = { fb, g_rand_int_range(rng, 0, len[fb]) }, to = { b, to_i };
+        if (fb == b && from.index >= to.index)
+          continue;
+        sim_taskgraph_depend(tg, b, from, to);
+      }
+    }
+  if (interleave) {
+    SimTask t = sim_task_flow(SIM_CLASS_TRANSFER, 3, 4, 5e5, fill[0], -1);
+    sim_taskgraph_add(tg, fill[0], &t);
+  }
+  g_free(len);
+  g_rand_free(rng);
+  sim_taskgraph_assemble(tg);
+  return tg;
+}
+
+/* The flat graph of @a and of @b, task by task, successor by successor. */
+static void assert_same_flat(const SimTaskGraph *a, const SimTaskGraph *b, const char *what)
+{
+  cr_assert_eq(a->n_tasks, b->n_tasks, "%s", what);
+  cr_assert_eq(memcmp(a->task, b->task, sizeof(SimTask) * (size_t)a->n_tasks), 0, "%s: tasks",
+               what);
+  cr_assert_eq(a->n_succ_total, b->n_succ_total, "%s", what);
+  cr_assert_eq(memcmp(a->succ, b->succ, sizeof(int32_t) * (size_t)a->n_succ_total), 0, "%s",
+               what);
+  cr_assert_eq(memcmp(a->n_pred, b->n_pred, sizeof(int32_t) * (size_t)a->n_tasks), 0, "%s",
+               what);
+  cr_assert_eq(memcmp(a->stream_off, b->stream_off, sizeof(int32_t) * 9), 0, "%s", what);
+  cr_assert_eq(memcmp(a->stream, b->stream, sizeof(int32_t) * (size_t)a->stream_off[8]), 0,
+               "%s", what);
+  size_t n_extra = 0;
+  for (int t = 0; t < a->n_tasks; t++)
+    if (a->task[t].kind == SIM_TASK_FLOW && a->task[t].n_links)
+      n_extra = MAX(n_extra, (size_t)a->task[t].links_off + a->task[t].n_links +
+                               a->task[t].n_members);
+  cr_assert_eq(memcmp(a->extra, b->extra, sizeof(int32_t) * n_extra), 0, "%s", what);
+}
+
+/* A graph whose blocks keep their tasks in one shared mapping assembles to the same flat
+ * graph as one whose blocks keep their own arrays: blocks filled in any order and laid
+ * out in any other (tasks moving both ways in the mapping), a block given a task after
+ * others were filled, a block cleared and filled again.  And its run is the same. */
+Test(engine, shared_tasks_assemble_as_separate_blocks_do)
+{
+  enum { NB = 9 };
+  GRand *rng = g_rand_new_with_seed(5);
+  for (int trial = 0; trial < 24; trial++) {
+    int fill[NB], order[NB];
+    for (int i = 0; i < NB; i++)
+      fill[i] = order[i] = i;
+    for (int i = NB - 1; i > 0; i--) {
+      int j = g_rand_int_range(rng, 0, i + 1), t = fill[i];
+      fill[i] = fill[j];
+      fill[j] = t;
+      j = g_rand_int_range(rng, 0, i + 1);
+      t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    gboolean interleave = trial % 4 == 1, clear = trial % 4 == 2;
+    g_autofree char *what = g_strdup_printf("trial %d", trial);
+    SimTaskGraph *plain = random_blocks(FALSE, NB, fill, order, interleave, clear, trial);
+    SimTaskGraph *shared = random_blocks(TRUE, NB, fill, order, interleave, clear, trial);
+    /* Sharing lasts exactly as long as blocks are filled one after the other. */
+    cr_assert_eq(shared->task_mapped > 0, !interleave && !clear, "%s", what);
+    assert_same_flat(plain, shared, what);
+    SimTimeline ta = { 0 }, tb = { 0 };
+    SimEngine *e = sim_engine_new(machine, NULL);
+    sim_engine_run(e, plain, &ta);
+    sim_engine_run(e, shared, &tb);
+    sim_engine_free(e);
+    cr_assert_not(ta.deadlock, "%s", what);
+    cr_assert_eq(ta.n_tasks_run, plain->n_tasks, "%s", what);
+    double a = ta.makespan, b = tb.makespan;
+    cr_assert_eq(a, b, "%s", what);
+    cr_assert_eq(memcmp(ta.end, tb.end, sizeof(double) * (size_t)plain->n_tasks), 0, "%s",
+                 what);
+    sim_timeline_clear(&ta);
+    sim_timeline_clear(&tb);
+    sim_taskgraph_release_blocks(shared);
+    sim_taskgraph_free(plain);
+    sim_taskgraph_free(shared);
+  }
+  g_rand_free(rng);
+}
