@@ -576,9 +576,12 @@ static gboolean fold_scatter_gather;
 /* ... sequence parallelism and ZeRO-1. */
 static gboolean fold_sequence_parallel, fold_zero1;
 
-static void check_fold_at(SimDetail detail, const char *machine, const char *model,
-                          const char *params, int dp, int tp, int pp, int mbs, SimSchedule sched,
-                          int chunks, SimRecompute rc, const char *expect_fold)
+/* Simulates a Megatron plan folded and not, checks that both agree, and returns the
+ * folding picked (interned) and, in @time if given, the iteration time. */
+static const char *check_fold_at(SimDetail detail, const char *machine, const char *model,
+                                 const char *params, int dp, int tp, int pp, int mbs,
+                                 SimSchedule sched, int chunks, SimRecompute rc,
+                                 const char *expect_fold, double *time)
 {
   g_autoptr(SimGraph) g = zoo(model, params);
   sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
@@ -621,6 +624,9 @@ static void check_fold_at(SimDetail detail, const char *machine, const char *mod
     cr_assert_float_eq(sim_report_compute_time(folded, d), sim_report_compute_time(full, d),
                        1e-9 * b);
   }
+  if (time)
+    *time = a;
+  return g_intern_string(sim_report_folding(folded));
 }
 
 static void check_fold(const char *machine, const char *model, const char *params, int dp,
@@ -628,9 +634,9 @@ static void check_fold(const char *machine, const char *model, const char *param
                        SimRecompute rc, const char *expect_fold)
 {
   check_fold_at(SIM_DETAIL_FLOWS, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
-                expect_fold);
+                expect_fold, NULL);
   check_fold_at(SIM_DETAIL_COLLECTIVE, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
-                expect_fold);
+                expect_fold, NULL);
 }
 
 Test(folding, equals_the_unfolded_simulation)
@@ -695,30 +701,12 @@ Test(folding, equals_the_unfolded_simulation)
 static const char *folding_of(const char *machine, int dp, int tp, int pp, int mbs,
                               SimSchedule sched, int chunks, gboolean sg, double *time)
 {
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
-  GError *error = NULL;
-  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
-  cr_assert_not_null(m);
-  SimMegatronOptions mo = sim_megatron_options_default();
-  mo.dp = dp;
-  mo.tp = tp;
-  mo.pp = pp;
-  mo.microbatches = mbs;
-  mo.schedule = sched;
-  mo.chunks = chunks;
-  mo.scatter_gather = sg;
-  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
-  cr_assert_not_null(s, "%s", error ? error->message : "");
-  SimOptions o = sim_options_default();
-  g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
-  cr_assert_not_null(r, "%s", error ? error->message : "");
-  *time = sim_report_iteration_time(r);
-  o.fold = FALSE;
-  g_autoptr(SimReport) full = sim_simulate(g, m, s, NULL, &o, &error);
-  cr_assert_not_null(full);
-  cr_assert_float_eq(*time, sim_report_iteration_time(full), 1e-9 * *time, "%s mbs %d", machine,
-                     mbs);
-  return g_intern_string(sim_report_folding(r));
+  fold_scatter_gather = sg;
+  const char *f = check_fold_at(SIM_DETAIL_FLOWS, machine, "gpt",
+                                "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=64", dp, tp,
+                                pp, mbs, sched, chunks, SIM_RECOMPUTE_NONE, NULL, time);
+  fold_scatter_gather = FALSE;
+  return f;
 }
 
 Test(folding, does_not_depend_on_the_number_of_micro_batches)
@@ -786,7 +774,8 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
     fold_zero1 = dp > 1 && g_rand_boolean(rng);
     fold_bucket_bytes = g_rand_boolean(rng) ? 0 : 1000000;
     SimDetail detail = g_rand_boolean(rng) ? SIM_DETAIL_FLOWS : SIM_DETAIL_COLLECTIVE;
-    check_fold_at(detail, machines[mi][0], "gpt", gpt, dp, tp, pp, mbs, sched, chunks, rc, NULL);
+    check_fold_at(detail, machines[mi][0], "gpt", gpt, dp, tp, pp, mbs, sched, chunks, rc, NULL,
+                  NULL);
     done++;
   }
   fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
