@@ -193,6 +193,7 @@ static void block_arrays_new(SimTaskBlock *b)
   b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
   b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
   b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  memset(b->ring, 0, sizeof b->ring);
 }
 
 void sim_taskgraph_free(SimTaskGraph *tg)
@@ -283,6 +284,7 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
   g_array_set_size(b->extra, 0);
+  memset(b->ring, 0, sizeof b->ring);
   sem_clear(b);
   b->changed = TRUE;
   tg->dirty = TRUE;
@@ -387,6 +389,18 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
                                        double latency, int op, int mb, int coll)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  /* A group's collectives repeat (a tensor-parallel reduction in every micro-batch, over
+   * a few channels whose rings are rotations of each other): a ring over the members of
+   * one of the block's last distinct rings shares its links and members. */
+  for (int k = 0; k < SIM_BLOCK_RINGS; k++) {
+    int32_t off = b->ring[k].off, nl = b->ring[k].links;
+    if (b->ring[k].n != n || n <= 0 ||
+        memcmp(&g_array_index(b->extra, int32_t, off + nl), members, sizeof(int32_t) * (size_t)n))
+      continue;
+    SimTask t = collective_flow(b, cls, members, n, nl, bytes, latency, op, mb, coll);
+    t.links_off = off;
+    return sim_taskgraph_add(tg, block, &t);
+  }
   int total = 0;
   for (int i = 0; i < n; i++) {
     int hops;
@@ -394,6 +408,10 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     total += hops;
   }
   SimTask t = collective_flow(b, cls, members, n, total, bytes, latency, op, mb, coll);
+  b->ring[b->ring_next].off = t.links_off;
+  b->ring[b->ring_next].links = total;
+  b->ring[b->ring_next].n = n;
+  b->ring_next = (b->ring_next + 1) % SIM_BLOCK_RINGS;
   /* The routes, one after the other, then the members, written in place. */
   g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
   int32_t *out = &g_array_index(b->extra, int32_t, t.links_off);

@@ -115,6 +115,8 @@ typedef struct {
   int32_t *ops;
 } SimTaskSem;
 
+#define SIM_BLOCK_RINGS 8
+
 typedef struct {
   GArray *tasks;       /* SimTask                                                     */
   GArray *sem;         /* SimTaskSem, when the lowering records meanings                */
@@ -133,6 +135,12 @@ typedef struct {
   gboolean shared;
   int64_t sh_start;    /* -1 until the block's first task                               */
   int32_t sh_len;
+  /* The block's last few distinct rings (sim_taskgraph_add_ring_flow()): where each
+   * one's links start in @extra, how many, and its member count (0: none). */
+  struct {
+    int32_t off, links, n;
+  } ring[SIM_BLOCK_RINGS];
+  int32_t ring_next;    /* the entry the next new ring replaces                          */
 } SimTaskBlock;
 
 typedef struct {

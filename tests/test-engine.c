@@ -869,3 +869,46 @@ Test(engine, shared_tasks_assemble_as_separate_blocks_do)
   }
   g_rand_free(rng);
 }
+
+/* Ring flows of one block over recurring member lists (more distinct lists than the block
+ * remembers, in random order) each carry their own ring: after assembly, every flow's
+ * links are its members' routes in ring order and its members are the ones given. */
+Test(engine, repeated_rings_share_links_and_keep_their_members)
+{
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  GRand *rng = g_rand_new_with_seed(3);
+  enum { KINDS = 12, FLOWS = 200 };
+  int lists[KINDS][4], sizes[KINDS], used[FLOWS];
+  for (int k = 0; k < KINDS; k++) {
+    sizes[k] = 2 + k % 3;
+    for (int i = 0; i < sizes[k]; i++)
+      lists[k][i] = (k + 3 * i) % 8;
+  }
+  for (int f = 0; f < FLOWS; f++) {
+    /* Mostly a few recent lists, sometimes any of them. */
+    int k = g_rand_int_range(rng, 0, 4) ? g_rand_int_range(rng, 0, 3) : g_rand_int_range(rng, 0, KINDS);
+    used[f] = k;
+    sim_taskgraph_add_ring_flow(tg, b, SIM_CLASS_REDUCTION, machine, lists[k], sizes[k], 1e6,
+                                1e-6, 0, f, -1);
+  }
+  sim_taskgraph_assemble(tg);
+  cr_assert_eq(tg->n_tasks, FLOWS);
+  for (int f = 0; f < FLOWS; f++) {
+    const SimTask *t = &tg->task[f];
+    int k = used[f], n = sizes[k];
+    cr_assert_eq(t->n_members, n, "flow %d", f);
+    const int32_t *links = sim_task_links(tg, t), *mem = sim_task_members(tg, t);
+    cr_assert_eq(memcmp(mem, lists[k], sizeof(int) * (size_t)n), 0, "flow %d", f);
+    int pos = 0;
+    for (int i = 0; i < n; i++) {
+      int hops;
+      const int *r = sim_machine_route(machine, lists[k][i], lists[k][(i + 1) % n], &hops);
+      for (int h = 0; h < hops; h++, pos++)
+        cr_assert_eq(links[pos], r[h], "flow %d", f);
+    }
+    cr_assert_eq(t->n_links, pos, "flow %d", f);
+  }
+  g_rand_free(rng);
+  sim_taskgraph_free(tg);
+}
