@@ -62,7 +62,6 @@ void sim_taskgraph_share_tasks(SimTaskGraph *tg)
   if (tg->sharing || tg->task)
     return;
   tg->sharing = TRUE;
-  tg->open_block = -1;
   for (guint i = 0; i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
     b->shared = TRUE;
@@ -89,43 +88,6 @@ static void tasks_unshare(SimTaskGraph *tg)
   tg->shared = NULL;
   tg->n_shared = tg->shared_bytes = 0;
   tg->sharing = FALSE;
-  tg->open_block = -1;
-}
-
-/* Assembly with every task in the mapping: moves each block's tasks to its place there
- * (@n tasks in all, the mapping's number), so that the mapping becomes the flat task
- * array.  Blocks that move towards the end are set aside first; the others move towards
- * the start, or stay, in the order of their places, and a block's place never covers the
- * tasks of a block that has yet to move (those lie at or after their own places, which
- * follow).  Then the blocks set aside are written to theirs. */
-static void shared_place(SimTaskGraph *tg, int n_blocks, const int *order)
-{
-  GArray *aside = g_array_new(FALSE, FALSE, sizeof(SimTask));
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[order[o]];
-    if (b->live && b->sh_len && b->offset > b->sh_start)
-      g_array_append_vals(aside, tg->shared + b->sh_start, (guint)b->sh_len);
-  }
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[order[o]];
-    if (b->live && b->sh_len && b->offset < b->sh_start)
-      memmove(tg->shared + b->offset, tg->shared + b->sh_start,
-              sizeof(SimTask) * (size_t)b->sh_len);
-  }
-  size_t at = 0;
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[order[o]];
-    if (b->live && b->sh_len && b->offset > b->sh_start) {
-      memcpy(tg->shared + b->offset, &g_array_index(aside, SimTask, at),
-             sizeof(SimTask) * (size_t)b->sh_len);
-      at += (size_t)b->sh_len;
-    }
-  }
-  g_array_free(aside, TRUE);
-  for (int o = 0; o < n_blocks; o++) {
-    SimTaskBlock *b = tg->blocks->pdata[order[o]];
-    b->sh_start = b->offset;
-  }
 }
 
 static const char *const class_names[SIM_CLASS_COUNT] = {
@@ -325,12 +287,10 @@ SimTaskRef sim_taskgraph_add(SimTaskGraph *tg, int block, const SimTask *t)
   tg->dirty = TRUE;
   if (b->shared) {
     /* A block's tasks stay together: a block starts at the end of the mapping, and only
-     * the last one started grows. */
-    if (b->sh_start < 0) {
+     * the one whose tasks end it grows. */
+    if (b->sh_start < 0)
       b->sh_start = (int64_t)tg->n_shared;
-      tg->open_block = block;
-    }
-    if (tg->open_block == block) {
+    if ((size_t)(b->sh_start + b->sh_len) == tg->n_shared) {
       shared_reserve(tg, 1);
       tg->shared[tg->n_shared++] = *t;
       return (SimTaskRef){ block, b->sh_len++ };
@@ -623,6 +583,42 @@ static gpointer grow(gpointer p, size_t *cap, size_t n, size_t size)
 
 #define ORDER(o) (tg->order ? g_array_index(tg->order, int, (o)) : (o))
 
+/* Assembly with every task in the mapping, each of a live block: moves each block's tasks
+ * to its place there (its offset, in assembly order), so that the mapping becomes the
+ * flat task array.  Blocks that move towards the end are set aside first; the others move towards
+ * the start, or stay, in the order of their places, and a block's place never covers the
+ * tasks of a block that has yet to move (those lie at or after their own places, which
+ * follow).  Then the blocks set aside are written to theirs. */
+static void shared_place(SimTaskGraph *tg, int n_blocks)
+{
+  GArray *aside = g_array_new(FALSE, FALSE, sizeof(SimTask));
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    if (b->live && b->sh_len && b->offset > b->sh_start)
+      g_array_append_vals(aside, tg->shared + b->sh_start, (guint)b->sh_len);
+  }
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    if (b->live && b->sh_len && b->offset < b->sh_start)
+      memmove(tg->shared + b->offset, tg->shared + b->sh_start,
+              sizeof(SimTask) * (size_t)b->sh_len);
+  }
+  size_t at = 0;
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    if (b->live && b->sh_len && b->offset > b->sh_start) {
+      memcpy(tg->shared + b->offset, &g_array_index(aside, SimTask, at),
+             sizeof(SimTask) * (size_t)b->sh_len);
+      at += (size_t)b->sh_len;
+    }
+  }
+  g_array_free(aside, TRUE);
+  for (int o = 0; o < n_blocks; o++) {
+    SimTaskBlock *b = tg->blocks->pdata[ORDER(o)];
+    b->sh_start = b->offset;
+  }
+}
+
 /* One pass over every edge in assembly order: counts successors (into @count) and
  * predecessors (tg->n_pred), or (@fill) writes the successor lists, @count holding where
  * each task's next successor goes.  @boff: each block's offset. */
@@ -678,11 +674,7 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     handover = b->live ? b->shared : !b->shared || b->sh_len == 0;
   }
   if (handover) {
-    int *order = g_new(int, MAX(n_blocks, 1));
-    for (int o = 0; o < n_blocks; o++)
-      order[o] = ORDER(o);
-    shared_place(tg, n_blocks, order);
-    g_free(order);
+    shared_place(tg, n_blocks);
     tg->task = tg->shared;
     tg->cap_task = tg->shared_bytes / sizeof(SimTask);
     tg->task_mapped = tg->shared_bytes;
@@ -694,11 +686,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
     tasks_unshare(tg);
   }
   gboolean tasks_kept = tg->task && (size_t)n <= tg->cap_task;
-  if (!tasks_kept && tg->task_mapped) {
-    munmap(tg->task, tg->task_mapped);
-    tg->task = NULL;
-    tg->task_mapped = 0;
-  }
   tg->task = grow(tg->task, &tg->cap_task, (size_t)n, sizeof(SimTask));
   if (!tasks_kept || handover) {
     /* Per-task arrays sized as the task array, filled below. */

@@ -186,7 +186,6 @@ typedef struct {
   SimTask *shared;
   size_t n_shared;       /* tasks                                                      */
   size_t shared_bytes;   /* mapped                                                     */
-  int open_block;        /* the block whose tasks end the mapping, or -1               */
   size_t task_mapped;    /* bytes, when @task is that mapping handed over (else 0)     */
 } SimTaskGraph;
 
