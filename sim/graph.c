@@ -1439,13 +1439,19 @@ void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass
     return;
   }
   /* The update of the shard's weights: an Adam step reads and writes the parameter, its
-   * gradient and the two moments (8 accesses per parameter at the weight dtype) and
-   * spends about 10 operations per parameter (moments, bias correction, sqrt, divide). */
+   * gradient and the two moments (8 accesses per parameter) and spends about 10
+   * operations per parameter (moments, bias correction, sqrt, divide).  Weights of 16
+   * bits are trained in mixed precision: the step runs on fp32 master weights and
+   * moments (8 accesses of 4 bytes), and reads the 16-bit gradient it converts and
+   * writes the 16-bit weight it rounds (Micikevicius et al., "Mixed Precision Training",
+   * ICLR 2018; Megatron's Float16OptimizerWithFloat16Params). */
   int64_t n = 0;
   for (int i = 0; i < o->n_weights; i++)
     n += sim_map_numel(sim_space_weight_map(o, i), &o->w_shape[i], e);
   if (n == 0)
     return;
+  double w = (double)sim_dtype_size(o->w_dtype);
+  double per_param = w < 4 ? 8.0 * 4 + 2.0 * w : 8.0 * w;
   SimKernel k = {
     .kind = SIM_KERNEL_OPTIMIZER,
     .dtype = o->w_dtype,
@@ -1455,7 +1461,7 @@ void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass
     .batch = 1,
     .steps = 1,
     .flops = 10.0 * (double)n,
-    .bytes = 8.0 * (double)n * sim_dtype_size(o->w_dtype),
+    .bytes = per_param * (double)n,
   };
   sim_work_add(work, k);
 }

@@ -260,10 +260,17 @@ Test(graph, flags_copy_dtype)
   }
   cr_assert_eq(sim_graph_tensor_dtype(g, sim_graph_op_output(g, sim_graph_op_by_name(g, "wte"), 0)),
                SIM_DTYPE_FP16);
-  /* The optimizer works on fp16 weights: 8 accesses of 2 bytes per parameter. */
+  /* fp16 weights train in mixed precision: Adam's 8 accesses of 4 bytes to the fp32
+   * master weight, gradient and moments, plus reading the fp16 gradient and writing the
+   * fp16 weight, 36 bytes per parameter. */
   SimWork w;
   sim_graph_op_work(g, sim_graph_op_by_name(g, "fc1"), NULL, SIM_PASS_UPDATE, &w);
-  cr_assert_float_eq(w.k[0].bytes, (128.0 * 512 + 512) * 8 * 2, 1e-6);
+  cr_assert_float_eq(w.k[0].bytes, (128.0 * 512 + 512) * (8 * 4 + 2 + 2), 1e-6);
+  /* fp32 weights: the same 8 accesses of 4 bytes and nothing else. */
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP32);
+  sim_graph_op_work(g, sim_graph_op_by_name(g, "fc1"), NULL, SIM_PASS_UPDATE, &w);
+  cr_assert_float_eq(w.k[0].bytes, (128.0 * 512 + 512) * 8 * 4, 1e-6);
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
 
   /* A copy is deep and equal. */
   g_autoptr(SimGraph) c = sim_graph_copy(g);
