@@ -139,6 +139,8 @@ static double work_time(SimLowering *lw, const SimDeviceSpec *spec, const SimWor
   return t;
 }
 
+static void zero1_update_share(SimLowering *lw, OpLay *l, const SimRegion *wr, int reps);
+
 static void lay_op(SimLowering *lw, int x)
 {
   OpLay *l = &lw->ops[x];
@@ -189,6 +191,8 @@ static void lay_op(SimLowering *lw, int x)
   const SimDeviceSpec *prev_spec = NULL;
   double tf = 0, tb = 0, tr = 0, tu = 0;
   int64_t af = 0, ar = 0;
+  gboolean zero1 = lw->s->memory.zero1 && l->has_weights && ns > 1;
+  SimRegion *wr = zero1 ? g_new(SimRegion, ns) : NULL;
   for (int sh = 0; sh < ns; sh++) {
     sim_config_shard_coords(c, nd, sh / reps, coords);
     sim_config_shard_range(op, c, coords, M, lo, hi);
@@ -214,6 +218,8 @@ static void lay_op(SimLowering *lw, int x)
       SimRegion r;
       sim_map_project(sim_space_weight_map(op, w), &op->w_shape[w], lo, hi, &r);
       we += sim_region_volume(&r);
+      if (wr && w == 0)
+        wr[sh] = r;
     }
     l->w_elems[sh] = we;
 
@@ -271,6 +277,10 @@ static void lay_op(SimLowering *lw, int x)
     }
     l->a_f[sh] = af;
     l->a_r[sh] = ar;
+  }
+  if (wr) {
+    zero1_update_share(lw, l, wr, reps);
+    g_free(wr);
   }
 }
 
@@ -444,6 +454,27 @@ static void holders_free(GArray *groups)
   if (groups->len)
     g_free(g_array_index(groups, Holders, 0).members);
   g_array_free(groups, TRUE);
+}
+
+/* With sharded optimizer states (ZeRO-1) the devices that hold the same region of the
+ * weights divide its update: each of n steps 1/n of the states, in 1/n of the time (the
+ * smaller step's launch included: microseconds against the milliseconds of a large
+ * step).  The groups are those of the gradient synchronization (op_sync_build): shards
+ * with equal regions of the first weight, each copy of a replicated shard on its own. */
+static void zero1_update_share(SimLowering *lw, OpLay *l, const SimRegion *wr, int reps)
+{
+  int *tag = g_new(int, l->n_shards);
+  for (int sh = 0; sh < l->n_shards; sh++)
+    tag[sh] = sh % reps;
+  GArray *groups = group_holders(&lw->regions, l, wr, 1, 0, tag);
+  for (guint k = 0; k < groups->len; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    if (h->n_devs > 1)
+      for (int i = 0; i < h->n; i++)
+        l->t_u[h->members[i]] /= h->n_devs;
+  }
+  holders_free(groups);
+  g_free(tag);
 }
 
 /* Where one group's data is ready in one micro-batch and pass: either each member's own

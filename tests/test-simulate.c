@@ -349,6 +349,39 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
   }
 }
 
+Test(closed_form, zero1_divides_the_update_among_the_replicas)
+{
+  /* Two 4096 x 4096 linears, data parallel over 4 GPUs.  Each GPU computes F + B per
+   * linear and updates it in U; with the fp32 states sharded (ZeRO-1) each GPU steps a
+   * quarter of them, in U / 4.  So every GPU's compute time falls by 2 (U - U / 4). */
+  g_autoptr(SimGraph) g = chain(2, 64, 4096);
+  g_autoptr(SimMachine) mach = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  const SimDeviceSpec *spec = sim_machine_device_spec(mach, 0);
+  int64_t ext[3] = { 16, 4096, 4096 };
+  double U = sim_cost_model_op_time(c, spec, g, 1, ext, SIM_PASS_UPDATE);
+  double compute[2][4];
+  for (int z = 0; z < 2; z++) {
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, mach, 4, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimMemoryOptions mo = sim_strategy_get_memory(s);
+    mo.zero1 = z;
+    mo.recompute = SIM_RECOMPUTE_NONE;
+    sim_strategy_set_memory(s, &mo);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
+    cr_assert_not_null(r, "%s", error ? error->message : "");
+    for (int d = 0; d < 4; d++)
+      compute[z][d] = sim_report_compute_time(r, d);
+  }
+  for (int d = 0; d < 4; d++) {
+    double saved = compute[0][d] - compute[1][d], want = 2 * (U - U / 4);
+    cr_expect_float_eq(saved, want, want * 1e-9, "GPU %d: %g s saved, expected %g", d, saved,
+                       want);
+  }
+}
+
 Test(closed_form, out_of_memory_is_reported)
 {
   /* gpt3-175b's weights and Adam states (16 bytes per parameter, 2.8 TB) on 4 GPUs of 80 GB. */
