@@ -68,6 +68,20 @@ typedef struct {
   uint32_t pad;
 } Event;
 
+/* A flow's end, kept by its slot in the network while it runs.  A rate change that moves
+ * the end later pushes nothing: the event already queued, earlier, comes out first and
+ * is put back at the end then in force, with the sequence number the change drew.  So
+ * the heap holds one event per flow where it held one per rate change (a million in the
+ * reduce-scatters and all-gathers of ZeRO-1 over 64 replicas), and the events that count
+ * come out in the order they did. */
+typedef struct {
+  int32_t task;      /* the flow whose event is queued, */
+  uint32_t version;  /* ... under this version (stale otherwise) */
+  uint64_t queued;   /* the key of the queued event */
+  uint64_t tkey;     /* the end in force and its sequence number */
+  uint64_t seq;
+} FlowEnd;
+
 static inline uint64_t time_key(double t)
 {
   uint64_t k;
@@ -94,6 +108,8 @@ struct _SimEngine {
   int32_t *preds_left;
   int32_t *flow_slot;
   uint32_t *flow_ver;     /* the version of a flow's live end event; 0: none */
+  FlowEnd *flow_end;      /* per network slot (see FlowEnd) */
+  int cap_flow_end;
   const SimRoute **flow_route;
   double *ready_time;
   uint8_t *ready;
@@ -141,13 +157,14 @@ static inline gboolean ev_less(const Event *a, const Event *b)
 
 /* A four-ary heap: half the levels of a binary one, and a node's children share cache
  * lines. */
-static void schedule_v(SimEngine *e, double time, int task, EventType type, uint32_t version)
+static void push_event(SimEngine *e, uint64_t tkey, uint64_t seq, int task, EventType type,
+                       uint32_t version)
 {
   if (e->n_heap == e->cap_heap) {
     e->cap_heap = e->cap_heap ? e->cap_heap * 2 : 1024;
     e->heap = g_renew(Event, e->heap, e->cap_heap);
   }
-  Event ev = { time_key(time), e->seq++, task, type, version, 0 };
+  Event ev = { tkey, seq, task, type, version, 0 };
   int i = e->n_heap++;
   while (i > 0) {
     int p = (i - 1) / 4;
@@ -157,6 +174,12 @@ static void schedule_v(SimEngine *e, double time, int task, EventType type, uint
     i = p;
   }
   e->heap[i] = ev;
+}
+
+static void schedule_v(SimEngine *e, double time, int task, EventType type, uint32_t version)
+{
+  uint64_t seq = e->seq++;
+  push_event(e, time_key(time), seq, task, type, version);
 }
 
 static inline void schedule(SimEngine *e, double time, int task, EventType type)
@@ -255,6 +278,7 @@ void sim_engine_free(SimEngine *e)
   g_free(e->preds_left);
   g_free(e->flow_slot);
   g_free(e->flow_ver);
+  g_free(e->flow_end);
   g_free(e->flow_route);
   g_free(e->ready_time);
   g_free(e->sync_time);
@@ -818,7 +842,24 @@ static void end_group(SimEngine *e, int32_t head)
 static void on_reschedule(void *user, int task, double end)
 {
   SimEngine *e = user;
-  schedule_v(e, end, task, EV_FLOW_END, ++e->flow_ver[task]);
+  uint64_t key = time_key(end), seq = e->seq++;
+  int slot = e->flow_slot[task];
+  if (slot >= e->cap_flow_end) {
+    int cap = MAX(2 * e->cap_flow_end, MAX(slot + 1, 64));
+    e->flow_end = g_renew(FlowEnd, e->flow_end, cap);
+    for (int i = e->cap_flow_end; i < cap; i++)
+      e->flow_end[i].task = -1;
+    e->cap_flow_end = cap;
+  }
+  FlowEnd *f = &e->flow_end[slot];
+  if (f->task == task && f->version == e->flow_ver[task] && f->queued <= key) {
+    f->tkey = key; /* the queued event comes first and carries the flow on */
+    f->seq = seq;
+    return;
+  }
+  uint32_t v = ++e->flow_ver[task];
+  push_event(e, key, seq, task, EV_FLOW_END, v);
+  *f = (FlowEnd){ task, v, key, key, seq };
 }
 
 /* Stops a bounded run: the iteration takes at least @floor, which is past the bound. */
@@ -943,6 +984,15 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     if ((ev.type == EV_FLOW_END || ev.type == EV_GROUP_END) &&
         ev.version != e->flow_ver[ev.task])
       continue; /* superseded by a later end of the same flow, or its group expanded */
+    if (ev.type == EV_FLOW_END) {
+      FlowEnd *f = &e->flow_end[e->flow_slot[ev.task]];
+      if (ev.tkey != f->tkey || ev.seq != f->seq) {
+        /* The flow ends later than it did when this event was queued. */
+        f->queued = f->tkey;
+        push_event(e, f->tkey, f->seq, ev.task, EV_FLOW_END, ev.version);
+        continue;
+      }
+    }
     double time = key_time(ev.tkey);
     if (time * (1 - 1e-9) > e->bound) {
       /* Nothing happens before this event, which will happen (or, merged into the

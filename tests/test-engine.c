@@ -102,6 +102,31 @@ Test(engine, a_flow_speeds_up_when_its_neighbour_ends)
   sim_taskgraph_free(tg);
 }
 
+Test(engine, a_flow_slows_down_when_a_neighbour_joins)
+{
+  /* 0->1 with 1 GB starts at once and sends alone at 100 GB/s from 2 us.  0->2 with 0.25 GB
+   * waits for a 5 ms kernel on GPU 3 and joins GPU 0's uplink at 5.002 ms, when the big
+   * one has 0.5 GB left: both run at 50 GB/s, the small one ends 5 ms later (10.002 ms),
+   * the big one has then 0.25 GB left, which it sends alone in 2.5 ms: 12.502 ms.  Its
+   * end moves later when the neighbour joins, then earlier when it leaves. */
+  SimTaskGraph *tg = sim_taskgraph_new(8);
+  int b = sim_taskgraph_block_new(tg);
+  SimTask f1 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, 1e9, -1, 0);
+  SimTask k = sim_task_compute(SIM_CLASS_FORWARD, 3, -1, 0, 0, 5e-3);
+  SimTask f2 = sim_task_flow(SIM_CLASS_TRANSFER, 0, 2, 0.25e9, -1, 0);
+  SimTaskRef r1 = sim_taskgraph_add(tg, b, &f1);
+  SimTaskRef rk = sim_taskgraph_add(tg, b, &k);
+  SimTaskRef r2 = sim_taskgraph_add(tg, b, &f2);
+  sim_taskgraph_stream_add(tg, b, 3, 1, rk.index);
+  sim_taskgraph_depend(tg, b, rk, r2);
+  SimTimeline tl = { 0 };
+  run(tg, &tl);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r2)], 5e-3 + 2e-6 + 5e-3, 1e-12);
+  cr_assert_float_eq(tl.end[sim_taskgraph_id(tg, r1)], 2e-6 + 1.25e-2, 1e-12);
+  sim_timeline_clear(&tl);
+  sim_taskgraph_free(tg);
+}
+
 Test(engine, compute_stream_runs_in_order_and_overlaps_communication)
 {
   /* GPU 0 runs A (1 ms) then B (2 ms) in stream order even though B is declared first;
