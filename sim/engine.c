@@ -913,6 +913,10 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   e->n_heap = 0;
   e->work.n = 0;
   sim_net_reset(e->net);
+  /* A slot's last flow of the run before may share a task number and a version with a
+   * flow of this one. */
+  for (int i = 0; i < e->cap_flow_end; i++)
+    e->flow_end[i].task = -1;
   g_hash_table_remove_all(e->running);
   /* Schedules are only a cache: past 256 MiB they are dropped (between runs, when no
    * group refers to them) and worked out again as needed. */
