@@ -293,67 +293,6 @@ typedef struct {
   int32_t occ;
 } FlowAt;
 
-/* A set of four-integer keys (open addressing, linear probing): folding asks it hundreds
- * of thousands of times whether an image was made already. */
-typedef struct {
-  int32_t v[4];
-} Key4;
-
-typedef struct {
-  Key4 *key;
-  uint8_t *used;
-  size_t cap, n;
-} KeySet;
-
-static size_t keyset_slot(const KeySet *ks, const int32_t *k)
-{
-  uint64_t h = (uint64_t)(uint32_t)k[0] * 0x9E3779B97F4A7C15u;
-  h = (h ^ (uint32_t)k[1]) * 0xC2B2AE3D27D4EB4Fu;
-  h = (h ^ (uint32_t)k[2]) * 0x165667B19E3779F9u;
-  h = (h ^ (uint32_t)k[3]) * 0x9E3779B97F4A7C15u;
-  size_t i = (size_t)(h ^ (h >> 31)) & (ks->cap - 1);
-  while (ks->used[i]) {
-    const int32_t *o = ks->key[i].v;
-    if (o[0] == k[0] && o[1] == k[1] && o[2] == k[2] && o[3] == k[3])
-      break;
-    i = (i + 1) & (ks->cap - 1);
-  }
-  return i;
-}
-
-/* Adds @k; returns FALSE if it was there already. */
-static gboolean keyset_add(KeySet *ks, const int32_t *k)
-{
-  if (2 * (ks->n + 1) > ks->cap) {
-    KeySet big = { NULL, NULL, ks->cap ? 2 * ks->cap : 1024, 0 };
-    big.key = g_new(Key4, big.cap);
-    big.used = g_new0(uint8_t, big.cap);
-    for (size_t i = 0; i < ks->cap; i++)
-      if (ks->used[i]) {
-        size_t j = keyset_slot(&big, ks->key[i].v);
-        big.used[j] = 1;
-        big.key[j] = ks->key[i];
-        big.n++;
-      }
-    g_free(ks->key);
-    g_free(ks->used);
-    *ks = big;
-  }
-  size_t i = keyset_slot(ks, k);
-  if (ks->used[i])
-    return FALSE;
-  ks->used[i] = 1;
-  memcpy(ks->key[i].v, k, sizeof(Key4));
-  ks->n++;
-  return TRUE;
-}
-
-static void keyset_clear(KeySet *ks)
-{
-  g_free(ks->key);
-  g_free(ks->used);
-}
-
 static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, gboolean ranks)
 {
   for (int r = 0; r < R; r++)
@@ -590,9 +529,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
     int shadow_block = sim_taskgraph_block_new(tg);
     /* A collective's flows map onto each other under its own symmetries, so different
      * symmetries can give one flow the same image: one shadow per image and collective. */
-    KeySet made = { 0 };
-    /* Collectives repeat over a few device sets: each distinct set gets a membership
-     * table, and its smallest image under the symmetry at hand is worked out once. */
+    SimKeyIndex made;
+    sim_key_index_init(&made, 4 * sizeof(int32_t));
     /* The smallest image of each distinct set, worked out once per symmetry. */
     int *set_low = g_new(int, MAX(member->len, 1));
     int *set_low_at = g_new(int, MAX(member->len, 1));
@@ -631,7 +569,9 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
             }
             int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
                                at.occ };
-            if (!keyset_add(&made, key))
+            gboolean added;
+            sim_key_index_get(&made, key, &added);
+            if (!added)
               continue;
           }
           SimTaskRef sr;
@@ -660,7 +600,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
             sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
         }
       }
-    keyset_clear(&made);
+    sim_key_index_free(&made);
     g_free(set_low);
     g_free(set_low_at);
     for (guint q = 0; q < part->len; q++)
