@@ -12,7 +12,7 @@ void cli_plan_options_init(CliPlanOptions *p)
   /* The model's parameters: NaN until given (0 is a value some of them may take). */
   p->coll_efficiency = p->net_efficiency = p->coll_latency_us = p->coll_base_us = NAN;
   p->gemm_efficiency = p->memory_efficiency = p->host_overhead_us = p->gemm_latency_us = NAN;
-  p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = NAN;
+  p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = p->gemm_ceiling = NAN;
 }
 
 void cli_plan_options_clear(CliPlanOptions *p)
@@ -86,6 +86,7 @@ static const struct {
   { "--gemm-k-overhead", G_STRUCT_OFFSET(CliPlanOptions, gemm_k_overhead), FALSE },
   { "--gemm-unaligned-efficiency", G_STRUCT_OFFSET(CliPlanOptions, gemm_unaligned_efficiency),
     TRUE },
+  { "--gemm-ceiling", G_STRUCT_OFFSET(CliPlanOptions, gemm_ceiling), TRUE },
   { "--host-overhead-us", G_STRUCT_OFFSET(CliPlanOptions, host_overhead_us), FALSE },
   { "--host-step-us", G_STRUCT_OFFSET(CliPlanOptions, host_step_us), FALSE },
 };
@@ -133,6 +134,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "gemm-latency-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fixed cost of one GEMM beyond its launch (us)", "US" },
     { "gemm-k-overhead", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "A GEMM tile's pipeline start and epilogue, in elements of the reduction dimension K: its work counts (K + this) / K times", "K" },
     { "gemm-unaligned-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Fraction of its aligned rate a GEMM reaches when a dimension is not a multiple of 16 bytes (default 1: no penalty)", "F" },
+    { "gemm-ceiling", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "The most any GEMM reaches, as a fraction of tensor-core peak in useful FLOPs: the device's best measured shape (A100 SXM: 0.869; default: no cap)", "F" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "host-step-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
     { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
@@ -214,6 +216,8 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.gemm_k_overhead = p->gemm_k_overhead;
   if (!isnan(p->gemm_unaligned_efficiency))
     rp.gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
+  if (!isnan(p->gemm_ceiling))
+    rp.gemm_ceiling = p->gemm_ceiling;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);

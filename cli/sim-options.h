@@ -13,7 +13,7 @@ typedef struct {
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;
-  double gemm_k_overhead, gemm_unaligned_efficiency;
+  double gemm_k_overhead, gemm_unaligned_efficiency, gemm_ceiling;
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
   char *allreduce_table;        /* measured all-reduce times inside a node            */
 } CliPlanOptions;

@@ -525,6 +525,13 @@ typedef struct {
    * Multiplication Background guide, "Tensor Core Requirements"; nanoGPT pads GPT-2's
    * vocabulary to 50,304 for this).  0 or 1: no penalty. */
   double gemm_unaligned_efficiency;
+  /* The most any GEMM reaches, as a fraction of the tensor-core peak, counted in its
+   * useful FLOPs (2 M N K): the best shape a device's BLAS runs.  The efficiency above
+   * and the tile pipeline's cost describe how the rate grows with K; this caps it where
+   * measurement says no shape goes further (A100 SXM: 271.2 of 312 TFLOP/s in bf16,
+   * the best of a sweep of shapes in S. Bekman's "Maximum Achievable Matmul FLOPS"
+   * table, github.com/stas00/ml-engineering, compute/accelerator).  0: no cap. */
+  double gemm_ceiling;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

@@ -99,6 +99,7 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
 {
   if (flops <= 0.0 && k->m > 0 && k->n > 0 && k->k > 0)
     flops = 2.0 * (double)MAX(k->batch, 1) * (double)k->m * (double)k->n * (double)k->k;
+  double useful = flops;
   flops *= quantization_factor(p, dev, k->batch, k->m, k->n);
   if (p->gemm_k_overhead > 0 && k->k > 0)
     flops *= ((double)k->k + p->gemm_k_overhead) / (double)k->k;
@@ -106,6 +107,9 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
       gemm_unaligned(k))
     efficiency *= p->gemm_unaligned_efficiency;
   double compute = bound(flops, peak_of(dev, k->dtype) * efficiency);
+  /* No shape beats the best shape's measured rate. */
+  if (p->gemm_ceiling > 0.0)
+    compute = MAX(compute, bound(useful, peak_of(dev, k->dtype) * p->gemm_ceiling));
   double memory = bound(bytes, dev->mem_bandwidth * p->memory_efficiency);
   return MAX(compute, memory);
 }

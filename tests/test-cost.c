@@ -142,6 +142,33 @@ Test(roofline, short_reductions_pay_the_tile_pipeline)
                2.0 * 4096.0 * 4096.0 * 1024.0 / (312e12 * 0.75) + 5e-6);
 }
 
+Test(roofline, no_gemm_beats_the_measured_ceiling)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  p.gemm_efficiency = 0.93;
+  p.gemm_k_overhead = 480;
+  p.gemm_ceiling = 0.869;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* K = 1024: 0.93 * 1024 / 1504 = 0.633 of peak, under the ceiling: the K model alone. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 1024);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               (1024.0 + 480.0) / 1024.0 * 2.0 * 4096.0 * 4096.0 * 1024.0 / (312e12 * 0.93) +
+                 5e-6);
+  /* K = 32768: the K model would give 0.93 * 32768 / 33248 = 0.917 of peak (286 TFLOP/s,
+   * more than any shape measures on an A100); the ceiling holds it at 0.869 (271 TFLOP/s)
+   * of its useful 2 M N K. */
+  SimKernel wide = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 32768);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &wide),
+               2.0 * 4096.0 * 4096.0 * 32768.0 / (312e12 * 0.869) + 5e-6);
+  /* Without a ceiling, the K model's rate. */
+  p.gemm_ceiling = 0;
+  g_autoptr(SimCostModel) open = sim_cost_model_new_roofline(&p);
+  assert_close(sim_cost_model_kernel_time(open, &dev, &wide),
+               (32768.0 + 480.0) / 32768.0 * 2.0 * 4096.0 * 4096.0 * 32768.0 / (312e12 * 0.93) +
+                 5e-6);
+}
+
 Test(roofline, unaligned_gemms_run_at_their_own_efficiency)
 {
   SimDeviceSpec dev = a100();
