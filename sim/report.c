@@ -103,6 +103,7 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   r->detail = o->detail;
   r->microbatches = s->microbatches;
   r->n_stages = s->n_stages;
+  r->chunks = s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1 ? s->chunks : 1;
   r->schedule = s->schedule;
   r->n_tasks = tg->n_tasks;
   SimDType cdt = graph_compute_dtype(g);
@@ -433,9 +434,14 @@ void sim_report_print(const SimReport *r, FILE *out)
   fmt_bytes(b, sizeof b, (double)sim_report_max_peak_memory(r));
   fprintf(out, "  peak memory         %s on the fullest GPU%s\n", b,
           r->fits ? "" : " -- OUT OF MEMORY on some GPUs");
-  fprintf(out, "  pipeline            %d stage%s, %d micro-batch%s, %s\n", r->n_stages,
-          r->n_stages == 1 ? "" : "s", r->microbatches, r->microbatches == 1 ? "" : "es",
-          sim_schedule_name(r->schedule));
+  if (r->chunks > 1)
+    fprintf(out, "  pipeline            %d stages of %d model chunks each, %d micro-batch%s, %s\n",
+            r->n_stages / r->chunks, r->chunks, r->microbatches,
+            r->microbatches == 1 ? "" : "es", sim_schedule_name(r->schedule));
+  else
+    fprintf(out, "  pipeline            %d stage%s, %d micro-batch%s, %s\n", r->n_stages,
+            r->n_stages == 1 ? "" : "s", r->microbatches, r->microbatches == 1 ? "" : "es",
+            sim_schedule_name(r->schedule));
   static const char *const detail_words[] = { "per-step transfers", "a flow per rank",
                                               "one flow each" };
   fprintf(out, "  simulated           %" G_GINT64_FORMAT " tasks, collectives as %s, folding: %s\n",
@@ -554,7 +560,9 @@ char *sim_report_to_json(const SimReport *r)
   json_builder_set_member_name(jb, "microbatches");
   json_builder_add_int_value(jb, r->microbatches);
   json_builder_set_member_name(jb, "stages");
-  json_builder_add_int_value(jb, r->n_stages);
+  json_builder_add_int_value(jb, r->n_stages / r->chunks);
+  json_builder_set_member_name(jb, "chunks_per_stage");
+  json_builder_add_int_value(jb, r->chunks);
   json_builder_set_member_name(jb, "schedule");
   json_builder_add_string_value(jb, sim_schedule_name(r->schedule));
   json_builder_set_member_name(jb, "tasks");

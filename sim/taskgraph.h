@@ -523,7 +523,8 @@ struct _SimReport {
   int n_links;
   char *folding;
   SimDetail detail;
-  int microbatches, n_stages;
+  int microbatches, n_stages;  /* n_stages counts model chunks (stages x chunks)      */
+  int chunks;                  /* model chunks per device group (interleaved), else 1  */
   SimSchedule schedule;
   /* The timeline, when kept: */
   int64_t n_records;

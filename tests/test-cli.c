@@ -343,3 +343,29 @@ Test(cli, a_searched_plan_simulates_to_the_time_the_search_reported, .timeout = 
   g_unlink(plan);
   g_rmdir(dir);
 }
+
+Test(cli, an_interleaved_plan_reports_its_stages_and_chunks)
+{
+  /* 2 pipeline stages of 2 model chunks each: 4 chunks of 2 layers, on 2 device groups.
+   * The report names both (it once printed "4 stages"). */
+#define FOUR_LAYERS "--model", "gpt", "--param", "layers=8,hidden=64,heads=4,seq=16,vocab=1024", \
+                    "--machine", "dgx-a100:1", "--global-batch", "16", "--pp", "2", "--dp", "4", \
+                    "--microbatches", "4"
+  Run text = run("simulate", FOUR_LAYERS, "--schedule", "interleaved:2", NULL);
+  cr_assert_eq(text.status, 0, "%s", text.err);
+  cr_expect(strstr(text.out, "2 stages of 2 model chunks each, 4 micro-batches, interleaved"),
+            "%s", text.out);
+  Run json = run("simulate", FOUR_LAYERS, "--schedule", "interleaved:2", "--json", NULL);
+  cr_assert_eq(json.status, 0, "%s", json.err);
+  cr_expect_eq(json_number(json.out, "stages"), 2);
+  cr_expect_eq(json_number(json.out, "chunks_per_stage"), 2);
+  /* 1F1B: the stages alone. */
+  Run plain = run("simulate", FOUR_LAYERS, "--json", NULL);
+  cr_assert_eq(plain.status, 0, "%s", plain.err);
+  cr_expect_eq(json_number(plain.out, "stages"), 2);
+  cr_expect_eq(json_number(plain.out, "chunks_per_stage"), 1);
+  run_clear(&text);
+  run_clear(&json);
+  run_clear(&plain);
+#undef FOUR_LAYERS
+}
