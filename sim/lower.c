@@ -1622,8 +1622,32 @@ void sim_lowering_build(SimLowering *lw)
   build_sync_block(lw);
 }
 
-void sim_lowering_update_ops(SimLowering *lw, const int *ops, int n)
+void sim_lowering_update_ops(SimLowering *lw, const int *changed, int n_changed)
 {
+  /* The users of a changed op's weights are laid out again too: a user's shard skips the
+   * update of the shared weights where the owner has a shard on its device, so its
+   * update's time follows the owner's devices (a tied embedding's output layer). */
+  int n_ops = sim_graph_n_ops(lw->g);
+  uint8_t *in = g_new0(uint8_t, MAX(n_ops, 1));
+  GArray *list = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < n_changed; i++)
+    if (!in[changed[i]]) {
+      in[changed[i]] = 1;
+      g_array_append_val(list, changed[i]);
+    }
+  for (int i = 0; i < n_changed; i++) {
+    GArray *users = lw->sharers[changed[i]];
+    for (guint u = 0; users && u < users->len; u++) {
+      int y = g_array_index(users, int, u);
+      if (!in[y]) {
+        in[y] = 1;
+        g_array_append_val(list, y);
+      }
+    }
+  }
+  g_free(in);
+  const int *ops = (const int *)list->data;
+  int n = (int)list->len;
   /* Every changed op gets its new layout before any block is rebuilt: blocks read the
    * layouts of their neighbours. */
   for (int i = 0; i < n; i++) {
@@ -1653,6 +1677,7 @@ void sim_lowering_update_ops(SimLowering *lw, const int *ops, int n)
     if (touched[t])
       build_tensor_block(lw, t);
   g_free(touched);
+  g_array_free(list, TRUE);
   build_sync_block(lw);
 }
 

@@ -1034,6 +1034,34 @@ Test(delta, equals_full_simulation_after_random_changes)
   g_rand_free(rng);
 }
 
+/* The output layer shares the embedding's weights (tied, as GPT's are): a shard of it
+ * updates the shared weights only where the embedding has no shard on its device.  A
+ * change to the embedding alone must re-price the output layer's update. */
+Test(delta, a_change_to_a_weight_owner_reprices_its_users_update)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=8");
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimMachine) m = switch4(50);
+  int head = sim_graph_op_by_name(g, "lm_head"), embed = sim_graph_op_by_name(g, "embed");
+  cr_assert(head >= 0 && embed >= 0);
+  cr_assert_eq(sim_graph_op_weight_owner(g, head), embed);
+  SimSession *ss = data_parallel_session(g, m, c);
+  int one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+  int dev1 = 1, dev0 = 0;
+  /* The output layer on GPU 1, where the data-parallel embedding has a shard: the
+   * embedding's shard updates the weights there. */
+  cr_assert(sim_session_set_op(ss, head, one, &dev1, NULL));
+  assert_same_as_fresh(ss, g, m, c, sim_session_run(ss), "output layer moved");
+  /* The embedding on GPU 0 alone: now GPU 1's copy is updated by the output layer. */
+  cr_assert(sim_session_set_op(ss, embed, one, &dev0, NULL));
+  assert_same_as_fresh(ss, g, m, c, sim_session_run(ss), "embedding moved");
+  /* And back over every GPU. */
+  int all[4] = { 0, 1, 2, 3 }, dp[8] = { 4, 1, 1, 1, 1, 1, 1, 1 };
+  cr_assert(sim_session_set_op(ss, embed, dp, all, NULL));
+  assert_same_as_fresh(ss, g, m, c, sim_session_run(ss), "embedding spread again");
+  sim_session_free(ss);
+}
+
 /* Delta simulation of pipelines: random single-operator changes to Megatron plans over
  * two stages (scatter-gathered messages or whole ones) give the timeline of the same plan
  * lowered from scratch, task for task. */
