@@ -233,7 +233,8 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
     u.utilization = cap > 0 ? u.bytes / cap : 0;
     g_array_append_val(uses, u);
   }
-  qsort(uses->data, uses->len, sizeof(SimLinkUse), link_use_cmp);
+  if (uses->len > 1) /* an empty GArray's data is NULL, which qsort may not be given */
+    qsort(uses->data, uses->len, sizeof(SimLinkUse), link_use_cmp);
   r->n_links = MIN((int)uses->len, 10);
   r->links = g_new0(SimLinkUse, r->n_links > 0 ? r->n_links : 1);
   for (int i = 0; i < r->n_links; i++) {
