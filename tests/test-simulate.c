@@ -1062,6 +1062,114 @@ Test(delta, a_change_to_a_weight_owner_reprices_its_users_update)
   sim_session_free(ss);
 }
 
+/* Delta sessions over a wider space than the tests above: random plans (data parallel, or
+ * Megatron's with tensor, pipeline and data parallelism, GPipe, 1F1B or interleaved) with
+ * random memory and synchronization options (ZeRO-1, recomputation, buckets, overlap, the
+ * three all-reduce algorithms), random simulation options (the three levels of collective
+ * detail, a host that issues kernels, blocking sends) on machines with shared links, and
+ * models with tied weights; each run after random changes (some undone) equals a fresh
+ * session task for task, and the folded report.  (It found the change to a weight owner
+ * that did not re-price its users' update.) */
+Test(delta, equals_fresh_sessions_on_random_plans_options_and_machines, .timeout = 120)
+{
+  const char *models[][2] = {
+    { "gpt", "layers=4,hidden=128,heads=4,seq=32,vocab=256,batch=16" },
+    { "mlp", "layers=4,hidden=256,input=128,classes=64,batch=32,towers=2" },
+    { "bert-large", "layers=2,batch=16,seq=32" },
+  };
+  const char *machines[] = { "dgx-a100", "flexflow-p100", "dgx1-v100", "vtrain-a100:2" };
+  g_autoptr(SimCostModel) c = roofline();
+  for (guint32 seed = 1; seed <= 12; seed++) {
+    GRand *rng = g_rand_new_with_seed(seed);
+    int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(models));
+    g_autoptr(SimGraph) g = zoo(models[mi][0], models[mi][1]);
+    if (g_rand_boolean(rng))
+      sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    GError *error = NULL;
+    g_autoptr(SimMachine) m = sim_machine_load(machines[g_rand_int_range(rng, 0, 4)], &error);
+    cr_assert_not_null(m);
+    int nd = sim_machine_n_devices(m);
+    g_autoptr(SimStrategy) s0 = NULL;
+    if (mi == 0 && g_rand_boolean(rng)) {
+      SimMegatronOptions o = sim_megatron_options_default();
+      o.tp = 1 << g_rand_int_range(rng, 0, 3);
+      o.pp = 1 << g_rand_int_range(rng, 0, 2);
+      o.dp = 16 % (nd / (o.tp * o.pp)) == 0 ? nd / (o.tp * o.pp) : 1;
+      o.microbatches = o.pp > 1 ? 4 : 1;
+      o.schedule = o.pp == 1 ? SIM_SCHEDULE_1F1B : (SimSchedule)g_rand_int_range(rng, 0, 3);
+      o.chunks = o.schedule == SIM_SCHEDULE_INTERLEAVED ? 2 : 1;
+      o.sequence_parallel = o.tp > 1 && g_rand_boolean(rng);
+      o.scatter_gather = o.tp > 1 && g_rand_boolean(rng);
+      s0 = sim_strategy_megatron(g, m, &o, NULL);
+    }
+    if (!s0)
+      s0 = sim_strategy_data_parallel(g, m, nd, &error);
+    cr_assert_not_null(s0, "%s", error ? error->message : "");
+    SimSyncOptions sy = sim_strategy_get_sync(s0);
+    sy.algorithm = (SimAllreduceAlgo)g_rand_int_range(rng, 0, 3);
+    sy.bucket_bytes = g_rand_boolean(rng) ? 0 : (1 << 20) * g_rand_int_range(rng, 1, 8);
+    sy.overlap = g_rand_boolean(rng);
+    sim_strategy_set_sync(s0, &sy);
+    SimMemoryOptions mo = sim_strategy_get_memory(s0);
+    mo.zero1 = g_rand_boolean(rng);
+    mo.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    sim_strategy_set_memory(s0, &mo);
+    SimOptions o = sim_options_default();
+    o.detail = (SimDetail)g_rand_int_range(rng, 0, 3);
+    o.host_kernel_time = g_rand_boolean(rng) ? 0 : 5e-6;
+    o.blocking_sends = g_rand_boolean(rng);
+    SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+    cr_assert_not_null(ss, "%s", error ? error->message : "");
+    int n = sim_graph_n_ops(g);
+    for (int step = 0; step < 6; step++) {
+      g_autoptr(SimStrategy) before = sim_strategy_copy(sim_session_get_strategy(ss));
+      gboolean changed = FALSE;
+      for (int attempt = 0; attempt < 60 && !changed; attempt++) {
+        int x = g_rand_int_range(rng, 0, n), ndims = sim_graph_op_n_dims(g, x);
+        if (ndims <= 0)
+          continue;
+        int deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, devs[8], total = 1;
+        int d = g_rand_int_range(rng, 0, ndims), k = 1 << g_rand_int_range(rng, 0, 3);
+        if (sim_graph_op_dim_splittable(g, x, d) && sim_graph_op_dim_size(g, x, d) % k == 0) {
+          deg[d] = k;
+          total = k;
+        }
+        int base = g_rand_int_range(rng, 0, nd), stride = 1 + g_rand_boolean(rng);
+        for (int i = 0; i < total; i++)
+          devs[i] = (base + i * stride) % nd;
+        changed = sim_session_set_op(ss, x, deg, devs, NULL);
+      }
+      double t = sim_session_run(ss);
+      g_autofree char *what = g_strdup_printf("seed %u step %d", seed, step);
+      /* A fresh session with the same options: the same tasks and times, bit for bit. */
+      SimSession *fresh = sim_session_new(g, m, sim_session_get_strategy(ss), c, &o, &error);
+      cr_assert_not_null(fresh, "%s", error ? error->message : "");
+      double tf = sim_session_run(fresh);
+      cr_assert_eq(t, tf, "%s: delta %.17g vs fresh %.17g", what, t, tf);
+      const SimTaskGraph *a = sim_session_taskgraph(ss), *b = sim_session_taskgraph(fresh);
+      const SimTimeline *ta = sim_session_timeline(ss), *tb = sim_session_timeline(fresh);
+      cr_assert_eq(a->n_tasks, b->n_tasks, "%s", what);
+      for (int i = 0; i < a->n_tasks; i++) {
+        cr_assert_eq(ta->start[i], tb->start[i], "%s: task %d", what, i);
+        cr_assert_eq(ta->end[i], tb->end[i], "%s: task %d", what, i);
+      }
+      sim_session_free(fresh);
+      g_autoptr(SimReport) r = sim_simulate(g, m, sim_session_get_strategy(ss), c, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      cr_assert_float_eq(t, sim_report_iteration_time(r), 1e-9 * t, "%s: delta %.17g vs report %.17g",
+                         what, t, sim_report_iteration_time(r));
+      if (g_rand_int_range(rng, 0, 3) == 0)
+        for (int x = 0; x < n; x++) {
+          int k = 0;
+          const int *dv = sim_strategy_op_devices(before, x, &k);
+          cr_assert(sim_session_set_op(ss, x, sim_strategy_op_degrees(before, x), dv, NULL));
+        }
+    }
+    sim_session_free(ss);
+    g_rand_free(rng);
+  }
+}
+
 /* Delta simulation of pipelines: random single-operator changes to Megatron plans over
  * two stages (scatter-gathered messages or whole ones) give the timeline of the same plan
  * lowered from scratch, task for task. */
