@@ -1611,11 +1611,35 @@ static void find_groups(Ctx *x)
       continue;
     if (o->owner != op) {
       const OpInfo *ow = &x->ops[o->owner];
+      /* Each copy (a shard on a device where the owner has none) sums its gradient with
+       * one owner shard's, both sides then with their replicas: exact only when the copies
+       * and the owner's shards pair one to one on the same part of the weights. */
+      int n_copies = 0;
+      gboolean *paired = g_new0(gboolean, ow->n_shards);
+      gboolean exact = TRUE;
       for (int sh = 0; sh < o->n_shards; sh++) {
         if (op_on(ow, o->dev[sh]))
           continue;
-        SharerItem it = { op, sh, { ow->dev[sh % ow->n_shards], o->dev[sh] }, FALSE };
+        int osh = sh % ow->n_shards;
+        n_copies++;
+        exact = exact && !paired[osh];
+        paired[osh] = TRUE;
+        for (int i = 0; i < o->n_shared && exact; i++) {
+          SimRegion m = map_to_owner(x, o, i, &o->w_reg[sh * o->n_w + i]);
+          exact = sim_region_equal(&m, &ow->w_reg[osh * ow->n_w + i]);
+        }
+        SharerItem it = { op, sh, { ow->dev[osh], o->dev[sh] }, FALSE };
         g_array_append_val(x->sharers, it);
+      }
+      g_free(paired);
+      if (n_copies > 0 && (!exact || n_copies != ow->n_shards)) {
+        fail(x, EXEC_ERROR_UNSUPPORTED,
+             "op '%s' keeps %d cop%s of op '%s''s weights on devices without the owner, "
+             "which has %d shard%s: the executor sums a copy's gradients with one owner "
+             "shard holding the same part, so copies and owner shards must pair one to one",
+             sim_graph_op_name(x->g, op), n_copies, n_copies == 1 ? "y" : "ies",
+             sim_graph_op_name(x->g, o->owner), ow->n_shards, ow->n_shards == 1 ? "" : "s");
+        return;
       }
       continue;
     }

@@ -703,6 +703,48 @@ Test(exec, unsupported_plan)
   g_error_free(error);
 }
 
+/* Copies of tied weights (the output layer's copy of the embedding) exchange gradients
+ * with the owner's shards one to one; where they cannot pair, the run is refused with a
+ * message instead of summing wrong (six copies and two owner shards) or writing past a
+ * buffer (one whole copy and a vocabulary split in two). */
+Test(exec, tied_weight_copies_that_do_not_pair_with_the_owner_are_refused)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  int embed = sim_graph_op_by_name(g, "embed"), head = sim_graph_op_by_name(g, "lm_head");
+  struct {
+    const char *edim;
+    int en, efirst, hn, hfirst;
+    const char *want;
+  } cases[] = {
+    { "b", 2, 0, 8, 0, "keeps 6 copies" },  /* owner on 0-1, copies on 2-7          */
+    { "v", 2, 0, 1, 4, "keeps 1 copy" },    /* owner split over the vocabulary on 0-1 */
+  };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 8, NULL);
+    cr_assert_not_null(s);
+    split(s, g, embed, cases[k].edim, cases[k].en, cases[k].efirst);
+    split(s, g, head, "b", cases[k].hn, cases[k].hfirst);
+    GError *error = NULL;
+    cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+    g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+    cr_assert_not_null(plan, "%s", error ? error->message : "");
+    g_autoptr(ExecBackend) b = exec_backend_new("cpu", &error);
+    ExecOptions o = exec_options_default();
+    g_autoptr(ExecRun) run = exec_run_new(b, plan, &o, &error);
+    cr_assert_null(run);
+    cr_assert(g_error_matches(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED));
+    cr_assert(strstr(error->message, cases[k].want) != NULL, "%s", error->message);
+    g_error_free(error);
+  }
+  /* One copy a shard, each beside an owner shard holding the same part: it runs, and
+   * matches one device. */
+  g_autoptr(SimStrategy) ok = sim_strategy_new(g, m);
+  split(ok, g, embed, "v", 2, 0);
+  split(ok, g, head, "n", 2, 2);
+  check(g, m, ok, SIM_OPTIMIZER_SGD);
+}
+
 /* What the executor reads from a plan: every reduction names the op and micro-batch whose
  * partial results it sums, every copy the ops whose results it carries, and replicated
  * shards their copy. */
