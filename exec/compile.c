@@ -1612,31 +1612,45 @@ static void find_groups(Ctx *x)
     if (o->owner != op) {
       const OpInfo *ow = &x->ops[o->owner];
       /* Each copy (a shard on a device where the owner has none) sums its gradient with
-       * one owner shard's, both sides then with their replicas: exact only when the copies
-       * and the owner's shards pair one to one on the same part of the weights. */
+       * one owner shard's, and both sides then with their replicas: exact when every
+       * owner shard's part is tiled by the copies paired with it (one copy holding the
+       * same part, as Megatron's output layer on the last stage, or copies holding
+       * disjoint pieces of it), so that each element has one copy per owner replica. */
       int n_copies = 0;
-      gboolean *paired = g_new0(gboolean, ow->n_shards);
+      int64_t *covered = g_new0(int64_t, (size_t)ow->n_shards * MAX(o->n_shared, 1));
       gboolean exact = TRUE;
+      guint first = x->sharers->len;
       for (int sh = 0; sh < o->n_shards; sh++) {
         if (op_on(ow, o->dev[sh]))
           continue;
         int osh = sh % ow->n_shards;
         n_copies++;
-        exact = exact && !paired[osh];
-        paired[osh] = TRUE;
         for (int i = 0; i < o->n_shared && exact; i++) {
-          SimRegion m = map_to_owner(x, o, i, &o->w_reg[sh * o->n_w + i]);
-          exact = sim_region_equal(&m, &ow->w_reg[osh * ow->n_w + i]);
+          SimRegion mine = map_to_owner(x, o, i, &o->w_reg[sh * o->n_w + i]);
+          exact = sim_region_contains(&ow->w_reg[osh * ow->n_w + i], &mine);
+          for (guint k = first; k < x->sharers->len && exact; k++) {
+            const SharerItem *other = &g_array_index(x->sharers, SharerItem, k);
+            if (other->shard % ow->n_shards != osh)
+              continue;
+            SimRegion theirs = map_to_owner(x, o, i, &o->w_reg[other->shard * o->n_w + i]), in;
+            exact = !sim_region_intersect(&mine, &theirs, &in);
+          }
+          covered[osh * MAX(o->n_shared, 1) + i] += sim_region_volume(&mine);
         }
         SharerItem it = { op, sh, { ow->dev[osh], o->dev[sh] }, FALSE };
         g_array_append_val(x->sharers, it);
       }
-      g_free(paired);
-      if (n_copies > 0 && (!exact || n_copies != ow->n_shards)) {
+      for (int osh = 0; osh < ow->n_shards && exact && n_copies > 0; osh++)
+        for (int i = 0; i < o->n_shared && exact; i++)
+          exact = covered[osh * MAX(o->n_shared, 1) + i] ==
+                  sim_region_volume(&ow->w_reg[osh * ow->n_w + i]);
+      g_free(covered);
+      if (!exact) {
         fail(x, EXEC_ERROR_UNSUPPORTED,
              "op '%s' keeps %d cop%s of op '%s''s weights on devices without the owner, "
-             "which has %d shard%s: the executor sums a copy's gradients with one owner "
-             "shard holding the same part, so copies and owner shards must pair one to one",
+             "which has %d shard%s: the executor sums each copy's gradients with one owner "
+             "shard, so the copies paired with each owner shard must hold disjoint pieces "
+             "that make up its part",
              sim_graph_op_name(x->g, op), n_copies, n_copies == 1 ? "y" : "ies",
              sim_graph_op_name(x->g, o->owner), ow->n_shards, ow->n_shards == 1 ? "" : "s");
         return;

@@ -704,8 +704,9 @@ Test(exec, unsupported_plan)
 }
 
 /* Copies of tied weights (the output layer's copy of the embedding) exchange gradients
- * with the owner's shards one to one; where they cannot pair, the run is refused with a
- * message instead of summing wrong (six copies and two owner shards) or writing past a
+ * with the owner's shards, each copy with one; where the copies paired with an owner
+ * shard do not make up its part in disjoint pieces, the run is refused with a message
+ * instead of summing wrong (six whole copies and two owner shards) or writing past a
  * buffer (one whole copy and a vocabulary split in two). */
 Test(exec, tied_weight_copies_that_do_not_pair_with_the_owner_are_refused)
 {
@@ -737,12 +738,15 @@ Test(exec, tied_weight_copies_that_do_not_pair_with_the_owner_are_refused)
     cr_assert(strstr(error->message, cases[k].want) != NULL, "%s", error->message);
     g_error_free(error);
   }
-  /* One copy a shard, each beside an owner shard holding the same part: it runs, and
-   * matches one device. */
+  /* One copy for each owner shard, holding the same part; and two copies holding the
+   * halves of one owner shard's part: both run, and match one device. */
   g_autoptr(SimStrategy) ok = sim_strategy_new(g, m);
   split(ok, g, embed, "v", 2, 0);
   split(ok, g, head, "n", 2, 2);
   check(g, m, ok, SIM_OPTIMIZER_SGD);
+  g_autoptr(SimStrategy) halves = sim_strategy_new(g, m);
+  split(halves, g, head, "k", 2, 2);
+  check(g, m, halves, SIM_OPTIMIZER_SGD);
 }
 
 /* What the executor reads from a plan: every reduction names the op and micro-batch whose
