@@ -1,0 +1,306 @@
+/* fuzz-plans.c — random plans against the simulator's own invariants, and random plans for
+ * the executor to check.
+ *
+ *   build/tests/fuzz-plans delta [SEEDS [FIRST]]   delta sessions after random changes (some
+ *                                                  undone) against fresh sessions, bit for
+ *                                                  bit, and the folded report
+ *   build/tests/fuzz-plans fold [SEEDS [FIRST]]    folded against unfolded reports (time and
+ *                                                  peak memory), strategy JSON round trips
+ *   build/tests/fuzz-plans gen MODEL PARAMS MACHINE SEED OUT.json
+ *                                                  one random valid strategy, for
+ *                                                  tests/fuzz-exec.sh
+ *
+ * Each seed draws a model, a machine, a plan (data parallel, or Megatron's for GPT, with
+ * any schedule), memory and synchronization options (ZeRO-1, recomputation, buckets,
+ * overlap, the three all-reduce algorithms) and simulation options (collective detail, the
+ * host's issue time, blocking sends), then changes random operators' degrees and devices.
+ * Prints every disagreement and ends with a count; exit status 1 if any. */
+#include "parasol-sim.h"
+#include "taskgraph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const models[][2] = {
+  { "gpt", "layers=4,hidden=128,heads=4,seq=32,vocab=256,batch=16" },
+  { "mlp", "layers=4,hidden=256,input=128,classes=64,batch=32,towers=2" },
+  { "bert-large", "layers=2,batch=16,seq=32" },
+  { "inception-v3", "batch=16" },
+  { "rnnlm", "batch=16" },
+};
+static const char *const machines[] = { "dgx-a100",      "dgx-a100:2", "flexflow-p100",
+                                        "vtrain-a100:2", "dgx1-v100",  "pcie-4gpu:2" };
+
+static SimGraph *zoo(const char *name, const char *params)
+{
+  g_autoptr(SimModelParams) p = sim_model_params_new();
+  GError *error = NULL;
+  if (params && !sim_model_params_parse(p, params, &error))
+    g_error("%s", error->message);
+  SimGraph *g = sim_zoo_build(name, p, &error);
+  if (!g)
+    g_error("%s", error->message);
+  return g;
+}
+
+/* A random plan for @g on @m: Megatron's for GPT half the time (when the builder takes
+ * the draw), else data parallelism over every device; random memory and sync options. */
+static SimStrategy *random_plan(const SimGraph *g, SimMachine *m, gboolean gpt, GRand *rng)
+{
+  int nd = sim_machine_n_devices(m);
+  int64_t batch = sim_graph_batch_size(g);
+  SimStrategy *s = NULL;
+  if (gpt && g_rand_boolean(rng)) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.tp = 1 << g_rand_int_range(rng, 0, 3);
+    o.pp = 1 << g_rand_int_range(rng, 0, 3);
+    if (nd % (o.tp * o.pp))
+      o.tp = o.pp = 1;
+    o.dp = batch % (nd / (o.tp * o.pp)) == 0 ? nd / (o.tp * o.pp) : 1;
+    o.microbatches = o.pp > 1 ? 4 : 1 + g_rand_int_range(rng, 0, 2);
+    if (batch % ((int64_t)o.dp * o.microbatches))
+      o.microbatches = 1;
+    o.schedule = o.pp == 1 ? SIM_SCHEDULE_1F1B : (SimSchedule)g_rand_int_range(rng, 0, 3);
+    o.chunks = o.schedule == SIM_SCHEDULE_INTERLEAVED ? 2 : 1;
+    o.sequence_parallel = o.tp > 1 && g_rand_boolean(rng);
+    o.scatter_gather = o.tp > 1 && g_rand_boolean(rng);
+    s = sim_strategy_megatron(g, m, &o, NULL);
+  }
+  GError *error = NULL;
+  if (!s && !(s = sim_strategy_data_parallel(g, m, nd, &error)))
+    g_error("%s", error->message);
+  SimSyncOptions sy = sim_strategy_get_sync(s);
+  sy.algorithm = (SimAllreduceAlgo)g_rand_int_range(rng, 0, 3);
+  sy.bucket_bytes = g_rand_boolean(rng) ? 0 : (int64_t)(1 << 20) * g_rand_int_range(rng, 1, 8);
+  sy.overlap = g_rand_boolean(rng);
+  sim_strategy_set_sync(s, &sy);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = g_rand_boolean(rng);
+  mo.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+  sim_strategy_set_memory(s, &mo);
+  return s;
+}
+
+/* Draws a change of one operator (up to two split dimensions, devices from a random first
+ * one, consecutive or every other) and gives it to @apply until it is taken. */
+typedef gboolean (*ApplyFn)(gpointer data, int op, const int *degrees, const int *devices);
+
+static void random_change(const SimGraph *g, int nd, GRand *rng, ApplyFn apply, gpointer data)
+{
+  int n = sim_graph_n_ops(g);
+  for (int attempt = 0; attempt < 60; attempt++) {
+    int x = g_rand_int_range(rng, 0, n), ndims = sim_graph_op_n_dims(g, x);
+    if (ndims <= 0)
+      continue;
+    int deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, devs[64], total = 1;
+    for (int r = 0; r < 2; r++) {
+      int d = g_rand_int_range(rng, 0, ndims), k = 1 << g_rand_int_range(rng, 0, 3);
+      if (sim_graph_op_dim_splittable(g, x, d) &&
+          sim_graph_op_dim_size(g, x, d) % (deg[d] * k) == 0 && total * k <= MIN(nd, 64)) {
+        deg[d] *= k;
+        total *= k;
+      }
+    }
+    int base = g_rand_int_range(rng, 0, nd), stride = 1 + g_rand_boolean(rng);
+    gboolean distinct = TRUE;
+    for (int i = 0; i < total; i++) {
+      devs[i] = (base + i * stride) % nd;
+      for (int j = 0; j < i; j++)
+        distinct = distinct && devs[i] != devs[j];
+    }
+    if (distinct && apply(data, x, deg, devs))
+      return;
+  }
+}
+
+static gboolean apply_to_session(gpointer data, int op, const int *degrees, const int *devices)
+{
+  return sim_session_set_op(data, op, degrees, devices, NULL);
+}
+
+typedef struct {
+  SimStrategy **s;
+  const SimGraph *g;
+  SimMachine *m;
+} StrategyChange;
+
+static gboolean apply_to_strategy(gpointer data, int op, const int *degrees, const int *devices)
+{
+  StrategyChange *c = data;
+  g_autoptr(SimStrategy) t = sim_strategy_copy(*c->s);
+  if (!sim_strategy_set_op(t, op, degrees, devices, NULL) ||
+      !sim_strategy_validate(t, c->g, c->m, NULL))
+    return FALSE;
+  sim_strategy_free(*c->s);
+  *c->s = g_steal_pointer(&t);
+  return TRUE;
+}
+
+static SimOptions random_options(GRand *rng)
+{
+  SimOptions o = sim_options_default();
+  o.detail = (SimDetail)g_rand_int_range(rng, 0, 3);
+  o.host_kernel_time = g_rand_boolean(rng) ? 0 : 5e-6;
+  o.blocking_sends = g_rand_boolean(rng);
+  return o;
+}
+
+/* One seed of the delta check; returns the disagreements. */
+static int delta_seed(guint32 seed, SimCostModel *c, int *runs)
+{
+  g_autoptr(GRand) rng = g_rand_new_with_seed(seed);
+  int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(models));
+  const char *machine = machines[g_rand_int_range(rng, 0, G_N_ELEMENTS(machines))];
+  g_autoptr(SimGraph) g = zoo(models[mi][0], models[mi][1]);
+  if (g_rand_boolean(rng))
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
+  if (!m)
+    g_error("%s", error->message);
+  g_autoptr(SimStrategy) s0 = random_plan(g, m, mi == 0, rng);
+  SimOptions o = random_options(rng);
+  SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+  if (!ss) {
+    printf("seed %u: %s on %s: the session refused its plan: %s\n", seed, models[mi][0],
+           machine, error->message);
+    g_error_free(error);
+    return 1;
+  }
+  int bad = 0, nd = sim_machine_n_devices(m), n = sim_graph_n_ops(g);
+  for (int step = 0; step < 8; step++) {
+    g_autoptr(SimStrategy) before = sim_strategy_copy(sim_session_get_strategy(ss));
+    random_change(g, nd, rng, apply_to_session, ss);
+    double t = sim_session_run(ss);
+    const SimStrategy *cur = sim_session_get_strategy(ss);
+    SimSession *fresh = sim_session_new(g, m, cur, c, &o, &error);
+    g_assert(fresh != NULL);
+    double tf = sim_session_run(fresh);
+    g_autoptr(SimReport) r = sim_simulate(g, m, cur, c, &o, &error);
+    g_assert(r != NULL);
+    double tr = sim_report_iteration_time(r);
+    gboolean same = t == tf;
+    const SimTaskGraph *a = sim_session_taskgraph(ss), *b = sim_session_taskgraph(fresh);
+    const SimTimeline *ta = sim_session_timeline(ss), *tb = sim_session_timeline(fresh);
+    same = same && a->n_tasks == b->n_tasks;
+    for (int i = 0; same && i < a->n_tasks; i++)
+      same = ta->start[i] == tb->start[i] && ta->end[i] == tb->end[i];
+    (*runs)++;
+    if (!same || !(fabs(t - tr) <= 1e-9 * fabs(t))) {
+      bad++;
+      printf("seed %u step %d: %s on %s, detail %s: delta %.17g, fresh %.17g%s, report %.17g "
+             "(folding: %s)\n",
+             seed, step, models[mi][0], machine, sim_detail_name(o.detail), t, tf,
+             same ? "" : " (timelines differ)", tr, sim_report_folding(r));
+    }
+    sim_session_free(fresh);
+    if (g_rand_int_range(rng, 0, 3) == 0)
+      for (int x = 0; x < n; x++) {
+        int k = 0;
+        const int *dv = sim_strategy_op_devices(before, x, &k);
+        g_assert(sim_session_set_op(ss, x, sim_strategy_op_degrees(before, x), dv, NULL));
+      }
+  }
+  sim_session_free(ss);
+  return bad;
+}
+
+/* One seed of the folding check: the plan after a few random changes. */
+static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
+{
+  g_autoptr(GRand) rng = g_rand_new_with_seed(seed);
+  int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(models));
+  const char *machine = machines[g_rand_int_range(rng, 0, G_N_ELEMENTS(machines))];
+  g_autoptr(SimGraph) g = zoo(models[mi][0], models[mi][1]);
+  if (g_rand_boolean(rng))
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
+  if (!m)
+    g_error("%s", error->message);
+  SimStrategy *s = random_plan(g, m, mi == 0, rng);
+  StrategyChange ch = { &s, g, m };
+  int changes = g_rand_int_range(rng, 0, 3);
+  for (int k = 0; k < changes; k++)
+    random_change(g, sim_machine_n_devices(m), rng, apply_to_strategy, &ch);
+  SimOptions o = random_options(rng);
+  o.fold = TRUE;
+  g_autoptr(SimReport) rf = sim_simulate(g, m, s, c, &o, &error);
+  o.fold = FALSE;
+  g_autoptr(SimReport) ru = rf ? sim_simulate(g, m, s, c, &o, &error) : NULL;
+  int bad = 0;
+  (*runs)++;
+  if (!rf || !ru) {
+    printf("seed %u: %s on %s: %s\n", seed, models[mi][0], machine, error->message);
+    g_error_free(error);
+    bad++;
+  } else {
+    double a = sim_report_iteration_time(rf), b = sim_report_iteration_time(ru);
+    if (!(fabs(a - b) <= 1e-9 * fabs(b)) ||
+        sim_report_max_peak_memory(rf) != sim_report_max_peak_memory(ru)) {
+      bad++;
+      printf("seed %u: %s on %s, detail %s: folded %.17g (%s), unfolded %.17g; peak memory "
+             "%" G_GINT64_FORMAT " against %" G_GINT64_FORMAT "\n",
+             seed, models[mi][0], machine, sim_detail_name(o.detail), a, sim_report_folding(rf),
+             b, sim_report_max_peak_memory(rf), sim_report_max_peak_memory(ru));
+    }
+  }
+  g_autofree char *json = sim_strategy_to_json(s, g);
+  g_autoptr(SimStrategy) back = sim_strategy_from_json(json, "round-trip.json", g, m, &error);
+  if (!back || !sim_strategy_equal(back, s)) {
+    bad++;
+    printf("seed %u: the strategy's JSON reads back %s\n", seed,
+           back ? "as another strategy" : error->message);
+    g_clear_error(&error);
+  }
+  sim_strategy_free(s);
+  return bad;
+}
+
+static int generate(int argc, char **argv)
+{
+  if (argc != 7) {
+    fprintf(stderr, "usage: fuzz-plans gen MODEL PARAMS MACHINE SEED OUT.json\n");
+    return 2;
+  }
+  g_autoptr(GRand) rng = g_rand_new_with_seed((guint32)strtoul(argv[5], NULL, 10));
+  g_autoptr(SimGraph) g = zoo(argv[2], argv[3]);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load(argv[4], &error);
+  if (!m)
+    g_error("%s", error->message);
+  SimStrategy *s = random_plan(g, m, !strcmp(argv[2], "gpt"), rng);
+  StrategyChange ch = { &s, g, m };
+  int changes = g_rand_int_range(rng, 1, 6);
+  for (int k = 0; k < changes; k++)
+    random_change(g, sim_machine_n_devices(m), rng, apply_to_strategy, &ch);
+  gboolean ok = sim_strategy_save(s, g, argv[6], &error);
+  sim_strategy_free(s);
+  if (!ok) {
+    fprintf(stderr, "fuzz-plans: %s\n", error->message);
+    return 2;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2 || (strcmp(argv[1], "delta") && strcmp(argv[1], "fold") && strcmp(argv[1], "gen"))) {
+    fprintf(stderr, "usage: fuzz-plans delta|fold [SEEDS [FIRST]] | gen MODEL PARAMS MACHINE "
+                    "SEED OUT.json\n");
+    return 2;
+  }
+  if (!strcmp(argv[1], "gen"))
+    return generate(argc, argv);
+  int n = argc > 2 ? atoi(argv[2]) : 100, first = argc > 3 ? atoi(argv[3]) : 1;
+  gboolean delta = !strcmp(argv[1], "delta");
+  SimRooflineParams rp = sim_roofline_params_default();
+  g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(&rp);
+  int bad = 0, runs = 0;
+  for (int seed = first; seed < first + n; seed++)
+    bad += delta ? delta_seed((guint32)seed, c, &runs) : fold_seed((guint32)seed, c, &runs);
+  printf("%s: %d seeds, %d runs, %d disagreements\n", argv[1], n, runs, bad);
+  return bad ? 1 : 0;
+}
