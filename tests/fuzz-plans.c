@@ -147,19 +147,48 @@ static SimOptions random_options(GRand *rng)
   return o;
 }
 
+/* A seed's problem: its random stream, then the model (fp16 half the time) and machine
+ * drawn from it. */
+typedef struct {
+  GRand *rng;
+  int model;
+  const char *machine;
+  SimGraph *g;
+  SimMachine *m;
+} Draw;
+
+static void draw(Draw *d, guint32 seed)
+{
+  d->rng = g_rand_new_with_seed(seed);
+  d->model = g_rand_int_range(d->rng, 0, G_N_ELEMENTS(models));
+  d->machine = machines[g_rand_int_range(d->rng, 0, G_N_ELEMENTS(machines))];
+  d->g = zoo(models[d->model][0], models[d->model][1]);
+  if (g_rand_boolean(d->rng))
+    sim_graph_set_float_dtype(d->g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  d->m = sim_machine_load(d->machine, &error);
+  if (!d->m)
+    g_error("%s", error->message);
+}
+
+static void draw_clear(Draw *d)
+{
+  g_rand_free(d->rng);
+  sim_graph_free(d->g);
+  sim_machine_free(d->m);
+}
+
 /* One seed of the delta check; returns the disagreements. */
 static int delta_seed(guint32 seed, SimCostModel *c, int *runs)
 {
-  g_autoptr(GRand) rng = g_rand_new_with_seed(seed);
-  int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(models));
-  const char *machine = machines[g_rand_int_range(rng, 0, G_N_ELEMENTS(machines))];
-  g_autoptr(SimGraph) g = zoo(models[mi][0], models[mi][1]);
-  if (g_rand_boolean(rng))
-    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  Draw dr;
+  draw(&dr, seed);
+  GRand *rng = dr.rng;
+  int mi = dr.model;
+  const char *machine = dr.machine;
+  SimGraph *g = dr.g;
+  SimMachine *m = dr.m;
   GError *error = NULL;
-  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
-  if (!m)
-    g_error("%s", error->message);
   g_autoptr(SimStrategy) s0 = random_plan(g, m, mi == 0, rng);
   SimOptions o = random_options(rng);
   SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
@@ -167,6 +196,7 @@ static int delta_seed(guint32 seed, SimCostModel *c, int *runs)
     printf("seed %u: %s on %s: the session refused its plan: %s\n", seed, models[mi][0],
            machine, error->message);
     g_error_free(error);
+    draw_clear(&dr);
     return 1;
   }
   int bad = 0, nd = sim_machine_n_devices(m), n = sim_graph_n_ops(g);
@@ -204,22 +234,21 @@ static int delta_seed(guint32 seed, SimCostModel *c, int *runs)
       }
   }
   sim_session_free(ss);
+  draw_clear(&dr);
   return bad;
 }
 
 /* One seed of the folding check: the plan after a few random changes. */
 static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
 {
-  g_autoptr(GRand) rng = g_rand_new_with_seed(seed);
-  int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(models));
-  const char *machine = machines[g_rand_int_range(rng, 0, G_N_ELEMENTS(machines))];
-  g_autoptr(SimGraph) g = zoo(models[mi][0], models[mi][1]);
-  if (g_rand_boolean(rng))
-    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  Draw dr;
+  draw(&dr, seed);
+  GRand *rng = dr.rng;
+  int mi = dr.model;
+  const char *machine = dr.machine;
+  SimGraph *g = dr.g;
+  SimMachine *m = dr.m;
   GError *error = NULL;
-  g_autoptr(SimMachine) m = sim_machine_load(machine, &error);
-  if (!m)
-    g_error("%s", error->message);
   SimStrategy *s = random_plan(g, m, mi == 0, rng);
   StrategyChange ch = { &s, g, m };
   int changes = g_rand_int_range(rng, 0, 3);
@@ -256,6 +285,7 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
     g_clear_error(&error);
   }
   sim_strategy_free(s);
+  draw_clear(&dr);
   return bad;
 }
 
