@@ -6,6 +6,8 @@
  *                                                  bit, and the folded report
  *   build/tests/fuzz-plans fold [SEEDS [FIRST]]    folded against unfolded reports (time and
  *                                                  peak memory), strategy JSON round trips
+ *   build/tests/fuzz-plans groups [SEEDS [FIRST]]  the engine with collectives' flow groups
+ *                                                  against without, to rounding
  *   build/tests/fuzz-plans gen MODEL PARAMS MACHINE SEED OUT.json
  *                                                  one random valid strategy, for
  *                                                  tests/fuzz-exec.sh
@@ -289,6 +291,42 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
   return bad;
 }
 
+/* One seed of the flow-group check: the engine runs a collective's flows as a group while
+ * their links are otherwise idle; without groups (PARASOL_NO_FLOW_GROUPS) every task must
+ * be timed the same, to rounding. */
+static int groups_seed(guint32 seed, SimCostModel *c, int *runs)
+{
+  Draw dr;
+  draw(&dr, seed);
+  SimStrategy *s = random_plan(dr.g, dr.m, dr.model == 0, dr.rng);
+  StrategyChange ch = { &s, dr.g, dr.m };
+  int changes = g_rand_int_range(dr.rng, 0, 3);
+  for (int k = 0; k < changes; k++)
+    random_change(dr.g, sim_machine_n_devices(dr.m), dr.rng, apply_to_strategy, &ch);
+  SimOptions o = random_options(dr.rng);
+  o.fold = FALSE;
+  double t[2];
+  for (int off = 0; off < 2; off++) {
+    if (off)
+      g_setenv("PARASOL_NO_FLOW_GROUPS", "1", TRUE);
+    GError *error = NULL;
+    SimReport *r = sim_simulate(dr.g, dr.m, s, c, &o, &error);
+    g_unsetenv("PARASOL_NO_FLOW_GROUPS");
+    if (!r)
+      g_error("seed %u: %s", seed, error->message);
+    t[off] = sim_report_iteration_time(r);
+    sim_report_free(r);
+  }
+  (*runs)++;
+  int bad = !(fabs(t[0] - t[1]) <= 1e-9 * fabs(t[1]));
+  if (bad)
+    printf("seed %u: %s on %s, detail %s: with flow groups %.17g, without %.17g\n", seed,
+           models[dr.model][0], dr.machine, sim_detail_name(o.detail), t[0], t[1]);
+  sim_strategy_free(s);
+  draw_clear(&dr);
+  return bad;
+}
+
 static int generate(int argc, char **argv)
 {
   if (argc != 7) {
@@ -317,20 +355,23 @@ static int generate(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-  if (argc < 2 || (strcmp(argv[1], "delta") && strcmp(argv[1], "fold") && strcmp(argv[1], "gen"))) {
-    fprintf(stderr, "usage: fuzz-plans delta|fold [SEEDS [FIRST]] | gen MODEL PARAMS MACHINE "
-                    "SEED OUT.json\n");
+  if (argc < 2 || (strcmp(argv[1], "delta") && strcmp(argv[1], "fold") &&
+                    strcmp(argv[1], "groups") && strcmp(argv[1], "gen"))) {
+    fprintf(stderr, "usage: fuzz-plans delta|fold|groups [SEEDS [FIRST]] | gen MODEL PARAMS "
+                    "MACHINE SEED OUT.json\n");
     return 2;
   }
   if (!strcmp(argv[1], "gen"))
     return generate(argc, argv);
   int n = argc > 2 ? atoi(argv[2]) : 100, first = argc > 3 ? atoi(argv[3]) : 1;
-  gboolean delta = !strcmp(argv[1], "delta");
+  int (*check)(guint32, SimCostModel *, int *) = !strcmp(argv[1], "delta")  ? delta_seed
+                                                 : !strcmp(argv[1], "fold") ? fold_seed
+                                                                            : groups_seed;
   SimRooflineParams rp = sim_roofline_params_default();
   g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(&rp);
   int bad = 0, runs = 0;
   for (int seed = first; seed < first + n; seed++)
-    bad += delta ? delta_seed((guint32)seed, c, &runs) : fold_seed((guint32)seed, c, &runs);
+    bad += check((guint32)seed, c, &runs);
   printf("%s: %d seeds, %d runs, %d disagreements\n", argv[1], n, runs, bad);
   return bad ? 1 : 0;
 }
