@@ -8,6 +8,8 @@
  *                                                  peak memory), strategy JSON round trips
  *   build/tests/fuzz-plans groups [SEEDS [FIRST]]  the engine with collectives' flow groups
  *                                                  against without, to rounding
+ *   build/tests/fuzz-plans bound [SEEDS [FIRST]]   runs bounded at a random time against
+ *                                                  unbounded ones (what a search reads)
  *   build/tests/fuzz-plans gen MODEL PARAMS MACHINE SEED OUT.json
  *                                                  one random valid strategy, for
  *                                                  tests/fuzz-exec.sh
@@ -327,6 +329,47 @@ static int groups_seed(guint32 seed, SimCostModel *c, int *runs)
   return bad;
 }
 
+/* One seed of the bound check: after each random change a run bounded at a random
+ * fraction (0.5 to 1.5) of the iteration time gives that time exactly when it ends within
+ * the bound, and otherwise is cut with a lower bound of it above the bound; an unbounded
+ * run after a cut one gives the time again. */
+static int bound_seed(guint32 seed, SimCostModel *c, int *runs)
+{
+  Draw dr;
+  draw(&dr, seed);
+  g_autoptr(SimStrategy) s0 = random_plan(dr.g, dr.m, dr.model == 0, dr.rng);
+  SimOptions o = random_options(dr.rng);
+  GError *error = NULL;
+  SimSession *ss = sim_session_new(dr.g, dr.m, s0, c, &o, &error);
+  g_assert(ss != NULL);
+  int bad = 0;
+  for (int step = 0; step < 6; step++) {
+    random_change(dr.g, sim_machine_n_devices(dr.m), dr.rng, apply_to_session, ss);
+    /* The time from a fresh session, then the bounded and unbounded runs of this one. */
+    SimSession *fresh = sim_session_new(dr.g, dr.m, sim_session_get_strategy(ss), c, &o, &error);
+    g_assert(fresh != NULL);
+    double t = sim_session_run(fresh);
+    sim_session_free(fresh);
+    double b = t * g_rand_double_range(dr.rng, 0.5, 1.5);
+    double tb = sim_session_run_bounded(ss, b);
+    gboolean cut = sim_session_cut(ss);
+    double again = sim_session_run(ss);
+    (*runs)++;
+    gboolean ok = t <= b ? !cut && tb == t : cut && tb > b && tb <= t;
+    ok = ok && again == t;
+    if (!ok) {
+      bad++;
+      printf("seed %u step %d: %s on %s, detail %s: time %.17g, bound %.17g, bounded run "
+             "%.17g (%s), unbounded again %.17g\n",
+             seed, step, models[dr.model][0], dr.machine, sim_detail_name(o.detail), t, b, tb,
+             cut ? "cut" : "not cut", again);
+    }
+  }
+  sim_session_free(ss);
+  draw_clear(&dr);
+  return bad;
+}
+
 static int generate(int argc, char **argv)
 {
   if (argc != 7) {
@@ -356,8 +399,8 @@ static int generate(int argc, char **argv)
 int main(int argc, char **argv)
 {
   if (argc < 2 || (strcmp(argv[1], "delta") && strcmp(argv[1], "fold") &&
-                    strcmp(argv[1], "groups") && strcmp(argv[1], "gen"))) {
-    fprintf(stderr, "usage: fuzz-plans delta|fold|groups [SEEDS [FIRST]] | gen MODEL PARAMS "
+                    strcmp(argv[1], "groups") && strcmp(argv[1], "bound") && strcmp(argv[1], "gen"))) {
+    fprintf(stderr, "usage: fuzz-plans delta|fold|groups|bound [SEEDS [FIRST]] | gen MODEL PARAMS "
                     "MACHINE SEED OUT.json\n");
     return 2;
   }
@@ -366,6 +409,7 @@ int main(int argc, char **argv)
   int n = argc > 2 ? atoi(argv[2]) : 100, first = argc > 3 ? atoi(argv[3]) : 1;
   int (*check)(guint32, SimCostModel *, int *) = !strcmp(argv[1], "delta")  ? delta_seed
                                                  : !strcmp(argv[1], "fold") ? fold_seed
+                                                 : !strcmp(argv[1], "bound") ? bound_seed
                                                                             : groups_seed;
   SimRooflineParams rp = sim_roofline_params_default();
   g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(&rp);
