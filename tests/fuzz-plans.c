@@ -142,6 +142,19 @@ static gboolean apply_to_strategy(gpointer data, int op, const int *degrees, con
   return TRUE;
 }
 
+/* A random plan for @g on @m after up to @max_changes random changes (at least
+ * @min_changes). */
+static SimStrategy *changed_plan(const SimGraph *g, SimMachine *m, gboolean gpt, GRand *rng,
+                                 int min_changes, int max_changes)
+{
+  SimStrategy *s = random_plan(g, m, gpt, rng);
+  StrategyChange ch = { &s, g, m };
+  int changes = g_rand_int_range(rng, min_changes, max_changes + 1);
+  for (int k = 0; k < changes; k++)
+    random_change(g, sim_machine_n_devices(m), rng, apply_to_strategy, &ch);
+  return s;
+}
+
 static SimOptions random_options(GRand *rng)
 {
   SimOptions o = sim_options_default();
@@ -253,11 +266,7 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
   SimGraph *g = dr.g;
   SimMachine *m = dr.m;
   GError *error = NULL;
-  SimStrategy *s = random_plan(g, m, mi == 0, rng);
-  StrategyChange ch = { &s, g, m };
-  int changes = g_rand_int_range(rng, 0, 3);
-  for (int k = 0; k < changes; k++)
-    random_change(g, sim_machine_n_devices(m), rng, apply_to_strategy, &ch);
+  SimStrategy *s = changed_plan(g, m, mi == 0, rng, 0, 2);
   SimOptions o = random_options(rng);
   o.fold = TRUE;
   g_autoptr(SimReport) rf = sim_simulate(g, m, s, c, &o, &error);
@@ -300,11 +309,7 @@ static int groups_seed(guint32 seed, SimCostModel *c, int *runs)
 {
   Draw dr;
   draw(&dr, seed);
-  SimStrategy *s = random_plan(dr.g, dr.m, dr.model == 0, dr.rng);
-  StrategyChange ch = { &s, dr.g, dr.m };
-  int changes = g_rand_int_range(dr.rng, 0, 3);
-  for (int k = 0; k < changes; k++)
-    random_change(dr.g, sim_machine_n_devices(dr.m), dr.rng, apply_to_strategy, &ch);
+  SimStrategy *s = changed_plan(dr.g, dr.m, dr.model == 0, dr.rng, 0, 2);
   SimOptions o = random_options(dr.rng);
   o.fold = FALSE;
   double t[2];
@@ -382,11 +387,7 @@ static int generate(int argc, char **argv)
   g_autoptr(SimMachine) m = sim_machine_load(argv[4], &error);
   if (!m)
     g_error("%s", error->message);
-  SimStrategy *s = random_plan(g, m, !strcmp(argv[2], "gpt"), rng);
-  StrategyChange ch = { &s, g, m };
-  int changes = g_rand_int_range(rng, 1, 6);
-  for (int k = 0; k < changes; k++)
-    random_change(g, sim_machine_n_devices(m), rng, apply_to_strategy, &ch);
+  SimStrategy *s = changed_plan(g, m, !strcmp(argv[2], "gpt"), rng, 1, 5);
   gboolean ok = sim_strategy_save(s, g, argv[6], &error);
   sim_strategy_free(s);
   if (!ok) {
