@@ -1413,7 +1413,7 @@ static void build_schedule(SimLowering *lw)
 {
   const SimStrategy *s = lw->s;
   int S = s->n_stages, M = lw->M;
-  int V = s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1 ? s->chunks : 1;
+  int V = sim_strategy_chunks_per_group(s);
   int P = S / V;
   lw->rank_f = g_new0(uint64_t, (size_t)S * M);
   lw->rank_b = g_new0(uint64_t, (size_t)S * M);

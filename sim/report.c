@@ -103,7 +103,7 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   r->detail = o->detail;
   r->microbatches = s->microbatches;
   r->n_stages = s->n_stages;
-  r->chunks = s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1 ? s->chunks : 1;
+  r->chunks = sim_strategy_chunks_per_group(s);
   r->schedule = s->schedule;
   r->n_tasks = tg->n_tasks;
   SimDType cdt = graph_compute_dtype(g);

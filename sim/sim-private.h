@@ -462,6 +462,13 @@ struct _SimStrategy {
   SimStrategyLayout *layout;
 };
 
+/* Model chunks per device group: the chunks of an interleaved schedule, else 1 (a stage
+ * is then its own device group). */
+static inline int sim_strategy_chunks_per_group(const SimStrategy *s)
+{
+  return s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1 ? s->chunks : 1;
+}
+
 /* Shard @s's coordinates along each iteration dimension (row-major, last fastest). */
 void sim_config_shard_coords(const SimOpConfig *c, int ndims, int shard, int *coords);
 /* The iteration range of shard coordinates @coords of @op whose sample dimensions are

@@ -625,7 +625,7 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
 
 static gboolean check_schedule(const SimStrategy *s, GError **error)
 {
-  if (s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1) {
+  if (sim_strategy_chunks_per_group(s) > 1) {
     int P = s->n_stages / s->chunks;
     if (P > 0 && s->microbatches % P != 0) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
@@ -671,7 +671,7 @@ static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrateg
  * schedule one per stage of a chunk. */
 static int fewest_microbatches(const SimStrategy *s)
 {
-  if (s->schedule == SIM_SCHEDULE_INTERLEAVED && s->chunks > 1)
+  if (sim_strategy_chunks_per_group(s) > 1)
     return MAX(s->n_stages / s->chunks, 1);
   return 1;
 }
