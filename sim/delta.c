@@ -26,6 +26,10 @@ struct _SimSession {
   gboolean ran;        /* the timeline is the assembled graph's                        */
   double bound;        /* the bound of the last run (INFINITY: none)                   */
   double phase[3];     /* the last run's wall time re-lowering, assembling, running     */
+  /* PARASOL_NO_DELTA was set when the session began: every run after a change lowers,
+   * assembles and runs the strategy from nothing, as a fresh session would (the
+   * yardstick for what delta simulation saves a whole search). */
+  gboolean full;
 };
 
 SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
@@ -51,6 +55,7 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
   sim_engine_set_host_times(ss->e, &ss->o);
   ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
   ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));
+  ss->full = g_getenv("PARASOL_NO_DELTA") != NULL;
   return ss;
 }
 
@@ -97,7 +102,20 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
 double sim_session_run_bounded(SimSession *ss, double bound)
 {
   gint64 t0 = g_get_monotonic_time();
-  if (ss->changed->len) {
+  if (ss->changed->len && ss->full) {
+    /* What sim_session_new() does, with the changed strategy. */
+    for (guint i = 0; i < ss->changed->len; i++)
+      ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
+    g_array_set_size(ss->changed, 0);
+    sim_lowering_free(ss->lw);
+    sim_engine_free(ss->e);
+    sim_timeline_clear(&ss->tl);
+    ss->lw = sim_lowering_new(ss->g, ss->m, ss->s, ss->cost, &ss->o, &ss->cp, NULL);
+    sim_lowering_build(ss->lw);
+    ss->e = sim_engine_new(ss->m, &ss->cp);
+    sim_engine_set_host_times(ss->e, &ss->o);
+    ss->assembled = FALSE;
+  } else if (ss->changed->len) {
     sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
     for (guint i = 0; i < ss->changed->len; i++)
       ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
