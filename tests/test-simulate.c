@@ -1385,3 +1385,78 @@ Test(trace, every_gpu_or_the_ones_asked_for)
   g_unlink(one);
   g_rmdir(dir);
 }
+
+static int span_cmp(gconstpointer a, gconstpointer b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+Test(trace, compute_tracks_keep_the_reports_books)
+{
+  /* A Megatron plan over two nodes (tensor, pipeline and data parallelism, 1F1B with four
+   * micro-batches), unfolded: on every GPU's compute track (tid 2 x local rank of its
+   * node's process) the kernels run one at a time, and their durations add up to the
+   * report's compute time of that GPU.  Times in the trace are microseconds to 3 decimals. */
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=64,vocab=512,batch=16");
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  g_autoptr(SimCostModel) c = roofline();
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = 2;
+  mo.pp = 2;
+  mo.dp = 4;
+  mo.microbatches = 4;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  o.keep_timeline = TRUE;
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  g_autofree char *dir = g_dir_make_tmp("parasol-trace-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "t.json", NULL);
+  cr_assert(sim_report_write_trace_devices(r, path, NULL, 0, NULL, &error), "%s",
+            error ? error->message : "");
+  g_autoptr(JsonParser) parser = json_parser_new();
+  JsonArray *ev = trace_events(path, parser);
+  int nd = sim_machine_n_devices(m);
+  GArray **track = g_new0(GArray *, nd);
+  for (int d = 0; d < nd; d++)
+    track[d] = g_array_new(FALSE, FALSE, sizeof(double) * 2);
+  for (guint i = 0; i < json_array_get_length(ev); i++) {
+    JsonObject *e = json_array_get_object_element(ev, i);
+    if (strcmp(json_object_get_string_member(e, "ph"), "X"))
+      continue;
+    int pid = (int)json_object_get_int_member(e, "pid");
+    int tid = (int)json_object_get_int_member(e, "tid");
+    /* Nodes are processes 0 and 1 with eight GPUs each; the compute tracks are even. */
+    if (pid > 1 || tid >= 16 || tid % 2)
+      continue;
+    double span[2] = { json_object_get_double_member(e, "ts"),
+                       json_object_get_double_member(e, "dur") };
+    g_array_append_val(track[pid * 8 + tid / 2], span);
+  }
+  for (int d = 0; d < nd; d++) {
+    GArray *t = track[d];
+    cr_assert_gt(t->len, 0, "GPU %d has no compute track", d);
+    /* In time order, each starts once the one before it has ended. */
+    g_array_sort(t, span_cmp);
+    double busy = 0, end = 0;
+    for (guint i = 0; i < t->len; i++) {
+      const double *sp = &g_array_index(t, double, 2 * i);
+      cr_assert_geq(sp[0], end - 2e-3, "GPU %d: kernel %u starts at %.3f us, before %.3f", d, i,
+                    sp[0], end);
+      end = sp[0] + sp[1];
+      busy += sp[1];
+    }
+    double want = 1e6 * sim_report_compute_time(r, d);
+    cr_expect(fabs(busy - want) <= 1e-3 * t->len, "GPU %d: %.3f us of kernels, report %.3f us", d,
+              busy, want);
+    g_array_free(t, TRUE);
+  }
+  g_free(track);
+  g_unlink(path);
+  g_rmdir(dir);
+}
