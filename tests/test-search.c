@@ -544,6 +544,26 @@ Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
   fixture_free(&f);
 }
 
+/* Runs @algo on one thread without the environment variable @var, then with it set, into
+ * *@without and *@with, which must end with the same time, strategy and number of
+ * evaluations. */
+static void run_both_ways(const char *algo, SearchProblem *p, gint64 evals, guint64 seed,
+                          const char *var, SearchResult **without, SearchResult **with)
+{
+  g_unsetenv(var);
+  SearchResult *a = run(algo, p, evals, seed, 1, NULL);
+  g_setenv(var, "1", TRUE);
+  SearchResult *b = run(algo, p, evals, seed, 1, NULL);
+  g_unsetenv(var);
+  cr_assert_eq(search_result_get_time(a), search_result_get_time(b), "%s, %s: %.17g against %.17g",
+               algo, var, search_result_get_time(a), search_result_get_time(b));
+  cr_assert(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(b)),
+            "%s, %s", algo, var);
+  cr_assert_eq(search_result_get_evals(a), search_result_get_evals(b), "%s, %s", algo, var);
+  *without = a;
+  *with = b;
+}
+
 Test(search, bounded_simulations_change_no_result)
 {
   /* Local search keeps a trial only below the best so far, MCMC accepts below a bound it
@@ -553,15 +573,8 @@ Test(search, bounded_simulations_change_no_result)
   fixture_load(&f, "mlp", "layers=2,hidden=256,batch=32", "dgx-a100", 4);
   static const char *const algos[] = { "mcmc", "dp", "beam", "pipeline", "subst" };
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
-    g_unsetenv("PARASOL_NO_BOUNDS");
-    SearchResult *a = run(algos[i], f.p, 1500, 3, 1, NULL);
-    g_setenv("PARASOL_NO_BOUNDS", "1", TRUE);
-    SearchResult *b = run(algos[i], f.p, 1500, 3, 1, NULL);
-    g_unsetenv("PARASOL_NO_BOUNDS");
-    cr_assert_eq(search_result_get_time(a), search_result_get_time(b), "%s", algos[i]);
-    cr_assert(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(b)),
-              "%s", algos[i]);
-    cr_assert_eq(search_result_get_evals(a), search_result_get_evals(b), "%s", algos[i]);
+    SearchResult *a, *b;
+    run_both_ways(algos[i], f.p, 1500, 3, "PARASOL_NO_BOUNDS", &a, &b);
     cr_assert_eq(search_result_get_cut_evals(b), 0);
     search_result_free(a);
     search_result_free(b);
@@ -581,16 +594,8 @@ Test(search, delta_simulation_changes_no_result)
                0);
   static const char *const algos[] = { "mcmc", "dp", "beam", "subst" };
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
-    g_unsetenv("PARASOL_NO_DELTA");
-    SearchResult *a = run(algos[i], f.p, 400, 5, 1, NULL);
-    g_setenv("PARASOL_NO_DELTA", "1", TRUE);
-    SearchResult *b = run(algos[i], f.p, 400, 5, 1, NULL);
-    g_unsetenv("PARASOL_NO_DELTA");
-    cr_assert_eq(search_result_get_time(a), search_result_get_time(b), "%s: %.17g against %.17g",
-                 algos[i], search_result_get_time(a), search_result_get_time(b));
-    cr_assert(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(b)),
-              "%s", algos[i]);
-    cr_assert_eq(search_result_get_evals(a), search_result_get_evals(b), "%s", algos[i]);
+    SearchResult *a, *b;
+    run_both_ways(algos[i], f.p, 400, 5, "PARASOL_NO_DELTA", &a, &b);
     cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s", algos[i]);
     search_result_free(a);
     search_result_free(b);

@@ -1323,6 +1323,19 @@ static int count_track(JsonArray *ev, int pid, int tid, const char *cat, double 
   return n;
 }
 
+/* The report of @s, unfolded and with every task's times, for a trace. */
+static SimReport *traced_report(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                SimCostModel *c)
+{
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  o.keep_timeline = TRUE;
+  GError *error = NULL;
+  SimReport *r = sim_simulate(g, m, s, c, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  return r;
+}
+
 Test(trace, every_gpu_or_the_ones_asked_for)
 {
   /* Data parallel over GPUs 0 and 1 of one node, unfolded: each GPU runs the same
@@ -1334,11 +1347,7 @@ Test(trace, every_gpu_or_the_ones_asked_for)
   GError *error = NULL;
   g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 2, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
-  SimOptions o = sim_options_default();
-  o.fold = FALSE;
-  o.keep_timeline = TRUE;
-  g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
-  cr_assert_not_null(r, "%s", error ? error->message : "");
+  g_autoptr(SimReport) r = traced_report(g, m, s, c);
   g_autofree char *dir = g_dir_make_tmp("parasol-trace-XXXXXX", NULL);
   g_autofree char *all = g_build_filename(dir, "all.json", NULL);
   g_autofree char *one = g_build_filename(dir, "one.json", NULL);
@@ -1410,11 +1419,7 @@ Test(trace, compute_tracks_keep_the_reports_books)
   mo.microbatches = 4;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
-  SimOptions o = sim_options_default();
-  o.fold = FALSE;
-  o.keep_timeline = TRUE;
-  g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
-  cr_assert_not_null(r, "%s", error ? error->message : "");
+  g_autoptr(SimReport) r = traced_report(g, m, s, c);
   g_autofree char *dir = g_dir_make_tmp("parasol-trace-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "t.json", NULL);
   cr_assert(sim_report_write_trace_devices(r, path, NULL, 0, NULL, &error), "%s",
