@@ -24,7 +24,7 @@ run() { # MODEL PARAMS OUT [env...]
     --budget "${EVALS}evals" --threads 1 --seed 1 --out "$out" > "$T/report" 2> "$T/err" ||
     { cat "$T/err" >&2; exit 1; }
   e=$(date +%s.%N)
-  awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f\n", b - a }' 
+  awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
 echo "| model (64 A100, MCMC, $EVALS evaluations, 1 thread) | delta (median s) | full (median s) | full / delta (median of $PAIRS pairs) | same plan |"
