@@ -423,14 +423,19 @@ double search_context_evaluate_bounded(SearchContext *ctx, const SimStrategy *s,
   SearchContext *root = ctx->root;
   const SearchProblem *p = ctx->problem;
   atomic_fetch_add(&root->evals, 1);
-  if (g_getenv("PARASOL_NO_BOUNDS"))
+  gboolean to_the_end = g_getenv("PARASOL_NO_BOUNDS") != NULL;
+  if (to_the_end)
     bound = INFINITY;
   *cut = *overflowed = FALSE;
   SimBrief b;
   double cost = INFINITY;
-  if (sim_simulate_brief(p->g, p->m, s, p->cost, &p->sim, bound, &b, NULL)) {
+  /* A plan that does not fit costs INFINITY whatever its time, so with a memory limit the
+   * run may stop where a device first overflows. */
+  SimOptions o = p->sim;
+  o.stop_at_overflow = p->memory_limit && !to_the_end;
+  if (sim_simulate_brief(p->g, p->m, s, p->cost, &o, bound, &b, NULL)) {
     if (b.cut) {
-      /* Slower than @bound: counted, and not offered as the best. */
+      /* Slower than @bound, or over memory: counted, and not offered as the best. */
       atomic_fetch_add(&root->cut_evals, 1);
       *cut = TRUE;
       *overflowed = b.overflowed;

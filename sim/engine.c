@@ -117,6 +117,8 @@ struct _SimEngine {
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
   double bound;           /* stop past this time (sim_engine_set_bound)                 */
+  gboolean stop_overflow; /* stop at the first device over its memory (sim_engine_set_stop_at_overflow) */
+  gboolean overflow;      /* ... and one is                                               */
   double *left;           /* with a bound, per device: compute its stream has not started */
   double floor;           /* with a bound: the iteration ends no sooner (0: unknown)      */
   gboolean blocking_sends; /* the host waits for its sends to other stages (see below)  */
@@ -317,6 +319,18 @@ void sim_engine_set_bound(SimEngine *e, double seconds)
   e->bound = seconds;
 }
 
+void sim_engine_set_stop_at_overflow(SimEngine *e, gboolean on)
+{
+  e->stop_overflow = on;
+}
+
+/* Whether device @d holds more than its memory. */
+static inline gboolean over_capacity(const SimEngine *e, int d)
+{
+  int64_t cap = sim_machine_device_spec(e->machine, d)->mem_capacity;
+  return cap > 0 && e->mem[d] > cap;
+}
+
 void sim_engine_set_blocking_sends(SimEngine *e, gboolean on)
 {
   e->blocking_sends = on;
@@ -392,8 +406,11 @@ static void start_compute(SimEngine *e, int32_t t)
     e->floor = MAX(e->floor, start + task->duration + e->left[d]);
   }
   e->mem[d] += task->mem_alloc;
-  if (e->mem[d] > tl->peak_mem[d])
+  if (e->mem[d] > tl->peak_mem[d]) {
     tl->peak_mem[d] = e->mem[d];
+    if (e->stop_overflow && over_capacity(e, d))
+      e->overflow = TRUE;
+  }
   schedule(e, start + task->duration, t, EV_END);
 }
 
@@ -947,6 +964,10 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     e->sends[d] = 0;
     tl->peak_mem[d] = e->mem[d];
   }
+  e->overflow = FALSE;
+  for (int d = 0; e->stop_overflow && d < e->n_devices; d++)
+    if (over_capacity(e, d))
+      e->overflow = TRUE;
   /* With a bound, a floor under the iteration time: no stream ends before it has run the
    * tasks it has not started (start_compute() raises it as they start). */
   e->floor = 0;
@@ -967,6 +988,11 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
   drain_work(e);
 
   for (;;) {
+    if (e->overflow) {
+      /* A device holds more than its memory: all the caller wanted to know. */
+      cut_at(e, tl, e->now);
+      return;
+    }
     /* A little below the floor: the run merges events within a relative 1e-12 of an
      * instant into it (below), so a stream may end that much sooner per task. */
     if (e->floor * (1 - 1e-6) > e->bound) {

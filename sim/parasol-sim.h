@@ -744,6 +744,10 @@ typedef struct {
    * the table sets its fixed cost, the ring's flows still share the links.  Borrowed:
    * it must outlive the simulations that use it. */
   const SimCollTable *allreduce_table;
+  /* sim_simulate_brief() only: stop the run, cut, as soon as some device holds more than
+   * its memory, which a search that rejects every plan that does not fit needs to know
+   * and no more (SimBrief.overflowed then says so).  Reports always run to the end. */
+  gboolean stop_at_overflow;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);
@@ -797,7 +801,8 @@ SIM_PUBLIC gboolean sim_report_write_trace_devices(const SimReport *r, const cha
 
 /* What a search needs of one simulation, without a report. */
 typedef struct {
-  double time;        /* the iteration time; after a cut, a lower bound past the bound  */
+  double time;        /* the iteration time; after a cut, a lower bound past the bound
+                       * (past an overflow, the time the run had reached)                */
   gboolean cut;       /* the run stopped at its bound                                    */
   gboolean fits;      /* every device within its memory (as far as the run went)         */
   gboolean overflowed;/* some device over its memory by the end of the run, cut or not   */
@@ -806,7 +811,8 @@ typedef struct {
 
 /* sim_simulate() without the report, folding as it does, with the engine stopping at the
  * first event past @bound seconds (INFINITY: none): a run past the bound ends cut, its
- * time then a lower bound of the iteration time.  Up to the bound the run is
+ * time then a lower bound of the iteration time.  With SimOptions.stop_at_overflow it also
+ * ends cut, overflowed, when a device first holds more than its memory.  Up to the bound the run is
  * sim_simulate()'s, so a run that is not cut has its time and memory.  FALSE with @error
  * for a strategy that is not valid or whose schedule cannot run. */
 SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,

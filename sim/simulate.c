@@ -771,6 +771,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);
+  sim_engine_set_stop_at_overflow(os->e, opts->stop_at_overflow);
   sim_engine_run(os->e, tg, &os->tl);
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
@@ -796,6 +797,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
 {
   g_return_val_if_fail(g && m && s, NULL);
   SimOptions opts = o ? *o : sim_options_default();
+  opts.stop_at_overflow = FALSE; /* a report is of the whole run */
   OneShot os;
   SimReport *r = NULL;
   if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, error))

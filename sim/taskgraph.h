@@ -482,6 +482,9 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl);
  * A search that only needs to know whether a candidate beats a threshold saves the rest
  * of the run; up to the bound, the run is the unbounded one. */
 void sim_engine_set_bound(SimEngine *e, double seconds);
+/* Whether a run stops, cut, at the first task that takes a device past its memory
+ * capacity (or at the start, when its static memory already does). */
+void sim_engine_set_stop_at_overflow(SimEngine *e, gboolean on);
 void sim_timeline_clear(SimTimeline *tl);
 
 G_END_DECLS

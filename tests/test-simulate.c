@@ -893,7 +893,8 @@ Test(scatter_gather, splits_each_pipeline_message_over_the_tensor_parallel_ranks
 /* sim_simulate_brief() against sim_simulate(): a folded run without a bound has the
  * report's iteration time, to the bit, and its memory verdict; with a bound below it the
  * engine stops past the bound; a plan too large for memory says so, cut or not. */
-static void check_brief(const char *params, int dp, int tp, int pp, int mbs, gboolean fits)
+static void check_brief(const char *params, int dp, int tp, int pp, int mbs, gboolean fits,
+                        gboolean static_overflow)
 {
   g_autoptr(SimGraph) g = zoo("gpt", params);
   sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
@@ -926,17 +927,40 @@ static void check_brief(const char *params, int dp, int tp, int pp, int mbs, gbo
   cr_assert(b.time > 0.9 * t && b.time <= t, "%.17g not in (%.17g, %.17g]", b.time, 0.9 * t, t);
   /* Weights and optimizer states are there from the start: a plan whose static memory
    * overflows has overflowed before any bound. */
-  if (!sim_report_fits(r))
+  if (static_overflow)
     cr_assert(b.overflowed);
+  /* Asked to stop at the first overflow, a plan that fits runs as before; one that does
+   * not stops there, cut and overflowed, sooner than its iteration would end.  A report
+   * ignores the request. */
+  SimOptions so = o;
+  so.stop_at_overflow = TRUE;
+  cr_assert(sim_simulate_brief(g, m, s, NULL, &so, INFINITY, &b, &error));
+  cr_assert_eq(b.cut, !fits);
+  cr_assert_eq(b.overflowed, !fits);
+  cr_assert_eq(b.fits, fits);
+  if (fits)
+    cr_assert_eq(b.time, t);
+  else if (static_overflow)
+    cr_assert_eq(b.time, 0);
+  else
+    cr_assert(b.time > 0 && b.time < t, "stopped at %.17g of %.17g", b.time, t);
+  g_autoptr(SimReport) whole = sim_simulate(g, m, s, NULL, &so, &error);
+  cr_assert_not_null(whole);
+  cr_assert_eq(sim_report_iteration_time(whole), t);
 }
 
 Test(folding, a_brief_simulation_is_the_reports_and_stops_past_its_bound)
 {
-  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 2, 2, 2, 4, TRUE);
-  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, TRUE);
+  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 2, 2, 2, 4, TRUE, FALSE);
+  check_brief("layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, TRUE, FALSE);
   /* 12.9 G parameters over tensor-parallel pairs of 80 GB GPUs, 16 bytes each with mixed
    * precision and Adam: 103 GB a GPU, out of memory. */
-  check_brief("layers=64,hidden=4096,heads=32,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, FALSE);
+  check_brief("layers=64,hidden=4096,heads=32,seq=128,vocab=1024,batch=32", 4, 2, 1, 1, FALSE,
+              TRUE);
+  /* Weights that fit, and 128 sequences of 2,048 tokens a GPU whose activations do not:
+   * the overflow comes during the forward pass. */
+  check_brief("layers=2,hidden=1024,heads=16,seq=2048,vocab=1024,batch=1024", 8, 1, 1, 1, FALSE,
+              FALSE);
 }
 
 /* ---------------------------------------------------------------------------------- */
