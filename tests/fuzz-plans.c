@@ -9,7 +9,10 @@
  *   build/tests/fuzz-plans groups [SEEDS [FIRST]]  the engine with collectives' flow groups
  *                                                  against without, to rounding
  *   build/tests/fuzz-plans bound [SEEDS [FIRST]]   runs bounded at a random time against
- *                                                  unbounded ones (what a search reads)
+ *                                                  unbounded ones (what a search reads),
+ *                                                  and brief runs that stop at the first
+ *                                                  overflow on GPUs of 0.5-1.5x the
+ *                                                  plan's peak memory against whole ones
  *   build/tests/fuzz-plans monotone [SEEDS [FIRST]] faster links, GPUs or host against the
  *                                                  same plan (time), memory savings
  *                                                  against none (peak memory), and every
@@ -26,6 +29,7 @@
 #include "parasol-sim.h"
 #include "taskgraph.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +342,35 @@ static int groups_seed(guint32 seed, SimCostModel *c, int *runs)
   return bad;
 }
 
+static int overflows; /* bound: brief runs that stopped at an overflow */
+
+/* @m with GPUs of @bytes of memory each: its description, the GPU given inline. */
+static SimMachine *with_memory(const SimMachine *m, double bytes)
+{
+  g_autofree char *text = sim_machine_to_json(m);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, text, -1, NULL))
+    g_error("machine JSON");
+  /* The machine's own description, whose node names a GPU of the library. */
+  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
+  JsonObject *node = json_object_get_object_member(desc, "node");
+  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
+  JsonObject *spec = json_object_new();
+  json_object_set_string_member(spec, "name", "small");
+  json_object_set_string_member(spec, "base", gpu);
+  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
+  json_object_set_object_member(node, "gpu", spec);
+  JsonNode *dn = json_node_new(JSON_NODE_OBJECT);
+  json_node_set_object(dn, desc);
+  g_autofree char *small = json_to_string(dn, FALSE);
+  json_node_free(dn);
+  GError *error = NULL;
+  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
+  if (!out)
+    g_error("%s", error->message);
+  return out;
+}
+
 /* One seed of the bound check: after each random change a run bounded at a random
  * fraction (0.5 to 1.5) of the iteration time gives that time exactly when it ends within
  * the bound, and otherwise is cut with a lower bound of it above the bound; an unbounded
@@ -366,6 +399,25 @@ static int bound_seed(guint32 seed, SimCostModel *c, int *runs)
     (*runs)++;
     gboolean ok = t <= b ? !cut && tb == t : cut && tb > b && tb <= t;
     ok = ok && again == t;
+    /* A brief run asked to stop at the first overflow gives the same verdict on memory,
+     * and, where the plan fits, the same time and cut as one that is not; where it does
+     * not, it stops no later than the bound would have. */
+    SimOptions so = o;
+    so.stop_at_overflow = TRUE;
+    const SimStrategy *st = sim_session_get_strategy(ss);
+    SimBrief ba, bb;
+    g_assert(sim_simulate_brief(dr.g, dr.m, st, c, &o, INFINITY, &ba, NULL));
+    /* The same GPUs with 0.5 to 1.5 times this plan's highest peak of memory. */
+    double peak = ba.max_ratio * (double)sim_machine_device_spec(dr.m, 0)->mem_capacity;
+    g_autoptr(SimMachine) small = with_memory(dr.m, peak * g_rand_double_range(dr.rng, 0.5, 1.5));
+    g_assert(sim_simulate_brief(dr.g, small, st, c, &o, b, &ba, NULL));
+    g_assert(sim_simulate_brief(dr.g, small, st, c, &so, b, &bb, NULL));
+    if (bb.overflowed) {
+      ok = ok && bb.cut && (ba.overflowed || ba.cut) && bb.time <= ba.time;
+      overflows++;
+    } else {
+      ok = ok && bb.fits == ba.fits && bb.time == ba.time && bb.cut == ba.cut;
+    }
     if (!ok) {
       bad++;
       printf("seed %u step %d: %s on %s, detail %s: time %.17g, bound %.17g, bounded run "
@@ -531,6 +583,9 @@ int main(int argc, char **argv)
   if (check == monotone_seed)
     printf("%s: %d seeds, %d runs, %d slower on a faster machine (anomalies of shared links), "
            "%d disagreements\n", argv[1], n, runs, anomalies, bad);
+  else if (check == bound_seed)
+    printf("%s: %d seeds, %d runs (%d brief runs stopped at an overflow), %d disagreements\n",
+           argv[1], n, runs, overflows, bad);
   else
     printf("%s: %d seeds, %d runs, %d disagreements\n", argv[1], n, runs, bad);
   return bad ? 1 : 0;
