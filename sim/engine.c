@@ -117,7 +117,7 @@ struct _SimEngine {
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
   double bound;           /* stop past this time (sim_engine_set_bound)                 */
-  gboolean stop_overflow; /* stop at the first device over its memory (sim_engine_set_stop_at_overflow) */
+  gboolean stop_overflow; /* stop once a device is over its memory (set_stop_at_overflow) */
   gboolean overflow;      /* ... and one is                                               */
   double *left;           /* with a bound, per device: compute its stream has not started */
   double floor;           /* with a bound: the iteration ends no sooner (0: unknown)      */

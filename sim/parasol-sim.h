@@ -803,7 +803,7 @@ SIM_PUBLIC gboolean sim_report_write_trace_devices(const SimReport *r, const cha
 typedef struct {
   double time;        /* the iteration time; after a cut, a lower bound past the bound
                        * (past an overflow, the time the run had reached)                */
-  gboolean cut;       /* the run stopped at its bound                                    */
+  gboolean cut;       /* the run stopped at its bound (or, asked to, at an overflow)     */
   gboolean fits;      /* every device within its memory (as far as the run went)         */
   gboolean overflowed;/* some device over its memory by the end of the run, cut or not   */
   double max_ratio;   /* the largest ratio of peak memory to capacity                    */
@@ -812,8 +812,8 @@ typedef struct {
 /* sim_simulate() without the report, folding as it does, with the engine stopping at the
  * first event past @bound seconds (INFINITY: none): a run past the bound ends cut, its
  * time then a lower bound of the iteration time.  With SimOptions.stop_at_overflow it also
- * ends cut, overflowed, when a device first holds more than its memory.  Up to the bound the run is
- * sim_simulate()'s, so a run that is not cut has its time and memory.  FALSE with @error
+ * ends cut, overflowed, when a device first holds more than its memory.  Up to the bound
+ * the run is sim_simulate()'s, so a run that is not cut has its time and memory.  FALSE with @error
  * for a strategy that is not valid or whose schedule cannot run. */
 SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                                        SimCostModel *cost, const SimOptions *o, double bound,
