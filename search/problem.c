@@ -425,6 +425,18 @@ double search_problem_simulate(const SearchProblem *p, const SimStrategy *s, Sim
   g_return_val_if_fail(p != NULL && s != NULL, INFINITY);
   if (report)
     *report = NULL;
+  if (!report) {
+    /* Only the cost: a brief run gives the report's time and memory verdict, and with a
+     * memory limit it stops where a plan that cannot fit first overflows. */
+    SimOptions o = p->sim;
+    o.stop_at_overflow = p->memory_limit && !g_getenv("PARASOL_NO_BOUNDS");
+    SimBrief b;
+    if (!sim_simulate_brief(p->g, p->m, s, p->cost, &o, INFINITY, &b, error))
+      return INFINITY;
+    if (b.cut)
+      return INFINITY;
+    return search_problem_cost(p, b.time, b.max_ratio, b.fits, NULL, NULL);
+  }
   SimReport *r = sim_simulate(p->g, p->m, s, p->cost, &p->sim, error);
   if (!r)
     return INFINITY;
