@@ -423,17 +423,10 @@ double search_context_evaluate_bounded(SearchContext *ctx, const SimStrategy *s,
   SearchContext *root = ctx->root;
   const SearchProblem *p = ctx->problem;
   atomic_fetch_add(&root->evals, 1);
-  gboolean to_the_end = g_getenv("PARASOL_NO_BOUNDS") != NULL;
-  if (to_the_end)
-    bound = INFINITY;
   *cut = *overflowed = FALSE;
   SimBrief b;
   double cost = INFINITY;
-  /* A plan that does not fit costs INFINITY whatever its time, so with a memory limit the
-   * run may stop where a device first overflows. */
-  SimOptions o = p->sim;
-  o.stop_at_overflow = p->memory_limit && !to_the_end;
-  if (sim_simulate_brief(p->g, p->m, s, p->cost, &o, bound, &b, NULL)) {
+  if (search_problem_brief(p, s, bound, &b, NULL)) {
     if (b.cut) {
       /* Slower than @bound, or over memory: counted, and not offered as the best. */
       atomic_fetch_add(&root->cut_evals, 1);

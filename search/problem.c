@@ -419,6 +419,19 @@ double search_problem_report_cost(const SearchProblem *p, const SimReport *r, do
                              memory);
 }
 
+gboolean search_problem_brief(const SearchProblem *p, const SimStrategy *s, double bound,
+                              SimBrief *b, GError **error)
+{
+  /* A plan that does not fit costs INFINITY whatever its time, so with a memory limit the
+   * run may stop where a device first overflows; PARASOL_NO_BOUNDS runs every one to its
+   * end. */
+  gboolean to_the_end = g_getenv("PARASOL_NO_BOUNDS") != NULL;
+  SimOptions o = p->sim;
+  o.stop_at_overflow = p->memory_limit && !to_the_end;
+  return sim_simulate_brief(p->g, p->m, s, p->cost, &o, to_the_end ? INFINITY : bound, b,
+                            error);
+}
+
 double search_problem_simulate(const SearchProblem *p, const SimStrategy *s, SimReport **report,
                                GError **error)
 {
@@ -426,12 +439,9 @@ double search_problem_simulate(const SearchProblem *p, const SimStrategy *s, Sim
   if (report)
     *report = NULL;
   if (!report) {
-    /* Only the cost: a brief run gives the report's time and memory verdict, and with a
-     * memory limit it stops where a plan that cannot fit first overflows. */
-    SimOptions o = p->sim;
-    o.stop_at_overflow = p->memory_limit && !g_getenv("PARASOL_NO_BOUNDS");
+    /* Only the cost: a brief run gives the report's time and memory verdict. */
     SimBrief b;
-    if (!sim_simulate_brief(p->g, p->m, s, p->cost, &o, INFINITY, &b, error))
+    if (!search_problem_brief(p, s, INFINITY, &b, error))
       return INFINITY;
     if (b.cut)
       return INFINITY;

@@ -46,6 +46,11 @@ SimStrategy *search_problem_strategy_from_configs(const SearchProblem *p, const 
  * number devices 0..n-1 then run on the problem's subset (transfer full). */
 SimStrategy *search_problem_map_devices(const SearchProblem *p, const SimStrategy *s,
                                         GError **error);
+/* sim_simulate_brief() of @s as the problem simulates it, bounded at @bound; with a
+ * memory limit the run also stops where a device first overflows (a plan that does not
+ * fit costs INFINITY).  PARASOL_NO_BOUNDS: no bound, no stop. */
+gboolean search_problem_brief(const SearchProblem *p, const SimStrategy *s, double bound,
+                              SimBrief *b, GError **error);
 /* The cost of an iteration of @t seconds whose fullest device uses @ratio of its memory
  * (@fits: every device fits): @t, or infinity when it did not run or, with a memory
  * limit, does not fit.  @time and @memory (may be NULL) receive @t and @ratio. */

@@ -32,6 +32,15 @@ struct _SimSession {
   gboolean full;
 };
 
+/* Lowers the session's strategy from nothing and gives it a fresh engine. */
+static void build_from_scratch(SimSession *ss)
+{
+  ss->lw = sim_lowering_new(ss->g, ss->m, ss->s, ss->cost, &ss->o, &ss->cp, NULL);
+  sim_lowering_build(ss->lw);
+  ss->e = sim_engine_new(ss->m, &ss->cp);
+  sim_engine_set_host_times(ss->e, &ss->o);
+}
+
 SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, GError **error)
 {
@@ -49,10 +58,7 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
     cost = ss->own_cost = sim_cost_model_new_roofline(&rp);
   }
   ss->cost = cost;
-  ss->lw = sim_lowering_new(g, m, ss->s, cost, &ss->o, &ss->cp, NULL);
-  sim_lowering_build(ss->lw);
-  ss->e = sim_engine_new(m, &ss->cp);
-  sim_engine_set_host_times(ss->e, &ss->o);
+  build_from_scratch(ss);
   ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
   ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));
   ss->full = g_getenv("PARASOL_NO_DELTA") != NULL;
@@ -102,21 +108,16 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
 double sim_session_run_bounded(SimSession *ss, double bound)
 {
   gint64 t0 = g_get_monotonic_time();
-  if (ss->changed->len && ss->full) {
-    /* What sim_session_new() does, with the changed strategy. */
-    for (guint i = 0; i < ss->changed->len; i++)
-      ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
-    g_array_set_size(ss->changed, 0);
-    sim_lowering_free(ss->lw);
-    sim_engine_free(ss->e);
-    sim_timeline_clear(&ss->tl);
-    ss->lw = sim_lowering_new(ss->g, ss->m, ss->s, ss->cost, &ss->o, &ss->cp, NULL);
-    sim_lowering_build(ss->lw);
-    ss->e = sim_engine_new(ss->m, &ss->cp);
-    sim_engine_set_host_times(ss->e, &ss->o);
-    ss->assembled = FALSE;
-  } else if (ss->changed->len) {
-    sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
+  if (ss->changed->len) {
+    if (ss->full) {
+      /* What sim_session_new() does, with the changed strategy. */
+      sim_lowering_free(ss->lw);
+      sim_engine_free(ss->e);
+      sim_timeline_clear(&ss->tl);
+      build_from_scratch(ss);
+    } else {
+      sim_lowering_update_ops(ss->lw, (const int *)ss->changed->data, (int)ss->changed->len);
+    }
     for (guint i = 0; i < ss->changed->len; i++)
       ss->is_changed[g_array_index(ss->changed, int, i)] = 0;
     g_array_set_size(ss->changed, 0);
