@@ -62,6 +62,10 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
   ss->changed = g_array_new(FALSE, FALSE, sizeof(int));
   ss->is_changed = g_new0(uint8_t, sim_graph_n_ops(g));
   ss->full = g_getenv("PARASOL_NO_DELTA") != NULL;
+  /* The engine stays for the session's life, and its network's solves come back run
+   * after run: it keeps them.  (Full simulations start from nothing.) */
+  if (!ss->full)
+    sim_engine_remember_rates(ss->e, TRUE);
   return ss;
 }
 

@@ -331,6 +331,11 @@ static inline gboolean over_capacity(const SimEngine *e, int d)
   return cap > 0 && e->mem[d] > cap;
 }
 
+void sim_engine_remember_rates(SimEngine *e, gboolean on)
+{
+  sim_net_set_memory(e->net, on ? SIM_NET_MEMORY : 0);
+}
+
 void sim_engine_set_blocking_sends(SimEngine *e, gboolean on)
 {
   e->blocking_sends = on;

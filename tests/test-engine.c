@@ -937,3 +937,95 @@ Test(engine, repeated_rings_share_links_and_keep_their_members)
   g_rand_free(rng);
   sim_taskgraph_free(tg);
 }
+
+/* ---- the network's memory of rates ---- */
+
+typedef struct {
+  GArray *log;   /* (flow task, new end) as the net reports them, in order */
+} RateLog;
+
+static void log_rate(void *user, int task, double end)
+{
+  RateLog *r = user;
+  double rec[2] = { task, end };
+  g_array_append_vals(r->log, rec, 2);
+}
+
+/* Plays the same random traffic over a net, as runs of a search would: each run starts
+ * flows between random GPUs of two DGX A100 nodes (or from random GPUs to GPU 0), ends
+ * some and updates the rates after each step.  Returns what the net reported, in order. */
+static GArray *play(SimNet *net, SimMachine *m, int runs)
+{
+  RateLog r = { g_array_new(FALSE, FALSE, sizeof(double)) };
+  int n_dev = sim_machine_n_devices(m);
+  for (int run = 0; run < runs; run++) {
+    GRand *rng = g_rand_new_with_seed(7 + run % 4);   /* four runs come back in turn */
+    sim_net_reset(net);
+    int slot[64], task[64], n = 0;
+    double now = 0;
+    for (int step = 0; step < 400; step++) {
+      now += 1e-6;
+      if (n < 64 && (n < 2 || g_rand_int_range(rng, 0, 3) > 0)) {
+        /* Every other run sends everything to GPU 0, making one component of all flows. */
+        int a = g_rand_int_range(rng, 0, n_dev), b = g_rand_int_range(rng, 0, n_dev - 1);
+        b += b >= a;
+        if (run % 2) {
+          a = 1 + g_rand_int_range(rng, 0, n_dev - 1);
+          b = 0;
+        }
+        const SimRoute *rt = sim_machine_route_info(m, a, b);
+        task[n] = step;
+        slot[n] = sim_net_add(net, step, rt->links, rt->n_links, 1e6 * (1 + step % 5), now);
+        n++;
+      } else {
+        int k = g_rand_int_range(rng, 0, n);
+        sim_net_remove(net, slot[k], now);
+        slot[k] = slot[n - 1];
+        task[k] = task[n - 1];
+        n--;
+      }
+      sim_net_update(net, now, log_rate, &r);
+    }
+    g_rand_free(rng);
+  }
+  return r.log;
+}
+
+/* A net that remembers the rates of the components it solved gives every flow, run after
+ * run, exactly the rate (and the engine exactly the reports, in the same order) that a
+ * net solving each time gives, and it does answer from memory. */
+Test(engine, remembered_rates_are_the_solved_ones)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  SimNet *plain = sim_net_new(m, NULL), *memo = sim_net_new(m, NULL);
+  SimNet *small = sim_net_new(m, NULL);
+  sim_net_set_memory(memo, SIM_NET_MEMORY);
+  /* Room for a few components only: its halves take turns, what is found in the older
+   * moves to the recent one. */
+  sim_net_set_memory(small, 24 << 10);
+  GArray *a = play(plain, m, 12), *b = play(memo, m, 12), *c = play(small, m, 12);
+  cr_assert_eq(a->len, b->len, "%u reports solving, %u remembering", a->len, b->len);
+  cr_assert_gt(a->len, 1000);
+  for (guint i = 0; i < a->len; i++)
+    cr_assert(g_array_index(a, double, i) == g_array_index(b, double, i),
+              "report %u differs: %.17g against %.17g", i / 2, g_array_index(a, double, i),
+              g_array_index(b, double, i));
+  cr_assert_eq(a->len, c->len);
+  cr_assert(memcmp(a->data, c->data, a->len * sizeof(double)) == 0,
+            "a net with little memory reports other rates");
+  cr_assert_eq(sim_net_memory_hits(plain), 0);
+  cr_assert_gt(sim_net_memory_hits(small), 0);
+  cr_assert_lt(sim_net_memory_hits(small), sim_net_memory_hits(memo));
+  /* Eight of the twelve runs repeat an earlier one step for step. */
+  cr_assert_gt(sim_net_memory_hits(memo), 8 * 200, "%" G_GINT64_FORMAT " answers from memory",
+               sim_net_memory_hits(memo));
+  g_array_free(a, TRUE);
+  g_array_free(b, TRUE);
+  g_array_free(c, TRUE);
+  sim_net_free(small);
+  sim_net_free(plain);
+  sim_net_free(memo);
+  sim_machine_free(m);
+}
