@@ -566,8 +566,8 @@ static void whole_remember(SimNet *net, Rates *rates)
 }
 
 /* Puts the component's flows in slot order, the order in which the engine hears of their
- * new rates whichever way they were found: by marks over the slots when the component
- * holds a good part of them, else by a radix sort on the slot's bytes. */
+ * new rates whichever way they were found: by insertion when it is small, by marks over
+ * the slots when it holds a good part of them, else by a radix sort on the slots' bytes. */
 static void comp_in_slot_order(SimNet *net)
 {
   SimIntStack *cf = &net->comp_flows;
@@ -576,6 +576,16 @@ static void comp_in_slot_order(SimNet *net)
     net->mark_cap = MAX(net->n_flows, 2 * net->mark_cap);
     net->mark = g_renew(uint8_t, net->mark, net->mark_cap);
     memset(net->mark, 0, (size_t)net->mark_cap);
+  }
+  if (n <= 32) {
+    int *v = cf->v;
+    for (int i = 1; i < n; i++) {
+      int x = v[i], j = i;
+      for (; j > 0 && v[j - 1] > x; j--)
+        v[j] = v[j - 1];
+      v[j] = x;
+    }
+    return;
   }
   if ((size_t)n * 16 >= (size_t)net->n_flows) {
     for (int i = 0; i < n; i++)
