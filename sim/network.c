@@ -204,6 +204,11 @@ static void memory_destroy(Memory *m)
   g_hash_table_destroy(m->wholes);
 }
 
+/* Components of more flows than this are not remembered: on a search over 256 GPUs they
+ * hold up to a hundred thousand flows, a key each as large, and hardly ever come back
+ * (their wholes, a rate per distinct route, are still kept). */
+#define COMP_MEMORY_MAX 4096
+
 static inline size_t comp_bytes(const IntSeq *key, const Rates *r)
 {
   return sizeof(IntSeq) + (size_t)key->n * (sizeof(int) + 1) + sizeof(Rates) +
@@ -537,6 +542,10 @@ static void whole_remember(SimNet *net, Rates *rates)
 {
   const SimIntStack *cf = &net->comp_flows;
   const uint8_t *level = rates_level(rates);
+  if (net->key_cap < cf->n) {
+    net->key_cap = MAX(cf->n, 2 * net->key_cap);
+    net->key = g_renew(int, net->key, net->key_cap);
+  }
   net->stamp_now++;
   int n = 0;
   for (int i = 0; i < cf->n; i++) {
@@ -692,11 +701,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   /* The component's key: its flows' routes, in slot order. */
   IntSeq *probe = NULL;
   Rates *rates = NULL;
-  if (net->remember) {
-    if (net->key_cap < nf) {
-      net->key_cap = MAX(nf, 2 * net->key_cap);
-      net->key = g_renew(int, net->key, net->key_cap);
-    }
+  if (net->remember && nf <= COMP_MEMORY_MAX) {
     if (net->probe_cap < nf) {
       net->probe_cap = MAX(nf, 2 * net->probe_cap);
       g_free(net->probe);
@@ -786,7 +791,14 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     uint8_t *level = rates_level(rates);
     for (int i = 0; i < nf; i++)
       level[i] = net->flow[cf->v[i]].level;
-    comp_remember(net, int_seq_new(probe->v, nf, probe->hash), rates);
+    if (probe) {
+      comp_remember(net, int_seq_new(probe->v, nf, probe->hash), rates);
+    } else {
+      if (nf == net->n_active)
+        whole_remember(net, rates);
+      g_free(rates);
+      return;
+    }
   }
   if (nf == net->n_active)
     whole_remember(net, rates);

@@ -338,7 +338,7 @@ void sim_net_reset(SimNet *net);
  * gives it), and gives them again when a component comes back (see network.c).  It pays
  * in long-lived engines.  Only while no flow is active. */
 /* 64 MiB: a 64-GPU search's working set (half as much made a 300-evaluation MCMC search
- * of inception-v3 4% slower, an eighth 1.5 times slower). */
+ * of inception-v3 4% slower, a quarter 1.5 times slower). */
 #define SIM_NET_MEMORY ((size_t)64 << 20)
 void sim_net_set_memory(SimNet *net, size_t bytes);
 /* How many solves the net's memory has answered. */
