@@ -32,6 +32,27 @@ struct _SimSession {
   gboolean full;
 };
 
+/* What a session's network may keep of the rates it works out: SIM_NET_MEMORY, or
+ * PARASOL_NET_MEMORY_MB MiB (0: nothing; the results are the same either way). */
+static size_t net_memory(void)
+{
+  const char *v = g_getenv("PARASOL_NET_MEMORY_MB");
+  if (!v)
+    return SIM_NET_MEMORY;
+  char *end;
+  guint64 mb = g_ascii_strtoull(v, &end, 10);
+  if (end == v || *end || mb > 1 << 20) {
+    static gsize warned;
+    if (g_once_init_enter(&warned)) {
+      g_printerr("PARASOL_NET_MEMORY_MB=%s: expected a whole number of MiB from 0 to "
+                 "1048576; using %d\n", v, (int)(SIM_NET_MEMORY >> 20));
+      g_once_init_leave(&warned, 1);
+    }
+    return SIM_NET_MEMORY;
+  }
+  return (size_t)mb << 20;
+}
+
 /* Lowers the session's strategy from nothing and gives it a fresh engine. */
 static void build_from_scratch(SimSession *ss)
 {
@@ -65,7 +86,7 @@ SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy 
   /* The engine stays for the session's life, and its network's solves come back run
    * after run: it keeps them.  (Full simulations start from nothing.) */
   if (!ss->full)
-    sim_engine_remember_rates(ss->e, TRUE);
+    sim_engine_remember_rates(ss->e, net_memory());
   return ss;
 }
 

@@ -331,9 +331,9 @@ static inline gboolean over_capacity(const SimEngine *e, int d)
   return cap > 0 && e->mem[d] > cap;
 }
 
-void sim_engine_remember_rates(SimEngine *e, gboolean on)
+void sim_engine_remember_rates(SimEngine *e, size_t bytes)
 {
-  sim_net_set_memory(e->net, on ? SIM_NET_MEMORY : 0);
+  sim_net_set_memory(e->net, bytes);
 }
 
 void sim_engine_set_blocking_sends(SimEngine *e, gboolean on)

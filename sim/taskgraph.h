@@ -477,9 +477,9 @@ void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
 void sim_engine_set_host_step_time(SimEngine *e, double seconds);
 /* SimOptions.blocking_sends. */
 void sim_engine_set_blocking_sends(SimEngine *e, gboolean on);
-/* The engine's network remembers the rates it works out across runs (sim_net_set_memory):
- * what a delta session's engine does. */
-void sim_engine_remember_rates(SimEngine *e, gboolean on);
+/* The engine's network remembers the rates it works out across runs, in at most @bytes
+ * (sim_net_set_memory): what a delta session's engine does. */
+void sim_engine_remember_rates(SimEngine *e, size_t bytes);
 /* Both host times from @o (the simulations' way to set them). */
 void sim_engine_set_host_times(SimEngine *e, const SimOptions *o);
 void sim_engine_free(SimEngine *e);

@@ -548,11 +548,12 @@ Test(search, the_expert_yardstick_comes_from_the_search_when_it_has_it)
  * *@without and *@with, which must end with the same time, strategy and number of
  * evaluations. */
 static void run_both_ways(const char *algo, SearchProblem *p, gint64 evals, guint64 seed,
-                          const char *var, SearchResult **without, SearchResult **with)
+                          const char *var, const char *value, SearchResult **without,
+                          SearchResult **with)
 {
   g_unsetenv(var);
   SearchResult *a = run(algo, p, evals, seed, 1, NULL);
-  g_setenv(var, "1", TRUE);
+  g_setenv(var, value, TRUE);
   SearchResult *b = run(algo, p, evals, seed, 1, NULL);
   g_unsetenv(var);
   cr_assert_eq(search_result_get_time(a), search_result_get_time(b), "%s, %s: %.17g against %.17g",
@@ -574,7 +575,7 @@ Test(search, bounded_simulations_change_no_result)
   static const char *const algos[] = { "mcmc", "dp", "beam", "pipeline", "subst" };
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
     SearchResult *a, *b;
-    run_both_ways(algos[i], f.p, 1500, 3, "PARASOL_NO_BOUNDS", &a, &b);
+    run_both_ways(algos[i], f.p, 1500, 3, "PARASOL_NO_BOUNDS", "1", &a, &b);
     cr_assert_eq(search_result_get_cut_evals(b), 0);
     search_result_free(a);
     search_result_free(b);
@@ -595,11 +596,33 @@ Test(search, delta_simulation_changes_no_result)
   static const char *const algos[] = { "mcmc", "dp", "beam", "subst" };
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
     SearchResult *a, *b;
-    run_both_ways(algos[i], f.p, 400, 5, "PARASOL_NO_DELTA", &a, &b);
+    run_both_ways(algos[i], f.p, 400, 5, "PARASOL_NO_DELTA", "1", &a, &b);
     cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s", algos[i]);
     search_result_free(a);
     search_result_free(b);
   }
+  fixture_free(&f);
+}
+
+Test(search, network_memory_changes_no_result)
+{
+  /* A delta session's network remembers the rates it worked out (sim/network.c); with
+   * PARASOL_NET_MEMORY_MB=0 it solves every time.  Each search ends the same either way,
+   * as it does with a memory so small that its halves keep taking turns (1 MiB). */
+  Fixture f;
+  fixture_load(&f, "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16", "dgx-a100:2",
+               0);
+  static const char *const algos[] = { "mcmc", "dp", "beam", "subst" };
+  static const char *const sizes[] = { "0", "1" };
+  for (gsize k = 0; k < G_N_ELEMENTS(sizes); k++)
+    for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
+      SearchResult *a, *b;
+      run_both_ways(algos[i], f.p, 300, 7, "PARASOL_NET_MEMORY_MB", sizes[k], &a, &b);
+      cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s",
+                   algos[i]);
+      search_result_free(a);
+      search_result_free(b);
+    }
   fixture_free(&f);
 }
 
