@@ -84,13 +84,12 @@ struct _SimNet {
   SimIntStack tied;        /* links at the smallest share in a round of the filling */
   double *link_bytes;
   int n_active;
-  /* Routes by their links (IntSeq -> its number + 1), and the rates of the components
-   * solved so far (IntSeq of their flows' routes, in component order -> double rates). */
+  /* Routes by their links (IntSeq -> its number + 1), with memory on. */
   GHashTable *routes;
   gboolean remember;  /* sim_net_set_memory() */
   size_t limit;       /* what the memory may take, both halves */
   int64_t recalled;   /* solves answered from memory (sim_net_memory_hits) */
-  int *key;           /* scratch for a component's key */
+  int *key;           /* scratch: where each distinct route of a component first stands */
   int key_cap;
   /* The active flows as a multiset of routes: how many flows each route carries, and a
    * hash of the whole that adding or removing a flow updates; the rates of each such
@@ -136,7 +135,6 @@ typedef struct Whole {
   int n_values;
   double *value;
 } Whole;
-
 
 static guint int_seq_hash(const int *v, int n)
 {
@@ -581,11 +579,6 @@ static void comp_in_slot_order(SimNet *net)
 {
   SimIntStack *cf = &net->comp_flows;
   int n = cf->n;
-  if (net->mark_cap < net->n_flows) {
-    net->mark_cap = MAX(net->n_flows, 2 * net->mark_cap);
-    net->mark = g_renew(uint8_t, net->mark, net->mark_cap);
-    memset(net->mark, 0, (size_t)net->mark_cap);
-  }
   if (n <= 32) {
     int *v = cf->v;
     for (int i = 1; i < n; i++) {
@@ -597,6 +590,11 @@ static void comp_in_slot_order(SimNet *net)
     return;
   }
   if ((size_t)n * 16 >= (size_t)net->n_flows) {
+    if (net->mark_cap < net->n_flows) {
+      net->mark_cap = MAX(net->n_flows, 2 * net->mark_cap);
+      net->mark = g_renew(uint8_t, net->mark, net->mark_cap);
+      memset(net->mark, 0, (size_t)net->mark_cap);
+    }
     for (int i = 0; i < n; i++)
       net->mark[cf->v[i]] = 1;
     int k = 0;
@@ -700,7 +698,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   comp_in_slot_order(net);
   /* The component's key: its flows' routes, in slot order. */
   IntSeq *probe = NULL;
-  Rates *rates = NULL;
+  Rates *rates = NULL, *unkept = NULL;
   if (net->remember && nf <= COMP_MEMORY_MAX) {
     if (net->probe_cap < nf) {
       net->probe_cap = MAX(nf, 2 * net->probe_cap);
@@ -791,17 +789,14 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     uint8_t *level = rates_level(rates);
     for (int i = 0; i < nf; i++)
       level[i] = net->flow[cf->v[i]].level;
-    if (probe) {
+    if (probe)
       comp_remember(net, int_seq_new(probe->v, nf, probe->hash), rates);
-    } else {
-      if (nf == net->n_active)
-        whole_remember(net, rates);
-      g_free(rates);
-      return;
-    }
+    else
+      unkept = rates;   /* too large to remember by its routes; its whole still is */
   }
   if (nf == net->n_active)
     whole_remember(net, rates);
+  g_free(unkept);
 }
 
 void sim_net_set_memory(SimNet *net, size_t bytes)

@@ -583,25 +583,32 @@ Test(search, bounded_simulations_change_no_result)
   fixture_free(&f);
 }
 
-Test(search, delta_simulation_changes_no_result)
+/* Runs the searches that move one operator at a time (each move evaluated in a delta
+ * session) on a GPT over two nodes, so that moves touch tied weights, pipelines'
+ * neighbours and links across nodes, without and with @var set to @value, and requires
+ * the same time, strategy, number of evaluations and of evaluations cut at a bound. */
+static void moves_end_the_same(const char *var, const char *value, gint64 evals, guint64 seed)
 {
-  /* The searches that move one operator at a time evaluate each move in a delta session;
-   * with PARASOL_NO_DELTA every evaluation after a move lowers, assembles and runs the
-   * strategy from nothing instead.  Each search ends where it ends with full simulations:
-   * the same time, strategy and number of evaluations.  A GPT on two nodes, so that moves
-   * touch tied weights, pipelines' neighbours and links across nodes. */
   Fixture f;
   fixture_load(&f, "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16", "dgx-a100:2",
                0);
   static const char *const algos[] = { "mcmc", "dp", "beam", "subst" };
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
     SearchResult *a, *b;
-    run_both_ways(algos[i], f.p, 400, 5, "PARASOL_NO_DELTA", "1", &a, &b);
-    cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s", algos[i]);
+    run_both_ways(algos[i], f.p, evals, seed, var, value, &a, &b);
+    cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s, %s=%s",
+                 algos[i], var, value);
     search_result_free(a);
     search_result_free(b);
   }
   fixture_free(&f);
+}
+
+Test(search, delta_simulation_changes_no_result)
+{
+  /* With PARASOL_NO_DELTA every evaluation after a move lowers, assembles and runs the
+   * strategy from nothing instead: each search ends where it ends with full simulations. */
+  moves_end_the_same("PARASOL_NO_DELTA", "1", 400, 5);
 }
 
 Test(search, network_memory_changes_no_result)
@@ -609,21 +616,8 @@ Test(search, network_memory_changes_no_result)
   /* A delta session's network remembers the rates it worked out (sim/network.c); with
    * PARASOL_NET_MEMORY_MB=0 it solves every time.  Each search ends the same either way,
    * as it does with a memory so small that its halves keep taking turns (1 MiB). */
-  Fixture f;
-  fixture_load(&f, "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16", "dgx-a100:2",
-               0);
-  static const char *const algos[] = { "mcmc", "dp", "beam", "subst" };
-  static const char *const sizes[] = { "0", "1" };
-  for (gsize k = 0; k < G_N_ELEMENTS(sizes); k++)
-    for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
-      SearchResult *a, *b;
-      run_both_ways(algos[i], f.p, 300, 7, "PARASOL_NET_MEMORY_MB", sizes[k], &a, &b);
-      cr_assert_eq(search_result_get_cut_evals(a), search_result_get_cut_evals(b), "%s",
-                   algos[i]);
-      search_result_free(a);
-      search_result_free(b);
-    }
-  fixture_free(&f);
+  moves_end_the_same("PARASOL_NET_MEMORY_MB", "0", 300, 7);
+  moves_end_the_same("PARASOL_NET_MEMORY_MB", "1", 300, 7);
 }
 
 Test(search, log_has_a_row_per_improvement)
