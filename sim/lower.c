@@ -654,6 +654,131 @@ static GArray *scatter_gather(GArray *groups, GArray *in)
   return res;
 }
 
+/* Which groups of holders a box can overlap, without testing every group: the groups
+ * sorted by where their regions start along one dimension (the one where most of them
+ * start at different places), and the longest extent along it.  A group that overlaps a
+ * box starts before the box ends and after the box's start less that extent, so its
+ * candidates are one run of the sorted groups. */
+typedef struct {
+  int dim;           /* -1: no index (few groups, or regions of different ranks) */
+  int ndim;
+  int64_t longest;
+  int *by_lo;        /* group ids, by region.lo[dim] */
+  int64_t *lo;       /* region.lo[dim] in that order */
+} GroupIndex;
+
+/* Below this many groups every group is tested (the index costs more than it saves). */
+#define GROUP_INDEX_MIN 16
+
+typedef struct {
+  int64_t lo;
+  int id;
+} GroupStart;
+
+static int group_start_cmp(const void *a, const void *b)
+{
+  const GroupStart *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->id - y->id;
+}
+
+static int int64_cmp(const void *a, const void *b)
+{
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void group_index_init(GroupIndex *ix, const GArray *groups)
+{
+  memset(ix, 0, sizeof *ix);
+  ix->dim = -1;
+  guint n = groups->len;
+  if (n < GROUP_INDEX_MIN)
+    return;
+  ix->ndim = g_array_index(groups, Holders, 0).region.ndim;
+  for (guint k = 1; k < n; k++)
+    if (g_array_index(groups, Holders, k).region.ndim != ix->ndim)
+      return;
+  if (ix->ndim <= 0)
+    return;
+  /* The dimension with the most distinct starts. */
+  int64_t *v = g_new(int64_t, n);
+  guint best = 0;
+  for (int d = 0; d < ix->ndim; d++) {
+    for (guint k = 0; k < n; k++)
+      v[k] = g_array_index(groups, Holders, k).region.lo[d];
+    qsort(v, n, sizeof *v, int64_cmp);
+    guint distinct = 1;
+    for (guint k = 1; k < n; k++)
+      distinct += v[k] != v[k - 1];
+    if (distinct > best) {
+      best = distinct;
+      ix->dim = d;
+    }
+  }
+  g_free(v);
+  GroupStart *gs = g_new(GroupStart, n);
+  for (guint k = 0; k < n; k++) {
+    const SimRegion *r = &g_array_index(groups, Holders, k).region;
+    gs[k] = (GroupStart){ r->lo[ix->dim], (int)k };
+    ix->longest = MAX(ix->longest, r->hi[ix->dim] - r->lo[ix->dim]);
+  }
+  qsort(gs, n, sizeof *gs, group_start_cmp);
+  ix->by_lo = g_new(int, n);
+  ix->lo = g_new(int64_t, n);
+  for (guint k = 0; k < n; k++) {
+    ix->by_lo[k] = gs[k].id;
+    ix->lo[k] = gs[k].lo;
+  }
+  g_free(gs);
+}
+
+static void group_index_clear(GroupIndex *ix)
+{
+  g_free(ix->by_lo);
+  g_free(ix->lo);
+}
+
+/* The first position in @ix whose start is at least @x. */
+static guint group_index_lower(const GroupIndex *ix, guint n, int64_t x)
+{
+  guint a = 0, b = n;
+  while (a < b) {
+    guint m = a + (b - a) / 2;
+    if (ix->lo[m] < x)
+      a = m + 1;
+    else
+      b = m;
+  }
+  return a;
+}
+
+static int int_cmp(const void *a, const void *b)
+{
+  return *(const int *)a - *(const int *)b;
+}
+
+/* The groups of holders that @box may overlap, in rising order, into @cand; returns how
+ * many.  Every group whose region overlaps the box is among them (the caller tests each). */
+static guint group_candidates(const GroupIndex *ix, const GArray *groups, const SimRegion *box,
+                              GArray *cand)
+{
+  g_array_set_size(cand, 0);
+  guint n = groups->len;
+  if (ix->dim < 0 || box->ndim != ix->ndim) {
+    for (guint k = 0; k < n; k++)
+      g_array_append_val(cand, k);
+    return n;
+  }
+  int64_t lo = box->lo[ix->dim], hi = box->hi[ix->dim];
+  /* Overlap along the dimension: start < hi and start + extent > lo, so start > lo - longest. */
+  guint a = group_index_lower(ix, n, lo - ix->longest + 1);
+  guint b = group_index_lower(ix, n, hi);
+  for (guint p = a; p < b; p++)
+    g_array_append_val(cand, ix->by_lo[p]);
+  qsort(cand->data, cand->len, sizeof(int), int_cmp);
+  return cand->len;
+}
+
 /* @may_sg: scatter-gather is allowed for this direction (see build_tensor_block()). */
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
                            const OpLay *dst, const SimRegion *need, gboolean may_sg)
@@ -662,11 +787,16 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   gboolean sg = may_sg && lw->s->scatter_gather && src->stage != dst->stage;
   /* Most consumer shards take one piece. */
   GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
+  GroupIndex ix;
+  group_index_init(&ix, groups);
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
   for (int c = 0; c < dst->n_shards; c++) {
     if (dst->cidx[c] < 0 && !sg)
       continue;
     int dev = dst->dev[c];
-    for (guint k = 0; k < groups->len; k++) {
+    guint n_cand = group_candidates(&ix, groups, &need[c], cand);
+    for (guint j = 0; j < n_cand; j++) {
+      guint k = (guint)g_array_index(cand, int, j);
       Holders *h = &g_array_index(groups, Holders, k);
       if (!boxes_overlap(&need[c], &h->region))
         continue;
@@ -682,6 +812,8 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
       g_array_append_val(out, p);
     }
   }
+  group_index_clear(&ix);
+  g_array_free(cand, TRUE);
   if (sg)
     out = scatter_gather(groups, out);
   /* Data from a device that is folded away breaks the folding.  (The pieces of groups come

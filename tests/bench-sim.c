@@ -157,6 +157,8 @@ static void engine_rate(void)
 
 /* ---- delta against full simulation after single-operator changes ---- */
 
+#define SCALE_MAX_GPUS 256
+
 /* How the measured changes follow each other: every change stays (a random walk, as if
  * every MCMC proposal were accepted); every change is undone after it is measured, so
  * that each starts from data parallelism (as if every proposal were rejected); or a
@@ -164,13 +166,17 @@ static void engine_rate(void)
  * slower, else with probability exp(-20 * (new - cur) / cur)). */
 typedef enum { WALK, UNDONE, MCMC } Moves;
 
-static void delta_vs_full(const char *gname, const char *params, Moves moves)
+static void delta_vs_full(const char *gname, const char *params, Moves moves, int gpus)
 {
   gboolean walk = moves == WALK;
   g_autoptr(SimGraph) g = model(gname, params, SIM_DTYPE_FP16);
-  g_autoptr(SimMachine) m = machine("dgx-a100:8");
+  g_autofree char *mname = g_strdup_printf("dgx-a100:%d", gpus / 8);
+  g_autoptr(SimMachine) m = machine(mname);
   GError *error = NULL;
-  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, 64, &error);
+  g_autoptr(SimStrategy) s0 = sim_strategy_data_parallel(g, m, gpus, &error);
+  int log_gpus = 0;
+  while ((1 << (log_gpus + 1)) <= gpus)
+    log_gpus++;
   SimOptions o = sim_options_default();
   g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(NULL);
   SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
@@ -191,15 +197,15 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
     int x = g_rand_int_range(rng, 0, n);
     if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
       continue;
-    int deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, devs[64];
-    int k = 1 << g_rand_int_range(rng, 0, 7);
+    int deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, devs[SCALE_MAX_GPUS];
+    int k = 1 << g_rand_int_range(rng, 0, log_gpus + 1);
     if (sim_graph_op_dim_size(g, x, 0) % k)
       continue;
     deg[0] = k;
     for (int i = 0; i < k; i++)
       devs[i] = i;
     const SimStrategy *cur = sim_session_get_strategy(ss);
-    int old_deg[8], old_devs[64], n_old = 0;
+    int old_deg[8], old_devs[SCALE_MAX_GPUS], n_old = 0;
     memcpy(old_deg, sim_strategy_op_degrees(cur, x), sizeof old_deg);
     const int *cur_devs = sim_strategy_op_devices(cur, x, &n_old);
     memcpy(old_devs, cur_devs, sizeof(int) * (size_t)n_old);
@@ -242,9 +248,9 @@ static void delta_vs_full(const char *gname, const char *params, Moves moves)
   double lo = ratio[0]; /* sorted by median() */
   const char *how = moves == WALK ? "random walk     " : moves == UNDONE ? "from DP, undone " : "MCMC, ";
   g_autofree char *how_mcmc = g_strdup_printf("MCMC, %2d kept   ", accepted);
-  printf("| delta vs full: %-12s on 64 GPUs, %s | %d changes | full %.4f s | delta %.4f s | "
+  printf("| delta vs full: %-12s on %3d GPUs, %s | %d changes | full %.4f s | delta %.4f s | "
          "ratio %.1fx (median; min %.1fx) | %d mismatches |\n",
-         gname, moves == MCMC ? how_mcmc : how, want, mf, md, mr, lo, mismatches);
+         gname, gpus, moves == MCMC ? how_mcmc : how, want, mf, md, mr, lo, mismatches);
   double m_ph[6];
   for (int i = 0; i < 6; i++)
     m_ph[i] = median(ph[i], want);
@@ -265,8 +271,20 @@ static void all_deltas(void)
 {
   const Moves moves[] = { WALK, UNDONE, MCMC };
   for (size_t i = 0; i < G_N_ELEMENTS(moves); i++) {
-    delta_vs_full("inception-v3", "batch=512", moves[i]);
-    delta_vs_full("bert-large", "batch=256,seq=128", moves[i]);
+    delta_vs_full("inception-v3", "batch=512", moves[i], 64);
+    delta_vs_full("bert-large", "batch=256,seq=128", moves[i], 64);
+  }
+}
+
+/* How the ratio follows the size of the graph: inception-v3 from data parallelism over 16
+ * to 256 GPUs (the task graph grows with the devices), each change undone and along the
+ * walk. */
+static void delta_scaling(void)
+{
+  const int sizes[] = { 16, 64, 256 };
+  for (size_t i = 0; i < G_N_ELEMENTS(sizes); i++) {
+    delta_vs_full("inception-v3", "batch=512", UNDONE, sizes[i]);
+    delta_vs_full("inception-v3", "batch=512", WALK, sizes[i]);
   }
 }
 
@@ -276,6 +294,10 @@ int main(int argc, char **argv)
   if (argc > 1 && !strcmp(argv[1], "--engine")) {
     /* Only the engine's rate, for profiling it. */
     engine_rate();
+    return 0;
+  }
+  if (argc > 1 && !strcmp(argv[1], "--delta-scaling")) {
+    delta_scaling();
     return 0;
   }
   if (argc > 1 && !strcmp(argv[1], "--delta")) {

@@ -513,6 +513,74 @@ static void run_lowered(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   *lw_out = lw;
 }
 
+/* Rows of [lo0, hi0) that [lo1, hi1) also covers. */
+static int64_t rows_shared(int64_t lo0, int64_t hi0, int64_t lo1, int64_t hi1)
+{
+  return MAX(0, MIN(hi0, hi1) - MAX(lo0, lo1));
+}
+
+/* Tensors held by many shards (more groups of holders than the lowering tests one by one)
+ * and needed by shards split another way on other devices: every consumer shard gets
+ * exactly the rows it lacks.  MLP tower of batch 192 over 64 GPUs, data parallel (shard d
+ * holds rows [3d, 3d + 3) on device d), but its first layer split 24 ways on devices 23,
+ * 22, ..., 0 (shard c holds rows [8c, 8c + 8) on device 23 - c).  A consumer takes from its
+ * own device what that device holds and receives the rest:
+ *   the 24-way shards lack  A = sum over c of 8 - |[8c, 8c + 8) & [3(23 - c), 3(23 - c) + 3)|
+ *   rows, the 64-way ones   B = sum over d of 3 - |[3d, 3d + 3) & [8(23 - d), 8(23 - d) + 8)|
+ *   (no 24-way shard on devices 24 to 63: all 3 of theirs).  Forward, the first layer's
+ *   output (64 wide, fp32) goes to the 64-way second layer (B rows); backward, its gradient
+ *   comes back (A rows).  A transfer is tagged with the op that sends it: the first layer
+ *   B x 64 x 4 bytes, the second A x 64 x 4.  (Every shard of a model input loads its own
+ *   rows: the input sends nothing.)  The splits meet at one row in places (shard
+ *   c = 1 needs row 8 of [6, 9) and row 15 of [15, 18); shard d = 5 row 15 of [8, 16), d = 2
+ *   row 8), which an overlap search that stops short would drop. */
+Test(lowering, many_holders_send_every_consumer_exactly_the_rows_it_lacks)
+{
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=2,hidden=64,input=32,classes=16,batch=192");
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:8", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 64, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  int in = 0, fc0 = 1, fc1 = 2;
+  cr_assert_str_eq(sim_graph_op_name(g, in), "input0");
+  cr_assert_str_eq(sim_graph_op_name(g, fc0), "tower0.fc0");
+  cr_assert_str_eq(sim_graph_op_name(g, fc1), "tower0.fc1");
+  cr_assert_eq(sim_graph_tensor_dtype(g, sim_graph_op_output(g, fc0, 0)), SIM_DTYPE_FP32);
+  int deg[8] = { 24, 1, 1, 1, 1, 1, 1, 1 }, devs[24];
+  for (int c = 0; c < 24; c++)
+    devs[c] = 23 - c;
+  cr_assert(sim_strategy_set_op(s, fc0, deg, devs, &error), "%s", error ? error->message : "");
+  int64_t A = 0, B = 0;
+  for (int c = 0; c < 24; c++)
+    A += 8 - rows_shared(8 * c, 8 * c + 8, 3 * (23 - c), 3 * (23 - c) + 3);
+  for (int d = 0; d < 64; d++)
+    B += 3 - (d < 24 ? rows_shared(3 * d, 3 * d + 3, 8 * (23 - d), 8 * (23 - d) + 8) : 0);
+  g_autoptr(SimCostModel) cm = roofline();
+  SimTaskGraph *tg;
+  SimTimeline tl = { 0 };
+  SimLowering *lw;
+  run_lowered(g, m, s, cm, &tg, &tl, &lw);
+  check_timeline(tg, &tl);
+  double sent[3] = { 0, 0, 0 }; /* by the input, the first layer, the second */
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *k = &tg->task[t];
+    if (k->kind != SIM_TASK_FLOW || k->cls != SIM_CLASS_TRANSFER)
+      continue;
+    cr_assert_neq(k->device, k->peer);
+    cr_assert(k->op == in || k->op == fc0 || k->op == fc1, "a transfer tagged op %d", k->op);
+    sent[k->op] += k->bytes;
+  }
+  /* Most rows move: the two splits rarely meet on a device. */
+  cr_assert_gt(A, 150);
+  cr_assert_gt(B, 150);
+  cr_assert_eq(sent[in], 0);
+  cr_assert_float_eq(sent[fc0], (double)B * 64 * 4, 0.5);
+  cr_assert_float_eq(sent[fc1], (double)A * 64 * 4, 0.5);
+  sim_timeline_clear(&tl);
+  sim_lowering_free(lw);
+}
+
 Test(properties, random_strategies_keep_the_invariants)
 {
   const char *models[][2] = {
