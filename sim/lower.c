@@ -681,12 +681,6 @@ static int group_start_cmp(const void *a, const void *b)
   return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->id - y->id;
 }
 
-static int int64_cmp(const void *a, const void *b)
-{
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void group_index_init(GroupIndex *ix, const GArray *groups)
 {
   memset(ix, 0, sizeof *ix);
@@ -700,22 +694,34 @@ static void group_index_init(GroupIndex *ix, const GArray *groups)
       return;
   if (ix->ndim <= 0)
     return;
-  /* The dimension with the most distinct starts. */
-  int64_t *v = g_new(int64_t, n);
+  /* The dimension with the most distinct starts, counted in an open-addressed set. */
+  guint cap = 1;
+  while (cap < 2 * n)
+    cap <<= 1;
+  int64_t *set = g_new(int64_t, cap);
+  uint8_t *used = g_new(uint8_t, cap);
   guint best = 0;
   for (int d = 0; d < ix->ndim; d++) {
-    for (guint k = 0; k < n; k++)
-      v[k] = g_array_index(groups, Holders, k).region.lo[d];
-    qsort(v, n, sizeof *v, int64_cmp);
-    guint distinct = 1;
-    for (guint k = 1; k < n; k++)
-      distinct += v[k] != v[k - 1];
+    memset(used, 0, cap);
+    guint distinct = 0;
+    for (guint k = 0; k < n; k++) {
+      int64_t x = g_array_index(groups, Holders, k).region.lo[d];
+      guint h = (guint)(((uint64_t)x * G_GUINT64_CONSTANT(0x9e3779b97f4a7c15)) >> 32) & (cap - 1);
+      while (used[h] && set[h] != x)
+        h = (h + 1) & (cap - 1);
+      if (!used[h]) {
+        used[h] = 1;
+        set[h] = x;
+        distinct++;
+      }
+    }
     if (distinct > best) {
       best = distinct;
       ix->dim = d;
     }
   }
-  g_free(v);
+  g_free(set);
+  g_free(used);
   GroupStart *gs = g_new(GroupStart, n);
   for (guint k = 0; k < n; k++) {
     const SimRegion *r = &g_array_index(groups, Holders, k).region;
