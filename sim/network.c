@@ -107,6 +107,11 @@ struct _SimNet {
   int sort_cap;
   IntSeq *probe;      /* scratch for a component's key */
   int probe_cap;
+  /* Solves left that take the whole network as their component without searching: set
+   * to whole_run when a search found a component of at least half the active flows. */
+  int whole_turns;
+  int whole_run;
+  int64_t whole_solves;  /* solves that did so (sim_net_whole_solves) */
 };
 
 /* A component's rates: the few values the filling's rounds gave (one a round) and, for
@@ -327,6 +332,7 @@ SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp)
   net->routes = g_hash_table_new_full(int_seq_hash_func, int_seq_equal, g_free, NULL);
   memory_init(&net->mem[0]);
   memory_init(&net->mem[1]);
+  net->whole_run = SIM_NET_WHOLE_RUN;
   return net;
 }
 
@@ -338,6 +344,7 @@ void sim_net_reset(SimNet *net)
   net->n_active = 0;
   net->free_slots.n = 0;
   net->dirty_links.n = 0;
+  net->whole_turns = 0;
   for (int r = 0; r < net->route_cap; r++)
     net->route_count[r] = 0;
   net->whole_hash = 0;
@@ -626,6 +633,43 @@ static void comp_in_slot_order(SimNet *net)
     memcpy(cf->v, a, (size_t)n * sizeof(int));
 }
 
+static void solve_component(SimNet *net, double now, SimNetRescheduleFunc fn, void *user);
+
+/* A flow alone on its links (the common case: a collective inside a node, a transfer on
+ * an idle route) gets what the filling's one round would give it: the smallest of its
+ * links' capacities over the times it crosses each. */
+static void solve_alone(SimNet *net, Flow *f, double now, SimNetRescheduleFunc fn, void *user)
+{
+  double share = INFINITY;
+  for (int h = 0; h < f->n_links; h++) {
+    const Link *l = &net->link[f->links[h]];
+    double s = l->capacity / l->n;
+    if (s < share)
+      share = s;
+  }
+  set_rate(f, MAX(share, 0), now, fn, user);
+}
+
+/* Takes every active flow that crosses a link, in slot order, and every link that carries
+ * one, as the component to fill: what a network that has lately been one component holds,
+ * found without the search.  Filling several components together gives each the rates it
+ * would get alone, so this changes no rate, only what the solve costs. */
+static void whole_as_component(SimNet *net)
+{
+  SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
+  cl->n = 0;
+  cf->n = 0;
+  for (int i = 0; i < net->dirty_links.n; i++)
+    net->link[net->dirty_links.v[i]].dirty = FALSE;
+  net->dirty_links.n = 0;
+  for (int s = 0; s < net->n_flows; s++)
+    if (net->flow[s].task >= 0 && net->flow[s].n_links > 0)
+      sim_int_stack_push(cf, s);
+  for (int l = 0; l < net->n_links; l++)
+    if (net->link[l].n > 0)
+      sim_int_stack_push(cl, l);
+}
+
 void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
 {
   if (!net->dirty_links.n)
@@ -634,8 +678,19 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     net->recalled++;
     return;
   }
-  /* The component: every link reachable from a dirty link through shared flows. */
   SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
+  if (net->whole_turns > 0 && net->n_active > 1) {
+    /* The last component searched held most of the network: fill it all. */
+    net->whole_turns--;
+    net->whole_solves++;
+    whole_as_component(net);
+    if (cf->n == 1)
+      solve_alone(net, &net->flow[cf->v[0]], now, fn, user);
+    else if (cf->n > 1)
+      solve_component(net, now, fn, user);
+    return;
+  }
+  /* The component: every link reachable from a dirty link through shared flows. */
   cl->n = 0;
   cf->n = 0;
   for (int i = 0; i < net->dirty_links.n; i++) {
@@ -675,19 +730,8 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   for (int i = 0; i < nl; i++)
     net->link[links[i]].in_comp = FALSE;
   if (cf->n == 1) {
-    /* A flow alone on its links (the common case: a collective inside a node, a transfer
-     * on an idle route) gets what the filling's one round would give it: the smallest of
-     * its links' capacities over the times it crosses each. */
-    Flow *f = &net->flow[cf->v[0]];
-    f->in_comp = FALSE;
-    double share = INFINITY;
-    for (int h = 0; h < f->n_links; h++) {
-      const Link *l = &net->link[f->links[h]];
-      double s = l->capacity / l->n;
-      if (s < share)
-        share = s;
-    }
-    set_rate(f, MAX(share, 0), now, fn, user);
+    net->flow[cf->v[0]].in_comp = FALSE;
+    solve_alone(net, &net->flow[cf->v[0]], now, fn, user);
     return;
   }
   int nf = cf->n;
@@ -696,6 +740,20 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   for (int i = 0; i < nf; i++)
     net->flow[cf->v[i]].in_comp = FALSE;
   comp_in_slot_order(net);
+  /* A component of most of the network: the next few solves take the whole network
+   * without searching (sim_net_set_whole_run()), then a search looks again. */
+  net->whole_turns = 2 * (int64_t)nf >= net->n_active ? net->whole_run : 0;
+  solve_component(net, now, fn, user);
+}
+
+/* Fills the component in comp_links and comp_flows (the flows in slot order), or recalls
+ * its rates, and hands them out in slot order. */
+static void solve_component(SimNet *net, double now, SimNetRescheduleFunc fn, void *user)
+{
+  SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
+  int *links = cl->v;
+  int nl = cl->n;
+  int nf = cf->n;
   /* The component's key: its flows' routes, in slot order. */
   IntSeq *probe = NULL;
   Rates *rates = NULL, *unkept = NULL;
@@ -797,6 +855,17 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   if (nf == net->n_active)
     whole_remember(net, rates);
   g_free(unkept);
+}
+
+void sim_net_set_whole_run(SimNet *net, int solves)
+{
+  net->whole_run = MAX(solves, 0);
+  net->whole_turns = MIN(net->whole_turns, net->whole_run);
+}
+
+int64_t sim_net_whole_solves(const SimNet *net)
+{
+  return net->whole_solves;
 }
 
 void sim_net_set_memory(SimNet *net, size_t bytes)

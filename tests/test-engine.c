@@ -994,6 +994,46 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
 /* A net that remembers the rates of the components it solved gives every flow, run after
  * run, exactly the rate (and the engine exactly the reports, in the same order) that a
  * net solving each time gives, and it does answer from memory. */
+/* A net that takes the whole network as the component to fill after it has seen a large
+ * one gives the rates a net that always searches for the component gives, bit for bit,
+ * also while the traffic is many small components (after an all-to-GPU-0 run, random
+ * pairs; a run of 1,000 solves keeps filling them together), and with memory on. */
+Test(engine, filling_the_whole_network_finds_the_components_rates)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  SimNet *search = sim_net_new(m, NULL), *usual = sim_net_new(m, NULL);
+  SimNet *always = sim_net_new(m, NULL), *memo = sim_net_new(m, NULL);
+  sim_net_set_whole_run(search, 0);
+  sim_net_set_whole_run(always, 1000);
+  sim_net_set_memory(memo, SIM_NET_MEMORY);
+  GArray *a = play(search, m, 12), *b = play(usual, m, 12), *c = play(always, m, 12);
+  GArray *d = play(memo, m, 12);
+  cr_assert_gt(a->len, 1000);
+  GArray *other[] = { b, c, d };
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(a->len, other[k]->len, "%u reports searching, %u (net %d)", a->len,
+                 other[k]->len, k);
+    for (guint i = 0; i < a->len; i++)
+      cr_assert(g_array_index(a, double, i) == g_array_index(other[k], double, i),
+                "net %d: report %u differs: %.17g against %.17g", k, i / 2,
+                g_array_index(a, double, i), g_array_index(other[k], double, i));
+  }
+  cr_assert_eq(sim_net_whole_solves(search), 0);
+  cr_assert_gt(sim_net_whole_solves(usual), 100);
+  cr_assert_gt(sim_net_whole_solves(always), sim_net_whole_solves(usual));
+  cr_assert_gt(sim_net_whole_solves(memo), 0);
+  GArray *all[] = { a, b, c, d };
+  for (int k = 0; k < 4; k++)
+    g_array_free(all[k], TRUE);
+  sim_net_free(search);
+  sim_net_free(usual);
+  sim_net_free(always);
+  sim_net_free(memo);
+  sim_machine_free(m);
+}
+
 Test(engine, remembered_rates_are_the_solved_ones)
 {
   GError *error = NULL;
