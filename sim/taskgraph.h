@@ -347,8 +347,8 @@ int64_t sim_net_memory_hits(const SimNet *net);
  * solves take every active flow as their component instead of searching for theirs
  * (SIM_NET_WHOLE_RUN by default; 0: always search).  Filling components together gives
  * each the rates it gets alone, bit for bit, so this changes what a solve costs, not what
- * it finds: on MCMC over 256 GPUs the search took half of the engine's time, and most
- * components were the whole network. */
+ * it finds: on MCMC over 256 GPUs the network's solves were 60% of the run, and most of
+ * their components were the whole network. */
 #define SIM_NET_WHOLE_RUN 16
 void sim_net_set_whole_run(SimNet *net, int solves);
 /* How many solves took the whole network without searching. */
