@@ -293,7 +293,10 @@ typedef struct {
   int32_t occ;
 } FlowAt;
 
-static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, gboolean ranks)
+/* Whether every symmetry maps the devices of @set, whose membership table over the
+ * devices is @in, into the set. */
+static gboolean coll_invariant(const GArray *set, const uint8_t *in, const Fold *f, int R, int K,
+                               gboolean ranks)
 {
   for (int r = 0; r < R; r++)
     for (int k = 0; k < K; k++) {
@@ -301,10 +304,7 @@ static gboolean coll_invariant(const GArray *set, const Fold *f, int R, int K, g
         continue;
       for (guint i = 0; i < set->len; i++) {
         int img = fold_map(f, g_array_index(set, int, i), r, k, ranks);
-        gboolean in = FALSE;
-        for (guint j = 0; j < set->len && !in; j++)
-          in = g_array_index(set, int, j) == img;
-        if (!in)
+        if (img < 0 || img >= f->nd || !in[img])
           return FALSE;
       }
     }
@@ -351,25 +351,37 @@ static int *distinct_sets(const SimTaskGraph *tg, int n_coll, int nd, GPtrArray 
   return set_of;
 }
 
+/* A partial bijection of links, built route by route for one symmetry: lam[x] (and its
+ * inverse inv) hold only where lam_at (inv_at) equals stamp, so that each symmetry starts
+ * empty by taking a new stamp instead of clearing every link.  map_route() extends it by
+ * the route @r1 of @n1 links (marked in @mark by the caller) and that of @pa to @pb, which
+ * it marks. */
+typedef struct {
+  int *lam, *inv;
+  int32_t *lam_at, *inv_at;
+  int32_t stamp;
+  double *bw, *lat;   /* every link's bandwidth and latency */
+} LinkMap;
+
 /* Extends the link map of one symmetry with the route of pair (a, b); FALSE if it does
  * not fit. */
-static gboolean map_route(SimMachine *m, int a, int b, int pa, int pb, int *lam, int *inv,
+static gboolean map_route(SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
                           uint8_t *mark)
 {
-  int n1, n2;
-  const int *r1 = sim_machine_route(m, a, b, &n1);
+  int n2;
   const int *r2 = sim_machine_route(m, pa, pb, &n2);
   gboolean fits = pa != pb && n1 == n2;
+  int32_t now = map->stamp;
   for (int h = 0; fits && h < n1; h++) {
     int x = r1[h], y = r2[h];
-    fits = sim_machine_link_bandwidth(m, x) == sim_machine_link_bandwidth(m, y) &&
-           sim_machine_link_latency(m, x) == sim_machine_link_latency(m, y) &&
-           (lam[x] < 0 || lam[x] == y) && (inv[y] < 0 || inv[y] == x);
-    lam[x] = y;
-    inv[y] = x;
+    fits = map->bw[x] == map->bw[y] && map->lat[x] == map->lat[y] &&
+           (map->lam_at[x] != now || map->lam[x] == y) &&
+           (map->inv_at[y] != now || map->inv[y] == x);
+    map->lam[x] = y;
+    map->lam_at[x] = now;
+    map->inv[y] = x;
+    map->inv_at[y] = now;
   }
-  for (int h = 0; h < n1; h++)
-    mark[r1[h]] = 1;
   for (int h = 0; h < n2; h++)
     mark[r2[h]] = 1;
   return fits;
@@ -431,7 +443,8 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
       if (t->coll >= 0 && t->coll < n_coll) {
         int sid = set_of[t->coll];
         if (set_whole[sid] < 0)
-          set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll], f, R, K, ranks);
+          set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll],
+                                                  member->pdata[sid], f, R, K, ranks);
         whole = set_whole[sid];
       }
       /* A pair, or the ring edges of a whole collective's one flow. */
@@ -466,22 +479,49 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
   if (!ring_ok)
     ok = FALSE;
 
-  int *lam = g_new(int, MAX(nl, 1)), *inv = g_new(int, MAX(nl, 1));
+  LinkMap map = { g_new(int, MAX(nl, 1)), g_new(int, MAX(nl, 1)),
+                  g_new0(int32_t, MAX(nl, 1)), g_new0(int32_t, MAX(nl, 1)), 0,
+                  g_new(double, MAX(nl, 1)), g_new(double, MAX(nl, 1)) };
+  for (int l = 0; l < nl; l++) {
+    map.bw[l] = sim_machine_link_bandwidth(m, l);
+    map.lat[l] = sim_machine_link_latency(m, l);
+  }
   uint8_t *part_links = g_new0(uint8_t, MAX(nl, 1)), *whole_links = g_new0(uint8_t, MAX(nl, 1));
+  /* The routes of the pairs, found once (each symmetry maps them anew), their links marked. */
+  GArray *keys[2] = { part_keys, whole_keys };
+  GArray *key_route[2], *key_off[2];
+  for (int phase = 0; phase < 2; phase++) {
+    key_route[phase] = g_array_new(FALSE, FALSE, sizeof(int));
+    key_off[phase] = g_array_sized_new(FALSE, FALSE, sizeof(int), keys[phase]->len + 1);
+    uint8_t *mark = phase ? whole_links : part_links;
+    for (guint i = 0; i < keys[phase]->len; i++) {
+      gint64 key = g_array_index(keys[phase], gint64, i);
+      int n1, off = (int)key_route[phase]->len;
+      const int *r1 = sim_machine_route(m, (int)(key / nd), (int)(key % nd), &n1);
+      g_array_append_val(key_off[phase], off);
+      g_array_append_vals(key_route[phase], r1, (guint)n1);
+      for (int h = 0; h < n1; h++)
+        mark[r1[h]] = 1;
+    }
+    int end = (int)key_route[phase]->len;
+    g_array_append_val(key_off[phase], end);
+  }
   gboolean whole_symmetric = TRUE;
   for (int r = 0; ok && r < R; r++)
     for (int k = 0; ok && k < K; k++) {
       if (r == 0 && k == 0)
         continue;
-      for (int l = 0; l < nl; l++)
-        lam[l] = inv[l] = -1;
+      map.stamp++; /* an empty map for this symmetry */
       for (int phase = 0; phase < 2 && ok; phase++) {
-        GArray *set = phase ? whole_keys : part_keys;
+        GArray *set = keys[phase];
+        const int *off = (const int *)(const void *)key_off[phase]->data;
+        const int *routes = (const int *)(const void *)key_route[phase]->data;
         for (guint i = 0; ok && i < set->len; i++) {
           gint64 key = g_array_index(set, gint64, i);
           int a = (int)(key / nd), b = (int)(key % nd);
           int pa = fold_map(f, a, r, k, ranks), pb = fold_map(f, b, r, k, ranks);
-          if (!map_route(m, a, b, pa, pb, lam, inv, phase ? whole_links : part_links)) {
+          if (!map_route(m, routes + off[i], off[i + 1] - off[i], pa, pb, &map,
+                         phase ? whole_links : part_links)) {
             if (phase)
               whole_symmetric = FALSE;
             else
@@ -490,6 +530,10 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         }
       }
     }
+  for (int phase = 0; phase < 2; phase++) {
+    g_array_free(key_route[phase], TRUE);
+    g_array_free(key_off[phase], TRUE);
+  }
   if (ok && !whole_symmetric)
     for (int l = 0; l < nl && ok; l++)
       ok = !(whole_links[l] && part_links[l]);
@@ -608,8 +652,12 @@ static gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboo
         g_array_free(preds[q], TRUE);
     g_free(preds);
   }
-  g_free(lam);
-  g_free(inv);
+  g_free(map.lam);
+  g_free(map.inv);
+  g_free(map.lam_at);
+  g_free(map.inv_at);
+  g_free(map.bw);
+  g_free(map.lat);
   g_free(part_links);
   g_free(whole_links);
   g_free(set_whole);
