@@ -108,9 +108,13 @@ struct _SimNet {
   IntSeq *probe;      /* scratch for a component's key */
   int probe_cap;
   /* Solves left that take the whole network as their component without searching: set
-   * to whole_run when a search found a component of at least half the active flows. */
+   * to whole_run when a search found a component of at least half the active flows and
+   * of whole_min or more, while the active flows stay under twice whole_base (their
+   * number then). */
   int whole_turns;
   int whole_run;
+  int whole_min;
+  int whole_base;
   int64_t whole_solves;  /* solves that did so (sim_net_whole_solves) */
 };
 
@@ -333,6 +337,7 @@ SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp)
   memory_init(&net->mem[0]);
   memory_init(&net->mem[1]);
   net->whole_run = SIM_NET_WHOLE_RUN;
+  net->whole_min = SIM_NET_WHOLE_MIN;
   return net;
 }
 
@@ -635,6 +640,7 @@ static void comp_in_slot_order(SimNet *net)
 
 static void solve_component(SimNet *net, double now, SimNetRescheduleFunc fn, void *user);
 
+
 /* A flow alone on its links (the common case: a collective inside a node, a transfer on
  * an idle route) gets what the filling's one round would give it: the smallest of its
  * links' capacities over the times it crosses each. */
@@ -679,7 +685,7 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
     return;
   }
   SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
-  if (net->whole_turns > 0 && net->n_active > 1) {
+  if (net->whole_turns > 0 && net->n_active > 1 && net->n_active <= 2 * net->whole_base) {
     /* The last component searched held most of the network: fill it all. */
     net->whole_turns--;
     net->whole_solves++;
@@ -740,9 +746,13 @@ void sim_net_update(SimNet *net, double now, SimNetRescheduleFunc fn, void *user
   for (int i = 0; i < nf; i++)
     net->flow[cf->v[i]].in_comp = FALSE;
   comp_in_slot_order(net);
-  /* A component of most of the network: the next few solves take the whole network
-   * without searching (sim_net_set_whole_run()), then a search looks again. */
-  net->whole_turns = 2 * (int64_t)nf >= net->n_active ? net->whole_run : 0;
+  /* A large component of most of the network: the next few solves take the whole network
+   * without searching (sim_net_set_whole_run()), then a search looks again; sooner if the
+   * network doubles meanwhile.  (Small components cost little to find, and filling a
+   * network that has grown around a small one costs more than finding it.) */
+  gboolean most = nf >= net->whole_min && 2 * (int64_t)nf >= net->n_active;
+  net->whole_turns = most ? net->whole_run : 0;
+  net->whole_base = net->n_active;
   solve_component(net, now, fn, user);
 }
 
@@ -857,9 +867,10 @@ static void solve_component(SimNet *net, double now, SimNetRescheduleFunc fn, vo
   g_free(unkept);
 }
 
-void sim_net_set_whole_run(SimNet *net, int solves)
+void sim_net_set_whole_run(SimNet *net, int solves, int min_flows)
 {
   net->whole_run = MAX(solves, 0);
+  net->whole_min = MAX(min_flows, 2);
   net->whole_turns = MIN(net->whole_turns, net->whole_run);
 }
 

@@ -343,14 +343,16 @@ void sim_net_reset(SimNet *net);
 void sim_net_set_memory(SimNet *net, size_t bytes);
 /* How many solves the net's memory has answered. */
 int64_t sim_net_memory_hits(const SimNet *net);
-/* After a solve whose component held at least half the active flows, the next @solves
- * solves take every active flow as their component instead of searching for theirs
- * (SIM_NET_WHOLE_RUN by default; 0: always search).  Filling components together gives
- * each the rates it gets alone, bit for bit, so this changes what a solve costs, not what
- * it finds: on MCMC over 256 GPUs the network's solves were 60% of the run, and most of
- * their components were the whole network. */
+/* After a solve whose component held at least half the active flows, and @min_flows or
+ * more, the next @solves solves take every active flow as their component instead of
+ * searching for theirs, unless the active flows have doubled meanwhile
+ * (SIM_NET_WHOLE_RUN and SIM_NET_WHOLE_MIN by default; 0 solves: always search).
+ * Filling components together gives each the rates it gets alone, bit for bit, so this
+ * changes what a solve costs, not what it finds: on MCMC over 256 GPUs the network's
+ * solves were 60% of the run, and most of their components were the whole network. */
 #define SIM_NET_WHOLE_RUN 16
-void sim_net_set_whole_run(SimNet *net, int solves);
+#define SIM_NET_WHOLE_MIN 64
+void sim_net_set_whole_run(SimNet *net, int solves, int min_flows);
 /* How many solves took the whole network without searching. */
 int64_t sim_net_whole_solves(const SimNet *net);
 /* Starts flow @task of @bytes along the @n_links links of @links at time @now; returns

@@ -997,7 +997,8 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
 /* A net that takes the whole network as the component to fill after it has seen a large
  * one gives the rates a net that always searches for the component gives, bit for bit,
  * also while the traffic is many small components (after an all-to-GPU-0 run, random
- * pairs; a run of 1,000 solves keeps filling them together), and with memory on. */
+ * pairs; a run of 1,000 solves after any component of half the flows keeps filling them
+ * together until the flows double), and with memory on. */
 Test(engine, filling_the_whole_network_finds_the_components_rates)
 {
   GError *error = NULL;
@@ -1005,8 +1006,11 @@ Test(engine, filling_the_whole_network_finds_the_components_rates)
   cr_assert_not_null(m, "%s", error ? error->message : "");
   SimNet *search = sim_net_new(m, NULL), *usual = sim_net_new(m, NULL);
   SimNet *always = sim_net_new(m, NULL), *memo = sim_net_new(m, NULL);
-  sim_net_set_whole_run(search, 0);
-  sim_net_set_whole_run(always, 1000);
+  /* This traffic holds up to 64 flows: large components here are of 8 or more. */
+  sim_net_set_whole_run(search, 0, 8);
+  sim_net_set_whole_run(usual, SIM_NET_WHOLE_RUN, 8);
+  sim_net_set_whole_run(always, 1000, 2);
+  sim_net_set_whole_run(memo, SIM_NET_WHOLE_RUN, 8);
   sim_net_set_memory(memo, SIM_NET_MEMORY);
   GArray *a = play(search, m, 12), *b = play(usual, m, 12), *c = play(always, m, 12);
   GArray *d = play(memo, m, 12);
