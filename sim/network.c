@@ -640,7 +640,6 @@ static void comp_in_slot_order(SimNet *net)
 
 static void solve_component(SimNet *net, double now, SimNetRescheduleFunc fn, void *user);
 
-
 /* A flow alone on its links (the common case: a collective inside a node, a transfer on
  * an idle route) gets what the filling's one round would give it: the smallest of its
  * links' capacities over the times it crosses each. */

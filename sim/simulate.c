@@ -353,9 +353,7 @@ static int *distinct_sets(const SimTaskGraph *tg, int n_coll, int nd, GPtrArray 
 
 /* A partial bijection of links, built route by route for one symmetry: lam[x] (and its
  * inverse inv) hold only where lam_at (inv_at) equals stamp, so that each symmetry starts
- * empty by taking a new stamp instead of clearing every link.  map_route() extends it by
- * the route @r1 of @n1 links (marked in @mark by the caller) and that of @pa to @pb, which
- * it marks. */
+ * empty by taking a new stamp instead of clearing every link. */
 typedef struct {
   int *lam, *inv;
   int32_t *lam_at, *inv_at;
@@ -363,8 +361,9 @@ typedef struct {
   double *bw, *lat;   /* every link's bandwidth and latency */
 } LinkMap;
 
-/* Extends the link map of one symmetry with the route of pair (a, b); FALSE if it does
- * not fit. */
+/* Extends the link map of one symmetry with a pair's route @r1 of @n1 links (marked in
+ * @mark by the caller) against its image's, from @pa to @pb, which it marks; FALSE if they
+ * do not fit. */
 static gboolean map_route(SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
                           uint8_t *mark)
 {
