@@ -581,6 +581,71 @@ Test(lowering, many_holders_send_every_consumer_exactly_the_rows_it_lacks)
   sim_lowering_free(lw);
 }
 
+/* The same with random splits and devices: the MLP tower's first layer split p ways on
+ * random distinct devices, everything else q ways on devices 0 .. q - 1 (p, q among 16,
+ * 24, 32, 48 and 64, so that either side has many groups of holders).  Forward, the first
+ * layer's output goes to the second layer's q shards; backward, its gradient comes back
+ * to the p shards; each shard receives the rows of its own that no shard of the other
+ * layer on its device holds, 64 x 4 bytes each (counted row by row here). */
+Test(lowering, random_splits_send_every_consumer_exactly_the_rows_it_lacks)
+{
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=2,hidden=64,input=32,classes=16,batch=192");
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:8", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  g_autoptr(SimCostModel) cm = roofline();
+  int fc0 = 1, fc1 = 2;
+  const int ways[] = { 16, 24, 32, 48, 64 };
+  GRand *rng = g_rand_new_with_seed(11);
+  for (int trial = 0; trial < 24; trial++) {
+    int p = ways[g_rand_int_range(rng, 0, 5)], q = ways[g_rand_int_range(rng, 0, 5)];
+    int perm[64];
+    for (int i = 0; i < 64; i++)
+      perm[i] = i;
+    for (int i = 63; i > 0; i--) {
+      int j = g_rand_int_range(rng, 0, i + 1), t = perm[i];
+      perm[i] = perm[j];
+      perm[j] = t;
+    }
+    SimStrategy *s = sim_strategy_data_parallel(g, m, q, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    int deg[8] = { p, 1, 1, 1, 1, 1, 1, 1 };
+    cr_assert(sim_strategy_set_op(s, fc0, deg, perm, &error), "%s", error ? error->message : "");
+    /* Row r: on which device the first layer holds it, and the second. */
+    int p_dev[192], q_dev[192];
+    for (int r = 0; r < 192; r++) {
+      p_dev[r] = perm[r / (192 / p)];
+      q_dev[r] = r / (192 / q);
+    }
+    int64_t fwd = 0, bwd = 0;
+    for (int r = 0; r < 192; r++) {
+      fwd += p_dev[r] != q_dev[r]; /* the second layer's shard lacks it */
+      bwd += q_dev[r] != p_dev[r]; /* and the first layer's shard its gradient */
+    }
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    double sent[2] = { 0, 0 };
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *k = &tg->task[t];
+      if (k->kind != SIM_TASK_FLOW || k->cls != SIM_CLASS_TRANSFER)
+        continue;
+      cr_assert(k->op == fc0 || k->op == fc1, "trial %d: a transfer tagged op %d", trial, k->op);
+      sent[k->op == fc1] += k->bytes;
+    }
+    cr_assert_float_eq(sent[0], (double)fwd * 64 * 4, 0.5, "trial %d (p %d, q %d): forward %g "
+                       "bytes, expected %g", trial, p, q, sent[0], (double)fwd * 64 * 4);
+    cr_assert_float_eq(sent[1], (double)bwd * 64 * 4, 0.5, "trial %d (p %d, q %d): backward %g "
+                       "bytes, expected %g", trial, p, q, sent[1], (double)bwd * 64 * 4);
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+    sim_strategy_free(s);
+  }
+  g_rand_free(rng);
+}
+
 Test(properties, random_strategies_keep_the_invariants)
 {
   const char *models[][2] = {
