@@ -154,7 +154,11 @@ struct _SimEngine {
 
 static inline gboolean ev_less(const Event *a, const Event *b)
 {
-  return a->tkey < b->tkey || (a->tkey == b->tkey && a->seq < b->seq);
+  /* One comparison of 128 bits, (time, sequence number): no branch to mispredict in the
+   * heap's choice among four children. */
+  unsigned __int128 x = (unsigned __int128)a->tkey << 64 | a->seq;
+  unsigned __int128 y = (unsigned __int128)b->tkey << 64 | b->seq;
+  return x < y;
 }
 
 /* A four-ary heap: half the levels of a binary one, and a node's children share cache
