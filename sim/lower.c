@@ -758,11 +758,6 @@ static guint group_index_lower(const GroupIndex *ix, guint n, int64_t x)
   return a;
 }
 
-static int int_cmp(const void *a, const void *b)
-{
-  return *(const int *)a - *(const int *)b;
-}
-
 /* The groups of holders that @box may overlap, in rising order, into @cand; returns how
  * many.  Every group whose region overlaps the box is among them (the caller tests each). */
 static guint group_candidates(const GroupIndex *ix, const GArray *groups, const SimRegion *box,
@@ -781,7 +776,7 @@ static guint group_candidates(const GroupIndex *ix, const GArray *groups, const 
   guint b = group_index_lower(ix, n, hi);
   for (guint p = a; p < b; p++)
     g_array_append_val(cand, ix->by_lo[p]);
-  qsort(cand->data, cand->len, sizeof(int), int_cmp);
+  qsort(cand->data, cand->len, sizeof(int), sim_int_cmp);
   return cand->len;
 }
 

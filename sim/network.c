@@ -400,6 +400,14 @@ static void mark_dirty(SimNet *net, int l)
   }
 }
 
+/* Forgets which links changed: a solve that takes them all has no use for the list. */
+static void clear_dirty(SimNet *net)
+{
+  for (int i = 0; i < net->dirty_links.n; i++)
+    net->link[net->dirty_links.v[i]].dirty = FALSE;
+  net->dirty_links.n = 0;
+}
+
 int sim_net_add(SimNet *net, int task, const int *links, int n_links, double bytes, double now)
 {
   sim_net_account(net, links, n_links, bytes);
@@ -535,9 +543,7 @@ static gboolean whole_recall(SimNet *net, double now, SimNetRescheduleFunc fn, v
   }
   for (int i = 0; i < w->n; i++)
     net->route_rate[w->route[i]] = w->value[w->level[i]];
-  for (int i = 0; i < net->dirty_links.n; i++)
-    net->link[net->dirty_links.v[i]].dirty = FALSE;
-  net->dirty_links.n = 0;
+  clear_dirty(net);
   for (int s = 0; s < net->n_flows; s++) {
     Flow *f = &net->flow[s];
     if (f->task >= 0)
@@ -664,9 +670,7 @@ static void whole_as_component(SimNet *net)
   SimIntStack *cl = &net->comp_links, *cf = &net->comp_flows;
   cl->n = 0;
   cf->n = 0;
-  for (int i = 0; i < net->dirty_links.n; i++)
-    net->link[net->dirty_links.v[i]].dirty = FALSE;
-  net->dirty_links.n = 0;
+  clear_dirty(net);
   for (int s = 0; s < net->n_flows; s++)
     if (net->flow[s].task >= 0 && net->flow[s].n_links > 0)
       sim_int_stack_push(cf, s);

@@ -129,6 +129,13 @@ struct _SimGraph {
   int name_counter[SIM_OP_COUNT];
 };
 
+/* Orders ints for qsort(), without the overflow of a subtraction. */
+static inline int sim_int_cmp(const void *a, const void *b)
+{
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 static inline SimOp *sim_graph_op_get(const SimGraph *g, int op)
 {
   return (SimOp *)g->ops->pdata[op];

@@ -686,17 +686,11 @@ void sim_strategy_clear_rewrites(SimStrategy *s)
 /* ---------------------------------------------------------------------------------- */
 /* Validation                                                                         */
 
-static int int_compare(gconstpointer a, gconstpointer b)
-{
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
 /* Stage device groups as sorted sets, to compare and intersect them. */
 static int *sorted_group(const SimStrategy *s, int st)
 {
   int *v = g_memdup2(s->stage_devices[st], sizeof(int) * (gsize)s->stage_n_devices[st]);
-  qsort(v, (size_t)s->stage_n_devices[st], sizeof(int), int_compare);
+  qsort(v, (size_t)s->stage_n_devices[st], sizeof(int), sim_int_cmp);
   return v;
 }
 
@@ -793,7 +787,7 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
     const int *grp = g_ptr_array_index(groups, st);
     for (int k = 0; k < s->ops[i].n_shards; k++) {
       int dev = s->ops[i].devices[k];
-      if (!bsearch(&dev, grp, (size_t)s->stage_n_devices[st], sizeof(int), int_compare))
+      if (!bsearch(&dev, grp, (size_t)s->stage_n_devices[st], sizeof(int), sim_int_cmp))
         return not_in_stage(g, i, k, dev, st, error);
     }
   }
