@@ -3,7 +3,8 @@
  * Conventions for every entry:
  * - peak_flops are dense (no structured sparsity) at the boost clock: fp32 on the CUDA
  *   cores (no TF32), fp16 and bf16 on the tensor cores where the device has them, fp8 only
- *   on Hopper.  0 means the device cannot compute in that type; a cost model must not
+ *   on Hopper.  tf32_flops is the tensor cores' TF32 rate (Ampere and Hopper), which fp32
+ *   GEMMs and convolutions use when the framework allows it.  0 means the device cannot compute in that type; a cost model must not
  *   price such a kernel on it.
  * - int32 and int64 carry the integer ALU rate of the CUDA cores (the whitepapers' "INT32
  *   TOPS", or the fp32 rate where a whitepaper gives none because integer and float
@@ -87,6 +88,7 @@ static const SimDeviceSpec library[] = {
     .mem_capacity = 40 * GIB,
     .sm_count = 108,
     .launch_overhead = 4e-6,
+    .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
     .source = "NVIDIA A100 datasheet 2021 (40GB SXM: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 1555 GB/s); A100 whitepaper (19.5 TOPS int32, 108 SMs)",
   },
@@ -98,6 +100,7 @@ static const SimDeviceSpec library[] = {
     .mem_capacity = 80 * GIB,
     .sm_count = 108,
     .launch_overhead = 4e-6,
+    .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
     .source = "NVIDIA A100 datasheet 2021 (80GB SXM: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 2039 GB/s); A100 whitepaper (19.5 TOPS int32, 108 SMs)",
   },
@@ -111,6 +114,7 @@ static const SimDeviceSpec library[] = {
     .mem_capacity = 40 * GIB,
     .sm_count = 108,
     .launch_overhead = 4e-6,
+    .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
     .source = "NVIDIA A100 datasheet 2021 (40GB PCIe: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 1555 GB/s); A100 whitepaper",
   },
@@ -122,6 +126,7 @@ static const SimDeviceSpec library[] = {
     .mem_capacity = 80 * GIB,
     .sm_count = 132,
     .launch_overhead = 4e-6,
+    .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
     .source = "NVIDIA H100 datasheet 2023 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 3.35 TB/s); H100 whitepaper (66.9 fp32, "
               "989.4 fp16/bf16, 1978.9 fp8 dense, 33.5 TOPS int32, 132 SMs)",
@@ -135,6 +140,7 @@ static const SimDeviceSpec library[] = {
     .mem_capacity = 141 * GIB,
     .sm_count = 132,
     .launch_overhead = 4e-6,
+    .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
     .source = "NVIDIA H200 datasheet 2024 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 141 GB, 4.8 TB/s); H100 whitepaper for the "
               "GH100 die (132 SMs, 33.5 TOPS int32)",
@@ -224,7 +230,8 @@ static gboolean spec_equal(const SimDeviceSpec *a, const SimDeviceSpec *b)
     if (a->peak_flops[t] != b->peak_flops[t])
       return FALSE;
   return a->mem_bandwidth == b->mem_bandwidth && a->mem_capacity == b->mem_capacity &&
-         a->sm_count == b->sm_count && a->launch_overhead == b->launch_overhead;
+         a->sm_count == b->sm_count && a->launch_overhead == b->launch_overhead &&
+         a->tf32_flops == b->tf32_flops;
 }
 
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec)

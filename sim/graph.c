@@ -511,6 +511,8 @@ int sim_graph_add_op(SimGraph *g, SimOpType type, const char *name, int n_inputs
     op->inputs[i] = inputs[i];
     op->in_shape[i] = t->shape;
     op->in_dtype[i] = t->dtype;
+    if (i == 0)
+      op->data_input = sim_graph_op_get(g, t->producer)->type == SIM_OP_INPUT;
   }
 
   if (!fill_attrs(op, c, attrs, error) || !c->infer(op, error) || !sizes_fit(op, error)) {

@@ -336,7 +336,8 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
     JsonObject *po = get_object(r, pn, ppath);
     if (!po)
       return NULL;
-    static const char *const pkeys[] = { "fp32", "fp16", "bf16", "fp8", "int32", "int64", NULL };
+    static const char *const pkeys[] = { "fp32", "fp16", "bf16", "fp8", "int32", "int64",
+                                         "tf32", NULL };
     if (!check_keys(r, po, ppath, pkeys))
       return NULL;
     if (!member_number(r, po, ppath, "fp32", !has_base, FALSE, TFLOPS, &spec.peak_flops[0]))
@@ -348,6 +349,9 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
     for (int t = 1; t < SIM_DTYPE_COUNT; t++)
       if (!member_number(r, po, ppath, dtype_keys[t], FALSE, TRUE, TFLOPS, &spec.peak_flops[t]))
         return NULL;
+    /* TF32 on the tensor cores, where the device has it (0: fp32 on the CUDA cores). */
+    if (!member_number(r, po, ppath, "tf32", FALSE, TRUE, TFLOPS, &spec.tf32_flops))
+      return NULL;
   }
   double gib = (double)spec.mem_capacity / GIB;
   if (!member_bandwidth(r, o, path, "memory_bandwidth", !has_base, &spec.mem_bandwidth) ||
@@ -926,6 +930,8 @@ static void write_gpu(Writer *w, const SimMachineDesc *d)
   w_open(w, "peak_TFLOPS", '{');
   for (int t = 0; t < SIM_DTYPE_COUNT; t++)
     w_number(w, dtype_keys[t], sp->peak_flops[t], TFLOPS);
+  if (sp->tf32_flops > 0)
+    w_number(w, "tf32", sp->tf32_flops, TFLOPS);
   w_close(w, '}');
   w_number(w, "memory_bandwidth_GBps", sp->mem_bandwidth, GBPS);
   /* Capacities are whole bytes: find the shortest GiB figure that rounds back to them. */

@@ -379,6 +379,9 @@ typedef struct {
   int sm_count;                   /* streaming multiprocessors, for wave quantization */
   double launch_overhead;         /* seconds per kernel launch                     */
   const char *source;             /* where the figures come from                   */
+  /* Dense FLOP/s of fp32 GEMMs and convolutions on the tensor cores in TF32 (Ampere and
+   * later); 0 where the device has no TF32, whose fp32 kernels run on the CUDA cores. */
+  double tf32_flops;
 } SimDeviceSpec;
 
 SIM_PUBLIC int sim_device_library_n(void);
@@ -442,6 +445,8 @@ typedef enum {
   SIM_KERNEL_GATHER,      /* embedding lookups and their scatter-add backward           */
   SIM_KERNEL_RECURRENT,   /* an LSTM step loop: GEMMs that run one after the other      */
   SIM_KERNEL_OPTIMIZER,   /* the weight update                                         */
+  SIM_KERNEL_ATTENTION,   /* fused (flash) attention: batch = b*heads, m = sq, n = skv,
+                           * k = head dim; flags say causal and backward               */
   SIM_KERNEL_KIND_COUNT
 } SimKernelKind;
 
@@ -452,7 +457,12 @@ typedef struct {
   int64_t steps;           /* recurrent kernels: sequential steps                      */
   double flops;
   double bytes;            /* read + written                                         */
+  int flags;               /* SIM_KERNEL_CAUSAL, SIM_KERNEL_BACKWARD (attention)       */
 } SimKernel;
+
+/* Flags of a fused attention kernel. */
+#define SIM_KERNEL_CAUSAL 1   /* a causal mask: the blocks above the diagonal are skipped */
+#define SIM_KERNEL_BACKWARD 2 /* the backward kernel (recomputes the scores)              */
 
 SIM_PUBLIC const char *sim_kernel_kind_name(SimKernelKind k);
 
@@ -507,7 +517,10 @@ typedef struct {
   double gather_efficiency;
   double recurrent_efficiency;
   gboolean tile_quantization;  /* model tile and wave quantization of GEMMs            */
-  int tile_m, tile_n;          /* output tile of a GEMM thread block (quantization)     */
+  /* The output tile of a GEMM thread block.  0 x 0: each GEMM takes the tile shape and the
+   * split of its reduction (split-K) that make it fastest, as the libraries' heuristics
+   * choose them (roofline.c); otherwise this one tile, never split. */
+  int tile_m, tile_n;
   /* A GEMM's fixed cost beyond its launch: filling and draining the tensor-core pipeline,
    * prologue and epilogue.  It makes small GEMMs less efficient than large ones. */
   double gemm_latency;
@@ -532,6 +545,14 @@ typedef struct {
    * the best of a sweep of shapes in S. Bekman's "Maximum Achievable Matmul FLOPS"
    * table, github.com/stas00/ml-engineering, compute/accelerator).  0: no cap. */
   double gemm_ceiling;
+  /* fp32 GEMMs and convolutions run on the tensor cores in TF32 where the device has it
+   * (tf32_flops): PyTorch's cudnn.allow_tf32 (on by default) and matmul.allow_tf32, both on
+   * in NVIDIA's containers.  Storage and traffic stay fp32. */
+  gboolean tf32;
+  /* Fused (flash) attention: the achieved fraction of the tensor-core peak in the main
+   * loops of the forward and the backward kernels, over the FLOPs they execute. */
+  double attention_efficiency;
+  double attention_bwd_efficiency;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

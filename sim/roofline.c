@@ -1,15 +1,23 @@
-/* roofline.c — the roofline cost model: a kernel takes as long as the slower of its
+/* roofline.c — the analytic cost model: a kernel takes as long as the slower of its
  * arithmetic at an achievable fraction of the device's peak and its memory traffic at an
  * achievable fraction of the memory bandwidth, plus one kernel launch:
  *
  *   time = max(flops / (peak[dtype] * efficiency), bytes / (bandwidth * memory_efficiency))
  *          + launch_overhead
  *
- * GEMMs and convolutions (implicit GEMMs) optionally pay for tile and wave quantization
- * as cuBLAS executes them: the output is cut into tile_m x tile_n tiles, one per thread
- * block, and the blocks run in waves of one per SM, so a GEMM costs as many tiles as its
- * waves could hold (NVIDIA, "Matrix Multiplication Background User's Guide", 2023,
- * chapter 3, "Dimension Quantization Effects").
+ * GEMMs and convolutions (implicit GEMMs) are priced as the libraries run them.  The
+ * output is cut into tiles, one per thread block, and the blocks run in waves of one per
+ * SM, so a GEMM costs as many tiles as its waves could hold (NVIDIA, "Matrix
+ * Multiplication Background User's Guide", 2023, "Dimension Quantization Effects").
+ * cuBLAS and cuDNN pick, per shape, among tile shapes and may split the reduction
+ * dimension K over several blocks (split-K) whose partial sums a second pass adds up;
+ * with tile_m = tile_n = 0 each GEMM here takes the tile shape and split that make it
+ * fastest (gemm_plan below), which is what their heuristics aim at.  A weight gradient
+ * of a convolution (64 x 147 outputs for ResNet-50's first layer, reduced over 3.2 M
+ * positions at 256 images) fills one or two tiles: unsplit, one SM would do all of it.
+ *
+ * Fused attention (flash attention) is tiled the same way: one block per 128 queries of
+ * one head, streaming the keys and values in blocks (attention_seconds).
  *
  * The model has no mutable state: kernel_time reads only its parameters and its
  * arguments, so search threads may call it concurrently. */
@@ -22,7 +30,7 @@
  * - gemm 0.75: cuBLAS sustains roughly three quarters of the tensor-core peak on large,
  *   well-shaped fp16 GEMMs on V100 and A100; the shortfall comes from memory stalls and
  *   epilogues that no tile shape removes, while the shape-dependent losses are modelled
- *   separately by tile_quantization.
+ *   separately by the tiles.
  * - conv 0.6: implicit-GEMM convolutions lose to their im2col indexing and to small
  *   channel counts; cuDNN's best algorithms sit clearly below cuBLAS on equal FLOPs.
  * - memory 0.8: streaming kernels reach about 80% of the HBM bandwidth (Jia et al.,
@@ -33,8 +41,13 @@
  * - recurrent 0.3: an LSTM step is a small GEMM that cannot fill the GPU (Appleyard,
  *   Kocisky and Blunsom, "Optimizing Performance of Recurrent Neural Networks on GPUs",
  *   2016).
- * - tiles of 128 x 128: the middle of cuBLAS's tile sizes for tensor-core GEMMs (256x128
- *   down to 64x64 in the guide above); large GEMMs run with the large ones. */
+ * - unaligned 0.25: cuBLAS runs an fp16 GEMM with a dimension that is not a multiple of
+ *   8 (GPT-2's vocabulary of 50,257, BERT's 30,522) at about a quarter of an aligned one's
+ *   rate: on the H200 of data/profiles/h200/ops.json, 12.6% of peak for 8192 x 50257 x 768
+ *   and 15.5% for 131072 x 30522 x 768 against 50-56% for aligned GEMMs of that size.
+ * - attention 0.70 forward, 0.55 backward: FlashAttention-2 on an A100 (Dao, 2023: 50-73%
+ *   of peak forward, the backward pass lower); frameworks set their own (sim/framework.c).
+ * - tiles chosen per GEMM with split-K (tile_m = tile_n = 0). */
 SimRooflineParams sim_roofline_params_default(void)
 {
   return (SimRooflineParams){
@@ -44,8 +57,12 @@ SimRooflineParams sim_roofline_params_default(void)
     .gather_efficiency = 0.5,
     .recurrent_efficiency = 0.3,
     .tile_quantization = TRUE,
-    .tile_m = 128,
-    .tile_n = 128,
+    .tile_m = 0,
+    .tile_n = 0,
+    .gemm_unaligned_efficiency = 0.25,
+    .tf32 = FALSE,
+    .attention_efficiency = 0.70,
+    .attention_bwd_efficiency = 0.55,
   };
 }
 
@@ -62,19 +79,32 @@ static double peak_of(const SimDeviceSpec *dev, SimDType dt)
   return p > 0.0 ? p : dev->peak_flops[SIM_DTYPE_FP32];
 }
 
+/* Whether a GEMM-like kernel of @dt runs on the tensor cores, and at what peak. */
+static gboolean on_tensor_cores(const SimRooflineParams *p, const SimDeviceSpec *dev,
+                                SimDType dt, double *peak)
+{
+  if (dt == SIM_DTYPE_FP32 && p->tf32 && dev->tf32_flops > 0) {
+    *peak = dev->tf32_flops;
+    return TRUE;
+  }
+  *peak = peak_of(dev, dt);
+  return (dt == SIM_DTYPE_FP16 || dt == SIM_DTYPE_BF16 || dt == SIM_DTYPE_FP8) &&
+         dev->peak_flops[dt] > 0 && dev->peak_flops[dt] > dev->peak_flops[SIM_DTYPE_FP32];
+}
+
 static double bound(double amount, double rate)
 {
   return amount > 0.0 && rate > 0.0 ? amount / rate : 0.0;
 }
 
-/* The factor by which tile and wave quantization inflate the work of a (batch x m x n)
- * output: the tiles the waves could hold over the elements actually computed. */
+/* The factor by which one tile shape's quantization inflates the work of a (batch x m x
+ * n) output: the tiles the waves could hold over the elements actually computed. */
 static double quantization_factor(const SimRooflineParams *p, const SimDeviceSpec *dev,
                                   int64_t batch, int64_t m, int64_t n)
 {
   if (!p->tile_quantization || m <= 0 || n <= 0)
     return 1.0;
-  double tm = p->tile_m > 0 ? p->tile_m : 128, tn = p->tile_n > 0 ? p->tile_n : 128;
+  double tm = p->tile_m, tn = p->tile_n;
   double b = batch > 0 ? (double)batch : 1.0;
   double tiles = ceil((double)m / tm) * ceil((double)n / tn) * b;
   double slots = tiles;
@@ -93,25 +123,106 @@ static gboolean gemm_unaligned(const SimKernel *k)
   return (k->m > 0 && k->m % v) || (k->n > 0 && k->n % v) || (k->k > 0 && k->k % v);
 }
 
+/* The output tiles the libraries choose among for tensor-core GEMMs (CUTLASS's and
+ * cuBLAS's threadblock shapes, 256 x 128 down to 64 x 64). */
+static const int tile_menu[][2] = {
+  { 256, 128 }, { 128, 256 }, { 128, 128 }, { 128, 64 }, { 64, 128 }, { 64, 64 },
+};
+
+/* The rate of a tile's main loop, relative to the large tiles', on the tensor cores.
+ * Each step along K loads tm + tn elements into shared memory and does tm x tn
+ * multiply-adds: tm tn / (tm + tn) operations per element loaded, 64 for 128 x 128.  The
+ * tensor cores of V100, A100 and H100 run at about that much reuse and no less (the
+ * shared-memory and L2 bandwidth behind them bound the rest), so smaller tiles slow down
+ * in proportion: 128 x 64 at 2/3, 64 x 64 at 1/2.  CUDA-core kernels (fp32 without TF32)
+ * need far less reuse and run every tile at full rate. */
+static double tile_rate(int tm, int tn, gboolean tensor)
+{
+  if (!tensor)
+    return 1.0;
+  double reuse = (double)tm * tn / (double)(tm + tn);
+  return MIN(1.0, reuse / 64.0);
+}
+
+/* One way to run a GEMM: its arithmetic time (tiles, waves, pipeline) and the time of
+ * the extra pass that adds split-K's partial sums. */
+typedef struct {
+  double compute, reduce;
+} GemmPlan;
+
+/* The arithmetic of @batch x (@m x @n) outputs reduced over @kdim, as tiles of tm x tn
+ * split @split ways along K, on @sms SMs at @rate FLOP/s in all. */
+static GemmPlan gemm_plan(const SimRooflineParams *p, const SimDeviceSpec *dev, int64_t batch,
+                          int64_t m, int64_t n, int64_t kdim, int tm, int tn, int split,
+                          double rate, double es)
+{
+  double b = batch > 0 ? (double)batch : 1.0;
+  double tiles = ceil((double)m / tm) * ceil((double)n / tn) * b;
+  double units = tiles * split;
+  double kslice = ceil((double)kdim / split);
+  double sms = dev->sm_count > 0 ? dev->sm_count : units;
+  double waves = ceil(units / sms);
+  /* A unit's work: its tile over its slice of K, plus the pipeline's start and the
+   * epilogue (gemm_k_overhead elements of K). */
+  double unit_flops = 2.0 * tm * tn * (kslice + MAX(p->gemm_k_overhead, 0.0));
+  GemmPlan plan = { waves * sms * unit_flops / rate, 0.0 };
+  if (split > 1) {
+    /* Each slice writes its partial tile in fp32; a second pass reads them all and writes
+     * the result. */
+    double partials = b * (double)m * (double)n * split * 4.0;
+    plan.reduce = bound(2.0 * partials + b * (double)m * (double)n * es,
+                        dev->mem_bandwidth * p->memory_efficiency);
+  }
+  return plan;
+}
+
 /* A GEMM-like kernel without its launch: the slower of arithmetic and memory traffic. */
 static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
                            const SimKernel *k, double flops, double bytes, double efficiency)
 {
   if (flops <= 0.0 && k->m > 0 && k->n > 0 && k->k > 0)
     flops = 2.0 * (double)MAX(k->batch, 1) * (double)k->m * (double)k->n * (double)k->k;
-  double useful = flops;
-  flops *= quantization_factor(p, dev, k->batch, k->m, k->n);
-  if (p->gemm_k_overhead > 0 && k->k > 0)
-    flops *= ((double)k->k + p->gemm_k_overhead) / (double)k->k;
-  if (p->gemm_unaligned_efficiency > 0 && p->gemm_unaligned_efficiency < 1 &&
-      gemm_unaligned(k))
+  double peak;
+  gboolean tensor = on_tensor_cores(p, dev, k->dtype, &peak);
+  /* cuDNN pads a convolution's channels itself (sim/ops/conv.c): only GEMMs pay. */
+  if (k->kind != SIM_KERNEL_CONV && p->gemm_unaligned_efficiency > 0 &&
+      p->gemm_unaligned_efficiency < 1 && gemm_unaligned(k))
     efficiency *= p->gemm_unaligned_efficiency;
-  double compute = bound(flops, peak_of(dev, k->dtype) * efficiency);
-  /* No shape beats the best shape's measured rate. */
-  if (p->gemm_ceiling > 0.0)
-    compute = MAX(compute, bound(useful, peak_of(dev, k->dtype) * p->gemm_ceiling));
+  double useful = flops;
   double memory = bound(bytes, dev->mem_bandwidth * p->memory_efficiency);
-  return MAX(compute, memory);
+  double ceiling = p->gemm_ceiling > 0.0 ? bound(useful, peak * p->gemm_ceiling) : 0.0;
+  gboolean shaped = k->m > 0 && k->n > 0 && k->k > 0;
+
+  if (!p->tile_quantization || !shaped || (p->tile_m > 0 && p->tile_n > 0)) {
+    /* One tile shape, never split (or no tiles at all). */
+    if (p->tile_m > 0 && p->tile_n > 0)
+      flops *= quantization_factor(p, dev, k->batch, k->m, k->n);
+    if (p->gemm_k_overhead > 0 && k->k > 0)
+      flops *= ((double)k->k + p->gemm_k_overhead) / (double)k->k;
+    double compute = MAX(bound(flops, peak * efficiency), ceiling);
+    return MAX(compute, memory);
+  }
+
+  /* The libraries' choice: the tile shape and split of K that finish first.  K is split
+   * only to fill SMs that the tiles leave idle, and no slice is shorter than 64. */
+  double es = sim_dtype_size(k->dtype);
+  double best = INFINITY;
+  for (size_t t = 0; t < G_N_ELEMENTS(tile_menu); t++) {
+    int tm = tile_menu[t][0], tn = tile_menu[t][1];
+    double rate = peak * efficiency * tile_rate(tm, tn, tensor);
+    double tiles = ceil((double)k->m / tm) * ceil((double)k->n / tn) * MAX(k->batch, 1);
+    int fill = dev->sm_count > 0 ? (int)MIN((double)dev->sm_count / tiles, 64.0) : 1;
+    int longest = (int)MIN((double)k->k / 64.0, 64.0);
+    int max_split = MAX(1, MIN(fill, longest));
+    /* Splits 1, 2, 4, ... and the largest that fits. */
+    for (int split = 1;; split = MIN(2 * split, max_split)) {
+      GemmPlan plan = gemm_plan(p, dev, k->batch, k->m, k->n, k->k, tm, tn, split, rate, es);
+      best = MIN(best, MAX(MAX(plan.compute, ceiling), memory) + plan.reduce);
+      if (split >= max_split)
+        break;
+    }
+  }
+  return best;
 }
 
 /* A bandwidth-bound kernel: its arithmetic runs on the CUDA cores, bounded here by the
@@ -120,6 +231,41 @@ static double stream_seconds(const SimDeviceSpec *dev, const SimKernel *k, doubl
 {
   double compute = bound(k->flops, dev->peak_flops[SIM_DTYPE_FP32] * efficiency);
   double memory = bound(k->bytes, dev->mem_bandwidth * efficiency);
+  return MAX(compute, memory);
+}
+
+/* Fused attention as FlashAttention runs it (Dao, 2023): one thread block per 128 queries
+ * of one (sample, head), streaming the keys and values in blocks of 128 through shared
+ * memory; the scores never reach device memory.  A block pair costs 4 x 128 x 128 x hd
+ * FLOPs forward (Q K^T and P V) and 2.5 times that backward (the scores recomputed, then
+ * dV, dP, dQ and dK).  A causal mask skips the pairs above the diagonal, so the query
+ * blocks near the end do most of the work.  The blocks run in waves over the SMs; a
+ * wave lasts as long as its longest block. */
+static double attention_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
+                                const SimKernel *k)
+{
+  gboolean backward = (k->flags & SIM_KERNEL_BACKWARD) != 0;
+  gboolean causal = (k->flags & SIM_KERNEL_CAUSAL) != 0;
+  double peak;
+  on_tensor_cores(p, dev, k->dtype, &peak);
+  double eff = backward ? p->attention_bwd_efficiency : p->attention_efficiency;
+  double bh = (double)MAX(k->batch, 1);
+  double qb = ceil((double)MAX(k->m, 1) / 128.0), kb = ceil((double)MAX(k->n, 1) / 128.0);
+  /* Key blocks each query block visits: all of them, or (causal, queries aligned to the
+   * end of the keys) those up to its diagonal. */
+  double longest = kb, mean = kb;
+  if (causal) {
+    double offset = kb - qb; /* key blocks before the first query block's diagonal */
+    longest = MIN(kb, offset + qb);
+    mean = MIN(kb, offset + (qb + 1.0) / 2.0);
+  }
+  double pair = 4.0 * 128.0 * 128.0 * (double)MAX(k->k, 1) * (backward ? 2.5 : 1.0);
+  double blocks = bh * qb;
+  double sms = dev->sm_count > 0 ? dev->sm_count : blocks;
+  double per_sm = peak * eff / sms;
+  double waves = ceil(blocks / sms);
+  double compute = MAX(waves * mean, longest) * pair / per_sm;
+  double memory = bound(k->bytes, dev->mem_bandwidth * p->memory_efficiency);
   return MAX(compute, memory);
 }
 
@@ -148,6 +294,8 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
                                p->recurrent_efficiency);
     return steps * (step + launch);
   }
+  case SIM_KERNEL_ATTENTION:
+    return attention_seconds(p, dev, k) + launch;
   case SIM_KERNEL_KIND_COUNT:
     break;
   }
@@ -175,6 +323,11 @@ SimCostModel *sim_cost_model_new_roofline(const SimRooflineParams *params)
   g_return_val_if_fail(p.gemm_efficiency > 0.0 && p.conv_efficiency > 0.0, NULL);
   g_return_val_if_fail(p.memory_efficiency > 0.0 && p.gather_efficiency > 0.0, NULL);
   g_return_val_if_fail(p.recurrent_efficiency > 0.0, NULL);
+  g_return_val_if_fail(p.tile_m >= 0 && p.tile_n >= 0, NULL);
+  if (p.attention_efficiency <= 0.0)
+    p.attention_efficiency = sim_roofline_params_default().attention_efficiency;
+  if (p.attention_bwd_efficiency <= 0.0)
+    p.attention_bwd_efficiency = sim_roofline_params_default().attention_bwd_efficiency;
   SimCostModel *m = g_new0(SimCostModel, 1);
   m->klass = &roofline_class;
   m->priv = g_memdup2(&p, sizeof p);

@@ -107,6 +107,8 @@ struct _SimOp {
   gboolean selective_recompute;
   gboolean checkpoint;
   int weight_owner;                  /* the op whose weights this one uses; itself if none */
+  gboolean data_input;               /* input 0 is the model's data (an input op's output):
+                                      * frameworks compute no gradient for it             */
 };
 
 typedef struct {

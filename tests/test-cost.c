@@ -55,8 +55,108 @@ Test(roofline, default_parameters)
   cr_assert_float_eq(p.gather_efficiency, 0.5, 1e-12);
   cr_assert_float_eq(p.recurrent_efficiency, 0.3, 1e-12);
   cr_assert(p.tile_quantization);
-  cr_assert_eq(p.tile_m, 128);
-  cr_assert_eq(p.tile_n, 128);
+  /* Tiles and split-K chosen per GEMM; unaligned fp16 GEMMs at a quarter of the rate. */
+  cr_assert_eq(p.tile_m, 0);
+  cr_assert_eq(p.tile_n, 0);
+  cr_assert_float_eq(p.gemm_unaligned_efficiency, 0.25, 1e-12);
+  cr_assert_not(p.tf32);
+}
+
+/* The roofline with one 128 x 128 tile for every GEMM, never split. */
+static SimRooflineParams fixed_tiles(void)
+{
+  SimRooflineParams p = sim_roofline_params_default();
+  p.tile_m = p.tile_n = 128;
+  p.gemm_unaligned_efficiency = 1;
+  return p;
+}
+
+Test(roofline, chosen_tiles_price_a_large_gemm_as_its_best_shape)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 4096^3: 256 x 128 tiles make 512 in 5 waves of 108, 128 x 128 ones 1024 in 10; both
+   * hold 1080 / 1024 of the work at the full rate, and no SM is idle, so K is not split:
+   * the fixed 128 x 128 price. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 4096);
+  double want = 2.0 * 4096.0 * 4096.0 * 4096.0 * 1080.0 / 1024.0 / (312e12 * 0.75) + 5e-6;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
+}
+
+Test(roofline, long_reductions_over_few_outputs_are_split)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams fixed = fixed_tiles();
+  g_autoptr(SimCostModel) one = sim_cost_model_new_roofline(&fixed);
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* A weight gradient of 128 x 128 outputs reduced over 2^20 positions (a convolution's
+   * wgrad).  One 128 x 128 tile would leave 107 of 108 SMs idle: one wave of 108 tiles'
+   * time, 2 * 108 * 128^2 * 2^20 FLOPs at 0.75 * 312 TFLOP/s = 15.9 ms.  The best split:
+   * four 64 x 64 tiles (at half the rate) each split 27 ways fill the 108 SMs once, slices
+   * of ceil(2^20 / 27) = 38,837: 108 * 2 * 64^2 * 38,837 FLOPs at 0.5 * 0.75 * 312 TFLOP/s
+   * = 293.7 us, below the traffic, (2 * 128 * 2^20 + 128^2) * 2 B at 0.8 * 2039 GB/s =
+   * 329.1 us; plus the pass adding the 27 fp32 partial tiles (2 * 27 * 128^2 * 4 B +
+   * 128^2 * 2 B: 2.2 us).  Fewer splits take longer than the traffic, more (no more
+   * units fit in a wave) only add partials. */
+  double K = 1 << 20;
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 128, 128, (int64_t)K);
+  double unsplit = 108.0 * 2.0 * 128 * 128 * K / (312e12 * 0.75);
+  assert_close(sim_cost_model_kernel_time(one, &dev, &k), unsplit + 5e-6);
+  double compute = 108.0 * 2 * 64 * 64 * 38837 / (0.5 * 0.75 * 312e12);
+  double memory = (2.0 * 128 * K + 128.0 * 128) * 2 / (2039e9 * 0.8);
+  double reduce = (2.0 * 27 * 128 * 128 * 4 + 128.0 * 128 * 2) / (2039e9 * 0.8);
+  cr_assert_lt(compute, memory);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), memory + reduce + 5e-6);
+  cr_assert_lt(memory + reduce, unsplit / 40);
+}
+
+Test(roofline, small_tiles_run_slower_on_tensor_cores_only)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 64 x 64 outputs over K = 256 in fp16: one 64 x 64 tile at half the rate (its reuse is
+   * 32 elements per load against 64 for 128 x 128), with K split 4 ways (slices of 64),
+   * 4 units in one wave: 108 * 2 * 64^2 * 64 FLOPs at 0.5 * 0.75 * 312 TFLOP/s = 0.484 us,
+   * and the traffic (64 * 256 * 2 + 64^2) * 2 B = 73.7 kB, 0.045 us; plus the partials'
+   * pass, (2 * 4 * 64^2 * 4 + 64^2 * 2) B = 139.3 kB, 0.085 us.  Splitting 2 ways (two
+   * units of 128 elements) takes twice the arithmetic time and saves less in the pass. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 64, 64, 256);
+  double compute = 108.0 * 2 * 64 * 64 * 64 / (0.5 * 0.75 * 312e12);
+  double reduce = (2.0 * 4 * 64 * 64 * 4 + 64.0 * 64 * 2) / (2039e9 * 0.8);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), compute + reduce + 5e-6);
+  /* In fp32 on the CUDA cores the 64 x 64 tile runs at the full rate: 108 * 2 * 64^2 *
+   * 64 FLOPs at 0.75 * 19.5 TFLOP/s = 3.87 us, split 4 ways the same. */
+  SimKernel f = gemm(SIM_DTYPE_FP32, 1, 64, 64, 256);
+  double reduce32 = (2.0 * 4 * 64 * 64 * 4 + 64.0 * 64 * 4) / (2039e9 * 0.8);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &f),
+               108.0 * 2 * 64 * 64 * 64 / (0.75 * 19.5e12) + reduce32 + 5e-6);
+}
+
+Test(roofline, tf32_runs_fp32_gemms_on_the_tensor_cores)
+{
+  SimDeviceSpec dev = a100();
+  dev.tf32_flops = 156e12;
+  SimRooflineParams p = sim_roofline_params_default();
+  g_autoptr(SimCostModel) fp32 = sim_cost_model_new_roofline(&p);
+  p.tf32 = TRUE;
+  g_autoptr(SimCostModel) tf32 = sim_cost_model_new_roofline(&p);
+  /* 4096^3 in TF32: 1080 / 1024 of 2 * 4096^3 FLOPs (128 x 128 tiles or larger) at 0.75
+   * of 156 TFLOP/s.  On the CUDA cores, where every tile runs at full rate, 128 x 64
+   * tiles waste least (2048 tiles in 19 waves of 108: 2052 / 2048), at 0.75 of 19.5. */
+  SimKernel k = gemm(SIM_DTYPE_FP32, 1, 4096, 4096, 4096);
+  double work = 2.0 * 4096.0 * 4096.0 * 4096.0;
+  double cuda_cores = work * 2052.0 / 2048.0 / (19.5e12 * 0.75) + 5e-6;
+  assert_close(sim_cost_model_kernel_time(fp32, &dev, &k), cuda_cores);
+  assert_close(sim_cost_model_kernel_time(tf32, &dev, &k),
+               work * 1080.0 / 1024.0 / (156e12 * 0.75) + 5e-6);
+  /* A device without TF32 (V100) keeps its CUDA cores. */
+  dev.tf32_flops = 0;
+  assert_close(sim_cost_model_kernel_time(tf32, &dev, &k), cuda_cores);
+  /* Memory-bound kernels keep their fp32 traffic either way. */
+  SimKernel s = { .kind = SIM_KERNEL_MEMORY, .dtype = SIM_DTYPE_FP32, .flops = 1e6,
+                  .bytes = 1e9 };
+  assert_close(sim_cost_model_kernel_time(tf32, &dev, &s),
+               sim_cost_model_kernel_time(fp32, &dev, &s));
 }
 
 Test(roofline, large_gemm_is_compute_bound)
@@ -75,7 +175,8 @@ Test(roofline, large_gemm_is_compute_bound)
 Test(roofline, large_gemm_with_wave_quantization)
 {
   SimDeviceSpec dev = a100();
-  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  SimRooflineParams p = fixed_tiles();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
   /* 4096 / 128 = 32 tiles a side, 1024 tiles; 108 SMs run them in ceil(1024 / 108) = 10
    * waves, as long as 1080 tiles: the work is 1080 / 1024 of the plain count. */
   SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 4096);
@@ -86,7 +187,8 @@ Test(roofline, large_gemm_with_wave_quantization)
 Test(roofline, tile_quantization_rounds_up_to_whole_tiles_and_waves)
 {
   SimDeviceSpec dev = a100();
-  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  SimRooflineParams p = fixed_tiles();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
   /* m = n = 129 needs 2 x 2 tiles of 128 x 128, as m = n = 256 does; both fit in one wave
    * of 108 SMs, which takes as long as 108 tiles: 108 * 128 * 128 * 4096 * 2 FLOPs =
    * 14.5 GFLOP at 0.75 * 312 TFLOP/s = 61.9 us, plus 5 us. */
@@ -192,6 +294,7 @@ Test(roofline, unaligned_gemms_run_at_their_own_efficiency)
   /* fp32 needs multiples of 4 only: 4100 is aligned there, not in fp16. */
   SimKernel f32 = gemm(SIM_DTYPE_FP32, 1, 4096, 4100, 1024);
   SimRooflineParams q = no_quantization();
+  q.gemm_unaligned_efficiency = 1;
   g_autoptr(SimCostModel) plain = sim_cost_model_new_roofline(&q);
   assert_close(sim_cost_model_kernel_time(m, &dev, &f32),
                sim_cost_model_kernel_time(plain, &dev, &f32));

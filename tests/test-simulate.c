@@ -205,7 +205,11 @@ Test(closed_form, one_f_one_b_matches_gpipe_time_and_interleaving_helps)
   const int p = 4, m = 8;
   g_autoptr(SimGraph) g = chain(2 * p, 256, 2048);
   g_autoptr(SimMachine) mach = switch4_latency(1e7, 1e-6);
-  g_autoptr(SimCostModel) c = roofline();
+  /* One tile shape for every GEMM: micro-batches of 32 and 16 rows then fill the same
+   * tiles and take the same time, which the stage time S below assumes. */
+  SimRooflineParams rp = sim_roofline_params_default();
+  rp.tile_m = rp.tile_n = 128;
+  g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(&rp);
   SimOptions o = sim_options_default();
   g_autoptr(SimGraph) g4 = chain(p, 256, 2048);
   g_autoptr(SimStrategy) gp = pipeline(g4, mach, p, m, SIM_SCHEDULE_GPIPE);

@@ -85,7 +85,7 @@ const char *sim_binary_kind_name(SimBinaryKind k)
 const char *sim_kernel_kind_name(SimKernelKind k)
 {
   static const char *const names[SIM_KERNEL_KIND_COUNT] = {
-    "gemm", "conv", "memory", "gather", "recurrent", "optimizer",
+    "gemm", "conv", "memory", "gather", "recurrent", "optimizer", "attention",
   };
   g_return_val_if_fail(k >= 0 && k < SIM_KERNEL_KIND_COUNT, "invalid");
   return names[k];

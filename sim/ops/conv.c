@@ -47,15 +47,6 @@ static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
   return span < 0 ? 0 : span / s + 1;
 }
 
-static SimKernel conv_kernel(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k,
-                             double bytes)
-{
-  SimKernel kk = sim_kernel_gemm(dt, batch, m, n, k);
-  kk.kind = SIM_KERNEL_CONV;
-  kk.bytes = bytes;
-  return kk;
-}
-
 /* ---------------------------------------------------------------------------------- */
 /* Conv2d                                                                              */
 
@@ -167,22 +158,47 @@ static void conv_space(SimOp *op)
     op->space.maps[2].map[0] = mw->map[0];
 }
 
+/* Channels padded to the tensor cores' 16-byte vectors: cuDNN's NHWC kernels pad a
+ * 3-channel image to 8 fp16 channels (4 in fp32) and do the padded work. */
+static int64_t pad_channels(int64_t c, SimDType dt)
+{
+  int64_t v = 16 / MAX((int64_t)sim_dtype_size(dt), 1);
+  return (c + v - 1) / v * v;
+}
+
 static void conv_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
 {
   ConvDims D = conv_dims(op);
   SimDType dt = op->w_dtype;
   double es = sim_dtype_size(dt);
-  int64_t batch = D.g >= 0 ? e[D.g] : 1;
-  /* Implicit GEMM per group: m = n*ho*wo output positions, n = output channels, k =
-   * cin*kh*kw taps; 2*m*n*k FLOPs per group. */
-  int64_t M = e[D.b] * e[D.h] * e[D.w], N = e[D.co], K = e[D.ci] * e[D.kh] * e[D.kw];
+  int64_t groups = D.g >= 0 ? e[D.g] : 1;
+  int64_t taps = e[D.kh] * e[D.kw];
+  /* Implicit GEMM: m = n*ho*wo output positions, n = output channels, k = cin*kh*kw taps
+   * of a group; 2*m*n*k FLOPs per group. */
+  int64_t M = e[D.b] * e[D.h] * e[D.w], N = e[D.co], K = e[D.ci] * taps;
   double nx = (double)sim_map_numel(sim_space_input_map(op, 0), &op->in_shape[0], e);
   double nw = (double)sim_map_numel(sim_space_weight_map(op, 0), &op->w_shape[0], e);
-  double ny = (double)batch * (double)M * (double)N;
+  double ny = (double)groups * (double)M * (double)N;
   SimUnaryKind act = (SimUnaryKind)op->attrs[C_ACT].i[0];
   gboolean bias = op->attrs[C_BIAS].i[0] != 0;
+  /* A depthwise convolution (one input and one output channel per group) has no
+   * reduction to feed the tensor cores: each output reads its kh x kw window, and cuDNN
+   * runs it as a bandwidth-bound kernel; its weight gradient reduces dy * x over the
+   * positions, its data gradient spreads dy back over the windows. */
+  gboolean depthwise = groups > 1 && N == 1 && e[D.ci] == 1;
+  double conv_flops = 2.0 * ny * (double)K;
   if (pass == SIM_PASS_FORWARD) {
-    sim_work_add(w, conv_kernel(dt, batch, M, N, K, (nx + nw + ny) * es));
+    if (depthwise) {
+      sim_work_add(w, sim_kernel_memory(dt, conv_flops, (nx + nw + ny) * es));
+    } else {
+      /* Grouped convolutions run the groups side by side in the output tiles (cuDNN's
+       * grouped kernels): one GEMM of all output channels over a group's reduction. */
+      SimKernel k = sim_kernel_gemm(dt, 1, M, groups * N, pad_channels(e[D.ci], dt) * taps);
+      k.kind = SIM_KERNEL_CONV;
+      k.flops = conv_flops;
+      k.bytes = (nx + nw + ny) * es;
+      sim_work_add(w, k);
+    }
     /* As for linear: the bias alone is fused into the convolution, an activation takes
      * an element-wise kernel that adds the bias too. */
     if (act != SIM_UNARY_IDENTITY)
@@ -192,13 +208,31 @@ static void conv_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *
   }
   if (act != SIM_UNARY_IDENTITY)
     sim_work_add(w, sim_kernel_memory(dt, sim_unary_flops(act, TRUE) * ny, 3 * ny * es));
-  /* The data gradient (cuDNN's dgrad) and the weight gradient (wgrad) do the forward's
-   * multiply-adds each: dgrad as m = positions, n = cin, k = cout*kh*kw, wgrad as m =
-   * cout, n = cin*kh*kw, k = positions. */
-  sim_work_add(w, conv_kernel(dt, batch, M, e[D.ci], N * e[D.kh] * e[D.kw], (ny + nw + nx) * es));
-  sim_work_add(w, conv_kernel(dt, batch, N, K, M, (ny + nx + nw) * es));
+  if (depthwise) {
+    if (!op->data_input)
+      sim_work_add(w, sim_kernel_memory(dt, conv_flops, (ny + nw + nx) * es));
+    sim_work_add(w, sim_kernel_memory(dt, conv_flops, (ny + nx + nw) * es));
+  } else {
+    /* The data gradient (cuDNN's dgrad) and the weight gradient (wgrad) do the forward's
+     * multiply-adds each: dgrad as m = positions, n = cin, k = cout*kh*kw, wgrad as m =
+     * cout, n = cin*kh*kw, k = positions, a long reduction over few outputs that the
+     * libraries split (split-K, roofline.c).  No data gradient reaches the model's input
+     * (the images). */
+    if (!op->data_input) {
+      SimKernel d = sim_kernel_gemm(dt, 1, M, groups * pad_channels(e[D.ci], dt), N * taps);
+      d.kind = SIM_KERNEL_CONV;
+      d.flops = conv_flops;
+      d.bytes = (ny + nw + nx) * es;
+      sim_work_add(w, d);
+    }
+    SimKernel g = sim_kernel_gemm(dt, groups, N, pad_channels(e[D.ci], dt) * taps, M);
+    g.kind = SIM_KERNEL_CONV;
+    g.flops = conv_flops;
+    g.bytes = (ny + nx + nw) * es;
+    sim_work_add(w, g);
+  }
   if (bias)
-    sim_work_add(w, sim_kernel_memory(dt, ny, ny * es + (double)batch * N * es));
+    sim_work_add(w, sim_kernel_memory(dt, ny, ny * es + (double)groups * N * es));
 }
 
 static int64_t conv_saved(const SimOp *op, const int64_t *extent)
