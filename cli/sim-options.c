@@ -2,6 +2,7 @@
 #include "sim-options.h"
 #include "parasol-profile.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
 
@@ -13,6 +14,8 @@ void cli_plan_options_init(CliPlanOptions *p)
   p->coll_efficiency = p->net_efficiency = p->coll_latency_us = p->coll_base_us = NAN;
   p->gemm_efficiency = p->memory_efficiency = p->host_overhead_us = p->gemm_latency_us = NAN;
   p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = p->gemm_ceiling = NAN;
+  p->conv_efficiency = p->gather_efficiency = p->recurrent_efficiency = NAN;
+  p->attention_efficiency = p->attention_bwd_efficiency = NAN;
 }
 
 void cli_plan_options_clear(CliPlanOptions *p)
@@ -25,6 +28,8 @@ void cli_plan_options_clear(CliPlanOptions *p)
   g_free(p->profile);
   g_free(p->profile_gpu);
   g_free(p->allreduce_table);
+  g_free(p->attention);
+  g_free(p->calibration);
   cli_plan_options_init(p);
 }
 
@@ -87,6 +92,12 @@ static const struct {
   { "--gemm-unaligned-efficiency", G_STRUCT_OFFSET(CliPlanOptions, gemm_unaligned_efficiency),
     TRUE },
   { "--gemm-ceiling", G_STRUCT_OFFSET(CliPlanOptions, gemm_ceiling), TRUE },
+  { "--conv-efficiency", G_STRUCT_OFFSET(CliPlanOptions, conv_efficiency), TRUE },
+  { "--gather-efficiency", G_STRUCT_OFFSET(CliPlanOptions, gather_efficiency), TRUE },
+  { "--recurrent-efficiency", G_STRUCT_OFFSET(CliPlanOptions, recurrent_efficiency), TRUE },
+  { "--attention-efficiency", G_STRUCT_OFFSET(CliPlanOptions, attention_efficiency), TRUE },
+  { "--attention-bwd-efficiency", G_STRUCT_OFFSET(CliPlanOptions, attention_bwd_efficiency),
+    TRUE },
   { "--host-overhead-us", G_STRUCT_OFFSET(CliPlanOptions, host_overhead_us), FALSE },
   { "--host-step-us", G_STRUCT_OFFSET(CliPlanOptions, host_step_us), FALSE },
 };
@@ -105,6 +116,121 @@ static gboolean parse_real(const char *name, const char *value, gpointer data, G
   return FALSE;
 }
 
+/* A calibration file's parameters fill the options the command line left unset
+ * (experiments/calibrate-vtrain and validate-published write such files):
+ *   {"format": "parasol-calibration", "version": 1,
+ *    "parameters": {"gemm-efficiency": {"value": 0.93, ...}, "attention": {"value": "flash"}},
+ *    "tables": {"allreduce-table": {"file": "nccl-allreduce-a100.csv"}}}
+ * Files of tables are found beside the calibration file. */
+static gboolean calibration_fail(GError **error, const char *file, const char *place,
+                                 const char *what)
+{
+  if (place)
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s: %s: %s", file, place, what);
+  else
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s: %s", file, what);
+  return FALSE;
+}
+
+static gboolean apply_parameter(CliPlanOptions *p, const char *file, const char *name,
+                                JsonNode *value, GError **error)
+{
+  g_autofree char *place = g_strdup_printf("parameters.%s.value", name);
+  if (!strcmp(name, "attention")) {
+    if (!JSON_NODE_HOLDS_VALUE(value) || json_node_get_value_type(value) != G_TYPE_STRING ||
+        sim_attention_kernel_from_name(json_node_get_string(value)) < 0)
+      return calibration_fail(error, file, place,
+                              "expected flash, fused, unfused or megatron");
+    if (!p->attention)
+      p->attention = g_strdup(json_node_get_string(value));
+    return TRUE;
+  }
+  g_autofree char *flag = g_strdup_printf("--%s", name);
+  for (size_t i = 0; i < G_N_ELEMENTS(real_options); i++) {
+    if (strcmp(flag, real_options[i].name))
+      continue;
+    if (!JSON_NODE_HOLDS_VALUE(value) ||
+        (json_node_get_value_type(value) != G_TYPE_DOUBLE &&
+         json_node_get_value_type(value) != G_TYPE_INT64))
+      return calibration_fail(error, file, place, "expected a number");
+    double v = json_node_get_double(value);
+    gboolean frac = real_options[i].fraction;
+    if (!isfinite(v) || (frac ? !fraction(v) : !non_negative(v)))
+      return calibration_fail(error, file, place,
+                              frac ? "expected a fraction in (0, 1]" : "expected a number, 0 or more");
+    double *slot = (double *)G_STRUCT_MEMBER_P(p, real_options[i].offset);
+    if (isnan(*slot))
+      *slot = v;
+    return TRUE;
+  }
+  g_autofree char *what = g_strdup_printf("'%s' is not a parameter of the simulation "
+                                          "(see parasol simulate --help-plan)", name);
+  g_autofree char *at = g_strdup_printf("parameters.%s", name);
+  return calibration_fail(error, file, at, what);
+}
+
+gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError **error)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) local = NULL;
+  if (!json_parser_load_from_file(parser, file, &local)) {
+    g_set_error(error, SIM_ERROR, local->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
+                 "%s: %s", file, local->message);
+    return FALSE;
+  }
+  JsonNode *root = json_parser_get_root(parser);
+  JsonObject *o = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
+  const char *format = o ? json_object_get_string_member_with_default(o, "format", "") : "";
+  if (!o || strcmp(format, "parasol-calibration"))
+    return calibration_fail(error, file, NULL,
+                            "expected a JSON object with \"format\": \"parasol-calibration\"");
+  JsonNode *pn = json_object_get_member(o, "parameters");
+  if (!pn || !JSON_NODE_HOLDS_OBJECT(pn))
+    return calibration_fail(error, file, "parameters",
+                            "expected an object of {\"value\": ...} by parameter name");
+  JsonObject *params = json_node_get_object(pn);
+  g_autoptr(GList) names = json_object_get_members(params);
+  for (GList *it = names; it; it = it->next) {
+    const char *name = it->data;
+    JsonNode *entry = json_object_get_member(params, name);
+    JsonNode *value = entry && JSON_NODE_HOLDS_OBJECT(entry)
+                        ? json_object_get_member(json_node_get_object(entry), "value")
+                        : NULL;
+    if (!value) {
+      g_autofree char *place = g_strdup_printf("parameters.%s", name);
+      return calibration_fail(error, file, place, "expected an object with a \"value\"");
+    }
+    if (!apply_parameter(p, file, name, value, error))
+      return FALSE;
+  }
+  JsonNode *tn = json_object_get_member(o, "tables");
+  if (tn) {
+    JsonObject *tables = JSON_NODE_HOLDS_OBJECT(tn) ? json_node_get_object(tn) : NULL;
+    JsonNode *ar = tables ? json_object_get_member(tables, "allreduce-table") : NULL;
+    const char *f = ar && JSON_NODE_HOLDS_OBJECT(ar)
+                      ? json_object_get_string_member_with_default(json_node_get_object(ar),
+                                                                   "file", NULL)
+                      : NULL;
+    if (!tables || (json_object_get_size(tables) > 0 && !f))
+      return calibration_fail(error, file, "tables",
+                              "expected {\"allreduce-table\": {\"file\": NAME}}");
+    if (f && !p->allreduce_table) {
+      g_autofree char *dir = g_path_get_dirname(file);
+      p->allreduce_table = g_path_is_absolute(f) ? g_strdup(f) : g_build_filename(dir, f, NULL);
+    }
+  }
+  return TRUE;
+}
+
+static gboolean apply_calibration(GOptionContext *ctx, GOptionGroup *group, gpointer data,
+                                  GError **error)
+{
+  CliPlanOptions *p = data;
+  if (!p->calibration)
+    return TRUE;
+  return cli_plan_apply_calibration(p, p->calibration, error);
+}
+
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 {
   GOptionEntry entries[] = {
@@ -116,7 +242,8 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "global-batch", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per iteration (sets the model's batch)", "N" },
     { "schedule", 0, 0, G_OPTION_ARG_STRING, &p->schedule, "1f1b (default), gpipe or interleaved:V", "S" },
     { "recompute", 0, 0, G_OPTION_ARG_STRING, &p->recompute, "none (default), selective or full", "R" },
-    { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default), mixed-bf16 or fp32", "P" },
+    { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default; PyTorch's AMP), mixed-bf16, fp32 (PyTorch's default for matrix products), tf32 (fp32 with GEMMs and convolutions on TF32 tensor cores: PyTorch's default for convolutions on A100 and H100, and for both in NVIDIA's containers) or fp8 (mixed bf16 with the linear layers in FP8, as Transformer Engine runs them; H100 and H200)", "P" },
+    { "attention", 0, 0, G_OPTION_ARG_STRING, &p->attention, "How attention runs: flash (FlashAttention: PyTorch's scaled_dot_product_attention on A100 and H100, Megatron-Core, NeMo), fused (one softmax kernel, scores in memory), unfused (PyTorch's eager path) or megatron (Megatron-LM's fused softmax up to 2,048 keys, else unfused fp32); default: the model's (GPT: megatron, the others: fused)", "K" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
@@ -137,6 +264,12 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "gemm-ceiling", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "The most any GEMM reaches, as a fraction of tensor-core peak in useful FLOPs: the device's best measured shape (A100 SXM: 0.869; default: no cap)", "F" },
     { "host-overhead-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time to issue one kernel (us); the host runs ahead of the GPU but waits for pipeline transfers", "US" },
     { "host-step-us", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Host time between two steps of a device's schedule (a micro-batch's forward or backward, the update): the training loop's own work (us)", "US" },
+    { "conv-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of tensor-core peak in large convolutions (implicit GEMMs; default 0.6)", "F" },
+    { "gather-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of memory bandwidth in embedding gathers and scatter-adds (default 0.5)", "F" },
+    { "recurrent-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of peak in a recurrent layer's step GEMMs (default 0.3)", "F" },
+    { "attention-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of tensor-core peak in flash attention's forward kernel (default 0.7, FlashAttention-2 on A100)", "F" },
+    { "attention-bwd-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "The same for its backward kernel (default 0.55)", "F" },
+    { "calibration", 0, 0, G_OPTION_ARG_FILENAME, &p->calibration, "A file of fitted parameters (\"format\": \"parasol-calibration\", as data/calibration/ holds): its values stand for the options not given here", "FILE" },
     { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
     { "profile", 0, 0, G_OPTION_ARG_FILENAME, &p->profile, "Price operators from this profile database (file or directory), the roofline for the rest", "PATH" },
@@ -146,6 +279,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
   GOptionGroup *g = g_option_group_new("plan", "Plan and simulation options:",
                                        "Show the plan and simulation options", p, NULL);
   g_option_group_add_entries(g, entries);
+  g_option_group_set_parse_hooks(g, NULL, apply_calibration);
   return g;
 }
 
@@ -157,9 +291,14 @@ static gboolean parse_precision(const char *s, SimPrecision *out, GError **error
     *out = SIM_PRECISION_MIXED_BF16;
   else if (!strcmp(s, "fp32"))
     *out = SIM_PRECISION_FP32;
+  else if (!strcmp(s, "tf32"))
+    *out = SIM_PRECISION_TF32;
+  else if (!strcmp(s, "fp8"))
+    *out = SIM_PRECISION_FP8;
   else {
     g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                "--precision: unknown '%s'; expected mixed-fp16, mixed-bf16 or fp32", s);
+                "--precision: unknown '%s'; expected mixed-fp16, mixed-bf16, fp32, tf32 or fp8",
+                s);
     return FALSE;
   }
   return TRUE;
@@ -167,8 +306,17 @@ static gboolean parse_precision(const char *s, SimPrecision *out, GError **error
 
 static SimDType precision_dtype(SimPrecision p)
 {
-  return p == SIM_PRECISION_FP32 ? SIM_DTYPE_FP32
-         : p == SIM_PRECISION_MIXED_BF16 ? SIM_DTYPE_BF16 : SIM_DTYPE_FP16;
+  switch (p) {
+  case SIM_PRECISION_FP32:
+  case SIM_PRECISION_TF32:
+    return SIM_DTYPE_FP32;
+  case SIM_PRECISION_MIXED_BF16:
+  case SIM_PRECISION_FP8:
+    return SIM_DTYPE_BF16;
+  case SIM_PRECISION_MIXED_FP16:
+    break;
+  }
+  return SIM_DTYPE_FP16;
 }
 
 gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
@@ -200,10 +348,33 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     return FALSE;
   }
   sim_graph_set_float_dtype(pb->graph, precision_dtype(prec));
+  if (p->attention) {
+    int k = sim_attention_kernel_from_name(p->attention);
+    if (k < 0) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "--attention: unknown '%s'; expected flash, fused, unfused or megatron",
+                  p->attention);
+      cli_problem_clear(pb);
+      return FALSE;
+    }
+    sim_graph_set_attention_kernel(pb->graph, (SimAttentionKernel)k);
+  }
   pb->machine = sim_machine_load(machine, error);
   if (!pb->machine) {
     cli_problem_clear(pb);
     return FALSE;
+  }
+  if (prec == SIM_PRECISION_FP8) {
+    for (int d = 0; d < sim_machine_n_devices(pb->machine); d++) {
+      const SimDeviceSpec *spec = sim_machine_device_spec(pb->machine, d);
+      if (spec->peak_flops[SIM_DTYPE_FP8] <= 0) {
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "--precision fp8: the %s GPUs of machine %s have no FP8 arithmetic "
+                    "(H100 and H200 have)", spec->name, machine);
+        cli_problem_clear(pb);
+        return FALSE;
+      }
+    }
   }
   SimRooflineParams rp = sim_roofline_params_default();
   if (!isnan(p->gemm_efficiency))
@@ -218,6 +389,18 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
   if (!isnan(p->gemm_ceiling))
     rp.gemm_ceiling = p->gemm_ceiling;
+  if (!isnan(p->conv_efficiency))
+    rp.conv_efficiency = p->conv_efficiency;
+  if (!isnan(p->gather_efficiency))
+    rp.gather_efficiency = p->gather_efficiency;
+  if (!isnan(p->recurrent_efficiency))
+    rp.recurrent_efficiency = p->recurrent_efficiency;
+  if (!isnan(p->attention_efficiency))
+    rp.attention_efficiency = p->attention_efficiency;
+  if (!isnan(p->attention_bwd_efficiency))
+    rp.attention_bwd_efficiency = p->attention_bwd_efficiency;
+  rp.tf32 = prec == SIM_PRECISION_TF32;
+  rp.fp8 = prec == SIM_PRECISION_FP8;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);

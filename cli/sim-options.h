@@ -14,6 +14,10 @@ typedef struct {
   /* The collective and roofline parameters: NaN where not given (the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;
   double gemm_k_overhead, gemm_unaligned_efficiency, gemm_ceiling;
+  double conv_efficiency, gather_efficiency, recurrent_efficiency;
+  double attention_efficiency, attention_bwd_efficiency;
+  char *attention;              /* the attention kernels (--attention); NULL: the model's */
+  char *calibration;            /* a file of fitted parameters (--calibration)          */
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
   char *allreduce_table;        /* measured all-reduce times inside a node            */
 } CliPlanOptions;
@@ -25,9 +29,13 @@ G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(CliPlanOptions, cli_plan_options_clear)
 /* The option group (--dp, --tp, --pp, --microbatches, --microbatch-size, --global-batch,
  * --schedule, --recompute, --precision, --zero1, --allreduce, --bucket-mb, --no-overlap,
  * --sequence-parallel, --detail, --no-fold, --coll-efficiency, --net-efficiency,
- * --coll-latency-us, --coll-base-us, the roofline's parameters, --allreduce-table,
- * --profile, --profile-gpu). */
+ * --coll-latency-us, --coll-base-us, the roofline's parameters, --attention,
+ * --allreduce-table, --calibration, --profile, --profile-gpu).  After parsing, the
+ * parameters of a --calibration file fill those not given on the command line. */
 GOptionGroup *cli_plan_option_group(CliPlanOptions *p);
+/* Fills the options of @p that are not set from calibration file @file (the option
+ * group does it for --calibration). */
+gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError **error);
 
 /* A model on a machine with a cost model, as the options describe them. */
 typedef struct {

@@ -960,6 +960,21 @@ void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype)
   }
 }
 
+void sim_graph_set_attention_kernel(SimGraph *g, SimAttentionKernel k)
+{
+  g_return_if_fail(g != NULL && k >= 0 && k < SIM_ATTENTION_COUNT);
+  const SimOpClass *c = sim_op_class(SIM_OP_ATTENTION);
+  int kernel = attr_index(c, "kernel"), megatron = attr_index(c, "megatron_softmax");
+  g_assert(kernel >= 0 && megatron >= 0);
+  for (guint i = 0; i < g->ops->len; i++) {
+    SimOp *op = sim_graph_op_get(g, (int)i);
+    if (op->type != SIM_OP_ATTENTION)
+      continue;
+    op->attrs[kernel].i[0] = k;
+    op->attrs[megatron].i[0] = FALSE;
+  }
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Queries                                                                             */
 

@@ -1158,7 +1158,7 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
                         double *shardable)
 {
   int w = sim_dtype_size(wdt);
-  gboolean mixed = mo->precision != SIM_PRECISION_FP32;
+  gboolean mixed = SIM_PRECISION_IS_MIXED(mo->precision);
   double states = mo->optimizer == SIM_OPTIMIZER_ADAM ? 8 : 4; /* moments or momentum */
   if (mixed)
     states += 4; /* fp32 master weights */

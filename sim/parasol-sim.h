@@ -130,6 +130,21 @@ typedef enum {
 
 typedef enum { SIM_POOL_MAX, SIM_POOL_AVG } SimPoolKind;
 
+/* How a framework runs attention's scores, softmax and context (sim/ops/attention.c). */
+typedef enum {
+  SIM_ATTENTION_FUSED,     /* one fused scale-mask-softmax kernel; scores in memory     */
+  SIM_ATTENTION_UNFUSED,   /* PyTorch's eager path: scale, mask, softmax (fp32 under
+                            * autocast), dropout, each a kernel; scores in memory        */
+  SIM_ATTENTION_MEGATRON,  /* Megatron's FusedScaleMaskSoftmax where its kernel applies
+                            * (up to 2,048 keys), else the fp32 unfused path           */
+  SIM_ATTENTION_FLASH,     /* FlashAttention: one tiled kernel each way, no scores     */
+  SIM_ATTENTION_COUNT
+} SimAttentionKernel;
+
+SIM_PUBLIC const char *sim_attention_kernel_name(SimAttentionKernel k);
+/* The kernel named @name ("flash", ...), or -1. */
+SIM_PUBLIC int sim_attention_kernel_from_name(const char *name);
+
 /* Roles of the dimensions of an operator's iteration space (DESIGN.md, SOAP). */
 typedef enum {
   SIM_ROLE_SAMPLE,     /* the batch: splitting it is data parallelism               */
@@ -269,6 +284,9 @@ SIM_PUBLIC int sim_graph_op_weight_owner(const SimGraph *g, int op);
 /* Rewrites the dtype of every floating-point tensor and weight (fp32 models trained in
  * fp16 mixed precision compute in fp16).  Integer tensors are left alone. */
 SIM_PUBLIC void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype);
+/* Runs every attention operator of @g with kernel @k (the graph's files and the zoo name
+ * one per model; a framework may run another). */
+SIM_PUBLIC void sim_graph_set_attention_kernel(SimGraph *g, SimAttentionKernel k);
 
 /* Queries.  Ops are numbered 0..n-1 in insertion order, which is a topological order. */
 SIM_PUBLIC int sim_graph_n_ops(const SimGraph *g);
@@ -553,6 +571,9 @@ typedef struct {
    * loops of the forward and the backward kernels, over the FLOPs they execute. */
   double attention_efficiency;
   double attention_bwd_efficiency;
+  /* The linear layers' GEMMs (batch 1, 16-bit) run at the FP8 peak where the device has
+   * one: Transformer Engine's FP8 training, whose casts hide in the kernels around them. */
+  gboolean fp8;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);
@@ -591,7 +612,14 @@ typedef enum {
   SIM_PRECISION_FP32,
   SIM_PRECISION_MIXED_FP16,  /* fp16 compute, fp32 master weights */
   SIM_PRECISION_MIXED_BF16,
+  SIM_PRECISION_TF32,        /* fp32 tensors, GEMMs and convolutions on TF32 tensor cores */
+  SIM_PRECISION_FP8,         /* mixed bf16 with the linear layers' GEMMs in FP8
+                              * (Transformer Engine), on GPUs that have FP8 */
 } SimPrecision;
+
+/* Whether @p trains with 16-bit weights and fp32 master weights. */
+#define SIM_PRECISION_IS_MIXED(p) \
+  ((p) == SIM_PRECISION_MIXED_FP16 || (p) == SIM_PRECISION_MIXED_BF16 || (p) == SIM_PRECISION_FP8)
 
 typedef enum { SIM_OPTIMIZER_SGD, SIM_OPTIMIZER_ADAM } SimOptimizer;
 

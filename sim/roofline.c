@@ -184,6 +184,9 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
     flops = 2.0 * (double)MAX(k->batch, 1) * (double)k->m * (double)k->n * (double)k->k;
   double peak;
   gboolean tensor = on_tensor_cores(p, dev, k->dtype, &peak);
+  if (p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 && sim_dtype_size(k->dtype) == 2 &&
+      dev->peak_flops[SIM_DTYPE_FP8] > 0)
+    peak = dev->peak_flops[SIM_DTYPE_FP8];
   /* cuDNN pads a convolution's channels itself (sim/ops/conv.c): only GEMMs pay. */
   if (k->kind != SIM_KERNEL_CONV && p->gemm_unaligned_efficiency > 0 &&
       p->gemm_unaligned_efficiency < 1 && gemm_unaligned(k))

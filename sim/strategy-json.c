@@ -12,7 +12,7 @@
  *     "schedule": "1f1b" | "gpipe" | "interleaved",  "chunks": 1,
  *     "sync": {"algorithm": "ring" | "tree" | "hierarchical", "bucket_MB": 25, "overlap": true},
  *     "memory": {"recompute": "none" | "selective" | "full", "zero": 0 | 1,
- *                "precision": "fp32" | "mixed-fp16" | "mixed-bf16", "optimizer": "adam" | "sgd"},
+ *                "precision": "fp32" | "mixed-fp16" | "mixed-bf16" | "tf32" | "fp8", "optimizer": "adam" | "sgd"},
  *     "sequence_parallel": false,
  *     "pipeline_scatter_gather": false,   (optional; see SimStrategy.scatter_gather)
  *     "rewrites": ["fuse-qkv", ...],

@@ -19,7 +19,8 @@
 static const char *const schedule_names[] = { "gpipe", "1f1b", "interleaved", NULL };
 static const char *const allreduce_names[] = { "ring", "tree", "hierarchical", NULL };
 static const char *const recompute_names[] = { "none", "selective", "full", NULL };
-static const char *const precision_names[] = { "fp32", "mixed-fp16", "mixed-bf16", NULL };
+static const char *const precision_names[] = { "fp32", "mixed-fp16", "mixed-bf16", "tf32", "fp8",
+                                                NULL };
 static const char *const optimizer_names[] = { "sgd", "adam", NULL };
 
 static const char *name_of(const char *const *names, int n, int v)
@@ -54,7 +55,7 @@ const char *sim_recompute_name(SimRecompute r)
 
 const char *sim_precision_name(SimPrecision p)
 {
-  return name_of(precision_names, 3, (int)p);
+  return name_of(precision_names, 5, (int)p);
 }
 
 const char *sim_optimizer_name(SimOptimizer o)

@@ -204,6 +204,7 @@ static SimGraph *build_resnet(const SimZooModel *model, const SimZooArgs *a, GEr
   static const ResNetConfig resnet101 = { { 3, 4, 23, 3 }, 1, 64 };
   static const ResNetConfig resnet152 = { { 3, 8, 36, 3 }, 1, 64 };
   static const ResNetConfig resnext50 = { { 3, 4, 6, 3 }, 32, 4 };
+  static const ResNetConfig resnext101 = { { 3, 4, 23, 3 }, 32, 4 };
   const ResNetConfig *cfg = &resnet50;
   if (!strcmp(model->name, "resnet-101"))
     cfg = &resnet101;
@@ -211,6 +212,8 @@ static SimGraph *build_resnet(const SimZooModel *model, const SimZooArgs *a, GEr
     cfg = &resnet152;
   else if (!strcmp(model->name, "resnext-50"))
     cfg = &resnext50;
+  else if (!strcmp(model->name, "resnext-101"))
+    cfg = &resnext101;
   return build_resnet_config(model, a, cfg);
 }
 
@@ -385,6 +388,8 @@ const SimZooModel sim_zoo_cnn_models[] = {
   { "resnet-152", "ResNet-152 v1.5, torchvision, 224x224 (60.2 M params, 11.5 GMACs/image)",
     image224_params, build_resnet },
   { "resnext-50", "ResNeXt-50 32x4d, torchvision, 224x224 (25.0 M params, 4.3 GMACs/image)",
+    image224_params, build_resnet },
+  { "resnext-101", "ResNeXt-101 32x4d, 224x224 (44.2 M params, 8.0 GMACs/image)",
     image224_params, build_resnet },
   { "inception-v3", "Inception-v3 without auxiliary head, 299x299 (23.8 M params, 5.7 GMACs)",
     image299_params, build_inception_v3 },

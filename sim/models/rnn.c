@@ -207,6 +207,73 @@ static SimGraph *build_nmt(const SimZooModel *model, const SimZooArgs *a, GError
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* GNMT v2 (Wu et al. 2016, as NVIDIA's DeepLearningExamples PyTorch/Translation/GNMT     */
+/* trains it): 4 + 4 LSTM layers of 1024, the first encoder layer bidirectional, residual */
+/* connections from the third layer on, attention after the first decoder layer         */
+
+/* A layer of the stack over the whole sequence (cuDNN runs a layer's steps in one call),
+ * with a residual connection from its input when @residual. */
+static int gnmt_lstm(SimGraph *g, const char *name, int x, int64_t hidden, gboolean residual)
+{
+  SimZooName n;
+  int y = sim_graph_dropout(g, sim_zoo_name(&n, "%s.dropout", name), x, 0.2);
+  y = sim_graph_lstm(g, name, y, hidden);
+  if (residual)
+    y = sim_graph_binary(g, sim_zoo_name(&n, "%s.residual", name), x, y, SIM_BINARY_ADD);
+  return y;
+}
+
+static SimGraph *build_gnmt(const SimZooModel *model, const SimZooArgs *a, GError **error)
+{
+  int64_t batch = sim_zoo_arg(a, "batch");
+  int64_t seq = sim_zoo_arg(a, "seq");
+  int64_t hidden = sim_zoo_arg(a, "hidden");
+  int64_t vocab = sim_zoo_arg(a, "vocab");
+
+  g_autoptr(SimGraph) g = sim_graph_new(model->name);
+  /* Source and target tokens: the throughput DeepLearningExamples reports counts both. */
+  sim_graph_set_tokens_per_sample(g, 2 * seq);
+  int src = int_input(g, "source", batch, seq);
+  int tgt = int_input(g, "target", batch, seq);
+  int labels = int_input(g, "labels", batch, seq);
+
+  /* Encoder: a bidirectional first layer (two LSTMs, one per direction, whose outputs
+   * are concatenated), then three unidirectional ones. */
+  int x = sim_graph_embedding(g, "encoder.embed", src, vocab, hidden);
+  int table = x;
+  int dirs[2];
+  dirs[0] = gnmt_lstm(g, "encoder.lstm0.forward", x, hidden, FALSE);
+  dirs[1] = gnmt_lstm(g, "encoder.lstm0.backward", x, hidden, FALSE);
+  x = sim_graph_concat(g, "encoder.lstm0.concat", 2, 2, dirs);
+  x = gnmt_lstm(g, "encoder.lstm1", x, hidden, FALSE);
+  x = gnmt_lstm(g, "encoder.lstm2", x, hidden, TRUE);
+  int memory = gnmt_lstm(g, "encoder.lstm3", x, hidden, TRUE);
+
+  /* Decoder: the first layer, then attention of its outputs over the encoder's (the
+   * normalized Bahdanau attention, here a one-head attention as wide as the LSTM: the
+   * same projections and products over the same positions), whose context joins the
+   * input of every further layer. */
+  int y = sim_graph_embedding(g, "decoder.embed", tgt, vocab, hidden);
+  sim_zoo_share(g, y, table);
+  y = gnmt_lstm(g, "decoder.lstm0", y, hidden, FALSE);
+  int context = sim_graph_attention(g, "decoder.attention", y, memory, memory, 1, hidden,
+                                    FALSE);
+  SimZooName n;
+  for (int l = 1; l < 4 && sim_zoo_going(g); l++) {
+    int parts[2] = { y, context };
+    int in = sim_graph_concat(g, sim_zoo_name(&n, "decoder.lstm%d.input", l), 2, 2, parts);
+    int out = gnmt_lstm(g, sim_zoo_name(&n, "decoder.lstm%d", l), in, hidden, FALSE);
+    y = l >= 2 ? sim_graph_binary(g, sim_zoo_name(&n, "decoder.lstm%d.residual", l), y, out,
+                                  SIM_BINARY_ADD)
+               : out;
+  }
+  y = sim_graph_dropout(g, "classifier.dropout", y, 0.2);
+  y = sim_graph_linear(g, "classifier", y, vocab, TRUE, SIM_UNARY_IDENTITY);
+  sim_graph_cross_entropy(g, "loss", y, labels);
+  return g_steal_pointer(&g);
+}
+
+/* ---------------------------------------------------------------------------------- */
 
 /* The paper gives the layer counts; the widths, lengths and batch follow FlexFlow's NMT
  * code (nmt/nmt.cc: 64 sequences per worker, 2048-wide LSTMs and embeddings, a 20 k
@@ -242,6 +309,17 @@ static const SimModelParam nmt_params[] = {
   { NULL, 0, NULL },
 };
 
+/* DeepLearningExamples' GNMT: 128 sentence pairs per GPU, sentences of up to 50 tokens
+ * (bucketed), a shared BPE vocabulary of 32,000 merges (32,320 entries, padded to a
+ * multiple of 8 as its fp16 training pads it). */
+static const SimModelParam gnmt_params[] = {
+  { "batch", 128, "global batch size of one iteration (sentence pairs)" },
+  { "seq", 50, "source and target length (steps)" },
+  { "hidden", 1024, "LSTM and embedding width" },
+  { "vocab", 32320, "shared source-target vocabulary" },
+  { NULL, 0, NULL },
+};
+
 const SimZooModel sim_zoo_rnn_models[] = {
   { "rnntc", "FlexFlow's RNN text classifier: 4 LSTM layers of 1024, chunks of 10 steps",
     rnntc_params, build_rnntc },
@@ -249,5 +327,7 @@ const SimZooModel sim_zoo_rnn_models[] = {
     rnnlm_params, build_rnnlm },
   { "nmt", "FlexFlow's seq2seq NMT: 2+2 LSTM layers of 2048, attention, 20 k vocabulary",
     nmt_params, build_nmt },
+  { "gnmt", "GNMT v2 as NVIDIA trains it: 4+4 LSTM layers of 1024, attention, 32 k vocabulary",
+    gnmt_params, build_gnmt },
   { NULL, NULL, NULL, NULL },
 };

@@ -132,6 +132,12 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
   int64_t max_positions = sim_zoo_arg(a, "positions");
   int layers = sim_zoo_arg_int(a, "layers");
   int heads = sim_zoo_arg_int(a, "heads");
+  if (sim_zoo_arg(a, "head") > 2) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "model '%s': head is %" G_GINT64_FORMAT "; expected 1 (masked-LM) or 2 "
+                "(question answering)", model->name, sim_zoo_arg(a, "head"));
+    return NULL;
+  }
   if (seq > max_positions) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "model '%s': seq (%" G_GINT64_FORMAT ") exceeds the %" G_GINT64_FORMAT
@@ -178,6 +184,13 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
     mark_checkpoint(g, x);
   }
 
+  if (sim_zoo_arg(a, "head") == 2) {
+    /* Fine-tuning for question answering (SQuAD): a span head of two logits per token,
+     * the start and the end of the answer, each a softmax over the positions. */
+    x = sim_graph_linear(g, "qa_outputs", x, 2, TRUE, SIM_UNARY_IDENTITY);
+    sim_graph_cross_entropy(g, "loss", x, labels);
+    return g_steal_pointer(&g);
+  }
   /* BertLMPredictionHead: a dense transform with GeLU and layer normalization, then the
    * decoder, tied to the word embeddings, with its own bias.  The pooler and the
    * next-sentence head (0.6 M and 1.5 k parameters at base size) are left out. */
@@ -324,6 +337,7 @@ static const SimModelParam megatron_1t_params[] = {
   { "seq", 512, "sequence length" },                                                   \
   { "positions", 512, "rows of the position embedding (max_position_embeddings)" },     \
   { "vocab", 30522, "vocabulary size (uncased WordPiece)" },                           \
+  { "head", 1, "1: the masked-LM head (pre-training); 2: a span head (SQuAD fine-tuning)" }, \
   { NULL, 0, NULL }
 
 /* Devlin et al. 2019: batch 256 sequences. */

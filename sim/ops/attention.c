@@ -13,8 +13,19 @@
  * query positions reads the whole key and value sequence (and recomputes their
  * projections), which is what splitting s costs.
  *
- * Causal masks are priced as full score matrices, which is what Megatron's fused kernels
- * compute.
+ * How the scores become the context depends on the framework (attribute "kernel"):
+ * - "fused": one scale-mask-softmax kernel between two batched GEMMs; the scores and the
+ *   probabilities are written to memory, and causal masks are priced as full score
+ *   matrices, which is what such kernels compute.
+ * - "unfused": PyTorch's eager path (scale, masked_fill, softmax in fp32 under autocast,
+ *   dropout, casts), five kernels each way over the scores.
+ * - "megatron": Megatron's choice, below.
+ * - "flash": FlashAttention (Dao et al. 2022, Dao 2023): one kernel forward and one
+ *   backward that stream blocks of keys and values through shared memory, never writing
+ *   the scores; the backward recomputes them.  Memory holds only the output and the
+ *   row statistics (log-sum-exp, fp32), so activation memory grows linearly with the
+ *   sequence.  Its time comes from its tiles (sim/roofline.c); causal masks skip the
+ *   blocks above the diagonal.
  *
  * With "megatron_softmax" set, the scale, mask and softmax run as Megatron's
  * FusedScaleMaskSoftmax runs them: one fused fp16 kernel each way where that kernel
@@ -28,7 +39,25 @@
  * (cuBLASLt), so they add no kernels. */
 #include "../sim-private.h"
 
-enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS, A_MEGATRON_SOFTMAX };
+#include <string.h>
+
+enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS, A_MEGATRON_SOFTMAX, A_KERNEL };
+
+static const char *const kernel_names[] = { "fused", "unfused", "megatron", "flash", NULL };
+
+const char *sim_attention_kernel_name(SimAttentionKernel k)
+{
+  g_return_val_if_fail(k >= 0 && k < SIM_ATTENTION_COUNT, "invalid");
+  return kernel_names[k];
+}
+
+int sim_attention_kernel_from_name(const char *name)
+{
+  for (int k = 0; name && k < SIM_ATTENTION_COUNT; k++)
+    if (!strcmp(name, kernel_names[k]))
+      return k;
+  return -1;
+}
 
 static const SimAttrSpec attrs[] = {
   [A_HEADS] = { "heads", SIM_ATTR_INT, 0, NULL, TRUE },
@@ -40,6 +69,8 @@ static const SimAttrSpec attrs[] = {
   [A_BIAS] = { "bias", SIM_ATTR_BOOL, 1, NULL, FALSE },
   /* Megatron's choice between its fused softmax kernel and the unfused fp32 path. */
   [A_MEGATRON_SOFTMAX] = { "megatron_softmax", SIM_ATTR_BOOL, 0, NULL, FALSE },
+  /* The framework's attention kernels (see the top); megatron_softmax means "megatron". */
+  [A_KERNEL] = { "kernel", SIM_ATTR_ENUM, SIM_ATTENTION_FUSED, kernel_names, FALSE },
 };
 
 enum { B, S, H, E, D };
@@ -135,8 +166,18 @@ typedef struct {
   double p;        /* dropout probability */
   gboolean fused;  /* self-attention over the whole sequence: one QKV GEMM */
   gboolean kv_same;
-  gboolean unfused_softmax; /* Megatron's fp32 fallback (see the top) */
+  gboolean unfused_softmax; /* the five-kernel path over the scores (see the top) */
+  gboolean flash;
+  gboolean causal;
 } Shard;
+
+static SimAttentionKernel kernel_of(const SimOp *op)
+{
+  SimAttentionKernel k = (SimAttentionKernel)op->attrs[A_KERNEL].i[0];
+  if (k == SIM_ATTENTION_FUSED && op->attrs[A_MEGATRON_SOFTMAX].i[0])
+    k = SIM_ATTENTION_MEGATRON;
+  return k;
+}
 
 static Shard shard(const SimOp *op, const int64_t *e)
 {
@@ -154,18 +195,62 @@ static Shard shard(const SimOp *op, const int64_t *e)
   x.kv_same = op->inputs[1] == op->inputs[2];
   x.fused = x.kv_same && op->inputs[0] == op->inputs[1] && x.s == x.skv &&
             x.s == op->in_shape[0].dims[1];
-  if (op->attrs[A_MEGATRON_SOFTMAX].i[0] && sim_dtype_size(op->w_dtype) == 2)
-    x.unfused_softmax = !(x.skv > 16 && x.skv <= 2048 && x.s % 4 == 0 && x.skv % 4 == 0 &&
-                          (x.b * x.heads) % 4 == 0);
+  x.causal = op->attrs[A_CAUSAL].i[0] != 0;
+  switch (kernel_of(op)) {
+  case SIM_ATTENTION_MEGATRON:
+    if (sim_dtype_size(op->w_dtype) == 2)
+      x.unfused_softmax = !(x.skv > 16 && x.skv <= 2048 && x.s % 4 == 0 && x.skv % 4 == 0 &&
+                            (x.b * x.heads) % 4 == 0);
+    break;
+  case SIM_ATTENTION_UNFUSED:
+    x.unfused_softmax = TRUE;
+    break;
+  case SIM_ATTENTION_FLASH:
+    x.flash = TRUE;
+    break;
+  case SIM_ATTENTION_FUSED:
+  case SIM_ATTENTION_COUNT:
+    break;
+  }
   return x;
 }
 
 /* Scores Q K^T, softmax with scale and mask, dropout, context P V: the part that
  * selective recomputation recomputes. */
+/* FlashAttention's kernel over the shard: 4 b h s skv hd FLOPs forward (Q K^T and P V,
+ * counted whole as frameworks count them; the tiles skip what a causal mask hides), 2.5
+ * times that backward; reads Q, K, V (and forward writes O and the fp32 row statistics;
+ * backward reads O, dO and the statistics and writes dQ, dK, dV). */
+static SimKernel flash_kernel(const SimOp *op, const Shard *x, gboolean backward)
+{
+  SimDType dt = op->w_dtype;
+  double es = sim_dtype_size(dt);
+  double q = (double)x->b * x->s * x->inner, kv = (double)x->b * x->skv * x->inner;
+  double stats = (double)x->b * x->heads * x->s * 4;
+  SimKernel k = {
+    .kind = SIM_KERNEL_ATTENTION,
+    .dtype = dt,
+    .m = x->s,
+    .n = x->skv,
+    .k = x->hd,
+    .batch = x->b * x->heads,
+    .steps = 1,
+    .flops = 4.0 * x->scores * x->hd * (backward ? 2.5 : 1.0),
+    .bytes = backward ? (3 * q + 2 * kv) * es + stats + (q + 2 * kv) * es
+                      : (q + 2 * kv + q) * es + stats,
+    .flags = (x->causal ? SIM_KERNEL_CAUSAL : 0) | (backward ? SIM_KERNEL_BACKWARD : 0),
+  };
+  return k;
+}
+
 static void core_forward(const SimOp *op, const Shard *x, SimWork *w)
 {
   SimDType dt = op->w_dtype;
   double es = sim_dtype_size(dt);
+  if (x->flash) {
+    sim_work_add(w, flash_kernel(op, x, FALSE));
+    return;
+  }
   sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->skv, x->hd));
   if (x->unfused_softmax) {
     /* fp16 to fp32, scale, masked_fill (reading the [b, 1, s, skv] mask), softmax
@@ -185,12 +270,48 @@ static void core_forward(const SimOp *op, const Shard *x, SimWork *w)
   sim_work_add(w, sim_kernel_gemm(dt, x->b * x->heads, x->s, x->hd, x->skv));
 }
 
+/* The backward of the core: from d context to dQ, dK and dV. */
+static void core_backward(const SimOp *op, const Shard *x, SimWork *w)
+{
+  SimDType dt = op->w_dtype;
+  double es = sim_dtype_size(dt);
+  int64_t bh = x->b * x->heads;
+  if (x->flash) {
+    /* FlashAttention-2's backward: the row sums of dO * O first, then the fused kernel,
+     * whose dQ accumulates in fp32 and is converted after it. */
+    double q = (double)x->b * x->s * x->inner;
+    sim_work_add(w, sim_kernel_memory(dt, 2 * q, 2 * q * es + (double)bh * x->s * 4));
+    sim_work_add(w, flash_kernel(op, x, TRUE));
+    sim_work_add(w, sim_kernel_memory(dt, q, q * (4 + es)));
+    return;
+  }
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x->s, x->skv, x->hd));     /* d P */
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x->skv, x->hd, x->s));     /* d V */
+  /* Dropout backward reads dP and the mask; softmax backward reads P and dP. */
+  if (x->p > 0)
+    sim_work_add(w, sim_kernel_memory(dt, x->scores, 2 * x->scores * es + x->scores));
+  if (x->unfused_softmax) {
+    /* Autograd through the five forward kernels: the cast's gradient to fp32, softmax
+     * backward (reads P and dP, writes dS), masked_fill's (zeroes the masked scores),
+     * the scale's, and the cast back to fp16. */
+    double n = x->scores;
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (es + 4)));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 5 * n, 12 * n));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n + n / (double)x->heads));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n));
+    sim_work_add(w, sim_kernel_memory(dt, n, n * (4 + es)));
+  } else {
+    sim_work_add(w, sim_kernel_memory(dt, 5 * x->scores, 3 * x->scores * es));
+  }
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x->s, x->hd, x->skv));     /* d Q */
+  sim_work_add(w, sim_kernel_gemm(dt, bh, x->skv, x->hd, x->s));     /* d K */
+}
+
 static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
 {
   Shard x = shard(op, e);
   SimDType dt = op->w_dtype;
-  double es = sim_dtype_size(dt);
-  int64_t bs = x.b * x.s, bkv = x.b * x.skv, bh = x.b * x.heads;
+  int64_t bs = x.b * x.s, bkv = x.b * x.skv;
   if (pass == SIM_PASS_FORWARD) {
     /* Self-attention projects q, k and v with one [d, 3 * inner] GEMM; otherwise q alone
      * and k, v together (one GEMM when they are one tensor, else a batch of two). */
@@ -210,26 +331,7 @@ static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
   /* Every GEMM C = A B of the forward becomes dA = dC B^T and dB = A^T dC. */
   sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner, x.d));        /* d context   */
   sim_work_add(w, sim_kernel_gemm(dt, 1, x.inner, x.d, bs));        /* d Wo        */
-  sim_work_add(w, sim_kernel_gemm(dt, bh, x.s, x.skv, x.hd));       /* d P         */
-  sim_work_add(w, sim_kernel_gemm(dt, bh, x.skv, x.hd, x.s));       /* d V         */
-  /* Dropout backward reads dP and the mask; softmax backward reads P and dP. */
-  if (x.p > 0)
-    sim_work_add(w, sim_kernel_memory(dt, x.scores, 2 * x.scores * es + x.scores));
-  if (x.unfused_softmax) {
-    /* Autograd through the five forward kernels: the cast's gradient to fp32, softmax
-     * backward (reads P and dP, writes dS), masked_fill's (zeroes the masked scores),
-     * the scale's, and the cast back to fp16. */
-    double n = x.scores;
-    sim_work_add(w, sim_kernel_memory(dt, n, n * (es + 4)));
-    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 5 * n, 12 * n));
-    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n + n / (double)x.heads));
-    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, n, 8 * n));
-    sim_work_add(w, sim_kernel_memory(dt, n, n * (4 + es)));
-  } else {
-    sim_work_add(w, sim_kernel_memory(dt, 5 * x.scores, 3 * x.scores * es));
-  }
-  sim_work_add(w, sim_kernel_gemm(dt, bh, x.s, x.hd, x.skv));       /* d Q         */
-  sim_work_add(w, sim_kernel_gemm(dt, bh, x.skv, x.hd, x.s));       /* d K         */
+  core_backward(op, &x, w);
   if (x.fused) {
     sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, 3 * x.inner));  /* d x         */
     sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 3 * x.inner, bs));  /* d Wqkv      */
@@ -270,6 +372,8 @@ static int64_t saved_bytes(const SimOp *op, const int64_t *extent)
   /* Korthikanti et al. 2022, section 4.1: besides the inputs, Q, K, V and the context,
    * the softmax output (2as^2b in fp16), the dropout mask (as^2b) and the dropout output
    * the P V product reads (2as^2b). */
+  if (x.flash) /* the output and its fp32 row statistics (log-sum-exp) */
+    return kept_outside_core(op, &x) + x.b * x.s * x.inner * es + x.b * x.heads * x.s * 4;
   int64_t core = scores * (x.unfused_softmax ? 4 : es); /* the fp32 path keeps fp32 P */
   if (x.p > 0)
     core += scores + scores * es;
