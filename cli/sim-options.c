@@ -15,7 +15,7 @@ void cli_plan_options_init(CliPlanOptions *p)
   p->gemm_efficiency = p->memory_efficiency = p->host_overhead_us = p->gemm_latency_us = NAN;
   p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = p->gemm_ceiling = NAN;
   p->conv_efficiency = p->gather_efficiency = p->recurrent_efficiency = NAN;
-  p->attention_efficiency = p->attention_bwd_efficiency = NAN;
+  p->attention_efficiency = p->attention_bwd_efficiency = p->cuda_core_efficiency = NAN;
 }
 
 void cli_plan_options_clear(CliPlanOptions *p)
@@ -29,6 +29,7 @@ void cli_plan_options_clear(CliPlanOptions *p)
   g_free(p->profile_gpu);
   g_free(p->allreduce_table);
   g_free(p->attention);
+  g_free(p->conv_layout);
   g_free(p->calibration);
   cli_plan_options_init(p);
 }
@@ -98,6 +99,7 @@ static const struct {
   { "--attention-efficiency", G_STRUCT_OFFSET(CliPlanOptions, attention_efficiency), TRUE },
   { "--attention-bwd-efficiency", G_STRUCT_OFFSET(CliPlanOptions, attention_bwd_efficiency),
     TRUE },
+  { "--cuda-core-efficiency", G_STRUCT_OFFSET(CliPlanOptions, cuda_core_efficiency), TRUE },
   { "--host-overhead-us", G_STRUCT_OFFSET(CliPlanOptions, host_overhead_us), FALSE },
   { "--host-step-us", G_STRUCT_OFFSET(CliPlanOptions, host_step_us), FALSE },
 };
@@ -143,6 +145,16 @@ static gboolean apply_parameter(CliPlanOptions *p, const char *file, const char 
                               "expected flash, fused, unfused or megatron");
     if (!p->attention)
       p->attention = g_strdup(json_node_get_string(value));
+    return TRUE;
+  }
+  if (!strcmp(name, "conv-layout")) {
+    const char *v = JSON_NODE_HOLDS_VALUE(value) &&
+                        json_node_get_value_type(value) == G_TYPE_STRING
+                      ? json_node_get_string(value) : NULL;
+    if (!v || (strcmp(v, "nchw") && strcmp(v, "nhwc")))
+      return calibration_fail(error, file, place, "expected nchw or nhwc");
+    if (!p->conv_layout)
+      p->conv_layout = g_strdup(v);
     return TRUE;
   }
   g_autofree char *flag = g_strdup_printf("--%s", name);
@@ -243,6 +255,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "schedule", 0, 0, G_OPTION_ARG_STRING, &p->schedule, "1f1b (default), gpipe or interleaved:V", "S" },
     { "recompute", 0, 0, G_OPTION_ARG_STRING, &p->recompute, "none (default), selective or full", "R" },
     { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default; PyTorch's AMP), mixed-bf16, fp32 (PyTorch's default for matrix products), tf32 (fp32 with GEMMs and convolutions on TF32 tensor cores: PyTorch's default for convolutions on A100 and H100, and for both in NVIDIA's containers) or fp8 (mixed bf16 with the linear layers in FP8, as Transformer Engine runs them; H100 and H200)", "P" },
+    { "conv-layout", 0, 0, G_OPTION_ARG_STRING, &p->conv_layout, "Layout of convolutional networks' tensors: nhwc (default; PyTorch's channels_last, as NVIDIA's mixed-precision examples train) or nchw (PyTorch's default, whose tensor-core convolutions transpose around each kernel)", "L" },
     { "attention", 0, 0, G_OPTION_ARG_STRING, &p->attention, "How attention runs: flash (FlashAttention: PyTorch's scaled_dot_product_attention on A100 and H100, Megatron-Core, NeMo), fused (one softmax kernel, scores in memory), unfused (PyTorch's eager path) or megatron (Megatron-LM's fused softmax up to 2,048 keys, else unfused fp32); default: the model's (GPT: megatron, the others: fused)", "K" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
@@ -269,6 +282,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "recurrent-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of peak in a recurrent layer's step GEMMs (default 0.3)", "F" },
     { "attention-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of tensor-core peak in flash attention's forward kernel (default 0.7, FlashAttention-2 on A100)", "F" },
     { "attention-bwd-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "The same for its backward kernel (default 0.55)", "F" },
+    { "cuda-core-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of the fp32 peak in GEMMs and convolutions on the CUDA cores (fp32 without TF32; default 0.8)", "F" },
     { "calibration", 0, 0, G_OPTION_ARG_FILENAME, &p->calibration, "A file of fitted parameters (\"format\": \"parasol-calibration\", as data/calibration/ holds): its values stand for the options not given here", "FILE" },
     { "blocking-sends", 0, 0, G_OPTION_ARG_NONE, &p->blocking_sends, "The host waits for each transfer it sends to another device before it issues more kernels (Megatron's pipeline exchanges end with torch.cuda.synchronize())", NULL },
     { "allreduce-table", 0, 0, G_OPTION_ARG_FILENAME, &p->allreduce_table, "Measured all-reduce times inside a node (CSV gpus,bytes,seconds): they set the fixed cost of such all-reduces", "FILE" },
@@ -399,6 +413,15 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     rp.attention_efficiency = p->attention_efficiency;
   if (!isnan(p->attention_bwd_efficiency))
     rp.attention_bwd_efficiency = p->attention_bwd_efficiency;
+  if (!isnan(p->cuda_core_efficiency))
+    rp.cuda_core_efficiency = p->cuda_core_efficiency;
+  if (p->conv_layout && strcmp(p->conv_layout, "nchw") && strcmp(p->conv_layout, "nhwc")) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "--conv-layout: unknown '%s'; expected nhwc or nchw", p->conv_layout);
+    cli_problem_clear(pb);
+    return FALSE;
+  }
+  rp.conv_nchw = p->conv_layout && !strcmp(p->conv_layout, "nchw");
   rp.tf32 = prec == SIM_PRECISION_TF32;
   rp.fp8 = prec == SIM_PRECISION_FP8;
   pb->cost = sim_cost_model_new_roofline(&rp);

@@ -15,8 +15,9 @@ typedef struct {
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;
   double gemm_k_overhead, gemm_unaligned_efficiency, gemm_ceiling;
   double conv_efficiency, gather_efficiency, recurrent_efficiency;
-  double attention_efficiency, attention_bwd_efficiency;
+  double attention_efficiency, attention_bwd_efficiency, cuda_core_efficiency;
   char *attention;              /* the attention kernels (--attention); NULL: the model's */
+  char *conv_layout;            /* nchw or nhwc (--conv-layout); NULL: nhwc              */
   char *calibration;            /* a file of fitted parameters (--calibration)          */
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
   char *allreduce_table;        /* measured all-reduce times inside a node            */

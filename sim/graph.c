@@ -1469,6 +1469,17 @@ void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass
     return;
   double w = (double)sim_dtype_size(o->w_dtype);
   double per_param = w < 4 ? 8.0 * 4 + 2.0 * w : 8.0 * w;
+  int64_t width = 0, rows = sim_embedding_sparse_rows(o, e, &width);
+  if (rows >= 0) {
+    /* A sparse table's update: the gradient's ids sorted and coalesced (a few passes
+     * over them), then each touched row read, stepped and written with its gradient
+     * (SGD: 3 accesses a parameter, as recommenders train their tables). */
+    n = rows * width;
+    per_param = 3.0 * w;
+    sim_work_add(work, sim_kernel_memory(SIM_DTYPE_INT64, 4.0 * rows, 6.0 * 8 * rows));
+    if (n == 0)
+      return;
+  }
   SimKernel k = {
     .kind = SIM_KERNEL_OPTIMIZER,
     .dtype = o->w_dtype,

@@ -1243,6 +1243,17 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
   double fixed, shardable;
   param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
   int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
+  /* A table with sparse gradients keeps its weights alone: its gradient holds the looked
+   * up rows only, and recommenders step such tables with plain SGD in the table's own
+   * precision (no master copy, no moments).  Replicas exchange those rows, not the
+   * table (the gradient's rows, as dense as the lookups make them). */
+  int64_t full[SIM_MAX_ITER], sparse_width = 0;
+  int64_t sparse_rows = sim_embedding_sparse_rows(op, sim_op_extent(op, NULL, full),
+                                                  &sparse_width);
+  if (sparse_rows >= 0) {
+    fixed = (double)wbytes;
+    shardable = 0;
+  }
   gboolean sharer = op->weight_owner != x;
   const OpLay *ol = sharer ? &lw->ops[op->weight_owner] : NULL;
   /* Which shards hold weights of their own: all of an owner's; of a user of another
@@ -1308,6 +1319,8 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
     it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
     it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
     it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
+    if (sparse_rows >= 0)
+      it.bytes = MIN(it.bytes, sparse_rows * sparse_width * wbytes);
     g_array_append_val(os->items, it);
   }
   if (sharer)

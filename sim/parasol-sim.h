@@ -574,6 +574,14 @@ typedef struct {
   /* The linear layers' GEMMs (batch 1, 16-bit) run at the FP8 peak where the device has
    * one: Transformer Engine's FP8 training, whose casts hide in the kernels around them. */
   gboolean fp8;
+  /* Tensors in NCHW (PyTorch's default layout), not NHWC (channels_last): cuDNN's
+   * tensor-core convolutions (16-bit and TF32) work in NHWC, so each one transposes its
+   * input and its output around the kernel, two more passes over both. */
+  gboolean conv_nchw;
+  /* GEMMs and convolutions on the CUDA cores (fp32 without TF32): the achieved fraction of
+   * the fp32 peak, which fused multiply-adds reach more easily than tensor cores reach
+   * theirs.  0: gemm_efficiency and conv_efficiency as for the tensor cores. */
+  double cuda_core_efficiency;
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);

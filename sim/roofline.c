@@ -47,7 +47,11 @@
  *   and 15.5% for 131072 x 30522 x 768 against 50-56% for aligned GEMMs of that size.
  * - attention 0.70 forward, 0.55 backward: FlashAttention-2 on an A100 (Dao, 2023: 50-73%
  *   of peak forward, the backward pass lower); frameworks set their own (sim/framework.c).
- * - tiles chosen per GEMM with split-K (tile_m = tile_n = 0). */
+ * - tiles chosen per GEMM with split-K (tile_m = tile_n = 0).
+ * - CUDA cores 0.8: fp32 GEMMs and convolutions without TF32 keep the fused multiply-add
+ *   units busier than tensor-core kernels keep theirs: on the H200 of
+ *   data/profiles/h200/ops.json cuBLAS ran 8192 x 50257 x 768 at 73-75% of the fp32 peak
+ *   and cuDNN a 3x3 convolution of 128 channels at 86%, launches included. */
 SimRooflineParams sim_roofline_params_default(void)
 {
   return (SimRooflineParams){
@@ -63,6 +67,7 @@ SimRooflineParams sim_roofline_params_default(void)
     .tf32 = FALSE,
     .attention_efficiency = 0.70,
     .attention_bwd_efficiency = 0.55,
+    .cuda_core_efficiency = 0.8,
   };
 }
 
@@ -123,10 +128,12 @@ static gboolean gemm_unaligned(const SimKernel *k)
   return (k->m > 0 && k->m % v) || (k->n > 0 && k->n % v) || (k->k > 0 && k->k % v);
 }
 
-/* The output tiles the libraries choose among for tensor-core GEMMs (CUTLASS's and
- * cuBLAS's threadblock shapes, 256 x 128 down to 64 x 64). */
+/* The output tiles the libraries choose among (CUTLASS's and cuBLAS's threadblock
+ * shapes, 256 x 128 down to 64 x 64, and the 32-wide ones of their kernels for batches of
+ * small matrices). */
 static const int tile_menu[][2] = {
   { 256, 128 }, { 128, 256 }, { 128, 128 }, { 128, 64 }, { 64, 128 }, { 64, 64 },
+  { 64, 32 }, { 32, 64 }, { 32, 32 },
 };
 
 /* The rate of a tile's main loop, relative to the large tiles', on the tensor cores.
@@ -184,11 +191,14 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
     flops = 2.0 * (double)MAX(k->batch, 1) * (double)k->m * (double)k->n * (double)k->k;
   double peak;
   gboolean tensor = on_tensor_cores(p, dev, k->dtype, &peak);
+  if (!tensor && p->cuda_core_efficiency > 0)
+    efficiency = p->cuda_core_efficiency;
   if (p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 && sim_dtype_size(k->dtype) == 2 &&
       dev->peak_flops[SIM_DTYPE_FP8] > 0)
     peak = dev->peak_flops[SIM_DTYPE_FP8];
-  /* cuDNN pads a convolution's channels itself (sim/ops/conv.c): only GEMMs pay. */
-  if (k->kind != SIM_KERNEL_CONV && p->gemm_unaligned_efficiency > 0 &&
+  /* cuDNN pads a convolution's channels itself (sim/ops/conv.c): only GEMMs pay, and only
+   * on the tensor cores, whose kernels load 16-byte vectors. */
+  if (k->kind != SIM_KERNEL_CONV && tensor && p->gemm_unaligned_efficiency > 0 &&
       p->gemm_unaligned_efficiency < 1 && gemm_unaligned(k))
     efficiency *= p->gemm_unaligned_efficiency;
   double useful = flops;
@@ -281,9 +291,15 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
   case SIM_KERNEL_GEMM:
     return gemm_seconds(p, dev, k, k->flops, k->bytes, p->gemm_efficiency) + p->gemm_latency +
            launch;
-  case SIM_KERNEL_CONV:
-    return gemm_seconds(p, dev, k, k->flops, k->bytes, p->conv_efficiency) + p->gemm_latency +
-           launch;
+  case SIM_KERNEL_CONV: {
+    double t = gemm_seconds(p, dev, k, k->flops, k->bytes, p->conv_efficiency) +
+               p->gemm_latency + launch;
+    double peak;
+    if (p->conv_nchw && on_tensor_cores(p, dev, k->dtype, &peak))
+      /* The layout transposes: the operands read and written once more, two kernels. */
+      t += bound(2.0 * k->bytes, dev->mem_bandwidth * p->memory_efficiency) + 2 * launch;
+    return t;
+  }
   case SIM_KERNEL_MEMORY:
   case SIM_KERNEL_OPTIMIZER:
     return stream_seconds(dev, k, p->memory_efficiency) + launch;

@@ -231,6 +231,10 @@ int64_t sim_map_numel(const SimTensorMap *map, const SimShape *shape, const int6
 void sim_work_add(SimWork *w, SimKernel k);
 SimKernel sim_kernel_gemm(SimDType dt, int64_t batch, int64_t m, int64_t n, int64_t k);
 SimKernel sim_kernel_memory(SimDType dt, double flops, double bytes);
+/* The table rows a sparse embedding's update touches in a shard of extent @e (at most
+ * one per lookup; *@width gets the shard's columns), or -1 for any other op
+ * (sim/ops/embedding.c). */
+int64_t sim_embedding_sparse_rows(const SimOp *op, const int64_t *e, int64_t *width);
 /* @extent, or the sizes of the op's iteration dimensions written into @full (which holds
  * SIM_MAX_ITER entries) when @extent is NULL: classes accept NULL for "the whole op". */
 const int64_t *sim_op_extent(const SimOp *op, const int64_t *extent, int64_t *full);

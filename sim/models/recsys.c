@@ -22,17 +22,16 @@ static int mlp_stack(SimGraph *g, const char *prefix, int x, int n, const int64_
  * the result keeps a dimension for it, [b, 1, dim], ready to be stacked; otherwise the
  * @bag rows of each sample are summed (EmbeddingBag) into [b, dim]. */
 static int table_lookup(SimGraph *g, int i, int64_t batch, int64_t bag, int64_t rows,
-                        int64_t dim)
+                        int64_t dim, gboolean sparse)
 {
   SimZooName n;
   int64_t dims[] = { batch, MAX(bag, 1) };
   int ids = sim_graph_input(g, sim_zoo_name(&n, "sparse%d", i), SIM_DTYPE_INT64, 2, dims);
-  if (bag == 0)
-    return sim_graph_embedding(g, sim_zoo_name(&n, "emb%d", i), ids, rows, dim);
   g_autoptr(SimAttrs) attrs = sim_attrs_new(SIM_OP_EMBEDDING);
   sim_zoo_attr_int(g, attrs, "vocab", rows);
   sim_zoo_attr_int(g, attrs, "dim", dim);
-  sim_zoo_attr_int(g, attrs, "bags", TRUE);
+  sim_zoo_attr_int(g, attrs, "bags", bag > 0);
+  sim_zoo_attr_int(g, attrs, "sparse", sparse);
   return sim_zoo_add_op(g, SIM_OP_EMBEDDING, sim_zoo_name(&n, "emb%d", i), 1, &ids, attrs);
 }
 
@@ -52,6 +51,12 @@ static SimGraph *build_dlrm(const SimZooModel *model, const SimZooArgs *a, GErro
   int64_t batch = sim_zoo_arg(a, "batch");
   int64_t dim = sim_zoo_arg(a, "dim");
   int64_t cap = sim_zoo_arg(a, "rows");
+  if (sim_zoo_arg(a, "gradients") > 2) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "model '%s': gradients is %" G_GINT64_FORMAT "; expected 1 (sparse) or 2 (dense)",
+                model->name, sim_zoo_arg(a, "gradients"));
+    return NULL;
+  }
   enum { TABLES = G_N_ELEMENTS(criteo_tb_rows), FEATURES = TABLES + 1 };
 
   g_autoptr(SimGraph) g = sim_graph_new(model->name);
@@ -65,7 +70,8 @@ static SimGraph *build_dlrm(const SimZooModel *model, const SimZooArgs *a, GErro
   int64_t one_row[] = { batch, 1, dim };
   z_parts[0] = sim_graph_reshape(g, "bottom.expand", bottom, 3, one_row);
   for (int i = 0; i < TABLES; i++)
-    z_parts[i + 1] = table_lookup(g, i, batch, 0, MIN(criteo_tb_rows[i], cap), dim);
+    z_parts[i + 1] = table_lookup(g, i, batch, 0, MIN(criteo_tb_rows[i], cap), dim,
+                                  sim_zoo_arg(a, "gradients") == 1);
   int z = sim_graph_concat(g, "interact.stack", 1, FEATURES, z_parts);
 
   /* Dot interaction: all pairwise dot products Z Z^T [b, 27, 27], of which DLRM keeps
@@ -84,11 +90,18 @@ static SimGraph *build_dlrm(const SimZooModel *model, const SimZooArgs *a, GErro
     sizes[n_sizes++] = FEATURES - i;           /* row i's diagonal and beyond: dropped */
   }
   sim_zoo_split(g, "interact.tril", zz, 1, n_sizes, sizes, pieces);
-  int top_parts[FEATURES];
+  int top_parts[FEATURES + 1];
   top_parts[0] = bottom;
   for (int i = 1; i < FEATURES; i++)
     top_parts[i] = pieces[2 * i - 1];
-  int x = sim_graph_concat(g, "interact.concat", 1, FEATURES, top_parts);
+  /* NVIDIA's implementation pads the top MLP's input (dim + 351 = 479 columns) with a
+   * zero column to a multiple of 8 for the tensor cores (parameter align): the last row's
+   * one dropped entry stands for that column. */
+  int n_top = FEATURES;
+  int64_t width = dim + FEATURES * (FEATURES - 1) / 2, align = sim_zoo_arg(a, "align");
+  if (align > 1 && (width + 1) % align == 0)
+    top_parts[n_top++] = pieces[2 * FEATURES - 2];
+  int x = sim_graph_concat(g, "interact.concat", 1, n_top, top_parts);
 
   const int64_t top_widths[] = { 1024, 1024, 512, 256, 1 };
   x = mlp_stack(g, "top", x, 5, top_widths, TRUE, SIM_UNARY_SIGMOID);
@@ -119,7 +132,7 @@ static SimGraph *build_xdl(const SimZooModel *model, const SimZooArgs *a, GError
   g_autoptr(SimGraph) g = sim_graph_new(model->name);
   g_autofree int *embs = g_new(int, tables);
   for (int i = 0; i < tables && sim_zoo_going(g); i++)
-    embs[i] = table_lookup(g, i, batch, sim_zoo_arg(a, "bag"), rows, dim);
+    embs[i] = table_lookup(g, i, batch, sim_zoo_arg(a, "bag"), rows, dim, FALSE);
   int x = sim_graph_concat(g, "concat", 1, tables, embs);
 
   g_autofree int64_t *widths = g_new(int64_t, layers + 1);
@@ -140,6 +153,10 @@ static const SimModelParam dlrm_params[] = {
   { "batch", 2048, "global batch size of one iteration" },
   { "dim", 128, "embedding dimension (and width of the bottom MLP's output)" },
   { "rows", 40000000, "cap on the rows of each table (MLPerf's --max-ind-range)" },
+  { "align", 8, "the top MLP's input padded by a column to a multiple of this when one column "
+                "does it (NVIDIA's implementation: 479 -> 480); 1: not padded" },
+  { "gradients", 1, "1: sparse table gradients, each update touching the looked-up rows only "
+                    "(DLRM's and NVIDIA's implementations); 2: dense" },
   { NULL, 0, NULL },
 };
 

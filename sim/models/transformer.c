@@ -151,7 +151,7 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
   int tokens = int_input(g, "tokens", batch, seq);
   int segments = int_input(g, "segments", batch, seq);
   int positions = int_input(g, "positions", batch, seq);
-  int labels = int_input(g, "labels", batch, seq);
+  int labels = -1;
 
   /* Word, position (a table of max_position_embeddings = 512 rows whatever the sequence
    * length) and token-type (two segments) embeddings, summed and normalized. */
@@ -188,9 +188,20 @@ static SimGraph *build_bert(const SimZooModel *model, const SimZooArgs *a, GErro
     /* Fine-tuning for question answering (SQuAD): a span head of two logits per token,
      * the start and the end of the answer, each a softmax over the positions. */
     x = sim_graph_linear(g, "qa_outputs", x, 2, TRUE, SIM_UNARY_IDENTITY);
+    labels = int_input(g, "labels", batch, seq);
     sim_graph_cross_entropy(g, "loss", x, labels);
     return g_steal_pointer(&g);
   }
+  /* The head may see only the masked positions (NVIDIA's BERT gathers them first, its
+   * "dense sequence output"): a slice of that many positions stands for the gather. */
+  int64_t predictions = sim_zoo_arg(a, "predictions");
+  if (predictions < seq) {
+    int64_t sizes[] = { predictions, seq - predictions };
+    int parts[2] = { -1, -1 };
+    sim_zoo_split(g, "mlm.masked", x, 1, 2, sizes, parts);
+    x = parts[0];
+  }
+  labels = int_input(g, "labels", batch, MIN(predictions, seq));
   /* BertLMPredictionHead: a dense transform with GeLU and layer normalization, then the
    * decoder, tied to the word embeddings, with its own bias.  The pooler and the
    * next-sentence head (0.6 M and 1.5 k parameters at base size) are left out. */
@@ -338,6 +349,8 @@ static const SimModelParam megatron_1t_params[] = {
   { "positions", 512, "rows of the position embedding (max_position_embeddings)" },     \
   { "vocab", 30522, "vocabulary size (uncased WordPiece)" },                           \
   { "head", 1, "1: the masked-LM head (pre-training); 2: a span head (SQuAD fine-tuning)" }, \
+  { "predictions", 4096, "positions per sequence the masked-LM head predicts (at most seq: " \
+                         "all of them)" },                                                   \
   { NULL, 0, NULL }
 
 /* Devlin et al. 2019: batch 256 sequences. */

@@ -10,7 +10,7 @@
  * summed. */
 #include "../sim-private.h"
 
-enum { E_VOCAB, E_DIM, E_BAGS, E_DTYPE };
+enum { E_VOCAB, E_DIM, E_BAGS, E_DTYPE, E_SPARSE };
 
 static const SimAttrSpec attrs[] = {
   [E_VOCAB] = { "vocab", SIM_ATTR_INT, 0, NULL, TRUE },
@@ -18,6 +18,9 @@ static const SimAttrSpec attrs[] = {
   [E_BAGS] = { "bags", SIM_ATTR_BOOL, 0, NULL, FALSE },
   /* The table's and the output's dtype: nothing floating point flows in to take it from. */
   [E_DTYPE] = { "dtype", SIM_ATTR_ENUM, SIM_DTYPE_FP32, sim_dtype_names, FALSE },
+  /* Sparse gradients (PyTorch's sparse=True, recommenders' tables): the backward writes
+   * the looked-up rows' gradients only, and the update touches only those rows. */
+  [E_SPARSE] = { "sparse", SIM_ATTR_BOOL, 0, NULL, FALSE },
 };
 
 static gboolean infer(SimOp *op, GError **error)
@@ -110,12 +113,32 @@ static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
     sim_work_add(w, k);
     return;
   }
+  if (op->attrs[E_SPARSE].i[0]) {
+    /* A sparse gradient: the ids and a copy of each lookup's gradient row (bags spread
+     * the sample's gradient over its rows), written as they come. */
+    double rows = lookups * hit;
+    k.flops = 0;
+    k.bytes = lookups * is + out * es + rows * (D * es + is);
+    sim_work_add(w, k);
+    return;
+  }
   /* PyTorch's dense embedding backward zero-fills the table's gradient, then adds each
    * looked-up row's gradient into it (a read-modify-write per lookup). */
   sim_work_add(w, sim_kernel_memory(dt, 0, (double)e[v] * D * es));
   k.flops = lookups * D * hit;
   k.bytes = lookups * is + lookups * D * es + 2 * lookups * D * hit * es;
   sim_work_add(w, k);
+}
+
+int64_t sim_embedding_sparse_rows(const SimOp *op, const int64_t *e, int64_t *width)
+{
+  if (op->type != SIM_OP_EMBEDDING || !op->attrs[E_SPARSE].i[0])
+    return -1;
+  int d = dim_d(op), v = d + 1;
+  *width = e[d];
+  double lookups = (double)e[0] * (op->in_shape[0].ndim == 2 ? e[1] : 1);
+  double hit = (double)e[v] / (double)op->attrs[E_VOCAB].i[0];
+  return (int64_t)MIN(lookups * hit, (double)e[v]);
 }
 
 static int64_t saved_bytes(const SimOp *op, const int64_t *extent)
