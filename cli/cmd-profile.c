@@ -3,6 +3,7 @@
  * and collective models to a database, compares predictions with measurements, and
  * reports achieved GFLOP/s and GB/s per kernel (perf). */
 #include "cli.h"
+#include "sim-options.h"
 #include "parasol-profile.h"
 
 #include <json-glib/json-glib.h>
@@ -40,7 +41,7 @@ static int profile_error(GError *error)
 /* Options shared by the commands that measure a model                                */
 
 typedef struct {
-  char *model, *machine, *precision, *microbatches, *backend, *gpu;
+  char *model, *machine, *precision, *microbatches, *backend, *gpu, *attention;
   char **params;
   int device, warmup, repetitions, max_shapes;
   double min_ms;
@@ -62,6 +63,7 @@ static void model_options_clear(ModelOptions *o)
   g_free(o->microbatches);
   g_free(o->backend);
   g_free(o->gpu);
+  g_free(o->attention);
   g_strfreev(o->params);
 }
 
@@ -100,6 +102,7 @@ static GOptionGroup *model_option_group(ModelOptions *o)
     { "model", 'm', 0, G_OPTION_ARG_STRING, &o->model, "Zoo model or graph file (default gpt)", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &o->params, "Model parameter k=v (repeatable)", "K=V" },
     { "precision", 0, 0, G_OPTION_ARG_STRING, &o->precision, "fp16 (default), bf16 or fp32: the dtype the model computes in", "P" },
+    { "attention", 0, 0, G_OPTION_ARG_STRING, &o->attention, "The attention kernels: fused, unfused, megatron or flash (default: the model's)", "K" },
     { "machine", 'x', 0, G_OPTION_ARG_STRING, &o->machine, "Machine whose device count bounds the degrees (default h200-1)", "X" },
     { "microbatches", 0, 0, G_OPTION_ARG_STRING, &o->microbatches, "Micro-batch counts to cover, e.g. 1,2,4 (default 1)", "LIST" },
     { "max-shapes", 0, 0, G_OPTION_ARG_CALLBACK, parse_measure_number, "Stop after this many distinct shapes", "N" },
@@ -153,9 +156,18 @@ static SimGraph *load_model(const ModelOptions *o, GError **error)
       return NULL;
     }
   }
+  int kernel = -1;
+  if (o->attention && (kernel = sim_attention_kernel_from_name(o->attention)) < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "--attention: unknown '%s'; expected flash, fused, unfused or megatron",
+                o->attention);
+    return NULL;
+  }
   SimGraph *g = cli_load_model(o->model ? o->model : "gpt", o->params, error);
   if (g)
     sim_graph_set_float_dtype(g, dt);
+  if (g && kernel >= 0)
+    sim_graph_set_attention_kernel(g, (SimAttentionKernel)kernel);
   return g;
 }
 
@@ -756,10 +768,11 @@ static FILE *open_table(const char *csv, GError **error)
 
 static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
 {
-  g_autofree char *db_path = NULL, *csv = NULL, *spec_machine = NULL;
+  g_autofree char *db_path = NULL, *csv = NULL, *spec_machine = NULL, *calibration = NULL;
   gboolean no_measure = FALSE;
   GOptionEntry entries[] = {
     { "db", 'd', 0, G_OPTION_ARG_FILENAME, &db_path, "Profile database file or directory", "PATH" },
+    { "calibration", 0, 0, G_OPTION_ARG_FILENAME, &calibration, "Price the roofline column with this calibration file's parameters (data/calibration/), in the model's precision", "FILE" },
     { "csv", 0, 0, G_OPTION_ARG_FILENAME, &csv, "Write the table here (default: stdout)", "FILE" },
     { "spec", 0, 0, G_OPTION_ARG_STRING, &spec_machine, "Machine whose device 0 spec the roofline uses (default: the device library's)", "X" },
     { "no-measure", 0, 0, G_OPTION_ARG_NONE, &no_measure, "Take the database's medians as the measurements", NULL },
@@ -806,7 +819,17 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
   const SimDeviceSpec *dev = spec_for(spec_machine, gpu, &sm, &serr);
   if (!dev)
     g_printerr("parasol: %s; the roofline columns stay empty\n", serr->message);
-  g_autoptr(SimCostModel) roof = sim_cost_model_new_roofline(NULL);
+  SimRooflineParams rp = sim_roofline_params_default();
+  if (calibration) {
+    g_auto(CliPlanOptions) po;
+    cli_plan_options_init(&po);
+    SimPrecision prec = mo->precision && !strcmp(mo->precision, "fp32")
+                          ? SIM_PRECISION_FP32 : SIM_PRECISION_MIXED_FP16;
+    if (!cli_plan_apply_calibration(&po, calibration, &error) ||
+        !cli_plan_roofline_params(&po, prec, &rp, &error))
+      return cli_report_error(error);
+  }
+  g_autoptr(SimCostModel) roof = sim_cost_model_new_roofline(&rp);
   g_autoptr(SimCostModel) cal = NULL;
   ProfileCalibration fit;
   if (dev && db && profile_calibrate_roofline(db, gpu, dev, NULL, &fit, NULL))

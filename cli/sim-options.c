@@ -333,6 +333,45 @@ static SimDType precision_dtype(SimPrecision p)
   return SIM_DTYPE_FP16;
 }
 
+gboolean cli_plan_roofline_params(const CliPlanOptions *p, SimPrecision prec,
+                                  SimRooflineParams *rp, GError **error)
+{
+  *rp = sim_roofline_params_default();
+  if (!isnan(p->gemm_efficiency))
+    rp->gemm_efficiency = p->gemm_efficiency;
+  if (!isnan(p->memory_efficiency))
+    rp->memory_efficiency = p->memory_efficiency;
+  if (!isnan(p->gemm_latency_us))
+    rp->gemm_latency = p->gemm_latency_us * 1e-6;
+  if (!isnan(p->gemm_k_overhead))
+    rp->gemm_k_overhead = p->gemm_k_overhead;
+  if (!isnan(p->gemm_unaligned_efficiency))
+    rp->gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
+  if (!isnan(p->gemm_ceiling))
+    rp->gemm_ceiling = p->gemm_ceiling;
+  if (!isnan(p->conv_efficiency))
+    rp->conv_efficiency = p->conv_efficiency;
+  if (!isnan(p->gather_efficiency))
+    rp->gather_efficiency = p->gather_efficiency;
+  if (!isnan(p->recurrent_efficiency))
+    rp->recurrent_efficiency = p->recurrent_efficiency;
+  if (!isnan(p->attention_efficiency))
+    rp->attention_efficiency = p->attention_efficiency;
+  if (!isnan(p->attention_bwd_efficiency))
+    rp->attention_bwd_efficiency = p->attention_bwd_efficiency;
+  if (!isnan(p->cuda_core_efficiency))
+    rp->cuda_core_efficiency = p->cuda_core_efficiency;
+  if (p->conv_layout && strcmp(p->conv_layout, "nchw") && strcmp(p->conv_layout, "nhwc")) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                "--conv-layout: unknown '%s'; expected nhwc or nchw", p->conv_layout);
+    return FALSE;
+  }
+  rp->conv_nchw = p->conv_layout && !strcmp(p->conv_layout, "nchw");
+  rp->tf32 = prec == SIM_PRECISION_TF32;
+  rp->fp8 = prec == SIM_PRECISION_FP8;
+  return TRUE;
+}
+
 gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
                           const CliPlanOptions *p, GError **error)
 {
@@ -390,40 +429,11 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
       }
     }
   }
-  SimRooflineParams rp = sim_roofline_params_default();
-  if (!isnan(p->gemm_efficiency))
-    rp.gemm_efficiency = p->gemm_efficiency;
-  if (!isnan(p->memory_efficiency))
-    rp.memory_efficiency = p->memory_efficiency;
-  if (!isnan(p->gemm_latency_us))
-    rp.gemm_latency = p->gemm_latency_us * 1e-6;
-  if (!isnan(p->gemm_k_overhead))
-    rp.gemm_k_overhead = p->gemm_k_overhead;
-  if (!isnan(p->gemm_unaligned_efficiency))
-    rp.gemm_unaligned_efficiency = p->gemm_unaligned_efficiency;
-  if (!isnan(p->gemm_ceiling))
-    rp.gemm_ceiling = p->gemm_ceiling;
-  if (!isnan(p->conv_efficiency))
-    rp.conv_efficiency = p->conv_efficiency;
-  if (!isnan(p->gather_efficiency))
-    rp.gather_efficiency = p->gather_efficiency;
-  if (!isnan(p->recurrent_efficiency))
-    rp.recurrent_efficiency = p->recurrent_efficiency;
-  if (!isnan(p->attention_efficiency))
-    rp.attention_efficiency = p->attention_efficiency;
-  if (!isnan(p->attention_bwd_efficiency))
-    rp.attention_bwd_efficiency = p->attention_bwd_efficiency;
-  if (!isnan(p->cuda_core_efficiency))
-    rp.cuda_core_efficiency = p->cuda_core_efficiency;
-  if (p->conv_layout && strcmp(p->conv_layout, "nchw") && strcmp(p->conv_layout, "nhwc")) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                "--conv-layout: unknown '%s'; expected nhwc or nchw", p->conv_layout);
+  SimRooflineParams rp;
+  if (!cli_plan_roofline_params(p, prec, &rp, error)) {
     cli_problem_clear(pb);
     return FALSE;
   }
-  rp.conv_nchw = p->conv_layout && !strcmp(p->conv_layout, "nchw");
-  rp.tf32 = prec == SIM_PRECISION_TF32;
-  rp.fp8 = prec == SIM_PRECISION_FP8;
   pb->cost = sim_cost_model_new_roofline(&rp);
   if (p->profile) {
     ProfileDb *db = profile_db_load(p->profile, error);

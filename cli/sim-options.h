@@ -52,6 +52,10 @@ typedef struct {
 gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, const char *machine,
                           const CliPlanOptions *p, GError **error);
 void cli_problem_clear(CliProblem *pb);
+/* The roofline's parameters the options give (the defaults where they give none) for a
+ * plan in precision @prec. */
+gboolean cli_plan_roofline_params(const CliPlanOptions *p, SimPrecision prec,
+                                  SimRooflineParams *rp, GError **error);
 
 /* Whether any of --dp/--tp/--pp/--microbatch-size/--microbatches was given: the plan is
  * then Megatron-style, as given. */

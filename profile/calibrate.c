@@ -223,6 +223,9 @@ gboolean profile_calibrate_roofline(const ProfileDb *db, const char *gpu,
   g_return_val_if_fail(db != NULL && gpu != NULL && dev != NULL && out != NULL, FALSE);
   memset(out, 0, sizeof *out);
   Problem pb = { .dev = dev, .base = start ? *start : sim_roofline_params_default() };
+  /* One GEMM and one convolution efficiency, whatever units the profile's kernels ran on
+   * (an fp32 profile's ran on the CUDA cores). */
+  pb.base.cuda_core_efficiency = 0;
   int n = profile_db_n_ops(db);
   pb.entries = g_new(const ProfileOpEntry *, MAX(n, 1));
   gboolean present[N_PARAMS] = { FALSE };

@@ -4,7 +4,11 @@
  * - peak_flops are dense (no structured sparsity) at the boost clock: fp32 on the CUDA
  *   cores (no TF32), fp16 and bf16 on the tensor cores where the device has them, fp8 only
  *   on Hopper.  tf32_flops is the tensor cores' TF32 rate (Ampere and Hopper), which fp32
- *   GEMMs and convolutions use when the framework allows it.  0 means the device cannot compute in that type; a cost model must not
+ *   GEMMs and convolutions use when the framework allows it.
+ * - matmul_fraction and matmul_fraction_fp8: the best fraction of the peak any matrix
+ *   product shape reached in S. Bekman's "Maximum Achievable Matmul FLOPS" tables
+ *   (github.com/stas00/ml-engineering, compute/accelerator: a search over shapes with
+ *   PyTorch's matmul, bf16 and fp8; the H200 figure is the GH200's, the same die).  0 means the device cannot compute in that type; a cost model must not
  *   price such a kernel on it.
  * - int32 and int64 carry the integer ALU rate of the CUDA cores (the whitepapers' "INT32
  *   TOPS", or the fp32 rate where a whitepaper gives none because integer and float
@@ -89,6 +93,7 @@ static const SimDeviceSpec library[] = {
     .sm_count = 108,
     .launch_overhead = 4e-6,
     .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
+    .matmul_fraction = 0.869, /* 271.2 of 312 TFLOP/s, bf16 (MAMF table) */
     .source = "NVIDIA A100 datasheet 2021 (40GB SXM: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 1555 GB/s); A100 whitepaper (19.5 TOPS int32, 108 SMs)",
   },
@@ -101,6 +106,7 @@ static const SimDeviceSpec library[] = {
     .sm_count = 108,
     .launch_overhead = 4e-6,
     .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
+    .matmul_fraction = 0.869, /* 271.2 of 312 TFLOP/s, bf16 (MAMF table) */
     .source = "NVIDIA A100 datasheet 2021 (80GB SXM: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 2039 GB/s); A100 whitepaper (19.5 TOPS int32, 108 SMs)",
   },
@@ -115,6 +121,7 @@ static const SimDeviceSpec library[] = {
     .sm_count = 108,
     .launch_overhead = 4e-6,
     .tf32_flops = 156 * TERA, /* TF32 tensor dense: A100 datasheet 2021 */
+    .matmul_fraction = 0.822, /* 256.4 of 312 TFLOP/s, A100 PCIe (MAMF table) */
     .source = "NVIDIA A100 datasheet 2021 (40GB PCIe: 19.5 TFLOPS fp32, 312 fp16/bf16 tensor "
               "dense, 1555 GB/s); A100 whitepaper",
   },
@@ -127,6 +134,8 @@ static const SimDeviceSpec library[] = {
     .sm_count = 132,
     .launch_overhead = 4e-6,
     .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
+    .matmul_fraction = 0.801, /* 792.1 of 989 TFLOP/s bf16 (MAMF table) */
+    .matmul_fraction_fp8 = 0.709, /* 1402.6 of 1979 TFLOP/s fp8 (MAMF table) */
     .source = "NVIDIA H100 datasheet 2023 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 3.35 TB/s); H100 whitepaper (66.9 fp32, "
               "989.4 fp16/bf16, 1978.9 fp8 dense, 33.5 TOPS int32, 132 SMs)",
@@ -141,6 +150,8 @@ static const SimDeviceSpec library[] = {
     .sm_count = 132,
     .launch_overhead = 4e-6,
     .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
+    .matmul_fraction = 0.830, /* 821.0 of 989 TFLOP/s bf16 on GH200 (MAMF table) */
+    .matmul_fraction_fp8 = 0.734, /* 1453.4 of 1979 TFLOP/s fp8 (MAMF table) */
     .source = "NVIDIA H200 datasheet 2024 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 141 GB, 4.8 TB/s); H100 whitepaper for the "
               "GH100 die (132 SMs, 33.5 TOPS int32)",
@@ -231,7 +242,8 @@ static gboolean spec_equal(const SimDeviceSpec *a, const SimDeviceSpec *b)
       return FALSE;
   return a->mem_bandwidth == b->mem_bandwidth && a->mem_capacity == b->mem_capacity &&
          a->sm_count == b->sm_count && a->launch_overhead == b->launch_overhead &&
-         a->tf32_flops == b->tf32_flops;
+         a->tf32_flops == b->tf32_flops && a->matmul_fraction == b->matmul_fraction &&
+         a->matmul_fraction_fp8 == b->matmul_fraction_fp8;
 }
 
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec)

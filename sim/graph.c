@@ -1508,6 +1508,18 @@ static gboolean attr_is_size(const char *name)
   return FALSE;
 }
 
+/* Attributes that came after profile databases were first written leave the key at
+ * their defaults, so that a shard measured before them keeps its entry. */
+static gboolean attr_left_out_at_default(const SimAttrSpec *spec, const SimAttrValue *v)
+{
+  static const char *const later[] = { "megatron_softmax", "kernel", "sparse" };
+  for (gsize i = 0; i < G_N_ELEMENTS(later); i++)
+    if (strcmp(spec->name, later[i]) == 0)
+      return (spec->type == SIM_ATTR_BOOL || spec->type == SIM_ATTR_INT ||
+              spec->type == SIM_ATTR_ENUM) && v->i[0] == (int64_t)spec->default_value;
+  return FALSE;
+}
+
 static void append_shard_shape(GString *s, const char *prefix, int i, int n,
                                const SimTensorMap *map, const SimShape *shape,
                                const int64_t *extent)
@@ -1542,7 +1554,7 @@ char *sim_graph_op_shard_key(const SimGraph *g, int op, const int64_t *extent)
   for (int i = 0; i < c->n_attrs; i++) {
     const SimAttrSpec *spec = &c->attrs[i];
     const SimAttrValue *v = &o->attrs[i];
-    if (attr_is_size(spec->name))
+    if (attr_is_size(spec->name) || attr_left_out_at_default(spec, v))
       continue;
     g_string_append_printf(s, "|%s=", spec->name);
     switch (spec->type) {

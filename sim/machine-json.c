@@ -287,7 +287,8 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
 {
   static const char *const keys[] = {
     "name", "vendor_name", "base", "peak_TFLOPS", "memory_bandwidth_GBps",
-    "memory_bandwidth_Gbps", "memory_GiB", "sm_count", "launch_overhead_us", "source", NULL,
+    "memory_bandwidth_Gbps", "memory_GiB", "sm_count", "launch_overhead_us", "source",
+    "matmul_fraction", "matmul_fraction_fp8", NULL,
   };
   if (!check_keys(r, o, path, keys))
     return NULL;
@@ -357,8 +358,17 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
   if (!member_bandwidth(r, o, path, "memory_bandwidth", !has_base, &spec.mem_bandwidth) ||
       !member_number(r, o, path, "memory_GiB", !has_base, FALSE, 1.0, &gib) ||
       !member_int(r, o, path, "sm_count", !has_base, 1, G_MAXINT, &spec.sm_count) ||
-      !member_latency(r, o, path, "launch_overhead_us", &spec.launch_overhead))
+      !member_latency(r, o, path, "launch_overhead_us", &spec.launch_overhead) ||
+      !member_number(r, o, path, "matmul_fraction", FALSE, TRUE, 1.0, &spec.matmul_fraction) ||
+      !member_number(r, o, path, "matmul_fraction_fp8", FALSE, TRUE, 1.0,
+                     &spec.matmul_fraction_fp8))
     return NULL;
+  if (spec.matmul_fraction > 1 || spec.matmul_fraction_fp8 > 1) {
+    g_autofree char *where = join(path, spec.matmul_fraction > 1 ? "matmul_fraction"
+                                                                 : "matmul_fraction_fp8");
+    fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
+    return NULL;
+  }
   spec.mem_capacity = (int64_t)llround(gib * GIB);
   return sim_device_spec_intern(&spec);
 }
@@ -947,6 +957,10 @@ static void write_gpu(Writer *w, const SimMachineDesc *d)
   g_string_append(w->s, buf);
   w_int(w, "sm_count", sp->sm_count);
   w_number(w, "launch_overhead_us", sp->launch_overhead, USEC);
+  if (sp->matmul_fraction > 0)
+    w_number(w, "matmul_fraction", sp->matmul_fraction, 1.0);
+  if (sp->matmul_fraction_fp8 > 0)
+    w_number(w, "matmul_fraction_fp8", sp->matmul_fraction_fp8, 1.0);
   w_string(w, "source", sp->source);
   w_close(w, '}');
 }

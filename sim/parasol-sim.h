@@ -400,6 +400,9 @@ typedef struct {
   /* Dense FLOP/s of fp32 GEMMs and convolutions on the tensor cores in TF32 (Ampere and
    * later); 0 where the device has no TF32, whose fp32 kernels run on the CUDA cores. */
   double tf32_flops;
+  /* The most any matrix product reaches on this device, as a fraction of the peak, in
+   * 16-bit types and in fp8: the best shape of a search over shapes (0: not measured). */
+  double matmul_fraction, matmul_fraction_fp8;
 } SimDeviceSpec;
 
 SIM_PUBLIC int sim_device_library_n(void);

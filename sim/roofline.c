@@ -191,11 +191,20 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
     flops = 2.0 * (double)MAX(k->batch, 1) * (double)k->m * (double)k->n * (double)k->k;
   double peak;
   gboolean tensor = on_tensor_cores(p, dev, k->dtype, &peak);
-  if (!tensor && p->cuda_core_efficiency > 0)
+  if (!tensor && p->cuda_core_efficiency > 0 &&
+      (k->kind == SIM_KERNEL_GEMM || k->kind == SIM_KERNEL_CONV))
     efficiency = p->cuda_core_efficiency;
+  /* No shape beats the best one the device was measured to run: its own figure for 16-bit
+   * and fp8 tensor-core products where known, else the parameter's. */
+  double cap = p->gemm_ceiling;
+  if (tensor && sim_dtype_size(k->dtype) == 2 && dev->matmul_fraction > 0)
+    cap = dev->matmul_fraction;
   if (p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 && sim_dtype_size(k->dtype) == 2 &&
-      dev->peak_flops[SIM_DTYPE_FP8] > 0)
+      dev->peak_flops[SIM_DTYPE_FP8] > 0) {
     peak = dev->peak_flops[SIM_DTYPE_FP8];
+    if (dev->matmul_fraction_fp8 > 0)
+      cap = dev->matmul_fraction_fp8;
+  }
   /* cuDNN pads a convolution's channels itself (sim/ops/conv.c): only GEMMs pay, and only
    * on the tensor cores, whose kernels load 16-byte vectors. */
   if (k->kind != SIM_KERNEL_CONV && tensor && p->gemm_unaligned_efficiency > 0 &&
@@ -203,7 +212,7 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
     efficiency *= p->gemm_unaligned_efficiency;
   double useful = flops;
   double memory = bound(bytes, dev->mem_bandwidth * p->memory_efficiency);
-  double ceiling = p->gemm_ceiling > 0.0 ? bound(useful, peak * p->gemm_ceiling) : 0.0;
+  double ceiling = cap > 0.0 ? bound(useful, peak * cap) : 0.0;
   gboolean shaped = k->m > 0 && k->n > 0 && k->k > 0;
 
   if (!p->tile_quantization || !shaped || (p->tile_m > 0 && p->tile_n > 0)) {

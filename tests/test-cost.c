@@ -114,22 +114,24 @@ Test(roofline, small_tiles_run_slower_on_tensor_cores_only)
 {
   SimDeviceSpec dev = a100();
   g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
-  /* 64 x 64 outputs over K = 256 in fp16: one 64 x 64 tile at half the rate (its reuse is
-   * 32 elements per load against 64 for 128 x 128), with K split 4 ways (slices of 64),
-   * 4 units in one wave: 108 * 2 * 64^2 * 64 FLOPs at 0.5 * 0.75 * 312 TFLOP/s = 0.484 us,
-   * and the traffic (64 * 256 * 2 + 64^2) * 2 B = 73.7 kB, 0.045 us; plus the partials'
-   * pass, (2 * 4 * 64^2 * 4 + 64^2 * 2) B = 139.3 kB, 0.085 us.  Splitting 2 ways (two
-   * units of 128 elements) takes twice the arithmetic time and saves less in the pass. */
+  /* 64 x 64 outputs over K = 256 in fp16.  Smaller tiles run slower (a 64 x 64 tile reuses
+   * 32 elements per load against 64 for 128 x 128, half the rate; 32 x 32 a quarter) but
+   * spread the work: four 32 x 32 tiles with K split 4 ways (slices of 64) are 16 units in
+   * one wave, 108 * 2 * 32^2 * 64 FLOPs at 0.25 * 0.75 * 312 TFLOP/s = 0.242 us, which
+   * beats one 64 x 64 tile split 4 ways (0.484 us); the traffic, (64 * 256 * 2 + 64^2) *
+   * 2 B = 73.7 kB, takes 0.045 us; the partials' pass, (2 * 4 * 64^2 * 4 + 64^2 * 2) B =
+   * 139.3 kB, 0.085 us. */
   SimKernel k = gemm(SIM_DTYPE_FP16, 1, 64, 64, 256);
-  double compute = 108.0 * 2 * 64 * 64 * 64 / (0.5 * 0.75 * 312e12);
+  double compute = 108.0 * 2 * 32 * 32 * 64 / (0.25 * 0.75 * 312e12);
   double reduce = (2.0 * 4 * 64 * 64 * 4 + 64.0 * 64 * 2) / (2039e9 * 0.8);
   assert_close(sim_cost_model_kernel_time(m, &dev, &k), compute + reduce + 5e-6);
-  /* In fp32 on the CUDA cores the 64 x 64 tile runs at the full rate: 108 * 2 * 64^2 *
-   * 64 FLOPs at 0.75 * 19.5 TFLOP/s = 3.87 us, split 4 ways the same. */
+  /* In fp32 on the CUDA cores every tile runs at the full rate (at the CUDA cores'
+   * efficiency), so the four 32 x 32 tiles split 4 ways take a quarter of what one 64 x 64
+   * tile would: 108 * 2 * 32^2 * 64 FLOPs at 0.8 * 19.5 TFLOP/s = 0.907 us. */
   SimKernel f = gemm(SIM_DTYPE_FP32, 1, 64, 64, 256);
   double reduce32 = (2.0 * 4 * 64 * 64 * 4 + 64.0 * 64 * 4) / (2039e9 * 0.8);
   assert_close(sim_cost_model_kernel_time(m, &dev, &f),
-               108.0 * 2 * 64 * 64 * 64 / (0.75 * 19.5e12) + reduce32 + 5e-6);
+               108.0 * 2 * 32 * 32 * 64 / (0.8 * 19.5e12) + reduce32 + 5e-6);
 }
 
 Test(roofline, tf32_runs_fp32_gemms_on_the_tensor_cores)
@@ -142,10 +144,11 @@ Test(roofline, tf32_runs_fp32_gemms_on_the_tensor_cores)
   g_autoptr(SimCostModel) tf32 = sim_cost_model_new_roofline(&p);
   /* 4096^3 in TF32: 1080 / 1024 of 2 * 4096^3 FLOPs (128 x 128 tiles or larger) at 0.75
    * of 156 TFLOP/s.  On the CUDA cores, where every tile runs at full rate, 128 x 64
-   * tiles waste least (2048 tiles in 19 waves of 108: 2052 / 2048), at 0.75 of 19.5. */
+   * tiles waste least (2048 tiles in 19 waves of 108: 2052 / 2048), at the CUDA cores'
+   * 0.8 of 19.5. */
   SimKernel k = gemm(SIM_DTYPE_FP32, 1, 4096, 4096, 4096);
   double work = 2.0 * 4096.0 * 4096.0 * 4096.0;
-  double cuda_cores = work * 2052.0 / 2048.0 / (19.5e12 * 0.75) + 5e-6;
+  double cuda_cores = work * 2052.0 / 2048.0 / (19.5e12 * 0.8) + 5e-6;
   assert_close(sim_cost_model_kernel_time(fp32, &dev, &k), cuda_cores);
   assert_close(sim_cost_model_kernel_time(tf32, &dev, &k),
                work * 1080.0 / 1024.0 / (156e12 * 0.75) + 5e-6);
@@ -370,11 +373,11 @@ Test(roofline, dtypes_without_a_peak_use_fp32)
   SimDeviceSpec dev = a100();
   SimRooflineParams p = no_quantization();
   g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
-  /* No fp8 peak on this device: fp8 GEMMs run at the fp32 rate. */
+  /* No fp8 peak on this device: fp8 GEMMs run at the fp32 rate, on the CUDA cores. */
   SimKernel k = gemm(SIM_DTYPE_FP8, 1, 4096, 4096, 4096);
   k.bytes = 0;
   assert_close(sim_cost_model_kernel_time(m, &dev, &k),
-               2.0 * 4096.0 * 4096.0 * 4096.0 / (19.5e12 * 0.75) + 5e-6);
+               2.0 * 4096.0 * 4096.0 * 4096.0 / (19.5e12 * 0.8) + 5e-6);
 }
 
 /* The roofline is pure: concurrent callers get what one caller gets. */

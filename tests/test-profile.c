@@ -403,6 +403,7 @@ Test(calibrate, recovers_known_efficiencies)
   truth.memory_efficiency = 0.7;
   truth.gather_efficiency = 0.33;
   truth.recurrent_efficiency = 0.21;
+  truth.cuda_core_efficiency = 0; /* the fp32 kernels take the GEMM and conv efficiencies */
   g_autoptr(SimCostModel) roof = sim_cost_model_new_roofline(&truth);
   g_autoptr(ProfileDb) db = profile_db_new();
   ProfileEnumerateOptions eo = { .n_devices = 4 };

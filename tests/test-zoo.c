@@ -452,8 +452,11 @@ Test(transformer, parameters)
  * 171,392 and the top MLP 479-1024-1024-512-256-1 2,197,505 parameters. */
 Test(recsys, dlrm)
 {
-  g_autoptr(SimGraph) g = build("dlrm", "batch=16");
+  g_autoptr(SimGraph) g = build("dlrm", "batch=16,align=1");
   cr_assert_eq(sim_graph_n_params(g), 24034227072LL + 171392 + 2197505);
+  /* NVIDIA's implementation pads the top MLP's 479 inputs to 480: one more weight row. */
+  g_autoptr(SimGraph) padded = build("dlrm", "batch=16");
+  cr_assert_eq(sim_graph_n_params(padded), 24034227072LL + 171392 + 2197505 + 1024);
   cr_assert_eq(count_ops(g, SIM_OP_EMBEDDING), 26);
   /* 27 feature vectors interact pairwise: 351 dot products plus the 128 dense ones. */
   int top = sim_graph_op_by_name(g, "top.fc0");
@@ -461,7 +464,7 @@ Test(recsys, dlrm)
   cr_assert(in.ndim == 2 && in.dims[1] == 479, "top MLP input %" G_GINT64_FORMAT, in.dims[1]);
 
   /* rows=1M caps every table at one million rows. */
-  g_autoptr(SimGraph) small = build("dlrm", "rows=1M");
+  g_autoptr(SimGraph) small = build("dlrm", "rows=1M,align=1");
   int64_t rows = 0;
   static const int64_t tb[] = { 39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63,
                                 38532951, 2953546, 403346, 10, 2208, 11938, 155, 4, 976, 14,
