@@ -137,6 +137,72 @@ Test(cli, measurement_and_execution_numbers_are_checked)
   cr_expect(!g_file_test("unused.json", G_FILE_TEST_EXISTS));
 }
 
+Test(cli, framework_options_are_checked)
+{
+  expect_refused(run("simulate", SMALL_GPT, "--precision", "fp8", NULL),
+                 "--precision fp8: the a100-80gb GPUs of machine dgx-a100:1 have no FP8");
+  expect_refused(run("simulate", SMALL_GPT, "--precision", "int4", NULL),
+                 "expected mixed-fp16, mixed-bf16, fp32, tf32 or fp8");
+  expect_refused(run("simulate", SMALL_GPT, "--attention", "sdpa", NULL),
+                 "--attention: unknown 'sdpa'; expected flash, fused, unfused or megatron");
+  expect_refused(run("simulate", SMALL_GPT, "--conv-layout", "chwn", NULL),
+                 "--conv-layout: unknown 'chwn'");
+  expect_refused(run("simulate", "--model", "bert-large", "--param", "head=3", NULL),
+                 "head is 3; expected 1 (masked-LM) or 2");
+  /* TF32 and fp8 are accepted where the GPUs have them. */
+  Run ok = run("simulate", SMALL_GPT, "--precision", "tf32", "--attention", "flash", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+  ok = run("simulate", "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16,vocab=1000",
+           "--machine", "dgx-h100", "--global-batch", "8", "--precision", "fp8", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+}
+
+Test(cli, a_calibration_file_is_checked_and_named)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cal-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "cal.json", NULL);
+  static const struct {
+    const char *text, *expect;
+  } cases[] = {
+    { "{", "cal.json:" },
+    { "{\"format\": \"other\"}", "expected a JSON object with \"format\": \"parasol-calibration\"" },
+    { "{\"format\": \"parasol-calibration\", \"parameters\": 3}", "cal.json: parameters: expected an object" },
+    { "{\"format\": \"parasol-calibration\", \"parameters\": {\"gemm-efficiency\": {\"value\": 1.5}}}",
+      "parameters.gemm-efficiency.value: expected a fraction in (0, 1]" },
+    { "{\"format\": \"parasol-calibration\", \"parameters\": {\"warp-speed\": {\"value\": 1}}}",
+      "parameters.warp-speed: 'warp-speed' is not a parameter" },
+    { "{\"format\": \"parasol-calibration\", \"parameters\": {\"attention\": {\"value\": \"fast\"}}}",
+      "parameters.attention.value: expected flash, fused, unfused or megatron" },
+    { "{\"format\": \"parasol-calibration\", \"parameters\": {\"host-overhead-us\": {}}}",
+      "parameters.host-overhead-us: expected an object with a \"value\"" },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(cases); i++) {
+    cr_assert(g_file_set_contents(path, cases[i].text, -1, NULL));
+    expect_refused(run("simulate", SMALL_GPT, "--calibration", path, NULL), cases[i].expect);
+  }
+  expect_refused(run("simulate", SMALL_GPT, "--calibration", "/nonexistent/cal.json", NULL),
+                 "/nonexistent/cal.json");
+  /* A good file's values stand for the options not given, and an option given wins. */
+  cr_assert(g_file_set_contents(path,
+                                "{\"format\": \"parasol-calibration\", \"parameters\": "
+                                "{\"host-overhead-us\": {\"value\": 1000}}}", -1, NULL));
+  Run slow = run("simulate", SMALL_GPT, "--calibration", path, "--json", NULL);
+  Run fast = run("simulate", SMALL_GPT, "--calibration", path, "--host-overhead-us", "0", "--json",
+                 NULL);
+  Run plain = run("simulate", SMALL_GPT, "--json", NULL);
+  cr_assert_eq(slow.status, 0, "%s", slow.err);
+  cr_assert_eq(fast.status, 0, "%s", fast.err);
+  cr_assert_str_eq(fast.out, plain.out, "--host-overhead-us 0 overrides the file");
+  cr_assert_str_neq(slow.out, plain.out, "the file's 1 ms a kernel slows the iteration");
+  run_clear(&slow);
+  run_clear(&fast);
+  run_clear(&plain);
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
 Test(cli, unknown_names)
 {
   expect_refused(run("simulate", "--model", "no-such-model", NULL), "unknown model 'no-such-model'");

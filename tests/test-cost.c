@@ -380,6 +380,74 @@ Test(roofline, dtypes_without_a_peak_use_fp32)
                2.0 * 4096.0 * 4096.0 * 4096.0 / (19.5e12 * 0.8) + 5e-6);
 }
 
+Test(roofline, flash_attention_runs_its_tiles_in_waves)
+{
+  SimDeviceSpec dev = a100();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 16 heads of 64 over 4096 queries and keys: 32 blocks of 128 queries a head, 512 in
+   * all, in ceil(512 / 108) = 5 waves; each block visits the 32 key blocks, a pair costing
+   * 4 * 128^2 * 64 FLOPs at 0.7 * 312 TFLOP/s / 108 an SM: 160 pairs' time, 331.9 us. */
+  SimKernel k = { .kind = SIM_KERNEL_ATTENTION, .dtype = SIM_DTYPE_FP16, .batch = 16,
+                  .m = 4096, .n = 4096, .k = 64, .steps = 1, .bytes = 1e6 };
+  double pair = 4.0 * 128 * 128 * 64, per_sm = 0.7 * 312e12 / 108;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), 5 * 32 * pair / per_sm + 5e-6);
+  /* Causal: block i visits i + 1 key blocks, 16.5 on average: the waves hold 5 x 16.5
+   * pairs' time, more than the longest block's 32. */
+  k.flags = SIM_KERNEL_CAUSAL;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), 5 * 16.5 * pair / per_sm + 5e-6);
+  /* Backward: 2.5 times the FLOPs a pair, at 0.55 of the peak. */
+  k.flags = SIM_KERNEL_CAUSAL | SIM_KERNEL_BACKWARD;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               5 * 16.5 * 2.5 * pair / (0.55 * 312e12 / 108) + 5e-6);
+  /* One head of 1024 queries: 8 blocks on 108 SMs, one wave as long as a block's 8 pairs
+   * (causal: the last block's 8, not the mean 4.5). */
+  SimKernel one = { .kind = SIM_KERNEL_ATTENTION, .dtype = SIM_DTYPE_FP16, .batch = 1,
+                    .m = 1024, .n = 1024, .k = 64, .steps = 1, .flags = SIM_KERNEL_CAUSAL };
+  assert_close(sim_cost_model_kernel_time(m, &dev, &one), 8 * pair / per_sm + 5e-6);
+}
+
+Test(roofline, nchw_convolutions_transpose_around_tensor_core_kernels)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = sim_roofline_params_default();
+  g_autoptr(SimCostModel) nhwc = sim_cost_model_new_roofline(&p);
+  p.conv_nchw = TRUE;
+  g_autoptr(SimCostModel) nchw = sim_cost_model_new_roofline(&p);
+  /* A 3x3 convolution as m = 32*56*56, n = 256, k = 256*9 in fp16 that moves 100 MB: in
+   * NCHW its operands are read and written once more (200 MB at 0.8 * 2039 GB/s) by two
+   * more kernels. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 100352, 256, 2304);
+  k.kind = SIM_KERNEL_CONV;
+  k.bytes = 100e6;
+  assert_close(sim_cost_model_kernel_time(nchw, &dev, &k),
+               sim_cost_model_kernel_time(nhwc, &dev, &k) + 200e6 / (2039e9 * 0.8) + 10e-6);
+  /* fp32 on the CUDA cores runs NCHW natively. */
+  k.dtype = SIM_DTYPE_FP32;
+  assert_close(sim_cost_model_kernel_time(nchw, &dev, &k),
+               sim_cost_model_kernel_time(nhwc, &dev, &k));
+}
+
+Test(roofline, the_devices_best_matmul_caps_every_shape)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = sim_roofline_params_default();
+  p.gemm_efficiency = 1.0;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* At full efficiency a 4096^3 fp16 GEMM takes 1080 / 1024 of its FLOPs at the peak;
+   * a device measured never to pass 0.8 of the peak caps it at that rate. */
+  SimKernel k = gemm(SIM_DTYPE_FP16, 1, 4096, 4096, 4096);
+  double work = 2.0 * 4096.0 * 4096.0 * 4096.0;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), work * 1080 / 1024 / 312e12 + 5e-6);
+  dev.matmul_fraction = 0.8;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k), work / (0.8 * 312e12) + 5e-6);
+  /* The cap is for 16-bit products: fp32 on the CUDA cores keeps its own rate. */
+  SimKernel f = gemm(SIM_DTYPE_FP32, 1, 4096, 4096, 4096);
+  dev.matmul_fraction = 0;
+  double before = sim_cost_model_kernel_time(m, &dev, &f);
+  dev.matmul_fraction = 0.1;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &f), before);
+}
+
 /* The roofline is pure: concurrent callers get what one caller gets. */
 typedef struct {
   SimCostModel *m;

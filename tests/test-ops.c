@@ -666,6 +666,41 @@ Test(embedding, bags)
   cr_assert_float_eq(sim_graph_op_forward_flops(g, op), 64.0 * 20 * 16, 1e-9);
 }
 
+Test(embedding, sparse_gradients_touch_only_the_looked_up_rows)
+{
+  /* 4096 lookups of 128-wide rows in a table of 10 M rows, fp32. */
+  int64_t V = 10000000, D = 128, B = 4096;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int ids = INPUT(g, "ids", SIM_DTYPE_INT64, B, 1);
+  g_autoptr(SimAttrs) at = sim_attrs_new(SIM_OP_EMBEDDING);
+  cr_assert(sim_attrs_set_int(at, "vocab", V, NULL));
+  cr_assert(sim_attrs_set_int(at, "dim", D, NULL));
+  GError *err = NULL;
+  int dense = sim_graph_add_op(g, SIM_OP_EMBEDDING, "dense", 1, &ids, at, &err);
+  cr_assert(dense >= 0, "%s", err ? err->message : "");
+  cr_assert(sim_attrs_set_int(at, "sparse", 1, NULL));
+  int sparse = sim_graph_add_op(g, SIM_OP_EMBEDDING, "sparse", 1, &ids, at, NULL);
+  cr_assert(dense >= 0 && sparse >= 0);
+  SimWork w;
+  /* Dense: the whole table's gradient zero-filled (10 M x 128 x 4 B), then the lookups
+   * added in. */
+  sim_graph_op_work(g, dense, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 2);
+  cr_assert_float_eq(w.k[0].bytes, (double)V * D * 4, 1);
+  /* Sparse: the ids (8 B), dy (4096 x 128 x 4 B) and the gradient rows with their ids. */
+  sim_graph_op_work(g, sparse, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_float_eq(w.k[0].bytes, B * 8.0 + B * D * 4.0 + B * (D * 4.0 + 8), 1);
+  /* The update: dense steps all 1.28 G parameters (Adam, 8 accesses of 4 B); sparse
+   * coalesces the 4096 ids and steps their rows (SGD, 3 accesses of 4 B). */
+  sim_graph_op_work(g, dense, NULL, SIM_PASS_UPDATE, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_float_eq(w.k[0].bytes, (double)V * D * 32, 1);
+  sim_graph_op_work(g, sparse, NULL, SIM_PASS_UPDATE, &w);
+  cr_assert_eq(w.n, 2);
+  cr_assert_float_eq(w.k[1].bytes, (double)B * D * 12, 1);
+}
+
 Test(embedding, rejections)
 {
   g_autoptr(SimGraph) g = sim_graph_new("t");
@@ -1107,6 +1142,82 @@ Test(attention, megatron_fused_softmax_or_the_fp32_path)
   cr_assert(long_seq >= 0);
   sim_graph_op_work(g, long_seq, NULL, SIM_PASS_FORWARD, &w);
   cr_assert_eq(w.n, 10);
+}
+
+Test(attention, flash_keeps_no_scores_and_runs_one_kernel_each_way)
+{
+  /* Sequences of 4096, 16 heads of 64, causal, dropout 0.1, fp16; a shard of 1 sample. */
+  int64_t s = 4096, d = 1024, H = 16, e = 64;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 1, s, d);
+  g_autoptr(SimAttrs) at = sim_attrs_new(SIM_OP_ATTENTION);
+  cr_assert(sim_attrs_set_int(at, "heads", H, NULL));
+  cr_assert(sim_attrs_set_int(at, "head_dim", e, NULL));
+  cr_assert(sim_attrs_set_int(at, "causal", 1, NULL));
+  cr_assert(sim_attrs_set_float(at, "dropout", 0.1, NULL));
+  cr_assert(sim_attrs_set_int(at, "megatron_softmax", 1, NULL));
+  int op = sim_graph_add_op(g, SIM_OP_ATTENTION, "attn", 3, (int[]){ x, x, x }, at, NULL);
+  cr_assert(op >= 0);
+  const SimOpClass *c = sim_op_class(SIM_OP_ATTENTION);
+  int64_t megatron_saved = c->saved_bytes(sim_graph_op_get(g, op), NULL);
+  /* Megatron's path at 4,096 keys keeps fp32 P (4 B), the dropout mask (1 B) and its
+   * output (2 B) for each of the 16 x 4096^2 scores. */
+  double scores = (double)H * s * s;
+  sim_graph_set_attention_kernel(g, SIM_ATTENTION_FLASH);
+  int64_t flash_saved = c->saved_bytes(sim_graph_op_get(g, op), NULL);
+  /* FlashAttention keeps the output (s x d, fp16) and the fp32 log-sum-exp of each row of
+   * each head instead. */
+  cr_assert_eq(megatron_saved - flash_saved, (int64_t)(7 * scores) - (2 * s * d + 4 * H * s));
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  /* The fused QKV projection, the flash kernel, the output projection. */
+  cr_assert_eq(w.n, 3);
+  cr_assert_eq(w.k[1].kind, SIM_KERNEL_ATTENTION);
+  cr_assert_eq(w.k[1].batch, H);
+  cr_assert_eq(w.k[1].m, s);
+  cr_assert_eq(w.k[1].n, s);
+  cr_assert_eq(w.k[1].k, e);
+  cr_assert_eq(w.k[1].flags, SIM_KERNEL_CAUSAL);
+  cr_assert_float_eq(w.k[1].flops, 4 * scores * e, 1);
+  /* It reads Q, K and V and writes O (2 B each) and the row statistics: nothing of the
+   * scores' size. */
+  cr_assert_float_eq(w.k[1].bytes, 4.0 * s * d * 2 + 4.0 * H * s, 1);
+  sim_graph_op_work(g, op, NULL, SIM_PASS_BACKWARD, &w);
+  int flash = -1;
+  for (int i = 0; i < w.n; i++)
+    if (w.k[i].kind == SIM_KERNEL_ATTENTION)
+      flash = i;
+  cr_assert(flash >= 0);
+  cr_assert_eq(w.k[flash].flags, SIM_KERNEL_CAUSAL | SIM_KERNEL_BACKWARD);
+  cr_assert_float_eq(w.k[flash].flops, 2.5 * 4 * scores * e, 1);
+  for (int i = 0; i < w.n; i++)
+    cr_assert_lt(w.k[i].bytes, scores, "kernel %d moves score-sized data", i);
+  /* The kernel names travel through the graph's attribute. */
+  cr_assert_str_eq(sim_attention_kernel_name(SIM_ATTENTION_FLASH), "flash");
+  cr_assert_eq(sim_attention_kernel_from_name("unfused"), SIM_ATTENTION_UNFUSED);
+  cr_assert_eq(sim_attention_kernel_from_name("sdpa"), -1);
+}
+
+Test(attention, framework_kernels_order_their_traffic)
+{
+  /* The same attention run unfused, fused and Megatron's way at 1,024 keys (where
+   * Megatron's kernel applies): the unfused path moves the most bytes over the scores,
+   * Megatron's fused kernel as many as the fused one. */
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_FP16, 4, 1024, 1024);
+  int op = sim_graph_attention(g, "attn", x, x, x, 16, 64, TRUE);
+  cr_assert(op >= 0);
+  op = op_of(g, op);
+  double bytes[SIM_ATTENTION_COUNT];
+  for (int k = 0; k < SIM_ATTENTION_COUNT; k++) {
+    sim_graph_set_attention_kernel(g, (SimAttentionKernel)k);
+    SimWork w;
+    sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+    bytes[k] = sim_work_bytes(&w);
+  }
+  cr_assert_gt(bytes[SIM_ATTENTION_UNFUSED], bytes[SIM_ATTENTION_FUSED]);
+  cr_assert_float_eq(bytes[SIM_ATTENTION_MEGATRON], bytes[SIM_ATTENTION_FUSED], 1);
+  cr_assert_lt(bytes[SIM_ATTENTION_FLASH], bytes[SIM_ATTENTION_FUSED] / 4);
 }
 
 Test(attention, rejections)

@@ -154,7 +154,7 @@ Test(registry, names_descriptions_and_batch)
   }
   static const char *const required[] = {
     "mlp", "alexnet", "vgg-16", "resnet-50", "resnet-101", "resnet-152", "resnext-50",
-    "inception-v3", "rnntc", "rnnlm", "nmt", "bert-base", "bert-large", "gpt", "gpt2-1.5b",
+    "resnext-101", "inception-v3", "rnntc", "rnnlm", "nmt", "gnmt", "bert-base", "bert-large", "gpt", "gpt2-1.5b",
     "gpt3-1.3b", "gpt3-175b", "megatron-1.7b", "megatron-1t", "dlrm", "xdl", "candle-uno",
     "transformer",
   };
@@ -256,6 +256,10 @@ Test(cnn, resnet101) { check_cnn("resnet-101", 44549160, 7.80, 0.03); }
 Test(cnn, resnet152) { check_cnn("resnet-152", 60192808, 11.51, 0.03); }
 /* Xie et al. 2017 table 1 gives 25.0 M and 4.2 GFLOPs (MACs); torchvision 4.23. */
 Test(cnn, resnext50) { check_cnn("resnext-50", 25028904, 4.23, 0.03); }
+/* NVIDIA's ResNeXt101-32x4d (DeepLearningExamples) and torchvision's: 44.18 M parameters,
+ * 8.0 GMACs per 224x224 image (Xie et al. 2017 table 5 give 7.8 G for the 32x4d ResNeXt-101
+ * without counting the classifier). */
+Test(cnn, resnext101) { check_cnn("resnext-101", 44177704, 8.0, 0.03); }
 /* torchvision's inception_v3 has 27,161,264 parameters with the auxiliary classifier,
  * whose 3,326,696 (conv 768->128 1x1 + BN, conv 128->768 5x5 + BN, fc 768->1000) this
  * graph leaves out; 5.71 GMACs at 299x299, measured without it. */
@@ -429,6 +433,43 @@ Test(bert, parameters)
 
   g_autoptr(GError) error = build_error("bert-base", "seq=1024");
   cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_INVALID));
+}
+
+/* BERT's variants: the SQuAD span head (2 logits a token, 2050 parameters) in place of the
+ * MLM head (h^2 + h transform, 2h norm, V bias), and the head seeing only the masked
+ * positions, which leaves the parameters alone and the head's FLOPs in proportion. */
+Test(bert, heads)
+{
+  g_autoptr(SimGraph) mlm = build("bert-large", "batch=8,seq=128");
+  g_autoptr(SimGraph) qa = build("bert-large", "batch=8,seq=128,head=2");
+  int64_t h = 1024, V = 30522;
+  cr_assert_eq(sim_graph_n_params(mlm) - sim_graph_n_params(qa),
+               (h * h + h) + 2 * h + V - (2 * h + 2));
+  g_autoptr(SimGraph) masked = build("bert-large", "batch=8,seq=128,predictions=20");
+  cr_assert_eq(sim_graph_n_params(masked), sim_graph_n_params(mlm));
+  /* The decoder's FLOPs (2 h V a position, forward) fall from 128 positions to 20. */
+  double dec = 2.0 * h * V * 8;
+  assert_close(sim_graph_forward_flops(mlm) - sim_graph_forward_flops(masked),
+               dec * (128 - 20) + 2.0 * h * h * 8 * (128 - 20), 0.01, "masked head");
+}
+
+/* GNMT v2 as NVIDIA trains it: a shared embedding of 32,320 x 1024, the encoder's
+ * bidirectional first layer (two LSTMs of (1024 + 1024) x 4096 + 4096), a layer over
+ * their 2048-wide output ((2048 + 1024) x 4096 + 4096) and two more of 1024, the
+ * attention's four 1024 x 1024 projections with biases, the decoder's first layer and
+ * three over the output and the context ((2048 + 1024) x 4096 + 4096), and the
+ * classifier (1024 x 32,320 + 32,320): 162,733,632 (NVIDIA quotes about 160 M). */
+Test(rnn, gnmt)
+{
+  g_autoptr(SimGraph) g = build("gnmt", "batch=8");
+  int64_t h = 1024, V = 32320;
+  int64_t lstm1 = (h + h) * 4 * h + 4 * h, lstm2 = (2 * h + h) * 4 * h + 4 * h;
+  int64_t want = V * h + 2 * lstm1 + lstm2 + 2 * lstm1 + 4 * h * h + 4 * h + lstm1 +
+                 3 * lstm2 + h * V + V;
+  cr_assert_eq(sim_graph_n_params(g), want);
+  cr_assert_eq(want, 162733632);
+  cr_assert_eq(count_ops(g, SIM_OP_LSTM), 9);
+  cr_assert_eq(sim_graph_tokens_per_sample(g), 100, "source and target tokens");
 }
 
 /* Transformer base, d = 512, d_ff = 2048, V = 37000 shared by both embeddings and the
