@@ -30,6 +30,7 @@ void cli_plan_options_clear(CliPlanOptions *p)
   g_free(p->allreduce_table);
   g_free(p->attention);
   g_free(p->conv_layout);
+  g_free(p->gemm_tile);
   g_free(p->calibration);
   cli_plan_options_init(p);
 }
@@ -134,6 +135,26 @@ static gboolean calibration_fail(GError **error, const char *file, const char *p
   return FALSE;
 }
 
+/* "auto" (0 x 0: each GEMM takes its best tile and split) or "MxN" with M, N in 1..1024. */
+static gboolean parse_tile(const char *s, int *tm, int *tn)
+{
+  if (!strcmp(s, "auto")) {
+    *tm = *tn = 0;
+    return TRUE;
+  }
+  char *end = NULL;
+  gint64 m = g_ascii_strtoll(s, &end, 10);
+  if (!end || *end != 'x' || m < 1 || m > 1024)
+    return FALSE;
+  const char *rest = end + 1;
+  gint64 n = g_ascii_strtoll(rest, &end, 10);
+  if (!end || *end || end == rest || n < 1 || n > 1024)
+    return FALSE;
+  *tm = (int)m;
+  *tn = (int)n;
+  return TRUE;
+}
+
 static gboolean apply_parameter(CliPlanOptions *p, const char *file, const char *name,
                                 JsonNode *value, GError **error)
 {
@@ -145,6 +166,17 @@ static gboolean apply_parameter(CliPlanOptions *p, const char *file, const char 
                               "expected flash, fused, unfused or megatron");
     if (!p->attention)
       p->attention = g_strdup(json_node_get_string(value));
+    return TRUE;
+  }
+  if (!strcmp(name, "gemm-tile")) {
+    const char *v = JSON_NODE_HOLDS_VALUE(value) &&
+                        json_node_get_value_type(value) == G_TYPE_STRING
+                      ? json_node_get_string(value) : NULL;
+    int tm, tn;
+    if (!v || !parse_tile(v, &tm, &tn))
+      return calibration_fail(error, file, place, "expected auto or MxN, as 128x128");
+    if (!p->gemm_tile)
+      p->gemm_tile = g_strdup(v);
     return TRUE;
   }
   if (!strcmp(name, "conv-layout")) {
@@ -255,6 +287,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "schedule", 0, 0, G_OPTION_ARG_STRING, &p->schedule, "1f1b (default), gpipe or interleaved:V", "S" },
     { "recompute", 0, 0, G_OPTION_ARG_STRING, &p->recompute, "none (default), selective or full", "R" },
     { "precision", 0, 0, G_OPTION_ARG_STRING, &p->precision, "mixed-fp16 (default; PyTorch's AMP), mixed-bf16, fp32 (PyTorch's default for matrix products), tf32 (fp32 with GEMMs and convolutions on TF32 tensor cores: PyTorch's default for convolutions on A100 and H100, and for both in NVIDIA's containers) or fp8 (mixed bf16 with the linear layers in FP8, as Transformer Engine runs them; H100 and H200)", "P" },
+    { "gemm-tile", 0, 0, G_OPTION_ARG_STRING, &p->gemm_tile, "GEMM output tiles: auto (default: each GEMM takes the tile shape and split of its reduction that finish first, as cuBLAS's heuristics choose) or MxN, one tile for all, never split", "T" },
     { "conv-layout", 0, 0, G_OPTION_ARG_STRING, &p->conv_layout, "Layout of convolutional networks' tensors: nhwc (default; PyTorch's channels_last, as NVIDIA's mixed-precision examples train) or nchw (PyTorch's default, whose tensor-core convolutions transpose around each kernel)", "L" },
     { "attention", 0, 0, G_OPTION_ARG_STRING, &p->attention, "How attention runs: flash (FlashAttention: PyTorch's scaled_dot_product_attention on A100 and H100, Megatron-Core, NeMo), fused (one softmax kernel, scores in memory), unfused (PyTorch's eager path) or megatron (Megatron-LM's fused softmax up to 2,048 keys, else unfused fp32); default: the model's (GPT: megatron, the others: fused)", "K" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
@@ -367,6 +400,12 @@ gboolean cli_plan_roofline_params(const CliPlanOptions *p, SimPrecision prec,
     return FALSE;
   }
   rp->conv_nchw = p->conv_layout && !strcmp(p->conv_layout, "nchw");
+  if (p->gemm_tile && !parse_tile(p->gemm_tile, &rp->tile_m, &rp->tile_n)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--gemm-tile %s: expected auto or MxN with M and N from 1 to 1024, as 128x128",
+                p->gemm_tile);
+    return FALSE;
+  }
   rp->tf32 = prec == SIM_PRECISION_TF32;
   rp->fp8 = prec == SIM_PRECISION_FP8;
   return TRUE;

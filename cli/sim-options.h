@@ -18,6 +18,7 @@ typedef struct {
   double attention_efficiency, attention_bwd_efficiency, cuda_core_efficiency;
   char *attention;              /* the attention kernels (--attention); NULL: the model's */
   char *conv_layout;            /* nchw or nhwc (--conv-layout); NULL: nhwc              */
+  char *gemm_tile;              /* MxN or auto (--gemm-tile); NULL: auto                */
   char *calibration;            /* a file of fitted parameters (--calibration)          */
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
   char *allreduce_table;        /* measured all-reduce times inside a node            */
