@@ -168,6 +168,32 @@ static gboolean apply_parameter(CliPlanOptions *p, const char *file, const char 
       p->attention = g_strdup(json_node_get_string(value));
     return TRUE;
   }
+  if (g_str_has_prefix(name, "memory-efficiency.")) {
+    /* memory-efficiency.OP.PASS: one framework kernel's fraction of the bandwidth. */
+    g_auto(GStrv) parts = g_strsplit(name + strlen("memory-efficiency."), ".", -1);
+    int type = -1, pass = -1;
+    if (g_strv_length(parts) == 2) {
+      for (int t = 0; t < SIM_OP_COUNT; t++)
+        if (!strcmp(parts[0], sim_op_type_name((SimOpType)t)))
+          type = t;
+      for (int q = 0; q < SIM_PASS_COUNT; q++)
+        if (!strcmp(parts[1], sim_pass_name((SimPass)q)))
+          pass = q;
+    }
+    g_autofree char *at = g_strdup_printf("parameters.%s", name);
+    if (type < 0 || pass < 0)
+      return calibration_fail(error, file, at,
+                              "expected memory-efficiency.OP.PASS with an operator type "
+                              "(parasol model show lists them) and forward, backward or update");
+    if (!JSON_NODE_HOLDS_VALUE(value) ||
+        (json_node_get_value_type(value) != G_TYPE_DOUBLE &&
+         json_node_get_value_type(value) != G_TYPE_INT64) ||
+        !fraction(json_node_get_double(value)))
+      return calibration_fail(error, file, place, "expected a fraction in (0, 1]");
+    if (p->memory_efficiency_by_op[type][pass] == 0)
+      p->memory_efficiency_by_op[type][pass] = json_node_get_double(value);
+    return TRUE;
+  }
   if (!strcmp(name, "gemm-tile")) {
     const char *v = JSON_NODE_HOLDS_VALUE(value) &&
                         json_node_get_value_type(value) == G_TYPE_STRING
@@ -400,6 +426,8 @@ gboolean cli_plan_roofline_params(const CliPlanOptions *p, SimPrecision prec,
     return FALSE;
   }
   rp->conv_nchw = p->conv_layout && !strcmp(p->conv_layout, "nchw");
+  memcpy(rp->memory_efficiency_by_op, p->memory_efficiency_by_op,
+         sizeof rp->memory_efficiency_by_op);
   if (p->gemm_tile && !parse_tile(p->gemm_tile, &rp->tile_m, &rp->tile_n)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "--gemm-tile %s: expected auto or MxN with M and N from 1 to 1024, as 128x128",

@@ -19,6 +19,8 @@ typedef struct {
   char *attention;              /* the attention kernels (--attention); NULL: the model's */
   char *conv_layout;            /* nchw or nhwc (--conv-layout); NULL: nhwc              */
   char *gemm_tile;              /* MxN or auto (--gemm-tile); NULL: auto                */
+  /* memory-efficiency.OP.PASS of a calibration file (0: not given). */
+  double memory_efficiency_by_op[SIM_OP_COUNT][SIM_PASS_COUNT];
   char *calibration;            /* a file of fitted parameters (--calibration)          */
   char *profile, *profile_gpu;  /* a profile database for the cost model              */
   char *allreduce_table;        /* measured all-reduce times inside a node            */

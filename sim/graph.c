@@ -1453,6 +1453,10 @@ void sim_graph_op_work(const SimGraph *g, int op, const int64_t *extent, SimPass
   const int64_t *e = sim_op_extent(o, extent, full);
   if (pass != SIM_PASS_UPDATE) {
     sim_op_class(o->type)->work(o, e, pass, work);
+    for (int i = 0; i < work->n; i++) {
+      work->k[i].op_type = (int)o->type + 1;
+      work->k[i].pass = (int)pass;
+    }
     return;
   }
   /* The update of the shard's weights: an Adam step reads and writes the parameter, its

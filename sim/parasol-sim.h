@@ -479,6 +479,8 @@ typedef struct {
   double flops;
   double bytes;            /* read + written                                         */
   int flags;               /* SIM_KERNEL_CAUSAL, SIM_KERNEL_BACKWARD (attention)       */
+  int op_type;             /* the SimOpType whose work it is, + 1 (0: not known)      */
+  int pass;                /* the SimPass it belongs to, when op_type is known        */
 } SimKernel;
 
 /* Flags of a fused attention kernel. */
@@ -581,6 +583,10 @@ typedef struct {
    * tensor-core convolutions (16-bit and TF32) work in NHWC, so each one transposes its
    * input and its output around the kernel, two more passes over both. */
   gboolean conv_nchw;
+  /* A framework's own bandwidth-bound kernels per operator type and pass (its dropout,
+   * its layer norm's backward...): the fraction of the bandwidth each reaches, 0 where
+   * memory_efficiency applies.  Indexed [SimOpType][SimPass]. */
+  double memory_efficiency_by_op[SIM_OP_COUNT][SIM_PASS_COUNT];
   /* GEMMs and convolutions on the CUDA cores (fp32 without TF32): the achieved fraction of
    * the fp32 peak, which fused multiply-adds reach more easily than tensor cores reach
    * theirs.  0: gemm_efficiency and conv_efficiency as for the tensor cores. */

@@ -195,7 +195,12 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   for (int d = 0; d < nd; d++) {
     const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
     r->capacity[d] = spec->mem_capacity;
-    r->peak_flops += spec->peak_flops[cdt];
+    /* A plan that leaves GPUs idle (--dp 1 on an 8-GPU machine) is measured against the
+     * GPUs it uses. */
+    if (r->compute[d] > 0 || r->peak_mem[d] > 0) {
+      r->peak_flops += spec->peak_flops[cdt];
+      r->n_used++;
+    }
     if (r->peak_mem[d] > r->capacity[d])
       r->fits = FALSE;
     if (cint[d])
@@ -429,7 +434,8 @@ void sim_report_print(const SimReport *r, FILE *out)
   if (r->tokens_per_sample > 1)
     fprintf(out, ", %.0f tokens/s", sim_report_token_throughput(r));
   fprintf(out, "\n");
-  double per_gpu = r->iteration_time > 0 ? r->model_flops / r->iteration_time / r->n_devices : 0;
+  double per_gpu = r->iteration_time > 0
+                     ? r->model_flops / r->iteration_time / MAX(r->n_used, 1) : 0;
   fprintf(out, "  model FLOP/s        %.1f TFLOP/s per GPU, MFU %.1f%%\n", per_gpu / 1e12,
           100 * sim_report_mfu(r));
   fmt_bytes(b, sizeof b, (double)sim_report_max_peak_memory(r));

@@ -310,8 +310,13 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
     return t;
   }
   case SIM_KERNEL_MEMORY:
-  case SIM_KERNEL_OPTIMIZER:
-    return stream_seconds(dev, k, p->memory_efficiency) + launch;
+  case SIM_KERNEL_OPTIMIZER: {
+    double eff = p->memory_efficiency;
+    if (k->op_type > 0 && k->op_type <= SIM_OP_COUNT && k->pass >= 0 && k->pass < SIM_PASS_COUNT &&
+        p->memory_efficiency_by_op[k->op_type - 1][k->pass] > 0)
+      eff = p->memory_efficiency_by_op[k->op_type - 1][k->pass];
+    return stream_seconds(dev, k, eff) + launch;
+  }
   case SIM_KERNEL_GATHER:
     return stream_seconds(dev, k, p->gather_efficiency) + launch;
   case SIM_KERNEL_RECURRENT: {

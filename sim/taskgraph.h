@@ -540,7 +540,9 @@ struct _SimReport {
   int64_t batch;
   int64_t tokens_per_sample;
   double model_flops;         /* per iteration                                          */
-  double peak_flops;          /* summed over devices, at the graph's compute dtype       */
+  double peak_flops;          /* summed over the devices the plan uses, at the graph's
+                              * compute dtype                                           */
+  int n_used;                 /* devices that compute or hold memory in the plan         */
   gboolean fits;
   int64_t *peak_mem;
   int64_t *capacity;

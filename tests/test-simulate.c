@@ -63,6 +63,36 @@ static double simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s, S
   return sim_report_iteration_time(r);
 }
 
+/* A plan that leaves GPUs idle is measured against the GPUs it uses: the same one-GPU run
+ * on a 4-GPU switch and on a 1-GPU machine reports the same model FLOP utilization. */
+Test(report, utilization_counts_the_gpus_the_plan_uses)
+{
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=2,hidden=1024,batch=64");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimMachine) four = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  SimMegatronOptions mo = sim_megatron_options_default();
+  GError *error = NULL;
+  g_autoptr(SimStrategy) one = sim_strategy_megatron(g, four, &mo, &error);
+  cr_assert_not_null(one, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  g_autoptr(SimReport) r1 = sim_simulate(g, four, one, c, &o, &error);
+  cr_assert_not_null(r1, "%s", error ? error->message : "");
+  mo.dp = 4;
+  g_autoptr(SimStrategy) all = sim_strategy_megatron(g, four, &mo, &error);
+  cr_assert_not_null(all, "%s", error ? error->message : "");
+  g_autoptr(SimReport) r4 = sim_simulate(g, four, all, c, &o, &error);
+  cr_assert_not_null(r4, "%s", error ? error->message : "");
+  /* One GPU does all the work in t1: its utilization is F / (t1 P); four GPUs share it
+   * in t4: F / (t4 4P). */
+  double F = sim_graph_forward_flops(g) + sim_graph_backward_flops(g);
+  double P = sim_machine_device_spec(four, 0)->peak_flops[SIM_DTYPE_FP16];
+  cr_assert_float_eq(sim_report_mfu(r1), F / (sim_report_iteration_time(r1) * P),
+                     1e-9 * sim_report_mfu(r1));
+  cr_assert_float_eq(sim_report_mfu(r4), F / (sim_report_iteration_time(r4) * 4 * P),
+                     1e-9 * sim_report_mfu(r4));
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Closed forms                                                                         */
 
