@@ -23,10 +23,13 @@
 #   4. `parasol profile calibrate` on the database;
 #   5. `parasol validate` of single-GPU plans of the three models in fp32 with the
 #      database as cost model, and `parasol simulate` of the same with the roofline;
-#   6. a summary of predicted against measured, per operator and per iteration.
-# It leaves at most eight files under $OUT: h200-profile.json (the database),
-# compare.csv, validate.csv, validate-tasks.csv, summary.md, calibrate.txt, perf.csv
-# and device-check.log (with the test results).  Commit the database as
+#   6. `parasol validate` of mixed-precision training iterations of resnet-50 and
+#      bert-base priced by the analytic model with the executor's calibration
+#      (iterations.csv), against the executed ones;
+#   7. a summary of predicted against measured, per operator and per iteration.
+# It leaves at most nine files under $OUT: h200-profile.json (the database),
+# compare.csv, validate.csv, validate-tasks.csv, iterations.csv, summary.md,
+# calibrate.txt, perf.csv and device-check.log (with the test results).  Commit the database as
 # data/profiles/h200/ops.json with its notes in data/profiles/README.md.
 set -u -o pipefail
 
@@ -272,7 +275,24 @@ run() {
     fi
   done
 
-  # 6. What it all says.
+  # 6. Training iterations in mixed precision (resnet-50 at 64 images, bert-base at 16
+  # sequences of 512), executed, against the analytic model alone (no profile) with the
+  # executor's calibration (data/calibration/parasol-cuda-h200.json, fitted by
+  # experiments/check-kernels on half of an earlier H200 profile).
+  echo "model,class,predicted_s,measured_s" >"$out/iterations.csv"
+  for name in resnet bert; do
+    case $name in
+      resnet) args=(-m resnet-50 -p batch=64) ;;
+      bert) args=(-m bert-base -p batch=16) ;;
+    esac
+    if step 150 "iteration $name (fp16, analytic)" "${P[@]}" validate "${args[@]}" -x h200-1 \
+        --precision mixed-fp16 --attention fused --calibration "$here/data/calibration/parasol-cuda-h200.json" \
+        --backend cuda --steps 3 -o "$work/iteration-$name"; then
+      tail -n +2 "$work/iteration-$name.csv" | cut -d, -f1-3 | sed "s/^/$name,/" >>"$out/iterations.csv"
+    fi
+  done
+
+  # 7. What it all says.
   echo "== done in $((SECONDS - start)) s" | tee -a "$log"
   summary "$out" | tee -a "$log"
   rm -rf "$work"
