@@ -71,6 +71,10 @@ SimRooflineParams sim_roofline_params_default(void)
   };
 }
 
+/* What a persistent recurrent kernel can keep of its weights per SM: half of the 256 KB
+ * register file that V100, A100 and H100 SMs have (the rest holds the step's operands). */
+#define PERSISTENT_BYTES_PER_SM (128.0 * 1024.0)
+
 static const SimRooflineParams *params_of(SimCostModel *self)
 {
   return self->priv;
@@ -321,10 +325,18 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
     return stream_seconds(dev, k, p->gather_efficiency) + launch;
   case SIM_KERNEL_RECURRENT: {
     /* The steps depend on each other, so each is its own GEMM launch of one step's share
-     * of the work; none can overlap another. */
+     * of the work; none can overlap another.  Each step reads the recurrent weights
+     * (k x n) again, unless they fit in the SMs' register files: cuDNN's persistent
+     * kernels then keep them there for the whole sequence and stream only each step's
+     * inputs and outputs (Diamos et al., "Persistent RNNs", ICML 2016; cuDNN's
+     * CUDNN_RNN_ALGO_PERSIST_STATIC), which small hidden sizes allow. */
     double steps = k->steps > 0 ? (double)k->steps : 1.0;
-    double step = gemm_seconds(p, dev, k, k->flops / steps, k->bytes / steps,
-                               p->recurrent_efficiency);
+    double bytes = k->bytes / steps;
+    double es = sim_dtype_size(k->dtype);
+    double weights = (double)MAX(k->k, 0) * (double)MAX(k->n, 0) * es;
+    if (dev->sm_count > 0 && weights <= dev->sm_count * PERSISTENT_BYTES_PER_SM)
+      bytes = MAX(0.0, bytes - weights);
+    double step = gemm_seconds(p, dev, k, k->flops / steps, bytes, p->recurrent_efficiency);
     return steps * (step + launch);
   }
   case SIM_KERNEL_ATTENTION:

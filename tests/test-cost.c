@@ -355,6 +355,33 @@ Test(roofline, recurrent_steps_run_one_after_the_other)
   assert_close(sim_cost_model_kernel_time(m, &dev, &k), want);
 }
 
+Test(roofline, small_recurrent_weights_stay_on_chip)
+{
+  SimDeviceSpec dev = a100();
+  SimRooflineParams p = no_quantization();
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  /* 1000 steps of [8 x 512] x [512 x 2048] in fp16 (an LSTM of 512): 2 MB of recurrent
+   * weights fit in 108 SMs' 128 KB each, so a step moves only its 8 x (512 + 2048) fp16
+   * values, and its 16.8 MFLOP at 0.3 * 312 TFLOP/s take 0.18 us; at hidden 4096 the 128 MB
+   * of weights do not fit and each step reads them again, 78.5 us at 0.8 * 2039 GB/s. */
+  SimKernel k = { .kind = SIM_KERNEL_RECURRENT, .dtype = SIM_DTYPE_FP16, .m = 8, .n = 2048,
+                  .k = 512, .batch = 1, .steps = 1000 };
+  double step_flops = 2.0 * 8 * 2048 * 512;
+  k.flops = 1000 * step_flops;
+  k.bytes = 1000 * (8.0 * 512 + 512.0 * 2048 + 8.0 * 2048) * 2;
+  double on_chip = (8.0 * 512 + 8.0 * 2048) * 2 / (2039e9 * 0.8);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               1000 * (MAX(step_flops / (312e12 * 0.3), on_chip) + 5e-6));
+  SimKernel big = { .kind = SIM_KERNEL_RECURRENT, .dtype = SIM_DTYPE_FP16, .m = 8,
+                    .n = 16384, .k = 4096, .batch = 1, .steps = 10 };
+  double big_flops = 2.0 * 8 * 16384 * 4096;
+  big.flops = 10 * big_flops;
+  big.bytes = 10 * (8.0 * 4096 + 4096.0 * 16384 + 8.0 * 16384) * 2;
+  double read = (8.0 * 4096 + 4096.0 * 16384 + 8.0 * 16384) * 2 / (2039e9 * 0.8);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &big),
+               10 * (MAX(big_flops / (312e12 * 0.3), read) + 5e-6));
+}
+
 Test(roofline, conv_uses_its_efficiency)
 {
   SimDeviceSpec dev = a100();

@@ -347,6 +347,44 @@ Test(matmul, rejections)
   assert_error(g2, "op 'mm' (matmul)", "leading dimensions");
 }
 
+Test(conv2d, grouped_and_depthwise_kernels)
+{
+  /* A ResNeXt 3x3 convolution of 128 channels in 32 groups of 4 over [8, 128, 28, 28], and
+   * its depthwise counterpart (128 groups of 1), in fp16, after an image convolution so
+   * that both compute their data gradients. */
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int img = INPUT(g, "img", SIM_DTYPE_FP16, 8, 3, 28, 28);
+  SimConvParams stem = sim_conv_params(128, 1, 1);
+  int x = sim_graph_conv2d(g, "stem", img, &stem);
+  SimConvParams p = sim_conv_params(128, 3, 3);
+  p.padding[0] = p.padding[1] = 1;
+  p.groups = 32;
+  int grouped = op_of(g, sim_graph_conv2d(g, "grouped", x, &p));
+  p.groups = 128;
+  int depthwise = op_of(g, sim_graph_conv2d(g, "depthwise", x, &p));
+  SimWork w;
+  /* Grouped: one implicit GEMM with the groups side by side in the output tiles: m = 8 x
+   * 28 x 28 positions, n = all 128 output channels, k = a group's 4 channels (padded to
+   * 8 fp16) x 9 taps; the FLOPs are the useful 2 m x 128 x 4 x 9. */
+  sim_graph_op_work(g, grouped, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_eq(w.k[0].kind, SIM_KERNEL_CONV);
+  cr_assert_eq(w.k[0].m, 8 * 28 * 28);
+  cr_assert_eq(w.k[0].n, 128);
+  cr_assert_eq(w.k[0].k, 8 * 9);
+  cr_assert_float_eq(w.k[0].flops, 2.0 * 8 * 28 * 28 * 128 * 4 * 9, 1);
+  /* Depthwise: a bandwidth-bound pass forward (2 x 9 FLOPs an output) and two backward
+   * (data and weight gradients), no tensor-core GEMM. */
+  sim_graph_op_work(g, depthwise, NULL, SIM_PASS_FORWARD, &w);
+  cr_assert_eq(w.n, 1);
+  cr_assert_eq(w.k[0].kind, SIM_KERNEL_MEMORY);
+  cr_assert_float_eq(w.k[0].flops, 2.0 * 8 * 28 * 28 * 128 * 9, 1);
+  sim_graph_op_work(g, depthwise, NULL, SIM_PASS_BACKWARD, &w);
+  cr_assert_eq(w.n, 2);
+  cr_assert_eq(w.k[0].kind, SIM_KERNEL_MEMORY);
+  cr_assert_eq(w.k[1].kind, SIM_KERNEL_MEMORY);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Conv2d                                                                              */
 
