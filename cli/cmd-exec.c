@@ -9,6 +9,7 @@
 int cmd_exec(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
+  g_autofree char *dump_dir = NULL, *load_dir = NULL;
   g_auto(GStrv) params = NULL;
   gboolean check = FALSE, list = FALSE;
   double tolerance = 1e-5;
@@ -24,6 +25,8 @@ int cmd_exec(int argc, char **argv)
     { "check", 0, 0, G_OPTION_ARG_NONE, &check, "Compare with one device running the same steps", NULL },
     { "tolerance", 0, 0, G_OPTION_ARG_DOUBLE, &tolerance, "Largest relative error --check accepts (default 1e-5)", "T" },
     { "trace", 0, 0, G_OPTION_ARG_FILENAME, &trace, "Write the last step's measured timeline (Chrome trace format)", "FILE" },
+    { "dump", 0, 0, G_OPTION_ARG_FILENAME, &dump_dir, "Write the initial weights and each step's inputs, dropout masks, loss, gradients and weights to DIR (docs/exec-dump.md)", "DIR" },
+    { "load-weights", 0, 0, G_OPTION_ARG_FILENAME, &load_dir, "Start from the initial weights of a dump in DIR", "DIR" },
     { "list-backends", 0, 0, G_OPTION_ARG_NONE, &list, "List the back ends of this build", NULL },
     { NULL },
   };
@@ -67,6 +70,8 @@ int cmd_exec(int argc, char **argv)
    * written shows in the comparison. */
   eo.poison = check;
   eo.checking = check;
+  eo.load_weights = load_dir;
+  g_autoptr(ExecDump) dump = NULL;
   int status = CLI_EXIT_OK;
   if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
                       machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
@@ -80,11 +85,15 @@ int cmd_exec(int argc, char **argv)
     printf("Adam's epsilon %g for the check (--adam-eps to choose): with 1e-8, weights whose "
            "gradient is rounding noise move by the learning rate in that noise's direction\n",
            e.check_eps);
+  if (dump_dir && !(dump = exec_dump_new(e.run, dump_dir, &error)))
+    goto fail;
   printf("%-6s %14s %12s\n", "step", "loss", "time");
   for (int k = 0; k < eo.steps; k++) {
     if (!exec_run_step(e.run, &error))
       goto fail;
     if (check && !exec_run_step(ref.run, &error))
+      goto fail;
+    if (dump && !exec_dump_step(dump, e.run, &error))
       goto fail;
     g_autofree char *t = cli_format_time(exec_run_step_time(e.run));
     printf("%-6d %14.8f %12s\n", k + 1, exec_run_loss(e.run), t);

@@ -55,6 +55,10 @@ ExecOptions cli_exec_run_options(const CliExecOptions *o)
     r.eps = o->adam_eps;
   r.seed = (uint64_t)o->seed;
   r.poison = o->poison;
+  if (o->load_weights) {
+    r.weights = exec_load_weight;
+    r.weights_data = (gpointer)o->load_weights;
+  }
   return r;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
                        /* a correctness aid, kept out of timed runs                     */
   gboolean checking;   /* the run is compared with one device (exec --check): Adam     */
                        /* without --adam-eps then runs with CLI_CHECK_ADAM_EPS          */
+  const char *load_weights; /* initial weights from this dump directory (exec_load_weight) */
 } CliExecOptions;
 
 /* Adam's epsilon for runs checked against one device when none is given.  With 1e-8 an

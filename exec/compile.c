@@ -580,6 +580,34 @@ static void alloc_buffers(Ctx *x)
   }
 }
 
+/* The initial values of @box of weight @i of @owner: generated, or taken from the whole
+ * tensor that ExecOptions.weights gives. */
+static gboolean weight_values(Ctx *x, int owner, int i, const SimRegion *box, float *out)
+{
+  ExecCompiled *c = x->c;
+  if (!c->o.weights) {
+    exec_weight_init(x->g, owner, i, box, c->o.seed, out);
+    return TRUE;
+  }
+  SimShape s = sim_graph_op_weight_shape(x->g, owner, i);
+  SimRegion full = sim_region_full(&s);
+  g_autofree float *whole = g_new(float, MAX(sim_shape_numel(&s), 1));
+  if (!c->o.weights(c->o.weights_data, x->g, owner, i, whole, x->error)) {
+    x->failed = TRUE;
+    return FALSE;
+  }
+  if (exec_region_is_empty(box))
+    return TRUE;
+  ExecView v = exec_view_dense(NULL, SIM_DTYPE_FP32, &full);
+  int64_t idx[SIM_MAX_DIMS], k = 0;
+  for (int d = 0; d < box->ndim; d++)
+    idx[d] = box->lo[d];
+  do
+    out[k++] = whole[exec_view_offset(&v, idx)];
+  while (exec_region_next(box, idx));
+  return TRUE;
+}
+
 /* Writes the initial weights: an owner's from its own coordinates, a sharer's copy from
  * the owner's elements it stands for. */
 static void init_weights(Ctx *x)
@@ -594,11 +622,13 @@ static void init_weights(Ctx *x)
     int64_t n = sim_region_volume(box);
     g_autofree float *data = g_new(float, MAX(n, 1));
     if (s->weight >= o->n_shared) {
-      exec_weight_init(x->g, s->holder, s->weight, box, c->o.seed, data);
+      if (!weight_values(x, s->holder, s->weight, box, data))
+        return;
     } else {
       SimRegion m = map_to_owner(x, o, s->weight, box);
       g_autofree float *src = g_new(float, MAX(sim_region_volume(&m), 1));
-      exec_weight_init(x->g, o->owner, s->weight, &m, c->o.seed, src);
+      if (!weight_values(x, o->owner, s->weight, &m, src))
+        return;
       if (o->map[s->weight] == MAP_TRANSPOSE) {
         int64_t r0 = box->hi[0] - box->lo[0], r1 = box->hi[1] - box->lo[1];
         for (int64_t a = 0; a < r0; a++)

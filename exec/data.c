@@ -4,6 +4,7 @@
 #include "exec-private.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The spread of the initial values of weight @i of @op: uniform in [-a, a] around a
  * center, scaled by fan-in as the frameworks' default initializers are, so that a few
@@ -98,7 +99,13 @@ void exec_input_fill(const SimGraph *g, int t, const SimShape *full, const SimRe
     return;
   int64_t k = 0;
   uint64_t salt = seed * 1000003 + (uint64_t)step;
+  /* Position embeddings read the positions 0 .. seq - 1 of the last dimension. */
+  gboolean positions = dtype == SIM_DTYPE_INT64 && strcmp(name, "positions") == 0;
   do {
+    if (positions) {
+      ((int64_t *)out)[k++] = MIN(idx[full->ndim - 1], range - 1);
+      continue;
+    }
     int64_t flat = 0;
     for (int d = 0; d < full->ndim; d++)
       flat = flat * full->dims[d] + idx[d] + (sample_dims[d] ? sample_offset : 0);

@@ -145,6 +145,9 @@ void exec_compiled_free(ExecCompiled *c);
 ExecBuf *exec_compiled_buf(const ExecCompiled *c, ExecBufKind kind, int device, int tensor,
                            int op, int index, int mb);
 
+/* run.c: the compiled plan of a run. */
+const ExecCompiled *exec_run_compiled(const ExecRun *r);
+
 /* data.c: deterministic initial values. */
 /* Fills @n elements of @out for the box @box of weight @i of op @owner (in the owner's
  * coordinates). */

@@ -363,6 +363,16 @@ EXEC_PUBLIC double exec_hash_uniform(const char *name, uint64_t index, uint64_t 
  * row-major) of operator @op_name's output in step @step. */
 EXEC_PUBLIC gboolean exec_dropout_keep(const char *op_name, uint64_t index, int step, double p);
 
+/* The public input generator: the whole batch's values of graph input tensor @t in
+ * training step @step (1 for the first) under @seed, row-major, written to @out as fp32,
+ * or int64 for an integer tensor (its dtype in the graph) — exactly what every device of
+ * every strategy is given.  Floating-point inputs are 2u - 1 with u =
+ * exec_hash_uniform(tensor name, flat index, seed * 1000003 + step); integer ones are
+ * floor(u * range), range the smallest vocabulary of an embedding or class count of a
+ * cross entropy reading the tensor (2 if none); a tensor named "positions" holds each
+ * element's index along its last dimension (0 .. seq - 1), clamped to the range. */
+EXEC_PUBLIC void exec_input_values(const SimGraph *g, int t, int step, uint64_t seed, void *out);
+
 /* ---------------------------------------------------------------------------------- */
 /* Runs: a plan executed for training steps                                             */
 
@@ -374,6 +384,12 @@ typedef struct {
    * that reads data nobody delivered or kept yields NaN instead of a stale value. */
   gboolean poison;
   uint64_t seed;              /* salts the input data and the initial weights               */
+  /* Initial weights from elsewhere than exec_weight's generator (NULL: generated): fills
+   * @out with the whole weight @i of @op (an op owning it), row-major; FALSE with @error
+   * set on failure.  exec_load_weight reads them from a dump. */
+  gboolean (*weights)(gpointer data, const SimGraph *g, int op, int i, float *out,
+                      GError **error);
+  gpointer weights_data;
 } ExecOptions;
 
 EXEC_PUBLIC ExecOptions exec_options_default(void);
@@ -435,7 +451,25 @@ EXEC_PUBLIC gboolean exec_run_compare(ExecRun *run, ExecRun *reference, ExecDiff
 EXEC_PUBLIC SimStrategy *exec_reference_strategy(const SimPlan *plan, SimMachine *m,
                                                  GError **error);
 
+/* ---------------------------------------------------------------------------------- */
+/* Dumps: a run's numbers for an independent implementation (docs/exec-dump.md)          */
+
+typedef struct _ExecDump ExecDump;
+
+/* Creates @dir (and parents) and writes the graph, the manifest and the initial weights of
+ * @r, which has run no step yet. */
+EXEC_PUBLIC ExecDump *exec_dump_new(ExecRun *r, const char *dir, GError **error);
+/* After each exec_run_step: the step's inputs, dropout masks, gradients, updated weights
+ * and loss. */
+EXEC_PUBLIC gboolean exec_dump_step(ExecDump *d, ExecRun *r, GError **error);
+EXEC_PUBLIC void exec_dump_free(ExecDump *d);
+/* An ExecOptions.weights function: reads the initial weights of a dump, @data being its
+ * directory (a const char *).  Clear errors name the file and what was expected. */
+EXEC_PUBLIC gboolean exec_load_weight(gpointer data, const SimGraph *g, int op, int i,
+                                      float *out, GError **error);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(ExecBackend, exec_backend_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(ExecDump, exec_dump_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(ExecRun, exec_run_free)
 
 G_END_DECLS

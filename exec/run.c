@@ -311,6 +311,11 @@ const double *exec_run_task_busy(const ExecRun *r)
   return r->busy;
 }
 
+const ExecCompiled *exec_run_compiled(const ExecRun *r)
+{
+  return r->c;
+}
+
 SimPlan *exec_run_get_plan(const ExecRun *r)
 {
   return r->plan;
