@@ -920,3 +920,112 @@ Test(gradient, mse_loss)
   sim_graph_mse_loss(g, "op", p, t);
   gradcheck(g, 0);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* The optimizers against hand-computed updates.  One weight element w = 0.5 with gradient
+ * g = 0.2, weight decay 0.1 (so the effective gradient is g' = 0.2 + 0.1 * 0.5 = 0.25) and
+ * learning rate 0.1, in a region of four elements of which @part_lo..@part_hi are this
+ * device's (ZeRO-1): the others must not move.                                         */
+
+typedef struct {
+  float w[4], s1[4], s2[4];
+} UpdateOut;
+
+static UpdateOut run_update(SimOptimizer opt, double momentum, int step, float s1, float s2,
+                            int64_t part_lo, int64_t part_hi)
+{
+  GError *error = NULL;
+  g_autoptr(ExecBackend) b = exec_backend_new("cpu", &error);
+  cr_assert_not_null(b, "%s", error ? error->message : "");
+  cr_assert(exec_backend_open(b, 1, &error));
+  SimRegion box = { .ndim = 1, .lo = { 0 }, .hi = { 4 } };
+  float w[4] = { 0.5f, 0.5f, 0.5f, 0.5f }, g[4] = { 0.2f, 0.2f, 0.2f, 0.2f };
+  float st1[4] = { s1, s1, s1, s1 }, st2[4] = { s2, s2, s2, s2 };
+  ExecBuffer *bw = exec_backend_buffer_alloc(b, 0, sizeof w, &error);
+  ExecBuffer *bg = exec_backend_buffer_alloc(b, 0, sizeof g, &error);
+  ExecBuffer *b1 = exec_backend_buffer_alloc(b, 0, sizeof st1, &error);
+  ExecBuffer *b2 = exec_backend_buffer_alloc(b, 0, sizeof st2, &error);
+  cr_assert(bw && bg && b1 && b2);
+  cr_assert(exec_backend_buffer_write(b, 0, bw, 0, w, sizeof w, &error));
+  cr_assert(exec_backend_buffer_write(b, 0, bg, 0, g, sizeof g, &error));
+  cr_assert(exec_backend_buffer_write(b, 0, b1, 0, st1, sizeof st1, &error));
+  cr_assert(exec_backend_buffer_write(b, 0, b2, 0, st2, sizeof st2, &error));
+  ExecUpdateArgs a = {
+    .optimizer = opt, .lr = 0.1, .momentum = momentum, .beta1 = 0.9, .beta2 = 0.999,
+    .eps = 1e-8, .weight_decay = 0.1, .step = step,
+    .weight = exec_view_dense(bw, SIM_DTYPE_FP32, &box),
+    .grad = exec_view_dense(bg, SIM_DTYPE_FP32, &box),
+    .state1 = exec_view_dense(b1, SIM_DTYPE_FP32, &box),
+    .state2 = exec_view_dense(b2, SIM_DTYPE_FP32, &box),
+    .region = box, .part_lo = part_lo, .part_hi = part_hi,
+  };
+  cr_assert(exec_backend_update(b, 0, &a, &error), "%s", error ? error->message : "");
+  UpdateOut o;
+  cr_assert(exec_backend_buffer_read(b, 0, bw, 0, o.w, sizeof o.w, &error));
+  cr_assert(exec_backend_buffer_read(b, 0, b1, 0, o.s1, sizeof o.s1, &error));
+  cr_assert(exec_backend_buffer_read(b, 0, b2, 0, o.s2, sizeof o.s2, &error));
+  exec_backend_buffer_free(b, 0, bw);
+  exec_backend_buffer_free(b, 0, bg);
+  exec_backend_buffer_free(b, 0, b1);
+  exec_backend_buffer_free(b, 0, b2);
+  return o;
+}
+
+#define NEAR(x, want) cr_expect(fabs((double)(x) - (want)) <= 1e-6 * fabs(want), \
+                                "%s = %.9g, expected %.9g", #x, (double)(x), (double)(want))
+
+Test(optimizer, sgd)
+{
+  /* w - lr g' = 0.5 - 0.1 * 0.25. */
+  UpdateOut o = run_update(SIM_OPTIMIZER_SGD, 0, 1, 0, 0, 0, 4);
+  for (int k = 0; k < 4; k++)
+    NEAR(o.w[k], 0.475);
+}
+
+Test(optimizer, sgd_momentum)
+{
+  /* Buffer 0.3: m = 0.9 * 0.3 + 0.25 = 0.52, w = 0.5 - 0.1 * 0.52 = 0.448 (PyTorch's SGD
+   * without dampening). */
+  UpdateOut o = run_update(SIM_OPTIMIZER_SGD, 0.9, 1, 0.3f, 0, 0, 4);
+  for (int k = 0; k < 4; k++) {
+    NEAR(o.s1[k], 0.52);
+    NEAR(o.w[k], 0.448);
+  }
+}
+
+Test(optimizer, adam_first_step)
+{
+  /* m = 0.1 * 0.25 = 0.025, v = 0.001 * 0.0625 = 6.25e-5; bias corrections 1 - 0.9 = 0.1 and
+   * 1 - 0.999 = 0.001 give m^ = 0.25, v^ = 0.0625, sqrt 0.25: the first step moves by the
+   * learning rate, w = 0.5 - 0.1 * 0.25 / (0.25 + 1e-8) = 0.400000004. */
+  UpdateOut o = run_update(SIM_OPTIMIZER_ADAM, 0, 1, 0, 0, 0, 4);
+  for (int k = 0; k < 4; k++) {
+    NEAR(o.s1[k], 0.025);
+    NEAR(o.s2[k], 6.25e-5);
+    NEAR(o.w[k], 0.400000004);
+  }
+}
+
+Test(optimizer, adam_bias_correction_step3)
+{
+  /* States 0.1 and 0.01 at step 3: m = 0.09 + 0.025 = 0.115, v = 0.00999 + 0.0000625 =
+   * 0.0100525; corrections 1 - 0.9^3 = 0.271 and 1 - 0.999^3 = 0.002997001, so m^ =
+   * 0.424354244, v^ = 3.35418...; sqrt(v^) = 1.831443802 and w = 0.5 - 0.1 * 0.424354244
+   * / 1.831443812 = 0.476829524.  (Corrections of step 4 would give 0.47892.) */
+  UpdateOut o = run_update(SIM_OPTIMIZER_ADAM, 0, 3, 0.1f, 0.01f, 0, 4);
+  for (int k = 0; k < 4; k++) {
+    NEAR(o.s1[k], 0.115);
+    NEAR(o.s2[k], 0.0100525);
+    NEAR(o.w[k], 0.476829524);
+  }
+}
+
+Test(optimizer, zero1_part_only)
+{
+  /* Elements 1 and 2 of the region are this device's part: 0 and 3 keep their values. */
+  UpdateOut o = run_update(SIM_OPTIMIZER_SGD, 0, 1, 0, 0, 1, 3);
+  NEAR(o.w[0], 0.5);
+  NEAR(o.w[1], 0.475);
+  NEAR(o.w[2], 0.475);
+  NEAR(o.w[3], 0.5);
+}
