@@ -1656,3 +1656,95 @@ Test(trace, compute_tracks_keep_the_reports_books)
   g_unlink(path);
   g_rmdir(dir);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* Activations in flight against Korthikanti et al. 2022 ("Reducing activation
+ * recomputation in large transformer models", section 4).  Per transformer layer and
+ * micro-batch of b sequences of s tokens, hidden size h and a heads, fp16 activations with
+ * one-byte dropout masks take
+ *   34 sbh + 5 a s^2 b   without recomputation,
+ *   34 sbh               with selective recomputation (the attention core recomputed),
+ *   2 sbh                with full recomputation (only the layer's input kept).
+ * The simulator also keeps what the paper leaves out: each layer normalization's mean and
+ * reciprocal standard deviation in fp32 per row, 2 x 2 x 4 = 16 sb bytes a layer, which
+ * full recomputation recomputes too.  A pipeline stage holds the activations of p
+ * micro-batches under 1F1B at its first stage and of all m under GPipe.
+ *
+ * Peak memory also holds weights, gradients and optimizer states, the embedding and the
+ * loss, so the test takes differences that leave only the layers' activations: two
+ * models that differ only in layers, each at two micro-batch counts. */
+
+static int64_t stage0_peak(int layers, int m, SimSchedule sched, SimRecompute rc)
+{
+  g_autofree char *params = g_strdup_printf(
+    "layers=%d,hidden=1024,heads=16,seq=512,vocab=1024,batch=%d", layers, m);
+  g_autoptr(SimGraph) g = zoo("gpt", params);
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) mach = sim_machine_load("dgx-a100", &error);
+  cr_assert_not_null(mach);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.dp = 1;
+  mo.tp = 1;
+  mo.pp = 2;
+  mo.microbatches = m;
+  mo.schedule = sched;
+  mo.memory.recompute = rc;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, mach, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  g_autoptr(SimReport) r = sim_simulate(g, mach, s, NULL, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  return sim_report_peak_memory(r, 0);
+}
+
+/* Stage 0's activations of one layer and micro-batch (b = 1): 4 more micro-batches under
+ * GPipe, 2 more layers on stage 0 (8 layers instead of 4 over 2 stages). */
+static int64_t layer_activations(SimRecompute rc)
+{
+  int64_t d8 = stage0_peak(8, 8, SIM_SCHEDULE_GPIPE, rc) - stage0_peak(8, 4, SIM_SCHEDULE_GPIPE, rc);
+  int64_t d4 = stage0_peak(4, 8, SIM_SCHEDULE_GPIPE, rc) - stage0_peak(4, 4, SIM_SCHEDULE_GPIPE, rc);
+  cr_assert_eq((d8 - d4) % 8, 0);
+  return (d8 - d4) / 8;
+}
+
+static const int64_t KS = 512, KB = 1, KH = 1024, KA = 16;
+
+Test(memory, activations_without_recomputation)
+{
+  int64_t want = 34 * KS * KB * KH + 5 * KA * KS * KS * KB + 16 * KS * KB;
+  cr_expect_eq(layer_activations(SIM_RECOMPUTE_NONE), want, "%ld bytes, expected %ld",
+               (long)layer_activations(SIM_RECOMPUTE_NONE), (long)want);
+}
+
+Test(memory, activations_with_selective_recomputation)
+{
+  int64_t want = 34 * KS * KB * KH + 16 * KS * KB;
+  cr_expect_eq(layer_activations(SIM_RECOMPUTE_SELECTIVE), want, "%ld bytes, expected %ld",
+               (long)layer_activations(SIM_RECOMPUTE_SELECTIVE), (long)want);
+}
+
+Test(memory, activations_with_full_recomputation)
+{
+  int64_t want = 2 * KS * KB * KH;
+  cr_expect_eq(layer_activations(SIM_RECOMPUTE_FULL), want, "%ld bytes, expected %ld",
+               (long)layer_activations(SIM_RECOMPUTE_FULL), (long)want);
+}
+
+Test(memory, one_f_one_b_holds_p_microbatches_gpipe_m)
+{
+  int64_t A = 34 * KS * KB * KH + 5 * KA * KS * KS * KB + 16 * KS * KB;
+  /* The layers' share of stage 0's peak: 2 layers more on stage 0 from 4 to 8 layers. */
+  int64_t g8 = stage0_peak(8, 8, SIM_SCHEDULE_GPIPE, SIM_RECOMPUTE_NONE) -
+               stage0_peak(4, 8, SIM_SCHEDULE_GPIPE, SIM_RECOMPUTE_NONE);
+  int64_t f8 = stage0_peak(8, 8, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE) -
+               stage0_peak(4, 8, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE);
+  int64_t f4 = stage0_peak(8, 4, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE) -
+               stage0_peak(4, 4, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE);
+  /* GPipe keeps m = 8 micro-batches of the two extra layers, 1F1B p = 2 (weights and
+   * their gradients and states are the same under both). */
+  cr_expect_eq(g8 - f8, (8 - 2) * 2 * A, "GPipe - 1F1B: %ld bytes, expected %ld", (long)(g8 - f8),
+               (long)((8 - 2) * 2 * A));
+  /* Under 1F1B stage 0's activations do not grow with m. */
+  cr_expect_eq(f8, f4, "1F1B, 8 micro-batches: %ld bytes, 4: %ld", (long)f8, (long)f4);
+}
