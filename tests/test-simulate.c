@@ -1748,3 +1748,56 @@ Test(memory, one_f_one_b_holds_p_microbatches_gpipe_m)
   /* Under 1F1B stage 0's activations do not grow with m. */
   cr_expect_eq(f8, f4, "1F1B, 8 micro-batches: %ld bytes, 4: %ld", (long)f8, (long)f4);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* One GPU's iteration time against a sum written down here: with a cost model that
+ * gives each op and pass a known time and no host overhead, one GPU runs every forward,
+ * every backward and every weight update one after another, so the iteration takes
+ * the sum of them.  For the MLP below that is: forward of the three linear layers and the
+ * loss, their backward, and the update of the three linear layers' weights.  Any kernel
+ * priced outside op_time costs 1000 s, which the sum would show. */
+
+static double known_time(SimCostModel *self, const SimDeviceSpec *dev, const SimGraph *g, int op,
+                         const int64_t *extent, SimPass pass)
+{
+  /* Op k: forward k ms, backward 2k ms, update k/4 ms (distinct for every op and pass). */
+  double ms = 1e-3 * (op + 1) * (pass == SIM_PASS_FORWARD ? 1 : pass == SIM_PASS_BACKWARD ? 2 : 0.25);
+  return sim_graph_op_type(g, op) == SIM_OP_INPUT ? 0 : ms;
+}
+
+static double thousand_seconds(SimCostModel *self, const SimDeviceSpec *dev, const SimKernel *k)
+{
+  return 1000.0;
+}
+
+static const SimCostModelClass known_class = {
+  .api_version = SIM_COST_MODEL_API_VERSION,
+  .name = "test-known",
+  .kernel_time = thousand_seconds,
+  .op_time = known_time,
+};
+
+Test(single_gpu, iteration_time_is_the_sum_of_its_ops)
+{
+  g_autoptr(SimGraph) g = zoo("mlp", "layers=3,hidden=256,input=128,classes=64,batch=32,towers=1");
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("h200-1", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 1, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimCostModel *cost = g_new0(SimCostModel, 1);
+  cost->klass = &known_class;
+  SimOptions o = sim_options_default();
+  o.host_kernel_time = 0;
+  o.host_step_time = 0;
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, cost, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  /* Ops: input0 (0), tower0.fc0 (1), tower0.fc1 (2), tower0.fc2 (3), labels (4), loss (5).
+   * Forward 2 + 3 + 4 + 6 = 15 ms, backward 2 x 15 = 30 ms, update (2 + 3 + 4) / 4 =
+   * 2.25 ms: 47.25 ms. */
+  cr_assert_eq(sim_graph_op_type(g, 5), SIM_OP_CROSS_ENTROPY);
+  double want = 47.25e-3;
+  cr_expect_float_eq(sim_report_iteration_time(r), want, want * 1e-12, "%.9g s, expected %.9g",
+                     sim_report_iteration_time(r), want);
+  sim_cost_model_free(cost);
+}
