@@ -708,3 +708,82 @@ Test(names, cuda_entry_points_fail_clearly_without_a_gpu)
   cr_assert_eq(error->code, PROFILE_ERROR_DEVICE);
   cr_assert(strstr(error->message, "without CUDA"), "%s", error->message);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* The minimum measuring time, with a runner whose every run takes u = 2^-13 s (exact in
+ * binary, so sums of runs are exact): measuring stops once the timed runs add up to
+ * min_seconds, not before, and not more than a run later; the cap and the plain count
+ * hold without it.                                                                      */
+
+#define FAKE_RUN (1.0 / 8192)
+
+static int fake_runs;
+
+static const char *fake_device(ProfileRunner *self)
+{
+  return "fake";
+}
+
+static gboolean fake_prepare(ProfileRunner *self, const SimGraph *g, int op,
+                             const int64_t *extent, GError **error)
+{
+  return TRUE;
+}
+
+static gboolean fake_run(ProfileRunner *self, SimPass pass, int n, double *seconds,
+                         GError **error)
+{
+  for (int i = 0; i < n; i++)
+    seconds[i] = FAKE_RUN;
+  fake_runs += n;
+  return TRUE;
+}
+
+static const ProfileRunnerClass fake_class = {
+  .api_version = PROFILE_RUNNER_API_VERSION,
+  .name = "fake",
+  .device_name = fake_device,
+  .prepare = fake_prepare,
+  .run = fake_run,
+};
+
+static int fake_repetitions(int reps, double min_seconds, int cap)
+{
+  g_autoptr(SimGraph) g = one_linear(8, SIM_DTYPE_FP32);
+  ProfileRunner *r = g_new0(ProfileRunner, 1);
+  r->klass = &fake_class;
+  g_autoptr(ProfileDb) db = profile_db_new();
+  ProfileMeasureOptions mo = profile_measure_options_default();
+  mo.warmup = 2;
+  mo.repetitions = reps;
+  mo.min_seconds = min_seconds;
+  mo.max_repetitions = cap;
+  g_autoptr(GError) error = NULL;
+  fake_runs = 0;
+  const ProfileOpEntry *e = profile_measure_op(r, db, g, 1, NULL, SIM_PASS_FORWARD, &mo, &error);
+  cr_assert_not_null(e, "%s", error ? error->message : "");
+  int n = e->repetitions;
+  cr_assert_eq(fake_runs, n + 2, "every run but the warm-up is timed: %d runs, %d timed",
+               fake_runs, n);
+  cr_assert_float_eq(e->median, FAKE_RUN, 1e-15);
+  profile_runner_free(r);
+  return n;
+}
+
+Test(measure, minimum_time_sets_the_repetitions)
+{
+  /* 2^-7 s is 64 runs: at least that many, at most one more (the last batch's rounding). */
+  int n = fake_repetitions(10, 64 * FAKE_RUN, 1000);
+  cr_expect_geq(n * FAKE_RUN, 64 * FAKE_RUN, "%d runs time %g s, less than 2^-7 s", n,
+                n * FAKE_RUN);
+  cr_expect_leq(n, 65, "%d runs, where 64 reach the minimum time", n);
+  /* A minimum the asked-for runs already reach adds none. */
+  cr_expect_eq(fake_repetitions(10, 4 * FAKE_RUN, 1000), 10);
+}
+
+Test(measure, repetitions_without_minimum_time_and_the_cap)
+{
+  cr_expect_eq(fake_repetitions(10, 0, 1000), 10);
+  /* The cap ends a minimum time the runs would need 8192 of to reach. */
+  cr_expect_eq(fake_repetitions(10, 1.0, 300), 300);
+}
