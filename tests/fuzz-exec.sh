@@ -2,12 +2,13 @@
 # fuzz-exec.sh [FIRST [N]]: random valid plans (build/tests/fuzz-plans gen) run for two
 # steps on the CPU back end with --check against one device.  A plan the executor refuses
 # (exit status 2, with its reason) counts apart; any other failure is printed and counted.
-# Run from the repository root after building.
+# A run in which the executor refused every plan checked nothing, and fails.  Run from the
+# repository root after building (PARASOL and FUZZ_PLANS name other builds' programs).
 set -u
 first=${1:-1}
 n=${2:-100}
-P=build/cli/parasol
-G=build/tests/fuzz-plans
+P=${PARASOL:-build/cli/parasol}
+G=${FUZZ_PLANS:-build/tests/fuzz-plans}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 runs=0 fails=0 refused=0
@@ -38,9 +39,13 @@ while [ "$i" -lt $((first + n)) ]; do
     fails=$((fails + 1))
     echo "seed $i ($model): exit status $rc"
     echo "$out" | tail -n 5
-    cp "$plan" "fuzz-exec-failed-$i.json"
+    cp "$plan" "${FUZZ_KEEP:-.}/fuzz-exec-failed-$i.json"
   fi
   i=$((i + 1))
 done
 echo "exec: $runs plans, $fails failures, $refused refused by the executor"
+if [ "$runs" -gt 0 ] && [ "$refused" -eq "$runs" ]; then
+  echo "exec: every plan was refused: nothing was checked"
+  exit 1
+fi
 [ "$fails" -eq 0 ]

@@ -588,5 +588,10 @@ int main(int argc, char **argv)
            argv[1], n, runs, overflows, bad);
   else
     printf("%s: %d seeds, %d runs, %d disagreements\n", argv[1], n, runs, bad);
+  /* A run that checked nothing (every plan refused) proves nothing: it fails. */
+  if (n > 0 && runs == 0) {
+    printf("%s: no plan was run: every seed's plan was refused\n", argv[1]);
+    return 1;
+  }
   return bad ? 1 : 0;
 }

@@ -1,10 +1,13 @@
 #!/bin/sh
-# fuzz-search.sh [BUDGET]: every search algorithm on small models and machines with shared
-# links; each plan it writes must simulate (parasol simulate --strategy) to exactly the
-# iteration time the search reported.  Run from the repository root after building.
+# fuzz-search.sh [BUDGET [MACHINES]]: every search algorithm on small models and machines
+# with shared links (MACHINES, space-separated; default three); each plan it writes must
+# simulate (parasol simulate --strategy) to exactly the iteration time the search
+# reported.  Run from the repository root after building (PARASOL names another build's
+# program).
 set -u
-P=build/cli/parasol
+P=${PARASOL:-build/cli/parasol}
 budget=${1:-2s}
+machines=${2:-"dgx-a100 dgx1-v100 flexflow-p100"}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 bad=0 runs=0
@@ -13,7 +16,7 @@ for algo in mcmc dp beam optcnn subst pipeline; do
               "mlp|layers=3,hidden=256,input=128,classes=64,batch=32" \
               "bert-base|layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=16,positions=16" \
               "rnnlm|batch=16"; do
-    for machine in dgx-a100 dgx1-v100 flexflow-p100; do
+    for machine in $machines; do
       model=${spec%%|*}
       params=${spec#*|}
       runs=$((runs + 1))
