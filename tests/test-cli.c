@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <glib.h>
 #include <glib/gstdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -434,4 +435,32 @@ Test(cli, an_interleaved_plan_reports_its_stages_and_chunks)
   run_clear(&json);
   run_clear(&plain);
 #undef FOUR_LAYERS
+}
+
+/* exec --dump writes a folder that --load-weights reads back; a missing or misshapen
+ * weight file is refused, named, with the shape expected. */
+Test(cli, exec_load_weights_reads_a_dump_and_names_a_bad_file)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-dump-XXXXXX", NULL);
+  cr_assert_not_null(dir);
+  g_autofree char *dump = g_build_filename(dir, "dump", NULL);
+  Run r = run("exec", "--steps", "1", "--dump", dump, NULL);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  run_clear(&r);
+  g_autofree char *manifest = g_build_filename(dump, "manifest.json", NULL);
+  cr_assert(g_file_test(manifest, G_FILE_TEST_EXISTS));
+  r = run("exec", "--steps", "1", "--load-weights", dump, NULL);
+  cr_expect_eq(r.status, 0, "stderr: %s", r.err);
+  run_clear(&r);
+  /* The position embedding's table (16 x 64) where the token embedding's (128 x 64) goes. */
+  g_autofree char *embed = g_build_filename(dump, "init", "embed.0.npy", NULL);
+  g_autofree char *pos = g_build_filename(dump, "init", "embed.pos.0.npy", NULL);
+  cr_assert_eq(g_rename(pos, embed), 0);
+  expect_refused(run("exec", "--steps", "1", "--load-weights", dump, NULL),
+                 "embed.0.npy: expected shape (128, 64)");
+  g_autofree char *missing = g_build_filename(dir, "none", NULL);
+  expect_refused(run("exec", "--steps", "1", "--load-weights", missing, NULL),
+                 "init/embed.0.npy: no such file");
+  g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
 }
