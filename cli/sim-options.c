@@ -243,9 +243,16 @@ gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError 
 {
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) local = NULL;
-  if (!json_parser_load_from_file(parser, file, &local)) {
-    g_set_error(error, SIM_ERROR, local->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
-                 "%s: %s", file, local->message);
+  g_autofree char *text = NULL;
+  if (!sim_read_file(file, &text, NULL, &local)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s", local->message);
+    return FALSE;
+  }
+  if (!sim_json_load(parser, text, -1, &local)) {
+    const char *msg = local->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      msg += strlen("<data>:");
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s", file, msg);
     return FALSE;
   }
   JsonNode *root = json_parser_get_root(parser);

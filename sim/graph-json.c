@@ -408,7 +408,7 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
   const char *fname = filename ? filename : "<graph>";
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) err = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &err)) {
+  if (!sim_json_load(parser, text, -1, &err)) {
     /* json-glib says "<data>:LINE:COLUMN: Parse error: ..."; the file's name replaces
      * "<data>". */
     const char *msg = err->message;
@@ -497,7 +497,7 @@ SimGraph *sim_graph_load(const char *path, GError **error)
   g_return_val_if_fail(path != NULL, NULL);
   g_autofree char *text = NULL;
   g_autoptr(GError) err = NULL;
-  if (!g_file_get_contents(path, &text, NULL, &err)) {
+  if (!sim_read_file(path, &text, NULL, &err)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot read the graph: %s", err->message);
     return NULL;
   }

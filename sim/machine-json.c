@@ -755,7 +755,7 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
 
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) syntax = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &syntax)) {
+  if (!sim_json_load(parser, text, -1, &syntax)) {
     report_syntax_error(r, syntax);
     return NULL;
   }

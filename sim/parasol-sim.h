@@ -33,6 +33,25 @@ typedef enum {
 } SimErrorCode;
 SIM_PUBLIC GQuark sim_error_quark(void);
 
+/* Input files: every reader of parasol (models, machines, strategies, profiles,
+ * calibrations, tables, batches) reads through sim_read_file, which takes files and
+ * pipes (not directories or devices such as /dev/zero) of at most SIM_INPUT_MAX_BYTES,
+ * without a NUL byte; errors are G_FILE_ERROR with a message that names the file.  JSON
+ * is parsed through sim_json_load, which first refuses text nested deeper than
+ * SIM_JSON_MAX_DEPTH arrays and objects (a JSON_PARSER_ERROR in json-glib's own form,
+ * "<data>:LINE:COLUMN: Parse error: ..."). */
+#define SIM_INPUT_MAX_BYTES (64 << 20)
+#define SIM_JSON_MAX_DEPTH 256
+SIM_PUBLIC gboolean sim_read_file(const char *path, char **contents, gsize *length,
+                                  GError **error);
+/* FALSE with an error naming @filename and the line when @text holds a NUL byte. */
+SIM_PUBLIC gboolean sim_check_text(const char *text, gsize length, const char *filename,
+                                   GError **error);
+SIM_PUBLIC gboolean sim_json_check_depth(const char *text, gssize length, GError **error);
+struct _JsonParser;
+SIM_PUBLIC gboolean sim_json_load(struct _JsonParser *parser, const char *text, gssize length,
+                                  GError **error);
+
 /* ---------------------------------------------------------------------------------- */
 /* Tensors: shapes, data types and n-dimensional regions                              */
 
