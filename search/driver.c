@@ -28,13 +28,28 @@ SearchRunOptions search_run_options_default(void)
   return (SearchRunOptions){ .time_budget = 0, .eval_budget = 0, .seed = 1, .threads = 1 };
 }
 
+/* The largest budgets: a year and 10^12 evaluations (larger ones are typing errors, and
+ * their microseconds or counts would overflow). */
+#define BUDGET_MAX_SECONDS (365.0 * 24 * 3600)
+#define BUDGET_MAX_EVALS 1e12
+
+static gboolean budget_too_large(const char *term, GError **error)
+{
+  g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+              "budget '%s': too large; at most 8760h (a year) or 1000000000000 evaluations "
+              "(1e12)", term);
+  return FALSE;
+}
+
 /* One term of a budget: "60s", "2m", "1h", "5000evals", "5k" (evaluations). */
 static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError **error)
 {
   char *end = NULL;
   double v = g_ascii_strtod(term, &end);
-  if (end == term || !isfinite(v) || v <= 0)
+  if (end == term || isnan(v) || v <= 0)
     goto bad;
+  if (!isfinite(v))
+    return budget_too_large(term, error);
   while (*end == ' ')
     end++;
   double scale = 1;
@@ -44,12 +59,16 @@ static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError 
     end++;
     if (*end && strcmp(end, "evals") && strcmp(end, "eval") && strcmp(end, "e"))
       goto bad;
+    if (v * scale > BUDGET_MAX_EVALS)
+      return budget_too_large(term, error);
     o->eval_budget = (gint64)(v * scale);
     return TRUE;
   }
   if (!*end || !strcmp(end, "evals") || !strcmp(end, "eval") || !strcmp(end, "e")) {
     if (v != floor(v))
       goto bad;
+    if (v > BUDGET_MAX_EVALS)
+      return budget_too_large(term, error);
     o->eval_budget = (gint64)v;
     return TRUE;
   }
@@ -61,6 +80,8 @@ static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError 
     scale = 3600;
   else
     goto bad;
+  if (v * scale > BUDGET_MAX_SECONDS)
+    return budget_too_large(term, error);
   o->time_budget = v * scale;
   return TRUE;
 bad:

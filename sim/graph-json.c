@@ -444,6 +444,17 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
                      "this parasol reads version %d, found %s", GRAPH_VERSION, found);
     return NULL;
   }
+  /* A misspelt key would otherwise leave its value at the default without a word. */
+  static const char *const top_keys[] = { "format", "version", "name", "tokens_per_sample",
+                                          "ops", NULL };
+  g_autoptr(GList) top = json_object_get_members(o);
+  for (GList *it = top; it; it = it->next)
+    if (!g_strv_contains(top_keys, it->data)) {
+      sim_set_error_at(error, SIM_ERROR_PARSE, fname, it->data,
+                       "unknown key; a graph has format, version, name, tokens_per_sample, "
+                       "ops");
+      return NULL;
+    }
   const char *name = "graph";
   JsonNode *nn = json_object_get_member(o, "name");
   if (nn) {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-glib/json-glib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,7 +128,7 @@ gboolean sim_read_file(const char *path, char **contents, gsize *length, GError 
   return TRUE;
 }
 
-gboolean sim_json_check_depth(const char *text, gssize length, GError **error)
+gboolean sim_json_check(const char *text, gssize length, GError **error)
 {
   g_return_val_if_fail(text != NULL, FALSE);
   gsize len = length < 0 ? strlen(text) : (gsize)length;
@@ -151,6 +152,35 @@ gboolean sim_json_check_depth(const char *text, gssize length, GError **error)
     }
     if (c == '"') {
       in_string = TRUE;
+    } else if (c == '-' || g_ascii_isdigit(c)) {
+      /* json-glib wraps integers beyond 64 bits around (9223372036854775808 becomes
+       * -9223372036854775808) and reads 1e400 as infinity: both are refused here. */
+      gsize start = i, j = i + (c == '-');
+      gboolean integer = TRUE;
+      while (j < len && (g_ascii_isdigit(text[j]) || text[j] == '.' || text[j] == 'e' ||
+                         text[j] == 'E' || text[j] == '+' || text[j] == '-')) {
+        integer = integer && g_ascii_isdigit(text[j]);
+        j++;
+      }
+      g_autofree char *number = g_strndup(text + start, j - start);
+      errno = 0;
+      gboolean huge;
+      if (integer) {
+        g_ascii_strtoll(number, NULL, 10);
+        huge = errno == ERANGE;
+      } else {
+        huge = !isfinite(g_ascii_strtod(number, NULL));
+      }
+      if (huge) {
+        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_INVALID_DATA,
+                    "<data>:%d:%d: Parse error: %.40s%s is too large (parasol reads %s)",
+                    line, column, number, strlen(number) > 40 ? "..." : "",
+                    integer ? "integers from -9223372036854775808 to 9223372036854775807"
+                            : "numbers of magnitude up to about 1.8e308");
+        return FALSE;
+      }
+      column += (int)(j - 1 - i);
+      i = j - 1;
     } else if (c == '[' || c == '{') {
       if (++depth > SIM_JSON_MAX_DEPTH) {
         /* The form of json-glib's own messages, which the readers turn into theirs. */
@@ -170,6 +200,6 @@ gboolean sim_json_check_depth(const char *text, gssize length, GError **error)
 gboolean sim_json_load(JsonParser *parser, const char *text, gssize length, GError **error)
 {
   g_return_val_if_fail(parser != NULL && text != NULL, FALSE);
-  return sim_json_check_depth(text, length, error) &&
+  return sim_json_check(text, length, error) &&
          json_parser_load_from_data(parser, text, length, error);
 }
