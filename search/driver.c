@@ -732,6 +732,7 @@ struct _SearchResult {
   double elapsed;
   gboolean interrupted;
   GArray *improvements;
+  char *log_error;   /* why the log could not be written to its end, or NULL */
 };
 
 SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
@@ -781,6 +782,14 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
       return NULL;
     }
     fprintf(ctx->log, "wall_s,evals,best_s,current_s\n");
+    /* A log that cannot be written (a full disk, /dev/full) fails before the search. */
+    if (fflush(ctx->log) != 0 || ferror(ctx->log)) {
+      int e = errno;
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID, "cannot write the log %s: %s",
+                  o->log_path, g_strerror(e));
+      context_free(ctx);
+      return NULL;
+    }
   }
 
   struct sigaction old_action, action;
@@ -803,10 +812,19 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     sigaction(SIGINT, &old_action, NULL);
   if (ctx->progress)
     print_progress(ctx, elapsed, TRUE);
+  g_autofree char *log_error = NULL;
   if (ctx->log) {
     log_row(ctx, elapsed, atomic_load(&ctx->evals));
-    fclose(ctx->log);
+    gboolean bad = ferror(ctx->log) != 0;
+    int e = bad ? EIO : 0;
+    if (fclose(ctx->log) != 0 && !bad) {
+      bad = TRUE;
+      e = errno;
+    }
     ctx->log = NULL;
+    /* The search's result is kept; the caller says that the log is incomplete. */
+    if (bad)
+      log_error = g_strdup_printf("cannot write the log %s: %s", o->log_path, g_strerror(e));
   }
   if (ctx->option_error) {
     g_clear_error(&run_error);
@@ -831,6 +849,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->improvements = g_steal_pointer(&ctx->improvements);
   r->expert = g_steal_pointer(&ctx->expert);
   r->expert_time = ctx->expert_cost;
+  r->log_error = g_steal_pointer(&log_error);
   context_free(ctx);
   return r;
 }
@@ -864,7 +883,14 @@ void search_result_free(SearchResult *r)
   sim_strategy_free(r->best);
   sim_strategy_free(r->expert);
   g_array_unref(r->improvements);
+  g_free(r->log_error);
   g_free(r);
+}
+
+const char *search_result_get_log_error(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  return r->log_error;
 }
 
 const SimStrategy *search_result_get_strategy(const SearchResult *r)
