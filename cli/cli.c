@@ -2,6 +2,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
+#include <sys/stat.h>
 #include <math.h>
 
 #include <stdarg.h>
@@ -202,6 +204,31 @@ gboolean cli_make_parent(const char *path, GError **error)
   g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "%s: cannot create the folder: %s",
               dir, g_strerror(e));
   return FALSE;
+}
+
+gboolean cli_check_output(const char *path, GError **error)
+{
+  if (!path)
+    return TRUE;
+  GStatBuf st;
+  if (g_stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_ISDIR, "%s: %s; expected a file to write",
+                path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    return FALSE;
+  }
+  /* The file is written as a temporary beside it, then renamed: try that now. */
+  g_autofree char *dir = g_path_get_dirname(path);
+  g_autofree char *probe = g_build_filename(dir, ".parasol-XXXXXX", NULL);
+  int fd = g_mkstemp(probe);
+  if (fd < 0) {
+    int e = errno;
+    g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "cannot write %s: %s", path,
+                g_strerror(e));
+    return FALSE;
+  }
+  close(fd);
+  g_unlink(probe);
+  return TRUE;
 }
 
 /* gnuplot's single-quoted strings take everything literally but a quote, doubled. */

@@ -58,6 +58,10 @@ gboolean cli_stderr_is_tty(void);
 
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */
 gboolean cli_make_parent(const char *path, GError **error);
+/* Whether @path (NULL: nothing to write) can be written as a file is (a temporary beside
+ * it, renamed): not a directory or device, in a folder that takes new files.  Outputs are
+ * checked so before long work, which would otherwise be lost at its end. */
+gboolean cli_check_output(const char *path, GError **error);
 
 /* The start of a gnuplot script that draws a 960x600 PNG @png titled @title: the
  * terminal (pngcairo where gnuplot has it, png otherwise), the output and the title,

@@ -5,6 +5,9 @@
 #include "search-options.h"
 
 #include <errno.h>
+#include <glib/gstdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <string.h>
 
@@ -96,7 +99,11 @@ static gboolean write_plot(const char *gp, const char *png, const char *title, R
                                  "title 'data parallel'", 1e3 * dp_time);
   fprintf(f, "%s\n", plot->str);
   g_string_free(plot, TRUE);
-  fclose(f);
+  gboolean bad = ferror(f) != 0;
+  if (fclose(f) != 0 || bad) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s", gp);
+    return FALSE;
+  }
   return TRUE;
 }
 
@@ -142,6 +149,7 @@ int cmd_compare(int argc, char **argv)
   int n_runs = 0;
   FILE *csv = NULL;
   g_autofree char *csv_path = NULL, *gp_path = NULL, *png_path = NULL;
+  g_autofree char *csv_tmp = NULL;
   g_autofree char *title = NULL;
 
   if (argc > 1) {
@@ -183,11 +191,21 @@ int cmd_compare(int argc, char **argv)
   csv_path = g_strconcat(base, ".csv", NULL);
   gp_path = g_strconcat(base, ".gp", NULL);
   png_path = g_strconcat(base, ".png", NULL);
-  if (!cli_make_parent(csv_path, &error))
+  if (!cli_make_parent(csv_path, &error) || !cli_check_output(csv_path, &error) ||
+      !cli_check_output(gp_path, &error) || !cli_check_output(png_path, &error))
     goto fail;
-  if (!(csv = fopen(csv_path, "w"))) {
+  /* The CSV is written beside its name and renamed at the end: an earlier run's file stays
+   * whole until this one is complete. */
+  csv_tmp = g_strconcat(csv_path, ".XXXXXX", NULL);
+  int csv_fd = g_mkstemp(csv_tmp);
+  if (csv_fd >= 0)
+    fchmod(csv_fd, 0644);
+  if (csv_fd < 0 || !(csv = fdopen(csv_fd, "w"))) {
     int e = errno;
+    if (csv_fd >= 0)
+      close(csv_fd);
     g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path, g_strerror(e));
+    g_clear_pointer(&csv_tmp, g_free);
     goto fail;
   }
   fprintf(csv, "algo,seed,wall_s,evals,best_s\n");
@@ -246,8 +264,23 @@ int cmd_compare(int argc, char **argv)
       }
     }
   }
-  fclose(csv);
-  csv = NULL;
+  {
+    gboolean bad = ferror(csv) != 0;
+    int e = bad ? EIO : 0;
+    if (fclose(csv) != 0 && !bad) {
+      bad = TRUE;
+      e = errno;
+    }
+    csv = NULL;
+    if (bad || g_rename(csv_tmp, csv_path) != 0) {
+      if (!bad)
+        e = errno;
+      g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path,
+                  g_strerror(e));
+      goto fail;
+    }
+    g_clear_pointer(&csv_tmp, g_free);
+  }
 
   double dp_time = INFINITY;
   {
@@ -301,6 +334,8 @@ fail:
 done:
   if (csv)
     fclose(csv);
+  if (csv_tmp)
+    g_unlink(csv_tmp);
   for (int i = 0; i < n_runs; i++)
     g_array_unref(runs[i].points);
   g_free(runs);

@@ -148,7 +148,8 @@ int cmd_search(int argc, char **argv)
   }
   /* The folders the outputs go to are made where missing. */
   if (!cli_make_parent(log, &error) || !cli_make_parent(plot, &error) ||
-      !cli_make_parent(out, &error))
+      !cli_make_parent(out, &error) || !cli_check_output(out, &error) ||
+      !cli_check_output(plot, &error))
     goto fail;
   ro.log_path = log;
   ro.progress = !quiet && !json && cli_stderr_is_tty();
@@ -361,6 +362,10 @@ int cmd_search(int argc, char **argv)
         printf("  kept                the %s plan: the search found no feasible strategy\n",
                kept);
     }
+  }
+  if (search_result_get_log_error(result)) {
+    g_printerr("parasol search: %s\n", search_result_get_log_error(result));
+    status = CLI_EXIT_USAGE;
   }
   goto done;
 

@@ -4,6 +4,7 @@
 #include "parasol-search.h"
 #include "sim-options.h"
 
+#include <errno.h>
 #include <json-glib/json-glib.h>
 #include <string.h>
 
@@ -49,13 +50,22 @@ static int simulate_batch(const char *path)
   g_autofree char *text = NULL;
   g_autoptr(GError) error = NULL;
   if (!strcmp(path, "-")) {
+    /* Standard input within the limit on input files, as text. */
     GString *all = g_string_new(NULL);
     char buf[4096];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, stdin)) > 0)
+    while (all->len <= SIM_INPUT_MAX_BYTES && (n = fread(buf, 1, sizeof buf, stdin)) > 0)
       g_string_append_len(all, buf, (gssize)n);
+    if (all->len > SIM_INPUT_MAX_BYTES) {
+      g_string_free(all, TRUE);
+      return cli_usage_error("simulate", "--batch -: more than the %d MiB that parasol reads "
+                             "from one file", SIM_INPUT_MAX_BYTES >> 20);
+    }
+    gsize len = all->len;
     text = g_string_free(all, FALSE);
-  } else if (!g_file_get_contents(path, &text, NULL, &error)) {
+    if (!sim_check_text(text, len, "<stdin>", &error))
+      return cli_usage_error("simulate", "%s", error->message);
+  } else if (!sim_read_file(path, &text, NULL, &error)) {
     return cli_usage_error("simulate", "%s", error->message);
   }
   g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
@@ -78,6 +88,10 @@ static int simulate_batch(const char *path)
       status = batch_error(i + 1, perr->message, CLI_EXIT_USAGE);
     }
     worst = MAX(worst, status);
+    /* A full disk or a closed pipe ends the batch: its results would be lost. */
+    if (fflush(stdout) != 0 || ferror(stdout))
+      return cli_usage_error("simulate", "cannot write the results of line %d: %s", i + 1,
+                             g_strerror(errno));
   }
   return worst;
 }
@@ -114,6 +128,13 @@ static int simulate_one(int argc, char **argv, int line)
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
   if (line >= 0) {
+    /* Help in a batch line would land among the results and end the batch. */
+    g_option_context_set_help_enabled(ctx, FALSE);
+    for (int i = 1; i < argc; i++)
+      if (!strcmp(argv[i], "--help") || g_str_has_prefix(argv[i], "--help-") ||
+          !strcmp(argv[i], "-h") || !strcmp(argv[i], "-?"))
+        return batch_error(line, "help options (--help, -h, --help-all, --help-plan) do not "
+                           "belong in a batch line", CLI_EXIT_USAGE);
     g_autoptr(GError) perr = NULL;
     if (!g_option_context_parse(ctx, &argc, &argv, &perr))
       return batch_error(line, perr->message, CLI_EXIT_USAGE);

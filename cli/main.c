@@ -2,8 +2,11 @@
 #include "cli.h"
 #include "parasol-config.h"
 
+#include <errno.h>
 #include <locale.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One line per command; the command files live beside this one (cmd-NAME.c). */
 static const CliCommand commands[] = {
@@ -33,8 +36,26 @@ static void print_help(FILE *out)
                "Run 'parasol COMMAND --help' for the options of a command.\n");
 }
 
+/* Every command's output goes to stdout: a write that failed there (a full disk, a closed
+ * file) ends the program with status 2 and a message rather than 0 and a lost result. */
+static void check_stdout(void)
+{
+  int e = 0;
+  gboolean bad = ferror(stdout) != 0;
+  if (fflush(stdout) != 0) {
+    e = errno;
+    bad = TRUE;
+  }
+  if (bad) {
+    fprintf(stderr, "parasol: cannot write the output (standard output)%s%s\n", e ? ": " : "",
+            e ? g_strerror(e) : "");
+    _exit(CLI_EXIT_USAGE);
+  }
+}
+
 int main(int argc, char **argv)
 {
+  atexit(check_stdout);
   setlocale(LC_ALL, "");
   setlocale(LC_NUMERIC, "C");
   if (argc < 2) {

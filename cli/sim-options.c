@@ -64,6 +64,12 @@ static gboolean non_negative(double v)
   return v >= 0;
 }
 
+/* A gradient bucket of at most a terabyte (10^6 MB): its bytes stay an int64. */
+static gboolean bucket_size(double v)
+{
+  return v >= 0 && v <= 1e6;
+}
+
 static gboolean fraction(double v)
 {
   return v > 0 && v <= 1;
@@ -73,8 +79,9 @@ static gboolean parse_bucket_mb(const char *name, const char *value, gpointer da
                                 GError **error)
 {
   CliPlanOptions *p = data;
-  return cli_option_real(name, value, non_negative,
-                         "a size in MB, 0 or more (0: a bucket per weight)", &p->bucket_mb, error);
+  return cli_option_real(name, value, bucket_size,
+                         "a size in MB from 0 to 1000000 (0: a bucket per weight)", &p->bucket_mb,
+                         error);
 }
 
 /* The model's real-valued parameters: where each goes and what it may be. */
@@ -243,9 +250,16 @@ gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError 
 {
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) local = NULL;
-  if (!json_parser_load_from_file(parser, file, &local)) {
-    g_set_error(error, SIM_ERROR, local->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
-                 "%s: %s", file, local->message);
+  g_autofree char *text = NULL;
+  if (!sim_read_file(file, &text, NULL, &local)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s", local->message);
+    return FALSE;
+  }
+  if (!sim_json_load(parser, text, -1, &local)) {
+    const char *msg = local->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      msg += strlen("<data>:");
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s", file, msg);
     return FALSE;
   }
   JsonNode *root = json_parser_get_root(parser);

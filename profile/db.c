@@ -1057,8 +1057,11 @@ ProfileDb *profile_db_from_json(const char *text, const char *filename, GError *
   Reader rd = { .file = filename ? filename : "<profile>", .error = error };
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) pe = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &pe)) {
-    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s:%s", rd.file, pe->message);
+  if (!sim_json_load(parser, text, -1, &pe)) {
+    const char *msg = pe->message;
+    if (g_str_has_prefix(msg, "<data>:"))
+      msg += strlen("<data>:");
+    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s:%s", rd.file, msg);
     return NULL;
   }
   JsonNode *root = json_parser_get_root(parser);
@@ -1165,7 +1168,7 @@ static gboolean load_file(ProfileDb *into, const char *path, const char *shown, 
 {
   g_autofree char *text = NULL;
   g_autoptr(GError) e = NULL;
-  if (!g_file_get_contents(path, &text, NULL, &e)) {
+  if (!sim_read_file(path, &text, NULL, &e)) {
     g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_IO, "%s", e->message);
     return FALSE;
   }

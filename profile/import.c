@@ -35,7 +35,7 @@ static gboolean import_file(ProfileDb *db, const char *path, const char *name,
 {
   g_autofree char *text = NULL;
   g_autoptr(GError) e = NULL;
-  if (!g_file_get_contents(path, &text, NULL, &e)) {
+  if (!sim_read_file(path, &text, NULL, &e)) {
     g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_IO, "%s", e->message);
     return FALSE;
   }

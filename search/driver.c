@@ -28,13 +28,28 @@ SearchRunOptions search_run_options_default(void)
   return (SearchRunOptions){ .time_budget = 0, .eval_budget = 0, .seed = 1, .threads = 1 };
 }
 
+/* The largest budgets: a year and 10^12 evaluations (larger ones are typing errors, and
+ * their microseconds or counts would overflow). */
+#define BUDGET_MAX_SECONDS (365.0 * 24 * 3600)
+#define BUDGET_MAX_EVALS 1e12
+
+static gboolean budget_too_large(const char *term, GError **error)
+{
+  g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+              "budget '%s': too large; at most 8760h (a year) or 1000000000000 evaluations "
+              "(1e12)", term);
+  return FALSE;
+}
+
 /* One term of a budget: "60s", "2m", "1h", "5000evals", "5k" (evaluations). */
 static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError **error)
 {
   char *end = NULL;
   double v = g_ascii_strtod(term, &end);
-  if (end == term || !isfinite(v) || v <= 0)
+  if (end == term || isnan(v) || v <= 0)
     goto bad;
+  if (!isfinite(v))
+    return budget_too_large(term, error);
   while (*end == ' ')
     end++;
   double scale = 1;
@@ -44,12 +59,16 @@ static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError 
     end++;
     if (*end && strcmp(end, "evals") && strcmp(end, "eval") && strcmp(end, "e"))
       goto bad;
+    if (v * scale > BUDGET_MAX_EVALS)
+      return budget_too_large(term, error);
     o->eval_budget = (gint64)(v * scale);
     return TRUE;
   }
   if (!*end || !strcmp(end, "evals") || !strcmp(end, "eval") || !strcmp(end, "e")) {
     if (v != floor(v))
       goto bad;
+    if (v > BUDGET_MAX_EVALS)
+      return budget_too_large(term, error);
     o->eval_budget = (gint64)v;
     return TRUE;
   }
@@ -61,6 +80,8 @@ static gboolean parse_budget_term(const char *term, SearchRunOptions *o, GError 
     scale = 3600;
   else
     goto bad;
+  if (v * scale > BUDGET_MAX_SECONDS)
+    return budget_too_large(term, error);
   o->time_budget = v * scale;
   return TRUE;
 bad:
@@ -711,6 +732,7 @@ struct _SearchResult {
   double elapsed;
   gboolean interrupted;
   GArray *improvements;
+  char *log_error;   /* why the log could not be written to its end, or NULL */
 };
 
 SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
@@ -760,6 +782,14 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
       return NULL;
     }
     fprintf(ctx->log, "wall_s,evals,best_s,current_s\n");
+    /* A log that cannot be written (a full disk, /dev/full) fails before the search. */
+    if (fflush(ctx->log) != 0 || ferror(ctx->log)) {
+      int e = errno;
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID, "cannot write the log %s: %s",
+                  o->log_path, g_strerror(e));
+      context_free(ctx);
+      return NULL;
+    }
   }
 
   struct sigaction old_action, action;
@@ -782,10 +812,19 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     sigaction(SIGINT, &old_action, NULL);
   if (ctx->progress)
     print_progress(ctx, elapsed, TRUE);
+  g_autofree char *log_error = NULL;
   if (ctx->log) {
     log_row(ctx, elapsed, atomic_load(&ctx->evals));
-    fclose(ctx->log);
+    gboolean bad = ferror(ctx->log) != 0;
+    int e = bad ? EIO : 0;
+    if (fclose(ctx->log) != 0 && !bad) {
+      bad = TRUE;
+      e = errno;
+    }
     ctx->log = NULL;
+    /* The search's result is kept; the caller says that the log is incomplete. */
+    if (bad)
+      log_error = g_strdup_printf("cannot write the log %s: %s", o->log_path, g_strerror(e));
   }
   if (ctx->option_error) {
     g_clear_error(&run_error);
@@ -810,6 +849,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->improvements = g_steal_pointer(&ctx->improvements);
   r->expert = g_steal_pointer(&ctx->expert);
   r->expert_time = ctx->expert_cost;
+  r->log_error = g_steal_pointer(&log_error);
   context_free(ctx);
   return r;
 }
@@ -843,7 +883,14 @@ void search_result_free(SearchResult *r)
   sim_strategy_free(r->best);
   sim_strategy_free(r->expert);
   g_array_unref(r->improvements);
+  g_free(r->log_error);
   g_free(r);
+}
+
+const char *search_result_get_log_error(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  return r->log_error;
 }
 
 const SimStrategy *search_result_get_strategy(const SearchResult *r)

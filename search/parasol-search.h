@@ -328,6 +328,8 @@ SEARCH_PUBLIC const SimStrategy *search_result_get_expert(const SearchResult *r,
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
 /* Whether the search stopped on Ctrl-C. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
+/* Why the log (SearchRunOptions.log_path) could not be written to its end, or NULL. */
+SEARCH_PUBLIC const char *search_result_get_log_error(const SearchResult *r);
 /* The improvements in order: wall time (s), evaluations so far and the new best time. */
 SEARCH_PUBLIC int search_result_n_improvements(const SearchResult *r);
 SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, double *wall,

@@ -599,21 +599,23 @@ char **search_strategy_file_rewrites(const char *path, GError **error)
   g_return_val_if_fail(path != NULL, NULL);
   g_autoptr(JsonParser) parser = json_parser_new();
   GError *e = NULL;
-  if (!json_parser_load_from_file(parser, path, &e)) {
-    /* json-glib names the file and the place of a syntax error itself
-     * ("path:line:column: Parse error: ..."): keep the place, drop the repetition. */
+  g_autofree char *contents = NULL;
+  if (!sim_read_file(path, &contents, NULL, &e)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s", e->message);
+    g_error_free(e);
+    return NULL;
+  }
+  if (!sim_json_load(parser, contents, -1, &e)) {
+    /* json-glib names the place of a syntax error ("<data>:line:column: Parse error: ..."):
+     * the file's name replaces "<data>". */
     const char *msg = e->message;
-    g_autofree char *own = g_strconcat(path, ":", NULL);
-    if (g_str_has_prefix(msg, own)) {
-      g_autofree char *text = g_strdup(msg);
-      char *pe = strstr(text, " Parse error: ");
-      if (pe)
-        memmove(pe + 1, pe + strlen(" Parse error: "), strlen(pe + strlen(" Parse error: ")) + 1);
-      g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s", text);
-    } else {
-      g_set_error(error, SIM_ERROR, e->domain == G_FILE_ERROR ? SIM_ERROR_IO : SIM_ERROR_PARSE,
-                  "%s: %s", path, msg);
-    }
+    if (g_str_has_prefix(msg, "<data>:"))
+      msg += strlen("<data>:");
+    g_autofree char *text = g_strdup_printf("%s:%s", path, msg);
+    char *pe = strstr(text, " Parse error: ");
+    if (pe)
+      memmove(pe + 1, pe + strlen(" Parse error: "), strlen(pe + strlen(" Parse error: ")) + 1);
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s", text);
     g_error_free(e);
     return NULL;
   }

@@ -38,7 +38,7 @@ SimCollTable *sim_coll_table_load(const char *path, GError **error)
   g_autofree char *text = NULL;
   gsize len = 0;
   GError *io = NULL;
-  if (!g_file_get_contents(path, &text, &len, &io)) {
+  if (!sim_read_file(path, &text, &len, &io)) {
     sim_set_error_at(error, SIM_ERROR_IO, path, NULL, "cannot read: %s", io->message);
     g_error_free(io);
     return NULL;

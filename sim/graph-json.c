@@ -408,7 +408,7 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
   const char *fname = filename ? filename : "<graph>";
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) err = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &err)) {
+  if (!sim_json_load(parser, text, -1, &err)) {
     /* json-glib says "<data>:LINE:COLUMN: Parse error: ..."; the file's name replaces
      * "<data>". */
     const char *msg = err->message;
@@ -444,6 +444,17 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
                      "this parasol reads version %d, found %s", GRAPH_VERSION, found);
     return NULL;
   }
+  /* A misspelt key would otherwise leave its value at the default without a word. */
+  static const char *const top_keys[] = { "format", "version", "name", "tokens_per_sample",
+                                          "ops", NULL };
+  g_autoptr(GList) top = json_object_get_members(o);
+  for (GList *it = top; it; it = it->next)
+    if (!g_strv_contains(top_keys, it->data)) {
+      sim_set_error_at(error, SIM_ERROR_PARSE, fname, it->data,
+                       "unknown key; a graph has format, version, name, tokens_per_sample, "
+                       "ops");
+      return NULL;
+    }
   const char *name = "graph";
   JsonNode *nn = json_object_get_member(o, "name");
   if (nn) {
@@ -497,7 +508,7 @@ SimGraph *sim_graph_load(const char *path, GError **error)
   g_return_val_if_fail(path != NULL, NULL);
   g_autofree char *text = NULL;
   g_autoptr(GError) err = NULL;
-  if (!g_file_get_contents(path, &text, NULL, &err)) {
+  if (!sim_read_file(path, &text, NULL, &err)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot read the graph: %s", err->message);
     return NULL;
   }

@@ -33,7 +33,9 @@
 #define DEFAULT_LAUNCH_OVERHEAD 4e-6
 
 #define MAX_GPUS_PER_NODE 1024
-#define MAX_DEVICES (1 << 20)
+#define MAX_DEVICES SIM_MACHINE_MAX_DEVICES
+/* A GPU's memory, in GiB: a bound far above any GPU that keeps the bytes within int64. */
+#define MAX_MEMORY_GIB (1 << 20)
 
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                             */
@@ -367,6 +369,12 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
     g_autofree char *where = join(path, spec.matmul_fraction > 1 ? "matmul_fraction"
                                                                  : "matmul_fraction_fp8");
     fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
+    return NULL;
+  }
+  if (gib > MAX_MEMORY_GIB) {
+    g_autofree char *where = join(path, "memory_GiB");
+    fail(r, SIM_ERROR_INVALID, where, "%g GiB is more than the %d GiB a GPU may have", gib,
+         MAX_MEMORY_GIB);
     return NULL;
   }
   spec.mem_capacity = (int64_t)llround(gib * GIB);
@@ -755,7 +763,7 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
 
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) syntax = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &syntax)) {
+  if (!sim_json_load(parser, text, -1, &syntax)) {
     report_syntax_error(r, syntax);
     return NULL;
   }
@@ -807,7 +815,7 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
   if (!parse_node(r, root, d))
     return NULL;
   if ((int64_t)d->count * d->gpus > MAX_DEVICES) {
-    fail(r, SIM_ERROR_INVALID, "count", "%d nodes of %d GPUs exceed the %d devices a machine may "
+    fail(r, SIM_ERROR_INVALID, "count", "%d nodes of %d GPUs exceed the %d GPUs a machine may "
          "have", d->count, d->gpus, MAX_DEVICES);
     return NULL;
   }

@@ -787,7 +787,7 @@ SimMachine *sim_machine_load(const char *name_or_file, GError **error)
 
   g_autofree char *text = NULL;
   g_autoptr(GError) io = NULL;
-  if (!g_file_get_contents(base, &text, NULL, &io)) {
+  if (!sim_read_file(base, &text, NULL, &io)) {
     if (g_error_matches(io, G_FILE_ERROR, G_FILE_ERROR_NOENT) && !strchr(base, '/') &&
         !g_str_has_suffix(base, ".json")) {
       g_auto(GStrv) names = sim_machine_library_names();

@@ -33,6 +33,26 @@ typedef enum {
 } SimErrorCode;
 SIM_PUBLIC GQuark sim_error_quark(void);
 
+/* Input files: every reader of parasol (models, machines, strategies, profiles,
+ * calibrations, tables, batches) reads through sim_read_file, which takes files and
+ * pipes (not directories or devices such as /dev/zero) of at most SIM_INPUT_MAX_BYTES,
+ * without a NUL byte; errors are G_FILE_ERROR with a message that names the file.  JSON
+ * is parsed through sim_json_load, which first refuses (sim_json_check) text nested
+ * deeper than SIM_JSON_MAX_DEPTH arrays and objects, integers beyond 64 bits and numbers
+ * beyond a double's range, which json-glib would take as other values (a JSON_PARSER_ERROR
+ * in json-glib's own form, "<data>:LINE:COLUMN: Parse error: ..."). */
+#define SIM_INPUT_MAX_BYTES (64 << 20)
+#define SIM_JSON_MAX_DEPTH 256
+SIM_PUBLIC gboolean sim_read_file(const char *path, char **contents, gsize *length,
+                                  GError **error);
+/* FALSE with an error naming @filename and the line when @text holds a NUL byte. */
+SIM_PUBLIC gboolean sim_check_text(const char *text, gsize length, const char *filename,
+                                   GError **error);
+SIM_PUBLIC gboolean sim_json_check(const char *text, gssize length, GError **error);
+struct _JsonParser;
+SIM_PUBLIC gboolean sim_json_load(struct _JsonParser *parser, const char *text, gssize length,
+                                  GError **error);
+
 /* ---------------------------------------------------------------------------------- */
 /* Tensors: shapes, data types and n-dimensional regions                              */
 
@@ -40,6 +60,9 @@ SIM_PUBLIC GQuark sim_error_quark(void);
 /* The most ops a graph may hold: a bound on what a mistyped size can cost (a model of a
  * hundred million layers would exhaust memory before it said anything). */
 #define SIM_GRAPH_MAX_OPS 200000
+/* The most GPUs a machine may have (4096 nodes of 8): the simulator's tables and time
+ * grow faster than the GPU count, and a mistyped count must fail at once. */
+#define SIM_MACHINE_MAX_DEVICES 32768
 
 typedef enum {
   SIM_DTYPE_FP32,

@@ -774,7 +774,7 @@ SimStrategy *sim_strategy_from_json(const char *text, const char *filename, cons
                .error = error };
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) local = NULL;
-  if (!json_parser_load_from_data(parser, text, -1, &local)) {
+  if (!sim_json_load(parser, text, -1, &local)) {
     parse_error(&r, local);
     return NULL;
   }
@@ -800,7 +800,7 @@ SimStrategy *sim_strategy_load(const char *path, const SimGraph *g, const SimMac
   g_return_val_if_fail(path != NULL && g != NULL && m != NULL, NULL);
   g_autofree char *text = NULL;
   g_autoptr(GError) local = NULL;
-  if (!g_file_get_contents(path, &text, NULL, &local)) {
+  if (!sim_read_file(path, &text, NULL, &local)) {
     sim_set_error_at(error, SIM_ERROR_IO, path, NULL, "cannot read the strategy: %s",
                      local->message);
     return NULL;

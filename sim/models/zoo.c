@@ -86,9 +86,11 @@ static gboolean valid_param_name(const char *s)
 }
 
 /* Parses "64", "1k", "1.5M", "-3" into @out.  The suffixes are decimal (k = 1000), as
- * the sizes of papers are: "vocab=50k", "rows=40M". */
-static gboolean parse_value(const char *text, int64_t *out)
+ * the sizes of papers are: "vocab=50k", "rows=40M".  *@too_large is set when @text is a
+ * number beyond the 64-bit integers. */
+static gboolean parse_value(const char *text, int64_t *out, gboolean *too_large)
 {
+  *too_large = FALSE;
   const char *end = text;
   while (*end && (g_ascii_isdigit(*end) || *end == '.' || *end == '-' || *end == '+'))
     end++;
@@ -113,11 +115,14 @@ static gboolean parse_value(const char *text, int64_t *out)
     /* Integers are read and scaled exactly, once a floating-point estimate of the
      * product shows that it fits. */
     gint64 v = g_ascii_strtoll(number, &stop, 10);
-    if (errno || *stop)
+    if (*stop)
       return FALSE;
     double scaled = (double)v * scale;
-    if (scaled > (double)INT64_MAX / 2 || scaled < (double)INT64_MIN / 2)
+    if (errno || (scale != 1.0 && (scaled > (double)INT64_MAX / 2 ||
+                                   scaled < (double)INT64_MIN / 2))) {
+      *too_large = TRUE;
       return FALSE;
+    }
     *out = scale == 1.0 ? v : (int64_t)v * (int64_t)scale;
     return TRUE;
   }
@@ -125,7 +130,11 @@ static gboolean parse_value(const char *text, int64_t *out)
   if (errno || *stop)
     return FALSE;
   v *= scale;
-  if (!isfinite(v) || v != floor(v) || fabs(v) > (double)INT64_MAX / 2)
+  if (!isfinite(v) || fabs(v) > (double)INT64_MAX / 2) {
+    *too_large = TRUE;
+    return FALSE;
+  }
+  if (v != floor(v))
     return FALSE;
   *out = (int64_t)v;
   return TRUE;
@@ -152,10 +161,16 @@ gboolean sim_model_params_parse(SimModelParams *p, const char *text, GError **er
                   "\"layers=24,hidden=2048\")", text);
       return FALSE;
     }
-    if (!parse_value(val, &values[i])) {
-      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                  "model parameter '%s': '%s' is not an integer (suffixes k, M, G, T "
-                  "multiply by 1000, 10^6, 10^9, 10^12)", key, val);
+    gboolean too_large;
+    if (!parse_value(val, &values[i], &too_large)) {
+      if (too_large)
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "model parameter '%s': '%s' is too large (beyond the 64-bit integers)",
+                    key, val);
+      else
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "model parameter '%s': '%s' is not an integer (suffixes k, M, G, T "
+                    "multiply by 1000, 10^6, 10^9, 10^12)", key, val);
       return FALSE;
     }
     names[i] = key;

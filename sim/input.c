@@ -1,0 +1,205 @@
+/* input.c — reading input files within stated limits: files and pipes only (not
+ * directories or devices such as /dev/zero), at most
+ * SIM_INPUT_MAX_BYTES, no NUL byte, and JSON nested at most SIM_JSON_MAX_DEPTH levels
+ * (json-glib's parser recurses once per level, so deeper text would overflow the stack). */
+#include "sim-private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <json-glib/json-glib.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *file_kind(mode_t mode)
+{
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a pipe";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+/* The line (from 1) of byte @at of @text. */
+static gsize line_of(const char *text, gsize at)
+{
+  gsize line = 1;
+  for (gsize i = 0; i < at; i++)
+    line += text[i] == '\n';
+  return line;
+}
+
+gboolean sim_check_text(const char *text, gsize len, const char *filename, GError **error)
+{
+  const char *nul = memchr(text, '\0', len);
+  if (nul) {
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+                "%s: line %" G_GSIZE_FORMAT ": a NUL byte (expected text)",
+                filename ? filename : "<input>", line_of(text, (gsize)(nul - text)));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+gboolean sim_read_file(const char *path, char **contents, gsize *length, GError **error)
+{
+  g_return_val_if_fail(path != NULL && contents != NULL, FALSE);
+  *contents = NULL;
+  /* O_NONBLOCK: opening a FIFO with no writer must not wait; a regular file ignores it. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "cannot open %s: %s", path,
+                g_strerror(e));
+    return FALSE;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "cannot read %s: %s", path,
+                g_strerror(e));
+    return FALSE;
+  }
+  if (S_ISFIFO(st.st_mode)) {
+    /* A pipe (a shell's <(...)) is read up to the limit, waiting for its writer. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  } else if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_INVAL,
+                "%s: %s; expected a file", path, file_kind(st.st_mode));
+    return FALSE;
+  }
+  if (S_ISREG(st.st_mode) && st.st_size > SIM_INPUT_MAX_BYTES) {
+    close(fd);
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_FAILED,
+                "%s: %.1f MiB is larger than the %d MiB that parasol reads from one file",
+                path, (double)st.st_size / (1 << 20), SIM_INPUT_MAX_BYTES >> 20);
+    return FALSE;
+  }
+  /* One byte past the limit tells a file that grew while it was read. */
+  gsize cap = (gsize)SIM_INPUT_MAX_BYTES + 1, size = S_ISREG(st.st_mode) ? (gsize)st.st_size + 1 : 65536, n = 0;
+  char *buf = g_malloc(size + 1);
+  for (;;) {
+    if (n == size) {
+      if (size >= cap)
+        break;
+      size = MIN(size * 2, cap);
+      buf = g_realloc(buf, size + 1);
+    }
+    ssize_t got = read(fd, buf + n, size - n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0) {
+      int e = errno;
+      close(fd);
+      g_free(buf);
+      g_set_error(error, G_FILE_ERROR, g_file_error_from_errno(e), "cannot read %s: %s", path,
+                  g_strerror(e));
+      return FALSE;
+    }
+    if (got == 0)
+      break;
+    n += (gsize)got;
+  }
+  close(fd);
+  if (n > (gsize)SIM_INPUT_MAX_BYTES) {
+    g_free(buf);
+    g_set_error(error, G_FILE_ERROR, G_FILE_ERROR_FAILED,
+                "%s: larger than the %d MiB that parasol reads from one file", path,
+                SIM_INPUT_MAX_BYTES >> 20);
+    return FALSE;
+  }
+  buf[n] = '\0';
+  if (!sim_check_text(buf, n, path, error)) {
+    g_free(buf);
+    return FALSE;
+  }
+  *contents = buf;
+  if (length)
+    *length = n;
+  return TRUE;
+}
+
+gboolean sim_json_check(const char *text, gssize length, GError **error)
+{
+  g_return_val_if_fail(text != NULL, FALSE);
+  gsize len = length < 0 ? strlen(text) : (gsize)length;
+  int depth = 0, line = 1, column = 1;
+  gboolean in_string = FALSE;
+  for (gsize i = 0; i < len; i++, column++) {
+    char c = text[i];
+    if (c == '\n') {
+      line++;
+      column = 0;
+      continue;
+    }
+    if (in_string) {
+      if (c == '\\' && i + 1 < len && text[i + 1] != '\n') {
+        i++;
+        column++;
+      } else if (c == '"') {
+        in_string = FALSE;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = TRUE;
+    } else if (c == '-' || g_ascii_isdigit(c)) {
+      /* json-glib wraps integers beyond 64 bits around (9223372036854775808 becomes
+       * -9223372036854775808) and reads 1e400 as infinity: both are refused here. */
+      gsize start = i, j = i + (c == '-');
+      gboolean integer = TRUE;
+      while (j < len && (g_ascii_isdigit(text[j]) || text[j] == '.' || text[j] == 'e' ||
+                         text[j] == 'E' || text[j] == '+' || text[j] == '-')) {
+        integer = integer && g_ascii_isdigit(text[j]);
+        j++;
+      }
+      g_autofree char *number = g_strndup(text + start, j - start);
+      errno = 0;
+      gboolean huge;
+      if (integer) {
+        g_ascii_strtoll(number, NULL, 10);
+        huge = errno == ERANGE;
+      } else {
+        huge = !isfinite(g_ascii_strtod(number, NULL));
+      }
+      if (huge) {
+        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_INVALID_DATA,
+                    "<data>:%d:%d: Parse error: %.40s%s is too large (parasol reads %s)",
+                    line, column, number, strlen(number) > 40 ? "..." : "",
+                    integer ? "integers from -9223372036854775808 to 9223372036854775807"
+                            : "numbers of magnitude up to about 1.8e308");
+        return FALSE;
+      }
+      column += (int)(j - 1 - i);
+      i = j - 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > SIM_JSON_MAX_DEPTH) {
+        /* The form of json-glib's own messages, which the readers turn into theirs. */
+        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_PARSE,
+                    "<data>:%d:%d: Parse error: nested deeper than %d levels of arrays and "
+                    "objects (the most parasol reads)",
+                    line, column, SIM_JSON_MAX_DEPTH);
+        return FALSE;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  return TRUE;
+}
+
+gboolean sim_json_load(JsonParser *parser, const char *text, gssize length, GError **error)
+{
+  g_return_val_if_fail(parser != NULL && text != NULL, FALSE);
+  return sim_json_check(text, length, error) &&
+         json_parser_load_from_data(parser, text, length, error);
+}
