@@ -138,11 +138,140 @@ static GHashTable *parse_options(const SearchAlgorithm *algo, const char *const 
 /* ---------------------------------------------------------------------------------- */
 /* Ctrl-C                                                                             */
 
-static atomic_int sigint_seen;
+/* Ctrl-C and SIGTERM: the first asks the searches to stop and the command to wrap up
+ * (write the best plan); a second is counted and changes nothing (the plan is still
+ * written); a third kills the process as the signal would have. */
+static atomic_int signals_seen;
+static atomic_int signal_first;
+static atomic_int signals_caught;
+static struct sigaction old_int, old_term;
 
-static void on_sigint(int sig)
+static void on_signal(int sig)
 {
-  atomic_store(&sigint_seen, 1);
+  int n = atomic_fetch_add(&signals_seen, 1) + 1;
+  int zero = 0;
+  atomic_compare_exchange_strong(&signal_first, &zero, sig);
+  if (n >= 3) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+void search_signals_catch(void)
+{
+  if (atomic_exchange(&signals_caught, 1))
+    return;
+  atomic_store(&signals_seen, 0);
+  atomic_store(&signal_first, 0);
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+}
+
+void search_signals_release(void)
+{
+  if (!atomic_exchange(&signals_caught, 0))
+    return;
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+}
+
+int search_signals_seen(void)
+{
+  return atomic_load(&signals_seen);
+}
+
+int search_signals_first(void)
+{
+  return atomic_load(&signal_first);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Watches: a thread that cancels a problem's simulations at a deadline or a signal     */
+
+struct _SearchWatch {
+  SearchProblem *problem;
+  const atomic_int *old_cancel;
+  atomic_int cancel;
+  gint64 deadline_us;
+  gboolean signals;
+  GMutex lock;
+  GCond cond;
+  gboolean quit;
+  GThread *thread;
+};
+
+static gpointer watch_thread(gpointer data)
+{
+  SearchWatch *w = data;
+  g_mutex_lock(&w->lock);
+  while (!w->quit) {
+    gint64 now = g_get_monotonic_time();
+    if ((w->deadline_us > 0 && now >= w->deadline_us) ||
+        (w->signals && atomic_load(&signals_seen) > 0)) {
+      atomic_store(&w->cancel, 1);
+      break;
+    }
+    /* Signals are polled every 10 ms; the deadline is met to the microsecond. */
+    gint64 until = now + 10000;
+    if (w->deadline_us > 0 && w->deadline_us < until)
+      until = w->deadline_us;
+    g_cond_wait_until(&w->cond, &w->lock, until);
+  }
+  g_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us, gboolean signals)
+{
+  g_return_val_if_fail(p != NULL, NULL);
+  SearchWatch *w = g_new0(SearchWatch, 1);
+  w->problem = search_problem_ref(p);
+  w->old_cancel = p->sim.cancel;
+  atomic_init(&w->cancel, 0);
+  w->deadline_us = deadline_us;
+  w->signals = signals;
+  g_mutex_init(&w->lock);
+  g_cond_init(&w->cond);
+  p->sim.cancel = &w->cancel;
+  if (deadline_us > 0 || signals)
+    w->thread = g_thread_new("search-watch", watch_thread, w);
+  return w;
+}
+
+gboolean search_watch_fired(const SearchWatch *w)
+{
+  g_return_val_if_fail(w != NULL, FALSE);
+  return atomic_load(&w->cancel) != 0;
+}
+
+/* Stops the watch's thread; its problem keeps the flag pointer until search_watch_free(). */
+static void watch_stop(SearchWatch *w)
+{
+  if (!w->thread)
+    return;
+  g_mutex_lock(&w->lock);
+  w->quit = TRUE;
+  g_cond_signal(&w->cond);
+  g_mutex_unlock(&w->lock);
+  g_thread_join(w->thread);
+  w->thread = NULL;
+}
+
+void search_watch_free(SearchWatch *w)
+{
+  if (!w)
+    return;
+  watch_stop(w);
+  if (w->problem->sim.cancel == &w->cancel)
+    w->problem->sim.cancel = w->old_cancel;
+  search_problem_unref(w->problem);
+  g_mutex_clear(&w->lock);
+  g_cond_clear(&w->cond);
+  g_free(w);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -204,11 +333,14 @@ gboolean search_context_should_stop(const SearchContext *ctx)
   SearchContext *root = ctx->root;
   if (atomic_load(&root->interrupted))
     return TRUE;
-  if (root->handle_sigint && atomic_load(&sigint_seen)) {
+  if (root->handle_sigint && atomic_load(&signals_seen)) {
     atomic_store(&root->interrupted, 1);
     return TRUE;
   }
   if (ctx->eval_limit != G_MAXINT64 && atomic_load(&root->evals) >= ctx->eval_limit)
+    return TRUE;
+  /* The watch's flag: the search's or its caller's deadline has passed. */
+  if (root->watch && search_watch_fired(root->watch))
     return TRUE;
   return ctx->deadline < G_MAXDOUBLE && search_context_elapsed(ctx) >= ctx->deadline;
 }
@@ -710,8 +842,33 @@ struct _SearchResult {
   gint64 cut_evals;
   double elapsed;
   gboolean interrupted;
+  gboolean abandoned;
   GArray *improvements;
 };
+
+typedef struct {
+  const SearchAlgorithm *algo;
+  SearchContext *ctx;
+  gboolean ok;
+  GError *error;
+  GMutex lock;
+  GCond cond;
+  gboolean done;
+} RunThread;
+
+static gpointer run_thread(gpointer data)
+{
+  RunThread *rt = data;
+  GError *error = NULL;
+  gboolean ok = rt->algo->run(rt->algo, rt->ctx, &error);
+  g_mutex_lock(&rt->lock);
+  rt->ok = ok;
+  rt->error = error;
+  rt->done = TRUE;
+  g_cond_signal(&rt->cond);
+  g_mutex_unlock(&rt->lock);
+  return NULL;
+}
 
 SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
                          GError **error)
@@ -762,31 +919,94 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     fprintf(ctx->log, "wall_s,evals,best_s,current_s\n");
   }
 
-  struct sigaction old_action, action;
-  if (o->handle_sigint) {
-    atomic_store(&sigint_seen, 0);
-    memset(&action, 0, sizeof action);
-    action.sa_handler = on_sigint;
-    /* A second Ctrl-C kills the program as usual. */
-    action.sa_flags = SA_RESETHAND;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_action);
-  }
+  /* Signals, where the caller has not caught them for the whole command. */
+  gboolean own_signals = o->handle_sigint && !atomic_load(&signals_caught);
+  if (own_signals)
+    search_signals_catch();
 
   ctx->t0 = g_get_monotonic_time();
-  GError *run_error = NULL;
-  gboolean ok = algo->run(algo, ctx, &run_error);
+  /* The watch cancels the simulations under way at the deadline (a budget in seconds, or
+   * the caller's) or a signal. */
+  gint64 deadline_us = 0;
+  if (ctx->deadline < G_MAXDOUBLE)
+    deadline_us = ctx->t0 + (gint64)(ctx->deadline * 1e6);
+  if (o->deadline_us > 0 && (deadline_us == 0 || o->deadline_us < deadline_us))
+    deadline_us = o->deadline_us;
+  ctx->watch = search_watch_new(p, deadline_us, o->handle_sigint);
+
+  /* The algorithm runs on a thread of its own; one that is still running a grace period
+   * past the deadline (a plugin that never asks whether to stop) is left to itself, and
+   * the result is the best it reported. */
+  RunThread rt = { .algo = algo, .ctx = ctx };
+  g_mutex_init(&rt.lock);
+  g_cond_init(&rt.cond);
+  GThread *thread = g_thread_new("search", run_thread, &rt);
+  gboolean abandoned = FALSE;
+  double budget_s = deadline_us > 0 ? (double)(deadline_us - ctx->t0) / 1e6 : 0;
+  gint64 grace_us = (gint64)(MAX(0.25, 0.02 * budget_s) * 1e6);
+  g_mutex_lock(&rt.lock);
+  while (!rt.done) {
+    gint64 until = g_get_monotonic_time() + 50000;
+    if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
+      abandoned = TRUE;
+      break;
+    }
+    if (o->handle_sigint && atomic_load(&signals_seen) > 0) {
+      /* A signal: the algorithm gets the grace period from now. */
+      gint64 cut = g_get_monotonic_time();
+      if (deadline_us == 0 || cut < deadline_us)
+        deadline_us = cut;
+    }
+    g_cond_wait_until(&rt.cond, &rt.lock, until);
+  }
+  g_mutex_unlock(&rt.lock);
+  if (abandoned)
+    g_thread_unref(thread);
+  else
+    g_thread_join(thread);
+  gboolean ok = rt.ok;
+  GError *run_error = rt.error;
   double elapsed = search_context_elapsed(ctx);
 
-  if (o->handle_sigint)
-    sigaction(SIGINT, &old_action, NULL);
+  if (own_signals)
+    search_signals_release();
+  /* Under the lock: an abandoned algorithm may still record. */
+  g_mutex_lock(&ctx->lock);
   if (ctx->progress)
     print_progress(ctx, elapsed, TRUE);
+  ctx->progress = FALSE;
   if (ctx->log) {
     log_row(ctx, elapsed, atomic_load(&ctx->evals));
     fclose(ctx->log);
     ctx->log = NULL;
   }
+  g_mutex_unlock(&ctx->lock);
+  if (abandoned) {
+    /* The algorithm keeps its context (and its problem's flag stays set, so its
+     * simulations stop at once): the result copies what it has reported. */
+    watch_stop(ctx->watch);
+    if (p->sim.cancel == &ctx->watch->cancel)
+      p->sim.cancel = ctx->watch->old_cancel;
+    atomic_store(&ctx->interrupted, 1);
+    SearchResult *r = g_new0(SearchResult, 1);
+    g_mutex_lock(&ctx->lock);
+    r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
+    r->best = ctx->best ? sim_strategy_copy(ctx->best) : NULL;
+    r->time = ctx->best_cost;
+    r->improvements = g_array_copy(ctx->improvements);
+    r->expert = ctx->expert ? sim_strategy_copy(ctx->expert) : NULL;
+    r->expert_time = ctx->expert_cost;
+    g_mutex_unlock(&ctx->lock);
+    r->evals = atomic_load(&ctx->evals);
+    r->cut_evals = atomic_load(&ctx->cut_evals);
+    r->elapsed = elapsed;
+    r->interrupted = o->handle_sigint && atomic_load(&signals_seen) > 0;
+    r->abandoned = TRUE;
+    return r;
+  }
+  g_mutex_clear(&rt.lock);
+  g_cond_clear(&rt.cond);
+  g_clear_pointer(&ctx->watch, search_watch_free);
   if (ctx->option_error) {
     g_clear_error(&run_error);
     g_propagate_error(error, g_steal_pointer(&ctx->option_error));
@@ -806,7 +1026,8 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->evals = atomic_load(&ctx->evals);
   r->cut_evals = atomic_load(&ctx->cut_evals);
   r->elapsed = elapsed;
-  r->interrupted = atomic_load(&ctx->interrupted) != 0;
+  r->interrupted = atomic_load(&ctx->interrupted) != 0 && o->handle_sigint &&
+                   atomic_load(&signals_seen) > 0;
   r->improvements = g_steal_pointer(&ctx->improvements);
   r->expert = g_steal_pointer(&ctx->expert);
   r->expert_time = ctx->expert_cost;
@@ -892,6 +1113,12 @@ gboolean search_result_get_interrupted(const SearchResult *r)
 {
   g_return_val_if_fail(r != NULL, FALSE);
   return r->interrupted;
+}
+
+gboolean search_result_get_abandoned(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, FALSE);
+  return r->abandoned;
 }
 
 int search_result_n_improvements(const SearchResult *r)

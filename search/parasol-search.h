@@ -294,9 +294,32 @@ typedef struct {
   int threads;                   /* worker threads; 0: one                             */
   const char *log_path;          /* CSV of improvements; NULL: none                    */
   gboolean progress;             /* a progress line on stderr (for terminals)          */
-  gboolean handle_sigint;        /* Ctrl-C stops the search and keeps the best         */
+  gboolean handle_sigint;        /* Ctrl-C and SIGTERM stop the search, keep the best  */
   const char *const *options;    /* "key=value" algorithm options, NULL-terminated     */
+  /* A deadline past the budget's (g_get_monotonic_time() microseconds; 0: none), such as
+   * the end of a command's whole budget: the search stops there too. */
+  gint64 deadline_us;
 } SearchRunOptions;
+
+/* Signals.  search_signals_catch() makes SIGINT (Ctrl-C) and SIGTERM ask the searches to
+ * stop, keeping their best, and the command to wrap up (search_signals_seen() counts
+ * them); a third signal kills the process as the signal would have.  search_run() with
+ * handle_sigint catches them for its own run when the caller has not. */
+SEARCH_PUBLIC void search_signals_catch(void);
+SEARCH_PUBLIC void search_signals_release(void);
+SEARCH_PUBLIC int search_signals_seen(void);
+/* The signal that stopped the command (SIGINT or SIGTERM), 0 if none. */
+SEARCH_PUBLIC int search_signals_first(void);
+
+/* A watch cancels the simulations of @p (SimOptions.cancel) at @deadline_us
+ * (g_get_monotonic_time() microseconds; 0: never) or, with @signals, once a caught signal
+ * arrives: a simulation under way then fails with SIM_ERROR_CANCELLED.  It lasts until
+ * search_watch_free(), which gives @p its cancellation flag back. */
+typedef struct _SearchWatch SearchWatch;
+SEARCH_PUBLIC SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us,
+                                            gboolean signals);
+SEARCH_PUBLIC gboolean search_watch_fired(const SearchWatch *w);
+SEARCH_PUBLIC void search_watch_free(SearchWatch *w);
 
 SEARCH_PUBLIC SearchRunOptions search_run_options_default(void);
 /* Parses "60s", "2m", "1h", "5000evals", "5000" (evaluations) into @o's budget. */
@@ -326,8 +349,12 @@ SEARCH_PUBLIC gint64 search_result_get_cut_evals(const SearchResult *r);
  * itself) and its time, when the algorithm simulated them all on its way; else NULL. */
 SEARCH_PUBLIC const SimStrategy *search_result_get_expert(const SearchResult *r, double *time);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
-/* Whether the search stopped on Ctrl-C. */
+/* Whether the search stopped on Ctrl-C or SIGTERM. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
+/* Whether the algorithm had not returned by its deadline (plus a grace of 2% of the
+ * budget, at least 0.25 s) and was left running: the result is the best it had
+ * reported by then. */
+SEARCH_PUBLIC gboolean search_result_get_abandoned(const SearchResult *r);
 /* The improvements in order: wall time (s), evaluations so far and the new best time. */
 SEARCH_PUBLIC int search_result_n_improvements(const SearchResult *r);
 SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, double *wall,

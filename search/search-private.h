@@ -88,6 +88,7 @@ struct _SearchContext {
   _Atomic gint64 cut_evals;   /* evaluations stopped at a bound (search_evaluator_run_bounded) */
   atomic_int interrupted;     /* Ctrl-C, or a malformed option value                    */
   gboolean handle_sigint;
+  SearchWatch *watch;         /* cancels the simulations at the deadline or a signal      */
   GError *option_error;       /* the first malformed option value                       */
   GMutex lock;                /* best, log, progress, option_error                      */
   FILE *log;
