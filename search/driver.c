@@ -194,8 +194,7 @@ int search_signals_first(void)
 
 struct _SearchWatch {
   SearchProblem *problem;
-  const atomic_int *old_cancel;
-  atomic_int cancel;
+  atomic_int fired;
   gint64 deadline_us;
   gboolean signals;
   GMutex lock;
@@ -203,6 +202,12 @@ struct _SearchWatch {
   gboolean quit;
   GThread *thread;
 };
+
+static void watch_fire(SearchWatch *w)
+{
+  if (!atomic_exchange(&w->fired, 1))
+    atomic_fetch_add(&w->problem->cancel->flag, 1);
+}
 
 static gpointer watch_thread(gpointer data)
 {
@@ -212,7 +217,7 @@ static gpointer watch_thread(gpointer data)
     gint64 now = g_get_monotonic_time();
     if ((w->deadline_us > 0 && now >= w->deadline_us) ||
         (w->signals && atomic_load(&signals_seen) > 0)) {
-      atomic_store(&w->cancel, 1);
+      watch_fire(w);
       break;
     }
     /* Signals are polled every 10 ms; the deadline is met to the microsecond. */
@@ -230,14 +235,16 @@ SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us, gboolean sig
   g_return_val_if_fail(p != NULL, NULL);
   SearchWatch *w = g_new0(SearchWatch, 1);
   w->problem = search_problem_ref(p);
-  w->old_cancel = p->sim.cancel;
-  atomic_init(&w->cancel, 0);
+  atomic_init(&w->fired, 0);
   w->deadline_us = deadline_us;
   w->signals = signals;
   g_mutex_init(&w->lock);
   g_cond_init(&w->cond);
-  p->sim.cancel = &w->cancel;
-  if (deadline_us > 0 || signals)
+  if (signals && atomic_load(&signals_seen) > 0)
+    watch_fire(w);
+  else if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us)
+    watch_fire(w);
+  else if (deadline_us > 0 || signals)
     w->thread = g_thread_new("search-watch", watch_thread, w);
   return w;
 }
@@ -245,20 +252,23 @@ SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us, gboolean sig
 gboolean search_watch_fired(const SearchWatch *w)
 {
   g_return_val_if_fail(w != NULL, FALSE);
-  return atomic_load(&w->cancel) != 0;
+  return atomic_load(&w->fired) != 0;
 }
 
-/* Stops the watch's thread; its problem keeps the flag pointer until search_watch_free(). */
+/* Stops the watch's thread and takes back its cancellation: the problem's simulations
+ * run again (except for another watch's that has fired). */
 static void watch_stop(SearchWatch *w)
 {
-  if (!w->thread)
-    return;
-  g_mutex_lock(&w->lock);
-  w->quit = TRUE;
-  g_cond_signal(&w->cond);
-  g_mutex_unlock(&w->lock);
-  g_thread_join(w->thread);
-  w->thread = NULL;
+  if (w->thread) {
+    g_mutex_lock(&w->lock);
+    w->quit = TRUE;
+    g_cond_signal(&w->cond);
+    g_mutex_unlock(&w->lock);
+    g_thread_join(w->thread);
+    w->thread = NULL;
+  }
+  if (atomic_exchange(&w->fired, 0))
+    atomic_fetch_sub(&w->problem->cancel->flag, 1);
 }
 
 void search_watch_free(SearchWatch *w)
@@ -266,8 +276,6 @@ void search_watch_free(SearchWatch *w)
   if (!w)
     return;
   watch_stop(w);
-  if (w->problem->sim.cancel == &w->cancel)
-    w->problem->sim.cancel = w->old_cancel;
   search_problem_unref(w->problem);
   g_mutex_clear(&w->lock);
   g_cond_clear(&w->cond);
@@ -985,8 +993,6 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     /* The algorithm keeps its context (and its problem's flag stays set, so its
      * simulations stop at once): the result copies what it has reported. */
     watch_stop(ctx->watch);
-    if (p->sim.cancel == &ctx->watch->cancel)
-      p->sim.cancel = ctx->watch->old_cancel;
     atomic_store(&ctx->interrupted, 1);
     SearchResult *r = g_new0(SearchResult, 1);
     g_mutex_lock(&ctx->lock);

@@ -311,10 +311,10 @@ SEARCH_PUBLIC int search_signals_seen(void);
 /* The signal that stopped the command (SIGINT or SIGTERM), 0 if none. */
 SEARCH_PUBLIC int search_signals_first(void);
 
-/* A watch cancels the simulations of @p (SimOptions.cancel) at @deadline_us
- * (g_get_monotonic_time() microseconds; 0: never) or, with @signals, once a caught signal
- * arrives: a simulation under way then fails with SIM_ERROR_CANCELLED.  It lasts until
- * search_watch_free(), which gives @p its cancellation flag back. */
+/* A watch cancels the simulations of @p and of the problems derived from it
+ * (SimOptions.cancel) at @deadline_us (g_get_monotonic_time() microseconds; 0: never)
+ * or, with @signals, once a caught signal arrives: a simulation under way then fails with
+ * SIM_ERROR_CANCELLED, and so does every one started until search_watch_free(). */
 typedef struct _SearchWatch SearchWatch;
 SEARCH_PUBLIC SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us,
                                             gboolean signals);

@@ -12,8 +12,16 @@ G_BEGIN_DECLS
 /* ---------------------------------------------------------------------------------- */
 /* Problems                                                                            */
 
+/* The flag that cancels a problem's simulations (SimOptions.cancel), shared by the
+ * problems derived from it: the number of watches that have fired on them. */
+typedef struct {
+  gint refcount;
+  atomic_int flag;
+} SearchCancelCell;
+
 struct _SearchProblem {
   gint refcount;
+  SearchCancelCell *cancel;
   const SimGraph *g;
   SimGraph *own_graph;        /* set when the problem owns its graph (a rewrite)        */
   int n_ops;
