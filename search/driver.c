@@ -773,6 +773,7 @@ static void context_free(SearchContext *ctx)
 {
   g_clear_pointer(&ctx->best, sim_strategy_free);
   g_clear_pointer(&ctx->expert, sim_strategy_free);
+  g_clear_pointer(&ctx->partial_expert, sim_strategy_free);
   g_clear_pointer(&ctx->best_problem, search_problem_unref);
   g_clear_pointer(&ctx->options, g_hash_table_unref);
   g_clear_pointer(&ctx->improvements, g_array_unref);
@@ -851,6 +852,9 @@ struct _SearchResult {
   double elapsed;
   gboolean interrupted;
   gboolean abandoned;
+  int expert_plans, expert_simulated;
+  SimStrategy *partial_expert;
+  double partial_time;
   GArray *improvements;
 };
 
@@ -951,7 +955,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   GThread *thread = g_thread_new("search", run_thread, &rt);
   gboolean abandoned = FALSE;
   double budget_s = deadline_us > 0 ? (double)(deadline_us - ctx->t0) / 1e6 : 0;
-  gint64 grace_us = (gint64)(MAX(0.25, 0.02 * budget_s) * 1e6);
+  gint64 grace_us = (gint64)(MAX(0.5, 0.02 * budget_s) * 1e6);
   g_mutex_lock(&rt.lock);
   while (!rt.done) {
     gint64 until = g_get_monotonic_time() + 50000;
@@ -1002,6 +1006,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     r->improvements = g_array_copy(ctx->improvements);
     r->expert = ctx->expert ? sim_strategy_copy(ctx->expert) : NULL;
     r->expert_time = ctx->expert_cost;
+    r->expert_plans = ctx->expert_plans;
+    r->expert_simulated = ctx->expert_simulated;
+    r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
+    r->partial_time = ctx->partial_cost;
     g_mutex_unlock(&ctx->lock);
     r->evals = atomic_load(&ctx->evals);
     r->cut_evals = atomic_load(&ctx->cut_evals);
@@ -1037,8 +1045,20 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->improvements = g_steal_pointer(&ctx->improvements);
   r->expert = g_steal_pointer(&ctx->expert);
   r->expert_time = ctx->expert_cost;
+  r->expert_plans = ctx->expert_plans;
+  r->expert_simulated = ctx->expert_simulated;
+  r->partial_expert = g_steal_pointer(&ctx->partial_expert);
+  r->partial_time = ctx->partial_cost;
   context_free(ctx);
   return r;
+}
+
+int search_result_get_expert_progress(const SearchResult *r, int *plans)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  if (plans)
+    *plans = r->expert_plans;
+  return r->expert_simulated;
 }
 
 const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
@@ -1047,6 +1067,30 @@ const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
   if (time)
     *time = r->expert ? r->expert_time : INFINITY;
   return r->expert;
+}
+
+void search_context_keep_partial_expert(SearchContext *ctx, const SimStrategy *s, double cost)
+{
+  SearchContext *root = ctx->root;
+  if (ctx->problem != root->problem)
+    return;
+  g_mutex_lock(&root->lock);
+  if (!root->partial_expert || cost < root->partial_cost) {
+    g_clear_pointer(&root->partial_expert, sim_strategy_free);
+    root->partial_expert = sim_strategy_copy(s);
+    root->partial_cost = cost;
+  }
+  g_mutex_unlock(&root->lock);
+}
+
+const SimStrategy *search_result_get_expert_best(const SearchResult *r, double *time)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  if (r->expert)
+    return search_result_get_expert(r, time);
+  if (time)
+    *time = r->partial_expert ? r->partial_time : INFINITY;
+  return r->partial_expert;
 }
 
 void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost)
@@ -1069,6 +1113,7 @@ void search_result_free(SearchResult *r)
   search_problem_unref(r->problem);
   sim_strategy_free(r->best);
   sim_strategy_free(r->expert);
+  sim_strategy_free(r->partial_expert);
   g_array_unref(r->improvements);
   g_free(r);
 }

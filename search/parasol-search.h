@@ -348,11 +348,18 @@ SEARCH_PUBLIC gint64 search_result_get_cut_evals(const SearchResult *r);
 /* The fastest expert plan (search_problem_expert()'s candidates, without data parallelism
  * itself) and its time, when the algorithm simulated them all on its way; else NULL. */
 SEARCH_PUBLIC const SimStrategy *search_result_get_expert(const SearchResult *r, double *time);
+/* How many of the expert plans (*@plans of them; 0: the algorithm did not go through
+ * them) the search simulated before its deadline or a signal stopped it. */
+SEARCH_PUBLIC int search_result_get_expert_progress(const SearchResult *r, int *plans);
+/* The expert plan of search_result_get_expert(), or, where the sweep over them was cut
+ * short, the best of those it simulated; NULL if none. */
+SEARCH_PUBLIC const SimStrategy *search_result_get_expert_best(const SearchResult *r,
+                                                               double *time);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
 /* Whether the search stopped on Ctrl-C or SIGTERM. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
 /* Whether the algorithm had not returned by its deadline (plus a grace of 2% of the
- * budget, at least 0.25 s) and was left running: the result is the best it had
+ * budget, at least 0.5 s) and was left running: the result is the best it had
  * reported by then. */
 SEARCH_PUBLIC gboolean search_result_get_abandoned(const SearchResult *r);
 /* The improvements in order: wall time (s), evaluations so far and the new best time. */
@@ -377,5 +384,6 @@ SEARCH_PUBLIC char **search_strategy_file_rewrites(const char *path, GError **er
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchResult, search_result_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchWatch, search_watch_free)
 
 G_END_DECLS

@@ -753,7 +753,7 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
    * 0.1 s).  A plan whose first try folds pays nothing for this. */
   int fewest = fewest_microbatches(s);
   for (int t = 0; t < 3 && !out.lw; t++) {
-    if (!asks[t])
+    if (!asks[t] || (o->cancel && atomic_load(o->cancel)))
       continue;
     gboolean use_r = tries[t][0] && replicas, use_k = tries[t][1] && ranks;
     gboolean later = FALSE;
