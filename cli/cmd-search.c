@@ -38,6 +38,48 @@ static const char *signal_text(void)
   return search_signals_first() == SIGTERM ? "terminated (SIGTERM)" : "interrupted";
 }
 
+/* The plan in Megatron's terms (search_plan_summarize()), as a JSON object. */
+static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
+{
+  json_builder_set_member_name(b, "plan");
+  json_builder_begin_object(b);
+  const struct { const char *name; gint64 v; } ints[] = {
+    { "tp", p->tp }, { "pp", p->pp }, { "dp", p->dp }, { "microbatches", p->microbatches },
+    { "microbatch_size", p->microbatch_size }, { "chunks", p->chunks },
+    { "bucket_bytes", p->bucket_bytes },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(ints); i++) {
+    json_builder_set_member_name(b, ints[i].name);
+    json_builder_add_int_value(b, ints[i].v);
+  }
+  json_builder_set_member_name(b, "schedule");
+  json_builder_add_string_value(b, sim_schedule_name(p->schedule));
+  json_builder_set_member_name(b, "sequence_parallel");
+  json_builder_add_boolean_value(b, p->sequence_parallel);
+  json_builder_set_member_name(b, "recompute");
+  json_builder_add_string_value(b, sim_recompute_name(p->recompute));
+  json_builder_set_member_name(b, "zero1");
+  json_builder_add_boolean_value(b, p->zero1);
+  json_builder_set_member_name(b, "uniform");
+  json_builder_add_boolean_value(b, p->uniform);
+  json_builder_set_member_name(b, "ops");
+  json_builder_begin_object(b);
+  const struct { const char *name; int v; } ops[] = {
+    { "total", p->n_ops }, { "split_samples", p->ops_data },
+    { "split_parameters", p->ops_parameter }, { "split_reductions", p->ops_reduction },
+    { "split_other", p->ops_attribute }, { "unsplit", p->ops_unsplit },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(ops); i++) {
+    json_builder_set_member_name(b, ops[i].name);
+    json_builder_add_int_value(b, ops[i].v);
+  }
+  json_builder_end_object(b);
+  g_autofree char *text = search_plan_summary_text(p);
+  json_builder_set_member_name(b, "text");
+  json_builder_add_string_value(b, text);
+  json_builder_end_object(b);
+}
+
 static char *speedup_text(double base, double best)
 {
   if (!isfinite(base) || !isfinite(best) || best <= 0)
@@ -322,6 +364,8 @@ int cmd_search(int argc, char **argv)
     cli_run_gnuplot("search", log, gp, plot);
   }
 
+  SearchPlanSummary summary;
+  search_plan_summarize(search_problem_get_graph(bp), best, &summary);
   if (json) {
     g_autoptr(JsonBuilder) b = json_builder_new();
     json_builder_begin_object(b);
@@ -383,6 +427,7 @@ int cmd_search(int argc, char **argv)
              isfinite(dp_raw) ? dp_raw / search_time : NAN);
     add_time(b, "search_speedup_over_expert",
              isfinite(search_time) ? expert_time / search_time : NAN);
+    add_plan(b, &summary);
     json_builder_set_member_name(b, "rewrites");
     json_builder_begin_array(b);
     for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
@@ -408,14 +453,17 @@ int cmd_search(int argc, char **argv)
            elapsed, evals, rate,
            search_result_get_interrupted(result) ? ", " : "",
            search_result_get_interrupted(result) ? signal_text() : "");
-    if (!report) {
-      g_autofree char *t = cli_format_time(best_time);
-      printf("  predicted           %s per iteration (no report: its simulation did not fit "
-             "in the %s)\n", t, search_signals_seen() ? "time after the signal" : "budget");
-    }
     if (cut > 0)
       printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
              "past the cost the search could keep\n", cut, 100.0 * cut / evals);
+    if (!report) {
+      g_autofree char *t = cli_format_time(best_time);
+      printf("  predicted           %s per iteration (not done: the report, whose simulation "
+             "did not fit in the %s)\n", t,
+             search_signals_seen() ? "time after the signal" : "budget");
+    }
+    g_autofree char *plan_text = search_plan_summary_text(&summary);
+    printf("  plan                %s\n", plan_text);
     if (sim_strategy_n_rewrites(best) > 0) {
       printf("  rewrites           ");
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)

@@ -301,6 +301,30 @@ typedef struct {
   gint64 deadline_us;
 } SearchRunOptions;
 
+/* What a plan is in Megatron's terms.  TP and DP are the largest degrees any operator
+ * has over its tensor dimensions (parameters, reductions, sequence) and over its samples;
+ * PP the stages per model chunk; uniform, whether every operator is split over DP
+ * replicas and over TP ranks or not at all (a Megatron-style plan); the op counts say
+ * how a per-operator plan splits its operators (an operator may count in several). */
+typedef struct {
+  int tp, pp, dp;
+  int microbatches;
+  int64_t microbatch_size;       /* samples per micro-batch and replica; 0: uneven      */
+  SimSchedule schedule;
+  int chunks;                    /* model chunks per stage (1 but interleaved)          */
+  gboolean sequence_parallel;
+  SimRecompute recompute;
+  gboolean zero1;
+  int64_t bucket_bytes;          /* gradient buckets; 0: one collective per weight      */
+  gboolean uniform;
+  int n_ops, ops_data, ops_parameter, ops_reduction, ops_attribute, ops_unsplit;
+} SearchPlanSummary;
+
+SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,
+                                         SearchPlanSummary *out);
+/* One line: "TP 8, PP 16, DP 8, 192 micro-batches of 1, 1f1b, ZeRO-1, buckets 24 MiB". */
+SEARCH_PUBLIC char *search_plan_summary_text(const SearchPlanSummary *p);
+
 /* Signals.  search_signals_catch() makes SIGINT (Ctrl-C) and SIGTERM ask the searches to
  * stop, keeping their best, and the command to wrap up (search_signals_seen() counts
  * them); a third signal kills the process as the signal would have.  search_run() with

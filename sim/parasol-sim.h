@@ -677,6 +677,9 @@ SIM_PUBLIC void sim_strategy_set_microbatches(SimStrategy *s, int n);
 SIM_PUBLIC int sim_strategy_get_microbatches(const SimStrategy *s);
 SIM_PUBLIC void sim_strategy_set_schedule(SimStrategy *s, SimSchedule sched, int chunks);
 SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chunks);
+/* Whether the tensor-parallel ranks split the sequence outside their GEMMs (Megatron's
+ * sequence parallelism). */
+SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
 
 typedef struct {
   SimAllreduceAlgo algorithm;
