@@ -542,7 +542,7 @@ static void expert_round_task(int k, gpointer data)
  * with each round's results in index order. */
 static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatronOptions *opts,
                          GArray *idx, gboolean ladder, double *costs, uint8_t *fit,
-                         double *best_cost, int *best)
+                         double *best_cost, int *best, gboolean track)
 {
   int width = MAX(1, search_context_get_threads(ctx));
   int simulated = 0;
@@ -558,6 +558,12 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
         search_watch_fired(ctx->root->watch))
       break;
     simulated += n;
+    if (track) {
+      /* The progress, for a search that is left behind at its deadline. */
+      g_mutex_lock(&ctx->root->lock);
+      ctx->root->expert_simulated += n;
+      g_mutex_unlock(&ctx->root->lock);
+    }
     for (int k = 0; k < n; k++) {
       int i = r.round[k];
       if (costs[i] < *best_cost || (costs[i] == *best_cost && isfinite(costs[i]) && i < *best)) {
@@ -606,23 +612,30 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
   }
   double best_cost = INFINITY;
   int best = -1;
-  int simulated = expert_rounds(ctx, cands, o, first, TRUE, costs, fit, &best_cost, &best);
+  gboolean track = stages == 0 && ctx->problem == ctx->root->problem;
+  if (track) {
+    g_mutex_lock(&ctx->root->lock);
+    ctx->root->expert_plans = (int)first->len;
+    ctx->root->expert_simulated = 0;
+    g_mutex_unlock(&ctx->root->lock);
+  }
+  int simulated =
+    expert_rounds(ctx, cands, o, first, TRUE, costs, fit, &best_cost, &best, track);
   g_autoptr(GArray) variants = g_array_new(FALSE, FALSE, sizeof(int));
   for (guint i = 0; i < n; i++) {
     int parent = g_array_index(parents, int, i);
     if (parent >= 0 && !fit[parent] && expert_of(g_ptr_array_index(cands, i), &o[i], stages))
       g_array_append_val(variants, i);
   }
-  simulated += expert_rounds(ctx, cands, o, variants, FALSE, costs, fit, &best_cost, &best);
+  if (track) {
+    g_mutex_lock(&ctx->root->lock);
+    ctx->root->expert_plans += (int)variants->len;
+    g_mutex_unlock(&ctx->root->lock);
+  }
+  simulated +=
+    expert_rounds(ctx, cands, o, variants, FALSE, costs, fit, &best_cost, &best, track);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
   gboolean done = !search_context_should_stop(ctx);
-  if (stages == 0 && ctx->problem == ctx->root->problem) {
-    SearchContext *root = ctx->root;
-    g_mutex_lock(&root->lock);
-    root->expert_plans = (int)(first->len + variants->len);
-    root->expert_simulated = done ? root->expert_plans : simulated;
-    g_mutex_unlock(&root->lock);
-  }
   if (complete)
     *complete = done;
   if (stages == 0 && done && best >= 0)

@@ -1776,8 +1776,13 @@ void sim_lowering_build(SimLowering *lw)
     build_op_block(lw, x);
   }
   int nt = sim_graph_n_tensors(lw->g);
-  for (int t = 0; t < nt; t++)
+  for (int t = 0; t < nt; t++) {
+    if (lowering_cancelled(lw, t))
+      return;
     build_tensor_block(lw, t);
+  }
+  if (lowering_cancelled(lw, 0))
+    return;
   build_sync_block(lw);
 }
 
