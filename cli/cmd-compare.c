@@ -9,7 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+
+/* The share of each run's budget (in seconds) its search takes; the rest is left for
+ * the data-parallel yardstick and the figure. */
+#define COMPARE_SHARE 0.95
 
 typedef struct {
   const SearchAlgorithm *algo;
@@ -132,7 +137,9 @@ int cmd_compare(int argc, char **argv)
     "Runs each algorithm with seeds 1..K on MODEL and MACHINE with the same budget, writes\n"
     "every improvement to PREFIX.csv (algo, seed, wall_s, evals, best_s) and a gnuplot\n"
     "figure of the best predicted iteration time against search time (PREFIX.gp, .png).\n"
-    "Each --opt goes to the algorithms that read it.");
+    "Each --opt goes to the algorithms that read it.  A budget in seconds\n"
+    "is each run's: the command ends within that times the number of runs.  Ctrl-C or\n"
+    "SIGTERM ends the run under way, skips the others and writes what was done.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_search_option_group(&so));
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
@@ -151,6 +158,7 @@ int cmd_compare(int argc, char **argv)
   g_autofree char *csv_path = NULL, *gp_path = NULL, *png_path = NULL;
   g_autofree char *csv_tmp = NULL;
   g_autofree char *title = NULL;
+  gint64 t_start = g_get_monotonic_time(), cmd_deadline = 0;
 
   if (argc > 1) {
     status = cli_usage_error("compare", "unexpected argument '%s'", argv[1]);
@@ -221,11 +229,24 @@ int cmd_compare(int argc, char **argv)
       goto done;
     }
   }
-  ro.handle_sigint = FALSE;
+  /* A budget in seconds is each run's: the command ends within as many budgets as it has
+   * runs, each search taking COMPARE_SHARE of its budget and leaving the rest to the
+   * data-parallel yardstick and the figure.  Ctrl-C or SIGTERM ends the run under way
+   * (its best so far is kept) and skips the others; the table and figure are of the runs
+   * made. */
+  search_signals_catch();
+  ro.handle_sigint = TRUE;
   ro.progress = !quiet && cli_stderr_is_tty();
+  int total_runs = (int)algos->len * seeds;
+  if (ro.time_budget > 0 || ro.eval_budget == 0) {
+    double per_run = ro.time_budget > 0 ? ro.time_budget : 60.0;
+    cmd_deadline = t_start + (gint64)(per_run * total_runs * 1e6);
+    ro.time_budget = per_run * COMPARE_SHARE;
+    ro.deadline_us = cmd_deadline;
+  }
   runs = g_new0(Run, algos->len * (gsize)seeds);
-  for (guint a = 0; a < algos->len; a++) {
-    for (int k = 1; k <= seeds; k++) {
+  for (guint a = 0; a < algos->len && !search_signals_seen(); a++) {
+    for (int k = 1; k <= seeds && !search_signals_seen(); k++) {
       const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
       ro.seed = (guint64)k;
       g_autoptr(GPtrArray) mine = g_ptr_array_new();
@@ -283,12 +304,22 @@ int cmd_compare(int argc, char **argv)
   }
 
   double dp_time = INFINITY;
-  {
+  gboolean dp_done = FALSE;
+  if (!search_signals_seen()) {
+    g_autoptr(SearchWatch) watch = search_watch_new(problem, cmd_deadline, TRUE);
     g_autoptr(SimStrategy) dp = search_problem_data_parallel(problem, NULL);
     g_autoptr(SimReport) r = NULL;
-    if (dp && search_problem_simulate(problem, dp, &r, NULL) >= 0 && r)
+    if (dp && search_problem_simulate(problem, dp, &r, NULL) >= 0 && r) {
       dp_time = sim_report_iteration_time(r);
+      dp_done = TRUE;
+    }
   }
+  if (search_signals_seen())
+    g_printerr("parasol compare: %s; %d of %d runs made (the last one stopped early)\n",
+               search_signals_first() == SIGTERM ? "terminated (SIGTERM)" : "interrupted",
+               n_runs, total_runs);
+  else if (!dp_done)
+    g_printerr("parasol compare: data parallelism not simulated within the budget\n");
 
   /* The summary: per algorithm over its seeds. */
   printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(pb.graph),
@@ -332,6 +363,7 @@ int cmd_compare(int argc, char **argv)
 fail:
   status = cli_report_error(error);
 done:
+  search_signals_release();
   if (csv)
     fclose(csv);
   if (csv_tmp)

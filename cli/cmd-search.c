@@ -7,6 +7,7 @@
 
 #include <json-glib/json-glib.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 
 static void add_time(JsonBuilder *b, const char *name, double t)
@@ -26,6 +27,57 @@ static void add_json_text(JsonBuilder *b, const char *name, const char *text)
     json_builder_add_value(b, node);
   else
     json_builder_add_null_value(b);
+}
+
+/* The share of the budget (in seconds, what loading the problem left of it) the search
+ * gets; the yardsticks and the report of the plan kept share the rest. */
+#define SEARCH_SHARE 0.8
+
+static const char *signal_text(void)
+{
+  return search_signals_first() == SIGTERM ? "terminated (SIGTERM)" : "interrupted";
+}
+
+/* The plan in Megatron's terms (search_plan_summarize()), as a JSON object. */
+static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
+{
+  json_builder_set_member_name(b, "plan");
+  json_builder_begin_object(b);
+  const struct { const char *name; gint64 v; } ints[] = {
+    { "tp", p->tp }, { "pp", p->pp }, { "dp", p->dp }, { "microbatches", p->microbatches },
+    { "microbatch_size", p->microbatch_size }, { "chunks", p->chunks },
+    { "bucket_bytes", p->bucket_bytes },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(ints); i++) {
+    json_builder_set_member_name(b, ints[i].name);
+    json_builder_add_int_value(b, ints[i].v);
+  }
+  json_builder_set_member_name(b, "schedule");
+  json_builder_add_string_value(b, sim_schedule_name(p->schedule));
+  json_builder_set_member_name(b, "sequence_parallel");
+  json_builder_add_boolean_value(b, p->sequence_parallel);
+  json_builder_set_member_name(b, "recompute");
+  json_builder_add_string_value(b, sim_recompute_name(p->recompute));
+  json_builder_set_member_name(b, "zero1");
+  json_builder_add_boolean_value(b, p->zero1);
+  json_builder_set_member_name(b, "uniform");
+  json_builder_add_boolean_value(b, p->uniform);
+  json_builder_set_member_name(b, "ops");
+  json_builder_begin_object(b);
+  const struct { const char *name; int v; } ops[] = {
+    { "total", p->n_ops }, { "split_samples", p->ops_data },
+    { "split_parameters", p->ops_parameter }, { "split_reductions", p->ops_reduction },
+    { "split_other", p->ops_attribute }, { "unsplit", p->ops_unsplit },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(ops); i++) {
+    json_builder_set_member_name(b, ops[i].name);
+    json_builder_add_int_value(b, ops[i].v);
+  }
+  json_builder_end_object(b);
+  g_autofree char *text = search_plan_summary_text(p);
+  json_builder_set_member_name(b, "text");
+  json_builder_add_string_value(b, text);
+  json_builder_end_object(b);
 }
 
 static char *speedup_text(double base, double best)
@@ -96,10 +148,12 @@ int cmd_search(int argc, char **argv)
   g_option_context_set_summary(ctx,
     "Searches for a fast strategy to train MODEL on MACHINE within a budget, prints its\n"
     "predicted iteration and its speedup over data parallelism and over the best expert\n"
-    "plan.  Ctrl-C stops the search and keeps the best strategy found so far.  Where the\n"
-    "data-parallel or expert plan (simulated after the search, outside its budget) is\n"
-    "faster than what the search found, that plan is written and reported instead, and\n"
-    "the output says so (--own keeps the search's; so does --allow with fewer than all\n"
+    "plan.  A budget in seconds bounds the whole command: the search gets 80% of it, the\n"
+    "yardsticks (data parallelism, the expert plans) and the report the rest, and what did\n"
+    "not fit is reported as not done.  Ctrl-C or SIGTERM stops the search and writes the\n"
+    "best strategy found so far (a third signal kills).  Where the data-parallel or expert\n"
+    "plan is faster than what the search found, that plan is written and reported instead,\n"
+    "and the output says so (--own keeps the search's; so does --allow with fewer than all\n"
     "kinds of parallelism).");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_search_option_group(&so));
@@ -108,6 +162,7 @@ int cmd_search(int argc, char **argv)
     cli_search_options_clear(&so);
     return CLI_EXIT_USAGE;
   }
+  gint64 t_start = g_get_monotonic_time();
   int status = CLI_EXIT_OK;
   GError *error = NULL;
   CliProblem pb = { 0 };
@@ -118,7 +173,14 @@ int cmd_search(int argc, char **argv)
   g_autoptr(SimStrategy) dp = NULL;
   g_autoptr(SimStrategy) expert = NULL;
   const SearchAlgorithm *algo = NULL;
-  gboolean fallback = FALSE, yardstick_cut = FALSE;
+  gboolean fallback = FALSE, yardstick_cut = FALSE, dp_done = FALSE;
+  const SimStrategy *best = NULL;
+  const SearchProblem *bp = NULL;
+  double search_time = INFINITY;
+  const char *kept = NULL;
+  int expert_plans = 0, expert_simulated = 0;
+  /* The end of the command's budget in seconds (0: an evaluation budget, no end). */
+  gint64 cmd_deadline = 0;
 
   if (argc > 1) {
     status = cli_usage_error("search", "unexpected argument '%s'", argv[1]);
@@ -135,6 +197,10 @@ int cmd_search(int argc, char **argv)
   SearchRunOptions ro;
   if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
     goto fail;
+  /* From here a signal stops the command, which still writes the best plan found. */
+  search_signals_catch();
+  if (ro.time_budget > 0 || ro.eval_budget == 0)
+    cmd_deadline = t_start + (gint64)((ro.time_budget > 0 ? ro.time_budget : 60.0) * 1e6);
   if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
                         &error))
     goto fail;
@@ -154,17 +220,29 @@ int cmd_search(int argc, char **argv)
   ro.log_path = log;
   ro.progress = !quiet && !json && cli_stderr_is_tty();
   ro.handle_sigint = TRUE;
+  /* The budget in seconds bounds the whole command: the search gets SEARCH_SHARE of what
+   * the loading left, the yardsticks and the report the rest, and whatever is running at
+   * the end of it is cancelled. */
+  if (cmd_deadline > 0) {
+    double left = (double)(cmd_deadline - g_get_monotonic_time()) / 1e6;
+    ro.time_budget = MAX(1e-3, left * SEARCH_SHARE);
+    ro.deadline_us = cmd_deadline;
+  }
   if (!(result = search_run(algo, problem, &ro, &error)))
     goto fail;
 
-  const SimStrategy *best = search_result_get_strategy(result);
-  const SearchProblem *bp = search_result_get_problem(result);
+  best = search_result_get_strategy(result);
+  bp = search_result_get_problem(result);
   double elapsed = search_result_get_elapsed(result);
   gint64 evals = search_result_get_evals(result);
   gint64 cut = search_result_get_cut_evals(result);
   double rate = elapsed > 0 ? (double)evals / elapsed : 0;
   if (search_result_get_interrupted(result))
-    g_printerr("parasol search: interrupted; keeping the best strategy found so far\n");
+    g_printerr("parasol search: %s; keeping the best strategy found so far\n",
+               signal_text());
+  if (search_result_get_abandoned(result))
+    g_printerr("parasol search: %s had not returned at the end of its budget; keeping the "
+               "best strategy it reported\n", algo->name);
   /* A search, unlike the fixed plans (data-parallel, expert, owt), gives way to a faster
    * yardstick (below) unless --own, or unless --allow kept some kinds of parallelism
    * from it, which the yardsticks do not heed. */
@@ -172,55 +250,69 @@ int cmd_search(int argc, char **argv)
              strcmp(algo->name, "owt") && search_problem_get_kinds(problem) == SEARCH_KIND_ALL;
   if (!best && !fallback)
     goto infeasible;
-  /* The strategy is saved before the yardsticks are simulated, which can take a while on
-   * large machines: a Ctrl-C there keeps it. */
-  double best_time = INFINITY;
-  if (best) {
-    best_time = search_problem_simulate(bp, best, &report, &error);
-    if (!report)
+  /* The strategy is written first: whatever comes next (yardsticks, report) may be cut
+   * short by the budget or a signal. */
+  double best_time = search_result_get_time(result);
+  if (best && out) {
+    if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
       goto fail;
-    if (out) {
-      if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
-        goto fail;
-      g_printerr("parasol search: strategy written to %s\n", out);
-    }
+    g_printerr("parasol search: strategy written to %s\n", out);
   }
 
-  /* The yardsticks, outside the budget. */
+  /* The yardsticks, within half of what is left of the budget (the report gets the rest);
+   * after a signal, none. */
   double dp_raw = INFINITY, expert_time = INFINITY;
   gboolean dp_fits = FALSE, expert_is_dp = FALSE;
-  if ((dp = search_problem_data_parallel(problem, NULL))) {
-    g_autoptr(SimReport) r = NULL;
-    search_problem_simulate(problem, dp, &r, NULL);
-    if (r) {
-      dp_raw = sim_report_iteration_time(r);
-      dp_fits = sim_report_fits(r);
+  double known_time = INFINITY;
+  const SimStrategy *known = search_result_get_expert(result, &known_time);
+  expert_simulated = search_result_get_expert_progress(result, &expert_plans);
+  if (!known && expert_plans > 0) {
+    /* The search went through the expert plans but not to the end: the yardstick is the
+     * best of those it simulated (simulating them again from the first would only repeat
+     * them). */
+    known = search_result_get_expert_best(result, &known_time);
+    yardstick_cut = TRUE;
+  }
+  gint64 yard_deadline = 0;
+  if (cmd_deadline > 0)
+    yard_deadline = g_get_monotonic_time() + (cmd_deadline - g_get_monotonic_time()) / 2;
+  if (search_signals_seen() == 0) {
+    g_autoptr(SearchWatch) watch = search_watch_new(problem, yard_deadline, TRUE);
+    if ((dp = search_problem_data_parallel(problem, NULL))) {
+      g_autoptr(SimReport) r = NULL;
+      search_problem_simulate(problem, dp, &r, NULL);
+      if (r) {
+        dp_raw = sim_report_iteration_time(r);
+        dp_fits = sim_report_fits(r);
+        dp_done = TRUE;
+      }
     }
   }
   /* The expert plans, unless the algorithm simulated them all already; else as the
-   * expert algorithm simulates them, on the search's threads, with no budget (data
-   * parallelism, their other candidate, is simulated above).  Ctrl-C stops them: the
-   * yardstick is then the best plan simulated so far, and says so. */
-  double known_time = INFINITY;
-  const SimStrategy *known = search_result_get_expert(result, &known_time);
-  if (!known) {
+   * expert algorithm simulates them, on the search's threads, until the yardsticks' share
+   * of the budget ends or a signal comes: the yardstick is then the best plan simulated
+   * so far, and says so. */
+  if (!known && expert_plans == 0 && search_signals_seen() == 0) {
     SearchRunOptions yo = ro;
     yo.time_budget = 0;
     yo.eval_budget = G_MAXINT64 / 2;
     yo.log_path = NULL;
     yo.options = NULL;
+    yo.deadline_us = yard_deadline;
     if (ro.progress)
       g_printerr("parasol search: simulating the expert plans for the yardstick\n");
     yardstick = search_run(cli_search_lookup("expert", NULL), problem, &yo, NULL);
     if (yardstick) {
       known = search_result_get_expert(yardstick, &known_time);
-      if (!known && search_result_get_interrupted(yardstick)) {
-        known = search_result_get_strategy(yardstick);
-        known_time = search_result_get_time(yardstick);
-        yardstick_cut = known != NULL;
+      expert_simulated = search_result_get_expert_progress(yardstick, &expert_plans);
+      if (!known) {
+        known = search_result_get_expert_best(yardstick, &known_time);
+        yardstick_cut = TRUE;
       }
     }
   }
+  if (!known && expert_plans == 0)
+    yardstick_cut = TRUE;
   if (known) {
     expert = sim_strategy_copy(known);
     expert_time = known_time;
@@ -232,33 +324,35 @@ int cmd_search(int argc, char **argv)
     expert_is_dp = TRUE;
   }
   if (yardstick_cut)
-    g_printerr("parasol search: interrupted; the expert yardstick is the best of the plans "
-               "simulated so far\n");
+    g_printerr("parasol search: expert plans: %d of %d simulated within the budget; the "
+               "yardstick is the best of them\n", expert_simulated, expert_plans);
 
   /* The plan written and reported is the fastest one known.  A budget too short for the
-   * search to reach the yardstick (a few simulations a second on hundreds of GPUs) would
-   * otherwise leave the user a plan slower than one the command itself simulated; the
-   * search's own figures stay in the output. */
-  double search_time = best_time;
-  const char *kept = best ? "search" : NULL;
+   * search to reach the yardstick would otherwise leave the user a plan slower than one
+   * the command itself simulated; the search's own figures stay in the output. */
+  search_time = best_time;
+  kept = best ? "search" : NULL;
   if (fallback && expert && expert_time < best_time) {
-    g_autoptr(SimReport) r = NULL;
-    double t = search_problem_simulate(problem, expert, &r, NULL);
-    if (r && t < best_time) {
-      g_clear_pointer(&report, sim_report_free);
-      report = g_steal_pointer(&r);
-      best = expert;
-      bp = problem;
-      best_time = t;
-      kept = expert_is_dp ? "data-parallel" : "expert";
-      if (out) {
-        if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
-          goto fail;
-        g_printerr("parasol search: the %s plan is faster than the search's best; written to "
-                   "%s instead\n", expert_is_dp ? "data-parallel" : "expert", out);
-      }
+    best = expert;
+    bp = problem;
+    best_time = expert_time;
+    kept = expert_is_dp ? "data-parallel" : "expert";
+    if (out) {
+      if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
+        goto fail;
+      g_printerr("parasol search: the %s plan is faster than the search's best; written to "
+                 "%s instead\n", expert_is_dp ? "data-parallel" : "expert", out);
     }
   }
+  /* The report of the plan kept, with what is left of the budget: a simulation of the
+   * whole run, which on a large machine takes seconds. */
+  if (best && search_signals_seen() == 0) {
+    g_autoptr(SearchWatch) watch = search_watch_new((SearchProblem *)bp, cmd_deadline, TRUE);
+    search_problem_simulate(bp, best, &report, NULL);
+  }
+  if (best && !report)
+    g_printerr("parasol search: the report of the plan was not simulated within the %s\n",
+               search_signals_seen() ? "time left after the signal" : "budget");
   if (!best)
     goto infeasible;
 
@@ -271,6 +365,8 @@ int cmd_search(int argc, char **argv)
     cli_run_gnuplot("search", log, gp, plot);
   }
 
+  SearchPlanSummary summary;
+  search_plan_summarize(search_problem_get_graph(bp), best, &summary);
   if (json) {
     g_autoptr(JsonBuilder) b = json_builder_new();
     json_builder_begin_object(b);
@@ -305,6 +401,23 @@ int cmd_search(int argc, char **argv)
     add_time(b, "expert_s", expert_time);
     json_builder_set_member_name(b, "expert_complete");
     json_builder_add_boolean_value(b, !yardstick_cut);
+    json_builder_set_member_name(b, "expert_plans");
+    json_builder_add_int_value(b, expert_plans);
+    json_builder_set_member_name(b, "expert_plans_simulated");
+    json_builder_add_int_value(b, expert_simulated);
+    json_builder_set_member_name(b, "data_parallel_simulated");
+    json_builder_add_boolean_value(b, dp_done);
+    json_builder_set_member_name(b, "report_complete");
+    json_builder_add_boolean_value(b, report != NULL);
+    json_builder_set_member_name(b, "abandoned");
+    json_builder_add_boolean_value(b, search_result_get_abandoned(result));
+    json_builder_set_member_name(b, "signal");
+    if (search_signals_first())
+      json_builder_add_string_value(b, search_signals_first() == SIGTERM ? "SIGTERM" : "SIGINT");
+    else
+      json_builder_add_null_value(b);
+    json_builder_set_member_name(b, "wall_s");
+    json_builder_add_double_value(b, (double)(g_get_monotonic_time() - t_start) / 1e6);
     add_time(b, "speedup_over_data_parallel", isfinite(dp_raw) ? dp_raw / best_time : NAN);
     add_time(b, "speedup_over_expert", expert_time / best_time);
     /* What the algorithm itself found, when a yardstick was kept instead. */
@@ -315,12 +428,13 @@ int cmd_search(int argc, char **argv)
              isfinite(dp_raw) ? dp_raw / search_time : NAN);
     add_time(b, "search_speedup_over_expert",
              isfinite(search_time) ? expert_time / search_time : NAN);
+    add_plan(b, &summary);
     json_builder_set_member_name(b, "rewrites");
     json_builder_begin_array(b);
     for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
       json_builder_add_string_value(b, sim_strategy_rewrite(best, i));
     json_builder_end_array(b);
-    g_autofree char *rj = sim_report_to_json(report);
+    g_autofree char *rj = report ? sim_report_to_json(report) : NULL;
     add_json_text(b, "report", rj);
     g_autofree char *sj = sim_strategy_to_json(best, search_problem_get_graph(bp));
     add_json_text(b, "strategy", sj);
@@ -329,15 +443,28 @@ int cmd_search(int argc, char **argv)
     g_autofree char *text = json_to_string(root, TRUE);
     printf("%s\n", text);
   } else {
-    sim_report_print(report, stdout);
-    printf("\nsearch\n");
+    if (report) {
+      sim_report_print(report, stdout);
+      printf("\n");
+    }
+    printf("search\n");
     printf("  algorithm           %s, seed %" G_GUINT64_FORMAT ", %d thread%s\n", algo->name,
            ro.seed, ro.threads, ro.threads == 1 ? "" : "s");
-    printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s\n", elapsed,
-           evals, rate, search_result_get_interrupted(result) ? ", interrupted" : "");
+    printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s%s\n",
+           elapsed, evals, rate,
+           search_result_get_interrupted(result) ? ", " : "",
+           search_result_get_interrupted(result) ? signal_text() : "");
     if (cut > 0)
       printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
              "past the cost the search could keep\n", cut, 100.0 * cut / evals);
+    if (!report) {
+      g_autofree char *t = cli_format_time(best_time);
+      printf("  predicted           %s per iteration (not done: the report, whose simulation "
+             "did not fit in the %s)\n", t,
+             search_signals_seen() ? "time after the signal" : "budget");
+    }
+    g_autofree char *plan_text = search_plan_summary_text(&summary);
+    printf("  plan                %s\n", plan_text);
     if (sim_strategy_n_rewrites(best) > 0) {
       printf("  rewrites           ");
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
@@ -350,8 +477,13 @@ int cmd_search(int argc, char **argv)
     g_autofree char *t_ex = cli_format_time(expert_time);
     printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
            isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
-           s_ex, isfinite(expert_time) ? t_ex : "none fits",
-           yardstick_cut ? ", the best of those simulated before Ctrl-C" : "");
+           s_ex, isfinite(expert_time) ? t_ex : yardstick_cut ? "none simulated" : "none fits",
+           yardstick_cut ? ", the best of those simulated" : "");
+    if (yardstick_cut)
+      printf("  not done            expert plans: %d of %d simulated%s\n", expert_simulated,
+             expert_plans, dp_done ? "" : "; data parallelism not simulated");
+    else if (!dp_done)
+      printf("  not done            data parallelism not simulated\n");
     if (strcmp(kept, "search")) {
       g_autofree char *t_s = cli_format_time(search_time);
       g_autofree char *s_s = speedup_text(expert_time, search_time);
@@ -383,6 +515,17 @@ infeasible:
 fail:
   status = cli_report_error(error);
 done:
+  search_signals_release();
+  if (result && search_result_get_abandoned(result)) {
+    /* The algorithm left running still reads the problem, its graph and machine: they
+     * stay until the process ends. */
+    g_clear_pointer(&report, sim_report_free);
+    g_clear_pointer(&yardstick, search_result_free);
+    g_clear_pointer(&result, search_result_free);
+    problem = NULL;
+    cli_search_options_clear(&so);
+    return status;
+  }
   /* The problem and results borrow the graph and machine: they go first. */
   g_clear_pointer(&report, sim_report_free);
   g_clear_pointer(&result, search_result_free);

@@ -85,8 +85,9 @@ SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptio
   return s ? search_problem_map_devices(p, s, NULL) : NULL;
 }
 
+/* With @lazy, only the plan's options (its strategy NULL, built when simulated). */
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
-                         SimRecompute recompute, GPtrArray *out, GArray *opts)
+                         SimRecompute recompute, GPtrArray *out, GArray *opts, gboolean lazy)
 {
   int64_t batch = sim_graph_batch_size(p->g);
   if (batch % ((int64_t)dp * mbs) != 0)
@@ -100,6 +101,11 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   o.sync = p->sync;
   o.memory = p->memory;
   o.memory.recompute = recompute;
+  if (lazy) {
+    g_ptr_array_add(out, NULL);
+    g_array_append_val(opts, o);
+    return;
+  }
   SimStrategy *mapped = search_megatron_plan(p, &o);
   if (mapped) {
     g_ptr_array_add(out, mapped);
@@ -108,8 +114,25 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   }
 }
 
+static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                              GArray *opts, gboolean lazy);
+
 void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
                               GArray *opts)
+{
+  expert_candidates(p, out, parents, opts, FALSE);
+}
+
+void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                                   GArray *opts)
+{
+  /* Building a plan walks the whole graph (seconds for thousands of GPUs and a hundred
+   * and fifty plans), so the plans are built as they are simulated. */
+  expert_candidates(p, out, parents, opts, TRUE);
+}
+
+static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                              GArray *opts, gboolean lazy)
 {
   int n = p->n_devices;
   int node_size = sim_machine_node_n_devices(p->m, sim_machine_device_node(p->m, p->devices[0]));
@@ -129,7 +152,7 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
          * whole-batch plan's variant, worth a look only where that plan does not fit). */
         guint whole = out->len;
         if (batch % dp == 0)
-          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out, opts);
+          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out, opts, lazy);
         if (!parents || out->len == whole)
           continue;
         int parent = (int)whole;
@@ -139,7 +162,7 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
         }
         for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2) {
           guint before = out->len;
-          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts);
+          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
           if (out->len > before)
             g_array_append_val(parents, parent);
         }
@@ -148,7 +171,7 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
       /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as
        * many micro-batches as stages, so the pipeline can fill. */
       for (int64_t mbs = 1; mbs <= 8 && mbs * dp * pp <= batch; mbs *= 2)
-        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts);
+        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
     }
   }
   if (has_conv(p->g)) {

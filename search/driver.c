@@ -159,11 +159,148 @@ static GHashTable *parse_options(const SearchAlgorithm *algo, const char *const 
 /* ---------------------------------------------------------------------------------- */
 /* Ctrl-C                                                                             */
 
-static atomic_int sigint_seen;
+/* Ctrl-C and SIGTERM: the first asks the searches to stop and the command to wrap up
+ * (write the best plan); a second is counted and changes nothing (the plan is still
+ * written); a third kills the process as the signal would have. */
+static atomic_int signals_seen;
+static atomic_int signal_first;
+static atomic_int signals_caught;
+static struct sigaction old_int, old_term;
 
-static void on_sigint(int sig)
+static void on_signal(int sig)
 {
-  atomic_store(&sigint_seen, 1);
+  int n = atomic_fetch_add(&signals_seen, 1) + 1;
+  int zero = 0;
+  atomic_compare_exchange_strong(&signal_first, &zero, sig);
+  if (n >= 3) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+void search_signals_catch(void)
+{
+  if (atomic_exchange(&signals_caught, 1))
+    return;
+  atomic_store(&signals_seen, 0);
+  atomic_store(&signal_first, 0);
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+}
+
+void search_signals_release(void)
+{
+  if (!atomic_exchange(&signals_caught, 0))
+    return;
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+}
+
+int search_signals_seen(void)
+{
+  return atomic_load(&signals_seen);
+}
+
+int search_signals_first(void)
+{
+  return atomic_load(&signal_first);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Watches: a thread that cancels a problem's simulations at a deadline or a signal     */
+
+struct _SearchWatch {
+  SearchProblem *problem;
+  atomic_int fired;
+  gint64 deadline_us;
+  gboolean signals;
+  GMutex lock;
+  GCond cond;
+  gboolean quit;
+  GThread *thread;
+};
+
+static void watch_fire(SearchWatch *w)
+{
+  if (!atomic_exchange(&w->fired, 1))
+    atomic_fetch_add(&w->problem->cancel->flag, 1);
+}
+
+static gpointer watch_thread(gpointer data)
+{
+  SearchWatch *w = data;
+  g_mutex_lock(&w->lock);
+  while (!w->quit) {
+    gint64 now = g_get_monotonic_time();
+    if ((w->deadline_us > 0 && now >= w->deadline_us) ||
+        (w->signals && atomic_load(&signals_seen) > 0)) {
+      watch_fire(w);
+      break;
+    }
+    /* Signals are polled every 10 ms; the deadline is met to the microsecond. */
+    gint64 until = now + 10000;
+    if (w->deadline_us > 0 && w->deadline_us < until)
+      until = w->deadline_us;
+    g_cond_wait_until(&w->cond, &w->lock, until);
+  }
+  g_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us, gboolean signals)
+{
+  g_return_val_if_fail(p != NULL, NULL);
+  SearchWatch *w = g_new0(SearchWatch, 1);
+  w->problem = search_problem_ref(p);
+  atomic_init(&w->fired, 0);
+  w->deadline_us = deadline_us;
+  w->signals = signals;
+  g_mutex_init(&w->lock);
+  g_cond_init(&w->cond);
+  if (signals && atomic_load(&signals_seen) > 0)
+    watch_fire(w);
+  else if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us)
+    watch_fire(w);
+  else if (deadline_us > 0 || signals)
+    w->thread = g_thread_new("search-watch", watch_thread, w);
+  return w;
+}
+
+gboolean search_watch_fired(const SearchWatch *w)
+{
+  g_return_val_if_fail(w != NULL, FALSE);
+  return atomic_load(&w->fired) != 0;
+}
+
+/* Stops the watch's thread and takes back its cancellation: the problem's simulations
+ * run again (except for another watch's that has fired). */
+static void watch_stop(SearchWatch *w)
+{
+  if (w->thread) {
+    g_mutex_lock(&w->lock);
+    w->quit = TRUE;
+    g_cond_signal(&w->cond);
+    g_mutex_unlock(&w->lock);
+    g_thread_join(w->thread);
+    w->thread = NULL;
+  }
+  if (atomic_exchange(&w->fired, 0))
+    atomic_fetch_sub(&w->problem->cancel->flag, 1);
+}
+
+void search_watch_free(SearchWatch *w)
+{
+  if (!w)
+    return;
+  watch_stop(w);
+  search_problem_unref(w->problem);
+  g_mutex_clear(&w->lock);
+  g_cond_clear(&w->cond);
+  g_free(w);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -225,11 +362,14 @@ gboolean search_context_should_stop(const SearchContext *ctx)
   SearchContext *root = ctx->root;
   if (atomic_load(&root->interrupted))
     return TRUE;
-  if (root->handle_sigint && atomic_load(&sigint_seen)) {
+  if (root->handle_sigint && atomic_load(&signals_seen)) {
     atomic_store(&root->interrupted, 1);
     return TRUE;
   }
   if (ctx->eval_limit != G_MAXINT64 && atomic_load(&root->evals) >= ctx->eval_limit)
+    return TRUE;
+  /* The watch's flag: the search's or its caller's deadline has passed. */
+  if (root->watch && search_watch_fired(root->watch))
     return TRUE;
   return ctx->deadline < G_MAXDOUBLE && search_context_elapsed(ctx) >= ctx->deadline;
 }
@@ -654,6 +794,7 @@ static void context_free(SearchContext *ctx)
 {
   g_clear_pointer(&ctx->best, sim_strategy_free);
   g_clear_pointer(&ctx->expert, sim_strategy_free);
+  g_clear_pointer(&ctx->partial_expert, sim_strategy_free);
   g_clear_pointer(&ctx->best_problem, search_problem_unref);
   g_clear_pointer(&ctx->options, g_hash_table_unref);
   g_clear_pointer(&ctx->improvements, g_array_unref);
@@ -731,9 +872,37 @@ struct _SearchResult {
   gint64 cut_evals;
   double elapsed;
   gboolean interrupted;
+  gboolean abandoned;
+  int expert_plans, expert_simulated;
+  SimStrategy *partial_expert;
+  double partial_time;
   GArray *improvements;
   char *log_error;   /* why the log could not be written to its end, or NULL */
 };
+
+typedef struct {
+  const SearchAlgorithm *algo;
+  SearchContext *ctx;
+  gboolean ok;
+  GError *error;
+  GMutex lock;
+  GCond cond;
+  gboolean done;
+} RunThread;
+
+static gpointer run_thread(gpointer data)
+{
+  RunThread *rt = data;
+  GError *error = NULL;
+  gboolean ok = rt->algo->run(rt->algo, rt->ctx, &error);
+  g_mutex_lock(&rt->lock);
+  rt->ok = ok;
+  rt->error = error;
+  rt->done = TRUE;
+  g_cond_signal(&rt->cond);
+  g_mutex_unlock(&rt->lock);
+  return NULL;
+}
 
 SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
                          GError **error)
@@ -792,27 +961,63 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     }
   }
 
-  struct sigaction old_action, action;
-  if (o->handle_sigint) {
-    atomic_store(&sigint_seen, 0);
-    memset(&action, 0, sizeof action);
-    action.sa_handler = on_sigint;
-    /* A second Ctrl-C kills the program as usual. */
-    action.sa_flags = SA_RESETHAND;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_action);
-  }
+  /* Signals, where the caller has not caught them for the whole command. */
+  gboolean own_signals = o->handle_sigint && !atomic_load(&signals_caught);
+  if (own_signals)
+    search_signals_catch();
 
   ctx->t0 = g_get_monotonic_time();
-  GError *run_error = NULL;
-  gboolean ok = algo->run(algo, ctx, &run_error);
+  /* The watch cancels the simulations under way at the deadline (a budget in seconds, or
+   * the caller's) or a signal. */
+  gint64 deadline_us = 0;
+  if (ctx->deadline < G_MAXDOUBLE)
+    deadline_us = ctx->t0 + (gint64)(ctx->deadline * 1e6);
+  if (o->deadline_us > 0 && (deadline_us == 0 || o->deadline_us < deadline_us))
+    deadline_us = o->deadline_us;
+  ctx->watch = search_watch_new(p, deadline_us, o->handle_sigint);
+
+  /* The algorithm runs on a thread of its own; one that is still running a grace period
+   * past the deadline (a plugin that never asks whether to stop) is left to itself, and
+   * the result is the best it reported. */
+  RunThread rt = { .algo = algo, .ctx = ctx };
+  g_mutex_init(&rt.lock);
+  g_cond_init(&rt.cond);
+  GThread *thread = g_thread_new("search", run_thread, &rt);
+  gboolean abandoned = FALSE;
+  double budget_s = deadline_us > 0 ? (double)(deadline_us - ctx->t0) / 1e6 : 0;
+  gint64 grace_us = (gint64)(MAX(0.5, 0.02 * budget_s) * 1e6);
+  g_mutex_lock(&rt.lock);
+  while (!rt.done) {
+    gint64 until = g_get_monotonic_time() + 50000;
+    if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
+      abandoned = TRUE;
+      break;
+    }
+    if (o->handle_sigint && atomic_load(&signals_seen) > 0) {
+      /* A signal: the algorithm gets the grace period from now. */
+      gint64 cut = g_get_monotonic_time();
+      if (deadline_us == 0 || cut < deadline_us)
+        deadline_us = cut;
+    }
+    g_cond_wait_until(&rt.cond, &rt.lock, until);
+  }
+  g_mutex_unlock(&rt.lock);
+  if (abandoned)
+    g_thread_unref(thread);
+  else
+    g_thread_join(thread);
+  gboolean ok = rt.ok;
+  GError *run_error = rt.error;
   double elapsed = search_context_elapsed(ctx);
 
-  if (o->handle_sigint)
-    sigaction(SIGINT, &old_action, NULL);
+  if (own_signals)
+    search_signals_release();
+  /* Under the lock: an abandoned algorithm may still record. */
+  g_mutex_lock(&ctx->lock);
   if (ctx->progress)
     print_progress(ctx, elapsed, TRUE);
   g_autofree char *log_error = NULL;
+  ctx->progress = FALSE;
   if (ctx->log) {
     log_row(ctx, elapsed, atomic_load(&ctx->evals));
     gboolean bad = ferror(ctx->log) != 0;
@@ -826,6 +1031,35 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     if (bad)
       log_error = g_strdup_printf("cannot write the log %s: %s", o->log_path, g_strerror(e));
   }
+  g_mutex_unlock(&ctx->lock);
+  if (abandoned) {
+    /* The algorithm keeps its context (and its problem's flag stays set, so its
+     * simulations stop at once): the result copies what it has reported. */
+    watch_stop(ctx->watch);
+    atomic_store(&ctx->interrupted, 1);
+    SearchResult *r = g_new0(SearchResult, 1);
+    g_mutex_lock(&ctx->lock);
+    r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
+    r->best = ctx->best ? sim_strategy_copy(ctx->best) : NULL;
+    r->time = ctx->best_cost;
+    r->improvements = g_array_copy(ctx->improvements);
+    r->expert = ctx->expert ? sim_strategy_copy(ctx->expert) : NULL;
+    r->expert_time = ctx->expert_cost;
+    r->expert_plans = ctx->expert_plans;
+    r->expert_simulated = ctx->expert_simulated;
+    r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
+    r->partial_time = ctx->partial_cost;
+    g_mutex_unlock(&ctx->lock);
+    r->evals = atomic_load(&ctx->evals);
+    r->cut_evals = atomic_load(&ctx->cut_evals);
+    r->elapsed = elapsed;
+    r->interrupted = o->handle_sigint && atomic_load(&signals_seen) > 0;
+    r->abandoned = TRUE;
+    return r;
+  }
+  g_mutex_clear(&rt.lock);
+  g_cond_clear(&rt.cond);
+  g_clear_pointer(&ctx->watch, search_watch_free);
   if (ctx->option_error) {
     g_clear_error(&run_error);
     g_propagate_error(error, g_steal_pointer(&ctx->option_error));
@@ -845,13 +1079,26 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   r->evals = atomic_load(&ctx->evals);
   r->cut_evals = atomic_load(&ctx->cut_evals);
   r->elapsed = elapsed;
-  r->interrupted = atomic_load(&ctx->interrupted) != 0;
+  r->interrupted = atomic_load(&ctx->interrupted) != 0 && o->handle_sigint &&
+                   atomic_load(&signals_seen) > 0;
   r->improvements = g_steal_pointer(&ctx->improvements);
   r->expert = g_steal_pointer(&ctx->expert);
   r->expert_time = ctx->expert_cost;
   r->log_error = g_steal_pointer(&log_error);
+  r->expert_plans = ctx->expert_plans;
+  r->expert_simulated = ctx->expert_simulated;
+  r->partial_expert = g_steal_pointer(&ctx->partial_expert);
+  r->partial_time = ctx->partial_cost;
   context_free(ctx);
   return r;
+}
+
+int search_result_get_expert_progress(const SearchResult *r, int *plans)
+{
+  g_return_val_if_fail(r != NULL, 0);
+  if (plans)
+    *plans = r->expert_plans;
+  return r->expert_simulated;
 }
 
 const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
@@ -860,6 +1107,30 @@ const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
   if (time)
     *time = r->expert ? r->expert_time : INFINITY;
   return r->expert;
+}
+
+void search_context_keep_partial_expert(SearchContext *ctx, const SimStrategy *s, double cost)
+{
+  SearchContext *root = ctx->root;
+  if (ctx->problem != root->problem)
+    return;
+  g_mutex_lock(&root->lock);
+  if (!root->partial_expert || cost < root->partial_cost) {
+    g_clear_pointer(&root->partial_expert, sim_strategy_free);
+    root->partial_expert = sim_strategy_copy(s);
+    root->partial_cost = cost;
+  }
+  g_mutex_unlock(&root->lock);
+}
+
+const SimStrategy *search_result_get_expert_best(const SearchResult *r, double *time)
+{
+  g_return_val_if_fail(r != NULL, NULL);
+  if (r->expert)
+    return search_result_get_expert(r, time);
+  if (time)
+    *time = r->partial_expert ? r->partial_time : INFINITY;
+  return r->partial_expert;
 }
 
 void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost)
@@ -882,6 +1153,7 @@ void search_result_free(SearchResult *r)
   search_problem_unref(r->problem);
   sim_strategy_free(r->best);
   sim_strategy_free(r->expert);
+  sim_strategy_free(r->partial_expert);
   g_array_unref(r->improvements);
   g_free(r->log_error);
   g_free(r);
@@ -939,6 +1211,12 @@ gboolean search_result_get_interrupted(const SearchResult *r)
 {
   g_return_val_if_fail(r != NULL, FALSE);
   return r->interrupted;
+}
+
+gboolean search_result_get_abandoned(const SearchResult *r)
+{
+  g_return_val_if_fail(r != NULL, FALSE);
+  return r->abandoned;
 }
 
 int search_result_n_improvements(const SearchResult *r)

@@ -473,7 +473,9 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
 
 typedef struct {
   SearchContext *ctx;
-  GPtrArray *cands;       /* SimStrategy*, replaced by the variant that fits          */
+  GPtrArray *cands;       /* SimStrategy* (NULL: not built yet), replaced by the variant
+                           * that fits                                                */
+  const SimMegatronOptions *opts; /* per candidate, to build it                        */
   const int *round;       /* the candidates of this round                             */
   double bound;
   double *cost;           /* per candidate: its time, +inf if it does not fit or lost */
@@ -500,6 +502,14 @@ static void expert_round_task(int k, gpointer data)
   int i = r->round[k];
   SimStrategy **s = (SimStrategy **)&g_ptr_array_index(r->cands, i);
   guint32 stream = EXPERT_STREAM + (guint32)i * 4;
+  if (!*s)
+    *s = search_megatron_plan(search_context_get_problem(r->ctx), &r->opts[i]);
+  if (!*s) {
+    /* The builder refused it: no plan. */
+    r->fit[i] = 1;
+    r->cost[i] = INFINITY;
+    return;
+  }
   gboolean fit;
   double c = expert_eval(r->ctx, *s, stream, r->bound, &fit);
   r->fit[i] = (uint8_t)fit;
@@ -530,15 +540,30 @@ static void expert_round_task(int k, gpointer data)
 
 /* Simulates the candidates @idx in rounds, lowering *@best_cost (and *@best, the index)
  * with each round's results in index order. */
-static void expert_rounds(SearchContext *ctx, GPtrArray *cands, GArray *idx, gboolean ladder,
-                          double *costs, uint8_t *fit, double *best_cost, int *best)
+static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatronOptions *opts,
+                         GArray *idx, gboolean ladder, double *costs, uint8_t *fit,
+                         double *best_cost, int *best, gboolean track)
 {
   int width = MAX(1, search_context_get_threads(ctx));
+  int simulated = 0;
   for (guint at = 0; at < idx->len && !search_context_should_stop(ctx); at += (guint)width) {
     int n = (int)MIN((guint)width, idx->len - at);
-    ExpertRound r = { .ctx = ctx, .cands = cands, .round = &g_array_index(idx, int, at),
+    ExpertRound r = { .ctx = ctx, .cands = cands, .opts = opts,
+                      .round = &g_array_index(idx, int, at),
                       .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder };
     search_context_parallel(ctx, n, expert_round_task, &r);
+    /* A round that a deadline or a signal cut short (its simulations cancelled) counts
+     * none of its plans as simulated, nor do they compete. */
+    if (search_context_should_stop(ctx) && ctx->root->watch &&
+        search_watch_fired(ctx->root->watch))
+      break;
+    simulated += n;
+    if (track) {
+      /* The progress, for a search that is left behind at its deadline. */
+      g_mutex_lock(&ctx->root->lock);
+      ctx->root->expert_simulated += n;
+      g_mutex_unlock(&ctx->root->lock);
+    }
     for (int k = 0; k < n; k++) {
       int i = r.round[k];
       if (costs[i] < *best_cost || (costs[i] == *best_cost && isfinite(costs[i]) && i < *best)) {
@@ -547,12 +572,15 @@ static void expert_rounds(SearchContext *ctx, GPtrArray *cands, GArray *idx, gbo
       }
     }
   }
+  return simulated;
 }
 
-/* Whether candidate @s is of the stages asked for: 0 all, 1 single-stage, 2 pipelined. */
-static gboolean expert_of(const SimStrategy *s, int stages)
+/* Whether candidate @s (NULL: not built, of options @o) is of the stages asked for: 0 all,
+ * 1 single-stage, 2 pipelined. */
+static gboolean expert_of(const SimStrategy *s, const SimMegatronOptions *o, int stages)
 {
-  return stages == 0 || (stages == 1) == (sim_strategy_n_stages(s) == 1);
+  int n = s ? sim_strategy_n_stages(s) : o->pp;
+  return stages == 0 || (stages == 1) == (n == 1);
 }
 
 SimStrategy *search_start_expert(SearchContext *ctx, gboolean single_stage, double *cost)
@@ -566,7 +594,8 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
   g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
   g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
   g_autoptr(GArray) options = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
-  search_expert_candidates(search_context_get_problem(ctx), cands, parents, options);
+  search_expert_candidates_lazy(search_context_get_problem(ctx), cands, parents, options);
+  const SimMegatronOptions *o = &g_array_index(options, SimMegatronOptions, 0);
   guint n = cands->len;
   g_autofree uint8_t *fit = g_new0(uint8_t, MAX(n, 1));
   g_autofree double *costs = g_new(double, MAX(n, 1));
@@ -578,25 +607,41 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
   g_autoptr(GArray) first = g_array_new(FALSE, FALSE, sizeof(int));
   for (guint i = 0; i < n; i++) {
     SimStrategy *s = g_ptr_array_index(cands, i);
-    if (g_array_index(parents, int, i) < 0 && expert_of(s, stages))
+    if (g_array_index(parents, int, i) < 0 && expert_of(s, &o[i], stages))
       g_array_append_val(first, i);
   }
   double best_cost = INFINITY;
   int best = -1;
-  expert_rounds(ctx, cands, first, TRUE, costs, fit, &best_cost, &best);
+  gboolean track = stages == 0 && ctx->problem == ctx->root->problem;
+  if (track) {
+    g_mutex_lock(&ctx->root->lock);
+    ctx->root->expert_plans = (int)first->len;
+    ctx->root->expert_simulated = 0;
+    g_mutex_unlock(&ctx->root->lock);
+  }
+  int simulated =
+    expert_rounds(ctx, cands, o, first, TRUE, costs, fit, &best_cost, &best, track);
   g_autoptr(GArray) variants = g_array_new(FALSE, FALSE, sizeof(int));
   for (guint i = 0; i < n; i++) {
     int parent = g_array_index(parents, int, i);
-    if (parent >= 0 && !fit[parent] && expert_of(g_ptr_array_index(cands, i), stages))
+    if (parent >= 0 && !fit[parent] && expert_of(g_ptr_array_index(cands, i), &o[i], stages))
       g_array_append_val(variants, i);
   }
-  expert_rounds(ctx, cands, variants, FALSE, costs, fit, &best_cost, &best);
+  if (track) {
+    g_mutex_lock(&ctx->root->lock);
+    ctx->root->expert_plans += (int)variants->len;
+    g_mutex_unlock(&ctx->root->lock);
+  }
+  simulated +=
+    expert_rounds(ctx, cands, o, variants, FALSE, costs, fit, &best_cost, &best, track);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
   gboolean done = !search_context_should_stop(ctx);
   if (complete)
     *complete = done;
   if (stages == 0 && done && best >= 0)
     search_context_keep_expert(ctx, g_ptr_array_index(cands, best), best_cost);
+  else if (stages == 0 && best >= 0)
+    search_context_keep_partial_expert(ctx, g_ptr_array_index(cands, best), best_cost);
   if (cost)
     *cost = best_cost;
   if (opts) {

@@ -294,9 +294,56 @@ typedef struct {
   int threads;                   /* worker threads; 0: one                             */
   const char *log_path;          /* CSV of improvements; NULL: none                    */
   gboolean progress;             /* a progress line on stderr (for terminals)          */
-  gboolean handle_sigint;        /* Ctrl-C stops the search and keeps the best         */
+  gboolean handle_sigint;        /* Ctrl-C and SIGTERM stop the search, keep the best  */
   const char *const *options;    /* "key=value" algorithm options, NULL-terminated     */
+  /* A deadline past the budget's (g_get_monotonic_time() microseconds; 0: none), such as
+   * the end of a command's whole budget: the search stops there too. */
+  gint64 deadline_us;
 } SearchRunOptions;
+
+/* What a plan is in Megatron's terms.  TP and DP are the largest degrees any operator
+ * has over its tensor dimensions (parameters, reductions, sequence) and over its samples;
+ * PP the stages per model chunk; uniform, whether every operator is split over DP
+ * replicas and over TP ranks or not at all (a Megatron-style plan); the op counts say
+ * how a per-operator plan splits its operators (an operator may count in several). */
+typedef struct {
+  int tp, pp, dp;
+  int microbatches;
+  int64_t microbatch_size;       /* samples per micro-batch and replica; 0: uneven      */
+  SimSchedule schedule;
+  int chunks;                    /* model chunks per stage (1 but interleaved)          */
+  gboolean sequence_parallel;
+  SimRecompute recompute;
+  gboolean zero1;
+  int64_t bucket_bytes;          /* gradient buckets; 0: one collective per weight      */
+  gboolean uniform;
+  int n_ops, ops_data, ops_parameter, ops_reduction, ops_attribute, ops_unsplit;
+} SearchPlanSummary;
+
+SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,
+                                         SearchPlanSummary *out);
+/* One line: "TP 8, PP 16, DP 8, 192 micro-batches of 1, 1f1b, ZeRO-1, buckets 24 MiB". */
+SEARCH_PUBLIC char *search_plan_summary_text(const SearchPlanSummary *p);
+
+/* Signals.  search_signals_catch() makes SIGINT (Ctrl-C) and SIGTERM ask the searches to
+ * stop, keeping their best, and the command to wrap up (search_signals_seen() counts
+ * them); a third signal kills the process as the signal would have.  search_run() with
+ * handle_sigint catches them for its own run when the caller has not. */
+SEARCH_PUBLIC void search_signals_catch(void);
+SEARCH_PUBLIC void search_signals_release(void);
+SEARCH_PUBLIC int search_signals_seen(void);
+/* The signal that stopped the command (SIGINT or SIGTERM), 0 if none. */
+SEARCH_PUBLIC int search_signals_first(void);
+
+/* A watch cancels the simulations of @p and of the problems derived from it
+ * (SimOptions.cancel) at @deadline_us (g_get_monotonic_time() microseconds; 0: never)
+ * or, with @signals, once a caught signal arrives: a simulation under way then fails with
+ * SIM_ERROR_CANCELLED, and so does every one started until search_watch_free(). */
+typedef struct _SearchWatch SearchWatch;
+SEARCH_PUBLIC SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us,
+                                            gboolean signals);
+SEARCH_PUBLIC gboolean search_watch_fired(const SearchWatch *w);
+SEARCH_PUBLIC void search_watch_free(SearchWatch *w);
 
 SEARCH_PUBLIC SearchRunOptions search_run_options_default(void);
 /* Parses "60s", "2m", "1h", "5000evals", "5000" (evaluations) into @o's budget. */
@@ -325,11 +372,22 @@ SEARCH_PUBLIC gint64 search_result_get_cut_evals(const SearchResult *r);
 /* The fastest expert plan (search_problem_expert()'s candidates, without data parallelism
  * itself) and its time, when the algorithm simulated them all on its way; else NULL. */
 SEARCH_PUBLIC const SimStrategy *search_result_get_expert(const SearchResult *r, double *time);
+/* How many of the expert plans (*@plans of them; 0: the algorithm did not go through
+ * them) the search simulated before its deadline or a signal stopped it. */
+SEARCH_PUBLIC int search_result_get_expert_progress(const SearchResult *r, int *plans);
+/* The expert plan of search_result_get_expert(), or, where the sweep over them was cut
+ * short, the best of those it simulated; NULL if none. */
+SEARCH_PUBLIC const SimStrategy *search_result_get_expert_best(const SearchResult *r,
+                                                               double *time);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
-/* Whether the search stopped on Ctrl-C. */
+/* Whether the search stopped on Ctrl-C or SIGTERM. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
 /* Why the log (SearchRunOptions.log_path) could not be written to its end, or NULL. */
 SEARCH_PUBLIC const char *search_result_get_log_error(const SearchResult *r);
+/* Whether the algorithm had not returned by its deadline (plus a grace of 2% of the
+ * budget, at least 0.5 s) and was left running: the result is the best it had
+ * reported by then. */
+SEARCH_PUBLIC gboolean search_result_get_abandoned(const SearchResult *r);
 /* The improvements in order: wall time (s), evaluations so far and the new best time. */
 SEARCH_PUBLIC int search_result_n_improvements(const SearchResult *r);
 SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, double *wall,
@@ -352,5 +410,6 @@ SEARCH_PUBLIC char **search_strategy_file_rewrites(const char *path, GError **er
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchResult, search_result_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchWatch, search_watch_free)
 
 G_END_DECLS

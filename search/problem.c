@@ -79,7 +79,11 @@ SearchProblem *search_problem_new(const SimGraph *g, SimMachine *m, SimCostModel
   p->n_ops = sim_graph_n_ops(g);
   p->m = m;
   p->cost = cost;
+  p->cancel = g_new0(SearchCancelCell, 1);
+  p->cancel->refcount = 1;
+  atomic_init(&p->cancel->flag, 0);
   p->sim = sim_options_default();
+  p->sim.cancel = &p->cancel->flag;
   SimMegatronOptions mo = sim_megatron_options_default();
   p->sync = mo.sync;
   p->memory = mo.memory;
@@ -107,6 +111,8 @@ void search_problem_unref(SearchProblem *p)
   if (!p || !g_atomic_int_dec_and_test(&p->refcount))
     return;
   configs_clear(p);
+  if (g_atomic_int_dec_and_test(&p->cancel->refcount))
+    g_free(p->cancel);
   g_mutex_clear(&p->lock);
   g_free(p->devices);
   g_ptr_array_unref(p->rewrites);
@@ -121,6 +127,8 @@ void search_problem_set_sim_options(SearchProblem *p, const SimOptions *o)
   p->sim = *o;
   /* The search compares iteration times; recording every task would only cost time. */
   p->sim.keep_timeline = FALSE;
+  /* Its simulations stop when a watch on it fires (search_watch_new()). */
+  p->sim.cancel = &p->cancel->flag;
 }
 
 void search_problem_set_sync(SearchProblem *p, const SimSyncOptions *o)
@@ -233,6 +241,11 @@ SearchProblem *search_problem_derive(const SearchProblem *p, SimGraph *g, const 
   g_return_val_if_fail(p != NULL && g != NULL, NULL);
   SearchProblem *d = search_problem_new(g, p->m, p->cost);
   d->own_graph = g;
+  /* A watch on @p stops the simulations of its rewrites too. */
+  if (g_atomic_int_dec_and_test(&d->cancel->refcount))
+    g_free(d->cancel);
+  d->cancel = p->cancel;
+  g_atomic_int_inc(&d->cancel->refcount);
   d->sim = p->sim;
   d->sync = p->sync;
   d->memory = p->memory;

@@ -12,8 +12,16 @@ G_BEGIN_DECLS
 /* ---------------------------------------------------------------------------------- */
 /* Problems                                                                            */
 
+/* The flag that cancels a problem's simulations (SimOptions.cancel), shared by the
+ * problems derived from it: the number of watches that have fired on them. */
+typedef struct {
+  gint refcount;
+  atomic_int flag;
+} SearchCancelCell;
+
 struct _SearchProblem {
   gint refcount;
+  SearchCancelCell *cancel;
   const SimGraph *g;
   SimGraph *own_graph;        /* set when the problem owns its graph (a rewrite)        */
   int n_ops;
@@ -88,6 +96,7 @@ struct _SearchContext {
   _Atomic gint64 cut_evals;   /* evaluations stopped at a bound (search_evaluator_run_bounded) */
   atomic_int interrupted;     /* Ctrl-C, or a malformed option value                    */
   gboolean handle_sigint;
+  SearchWatch *watch;         /* cancels the simulations at the deadline or a signal      */
   GError *option_error;       /* the first malformed option value                       */
   GMutex lock;                /* best, log, progress, option_error                      */
   FILE *log;
@@ -98,6 +107,10 @@ struct _SearchContext {
   gint64 full_evals;          /* search_context_evaluate() calls, for tie keys          */
   SimStrategy *expert;        /* the fastest expert plan, when an algorithm went through  */
   double expert_cost;         /* them all (search_start_expert), for the yardstick        */
+  SimStrategy *partial_expert; /* the best of a sweep cut short, and its cost            */
+  double partial_cost;
+  int expert_plans;           /* the expert plans of the last sweep over them all, and    */
+  int expert_simulated;       /* how many of them it simulated before it had to stop      */
 
   /* Every context: its best (the root's is the search's result). */
   double best_cost;
@@ -239,6 +252,9 @@ void search_refine_pipeline(SearchContext *ctx, double share, SimStrategy **s, d
  * `parasol search` reports it as its yardstick instead of simulating them all again.
  * Only for the search's own problem, and only the first time. */
 void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost);
+/* The best of the expert plans a sweep cut short by the deadline or a signal had
+ * simulated (search_result_get_expert_best()). */
+void search_context_keep_partial_expert(SearchContext *ctx, const SimStrategy *s, double cost);
 /* Replaces *@best (of time *@cost) by that expert plan where the plan is faster; a
  * pipelined winner first refined by search_refine_megatron() within a quarter of what is
  * left of the budget. */
@@ -279,6 +295,10 @@ GArray *search_polish_candidates(const SearchProblem *p, SearchEstimate *e, int 
  * the index of its whole-batch plan (-1 for the others). */
 void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
                               GArray *opts);
+/* The same with only the options (required) of the Megatron-style plans: their entries
+ * of @out are NULL, to build with search_megatron_plan() when they are simulated. */
+void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
+                                   GArray *opts);
 /* With @opts (SimMegatronOptions per candidate), each candidate's options for
  * sim_strategy_megatron(), dp 0 for one weird trick.  The plan of @o on the problem's
  * devices, or NULL where the builder refuses it: */

@@ -117,6 +117,7 @@ struct _SimEngine {
   double host_kernel;     /* the host's time to issue one kernel                       */
   double host_step;       /* ... and to move on to the next step of the schedule        */
   double bound;           /* stop past this time (sim_engine_set_bound)                 */
+  const atomic_int *cancel; /* stop, cut with an infinite makespan, once nonzero (SimOptions) */
   gboolean stop_overflow; /* stop once a device is over its memory (set_stop_at_overflow) */
   gboolean overflow;      /* ... and one is                                               */
   double *left;           /* with a bound, per device: compute its stream has not started */
@@ -350,6 +351,7 @@ void sim_engine_set_host_times(SimEngine *e, const SimOptions *o)
   sim_engine_set_host_kernel_time(e, o->host_kernel_time);
   sim_engine_set_host_step_time(e, o->host_step_time);
   sim_engine_set_blocking_sends(e, o->blocking_sends);
+  e->cancel = o->cancel;
 }
 
 /* The step of the schedule a compute task belongs to: its micro-batch's forward, its
@@ -996,7 +998,12 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     make_ready(e, tg->roots[i], -1);
   drain_work(e);
 
-  for (;;) {
+  for (uint32_t polls = 0;; polls++) {
+    /* Cancelled (a search past its deadline, a signal): cut, with no bound on the time. */
+    if (e->cancel && (polls & 4095) == 0 && atomic_load(e->cancel)) {
+      cut_at(e, tl, INFINITY);
+      return;
+    }
     if (e->overflow) {
       /* A device holds more than its memory: all the caller wanted to know. */
       cut_at(e, tl, e->now);

@@ -1755,16 +1755,34 @@ void sim_lowering_free(SimLowering *lw)
   g_free(lw);
 }
 
+/* Whether the simulation was cancelled (SimOptions.cancel): the lowering then stops where
+ * it is, and its caller fails with SIM_ERROR_CANCELLED without running it. */
+static gboolean lowering_cancelled(const SimLowering *lw, int i)
+{
+  return (i & 15) == 0 && lw->o.cancel && atomic_load(lw->o.cancel);
+}
+
 void sim_lowering_build(SimLowering *lw)
 {
-  for (int x = 0; x < lw->n_ops; x++)
+  for (int x = 0; x < lw->n_ops; x++) {
+    if (lowering_cancelled(lw, x))
+      return;
     lay_op(lw, x);
+  }
   order_backward(lw);
-  for (int x = 0; x < lw->n_ops; x++)
+  for (int x = 0; x < lw->n_ops; x++) {
+    if (lowering_cancelled(lw, x))
+      return;
     build_op_block(lw, x);
+  }
   int nt = sim_graph_n_tensors(lw->g);
-  for (int t = 0; t < nt; t++)
+  for (int t = 0; t < nt; t++) {
+    if (lowering_cancelled(lw, t))
+      return;
     build_tensor_block(lw, t);
+  }
+  if (lowering_cancelled(lw, 0))
+    return;
   build_sync_block(lw);
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <glib.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -30,6 +31,7 @@ typedef enum {
   SIM_ERROR_UNKNOWN,   /* an unknown name: model, operator, device, machine, option   */
   SIM_ERROR_IO,        /* a file could not be read or written                         */
   SIM_ERROR_OOM,       /* a strategy does not fit in device memory                    */
+  SIM_ERROR_CANCELLED, /* a simulation stopped by its cancellation flag (SimOptions)  */
 } SimErrorCode;
 SIM_PUBLIC GQuark sim_error_quark(void);
 
@@ -698,6 +700,9 @@ SIM_PUBLIC void sim_strategy_set_microbatches(SimStrategy *s, int n);
 SIM_PUBLIC int sim_strategy_get_microbatches(const SimStrategy *s);
 SIM_PUBLIC void sim_strategy_set_schedule(SimStrategy *s, SimSchedule sched, int chunks);
 SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chunks);
+/* Whether the tensor-parallel ranks split the sequence outside their GEMMs (Megatron's
+ * sequence parallelism). */
+SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
 
 typedef struct {
   SimAllreduceAlgo algorithm;
@@ -837,6 +842,12 @@ typedef struct {
    * its memory, which a search that rejects every plan that does not fit needs to know
    * and no more (SimBrief.overflowed then says so).  Reports always run to the end. */
   gboolean stop_at_overflow;
+  /* Cancellation (NULL: none): a simulation polls this flag (between the lowering and the
+   * run, and every few thousand events of the run) and, once it is nonzero, stops and
+   * fails with SIM_ERROR_CANCELLED; a delta session's run ends cut, its time +inf.  A
+   * search sets it at its deadline and on a signal, so a long simulation does not outlive
+   * the budget.  Borrowed: it must outlive the simulations that use it. */
+  const atomic_int *cancel;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -511,7 +511,6 @@ int sim_strategy_op_replicas(const SimStrategy *s, int op);
 
 /* Options that the public header does not expose yet. */
 void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
-gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
 void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_scatter_gather(const SimStrategy *s);
 

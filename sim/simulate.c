@@ -753,7 +753,7 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
    * 0.1 s).  A plan whose first try folds pays nothing for this. */
   int fewest = fewest_microbatches(s);
   for (int t = 0; t < 3 && !out.lw; t++) {
-    if (!asks[t])
+    if (!asks[t] || (o->cancel && atomic_load(o->cancel)))
       continue;
     gboolean use_r = tries[t][0] && replicas, use_k = tries[t][1] && ranks;
     gboolean later = FALSE;
@@ -819,7 +819,11 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);
   sim_engine_set_stop_at_overflow(os->e, opts->stop_at_overflow);
+  if (opts->cancel && atomic_load(opts->cancel))
+    goto cancelled;
   sim_engine_run(os->e, tg, &os->tl);
+  if (os->tl.cut && isinf(os->tl.makespan))
+    goto cancelled;
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "the strategy's schedule cannot run: %d of %d tasks never became ready "
@@ -828,6 +832,9 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
     return FALSE;
   }
   return TRUE;
+cancelled:
+  g_set_error(error, SIM_ERROR, SIM_ERROR_CANCELLED, "the simulation was cancelled");
+  return FALSE;
 }
 
 static void one_shot_clear(OneShot *os)

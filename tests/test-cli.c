@@ -4,7 +4,11 @@
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct {
   int status;
@@ -463,4 +467,150 @@ Test(cli, exec_load_weights_reads_a_dump_and_names_a_bad_file)
                  "init/embed.0.npy: no such file");
   g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
+}
+
+/* A budget in seconds bounds the whole command, whatever the algorithm: the expert plans
+ * of megatron-1.7b on 32 A100 (72 of them) and the searches past them take far longer than
+ * the 2 seconds given, and the command still returns within the budget plus 5% and a
+ * generous allowance for starting the process; what did not fit is reported as not
+ * done. */
+Test(cli, a_budget_in_seconds_bounds_the_whole_command, .timeout = 240)
+{
+  const double budget = 2.0, slack = 1.5;
+  g_autofree char *names = NULL;
+  {
+    Run l = run("search", "--list", NULL);
+    cr_assert_eq(l.status, 0, "%s", l.err);
+    names = g_steal_pointer(&l.out);
+    run_clear(&l);
+  }
+  int checked = 0;
+  g_auto(GStrv) lines = g_strsplit(names, "\n", -1);
+  for (char **it = lines; *it; it++) {
+    if (!g_ascii_isalpha(**it))
+      continue;
+    g_autofree char *algo = g_strndup(*it, strcspn(*it, " "));
+    if (!strcmp(algo, "exhaustive"))
+      continue; /* it refuses problems this large at once */
+    gint64 t0 = g_get_monotonic_time();
+    Run r = run("search", "--model", "megatron-1.7b", "--machine", "dgx-a100:4", "--algo", algo,
+                "--budget", "2s", "--json", "--quiet", NULL);
+    double wall = (double)(g_get_monotonic_time() - t0) / 1e6;
+    cr_expect(r.status == 0 || r.status == 1, "%s: exit status %d: %s", algo, r.status, r.err);
+    cr_expect_lt(wall, budget * 1.05 + slack, "%s: %.2f s for a budget of %.0f s", algo, wall,
+                 budget);
+    if (r.status == 0) {
+      /* The sweep over the expert plans was cut short, and says so. */
+      double plans = json_number(r.out, "expert_plans");
+      double simulated = json_number(r.out, "expert_plans_simulated");
+      cr_expect(plans == 0 || simulated == plans || strstr(r.err, "expert plans: "),
+                "%s: %s", algo, r.err);
+      cr_expect(strstr(r.out, "\"plan\" : {"), "%s", r.out);
+    }
+    checked++;
+    run_clear(&r);
+  }
+  cr_expect_geq(checked, 8, "%d algorithms", checked);
+}
+
+/* Starts parasol with @argv (after the program name) writing its output to @out and
+ * @err. */
+static pid_t spawn(const char *out, const char *err, const char *const *args)
+{
+  const char *bin = g_getenv("PARASOL_BIN");
+  cr_assert_not_null(bin, "PARASOL_BIN is not set");
+  g_autoptr(GPtrArray) argv = g_ptr_array_new();
+  g_ptr_array_add(argv, (char *)bin);
+  for (const char *const *a = args; *a; a++)
+    g_ptr_array_add(argv, (char *)*a);
+  g_ptr_array_add(argv, NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (o < 0 || e < 0)
+      _exit(127);
+    dup2(o, STDOUT_FILENO);
+    dup2(e, STDERR_FILENO);
+    execv(bin, (char **)argv->pdata);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* The lines of @path (0 if it cannot be read). */
+static int count_lines(const char *path)
+{
+  g_autofree char *text = NULL;
+  if (!g_file_get_contents(path, &text, NULL, NULL))
+    return 0;
+  int n = 0;
+  for (const char *c = text; *c; c++)
+    n += *c == '\n';
+  return n;
+}
+
+/* SIGTERM, like Ctrl-C, stops a search with a budget of ten minutes once it has found a
+ * plan: the command writes that plan, which simulates to the time it reports, closes the
+ * log with a last row, and exits with status 0; a second signal during its wrap-up
+ * changes nothing. */
+static void a_signal_keeps_the_plan(int first, int second)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *plan = g_build_filename(dir, "plan.json", NULL);
+  g_autofree char *log = g_build_filename(dir, "log.csv", NULL);
+  g_autofree char *out = g_build_filename(dir, "out.json", NULL);
+  g_autofree char *err = g_build_filename(dir, "err.txt", NULL);
+  const char *args[] = { "search", "--model", "megatron-1.7b", "--machine", "dgx-a100:4",
+                         "--algo", "mcmc", "--budget", "10m", "--json", "--quiet", "--out",
+                         plan, "--log", log, NULL };
+  pid_t pid = spawn(out, err, args);
+  /* Until the log has its first improvement (the header, then a row). */
+  for (int i = 0; i < 1200 && count_lines(log) < 2; i++)
+    g_usleep(50000);
+  cr_assert_geq(count_lines(log), 2, "no improvement logged in a minute");
+  int rows = count_lines(log);
+  gint64 t0 = g_get_monotonic_time();
+  kill(pid, first);
+  if (second) {
+    g_usleep(20000);
+    kill(pid, second);
+  }
+  int wait = 0;
+  cr_assert_eq(waitpid(pid, &wait, 0), pid);
+  double wall = (double)(g_get_monotonic_time() - t0) / 1e6;
+  g_autofree char *o = NULL, *e = NULL;
+  g_file_get_contents(out, &o, NULL, NULL);
+  g_file_get_contents(err, &e, NULL, NULL);
+  cr_assert(WIFEXITED(wait), "killed by signal %d; stderr: %s", WTERMSIG(wait), e);
+  cr_expect_eq(WEXITSTATUS(wait), 0, "exit status %d: %s", WEXITSTATUS(wait), e);
+  cr_expect_lt(wall, 60, "%.1f s after the signal", wall);
+  cr_expect(strstr(e, first == SIGTERM ? "terminated (SIGTERM)" : "interrupted"), "%s", e);
+  cr_expect(strstr(o, first == SIGTERM ? "\"signal\" : \"SIGTERM\"" : "\"signal\" : \"SIGINT\""),
+            "%s", o);
+  /* The log's last row, written as the search stopped. */
+  cr_expect_geq(count_lines(log), rows + 1);
+  /* The plan written is the one reported. */
+  Run s = run("simulate", "--model", "megatron-1.7b", "--machine", "dgx-a100:4", "--strategy",
+              plan, "--json", NULL);
+  cr_assert_eq(s.status, 0, "%s", s.err);
+  double t = iteration_time(s.out), reported = iteration_time(o);
+  cr_expect_float_eq(t, reported, 1e-9 * reported, "simulated %.17g s, reported %.17g s", t,
+                     reported);
+  run_clear(&s);
+  const char *files[] = { plan, log, out, err };
+  for (size_t i = 0; i < G_N_ELEMENTS(files); i++)
+    g_unlink(files[i]);
+  g_rmdir(dir);
+}
+
+Test(cli, sigterm_stops_a_search_and_keeps_its_plan, .timeout = 180)
+{
+  a_signal_keeps_the_plan(SIGTERM, 0);
+}
+
+Test(cli, a_second_signal_during_the_wrap_up_still_leaves_the_plan, .timeout = 180)
+{
+  a_signal_keeps_the_plan(SIGINT, SIGTERM);
 }

@@ -1027,3 +1027,74 @@ Test(search, dp_and_pipeline_start_from_the_refined_expert_pipeline)
   }
   fixture_free(&f);
 }
+
+/* An algorithm that never asks whether to stop (as a plugin might) does not hold the
+ * search past its budget: past the deadline and a grace period it is left running, and
+ * the result is the best plan it had reported. */
+static atomic_int stubborn_release;
+static atomic_int stubborn_running;
+
+static gboolean stubborn_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
+{
+  atomic_store(&stubborn_running, 1);
+  g_autoptr(SimStrategy) s = search_problem_data_parallel(search_context_get_problem(ctx), NULL);
+  search_context_evaluate(ctx, s);
+  while (!atomic_load(&stubborn_release))
+    g_usleep(1000);
+  atomic_store(&stubborn_running, 0);
+  return TRUE;
+}
+
+Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline)
+{
+  Fixture f;
+  fixture_small(&f);
+  static const SearchAlgorithm stubborn = { .api_version = SEARCH_ALGORITHM_API_VERSION,
+                                            .name = "stubborn", .description = "d",
+                                            .run = stubborn_run };
+  SearchRunOptions o = search_run_options_default();
+  o.time_budget = 0.2;
+  GError *error = NULL;
+  SearchResult *r = search_run(&stubborn, f.p, &o, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  cr_assert(search_result_get_abandoned(r));
+  cr_assert(atomic_load(&stubborn_running));
+  g_autoptr(SimStrategy) dp = search_problem_data_parallel(f.p, NULL);
+  cr_assert_not_null(search_result_get_strategy(r));
+  cr_assert(sim_strategy_equal(search_result_get_strategy(r), dp));
+  cr_assert_eq(search_result_get_time(r), search_problem_simulate(f.p, dp, NULL, NULL));
+  search_result_free(r);
+  /* Let it end before its problem goes. */
+  atomic_store(&stubborn_release, 1);
+  while (atomic_load(&stubborn_running))
+    g_usleep(1000);
+  g_usleep(10000);
+  fixture_free(&f);
+}
+
+/* A budget in seconds stops the simulation under way at the deadline: on GPT-3 175B over
+ * 1,024 A100 a single simulation takes seconds, and a search of 0.3 s returns with what it
+ * had, cancelled (or left behind), not after the simulation; it says how many of the
+ * expert plans it simulated. */
+Test(search, a_simulation_under_way_at_the_deadline_is_cancelled, .timeout = 120)
+{
+  Fixture f;
+  search_register_builtins();
+  fixture_load(&f, "gpt3-175b", "vocab=51200", "dgx-a100:128", 0);
+  SearchRunOptions o = search_run_options_default();
+  o.time_budget = 0.3;
+  GError *error = NULL;
+  gint64 t0 = g_get_monotonic_time();
+  SearchResult *r = search_run(search_lookup("expert"), f.p, &o, &error);
+  double wall = (double)(g_get_monotonic_time() - t0) / 1e6;
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  /* Not a timing assertion: a single simulation of this problem takes 5 to 15 s. */
+  cr_assert_lt(wall, 5.0, "%.2f s", wall);
+  int plans = 0;
+  int simulated = search_result_get_expert_progress(r, &plans);
+  cr_assert_gt(plans, 10, "%d plans, %d simulated, abandoned %d, %g s", plans, simulated,
+               search_result_get_abandoned(r), wall);
+  cr_assert_lt(simulated, plans);
+  search_result_free(r);
+  fixture_free(&f);
+}

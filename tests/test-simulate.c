@@ -1801,3 +1801,36 @@ Test(single_gpu, iteration_time_is_the_sum_of_its_ops)
                      sim_report_iteration_time(r), want);
   sim_cost_model_free(cost);
 }
+
+/* SimOptions.cancel: a flag at zero changes nothing, to the bit; a raised one stops the
+ * simulation, which fails with SIM_ERROR_CANCELLED (the engine polls it between the
+ * lowering and the run and every few thousand events; a search raises it at its
+ * deadline). */
+Test(simulate, a_raised_cancellation_flag_stops_the_simulation)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=4,seq=64,vocab=1000,batch=16");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  g_autoptr(SimStrategy) s = megatron_plan(g, m, 4, 2, 2, 2, FALSE);
+  SimOptions o = sim_options_default();
+  g_autoptr(SimReport) plain = sim_simulate(g, m, s, NULL, &o, &error);
+  cr_assert_not_null(plain, "%s", error ? error->message : "");
+  atomic_int flag;
+  atomic_init(&flag, 0);
+  o.cancel = &flag;
+  g_autoptr(SimReport) same = sim_simulate(g, m, s, NULL, &o, &error);
+  cr_assert_not_null(same);
+  cr_assert_eq(sim_report_iteration_time(same), sim_report_iteration_time(plain));
+  SimBrief b;
+  cr_assert(sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error));
+  cr_assert_eq(b.time, sim_report_iteration_time(plain));
+  atomic_store(&flag, 1);
+  cr_assert_null(sim_simulate(g, m, s, NULL, &o, &error));
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_CANCELLED), "%s", error->message);
+  g_clear_error(&error);
+  cr_assert_not(sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error));
+  cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_CANCELLED));
+  g_clear_error(&error);
+}
