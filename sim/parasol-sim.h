@@ -814,6 +814,12 @@ typedef struct {
    * its memory, which a search that rejects every plan that does not fit needs to know
    * and no more (SimBrief.overflowed then says so).  Reports always run to the end. */
   gboolean stop_at_overflow;
+  /* Exact accelerations of one simulation (docs/scale.md), on by default; each changes
+   * how long a simulation takes, never (beyond a relative 1e-9) what it predicts.
+   * merge_chains: a run of compute tasks that follow each other on a device, each
+   * waiting only for the one before, runs as one task (not with host times, blocking
+   * sends or keep_timeline, which need each task). */
+  gboolean merge_chains;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);
