@@ -120,6 +120,7 @@ struct _SimEngine {
   const atomic_int *cancel; /* stop, cut with an infinite makespan, once nonzero (SimOptions) */
   gboolean stop_overflow; /* stop once a device is over its memory (set_stop_at_overflow) */
   gboolean overflow;      /* ... and one is                                               */
+  double overflow_at;     /* ... or will be then, inside a merged run of tasks            */
   double *left;           /* with a bound, per device: compute its stream has not started */
   double floor;           /* with a bound: the iteration ends no sooner (0: unknown)      */
   gboolean blocking_sends; /* the host waits for its sends to other stages (see below)  */
@@ -416,10 +417,27 @@ static void start_compute(SimEngine *e, int32_t t)
     e->left[d] -= task->duration;
     e->floor = MAX(e->floor, start + task->duration + e->left[d]);
   }
+  if (e->stop_overflow && task->peer >= 0 && e->tg->chain) {
+    /* A merged run goes over memory where its unmerged task would start. */
+    int64_t cap = sim_machine_device_spec(e->machine, d)->mem_capacity, m = e->mem[d];
+    for (const SimChainStep *st = &e->tg->chain[task->peer]; cap > 0; st++) {
+      m += st->mem_alloc;
+      if (m > cap && m > tl->peak_mem[d]) {
+        if (st->offset > 0)
+          e->overflow_at = MIN(e->overflow_at, start + st->offset);
+        else
+          e->overflow = TRUE;
+        break;
+      }
+      m -= st->mem_free;
+      if (st->last)
+        break;
+    }
+  }
   e->mem[d] += task->mem_alloc;
   if (e->mem[d] > tl->peak_mem[d]) {
     tl->peak_mem[d] = e->mem[d];
-    if (e->stop_overflow && over_capacity(e, d))
+    if (e->stop_overflow && over_capacity(e, d) && !(task->peer >= 0 && e->tg->chain))
       e->overflow = TRUE;
   }
   schedule(e, start + task->duration, t, EV_END);
@@ -976,6 +994,7 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     tl->peak_mem[d] = e->mem[d];
   }
   e->overflow = FALSE;
+  e->overflow_at = INFINITY;
   for (int d = 0; e->stop_overflow && d < e->n_devices; d++)
     if (over_capacity(e, d))
       e->overflow = TRUE;
@@ -1007,6 +1026,12 @@ void sim_engine_run(SimEngine *e, const SimTaskGraph *tg, SimTimeline *tl)
     if (e->overflow) {
       /* A device holds more than its memory: all the caller wanted to know. */
       cut_at(e, tl, e->now);
+      return;
+    }
+    if (e->overflow_at < INFINITY &&
+        (e->n_heap == 0 || key_time(e->heap[0].tkey) > e->overflow_at)) {
+      /* Where a merged run's task goes over memory, once all before it has run. */
+      cut_at(e, tl, e->overflow_at);
       return;
     }
     /* A little below the floor: the run merges events within a relative 1e-12 of an

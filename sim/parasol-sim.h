@@ -848,6 +848,12 @@ typedef struct {
    * search sets it at its deadline and on a signal, so a long simulation does not outlive
    * the budget.  Borrowed: it must outlive the simulations that use it. */
   const atomic_int *cancel;
+  /* Exact accelerations of one simulation (docs/scale.md), on by default; each changes
+   * how long a simulation takes, never (beyond a relative 1e-9) what it predicts.
+   * merge_chains: a run of compute tasks that follow each other on a device, each
+   * waiting only for the one before, runs as one task (not with host times, blocking
+   * sends or keep_timeline, which need each task). */
+  gboolean merge_chains;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -29,7 +29,8 @@ const char *sim_detail_name(SimDetail d)
 SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
-                       .coll_step_latency = -1, .coll_base_latency = -1 };
+                       .coll_step_latency = -1, .coll_base_latency = -1,
+                       .merge_chains = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -815,6 +816,14 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
   sim_taskgraph_assemble(tg);
   sim_taskgraph_release_blocks(tg);
+  /* A merged run of compute tasks starts each where the one before ends only while the
+   * host never holds a kernel back; a kept timeline shows every task.  A bounded run
+   * merges as the unbounded one does, so that a run the bound does not cut is the
+   * unbounded run; one that is cut (at an event past the bound, or at the first task
+   * over memory) is cut by the same rule, at a lower bound of the same iteration. */
+  if (opts->merge_chains && !opts->keep_timeline && opts->host_kernel_time <= 0 &&
+      opts->host_step_time <= 0 && !opts->blocking_sends)
+    sim_taskgraph_merge_chains(tg, opts->stop_at_overflow);
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);

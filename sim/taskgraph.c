@@ -180,6 +180,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->n_pred);
   g_free(tg->group_head);
   g_free(tg->roots);
+  g_free(tg->chain);
   g_free(tg->stream_off);
   free_sorted(tg);
   if (tg->coll_devs)
@@ -811,4 +812,193 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   for (guint i = 0; i < tg->blocks->len; i++)
     ((SimTaskBlock *)tg->blocks->pdata[i])->changed = FALSE;
   tg->dirty = FALSE;
+}
+
+/* ---- chains of compute tasks -------------------------------------------------------- */
+
+/* Two steps, both exact for the engine's timeline while the host never holds a kernel
+ * back (no host times, no blocking sends: see simulate.c).
+ *
+ * Implied edges go: a compute task's dependency on an earlier task of its own stream
+ * (a backward on its forward, a residual's add on the layer's input) is already kept by
+ * the stream, which starts a task only after the one before it has ended; without the
+ * edge the task may be ready sooner, but it starts when the stream reaches it, as before.
+ *
+ * Then a run of compute tasks that follow each other on a stream, where every task but
+ * the last has no successor left and every task but the first waits for nothing, runs as
+ * one task of their summed duration: the engine starts each at the instant the one
+ * before ends.  The memory the run takes is charged at its start with the most it needs
+ * at any of its tasks' starts (a device's memory changes only as its own stream's tasks
+ * start and end), and what it keeps, at its end.  Runs keep to one class and one
+ * micro-batch, so that reports (time by class on the critical path, compute per device)
+ * stay what they were. */
+int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean keep_steps)
+{
+  int n = tg->n_tasks, nd = tg->n_devices;
+  if (n == 0)
+    return 0;
+  SimTask *task = tg->task;
+  int32_t *succ = tg->succ;
+  /* Stream positions; the edges that go are marked -1, those that stay counted per task. */
+  int32_t *pos = sim_large_alloc((size_t)n * sizeof(int32_t));
+  memset(pos, 0xff, (size_t)n * sizeof(int32_t));
+  for (int32_t k = 0; k < tg->stream_off[nd]; k++)
+    pos[tg->stream[k]] = k;
+#define IMPLIED(u, v) (pos[u] >= 0 && pos[v] > pos[u] && task[u].device == task[v].device)
+  int32_t *n_out = sim_large_alloc((size_t)n * sizeof(int32_t));
+  size_t n_dropped = 0;
+  for (int u = 0; u < n; u++) {
+    int32_t *su = succ + task[u].succ_off;
+    int32_t kept = 0;
+    for (int k = 0; k < task[u].n_succ; k++) {
+      if (IMPLIED(u, su[k])) {
+        tg->n_pred[su[k]]--;
+        su[k] = -1;
+        n_dropped++;
+      } else {
+        kept++;
+      }
+    }
+    n_out[u] = kept;
+  }
+#undef IMPLIED
+  uint8_t *gone = sim_large_alloc((size_t)n);
+  memset(gone, 0, (size_t)n);
+  int merged = 0;
+  GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
+  for (int d = 0; d < nd; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    int32_t head = -1, tail = -1;
+    double dur = 0;
+    int64_t peak = 0, net = 0; /* bytes above the run's start: the most, and at its end */
+    uint32_t kernels = 0;
+    int32_t first_step = -1;
+    for (int32_t k = lo; k <= hi; k++) {
+      int32_t t = k < hi ? tg->stream[k] : -1;
+      const SimTask *c = t >= 0 ? &task[t] : NULL;
+      gboolean joins = c && tail >= 0 && n_out[tail] == 0 && tg->n_pred[t] == 0 &&
+                       c->cls == task[head].cls && c->mb == task[head].mb;
+      if (joins) {
+        if (steps) {
+          if (tail == head) {
+            first_step = (int32_t)steps->len;
+            SimChainStep first = { 0, task[head].mem_alloc, task[head].mem_free, 0 };
+            g_array_append_val(steps, first);
+          }
+          SimChainStep st = { dur, c->mem_alloc, c->mem_free, 0 };
+          g_array_append_val(steps, st);
+        }
+        peak = MAX(peak, net + c->mem_alloc);
+        net += c->mem_alloc - c->mem_free;
+        dur += c->duration;
+        kernels += c->n_kernels;
+        gone[t] = 1;
+        merged++;
+        tail = t;
+        continue;
+      }
+      if (head >= 0 && tail != head) {
+        /* The run's successors are its last task's: the head takes them over below. */
+        SimTask *h = &task[head];
+        h->duration = dur;
+        h->mem_alloc = peak;
+        h->mem_free = peak - net;
+        h->n_kernels = (uint16_t)MIN(kernels, G_MAXUINT16);
+        h->succ_off = task[tail].succ_off;
+        h->n_succ = task[tail].n_succ;
+        n_out[head] = n_out[tail];
+        if (steps) {
+          h->peer = first_step;
+          g_array_index(steps, SimChainStep, steps->len - 1).last = 1;
+        }
+      }
+      head = tail = c ? t : -1;
+      if (c) {
+        dur = c->duration;
+        peak = c->mem_alloc;
+        net = c->mem_alloc - c->mem_free;
+        kernels = c->n_kernels;
+      }
+    }
+  }
+  if (!merged && !n_dropped) {
+    if (steps)
+      g_array_free(steps, TRUE);
+    g_free(pos);
+    g_free(n_out);
+    g_free(gone);
+    return 0;
+  }
+  /* New ids in the old order; the successor lists rebuilt with them and without the
+   * implied edges.  A merged task's only predecessor was the one before it, which is
+   * merged too or the head, so no list that stays names a merged task. */
+  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
+  int m = 0;
+  size_t n_succ = 0;
+  for (int t = 0; t < n; t++) {
+    map[t] = gone[t] ? -1 : m++;
+    if (!gone[t])
+      n_succ += (size_t)n_out[t];
+  }
+  int32_t *nsucc = sim_large_alloc(MAX(n_succ, 1) * sizeof(int32_t));
+  int32_t off = 0;
+  for (int t = 0; t < n; t++) {
+    if (gone[t])
+      continue;
+    SimTask x = task[t];
+    /* A run's list is its last task's. */
+    const int32_t *su = succ + x.succ_off;
+    int32_t kept = 0;
+    for (int k = 0; k < x.n_succ; k++) {
+      int32_t v = su[k];
+      if (v < 0)
+        continue;
+      g_assert(!gone[v]);
+      nsucc[off + kept++] = map[v];
+    }
+    x.succ_off = off;
+    x.n_succ = kept;
+    off += kept;
+    int32_t i = map[t];
+    task[i] = x;
+    tg->n_pred[i] = tg->n_pred[t];
+    tg->group_head[i] = tg->group_head[t];
+  }
+  g_free(tg->succ);
+  tg->succ = nsucc;
+  tg->cap_succ = MAX(n_succ, 1);
+  tg->n_succ_total = (int)n_succ;
+  int32_t w = 0;
+  for (int d = 0; d < nd; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    tg->stream_off[d] = w;
+    for (int32_t k = lo; k < hi; k++)
+      if (!gone[tg->stream[k]])
+        tg->stream[w++] = map[tg->stream[k]];
+  }
+  tg->stream_off[nd] = w;
+  tg->n_tasks = m;
+  /* Tasks whose only predecessors were earlier on their stream now wait for nothing. */
+  int n_roots = 0;
+  for (int t = 0; t < m; t++)
+    n_roots += tg->n_pred[t] == 0;
+  if ((size_t)n_roots > tg->cap_roots) {
+    g_free(tg->roots);
+    tg->roots = g_new(int32_t, n_roots);
+    tg->cap_roots = (size_t)n_roots;
+  }
+  tg->n_roots = 0;
+  for (int t = 0; t < m; t++)
+    if (tg->n_pred[t] == 0)
+      tg->roots[tg->n_roots++] = t;
+  g_free(map);
+  g_free(pos);
+  g_free(n_out);
+  g_free(gone);
+  if (steps) {
+    g_free(tg->chain);
+    tg->n_chain = steps->len;
+    tg->chain = (SimChainStep *)(void *)g_array_free(steps, FALSE);
+  }
+  return merged;
 }

@@ -42,7 +42,8 @@ typedef struct {
   uint8_t cls;         /* SimTaskClass                                                */
   uint16_t n_links;    /* a collective's flow: the links it crosses (0 for a pair)    */
   int32_t device;      /* compute, delay: the device; flow: the source; nop: -1        */
-  int32_t peer;        /* flow: the destination device                                */
+  int32_t peer;        /* flow: the destination device; compute: a merged run's steps
+                        * in SimTaskGraph.chain, or -1 (sim_taskgraph_merge_chains())  */
   int32_t op;          /* the operator, or -1                                         */
   int32_t mb;          /* the micro-batch, or -1                                      */
   int32_t shard;       /* the shard of the operator, or -1                             */
@@ -187,7 +188,19 @@ typedef struct {
   size_t n_shared;       /* tasks                                                      */
   size_t shared_bytes;   /* mapped                                                     */
   size_t task_mapped;    /* bytes, when @task is that mapping handed over (else 0)     */
+  /* The steps of merged runs of compute tasks, when kept (sim_taskgraph_merge_chains()). */
+  struct SimChainStep *chain;
+  size_t n_chain;
 } SimTaskGraph;
+
+/* One task of a merged run, for a run that stops at the first task over memory: where it
+ * starts after the run does, and the bytes it takes and gives back (@last on the run's
+ * last). */
+typedef struct SimChainStep {
+  double offset;
+  int64_t mem_alloc, mem_free;
+  int32_t last;
+} SimChainStep;
 
 SimTaskGraph *sim_taskgraph_new(int n_devices);
 void sim_taskgraph_free(SimTaskGraph *tg);
@@ -237,6 +250,15 @@ void sim_taskgraph_assemble(SimTaskGraph *tg);
  * keep two copies of its graph while the engine runs.  The graph can no longer be
  * changed or assembled again. */
 void sim_taskgraph_release_blocks(SimTaskGraph *tg);
+/* After the last assembly: runs of compute tasks of one class and micro-batch that follow
+ * each other on a stream, each the only successor of the one before and waiting for
+ * nothing else, become one task each (taskgraph.c).  The engine's timeline is then the
+ * unmerged one's, its merged tasks spanning their runs, provided that the host never
+ * delays a kernel (no host times, no blocking sends: see simulate.c).  Renumbers the
+ * tasks; returns how many were merged into the task before them.  @keep_steps keeps each
+ * run's steps (SimTaskGraph.chain), for an engine that stops at the first task over
+ * memory, which then stops when the unmerged run would. */
+int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean keep_steps);
 static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
 {
   return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;

@@ -3,7 +3,10 @@
  * Not a test: it asserts nothing about time.  Each large case runs in a child process so
  * that its peak resident memory is its own (getrusage of the child).  Run it with
  *   meson test -C build --benchmark --suite bench --verbose
- * or directly: build/tests/bench-sim [--quick | --engine | --delta [--quick]]. */
+ * or directly: build/tests/bench-sim [--quick | --scale [--quick] | --engine | --delta [--quick]].
+ * --scale prints only the table of large runs: Megatron-LM's weak-scaling configurations
+ * (Narayanan et al., SC'21, table 1), GPT-3 175B on 1,024 A100 and a 405B-class model on
+ * 16,384 GPUs, each with the exact accelerations of docs/scale.md and without them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +119,124 @@ static void run_child(const char *label, const char *mname, const char *gname,
   printf("| %-44s | %10" G_GINT64_FORMAT " | %8.2f s | %8.2f s | %8.2f GiB | %9.3f s | %s |\n",
          label, res.tasks, res.seconds, cpu, ru.ru_maxrss / 1048576.0, res.iteration, res.folding);
   fflush(stdout);
+}
+
+/* ---- large runs with and without the exact accelerations ---- */
+
+typedef struct {
+  const char *label, *model, *params;
+  int nodes, tp, pp;
+  int64_t batch;
+  SimSchedule sched;
+  int chunks;
+  SimRecompute rc;
+} ScaleCase;
+
+typedef struct {
+  double seconds, iteration;
+  int64_t tasks;
+  gboolean ok;
+  double rss_gib;
+  char folding[64];
+} ScaleResult;
+
+/* One simulation of @c in a child process (accelerations on or off): its wall time, the
+ * child's peak resident memory, its prediction. */
+static ScaleResult scale_child(const ScaleCase *c, gboolean accel)
+{
+  ScaleResult res;
+  memset(&res, 0, sizeof res);
+  int fds[2];
+  if (pipe(fds) != 0)
+    g_error("pipe failed");
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    /* A run that needs more memory than this machine should spare fails alone. */
+    struct rlimit lim = { (rlim_t)16 << 30, (rlim_t)16 << 30 };
+    setrlimit(RLIMIT_AS, &lim);
+    g_autofree char *params = g_strdup_printf("%s%sbatch=%" G_GINT64_FORMAT, c->params,
+                                              *c->params ? "," : "", c->batch);
+    double t0 = now();
+    g_autoptr(SimGraph) g = model(c->model, params, SIM_DTYPE_FP16);
+    g_autofree char *mname = g_strdup_printf("dgx-a100:%d", c->nodes);
+    g_autoptr(SimMachine) m = machine(mname);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = c->tp;
+    mo.pp = c->pp;
+    mo.dp = c->nodes * 8 / (c->tp * c->pp);
+    mo.microbatch_size = 1;
+    mo.schedule = c->sched;
+    mo.chunks = c->chunks;
+    mo.memory.recompute = c->rc;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    if (!s)
+      g_error("%s", error->message);
+    SimOptions o = sim_options_default();
+    o.merge_chains = accel;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+    if (!r)
+      g_error("%s", error->message);
+    ScaleResult out = { now() - t0, sim_report_iteration_time(r), sim_report_n_tasks(r), TRUE,
+                        0, "" };
+    g_strlcpy(out.folding, sim_report_folding(r), sizeof out.folding);
+    if (write(fds[1], &out, sizeof out) != (ssize_t)sizeof out)
+      _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  ssize_t got = read(fds[0], &res, sizeof res);
+  close(fds[0]);
+  int status;
+  struct rusage ru;
+  wait4(pid, &status, 0, &ru);
+  res.ok = got == (ssize_t)sizeof res && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  res.rss_gib = ru.ru_maxrss / 1048576.0;
+  return res;
+}
+
+static void scale_table(void)
+{
+  /* Megatron-LM's weak-scaling table (SC'21, table 1): model, GPUs (DGX A100 nodes of 8),
+   * TP, PP, global batch; micro-batches of one sample, 1F1B, full recomputation as
+   * Megatron ran it.  Then GPT-3 175B on 1,024 A100 and a 405B-class run (126 layers, h
+   * 16,384, 128 heads) on 16,384 GPUs, TP 8, PP 16, DP 128, 2,048 sequences. */
+  const ScaleCase cases[] = {
+    { "megatron-1.7b, 32 GPUs, TP1 PP1", "megatron-1.7b", "", 4, 1, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-3.6b, 64 GPUs, TP2 PP1", "megatron-3.6b", "", 8, 2, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-7.5b, 128 GPUs, TP4 PP1", "megatron-7.5b", "", 16, 4, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-18.4b, 256 GPUs, TP8 PP1", "megatron-18.4b", "", 32, 8, 1, 1024, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-39.1b, 512 GPUs, TP8 PP2", "megatron-39.1b", "", 64, 8, 2, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-76.1b, 1,024 GPUs, TP8 PP4", "megatron-76.1b", "", 128, 8, 4, 1792, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-145.6b, 1,536 GPUs, TP8 PP8", "megatron-145.6b", "", 192, 8, 8, 2304, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-310.1b, 1,920 GPUs, TP8 PP16", "megatron-310.1b", "", 240, 8, 16, 2160, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-529.6b, 2,520 GPUs, TP8 PP35", "megatron-529.6b", "", 315, 8, 35, 2520, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "megatron-1t, 3,072 GPUs, TP8 PP64", "megatron-1t", "", 384, 8, 64, 3072, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "gpt3-175b, 1,024 GPUs, TP8 PP16 DP8", "gpt3-175b", "vocab=51200", 128, 8, 16, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+    { "405B-class, 16,384 GPUs, TP8 PP16 DP128", "gpt", "layers=126,hidden=16384,heads=128,seq=2048,vocab=128256", 2048, 8, 16, 2048, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  };
+  printf("| configuration | tasks | wall time | peak memory | plain: tasks | plain: wall time | "
+         "plain: peak memory | speed-up | prediction | rel. diff | folding |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  int n = quick ? 6 : (int)G_N_ELEMENTS(cases);
+  for (int i = 0; i < n; i++) {
+    ScaleResult a = scale_child(&cases[i], TRUE);
+    ScaleResult b = scale_child(&cases[i], FALSE);
+    if (!a.ok || !b.ok) {
+      printf("| %s | %s (peak memory %.2f GiB, limit 16 GiB) |\n", cases[i].label,
+             !a.ok ? "failed" : "plain run failed", !a.ok ? a.rss_gib : b.rss_gib);
+      continue;
+    }
+    double diff = fabs(a.iteration - b.iteration) / b.iteration;
+    printf("| %s | %" G_GINT64_FORMAT " | %.2f s | %.2f GiB | %" G_GINT64_FORMAT
+           " | %.2f s | %.2f GiB | %.2fx | %.3f s | %.1e%s | %s |\n",
+           cases[i].label, a.tasks, a.seconds, a.rss_gib, b.tasks, b.seconds, b.rss_gib,
+           b.seconds / a.seconds, a.iteration, diff, diff <= 1e-9 ? " (same)" : " (DIFFERS)",
+           a.folding);
+    fflush(stdout);
+  }
 }
 
 /* ---- the engine's speed in tasks per second ---- */
@@ -296,6 +417,10 @@ int main(int argc, char **argv)
     engine_rate();
     return 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "--scale")) {
+    scale_table();
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "--delta-scaling")) {
     delta_scaling();
     return 0;
@@ -316,6 +441,9 @@ int main(int argc, char **argv)
               "vocab=51200,batch=1536", 8, 8, 16, 1, SIM_DETAIL_FLOWS, SIM_RECOMPUTE_FULL);
   run_child("resnet-50, data parallel, 64 A100", "dgx-a100:8", "resnet-50", "batch=2048", 64, 1,
             1, 32, SIM_DETAIL_FLOWS, SIM_RECOMPUTE_NONE);
+  printf("\nlarge runs with the exact accelerations and without (plain), one process each%s\n\n",
+         quick ? " (the first six)" : "");
+  scale_table();
   printf("\n");
   engine_rate();
   printf("\n");

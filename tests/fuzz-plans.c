@@ -13,6 +13,12 @@
  *                                                  and brief runs that stop at the first
  *                                                  overflow on GPUs of 0.5-1.5x the
  *                                                  plan's peak memory against whole ones
+ *   build/tests/fuzz-plans accel [SEEDS [FIRST]]   each exact acceleration of one simulation
+ *                                                  (merged runs of compute tasks) switched
+ *                                                  on against off: iteration time to a
+ *                                                  relative 1e-9, peak memory and compute
+ *                                                  per GPU, and brief runs bounded or
+ *                                                  stopped at an overflow
  *   build/tests/fuzz-plans monotone [SEEDS [FIRST]] faster links, GPUs or host against the
  *                                                  same plan (time), memory savings
  *                                                  against none (peak memory), and every
@@ -310,6 +316,80 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
   return bad;
 }
 
+/* One seed of the acceleration check: a random plan and options (the host's time only half
+ * as often as elsewhere, since it turns merging off), simulated with each acceleration on
+ * and off. */
+static int merging_runs; /* runs whose tasks merging made fewer */
+
+static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
+{
+  Draw dr;
+  draw(&dr, seed);
+  SimStrategy *s = changed_plan(dr.g, dr.m, dr.model == 0, dr.rng, 0, 2);
+  SimOptions o = random_options(dr.rng);
+  if (g_rand_boolean(dr.rng)) {
+    o.host_kernel_time = 0;
+    o.blocking_sends = FALSE;
+  }
+  o.fold = g_rand_boolean(dr.rng);
+  GError *error = NULL;
+  SimOptions off = o;
+  off.merge_chains = FALSE;
+  g_autoptr(SimReport) ra = sim_simulate(dr.g, dr.m, s, c, &o, &error);
+  g_autoptr(SimReport) rb = ra ? sim_simulate(dr.g, dr.m, s, c, &off, &error) : NULL;
+  int bad = 0;
+  (*runs)++;
+  if (!ra || !rb) {
+    printf("seed %u: %s on %s: %s\n", seed, models[dr.model][0], dr.machine, error->message);
+    g_error_free(error);
+    sim_strategy_free(s);
+    draw_clear(&dr);
+    return 1;
+  }
+  double a = sim_report_iteration_time(ra), b = sim_report_iteration_time(rb);
+  merging_runs += sim_report_n_tasks(ra) < sim_report_n_tasks(rb);
+  gboolean same = fabs(a - b) <= 1e-9 * b;
+  for (int d = 0; d < sim_report_n_devices(ra); d++) {
+    double ca = sim_report_compute_time(ra, d), cb = sim_report_compute_time(rb, d);
+    same = same && sim_report_peak_memory(ra, d) == sim_report_peak_memory(rb, d) &&
+           fabs(ca - cb) <= 1e-9 * MAX(b, 1e-12);
+  }
+  if (!same) {
+    bad++;
+    printf("seed %u: %s on %s, detail %s: merged %.17g (%" G_GINT64_FORMAT " tasks), not "
+           "merged %.17g (%" G_GINT64_FORMAT " tasks), or memory or compute per GPU differ\n",
+           seed, models[dr.model][0], dr.machine, sim_detail_name(o.detail), a,
+           sim_report_n_tasks(ra), b, sim_report_n_tasks(rb));
+  }
+  /* Brief runs: bounded below the iteration, and stopped at the first overflow on GPUs a
+   * little smaller than the plan needs, say what the unmerged runs say. */
+  double bound = b * g_rand_double_range(dr.rng, 0.3, 1.2);
+  SimBrief ba, bb;
+  gboolean ok = sim_simulate_brief(dr.g, dr.m, s, c, &o, bound, &ba, &error) &&
+                sim_simulate_brief(dr.g, dr.m, s, c, &off, bound, &bb, &error);
+  if (!ok || ba.cut != bb.cut || (ba.cut && !(ba.time > bound && ba.time <= b * (1 + 1e-9))) ||
+      (!ba.cut && fabs(ba.time - bb.time) > 1e-9 * b)) {
+    bad++;
+    printf("seed %u: bounded at %.17g: merged %.17g (cut %d), not merged %.17g (cut %d)\n", seed,
+           bound, ba.time, ba.cut, bb.time, bb.cut);
+  }
+  SimOptions so = o, soff = off;
+  so.stop_at_overflow = soff.stop_at_overflow = TRUE;
+  ok = sim_simulate_brief(dr.g, dr.m, s, c, &so, INFINITY, &ba, &error) &&
+       sim_simulate_brief(dr.g, dr.m, s, c, &soff, INFINITY, &bb, &error);
+  if (!ok || ba.overflowed != bb.overflowed || ba.cut != bb.cut ||
+      (!ba.cut && fabs(ba.time - bb.time) > 1e-9 * b) ||
+      (ba.cut && fabs(ba.time - bb.time) > 1e-9 * b && ba.time > bb.time)) {
+    bad++;
+    printf("seed %u: stopped at an overflow: merged %.17g (%d), not merged %.17g (%d)\n", seed,
+           ba.time, ba.overflowed, bb.time, bb.overflowed);
+  }
+  g_clear_error(&error);
+  sim_strategy_free(s);
+  draw_clear(&dr);
+  return bad;
+}
+
 /* One seed of the flow-group check: the engine runs a collective's flows as a group while
  * their links are otherwise idle; without groups (PARASOL_NO_FLOW_GROUPS) every task must
  * be timed the same, to rounding. */
@@ -562,8 +642,8 @@ int main(int argc, char **argv)
 {
   if (argc < 2 || (strcmp(argv[1], "delta") && strcmp(argv[1], "fold") &&
                     strcmp(argv[1], "groups") && strcmp(argv[1], "bound") &&
-                    strcmp(argv[1], "monotone") && strcmp(argv[1], "gen"))) {
-    fprintf(stderr, "usage: fuzz-plans delta|fold|groups|bound|monotone [SEEDS [FIRST]] | gen "
+                    strcmp(argv[1], "monotone") && strcmp(argv[1], "accel") && strcmp(argv[1], "gen"))) {
+    fprintf(stderr, "usage: fuzz-plans delta|fold|groups|bound|accel|monotone [SEEDS [FIRST]] | gen "
                     "MODEL PARAMS MACHINE SEED OUT.json\n");
     return 2;
   }
@@ -574,6 +654,7 @@ int main(int argc, char **argv)
                                                  : !strcmp(argv[1], "fold") ? fold_seed
                                                  : !strcmp(argv[1], "bound") ? bound_seed
                                                  : !strcmp(argv[1], "monotone") ? monotone_seed
+                                                 : !strcmp(argv[1], "accel") ? accel_seed
                                                                             : groups_seed;
   SimRooflineParams rp = sim_roofline_params_default();
   g_autoptr(SimCostModel) c = sim_cost_model_new_roofline(&rp);
@@ -583,6 +664,9 @@ int main(int argc, char **argv)
   if (check == monotone_seed)
     printf("%s: %d seeds, %d runs, %d slower on a faster machine (anomalies of shared links), "
            "%d disagreements\n", argv[1], n, runs, anomalies, bad);
+  else if (check == accel_seed)
+    printf("%s: %d seeds, %d runs (%d with merged tasks), %d disagreements\n", argv[1], n, runs,
+           merging_runs, bad);
   else if (check == bound_seed)
     printf("%s: %d seeds, %d runs (%d brief runs stopped at an overflow), %d disagreements\n",
            argv[1], n, runs, overflows, bad);

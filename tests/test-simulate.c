@@ -1834,3 +1834,84 @@ Test(simulate, a_raised_cancellation_flag_stops_the_simulation)
   cr_assert(g_error_matches(error, SIM_ERROR, SIM_ERROR_CANCELLED));
   g_clear_error(&error);
 }
+
+/* Merged runs of compute tasks (SimOptions.merge_chains) change how many tasks the engine
+ * runs, never what it predicts: random plans of three models and Megatron plans with every
+ * schedule and recomputation give the same iteration time (to a relative 1e-9), the same
+ * peak memory and compute per GPU, and the same time by class on the critical path; the
+ * pipelines do merge tasks. */
+static void check_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                         SimCostModel *c, gboolean expect_fewer, const char *what)
+{
+  SimOptions on = sim_options_default(), off = on;
+  off.merge_chains = FALSE;
+  GError *error = NULL;
+  g_autoptr(SimReport) a = sim_simulate(g, m, s, c, &on, &error);
+  cr_assert_not_null(a, "%s: %s", what, error ? error->message : "");
+  g_autoptr(SimReport) b = sim_simulate(g, m, s, c, &off, &error);
+  cr_assert_not_null(b);
+  double t = sim_report_iteration_time(b);
+  cr_assert_float_eq(sim_report_iteration_time(a), t, 1e-9 * t, "%s: %.17g vs %.17g", what,
+                     sim_report_iteration_time(a), t);
+  for (int d = 0; d < sim_report_n_devices(a); d++) {
+    cr_assert_eq(sim_report_peak_memory(a, d), sim_report_peak_memory(b, d), "%s: GPU %d", what,
+                 d);
+    cr_assert_float_eq(sim_report_compute_time(a, d), sim_report_compute_time(b, d), 1e-9 * t,
+                       "%s: GPU %d", what, d);
+  }
+  const char *classes[] = { "forward", "backward", "recompute", "update", "transfer",
+                            "reduction", "grad-sync", "param-sync", "idle" };
+  for (size_t k = 0; k < G_N_ELEMENTS(classes); k++)
+    cr_assert_float_eq(sim_report_critical_time(a, classes[k]),
+                       sim_report_critical_time(b, classes[k]), 1e-9 * t, "%s: %s", what,
+                       classes[k]);
+  if (expect_fewer)
+    cr_assert_lt(sim_report_n_tasks(a), sim_report_n_tasks(b), "%s: nothing merged", what);
+  else
+    cr_assert_leq(sim_report_n_tasks(a), sim_report_n_tasks(b));
+}
+
+Test(accel, merged_runs_of_compute_tasks_predict_what_single_tasks_do)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  const char *models[][2] = {
+    { "mlp", "layers=3,hidden=256,input=128,classes=64,batch=16,towers=2" },
+    { "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=8" },
+    { "inception-v3", "batch=8" },
+  };
+  GRand *rng = g_rand_new_with_seed(7);
+  for (size_t k = 0; k < G_N_ELEMENTS(models); k++) {
+    g_autoptr(SimGraph) g = zoo(models[k][0], models[k][1]);
+    for (int trial = 0; trial < 4; trial++) {
+      g_autoptr(SimMachine) m = switch4(50);
+      g_autoptr(SimStrategy) s = random_strategy(g, m, rng);
+      g_autofree char *what = g_strdup_printf("%s trial %d", models[k][0], trial);
+      check_merged(g, m, s, c, FALSE, what);
+    }
+  }
+  g_rand_free(rng);
+  /* GPT over two DGX A100 nodes: TP 2, PP 4, DP 2, each schedule, with and without full
+   * recomputation. */
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const SimSchedule scheds[] = { SIM_SCHEDULE_1F1B, SIM_SCHEDULE_GPIPE, SIM_SCHEDULE_INTERLEAVED };
+  for (int i = 0; i < 3; i++)
+    for (int rc = 0; rc < 2; rc++) {
+      SimMegatronOptions mo = sim_megatron_options_default();
+      mo.tp = 2;
+      mo.pp = 4;
+      mo.dp = 2;
+      mo.microbatches = 8;
+      mo.schedule = scheds[i];
+      mo.chunks = i == 2 ? 2 : 1;
+      mo.memory.recompute = rc ? SIM_RECOMPUTE_FULL : SIM_RECOMPUTE_NONE;
+      g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      g_autofree char *what = g_strdup_printf("gpt, schedule %d, chunks %d, recompute %d", i,
+                                              mo.chunks, rc);
+      check_merged(g, m, s, c, TRUE, what);
+    }
+}
