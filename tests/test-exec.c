@@ -862,3 +862,23 @@ Test(inputs, positions_are_0_to_seq_minus_1_and_the_rest_follows_the_documented_
   for (int64_t k = 0; k < sim_shape_numel(&s); k++)
     cr_expect_eq(f[k], (float)(2 * exec_hash_uniform(name, (uint64_t)k, 1000003 + 1) - 1));
 }
+
+/* Cross entropy over classes split four ways, two shards a device: each device merges
+ * its two shards' statistics (the online softmax's rescaling) before the devices
+ * combine theirs. */
+Test(exec, loss_classes_split_twice_on_each_device)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  int op = sim_graph_op_by_name(g, "loss");
+  int d = dim_named(g, op, "c");
+  cr_assert_geq(d, 0);
+  int degrees[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+  degrees[d] = 4;
+  static const int devices[4] = { 0, 0, 1, 1 };
+  GError *error = NULL;
+  cr_assert(sim_strategy_set_op(s, op, degrees, devices, &error), "%s",
+            error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
