@@ -829,3 +829,56 @@ Test(exec, timeline)
   g_unlink(path);
   g_rmdir(dir);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* The public input generator (exec_input_values, docs/exec-dump.md).                   */
+
+Test(inputs, positions_are_0_to_seq_minus_1_and_the_rest_follows_the_documented_formula)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4");
+  int pos = -1, tok = -1;
+  for (int t = 0; t < sim_graph_n_tensors(g); t++) {
+    if (!strcmp(sim_graph_tensor_name(g, t), "positions"))
+      pos = t;
+    if (!strcmp(sim_graph_tensor_name(g, t), "tokens"))
+      tok = t;
+  }
+  cr_assert(pos >= 0 && tok >= 0);
+  int64_t v[4 * 8];
+  exec_input_values(g, pos, 2, 5, v);
+  for (int k = 0; k < 4 * 8; k++)
+    cr_expect_eq(v[k], k % 8, "positions[%d][%d] = %ld", k / 8, k % 8, (long)v[k]);
+  /* Tokens: floor(u * 64), u = exec_hash_uniform("tokens", k, seed * 1000003 + step). */
+  exec_input_values(g, tok, 2, 5, v);
+  for (int k = 0; k < 4 * 8; k++)
+    cr_expect_eq(v[k], (int64_t)(exec_hash_uniform("tokens", (uint64_t)k, 5 * 1000003 + 2) * 64));
+  /* Floating-point inputs: 2u - 1. */
+  g_autoptr(SimGraph) m = mlp();
+  int x = sim_graph_op_output(m, 0, 0);
+  SimShape s = sim_graph_tensor_shape(m, x);
+  g_autofree float *f = g_new(float, sim_shape_numel(&s));
+  exec_input_values(m, x, 1, 1, f);
+  const char *name = sim_graph_tensor_name(m, x);
+  for (int64_t k = 0; k < sim_shape_numel(&s); k++)
+    cr_expect_eq(f[k], (float)(2 * exec_hash_uniform(name, (uint64_t)k, 1000003 + 1) - 1));
+}
+
+/* Cross entropy over classes split four ways, two shards a device: each device merges
+ * its two shards' statistics (the online softmax's rescaling) before the devices
+ * combine theirs. */
+Test(exec, loss_classes_split_twice_on_each_device)
+{
+  g_autoptr(SimGraph) g = mlp();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  int op = sim_graph_op_by_name(g, "loss");
+  int d = dim_named(g, op, "c");
+  cr_assert_geq(d, 0);
+  int degrees[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+  degrees[d] = 4;
+  static const int devices[4] = { 0, 0, 1, 1 };
+  GError *error = NULL;
+  cr_assert(sim_strategy_set_op(s, op, degrees, devices, &error), "%s",
+            error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
