@@ -275,6 +275,16 @@ Test(inputs, outputs_are_checked_before_the_search)
   rm_dir(d);
 }
 
+/* Found by tests/fuzz-inputs.py: a calibration whose format is no string. */
+Test(inputs, a_calibration_whose_format_is_no_string_is_refused)
+{
+  char *d = tmp_dir();
+  write_file(d, "cal.json", "{\"format\": true, \"parameters\": {}}", -1);
+  expect_refused(run_sh(d, "$P simulate " MLP " --calibration $D/cal.json"),
+                 "expected a JSON object with \"format\": \"parasol-calibration\"");
+  rm_dir(d);
+}
+
 /* 8: a misspelt top-level key of a graph is named, not ignored. */
 Test(inputs, a_graph_with_an_unknown_key_is_refused)
 {
