@@ -138,13 +138,13 @@ Test(inputs, what_is_not_a_file_or_too_large_is_refused)
   /* A pipe is read to its end (here at once: nobody writes to it). */
   expect_refused(run_sh(d, "mkfifo $D/fifo && $P simulate " MLP " --strategy $D/fifo"),
                  "fifo");
-  /* 64 MiB and a byte, as a sparse file. */
-  expect_refused(run_sh(d, "truncate -s 67108865 $D/big.json && "
+  /* 16 MiB and a byte, as a sparse file. */
+  expect_refused(run_sh(d, "truncate -s 16777217 $D/big.json && "
                            "$P simulate " MLP " --machine $D/big.json"),
-                 "64.0 MiB is larger than the 64 MiB that parasol reads from one file");
-  expect_refused(run_sh(d, "head -c 67108865 /dev/zero | tr '\\0' ' ' | "
+                 "16.0 MiB is larger than the 16 MiB that parasol reads from one file");
+  expect_refused(run_sh(d, "head -c 16777217 /dev/zero | tr '\\0' ' ' | "
                            "$P simulate --batch -"),
-                 "--batch -: more than the 64 MiB");
+                 "--batch -: more than the 16 MiB");
   rm_dir(d);
 }
 
