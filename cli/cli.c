@@ -206,6 +206,19 @@ gboolean cli_make_parent(const char *path, GError **error)
   return FALSE;
 }
 
+gboolean cli_close_output(FILE *f, const char *path, GError **error)
+{
+  gboolean bad = ferror(f) != 0;
+  int e = bad ? EIO : 0;
+  if (fclose(f) != 0 && !bad) {
+    bad = TRUE;
+    e = errno;
+  }
+  if (bad)
+    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", path, g_strerror(e));
+  return !bad;
+}
+
 gboolean cli_check_output(const char *path, GError **error)
 {
   if (!path)

@@ -62,6 +62,9 @@ gboolean cli_make_parent(const char *path, GError **error);
  * it, renamed): not a directory or device, in a folder that takes new files.  Outputs are
  * checked so before long work, which would otherwise be lost at its end. */
 gboolean cli_check_output(const char *path, GError **error);
+/* Closes @f, written to @path: FALSE with an error naming @path when a write or the close
+ * failed (a full disk). */
+gboolean cli_close_output(FILE *f, const char *path, GError **error);
 
 /* The start of a gnuplot script that draws a 960x600 PNG @png titled @title: the
  * terminal (pngcairo where gnuplot has it, png otherwise), the output and the title,

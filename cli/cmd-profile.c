@@ -891,8 +891,9 @@ static int profile_compare(int argc, char **argv)
   model_options_init(&mo);
   FILE *out = NULL;
   int status = compare_run(&mo, argc, argv, &out);
-  if (out && out != stdout)
-    fclose(out);
+  GError *error = NULL;
+  if (out && out != stdout && !cli_close_output(out, "the --csv file", &error))
+    status = MAX(status, cli_report_error(error));
   model_options_clear(&mo);
   return status;
 }
@@ -982,8 +983,9 @@ static int profile_perf(int argc, char **argv)
   model_options_init(&mo);
   FILE *out = NULL;
   int status = perf_run(&mo, argc, argv, &out);
-  if (out && out != stdout)
-    fclose(out);
+  GError *error = NULL;
+  if (out && out != stdout && !cli_close_output(out, "the --csv file", &error))
+    status = MAX(status, cli_report_error(error));
   model_options_clear(&mo);
   return status;
 }

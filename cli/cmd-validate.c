@@ -92,8 +92,7 @@ static gboolean write_plot(const char *gp, const char *png, const char *title,
           "set key top left\n"
           "set grid ytics\n"
           "plot $data using 2:xtic(1) title 'predicted', '' using 3 title 'measured'\n");
-  fclose(f);
-  return TRUE;
+  return cli_close_output(f, gp, error);
 }
 
 int cmd_validate(int argc, char **argv)
@@ -182,8 +181,11 @@ int cmd_validate(int argc, char **argv)
             t.op >= 0 ? sim_graph_op_name(e.pb.graph, t.op) : "", t.mb, have ? rec.start : -1,
             have ? rec.end : -1, ms[i], me[i], busy[i]);
   }
-  fclose(tcsv);
-  tcsv = NULL;
+  {
+    FILE *t = g_steal_pointer(&tcsv);
+    if (!cli_close_output(t, tasks_path, &error))
+      goto fail;
+  }
 
   double pred_total = sim_report_iteration_time(rep), meas_total = exec_run_step_time(e.run);
   printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
@@ -209,8 +211,11 @@ int cmd_validate(int argc, char **argv)
     printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
     fprintf(csv, "iteration,%.9g,%.9g\n", pred_total, meas_total);
   }
-  fclose(csv);
-  csv = NULL;
+  {
+    FILE *c = g_steal_pointer(&csv);
+    if (!cli_close_output(c, csv_path, &error))
+      goto fail;
+  }
   if (!strcmp(exec_backend_get_name(e.backend), "cpu"))
     printf("(predictions are for the machine's GPUs; the cpu back end measures this host's "
            "CPU, so only the mechanism is compared)\n");

@@ -265,6 +265,8 @@ gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError 
   JsonNode *root = json_parser_get_root(parser);
   JsonObject *o = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
   const char *format = o ? json_object_get_string_member_with_default(o, "format", "") : "";
+  if (!format) /* not a string */
+    format = "";
   if (!o || strcmp(format, "parasol-calibration"))
     return calibration_fail(error, file, NULL,
                             "expected a JSON object with \"format\": \"parasol-calibration\"");

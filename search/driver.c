@@ -849,7 +849,14 @@ double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner
                                 SimStrategy **best, GError **error)
 {
   SearchContext *c = search_context_new_inner(ctx, inner, p, evals, seconds);
-  gboolean ok = inner->run(inner, c, error);
+  GError *run_error = NULL;
+  gboolean ok = inner->run(inner, c, &run_error);
+  if (!ok && !run_error)
+    g_set_error(&run_error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN,
+                "algorithm '%s' failed without saying why (its run returned FALSE and set no "
+                "error)", inner->name);
+  if (run_error)
+    g_propagate_error(error, run_error);
   double cost = INFINITY;
   if (ok)
     cost = search_context_get_best(c, best);
@@ -1067,6 +1074,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     return NULL;
   }
   if (!ok) {
+    if (!run_error)
+      g_set_error(&run_error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN,
+                  "algorithm '%s' failed without saying why (its run returned FALSE and set "
+                  "no error)", algo->name);
     g_propagate_error(error, run_error);
     context_free(ctx);
     return NULL;

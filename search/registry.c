@@ -20,11 +20,13 @@ static gboolean valid_name(const char *name)
 
 static gboolean register_locked(const SearchAlgorithm *a, GError **error)
 {
+  /* Only the version is read from a struct of another version: its other slots may lie
+   * elsewhere or hold something else. */
   if (a->api_version != SEARCH_ALGORITHM_API_VERSION) {
     g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN,
-                "algorithm '%s' implements search interface version %d; this parasol has "
+                "an algorithm implements search interface version %d; this parasol has "
                 "version %d",
-                a->name ? a->name : "?", a->api_version, SEARCH_ALGORITHM_API_VERSION);
+                a->api_version, SEARCH_ALGORITHM_API_VERSION);
     return FALSE;
   }
   if (!valid_name(a->name) || !a->description || !a->run) {
@@ -141,6 +143,14 @@ const SearchAlgorithm *search_load_plugin(const char *path, GError **error)
   if (!a) {
     g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN, "plugin %s returned no algorithm",
                 path);
+    g_module_close(module);
+    return NULL;
+  }
+  if (a->api_version != SEARCH_ALGORITHM_API_VERSION) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN,
+                "plugin %s implements search interface version %d; this parasol has version %d "
+                "(rebuild the plugin against this parasol's parasol-search.h)",
+                path, a->api_version, SEARCH_ALGORITHM_API_VERSION);
     g_module_close(module);
     return NULL;
   }

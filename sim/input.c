@@ -156,22 +156,28 @@ gboolean sim_json_check(const char *text, gssize length, GError **error)
       /* json-glib wraps integers beyond 64 bits around (9223372036854775808 becomes
        * -9223372036854775808) and reads 1e400 as infinity: both are refused here. */
       gsize start = i, j = i + (c == '-');
-      gboolean integer = TRUE;
+      gboolean integer = TRUE, exponent = FALSE;
       while (j < len && (g_ascii_isdigit(text[j]) || text[j] == '.' || text[j] == 'e' ||
                          text[j] == 'E' || text[j] == '+' || text[j] == '-')) {
         integer = integer && g_ascii_isdigit(text[j]);
+        exponent = exponent || text[j] == 'e' || text[j] == 'E';
         j++;
       }
-      g_autofree char *number = g_strndup(text + start, j - start);
-      errno = 0;
-      gboolean huge;
-      if (integer) {
-        g_ascii_strtoll(number, NULL, 10);
-        huge = errno == ERANGE;
-      } else {
-        huge = !isfinite(g_ascii_strtod(number, NULL));
+      /* Only long integers and numbers with an exponent or hundreds of digits can be out of
+       * range: the common short ones are not converted. */
+      gboolean huge = FALSE;
+      if ((integer && j - start > 18) || exponent || j - start > 300) {
+        g_autofree char *number = g_strndup(text + start, j - start);
+        errno = 0;
+        if (integer) {
+          g_ascii_strtoll(number, NULL, 10);
+          huge = errno == ERANGE;
+        } else {
+          huge = !isfinite(g_ascii_strtod(number, NULL));
+        }
       }
       if (huge) {
+        g_autofree char *number = g_strndup(text + start, MIN(j - start, 41));
         g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_INVALID_DATA,
                     "<data>:%d:%d: Parse error: %.40s%s is too large (parasol reads %s)",
                     line, column, number, strlen(number) > 40 ? "..." : "",

@@ -43,7 +43,7 @@ SIM_PUBLIC GQuark sim_error_quark(void);
  * deeper than SIM_JSON_MAX_DEPTH arrays and objects, integers beyond 64 bits and numbers
  * beyond a double's range, which json-glib would take as other values (a JSON_PARSER_ERROR
  * in json-glib's own form, "<data>:LINE:COLUMN: Parse error: ..."). */
-#define SIM_INPUT_MAX_BYTES (64 << 20)
+#define SIM_INPUT_MAX_BYTES (16 << 20)
 #define SIM_JSON_MAX_DEPTH 256
 SIM_PUBLIC gboolean sim_read_file(const char *path, char **contents, gsize *length,
                                   GError **error);

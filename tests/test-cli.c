@@ -74,7 +74,7 @@ Test(cli, counts_must_be_whole_and_positive)
   expect_refused(run("simulate", "--trace", "unused.json", "--trace-devices", "4-2", NULL),
                  "--trace-devices 4-2: '4-2' is not a device");
   expect_refused(run("simulate", "--bucket-mb", "-1", NULL),
-                 "--bucket-mb -1: expected a size in MB, 0 or more");
+                 "--bucket-mb -1: expected a size in MB from 0 to 1000000");
 }
 
 /* The first number named @name in @json (the outer object's members come before the

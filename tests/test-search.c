@@ -158,6 +158,41 @@ Test(search, plugin_errors_name_the_file)
   g_clear_error(&error);
 }
 
+/* A plugin of another interface version is refused on its version alone, naming the file:
+ * the rest of its struct (here no name where this version keeps it) is never read. */
+Test(search, plugin_of_another_version_is_refused_by_its_version)
+{
+  const char *path = g_getenv("PARASOL_FUTURE_PLUGIN");
+  cr_assert_not_null(path, "the test runs with PARASOL_FUTURE_PLUGIN set by meson");
+  GError *error = NULL;
+  cr_assert_null(search_load_plugin(path, &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN));
+  cr_assert(strstr(error->message, path), "%s", error->message);
+  cr_assert(strstr(error->message, "interface version 99; this parasol has version 1"), "%s",
+            error->message);
+  g_clear_error(&error);
+}
+
+/* A run that returns FALSE without an error gives one that names the algorithm. */
+Test(search, plugin_failing_silently_gets_an_error)
+{
+  const char *path = g_getenv("PARASOL_SILENT_PLUGIN");
+  cr_assert_not_null(path, "the test runs with PARASOL_SILENT_PLUGIN set by meson");
+  GError *error = NULL;
+  const SearchAlgorithm *a = search_load_plugin(path, &error);
+  cr_assert_not_null(a, "%s", error ? error->message : "");
+  Fixture f;
+  fixture_small(&f);
+  SearchRunOptions o = search_run_options_default();
+  o.eval_budget = 10;
+  cr_assert_null(search_run(a, f.p, &o, &error));
+  cr_assert(g_error_matches(error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN));
+  cr_assert(strstr(error->message, "algorithm 'silent-failure' failed without saying why"), "%s",
+            error->message);
+  g_clear_error(&error);
+  fixture_free(&f);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Configurations and constraints                                                     */
 
