@@ -575,6 +575,47 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
   return simulated;
 }
 
+typedef struct {
+  int index;
+  gboolean fits;
+  double time;
+} Ranked;
+
+static int compare_ranked(const void *a, const void *b)
+{
+  const Ranked *x = a, *y = b;
+  if (x->fits != y->fits)
+    return x->fits ? -1 : 1;
+  if (x->time != y->time)
+    return x->time < y->time ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorts the candidate indices @idx by search_megatron_estimate() of their options @o
+ * (one weird trick, of no options, last). */
+static void rank_by_estimate(const SearchProblem *p, const SimMegatronOptions *o, GArray *idx)
+{
+  int n = (int)idx->len;
+  g_autofree Ranked *r = g_new(Ranked, MAX(n, 1));
+  for (int k = 0; k < n; k++) {
+    int i = g_array_index(idx, int, k);
+    r[k].index = i;
+    r[k].fits = FALSE;
+    r[k].time = o[i].dp > 0 ? search_megatron_estimate(p, &o[i], &r[k].fits) : INFINITY;
+  }
+  qsort(r, (size_t)n, sizeof *r, compare_ranked);
+  if (g_getenv("PARASOL_DEBUG_RANK"))
+    for (int k = 0; k < MIN(n, 12); k++) {
+      const SimMegatronOptions *x = &o[r[k].index];
+      g_printerr("rank %d: tp %d pp %d dp %d mbs %d m %d v %d sp %d rc %d z %d: %.3f s fits %d\n",
+                 k, x->tp, x->pp, x->dp, (int)x->microbatch_size, x->microbatches,
+                 x->schedule == SIM_SCHEDULE_INTERLEAVED ? x->chunks : 1, x->sequence_parallel,
+                 x->memory.recompute, x->memory.zero1, r[k].time, r[k].fits);
+    }
+  for (int k = 0; k < n; k++)
+    g_array_index(idx, int, k) = r[k].index;
+}
+
 /* Whether candidate @s (NULL: not built, of options @o) is of the stages asked for: 0 all,
  * 1 single-stage, 2 pipelined. */
 static gboolean expert_of(const SimStrategy *s, const SimMegatronOptions *o, int stages)
@@ -610,6 +651,10 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
     if (g_array_index(parents, int, i) < 0 && expert_of(s, &o[i], stages))
       g_array_append_val(first, i);
   }
+  /* The most promising first, by a closed-form estimate (plans it expects to fit, then
+   * the fastest): a sweep cut short by its deadline has simulated those; one that ends
+   * finds the same best, which does not depend on the order. */
+  rank_by_estimate(search_context_get_problem(ctx), o, first);
   double best_cost = INFINITY;
   int best = -1;
   gboolean track = stages == 0 && ctx->problem == ctx->root->problem;
@@ -803,7 +848,56 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
   /* Steepest descent: every neighbour of a round is simulated, bounded by the current
    * cost, on the search's threads; the fastest (the first on a tie) is kept.  Neither
    * depends on how the threads are timed. */
-  while (!search_context_should_stop(ctx)) {
+  /* With a deadline in seconds the neighbours go in the order of their estimates, as many
+   * at a time as there are threads, and the first such group that gains is taken: on a
+   * large machine a simulation takes seconds, and a round of all of them could take the
+   * whole budget.  Otherwise each round simulates them all (steepest descent). */
+  gboolean timed = ctx->deadline < G_MAXDOUBLE;
+  int width = MAX(1, search_context_get_threads(ctx));
+  while (timed && !search_context_should_stop(ctx)) {
+    SimMegatronOptions cand[REFINE_MAX];
+    int m = refine_neighbours(p, &cur, cand);
+    GArray *order = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int i = 0; i < m; i++)
+      g_array_append_val(order, i);
+    rank_by_estimate(p, cand, order);
+    gboolean moved = FALSE;
+    for (guint at = 0; at < order->len && !moved && !search_context_should_stop(ctx);
+         at += (guint)width) {
+      RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
+      int n = 0;
+      for (guint k = at; k < order->len && k < at + (guint)width; k++) {
+        SimMegatronOptions *c = &cand[g_array_index(order, int, k)];
+        SimStrategy *plan = search_megatron_plan(p, c);
+        if (!plan)
+          continue;
+        r.opt[n] = *c;
+        r.plan[n] = plan;
+        r.cost[n] = INFINITY;
+        n++;
+      }
+      key += REFINE_MAX;
+      search_context_parallel(ctx, n, refine_task, &r);
+      int best = -1;
+      for (int i = 0; i < n; i++)
+        if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
+          best = i;
+      if (best >= 0) {
+        *cost = r.cost[best];
+        cur = r.opt[best];
+        sim_strategy_free(*s);
+        *s = g_steal_pointer(&r.plan[best]);
+        kept++;
+        moved = TRUE;
+      }
+      for (int i = 0; i < n; i++)
+        g_clear_pointer(&r.plan[i], sim_strategy_free);
+    }
+    g_array_unref(order);
+    if (!moved)
+      break;
+  }
+  while (!timed && !search_context_should_stop(ctx)) {
     RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
     SimMegatronOptions cand[REFINE_MAX];
     int m = refine_neighbours(p, &cur, cand), n = 0;

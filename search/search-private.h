@@ -297,6 +297,11 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
                               GArray *opts);
 /* The same with only the options (required) of the Megatron-style plans: their entries
  * of @out are NULL, to build with search_megatron_plan() when they are simulated. */
+/* A closed-form estimate of the iteration time of the Megatron plan @o (seconds) and
+ * whether it fits in memory (plan-estimate.c), for ranking plans before simulating
+ * them; no simulation. */
+double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
+                                gboolean *fits);
 void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
                                    GArray *opts);
 /* With @opts (SimMegatronOptions per candidate), each candidate's options for
