@@ -604,14 +604,6 @@ static void rank_by_estimate(const SearchProblem *p, const SimMegatronOptions *o
     r[k].time = o[i].dp > 0 ? search_megatron_estimate(p, &o[i], &r[k].fits) : INFINITY;
   }
   qsort(r, (size_t)n, sizeof *r, compare_ranked);
-  if (g_getenv("PARASOL_DEBUG_RANK"))
-    for (int k = 0; k < MIN(n, 12); k++) {
-      const SimMegatronOptions *x = &o[r[k].index];
-      g_printerr("rank %d: tp %d pp %d dp %d mbs %d m %d v %d sp %d rc %d z %d: %.3f s fits %d\n",
-                 k, x->tp, x->pp, x->dp, (int)x->microbatch_size, x->microbatches,
-                 x->schedule == SIM_SCHEDULE_INTERLEAVED ? x->chunks : 1, x->sequence_parallel,
-                 x->memory.recompute, x->memory.zero1, r[k].time, r[k].fits);
-    }
   for (int k = 0; k < n; k++)
     g_array_index(idx, int, k) = r[k].index;
 }
