@@ -502,6 +502,13 @@ static void expert_round_task(int k, gpointer data)
   int i = r->round[k];
   SimStrategy **s = (SimStrategy **)&g_ptr_array_index(r->cands, i);
   guint32 stream = EXPERT_STREAM + (guint32)i * 4;
+  if (!*s && search_megatron_cannot_fit(search_context_get_problem(r->ctx), &r->opts[i])) {
+    /* Its weights and gradients alone overflow a device: not simulated, and no memory
+     * saving (nor micro-batches) changes that. */
+    r->fit[i] = 1;
+    r->cost[i] = INFINITY;
+    return;
+  }
   if (!*s)
     *s = search_megatron_plan(search_context_get_problem(r->ctx), &r->opts[i]);
   if (!*s) {
@@ -577,7 +584,7 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
 
 typedef struct {
   int index;
-  gboolean fits;
+  int fits;     /* 1: expected to fit, 0: not expected to, -1: cannot */
   double time;
 } Ranked;
 
@@ -585,7 +592,7 @@ static int compare_ranked(const void *a, const void *b)
 {
   const Ranked *x = a, *y = b;
   if (x->fits != y->fits)
-    return x->fits ? -1 : 1;
+    return x->fits > y->fits ? -1 : 1;
   if (x->time != y->time)
     return x->time < y->time ? -1 : 1;
   return (x->index > y->index) - (x->index < y->index);
@@ -600,8 +607,12 @@ static void rank_by_estimate(const SearchProblem *p, const SimMegatronOptions *o
   for (int k = 0; k < n; k++) {
     int i = g_array_index(idx, int, k);
     r[k].index = i;
-    r[k].fits = FALSE;
-    r[k].time = o[i].dp > 0 ? search_megatron_estimate(p, &o[i], &r[k].fits) : INFINITY;
+    gboolean fits = FALSE;
+    r[k].time = o[i].dp > 0 ? search_megatron_estimate(p, &o[i], &fits) : INFINITY;
+    r[k].fits = fits ? 1 : 0;
+    /* Those that cannot fit at all go last (they are not simulated). */
+    if (o[i].dp > 0 && search_megatron_cannot_fit(p, &o[i]))
+      r[k].fits = -1;
   }
   qsort(r, (size_t)n, sizeof *r, compare_ranked);
   for (int k = 0; k < n; k++)
@@ -853,6 +864,9 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
     for (int i = 0; i < m; i++)
       g_array_append_val(order, i);
     rank_by_estimate(p, cand, order);
+    for (guint k = order->len; k-- > 0;)
+      if (search_megatron_cannot_fit(p, &cand[g_array_index(order, int, k)]))
+        g_array_remove_index(order, k);
     gboolean moved = FALSE;
     for (guint at = 0; at < order->len && !moved && !search_context_should_stop(ctx);
          at += (guint)width) {

@@ -100,3 +100,17 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
     *fits = states + held <= 0.95 * (double)dev->mem_capacity;
   return compute + bubble + tensor + pipe + data;
 }
+
+gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o)
+{
+  if (!p->memory_limit || o->dp < 1)
+    return FALSE;
+  const SimDeviceSpec *dev = sim_machine_device_spec(p->m, p->devices[0]);
+  if (dev->mem_capacity <= 0)
+    return FALSE;
+  /* The 16-bit weights and their gradients alone, spread as evenly as the tensor- and
+   * pipeline-parallel ranks could spread them: a lower bound on what the fullest device
+   * holds from the start, whatever the optimizer, ZeRO-1 or recomputation. */
+  double bytes = 4.0 * (double)sim_graph_n_params(p->g) / ((double)MAX(o->tp, 1) * MAX(o->pp, 1));
+  return bytes > (double)dev->mem_capacity;
+}

@@ -302,6 +302,9 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
  * them; no simulation. */
 double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
                                 gboolean *fits);
+/* Whether plan @o cannot fit in the problem's device memory, by a lower bound on the
+ * bytes its weights and gradients take (no simulation): such plans are not simulated. */
+gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o);
 void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
                                    GArray *opts);
 /* With @opts (SimMegatronOptions per candidate), each candidate's options for
