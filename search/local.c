@@ -551,10 +551,15 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
                          GArray *idx, gboolean ladder, double *costs, uint8_t *fit,
                          double *best_cost, int *best, gboolean track)
 {
-  int width = MAX(1, search_context_get_threads(ctx));
+  int threads = MAX(1, search_context_get_threads(ctx));
   int simulated = 0;
-  for (guint at = 0; at < idx->len && !search_context_should_stop(ctx); at += (guint)width) {
-    int n = (int)MIN((guint)width, idx->len - at);
+  /* Under a deadline in seconds the first round is the most promising plan alone: on a
+   * large machine (or a busy one) it ends sooner than two plans sharing the cores, and its
+   * time bounds the rounds after it. */
+  gboolean timed = ctx->deadline < G_MAXDOUBLE;
+  for (guint at = 0, width = timed ? 1 : (guint)threads;
+       at < idx->len && !search_context_should_stop(ctx); at += width, width = (guint)threads) {
+    int n = (int)MIN(width, idx->len - at);
     ExpertRound r = { .ctx = ctx, .cands = cands, .opts = opts,
                       .round = &g_array_index(idx, int, at),
                       .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder };
