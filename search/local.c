@@ -624,6 +624,24 @@ static void rank_by_estimate(const SearchProblem *p, const SimMegatronOptions *o
     g_array_index(idx, int, k) = r[k].index;
 }
 
+SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
+{
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  g_autoptr(GArray) options = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+  search_expert_candidates_lazy(p, cands, parents, options);
+  const SimMegatronOptions *o = &g_array_index(options, SimMegatronOptions, 0);
+  g_autoptr(GArray) idx = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint i = 0; i < cands->len; i++)
+    if (g_array_index(parents, int, i) < 0 && o[i].dp > 0 && !search_megatron_cannot_fit(p, &o[i]))
+      g_array_append_val(idx, i);
+  if (idx->len == 0)
+    return NULL;
+  rank_by_estimate(p, o, idx);
+  int k = g_array_index(idx, int, MIN((guint)rank, idx->len - 1));
+  return search_megatron_plan(p, &o[k]);
+}
+
 /* Whether candidate @s (NULL: not built, of options @o) is of the stages asked for: 0 all,
  * 1 single-stage, 2 pipelined. */
 static gboolean expert_of(const SimStrategy *s, const SimMegatronOptions *o, int stages)
