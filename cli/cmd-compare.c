@@ -363,7 +363,8 @@ int cmd_compare(int argc, char **argv)
 fail:
   status = cli_report_error(error);
 done:
-  search_signals_release();
+  /* The signals stay caught until the process ends: a second one while it exits would
+   * otherwise kill it after the plan was written, with the signal's status. */
   if (csv)
     fclose(csv);
   if (csv_tmp)

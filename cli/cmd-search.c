@@ -323,9 +323,13 @@ int cmd_search(int argc, char **argv)
     expert_time = dp_raw;
     expert_is_dp = TRUE;
   }
-  if (yardstick_cut)
-    g_printerr("parasol search: expert plans: %d of %d simulated within the budget; the "
-               "yardstick is the best of them\n", expert_simulated, expert_plans);
+  if (yardstick_cut && expert_plans > 0)
+    g_printerr("parasol search: expert plans: %d of %d simulated %s; the yardstick is the "
+               "best of them\n", expert_simulated, expert_plans,
+               search_signals_seen() ? "before the signal" : "within the budget");
+  else if (yardstick_cut)
+    g_printerr("parasol search: expert plans: none simulated %s\n",
+               search_signals_seen() ? "after the signal" : "within the budget");
 
   /* The plan written and reported is the fastest one known.  A budget too short for the
    * search to reach the yardstick would otherwise leave the user a plan slower than one
@@ -479,9 +483,12 @@ int cmd_search(int argc, char **argv)
            isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
            s_ex, isfinite(expert_time) ? t_ex : yardstick_cut ? "none simulated" : "none fits",
            yardstick_cut ? ", the best of those simulated" : "");
-    if (yardstick_cut)
+    if (yardstick_cut && expert_plans > 0)
       printf("  not done            expert plans: %d of %d simulated%s\n", expert_simulated,
              expert_plans, dp_done ? "" : "; data parallelism not simulated");
+    else if (yardstick_cut)
+      printf("  not done            expert plans not simulated%s\n",
+             dp_done ? "" : "; data parallelism not simulated");
     else if (!dp_done)
       printf("  not done            data parallelism not simulated\n");
     if (strcmp(kept, "search")) {
@@ -515,7 +522,8 @@ infeasible:
 fail:
   status = cli_report_error(error);
 done:
-  search_signals_release();
+  /* The signals stay caught until the process ends: a second one while it exits would
+   * otherwise kill it after the plan was written, with the signal's status. */
   if (result && search_result_get_abandoned(result)) {
     /* The algorithm left running still reads the problem, its graph and machine: they
      * stay until the process ends. */

@@ -260,7 +260,17 @@ static gboolean megatron_run(const SearchAlgorithm *self, SearchContext *ctx, GE
    * winner's neighbourhood in Megatron's plan space. */
   SimMegatronOptions o;
   double cost = INFINITY;
-  g_autoptr(SimStrategy) s = search_start_expert_stages(ctx, 0, &cost, NULL, &o);
+  g_autoptr(SimStrategy) s = NULL;
+  if (search_context_get_time_budget(ctx) > 0) {
+    /* With a budget in seconds the expert plans, the most promising first, get half of
+     * it, so that the refinement has the rest. */
+    SearchContext *in = search_context_new_share(ctx, 0.5);
+    if (in)
+      s = search_start_expert_stages(in, 0, &cost, NULL, &o);
+    search_context_free_inner(in);
+  } else {
+    s = search_start_expert_stages(ctx, 0, &cost, NULL, &o);
+  }
   if (s)
     search_refine_megatron(ctx, &s, &cost, &o);
   return TRUE;

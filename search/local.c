@@ -502,6 +502,13 @@ static void expert_round_task(int k, gpointer data)
   int i = r->round[k];
   SimStrategy **s = (SimStrategy **)&g_ptr_array_index(r->cands, i);
   guint32 stream = EXPERT_STREAM + (guint32)i * 4;
+  if (!*s && search_megatron_cannot_fit(search_context_get_problem(r->ctx), &r->opts[i])) {
+    /* Its weights and gradients alone overflow a device: not simulated, and no memory
+     * saving (nor micro-batches) changes that. */
+    r->fit[i] = 1;
+    r->cost[i] = INFINITY;
+    return;
+  }
   if (!*s)
     *s = search_megatron_plan(search_context_get_problem(r->ctx), &r->opts[i]);
   if (!*s) {
@@ -544,10 +551,15 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
                          GArray *idx, gboolean ladder, double *costs, uint8_t *fit,
                          double *best_cost, int *best, gboolean track)
 {
-  int width = MAX(1, search_context_get_threads(ctx));
+  int threads = MAX(1, search_context_get_threads(ctx));
   int simulated = 0;
-  for (guint at = 0; at < idx->len && !search_context_should_stop(ctx); at += (guint)width) {
-    int n = (int)MIN((guint)width, idx->len - at);
+  /* Under a deadline in seconds the first round is the most promising plan alone: on a
+   * large machine (or a busy one) it ends sooner than two plans sharing the cores, and its
+   * time bounds the rounds after it. */
+  gboolean timed = ctx->deadline < G_MAXDOUBLE;
+  for (guint at = 0, width = timed ? 1 : (guint)threads;
+       at < idx->len && !search_context_should_stop(ctx); at += width, width = (guint)threads) {
+    int n = (int)MIN(width, idx->len - at);
     ExpertRound r = { .ctx = ctx, .cands = cands, .opts = opts,
                       .round = &g_array_index(idx, int, at),
                       .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder };
@@ -573,6 +585,61 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
     }
   }
   return simulated;
+}
+
+typedef struct {
+  int index;
+  int fits;     /* 1: expected to fit, 0: not expected to, -1: cannot */
+  double time;
+} Ranked;
+
+static int compare_ranked(const void *a, const void *b)
+{
+  const Ranked *x = a, *y = b;
+  if (x->fits != y->fits)
+    return x->fits > y->fits ? -1 : 1;
+  if (x->time != y->time)
+    return x->time < y->time ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorts the candidate indices @idx by search_megatron_estimate() of their options @o
+ * (one weird trick, of no options, last). */
+static void rank_by_estimate(const SearchProblem *p, const SimMegatronOptions *o, GArray *idx)
+{
+  int n = (int)idx->len;
+  g_autofree Ranked *r = g_new(Ranked, MAX(n, 1));
+  for (int k = 0; k < n; k++) {
+    int i = g_array_index(idx, int, k);
+    r[k].index = i;
+    gboolean fits = FALSE;
+    r[k].time = o[i].dp > 0 ? search_megatron_estimate(p, &o[i], &fits) : INFINITY;
+    r[k].fits = fits ? 1 : 0;
+    /* Those that cannot fit at all go last (they are not simulated). */
+    if (o[i].dp > 0 && search_megatron_cannot_fit(p, &o[i]))
+      r[k].fits = -1;
+  }
+  qsort(r, (size_t)n, sizeof *r, compare_ranked);
+  for (int k = 0; k < n; k++)
+    g_array_index(idx, int, k) = r[k].index;
+}
+
+SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
+{
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  g_autoptr(GArray) options = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+  search_expert_candidates_lazy(p, cands, parents, options);
+  const SimMegatronOptions *o = &g_array_index(options, SimMegatronOptions, 0);
+  g_autoptr(GArray) idx = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint i = 0; i < cands->len; i++)
+    if (g_array_index(parents, int, i) < 0 && o[i].dp > 0 && !search_megatron_cannot_fit(p, &o[i]))
+      g_array_append_val(idx, i);
+  if (idx->len == 0)
+    return NULL;
+  rank_by_estimate(p, o, idx);
+  int k = g_array_index(idx, int, MIN((guint)rank, idx->len - 1));
+  return search_megatron_plan(p, &o[k]);
 }
 
 /* Whether candidate @s (NULL: not built, of options @o) is of the stages asked for: 0 all,
@@ -610,6 +677,10 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
     if (g_array_index(parents, int, i) < 0 && expert_of(s, &o[i], stages))
       g_array_append_val(first, i);
   }
+  /* The most promising first, by a closed-form estimate (plans it expects to fit, then
+   * the fastest): a sweep cut short by its deadline has simulated those; one that ends
+   * finds the same best, which does not depend on the order. */
+  rank_by_estimate(search_context_get_problem(ctx), o, first);
   double best_cost = INFINITY;
   int best = -1;
   gboolean track = stages == 0 && ctx->problem == ctx->root->problem;
@@ -803,7 +874,59 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
   /* Steepest descent: every neighbour of a round is simulated, bounded by the current
    * cost, on the search's threads; the fastest (the first on a tie) is kept.  Neither
    * depends on how the threads are timed. */
-  while (!search_context_should_stop(ctx)) {
+  /* With a deadline in seconds the neighbours go in the order of their estimates, as many
+   * at a time as there are threads, and the first such group that gains is taken: on a
+   * large machine a simulation takes seconds, and a round of all of them could take the
+   * whole budget.  Otherwise each round simulates them all (steepest descent). */
+  gboolean timed = ctx->deadline < G_MAXDOUBLE;
+  int width = MAX(1, search_context_get_threads(ctx));
+  while (timed && !search_context_should_stop(ctx)) {
+    SimMegatronOptions cand[REFINE_MAX];
+    int m = refine_neighbours(p, &cur, cand);
+    GArray *order = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int i = 0; i < m; i++)
+      g_array_append_val(order, i);
+    rank_by_estimate(p, cand, order);
+    for (guint k = order->len; k-- > 0;)
+      if (search_megatron_cannot_fit(p, &cand[g_array_index(order, int, k)]))
+        g_array_remove_index(order, k);
+    gboolean moved = FALSE;
+    for (guint at = 0; at < order->len && !moved && !search_context_should_stop(ctx);
+         at += (guint)width) {
+      RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
+      int n = 0;
+      for (guint k = at; k < order->len && k < at + (guint)width; k++) {
+        SimMegatronOptions *c = &cand[g_array_index(order, int, k)];
+        SimStrategy *plan = search_megatron_plan(p, c);
+        if (!plan)
+          continue;
+        r.opt[n] = *c;
+        r.plan[n] = plan;
+        r.cost[n] = INFINITY;
+        n++;
+      }
+      key += REFINE_MAX;
+      search_context_parallel(ctx, n, refine_task, &r);
+      int best = -1;
+      for (int i = 0; i < n; i++)
+        if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
+          best = i;
+      if (best >= 0) {
+        *cost = r.cost[best];
+        cur = r.opt[best];
+        sim_strategy_free(*s);
+        *s = g_steal_pointer(&r.plan[best]);
+        kept++;
+        moved = TRUE;
+      }
+      for (int i = 0; i < n; i++)
+        g_clear_pointer(&r.plan[i], sim_strategy_free);
+    }
+    g_array_unref(order);
+    if (!moved)
+      break;
+  }
+  while (!timed && !search_context_should_stop(ctx)) {
     RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
     SimMegatronOptions cand[REFINE_MAX];
     int m = refine_neighbours(p, &cur, cand), n = 0;

@@ -295,6 +295,15 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
       cfg[op] = g_rand_int_range(rng, 0, search_problem_n_configs(p, op));
     return search_problem_strategy_from_configs(p, cfg, NULL);
   }
+  /* Where data parallelism cannot fit at all (every device holding the 16-bit weights and
+   * gradients of the whole model), the chain starts from the expert plan the closed-form
+   * estimate ranks second (the expert start simulates the first one first). */
+  SimMegatronOptions whole = { .tp = 1, .pp = 1, .dp = p->n_devices };
+  if (p->kinds == SEARCH_KIND_ALL && search_megatron_cannot_fit(p, &whole)) {
+    SimStrategy *s = search_ranked_expert_plan(p, 1);
+    if (s)
+      return s;
+  }
   return search_problem_data_parallel(p, NULL);
 }
 

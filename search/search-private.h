@@ -297,6 +297,18 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
                               GArray *opts);
 /* The same with only the options (required) of the Megatron-style plans: their entries
  * of @out are NULL, to build with search_megatron_plan() when they are simulated. */
+/* A closed-form estimate of the iteration time of the Megatron plan @o (seconds) and
+ * whether it fits in memory (plan-estimate.c), for ranking plans before simulating
+ * them; no simulation. */
+double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
+                                gboolean *fits);
+/* Whether plan @o cannot fit in the problem's device memory, by a lower bound on the
+ * bytes its weights and gradients take (no simulation): such plans are not simulated. */
+gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o);
+/* The expert plan ranked @rank (0: first; past the last, the last) by
+ * search_megatron_estimate() among those that can fit, built and not simulated; NULL if
+ * none can fit. */
+SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank);
 void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
                                    GArray *opts);
 /* With @opts (SimMegatronOptions per candidate), each candidate's options for

@@ -1340,6 +1340,13 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
   g_free(own);
 }
 
+/* Whether the simulation was cancelled (SimOptions.cancel): the lowering then stops where
+ * it is, and its caller fails with SIM_ERROR_CANCELLED without running it. */
+static gboolean lowering_cancelled(const SimLowering *lw, int i)
+{
+  return (i & 15) == 0 && lw->o.cancel && atomic_load(lw->o.cancel);
+}
+
 static void build_sync_block(SimLowering *lw)
 {
   SimTaskGraph *tg = lw->tg;
@@ -1366,6 +1373,8 @@ static void build_sync_block(SimLowering *lw)
   GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
   for (int x = lw->n_ops - 1; x >= 0; x--) {
+    if (lowering_cancelled(lw, x))
+      break;
     struct OpSync *os = &lw->op_sync[x];
     if (!os->valid) {
       if (!os->items) {
@@ -1417,7 +1426,10 @@ static void build_sync_block(SimLowering *lw)
   GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
   GArray *chain_item = g_array_new(FALSE, FALSE, sizeof(int));
   guint i = 0;
-  while (i < items->len) {
+  for (int polls = 0; i < items->len; polls++) {
+    /* Cancelled: the rest is not lowered (the caller fails without running it). */
+    if (lowering_cancelled(lw, polls))
+      break;
     /* A bucket: consecutive items on the same devices, up to the bucket size. */
     SyncItem *first = &g_array_index(items, SyncItem, i);
     guint j = i + 1;
@@ -1753,13 +1765,6 @@ void sim_lowering_free(SimLowering *lw)
   sim_key_index_free(&lw->regions);
   sim_key_index_free(&lw->transfers);
   g_free(lw);
-}
-
-/* Whether the simulation was cancelled (SimOptions.cancel): the lowering then stops where
- * it is, and its caller fails with SIM_ERROR_CANCELLED without running it. */
-static gboolean lowering_cancelled(const SimLowering *lw, int i)
-{
-  return (i & 15) == 0 && lw->o.cancel && atomic_load(lw->o.cancel);
 }
 
 void sim_lowering_build(SimLowering *lw)

@@ -708,6 +708,11 @@ static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrateg
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
   sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);
+  if (o->cancel && atomic_load(o->cancel)) {
+    /* Cancelled: the lowering stopped where it was; its caller fails. */
+    sim_lowering_free(lw);
+    return NULL;
+  }
   if (!sim_lowering_fold_violated(lw) &&
       add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
     return lw;
@@ -813,6 +818,8 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
   }
   SimCollParams cp = sim_coll_params_from_options(opts);
   os->lo = lower_folded(g, m, s, cost, opts, &cp);
+  if (opts->cancel && atomic_load(opts->cancel))
+    goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
   sim_taskgraph_assemble(tg);
   sim_taskgraph_release_blocks(tg);

@@ -1,0 +1,116 @@
+/* plan-estimate.c — a closed-form estimate of a Megatron-style plan's iteration time and
+ * memory, computed from the graph's totals and the machine's figures without building or
+ * simulating the plan.  It only ranks plans, so that a search with little time simulates
+ * the most promising ones first; the simulator decides which is faster.
+ *
+ * For a plan of TP t, PP p, DP d, m micro-batches of b samples, v model chunks per stage,
+ * on N devices (model FLOPs F per iteration, P parameters, L layers):
+ *   compute   F (1 + r) / (N peak e): r the recomputation's extra forward (full: the
+ *             forward again, F_fwd / F; selective: 3% of it), e a GEMM efficiency of 0.6
+ *             that falls for small products (b s h / t against 500,000);
+ *   bubble    compute (p - 1) / (v m), the 1F1B pipeline's fill and drain;
+ *   tensor    4 all-reduces (6 with full recomputation) of b s h 2 bytes per layer and
+ *             micro-batch over the t ranks' NVLink, 2 (t - 1) / t of them on the wire;
+ *   pipeline  2 v m transfers of b s h 2 bytes per stage boundary over the network;
+ *   data      the ring all-reduce of the 2 P / (t p) bytes of gradients over the network,
+ *             2 (d - 1) / d of them on the wire, not hidden;
+ *   memory    the weights, gradients and Adam states, 16 P / (t p) bytes (ZeRO-1: the 12
+ *             bytes of fp32 states divided by d), plus the activations of the p
+ *             micro-batches the first stage holds: 34 b s h bytes per layer (divided by t
+ *             with sequence parallelism, 24 of them otherwise), 5 a s^2 b more for the
+ *             attention scores unless recomputed, 2 b s h with full recomputation.
+ * h follows from P ~ 12 L h^2, s is the tokens per sample, a the heads (h / 128). */
+#include "search-private.h"
+
+#include <math.h>
+
+static int n_layers(const SimGraph *g)
+{
+  int n = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    n += sim_graph_op_is_checkpoint(g, op);
+  return MAX(n, 1);
+}
+
+/* The slowest link on the route from device @a to @b (bytes/s); @def without one. */
+static double route_bandwidth(SimMachine *m, int a, int b, double def)
+{
+  int n = 0;
+  const int *links = sim_machine_route(m, a, b, &n);
+  double bw = INFINITY;
+  for (int i = 0; links && i < n; i++)
+    bw = MIN(bw, sim_machine_link_bandwidth(m, links[i]));
+  return isfinite(bw) && bw > 0 ? bw : def;
+}
+
+double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
+                                gboolean *fits)
+{
+  const SimGraph *g = p->g;
+  SimMachine *m = p->m;
+  if (fits)
+    *fits = TRUE;
+  int t = MAX(o->tp, 1), pp = MAX(o->pp, 1), d = MAX(o->dp, 1);
+  int n = t * pp * d;
+  int mb = MAX(o->microbatches, 1);
+  double b = (double)MAX(o->microbatch_size, 1);
+  int v = o->schedule == SIM_SCHEDULE_INTERLEAVED ? MAX(o->chunks, 1) : 1;
+  const SimDeviceSpec *dev = sim_machine_device_spec(m, p->devices[0]);
+  double peak = dev->peak_flops[SIM_DTYPE_FP16];
+  if (!(peak > 0))
+    peak = 100e12;
+  double P = (double)sim_graph_n_params(g);
+  double L = n_layers(g);
+  double s = (double)MAX(sim_graph_tokens_per_sample(g), 1);
+  double h = sqrt(MAX(P, 1.0) / (12.0 * L));
+  double heads = MAX(1.0, h / 128.0);
+  double fwd = sim_graph_forward_flops(g), bwd = sim_graph_backward_flops(g);
+  double F = fwd + bwd;
+  double r = o->memory.recompute == SIM_RECOMPUTE_FULL        ? fwd / MAX(F, 1.0)
+             : o->memory.recompute == SIM_RECOMPUTE_SELECTIVE ? 0.03 * fwd / MAX(F, 1.0)
+                                                               : 0.0;
+  /* Small products run below the large ones' efficiency. */
+  double rows = b * s * h / t;
+  double eff = 0.6 * rows / (rows + 0.5e6);
+  double compute = F * (1 + r) / ((double)n * peak * MAX(eff, 0.05));
+  double bubble = compute * (pp - 1) / ((double)v * mb);
+  int node = sim_machine_node_n_devices(m, sim_machine_device_node(m, p->devices[0]));
+  double nvlink = route_bandwidth(m, p->devices[0], p->devices[MIN(1, p->n_devices - 1)], 200e9);
+  int far = MIN(node, p->n_devices - 1);
+  double net = route_bandwidth(m, p->devices[0], p->devices[far], 25e9);
+  double act = b * s * h * 2;
+  double tensor = 0;
+  if (t > 1) {
+    double ar = 2.0 * (t - 1) / t * act / nvlink;
+    tensor = mb * (L / pp) * (o->memory.recompute == SIM_RECOMPUTE_FULL ? 6 : 4) * ar;
+  }
+  double pipe = pp > 1 ? 2.0 * v * mb * act / (o->scatter_gather ? t : 1) / net : 0;
+  double grads = 2.0 * P / (t * pp);
+  double data = d > 1 ? 2.0 * (d - 1) / d * grads / net : 0;
+  /* Memory of the first stage. */
+  double states = P / (t * pp) * (4.0 + 12.0 / (o->memory.zero1 ? d : 1));
+  double per_layer = o->memory.recompute == SIM_RECOMPUTE_FULL
+                       ? act
+                       : b * s * h * (o->sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t) +
+                           (o->memory.recompute == SIM_RECOMPUTE_SELECTIVE
+                              ? 0
+                              : 5.0 * heads * s * s * b / t);
+  double held = MIN((double)mb, (double)pp) * (L / pp) * per_layer;
+  if (fits && dev->mem_capacity > 0)
+    *fits = states + held <= 0.95 * (double)dev->mem_capacity;
+  return compute + bubble + tensor + pipe + data;
+}
+
+gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o)
+{
+  if (!p->memory_limit || o->dp < 1)
+    return FALSE;
+  const SimDeviceSpec *dev = sim_machine_device_spec(p->m, p->devices[0]);
+  if (dev->mem_capacity <= 0)
+    return FALSE;
+  /* The 16-bit weights and their gradients alone, spread as evenly as the tensor- and
+   * pipeline-parallel ranks could spread them: a lower bound on what the fullest device
+   * holds from the start, whatever the optimizer, ZeRO-1 or recomputation. */
+  double bytes = 4.0 * (double)sim_graph_n_params(p->g) / ((double)MAX(o->tp, 1) * MAX(o->pp, 1));
+  return bytes > (double)dev->mem_capacity;
+}
