@@ -30,7 +30,7 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -821,9 +821,11 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
    * merges as the unbounded one does, so that a run the bound does not cut is the
    * unbounded run; one that is cut (at an event past the bound, or at the first task
    * over memory) is cut by the same rule, at a lower bound of the same iteration. */
-  if (opts->merge_chains && !opts->keep_timeline && opts->host_kernel_time <= 0 &&
-      opts->host_step_time <= 0 && !opts->blocking_sends)
-    sim_taskgraph_merge_chains(tg, opts->stop_at_overflow);
+  gboolean chains = opts->merge_chains && opts->host_kernel_time <= 0 &&
+                   opts->host_step_time <= 0 && !opts->blocking_sends;
+  if (!opts->keep_timeline && (chains || opts->merge_rings))
+    sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
+                               opts->merge_rings ? m : NULL, &cp);
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);

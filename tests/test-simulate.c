@@ -1657,16 +1657,30 @@ Test(trace, compute_tracks_keep_the_reports_books)
   g_rmdir(dir);
 }
 
-/* Merged runs of compute tasks (SimOptions.merge_chains) change how many tasks the engine
+/* Merged runs of compute tasks and rings run as one flow (SimOptions.merge_chains and
+ * merge_rings) change how many tasks the engine
  * runs, never what it predicts: random plans of three models and Megatron plans with every
  * schedule and recomputation give the same iteration time (to a relative 1e-9), the same
  * peak memory and compute per GPU, and the same time by class on the critical path; the
  * pipelines do merge tasks. */
+static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
+                              const char *what);
+
 static void check_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                          SimCostModel *c, gboolean expect_fewer, const char *what)
 {
-  SimOptions on = sim_options_default(), off = on;
+  SimOptions on = sim_options_default();
+  check_merged_with(g, m, s, c, &on, expect_fewer, what);
+}
+
+static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
+                              const char *what)
+{
+  SimOptions on = *with, off = on;
   off.merge_chains = FALSE;
+  off.merge_rings = FALSE;
   GError *error = NULL;
   g_autoptr(SimReport) a = sim_simulate(g, m, s, c, &on, &error);
   cr_assert_not_null(a, "%s: %s", what, error ? error->message : "");
@@ -1695,6 +1709,20 @@ static void check_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
 
 Test(accel, merged_runs_of_compute_tasks_predict_what_single_tasks_do)
 {
+  g_autoptr(SimCostModel) c0 = roofline();
+  {
+    /* Rings alone: GPT with TP 8 (a whole DGX A100 node, whose NVSwitch links carry only the
+     * tensor-parallel rings) and PP 2 over two nodes. */
+    g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=8");
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    GError *error = NULL;
+    g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+    cr_assert_not_null(m);
+    g_autoptr(SimStrategy) s = megatron_plan(g, m, 8, 2, 1, 4, FALSE);
+    SimOptions rings = sim_options_default();
+    rings.merge_chains = FALSE;
+    check_merged_with(g, m, s, c0, &rings, TRUE, "gpt TP 8 PP 2, rings alone");
+  }
   g_autoptr(SimCostModel) c = roofline();
   const char *models[][2] = {
     { "mlp", "layers=3,hidden=256,input=128,classes=64,batch=16,towers=2" },
