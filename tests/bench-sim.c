@@ -175,7 +175,7 @@ static ScaleResult scale_child(const ScaleCase *c, gboolean accel)
     if (!s)
       g_error("%s", error->message);
     SimOptions o = sim_options_default();
-    o.merge_chains = accel;
+    o.merge_chains = o.merge_rings = accel;
     g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
     if (!r)
       g_error("%s", error->message);
