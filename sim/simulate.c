@@ -812,9 +812,22 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
     cost = os->own_cost = sim_cost_model_new_roofline(&rp);
   }
   SimCollParams cp = sim_coll_params_from_options(opts);
+  /* A node's rings as one flow each from the start (a delta session, which keeps every
+   * flow, never asks): exact when no other flow crosses their links, which is checked
+   * once the graph is whole; the rare plan where some does is lowered again without. */
+  cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
+                        !opts->keep_timeline;
   os->lo = lower_folded(g, m, s, cost, opts, &cp);
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
   sim_taskgraph_assemble(tg);
+  if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
+    g_clear_pointer(&os->lo.lw, sim_lowering_free);
+    g_clear_pointer(&os->lo.rep_of, g_free);
+    cp.whole_node_rings = FALSE;
+    os->lo = lower_folded(g, m, s, cost, opts, &cp);
+    tg = sim_lowering_taskgraph(os->lo.lw);
+    sim_taskgraph_assemble(tg);
+  }
   sim_taskgraph_release_blocks(tg);
   /* A merged run of compute tasks starts each where the one before ends only while the
    * host never holds a kernel back; a kept timeline shows every task.  A bounded run

@@ -1016,6 +1016,65 @@ static int merge_rings(SimTaskGraph *tg, SimMachine *m, const SimCollParams *cp,
   return gone_n;
 }
 
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m)
+{
+  int n = tg->n_tasks, nl = sim_machine_n_links(m);
+  const SimTask *task = tg->task;
+  int32_t *owner = g_new(int32_t, MAX(nl, 1)); /* -1 free, >= 0 a ring's key, -2 shared */
+  for (int l = 0; l < nl; l++)
+    owner[l] = -1;
+  SimKeyIndex sigs;
+  sim_key_index_init(&sigs, RING_MAX * sizeof(int32_t));
+  int32_t key[RING_MAX];
+  gboolean any = FALSE;
+  /* Each whole flow's key: its members in ring order from the smallest. */
+  for (int t = 0; t < n; t++) {
+    const SimTask *f = &task[t];
+    if (f->kind != SIM_TASK_FLOW)
+      continue;
+    int32_t id = -2;
+    const int32_t *links = NULL;
+    int n_links = 0;
+    if (f->n_links) {
+      any = TRUE;
+      links = tg->extra + f->links_off;
+      n_links = f->n_links;
+      int k = f->n_members;
+      if (k <= RING_MAX) {
+        const int32_t *mem = links + n_links;
+        int lo = 0;
+        for (int i = 1; i < k; i++)
+          if (mem[i] < mem[lo])
+            lo = i;
+        for (int i = 0; i < RING_MAX; i++)
+          key[i] = i < k ? mem[(lo + i) % k] : -1;
+        gboolean added;
+        id = (int32_t)sim_key_index_get(&sigs, key, &added);
+      }
+    } else if (f->device != f->peer) {
+      const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+      links = r->links;
+      n_links = r->n_links;
+    }
+    for (int j = 0; j < n_links; j++) {
+      int l = links[j];
+      owner[l] = id >= 0 && (owner[l] == -1 || owner[l] == id) ? id : -2;
+    }
+  }
+  gboolean ok = TRUE;
+  for (int t = 0; any && ok && t < n; t++) {
+    const SimTask *f = &task[t];
+    if (f->kind != SIM_TASK_FLOW || !f->n_links)
+      continue;
+    const int32_t *links = tg->extra + f->links_off;
+    for (int j = 0; ok && j < f->n_links; j++)
+      ok = owner[links[j]] >= 0;
+  }
+  sim_key_index_free(&sigs);
+  g_free(owner);
+  return ok;
+}
+
 /* ---- chains of compute tasks -------------------------------------------------------- */
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel

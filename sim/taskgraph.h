@@ -304,6 +304,11 @@ typedef struct {
   double step_latency;          /* seconds per algorithm step, beyond link latency    */
   double base_latency;          /* seconds per collective: launch and handshake       */
   const SimCollTable *allreduce_table; /* measured all-reduces inside a node, or NULL  */
+  /* SIM_DETAIL_FLOWS: a ring over every GPU of one node whose ranks' routes are alike
+   * (one latency, distinct links of one capacity) is lowered as the whole ring's one flow.
+   * Exact only if no other flow crosses its links (sim_taskgraph_rings_private()), which
+   * the caller checks after lowering (simulate.c, SimOptions.merge_rings). */
+  gboolean whole_node_rings;
 } SimCollParams;
 
 SimCollParams sim_coll_params_default(void);
@@ -326,6 +331,11 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
  * merges only those. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
                                SimMachine *m, const SimCollParams *cp);
+
+/* Whether every flow of @tg that crosses several links as a whole (a ring's one flow) keeps
+ * to links that no other flow crosses, except whole flows over the same ranks in the same
+ * ring order (see whole_node_rings). */
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m);
 
 /* Appends collective @kind over @devices (n of them, in ring order) moving @bytes (the
  * full buffer size per device) to @block.  Returns the references of its start and end
