@@ -148,10 +148,48 @@ static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTask
   g_free(order);
 }
 
+/* Whether a ring over @dev is every GPU of one node, its ranks' routes of one latency
+ * over distinct links of one capacity (SimCollParams.whole_node_rings). */
+static gboolean node_ring(Ctx *c, const int *dev, int n)
+{
+  int nodes = sim_machine_n_nodes(c->m), nd = sim_machine_n_devices(c->m);
+  if (n < 2 || n > 64 || nodes <= 0 || nd % nodes || n != nd / nodes)
+    return FALSE;
+  int node = sim_machine_device_node(c->m, dev[0]);
+  const SimRoute *r0 = sim_machine_route_info(c->m, dev[0], dev[1]);
+  if (!r0 || r0->n_links <= 0)
+    return FALSE;
+  double cap = sim_coll_link_capacity(c->m, c->cp, r0->links[0]);
+  int seen[256], n_seen = 0;
+  for (int i = 0; i < n; i++) {
+    if (sim_machine_device_node(c->m, dev[i]) != node)
+      return FALSE;
+    const SimRoute *r = sim_machine_route_info(c->m, dev[i], dev[(i + 1) % n]);
+    if (!r || r->latency != r0->latency || r->n_links <= 0)
+      return FALSE;
+    for (int h = 0; h < r->n_links; h++) {
+      if (n_seen == (int)G_N_ELEMENTS(seen) ||
+          sim_coll_link_capacity(c->m, c->cp, r->links[h]) != cap)
+        return FALSE;
+      for (int j = 0; j < n_seen; j++)
+        if (seen[j] == r->links[h])
+          return FALSE;
+      seen[n_seen++] = r->links[h];
+    }
+  }
+  return TRUE;
+}
+
 static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
                          SimTaskRef start, SimTaskRef end)
 {
   if (c->detail == SIM_DETAIL_COLLECTIVE) {
+    SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
+    dep(c, start, f);
+    dep(c, f, end);
+    return;
+  }
+  if (c->detail == SIM_DETAIL_FLOWS && c->cp->whole_node_rings && node_ring(c, dev, n)) {
     SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
     dep(c, start, f);
     dep(c, f, end);

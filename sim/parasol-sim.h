@@ -852,8 +852,11 @@ typedef struct {
    * how long a simulation takes, never (beyond a relative 1e-9) what it predicts.
    * merge_chains: a run of compute tasks that follow each other on a device, each
    * waiting only for the one before, runs as one task (not with host times, blocking
-   * sends or keep_timeline, which need each task). */
+   * sends or keep_timeline, which need each task).  merge_rings: a collective's ring
+   * lowered as a flow per rank runs as one flow where no other traffic crosses its links
+   * (not with keep_timeline). */
   gboolean merge_chains;
+  gboolean merge_rings;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -30,7 +30,7 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -817,20 +817,35 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
     cost = os->own_cost = sim_cost_model_new_roofline(&rp);
   }
   SimCollParams cp = sim_coll_params_from_options(opts);
+  /* A node's rings as one flow each from the start (a delta session, which keeps every
+   * flow, never asks): exact when no other flow crosses their links, which is checked
+   * once the graph is whole; the rare plan where some does is lowered again without. */
+  cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
+                        !opts->keep_timeline;
   os->lo = lower_folded(g, m, s, cost, opts, &cp);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
   sim_taskgraph_assemble(tg);
+  if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
+    g_clear_pointer(&os->lo.lw, sim_lowering_free);
+    g_clear_pointer(&os->lo.rep_of, g_free);
+    cp.whole_node_rings = FALSE;
+    os->lo = lower_folded(g, m, s, cost, opts, &cp);
+    tg = sim_lowering_taskgraph(os->lo.lw);
+    sim_taskgraph_assemble(tg);
+  }
   sim_taskgraph_release_blocks(tg);
   /* A merged run of compute tasks starts each where the one before ends only while the
    * host never holds a kernel back; a kept timeline shows every task.  A bounded run
    * merges as the unbounded one does, so that a run the bound does not cut is the
    * unbounded run; one that is cut (at an event past the bound, or at the first task
    * over memory) is cut by the same rule, at a lower bound of the same iteration. */
-  if (opts->merge_chains && !opts->keep_timeline && opts->host_kernel_time <= 0 &&
-      opts->host_step_time <= 0 && !opts->blocking_sends)
-    sim_taskgraph_merge_chains(tg, opts->stop_at_overflow);
+  gboolean chains = opts->merge_chains && opts->host_kernel_time <= 0 &&
+                   opts->host_step_time <= 0 && !opts->blocking_sends;
+  if (!opts->keep_timeline && (chains || opts->merge_rings))
+    sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
+                               opts->merge_rings ? m : NULL, &cp);
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);

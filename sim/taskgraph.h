@@ -250,15 +250,6 @@ void sim_taskgraph_assemble(SimTaskGraph *tg);
  * keep two copies of its graph while the engine runs.  The graph can no longer be
  * changed or assembled again. */
 void sim_taskgraph_release_blocks(SimTaskGraph *tg);
-/* After the last assembly: runs of compute tasks of one class and micro-batch that follow
- * each other on a stream, each the only successor of the one before and waiting for
- * nothing else, become one task each (taskgraph.c).  The engine's timeline is then the
- * unmerged one's, its merged tasks spanning their runs, provided that the host never
- * delays a kernel (no host times, no blocking sends: see simulate.c).  Renumbers the
- * tasks; returns how many were merged into the task before them.  @keep_steps keeps each
- * run's steps (SimTaskGraph.chain), for an engine that stops at the first task over
- * memory, which then stops when the unmerged run would. */
-int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean keep_steps);
 static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
 {
   return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;
@@ -313,6 +304,11 @@ typedef struct {
   double step_latency;          /* seconds per algorithm step, beyond link latency    */
   double base_latency;          /* seconds per collective: launch and handshake       */
   const SimCollTable *allreduce_table; /* measured all-reduces inside a node, or NULL  */
+  /* SIM_DETAIL_FLOWS: a ring over every GPU of one node whose ranks' routes are alike
+   * (one latency, distinct links of one capacity) is lowered as the whole ring's one flow.
+   * Exact only if no other flow crosses its links (sim_taskgraph_rings_private()), which
+   * the caller checks after lowering (simulate.c, SimOptions.merge_rings). */
+  gboolean whole_node_rings;
 } SimCollParams;
 
 SimCollParams sim_coll_params_default(void);
@@ -321,6 +317,25 @@ SimCollParams sim_coll_params_from_options(const SimOptions *o);
 /* The bandwidth transfers reach on @link: its own times the efficiency of its kind in @cp
  * (NULL: all of it). */
 double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int link);
+
+/* After the last assembly: runs of compute tasks of one class and micro-batch that follow
+ * each other on a stream, each the only successor of the one before and waiting for
+ * nothing else, become one task each (taskgraph.c).  The engine's timeline is then the
+ * unmerged one's, its merged tasks spanning their runs, provided that the host never
+ * delays a kernel (no host times, no blocking sends: see simulate.c).  Renumbers the
+ * tasks; returns how many were merged into the task before them.  @keep_steps keeps each
+ * run's steps (SimTaskGraph.chain), for an engine that stops at the first task over
+ * memory, which then stops when the unmerged run would.  With @m (links at their
+ * capacities under @cp), the rings of collectives lowered as a flow per rank first become
+ * one flow each where that is exact (see merge_rings() in taskgraph.c); @chains FALSE
+ * merges only those. */
+int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                               SimMachine *m, const SimCollParams *cp);
+
+/* Whether every flow of @tg that crosses several links as a whole (a ring's one flow) keeps
+ * to links that no other flow crosses, except whole flows over the same ranks in the same
+ * ring order (see whole_node_rings). */
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m);
 
 /* Appends collective @kind over @devices (n of them, in ring order) moving @bytes (the
  * full buffer size per device) to @block.  Returns the references of its start and end

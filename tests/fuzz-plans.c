@@ -14,7 +14,8 @@
  *                                                  overflow on GPUs of 0.5-1.5x the
  *                                                  plan's peak memory against whole ones
  *   build/tests/fuzz-plans accel [SEEDS [FIRST]]   each exact acceleration of one simulation
- *                                                  (merged runs of compute tasks) switched
+ *                                                  (merged runs of compute tasks, rings as
+ *                                                  one flow) switched
  *                                                  on against off: iteration time to a
  *                                                  relative 1e-9, peak memory and compute
  *                                                  per GPU, and brief runs bounded or
@@ -335,6 +336,7 @@ static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
   GError *error = NULL;
   SimOptions off = o;
   off.merge_chains = FALSE;
+  off.merge_rings = FALSE;
   g_autoptr(SimReport) ra = sim_simulate(dr.g, dr.m, s, c, &o, &error);
   g_autoptr(SimReport) rb = ra ? sim_simulate(dr.g, dr.m, s, c, &off, &error) : NULL;
   int bad = 0;

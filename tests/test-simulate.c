@@ -1835,16 +1835,30 @@ Test(simulate, a_raised_cancellation_flag_stops_the_simulation)
   g_clear_error(&error);
 }
 
-/* Merged runs of compute tasks (SimOptions.merge_chains) change how many tasks the engine
+/* Merged runs of compute tasks and rings run as one flow (SimOptions.merge_chains and
+ * merge_rings) change how many tasks the engine
  * runs, never what it predicts: random plans of three models and Megatron plans with every
  * schedule and recomputation give the same iteration time (to a relative 1e-9), the same
  * peak memory and compute per GPU, and the same time by class on the critical path; the
  * pipelines do merge tasks. */
+static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
+                              const char *what);
+
 static void check_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                          SimCostModel *c, gboolean expect_fewer, const char *what)
 {
-  SimOptions on = sim_options_default(), off = on;
+  SimOptions on = sim_options_default();
+  check_merged_with(g, m, s, c, &on, expect_fewer, what);
+}
+
+static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                              SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
+                              const char *what)
+{
+  SimOptions on = *with, off = on;
   off.merge_chains = FALSE;
+  off.merge_rings = FALSE;
   GError *error = NULL;
   g_autoptr(SimReport) a = sim_simulate(g, m, s, c, &on, &error);
   cr_assert_not_null(a, "%s: %s", what, error ? error->message : "");
@@ -1873,6 +1887,20 @@ static void check_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
 
 Test(accel, merged_runs_of_compute_tasks_predict_what_single_tasks_do)
 {
+  g_autoptr(SimCostModel) c0 = roofline();
+  {
+    /* Rings alone: GPT with TP 8 (a whole DGX A100 node, whose NVSwitch links carry only the
+     * tensor-parallel rings) and PP 2 over two nodes. */
+    g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=8");
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    GError *error = NULL;
+    g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+    cr_assert_not_null(m);
+    g_autoptr(SimStrategy) s = megatron_plan(g, m, 8, 2, 1, 4, FALSE);
+    SimOptions rings = sim_options_default();
+    rings.merge_chains = FALSE;
+    check_merged_with(g, m, s, c0, &rings, TRUE, "gpt TP 8 PP 2, rings alone");
+  }
   g_autoptr(SimCostModel) c = roofline();
   const char *models[][2] = {
     { "mlp", "layers=3,hidden=256,input=128,classes=64,batch=16,towers=2" },
@@ -1914,4 +1942,54 @@ Test(accel, merged_runs_of_compute_tasks_predict_what_single_tasks_do)
                                               mo.chunks, rc);
       check_merged(g, m, s, c, TRUE, what);
     }
+}
+
+/* A node's rings lowered as one flow each (SimCollParams.whole_node_rings) are kept only
+ * where no other flow crosses their links: GPT with TP 8 filling each DGX A100 node and PP 2
+ * across nodes (the pipeline's sends leave through the NICs, off the NVSwitch) keeps them;
+ * data parallelism over the 8 GPUs of one node with one operator on GPU 0 alone sends its
+ * input and output between GPU 0 and the others over the NVSwitch links that the gradient
+ * ring crosses, and the check refuses the ring.
+ * Either way the simulation predicts what flows per rank do (sim_simulate lowers again
+ * without them when refused). */
+static gboolean node_rings_private(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                   SimCostModel *c, int *n_whole)
+{
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  cp.whole_node_rings = TRUE;
+  SimLowering *lw = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+  sim_lowering_build(lw);
+  SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+  sim_taskgraph_assemble(tg);
+  *n_whole = 0;
+  for (int t = 0; t < tg->n_tasks; t++)
+    *n_whole += tg->task[t].kind == SIM_TASK_FLOW && tg->task[t].n_links > 0;
+  gboolean ok = sim_taskgraph_rings_private(tg, m);
+  sim_lowering_free(lw);
+  return ok;
+}
+
+Test(accel, a_nodes_rings_are_one_flow_only_where_their_links_are_their_own)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=16");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) dgx = sim_machine_load("dgx-a100:2", &error);
+  g_autoptr(SimMachine) one = sim_machine_load("dgx-a100", &error);
+  cr_assert(dgx && one);
+  g_autoptr(SimStrategy) a = megatron_plan(g, dgx, 8, 2, 1, 4, FALSE);
+  g_autoptr(SimStrategy) b = sim_strategy_data_parallel(g, one, 8, &error);
+  cr_assert_not_null(b);
+  int x = sim_graph_n_ops(g) / 2, deg[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, dev0 = 0;
+  cr_assert(sim_strategy_set_op(b, x, deg, &dev0, &error), "%s", error ? error->message : "");
+  int whole_a, whole_b;
+  cr_assert(node_rings_private(g, dgx, a, c, &whole_a));
+  cr_assert_gt(whole_a, 0);
+  cr_assert_not(node_rings_private(g, one, b, c, &whole_b));
+  cr_assert_gt(whole_b, 0);
+  check_merged(g, dgx, a, c, TRUE, "gpt TP 8 PP 2 on DGX A100");
+  check_merged(g, one, b, c, FALSE, "gpt data parallel on 8 GPUs, one op on GPU 0");
 }
