@@ -420,16 +420,19 @@ static void start_compute(SimEngine *e, int32_t t)
   if (e->stop_overflow && task->peer >= 0 && e->tg->chain) {
     /* A merged run goes over memory where its unmerged task would start. */
     int64_t cap = sim_machine_device_spec(e->machine, d)->mem_capacity, m = e->mem[d];
-    for (const SimChainStep *st = &e->tg->chain[task->peer]; cap > 0; st++) {
+    const double *dur = &e->tg->chain_dur[task->peer];
+    double at = start;
+    for (const SimChainStep *st = &e->tg->chain[task->peer]; cap > 0; st++, dur++) {
       m += st->mem_alloc;
       if (m > cap && m > tl->peak_mem[d]) {
         if (st->offset > 0)
-          e->overflow_at = MIN(e->overflow_at, start + st->offset);
+          e->overflow_at = MIN(e->overflow_at, at);
         else
           e->overflow = TRUE;
         break;
       }
       m -= st->mem_free;
+      at += fabs(*dur);
       if (st->last)
         break;
     }
@@ -440,7 +443,17 @@ static void start_compute(SimEngine *e, int32_t t)
     if (e->stop_overflow && over_capacity(e, d) && !(task->peer >= 0 && e->tg->chain))
       e->overflow = TRUE;
   }
-  schedule(e, start + task->duration, t, EV_END);
+  double end = start + task->duration;
+  if (task->peer >= 0 && e->tg->chain_dur) {
+    /* A merged run ends where its tasks would, each starting as the one before ends. */
+    end = start;
+    for (const double *p = &e->tg->chain_dur[task->peer];; p++) {
+      end += fabs(*p);
+      if (signbit(*p))
+        break;
+    }
+  }
+  schedule(e, end, t, EV_END);
 }
 
 static void try_stream(SimEngine *e, int d)

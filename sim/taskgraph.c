@@ -181,6 +181,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->group_head);
   g_free(tg->roots);
   g_free(tg->chain);
+  g_free(tg->chain_dur);
   g_free(tg->stream_off);
   free_sorted(tg);
   if (tg->coll_devs)
@@ -1130,6 +1131,7 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
 #undef IMPLIED
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
+  GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
   for (int d = 0; d < nd; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
     int32_t head = -1, tail = -1;
@@ -1143,9 +1145,14 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
       gboolean joins = chains && c && tail >= 0 && n_out[tail] == 0 && tg->n_pred[t] == 0 &&
                        c->cls == task[head].cls && c->mb == task[head].mb;
       if (joins) {
+        if (tail == head) {
+          first_step = (int32_t)durs->len;
+          g_array_append_val(durs, task[head].duration);
+        }
+        g_array_append_val(durs, c->duration);
         if (steps) {
           if (tail == head) {
-            first_step = (int32_t)steps->len;
+            g_assert(steps->len == durs->len - 2);
             SimChainStep first = { 0, task[head].mem_alloc, task[head].mem_free, 0 };
             g_array_append_val(steps, first);
           }
@@ -1171,10 +1178,13 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
         h->succ_off = task[tail].succ_off;
         h->n_succ = task[tail].n_succ;
         n_out[head] = n_out[tail];
-        if (steps) {
-          h->peer = first_step;
+        h->peer = first_step;
+        double *lastd = &g_array_index(durs, double, durs->len - 1);
+        *lastd = -*lastd;
+        if (*lastd == 0)
+          *lastd = -0.0;
+        if (steps)
           g_array_index(steps, SimChainStep, steps->len - 1).last = 1;
-        }
       }
       head = tail = c ? t : -1;
       if (c) {
@@ -1188,6 +1198,7 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
   if (!merged && !n_dropped && !n_rings) {
     if (steps)
       g_array_free(steps, TRUE);
+    g_array_free(durs, TRUE);
     g_free(pos);
     g_free(n_out);
     g_free(gone);
@@ -1259,6 +1270,9 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
   g_free(pos);
   g_free(n_out);
   g_free(gone);
+  g_free(tg->chain_dur);
+  tg->n_chain_dur = durs->len;
+  tg->chain_dur = (double *)(void *)g_array_free(durs, FALSE);
   if (steps) {
     g_free(tg->chain);
     tg->n_chain = steps->len;

@@ -191,6 +191,12 @@ typedef struct {
   /* The steps of merged runs of compute tasks, when kept (sim_taskgraph_merge_chains()). */
   struct SimChainStep *chain;
   size_t n_chain;
+  /* The durations of merged runs' tasks, indexed as @chain (by a head's peer), the last
+   * of each run stored negated (its sign bit set, -0.0 for an empty task): the engine
+   * adds them one by one to the run's start, so that the run ends at the very instant
+   * (to the bit) its tasks would one after the other. */
+  double *chain_dur;
+  size_t n_chain_dur;
 } SimTaskGraph;
 
 /* One task of a merged run, for a run that stops at the first task over memory: where it
