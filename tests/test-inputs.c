@@ -275,13 +275,22 @@ Test(inputs, outputs_are_checked_before_the_search)
   rm_dir(d);
 }
 
-/* Found by tests/fuzz-inputs.py: a calibration whose format is no string. */
+/* Found by tests/fuzz-inputs.py: a calibration whose format or table file is no string. */
 Test(inputs, a_calibration_whose_format_is_no_string_is_refused)
 {
   char *d = tmp_dir();
   write_file(d, "cal.json", "{\"format\": true, \"parameters\": {}}", -1);
   expect_refused(run_sh(d, "$P simulate " MLP " --calibration $D/cal.json"),
                  "expected a JSON object with \"format\": \"parasol-calibration\"");
+  write_file(d, "cal2.json", "{\"format\": [1], \"parameters\": {}}", -1);
+  Run r = run_sh(d, "$P simulate " MLP " --calibration $D/cal2.json");
+  cr_expect(!strstr(r.err, "CRITICAL"), "%s", r.err);
+  expect_refused(r, "expected a JSON object with \"format\": \"parasol-calibration\"");
+  write_file(d, "cal3.json", "{\"format\": \"parasol-calibration\", \"parameters\": {}, "
+             "\"tables\": {\"allreduce-table\": {\"file\": {}}}}", -1);
+  r = run_sh(d, "$P simulate " MLP " --calibration $D/cal3.json");
+  cr_expect(!strstr(r.err, "CRITICAL"), "%s", r.err);
+  expect_refused(r, "expected {\"allreduce-table\": {\"file\": NAME}}");
   rm_dir(d);
 }
 
