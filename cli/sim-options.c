@@ -40,7 +40,8 @@ void cli_plan_options_clear(CliPlanOptions *p)
 static gboolean parse_count(const char *name, const char *value, gpointer data, GError **error)
 {
   CliPlanOptions *p = data;
-  gboolean wide = g_str_equal(name, "--microbatch-size") || g_str_equal(name, "--global-batch");
+  /* The global batch is checked against the model's range, with the model's words. */
+  gboolean wide = g_str_equal(name, "--global-batch");
   gint64 v;
   if (!cli_option_int(name, value, 1, wide ? G_MAXINT64 : G_MAXINT, &v, error))
     return FALSE;

@@ -202,6 +202,12 @@ Test(inputs, numbers_beyond_range_are_refused_with_the_range)
                  "1e400 is too large (parasol reads numbers of magnitude up to about 1.8e308)");
   expect_refused(run_sh(d, "$P simulate " MLP " --global-batch 9223372036854775807"),
                  "parameter 'batch' must be between 1 and 2147483647, not 9223372036854775807");
+  /* Found by tests/fuzz-inputs.py under UBSan: dp x micro-batch size overflowed. */
+  expect_refused(run_sh(d, "$P simulate " MLP " --microbatch-size 9223372036854775807"),
+                 "--microbatch-size 9223372036854775807: expected a whole number from 1 to "
+                 "2147483647");
+  expect_refused(run_sh(d, "$P simulate " MLP " --microbatch-size 16"),
+                 "micro-batches of 16 samples exceed the batch of 8 samples");
   expect_refused(run_sh(d, "$P simulate --model mlp --param batch=99999999999999999999"),
                  "model parameter 'batch': '99999999999999999999' is too large");
   expect_refused(run_sh(d, "$P search " MLP " --budget 1e99"),
