@@ -221,6 +221,11 @@ Test(inputs, numbers_beyond_range_are_refused_with_the_range)
              " \"memory_GiB\": 9e9}, \"fabric\": \"nvswitch\"}}", -1);
   expect_refused(run_sh(d, "$P machine show $D/m.json"),
                  "node.gpu.memory_GiB: 9e+09 GiB is more than the 1048576 GiB a GPU may have");
+  /* Found by tests/fuzz-inputs.py under UBSan: a route's picoseconds overflowed. */
+  expect_refused(run_sh(d, "sed 's/\"latency_us\": 0.5/\"latency_us\": 1e15/' "
+                           "$PARASOL_DATA/machines/dgx-a100.json > $D/lat.json && "
+                           "$P machine show $D/lat.json"),
+                 "latency_us: 1e+15 us is more than the 1000000 us (1 s) a latency may be");
   /* A million GPUs: refused at once, not simulated for minutes. */
   expect_refused(run_sh(d, "$P simulate --machine dgx-a100:131072"),
                  "131072 nodes of 8 GPUs exceed the 32768 GPUs a machine may have");
