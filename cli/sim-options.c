@@ -40,7 +40,8 @@ void cli_plan_options_clear(CliPlanOptions *p)
 static gboolean parse_count(const char *name, const char *value, gpointer data, GError **error)
 {
   CliPlanOptions *p = data;
-  gboolean wide = g_str_equal(name, "--microbatch-size") || g_str_equal(name, "--global-batch");
+  /* The global batch is checked against the model's range, with the model's words. */
+  gboolean wide = g_str_equal(name, "--global-batch");
   gint64 v;
   if (!cli_option_int(name, value, 1, wide ? G_MAXINT64 : G_MAXINT, &v, error))
     return FALSE;
@@ -264,9 +265,10 @@ gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError 
   }
   JsonNode *root = json_parser_get_root(parser);
   JsonObject *o = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
-  const char *format = o ? json_object_get_string_member_with_default(o, "format", "") : "";
-  if (!format) /* not a string */
-    format = "";
+  JsonNode *fn = o ? json_object_get_member(o, "format") : NULL;
+  const char *format = fn && JSON_NODE_HOLDS_VALUE(fn) &&
+                       json_node_get_value_type(fn) == G_TYPE_STRING
+                         ? json_node_get_string(fn) : "";
   if (!o || strcmp(format, "parasol-calibration"))
     return calibration_fail(error, file, NULL,
                             "expected a JSON object with \"format\": \"parasol-calibration\"");
@@ -293,10 +295,11 @@ gboolean cli_plan_apply_calibration(CliPlanOptions *p, const char *file, GError 
   if (tn) {
     JsonObject *tables = JSON_NODE_HOLDS_OBJECT(tn) ? json_node_get_object(tn) : NULL;
     JsonNode *ar = tables ? json_object_get_member(tables, "allreduce-table") : NULL;
-    const char *f = ar && JSON_NODE_HOLDS_OBJECT(ar)
-                      ? json_object_get_string_member_with_default(json_node_get_object(ar),
-                                                                   "file", NULL)
-                      : NULL;
+    JsonNode *fn2 = ar && JSON_NODE_HOLDS_OBJECT(ar)
+                      ? json_object_get_member(json_node_get_object(ar), "file") : NULL;
+    const char *f = fn2 && JSON_NODE_HOLDS_VALUE(fn2) &&
+                    json_node_get_value_type(fn2) == G_TYPE_STRING
+                      ? json_node_get_string(fn2) : NULL;
     if (!tables || (json_object_get_size(tables) > 0 && !f))
       return calibration_fail(error, file, "tables",
                               "expected {\"allreduce-table\": {\"file\": NAME}}");

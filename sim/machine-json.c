@@ -229,10 +229,18 @@ static gboolean member_bandwidth(Reader *r, JsonObject *o, const char *path, con
   return member_number(r, o, path, k_bytes, TRUE, FALSE, GBPS, out);
 }
 
+/* Latencies and overheads: at most a second (the routes sum them in picoseconds). */
 static gboolean member_latency(Reader *r, JsonObject *o, const char *path, const char *key,
                                double *out)
 {
-  return member_number(r, o, path, key, FALSE, TRUE, USEC, out);
+  if (!member_number(r, o, path, key, FALSE, TRUE, USEC, out))
+    return FALSE;
+  if (*out > 1.0) {
+    g_autofree char *where = join(path, key);
+    return fail(r, SIM_ERROR_INVALID, where, "%g us is more than the 1000000 us (1 s) a "
+                "latency may be", *out / USEC);
+  }
+  return TRUE;
 }
 
 /* A string member; *out points into the JSON tree.  Names must not be empty. */

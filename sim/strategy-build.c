@@ -334,6 +334,12 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
    * microbatch_size samples, unless the caller fixes their number. */
   int64_t batch = sim_graph_batch_size(g);
   int64_t mb = o->microbatches;
+  if (mb == 0 && o->microbatch_size > batch) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "micro-batches of %" G_GINT64_FORMAT " samples exceed the batch of %"
+                G_GINT64_FORMAT " samples", o->microbatch_size, batch);
+    return NULL;
+  }
   if (mb == 0) {
     int64_t per = (int64_t)dp * o->microbatch_size;
     if (batch % per != 0) {

@@ -132,8 +132,10 @@ def main():
             cmd, opt = rng.choice(options)
             value = rng.choice(SPECIAL + ["1e99", "1e99s", "inf", "nan", "-inf"])
             args = [cmd, *MLP, opt, value]
-            if cmd == "search" and opt != "--budget":
-                args += ["--budget", "5evals"]
+            if cmd == "search":
+                # A budget it takes (2147483648 evaluations) would search for hours: a
+                # second term bounds it, after the first has been read.
+                args[-1] += ",5evals"
             what = "option"
         else:
             kind = rng.choice(list(kinds))

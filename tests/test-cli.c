@@ -63,7 +63,7 @@ Test(cli, counts_must_be_whole_and_positive)
   expect_refused(run("simulate", "--pp", "0", NULL), "--pp 0: expected a whole number");
   expect_refused(run("simulate", "--microbatches", "0", NULL), "--microbatches 0:");
   expect_refused(run("simulate", "--microbatch-size", "0", NULL),
-                 "--microbatch-size 0: expected a whole number of at least 1");
+                 "--microbatch-size 0: expected a whole number from 1 to 2147483647");
   expect_refused(run("simulate", "--global-batch", "-5", NULL), "--global-batch -5:");
   expect_refused(run("simulate", "--dp", "99999999999", NULL), "from 1 to 2147483647");
   expect_refused(run("search", "--dp", "0", "--budget", "10evals", NULL), "--dp 0:");

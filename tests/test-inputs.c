@@ -202,6 +202,12 @@ Test(inputs, numbers_beyond_range_are_refused_with_the_range)
                  "1e400 is too large (parasol reads numbers of magnitude up to about 1.8e308)");
   expect_refused(run_sh(d, "$P simulate " MLP " --global-batch 9223372036854775807"),
                  "parameter 'batch' must be between 1 and 2147483647, not 9223372036854775807");
+  /* Found by tests/fuzz-inputs.py under UBSan: dp x micro-batch size overflowed. */
+  expect_refused(run_sh(d, "$P simulate " MLP " --microbatch-size 9223372036854775807"),
+                 "--microbatch-size 9223372036854775807: expected a whole number from 1 to "
+                 "2147483647");
+  expect_refused(run_sh(d, "$P simulate " MLP " --microbatch-size 16"),
+                 "micro-batches of 16 samples exceed the batch of 8 samples");
   expect_refused(run_sh(d, "$P simulate --model mlp --param batch=99999999999999999999"),
                  "model parameter 'batch': '99999999999999999999' is too large");
   expect_refused(run_sh(d, "$P search " MLP " --budget 1e99"),
@@ -215,6 +221,11 @@ Test(inputs, numbers_beyond_range_are_refused_with_the_range)
              " \"memory_GiB\": 9e9}, \"fabric\": \"nvswitch\"}}", -1);
   expect_refused(run_sh(d, "$P machine show $D/m.json"),
                  "node.gpu.memory_GiB: 9e+09 GiB is more than the 1048576 GiB a GPU may have");
+  /* Found by tests/fuzz-inputs.py under UBSan: a route's picoseconds overflowed. */
+  expect_refused(run_sh(d, "sed 's/\"latency_us\": 0.5/\"latency_us\": 1e15/' "
+                           "$PARASOL_DATA/machines/dgx-a100.json > $D/lat.json && "
+                           "$P machine show $D/lat.json"),
+                 "latency_us: 1e+15 us is more than the 1000000 us (1 s) a latency may be");
   /* A million GPUs: refused at once, not simulated for minutes. */
   expect_refused(run_sh(d, "$P simulate --machine dgx-a100:131072"),
                  "131072 nodes of 8 GPUs exceed the 32768 GPUs a machine may have");
@@ -275,13 +286,22 @@ Test(inputs, outputs_are_checked_before_the_search)
   rm_dir(d);
 }
 
-/* Found by tests/fuzz-inputs.py: a calibration whose format is no string. */
+/* Found by tests/fuzz-inputs.py: a calibration whose format or table file is no string. */
 Test(inputs, a_calibration_whose_format_is_no_string_is_refused)
 {
   char *d = tmp_dir();
   write_file(d, "cal.json", "{\"format\": true, \"parameters\": {}}", -1);
   expect_refused(run_sh(d, "$P simulate " MLP " --calibration $D/cal.json"),
                  "expected a JSON object with \"format\": \"parasol-calibration\"");
+  write_file(d, "cal2.json", "{\"format\": [1], \"parameters\": {}}", -1);
+  Run r = run_sh(d, "$P simulate " MLP " --calibration $D/cal2.json");
+  cr_expect(!strstr(r.err, "CRITICAL"), "%s", r.err);
+  expect_refused(r, "expected a JSON object with \"format\": \"parasol-calibration\"");
+  write_file(d, "cal3.json", "{\"format\": \"parasol-calibration\", \"parameters\": {}, "
+             "\"tables\": {\"allreduce-table\": {\"file\": {}}}}", -1);
+  r = run_sh(d, "$P simulate " MLP " --calibration $D/cal3.json");
+  cr_expect(!strstr(r.err, "CRITICAL"), "%s", r.err);
+  expect_refused(r, "expected {\"allreduce-table\": {\"file\": NAME}}");
   rm_dir(d);
 }
 
