@@ -1029,3 +1029,45 @@ Test(optimizer, zero1_part_only)
   NEAR(o.w[2], 0.475);
   NEAR(o.w[3], 0.5);
 }
+
+/* An embedding with bags (EmbeddingBag, DLRM's and XDL's tables): each sample's row is
+ * the sum of the rows its ids name, and the backward pass adds the sample's gradient to
+ * each of those rows (twice to a row named twice), against sums written out by hand. */
+Test(embedding, bags_sum_their_rows_forward_and_backward)
+{
+  SimGraph *g = sim_graph_new("t");
+  int ids = sim_graph_input(g, "ids", SIM_DTYPE_INT64, 2, (int64_t[]){ 2, 3 });
+  SimAttrs *attrs = sim_attrs_new(SIM_OP_EMBEDDING);
+  cr_assert(sim_attrs_set_int(attrs, "vocab", 5, NULL));
+  cr_assert(sim_attrs_set_int(attrs, "dim", 2, NULL));
+  cr_assert(sim_attrs_set_int(attrs, "bags", 1, NULL));
+  GError *error = NULL;
+  int op = sim_graph_add_op(g, SIM_OP_EMBEDDING, "op", 1, &ids, attrs, &error);
+  sim_attrs_free(attrs);
+  cr_assert_geq(op, 0, "%s", error ? error->message : "");
+  Op o;
+  op_init(&o, g);
+  /* Table row r holds (r, 10 r); sample 0 looks up rows 1, 4, 1, sample 1 rows 0, 2, 3. */
+  const int64_t id[6] = { 1, 4, 1, 0, 2, 3 };
+  const float w[10] = { 0, 0, 1, 10, 2, 20, 3, 30, 4, 40 };
+  put(&o, &o.in[0], id);
+  put(&o, &o.w[0], w);
+  op_run(&o, EXEC_KERNEL_FORWARD);
+  float y[4];
+  get(&o, &o.out[0], y);
+  const float want[4] = { 1 + 4 + 1, 10 + 40 + 10, 0 + 2 + 3, 0 + 20 + 30 };
+  for (int k = 0; k < 4; k++)
+    cr_expect_eq(y[k], want[k], "output %d: %g, expected %g", k, y[k], want[k]);
+  /* Gradients (0.5, 2) for sample 0 and (1, -1) for sample 1. */
+  const float dy[4] = { 0.5f, 2, 1, -1 };
+  put(&o, &o.out_grad[0], dy);
+  fill(&o, &o.w_grad[0], 0);
+  op_run(&o, EXEC_KERNEL_BACKWARD);
+  float dw[10];
+  get(&o, &o.w_grad[0], dw);
+  const float want_dw[10] = { 1, -1, 1, 4, 1, -1, 1, -1, 0.5f, 2 };
+  for (int k = 0; k < 10; k++)
+    cr_expect_eq(dw[k], want_dw[k], "weight gradient %d: %g, expected %g", k, dw[k],
+                 want_dw[k]);
+  op_free(&o);
+}
