@@ -1133,3 +1133,35 @@ Test(search, a_simulation_under_way_at_the_deadline_is_cancelled, .timeout = 120
   search_result_free(r);
   fixture_free(&f);
 }
+
+/* The library keeps a time budget by itself (no deadline from a caller, as a script that
+ * links it gives none): every built-in algorithm on GPT with 1.7 B parameters over 32
+ * A100, whose searches run far past one second, returns from search_run() within the
+ * second plus 5% and a generous allowance for the grace an algorithm gets to return. */
+Test(search, the_library_keeps_a_time_budget_for_every_algorithm, .timeout = 240)
+{
+  Fixture f;
+  search_register_builtins();
+  fixture_load(&f, "megatron-1.7b", "", "dgx-a100:4", 0);
+  const double budget = 1.0, slack = 1.5;
+  int checked = 0;
+  for (int i = 0; i < search_n_algorithms(); i++) {
+    const SearchAlgorithm *a = search_algorithm_get(i);
+    if (!strcmp(a->name, "exhaustive") || !strcmp(a->name, "ve"))
+      continue; /* they refuse problems this large at once */
+    SearchRunOptions o = search_run_options_default();
+    o.time_budget = budget;
+    GError *error = NULL;
+    gint64 t0 = g_get_monotonic_time();
+    SearchResult *r = search_run(a, f.p, &o, &error);
+    double wall = (double)(g_get_monotonic_time() - t0) / 1e6;
+    cr_expect_lt(wall, budget * 1.05 + slack, "%s: %.2f s for a budget of %.0f s", a->name,
+                 wall, budget);
+    if (r)
+      search_result_free(r);
+    g_clear_error(&error);
+    checked++;
+  }
+  cr_expect_geq(checked, 8, "%d algorithms", checked);
+  fixture_free(&f);
+}
