@@ -482,7 +482,7 @@ int cmd_search(int argc, char **argv)
     printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
            isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
            s_ex, isfinite(expert_time) ? t_ex : yardstick_cut ? "none simulated" : "none fits",
-           yardstick_cut ? ", the best of those simulated" : "");
+           yardstick_cut && isfinite(expert_time) ? ", the best of those simulated" : "");
     if (yardstick_cut && expert_plans > 0)
       printf("  not done            expert plans: %d of %d simulated%s\n", expert_simulated,
              expert_plans, dp_done ? "" : "; data parallelism not simulated");

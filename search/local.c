@@ -470,6 +470,7 @@ SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError
  * read from the memory it had taken by then: if nothing had overflowed, it is taken to
  * fit, and its memory savings, slower than the bound, are not tried. */
 #define EXPERT_STREAM 0xfe0000u
+#define ESTIMATED_STREAM 0xfc0000u
 
 typedef struct {
   SearchContext *ctx;
@@ -640,6 +641,86 @@ SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
   rank_by_estimate(p, o, idx);
   int k = g_array_index(idx, int, MIN((guint)rank, idx->len - 1));
   return search_megatron_plan(p, &o[k]);
+}
+
+/* Megatron's plan space around the expert plans that can fit: each with 1 to 8 model
+ * chunks per stage (the interleaved schedule, where the stage's layers divide evenly and the
+ * micro-batches fill every stage), with and without sequence parallelism, each
+ * recomputation, and ZeRO-1 where there are replicas; appended to @out. */
+static void plan_space(const SearchProblem *p, const SimMegatronOptions *expert, guint n,
+                       const GArray *parents, GArray *out)
+{
+  int layers = 0;
+  for (int op = 0; op < sim_graph_n_ops(p->g); op++)
+    layers += sim_graph_op_is_checkpoint(p->g, op);
+  for (guint i = 0; i < n; i++) {
+    const SimMegatronOptions *o = &expert[i];
+    if ((parents && g_array_index(parents, int, i) >= 0) || o->dp < 1 ||
+        search_megatron_cannot_fit(p, o))
+      continue;
+    for (int v = 1; v <= 8; v++) {
+      if (v > 1 && (o->pp < 2 || !(p->kinds & SEARCH_KIND_PIPELINE) ||
+                    layers % (o->pp * v) != 0 || o->microbatches % o->pp != 0))
+        continue;
+      for (int sp = 0; sp <= (o->tp > 1); sp++)
+        for (int r = SIM_RECOMPUTE_NONE; r <= SIM_RECOMPUTE_FULL; r++)
+          for (int z = 0; z <= (o->dp > 1); z++) {
+            SimMegatronOptions c = *o;
+            c.schedule = v > 1 ? SIM_SCHEDULE_INTERLEAVED : c.schedule;
+            c.chunks = v;
+            c.sequence_parallel = sp;
+            c.memory.recompute = (SimRecompute)r;
+            c.memory.zero1 = z || o->memory.zero1;
+            g_array_append_val(out, c);
+          }
+    }
+  }
+}
+
+int search_estimated_plans(const SearchProblem *p, int max, SimMegatronOptions *out)
+{
+  g_autoptr(GPtrArray) cands = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+  g_autoptr(GArray) parents = g_array_new(FALSE, FALSE, sizeof(int));
+  g_autoptr(GArray) options = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+  search_expert_candidates_lazy(p, cands, parents, options);
+  g_autoptr(GArray) space = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
+  plan_space(p, (const SimMegatronOptions *)(void *)options->data, options->len, parents,
+             space);
+  g_autoptr(GArray) idx = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint i = 0; i < space->len; i++)
+    g_array_append_val(idx, i);
+  const SimMegatronOptions *o = (const SimMegatronOptions *)(void *)space->data;
+  rank_by_estimate(p, o, idx);
+  int n = 0;
+  for (guint k = 0; k < idx->len && n < max; k++)
+    out[n++] = o[g_array_index(idx, int, k)];
+  return n;
+}
+
+SimStrategy *search_start_estimated(SearchContext *ctx, int tries, double *cost,
+                                    SimMegatronOptions *opts)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  *cost = INFINITY;
+  g_autofree SimMegatronOptions *best = g_new(SimMegatronOptions, MAX(tries, 1));
+  int n = search_estimated_plans(p, tries, best);
+  for (int k = 0; k < n && !search_context_should_stop(ctx); k++) {
+    SimStrategy *s = search_megatron_plan(p, &best[k]);
+    if (!s)
+      continue;
+    /* Stopped where it first overflows its memory: a plan that does not fit costs little. */
+    gboolean cut, overflowed;
+    double c = search_context_evaluate_bounded(ctx, s, INFINITY, search_key(ESTIMATED_STREAM, k),
+                                               &cut, &overflowed);
+    if (isfinite(c)) {
+      *cost = c;
+      if (opts)
+        *opts = best[k];
+      return s;
+    }
+    sim_strategy_free(s);
+  }
+  return NULL;
 }
 
 /* Whether candidate @s (NULL: not built, of options @o) is of the stages asked for: 0 all,

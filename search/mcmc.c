@@ -257,8 +257,9 @@ static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboole
  * starts from expert-designed strategies: every single-stage one, then those with a
  * pipeline as far as the "pipelines" share of the budget goes, a pipelined winner refined
  * in Megatron's plan space within the same share of what is left), or random. */
-static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
+static SimStrategy *start_for(Mcmc *m, int i, GRand *rng, gboolean *fitted)
 {
+  *fitted = FALSE;
   const SearchProblem *p = m->p;
   if (i % 3 == 1) {
     double flat = INFINITY, piped = INFINITY;
@@ -296,10 +297,20 @@ static SimStrategy *start_for(Mcmc *m, int i, GRand *rng)
     return search_problem_strategy_from_configs(p, cfg, NULL);
   }
   /* Where data parallelism cannot fit at all (every device holding the 16-bit weights and
-   * gradients of the whole model), the chain starts from the expert plan the closed-form
-   * estimate ranks second (the expert start simulates the first one first). */
+   * gradients of the whole model), the chain starts from the plan of Megatron's space
+   * (interleaved chunks, sequence parallelism, recomputation, ZeRO-1 around the expert
+   * plans) that the closed-form estimate ranks first among those the simulator finds to
+   * fit; with an evaluation budget, from the expert plan the estimate ranks second (the
+   * expert start simulates the first one first). */
   SimMegatronOptions whole = { .tp = 1, .pp = 1, .dp = p->n_devices };
   if (p->kinds == SEARCH_KIND_ALL && search_megatron_cannot_fit(p, &whole)) {
+    if (m->ctx->deadline < G_MAXDOUBLE) {
+      double c;
+      SimStrategy *s = search_start_estimated(m->ctx, 3, &c, NULL);
+      *fitted = s != NULL;
+      if (s)
+        return s;
+    }
     SimStrategy *s = search_ranked_expert_plan(p, 1);
     if (s)
       return s;
@@ -349,12 +360,13 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   SimStrategy **starts = g_new0(SimStrategy *, m.n_chains);
   for (int i = 0; i < m.n_chains && ok; i++) {
     m.chains[i].rng = search_context_rand_new(ctx, (guint32)i);
-    starts[i] = start_for(&m, i, m.chains[i].rng);
+    gboolean fitted;
+    starts[i] = start_for(&m, i, m.chains[i].rng, &fitted);
     if (!starts[i])
       starts[i] = search_problem_data_parallel(p, error);
     if (!starts[i])
       ok = FALSE;
-    else
+    else if (!fitted)
       search_fit(ctx, &starts[i]);
   }
   /* Then each chain its share of the evaluations left, so no chain's pace changes

@@ -11,14 +11,22 @@
  *   bubble    compute (p - 1) / (v m), the 1F1B pipeline's fill and drain;
  *   tensor    4 all-reduces (6 with full recomputation) of b s h 2 bytes per layer and
  *             micro-batch over the t ranks' NVLink, 2 (t - 1) / t of them on the wire;
- *   pipeline  2 v m transfers of b s h 2 bytes per stage boundary over the network;
+ *   pipeline  2 (v p - 1) transfers of b s h 2 bytes over the network: those on the fill
+ *             and drain path (the others overlap the other micro-batches' work);
+ *   elements  40 bytes of device memory per token and hidden unit of each layer and
+ *             micro-batch (layer norms, dropout, residuals), divided by t only with
+ *             sequence parallelism;
+ *   update    Adam's 28 bytes of device memory per parameter (divided by d with ZeRO-1);
  *   data      the ring all-reduce of the 2 P / (t p) bytes of gradients over the network,
  *             2 (d - 1) / d of them on the wire, not hidden;
  *   memory    the weights, gradients and Adam states, 16 P / (t p) bytes (ZeRO-1: the 12
- *             bytes of fp32 states divided by d), plus the activations of the p
- *             micro-batches the first stage holds: 34 b s h bytes per layer (divided by t
- *             with sequence parallelism, 24 of them otherwise), 5 a s^2 b more for the
- *             attention scores unless recomputed, 2 b s h with full recomputation.
+ *             bytes of fp32 states divided by d), plus the activations of the forwards the
+ *             first stage holds (1F1B: p micro-batches of L / p layers; interleaved:
+ *             Megatron-LM's warm-up, 2 (p - 1) + (v - 1) p + 1 chunks of L / (v p) layers):
+ *             34 b s h bytes per layer divided by t with sequence parallelism (plus 3 b s h
+ *             the simulator keeps whole), 10 b s h + 24 b s h / t without (Korthikanti et
+ *             al. 2022), 5 a s^2 b / t more for the attention scores unless recomputed,
+ *             2 b s h with full recomputation; a plan fits below 95% of a device.
  * h follows from P ~ 12 L h^2, s is the tokens per sample, a the heads (h / 128). */
 #include "search-private.h"
 
@@ -84,21 +92,36 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
     double ar = 2.0 * (t - 1) / t * act / nvlink;
     tensor = mb * (L / pp) * (o->memory.recompute == SIM_RECOMPUTE_FULL ? 6 : 4) * ar;
   }
-  double pipe = pp > 1 ? 2.0 * v * mb * act / (o->scatter_gather ? t : 1) / net : 0;
+  /* Transfers between stages overlap the other micro-batches' work: what the iteration
+   * waits for are those on the fill and drain path, once through every chunk boundary
+   * each way. */
+  double pipe = pp > 1 ? 2.0 * (v * pp - 1) * act / (o->scatter_gather ? t : 1) / net : 0;
+  /* Element-wise work (layer norms, dropout, residuals, bias and activation functions):
+   * about 40 bytes of device memory per token and hidden unit of a layer, forward and
+   * backward, split over the tensor-parallel ranks only with sequence parallelism. */
+  double hbm = dev->mem_bandwidth > 0 ? dev->mem_bandwidth : 1.5e12;
+  double elementwise = mb * (L / pp) * 40.0 * b * s * h / (o->sequence_parallel ? t : 1) / hbm;
+  /* The optimizer step: Adam reads and writes about 28 bytes per parameter (fp32 master
+   * weights and moments, 16-bit weights and gradients), each replica's share with ZeRO-1. */
+  double update = P / (t * pp) * 28.0 / (o->memory.zero1 ? d : 1) / hbm;
   double grads = 2.0 * P / (t * pp);
   double data = d > 1 ? 2.0 * (d - 1) / d * grads / net : 0;
   /* Memory of the first stage. */
   double states = P / (t * pp) * (4.0 + 12.0 / (o->memory.zero1 ? d : 1));
   double per_layer = o->memory.recompute == SIM_RECOMPUTE_FULL
                        ? act
-                       : b * s * h * (o->sequence_parallel ? 34.0 / t : 10.0 + 24.0 / t) +
+                       : b * s * h * (o->sequence_parallel ? 34.0 / t + 3.0 : 10.0 + 24.0 / t) +
                            (o->memory.recompute == SIM_RECOMPUTE_SELECTIVE
                               ? 0
                               : 5.0 * heads * s * s * b / t);
-  double held = MIN((double)mb, (double)pp) * (L / pp) * per_layer;
+  /* The first stage holds the forwards of its warm-up and the one under way: pp - 1 of
+   * them in 1F1B; 2 (pp - 1) + (v - 1) pp chunks of L / (v pp) layers in the interleaved
+   * schedule (Megatron-LM's warm-up), never more than the micro-batches it runs. */
+  double chunk_runs = v > 1 ? 2.0 * (pp - 1) + (double)(v - 1) * pp + 1 : (double)pp;
+  double held = MIN(chunk_runs, (double)mb * v) * (L / ((double)pp * v)) * per_layer;
   if (fits && dev->mem_capacity > 0)
     *fits = states + held <= 0.95 * (double)dev->mem_capacity;
-  return compute + bubble + tensor + pipe + data;
+  return compute + bubble + tensor + pipe + elementwise + update + data;
 }
 
 gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o)

@@ -309,6 +309,16 @@ gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOpt
  * search_megatron_estimate() among those that can fit, built and not simulated; NULL if
  * none can fit. */
 SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank);
+/* The @max plans of Megatron's plan space around the expert plans (each with 1 to 8
+ * interleaved model chunks, sequence parallelism or not, each recomputation, ZeRO-1 or
+ * not) that search_megatron_estimate() ranks first, those it expects to fit first, into
+ * @out; returns how many. */
+int search_estimated_plans(const SearchProblem *p, int max, SimMegatronOptions *out);
+/* The first of the @tries plans search_estimated_plans() ranks first that the simulator
+ * finds to fit, simulated in that order (transfer full; NULL if none within the budget),
+ * its time in *@cost and its options in *@opts. */
+SimStrategy *search_start_estimated(SearchContext *ctx, int tries, double *cost,
+                                    SimMegatronOptions *opts);
 void search_expert_candidates_lazy(const SearchProblem *p, GPtrArray *out, GArray *parents,
                                    GArray *opts);
 /* With @opts (SimMegatronOptions per candidate), each candidate's options for

@@ -1165,3 +1165,73 @@ Test(search, the_library_keeps_a_time_budget_for_every_algorithm, .timeout = 240
   cr_expect_geq(checked, 8, "%d algorithms", checked);
   fixture_free(&f);
 }
+
+Test(search, megatron_estimate_ranks_by_its_closed_form)
+{
+  /* GPT-3 175B's shape is not needed for the estimate's terms: Megatron 18.4B on 16 A100s
+   * with a batch of 64.  More model chunks per stage shrink the pipeline bubble,
+   * compute (p - 1) / (v m), by a closed-form amount; the interleaved schedule's warm-up
+   * holds more activations; sequence parallelism divides activations and element-wise
+   * work by the tensor-parallel degree; the plans search_estimated_plans() ranks first
+   * come in the estimate's order, those expected to fit first. */
+  Fixture f;
+  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100:2", 0);
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 4;
+  o.dp = 2;
+  o.microbatch_size = 1;
+  o.microbatches = 32;
+  gboolean fit1, fit2, fit4;
+  double t1 = search_megatron_estimate(f.p, &o, &fit1);
+  SimMegatronOptions v2 = o, v4 = o;
+  v2.schedule = v4.schedule = SIM_SCHEDULE_INTERLEAVED;
+  v2.chunks = 2;
+  v4.chunks = 4;
+  double t2 = search_megatron_estimate(f.p, &v2, &fit2);
+  double t4 = search_megatron_estimate(f.p, &v4, &fit4);
+  cr_assert(isfinite(t1) && t1 > 0);
+  /* t(v) = A + C (p - 1) / (v m) + 2 (v p - 1) X: the bubble of the compute C and the
+   * transfers X on the fill and drain path, nothing else depending on v.  Two
+   * differences give C and X; the third (v 8) must follow. */
+  double a = 3.0 / 64, b = 3.0 / 128;
+  double C = (2 * (t1 - t2) - (t2 - t4)) / (2 * a - b);
+  double X = (C * a - (t1 - t2)) / 8;
+  cr_expect_gt(C, 0, "v 1: %g s, v 2: %g s, v 4: %g s", t1, t2, t4);
+  cr_expect_gt(X, 0);
+  SimMegatronOptions v8 = v4;
+  v8.chunks = 8;
+  double t8 = search_megatron_estimate(f.p, &v8, NULL);
+  double want = t1 - C * (3.0 / 32 - 3.0 / 256) + 56 * X;
+  cr_expect(fabs(t8 - want) <= 1e-9 * t1, "v 8: %.12g s, closed form %.12g s", t8, want);
+  /* Sequence parallelism: faster (element-wise work split) and never more memory. */
+  SimMegatronOptions sp = v4;
+  sp.sequence_parallel = TRUE;
+  gboolean fit_sp;
+  cr_expect_lt(search_megatron_estimate(f.p, &sp, &fit_sp), t4);
+  cr_expect(fit_sp || !fit4);
+  /* ZeRO-1 divides the optimizer step among the replicas. */
+  SimMegatronOptions z = sp;
+  z.memory.zero1 = TRUE;
+  gboolean fit_z;
+  cr_expect_lt(search_megatron_estimate(f.p, &z, &fit_z), search_megatron_estimate(f.p, &sp, NULL));
+  cr_expect(fit_z || !fit_sp);
+  /* The ranked plans: those expected to fit first, each group by its time. */
+  SimMegatronOptions best[16];
+  int n = search_estimated_plans(f.p, 16, best);
+  cr_assert_gt(n, 1);
+  double prev = 0;
+  gboolean prev_fit = TRUE;
+  for (int k = 0; k < n; k++) {
+    gboolean fk;
+    double tk = search_megatron_estimate(f.p, &best[k], &fk);
+    cr_expect(prev_fit || !fk, "plan %d expected to fit after one that is not", k);
+    if (fk == prev_fit)
+      cr_expect_geq(tk, prev, "plan %d: %g s after %g s", k, tk, prev);
+    prev = tk;
+    prev_fit = fk;
+    cr_expect_eq(best[k].tp * best[k].pp * best[k].dp, 16);
+    cr_expect_eq((int64_t)best[k].microbatches * best[k].microbatch_size * best[k].dp, 64);
+  }
+  fixture_free(&f);
+}
