@@ -414,6 +414,22 @@ static void delta_scaling(void)
 
 int main(int argc, char **argv)
 {
+  static const char *const known[] = { "--quick", "--engine", "--16k", "--scale",
+                                       "--delta-scaling", "--delta" };
+  for (int i = 1; i < argc; i++) {
+    gboolean ok = FALSE;
+    for (size_t k = 0; k < G_N_ELEMENTS(known); k++)
+      ok = ok || !strcmp(argv[i], known[k]);
+    if (!ok) {
+      gboolean help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+      if (!help)
+        fprintf(stderr, "bench-sim: unknown option %s\n", argv[i]);
+      fprintf(help ? stdout : stderr,
+              "usage: bench-sim [--quick] | --scale [--16k] | --engine | --delta | "
+              "--delta-scaling\n");
+      return help ? 0 : 2;
+    }
+  }
   quick = argc > 1 && (!strcmp(argv[1], "--quick") || (argc > 2 && !strcmp(argv[2], "--quick")));
   if (argc > 1 && !strcmp(argv[1], "--engine")) {
     /* Only the engine's rate, for profiling it. */
