@@ -6,7 +6,7 @@
 
 #include "parasol-sim.h"
 
-/* Exit statuses (DESIGN.md, Conventions). */
+/* Exit statuses: 0 done, 1 the work failed, 2 bad input or usage (docs/inputs.md). */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 
 typedef struct {

@@ -2,9 +2,9 @@
  *
  * The simulator predicts how long the task graph of a plan (sim_plan_new) takes; the
  * executor runs the same task graph with real data, so the two can be compared task by
- * task (DESIGN.md, "One plan, two back ends").  It has two parts:
+ * task (docs/architecture.md, "The flow").  It has two parts:
  *
- * - A back-end interface, ExecBackend: a struct of function pointers (STYLE.md 4) that
+ * - A back-end interface, ExecBackend: a struct of function pointers (docs/extending.md) that
  *   allocates buffers on simulated devices, runs the kernel of any operator of the
  *   catalogue forwards and backwards on one shard, applies the optimizer, and moves data
  *   between devices (point-to-point, all-reduce, reduce-scatter, all-gather).  The CPU
@@ -295,7 +295,7 @@ struct _ExecBackend {
   void *priv;
 };
 
-/* Registration by name (STYLE.md 5).  A constructor returns a back end not yet opened. */
+/* Registration by name (docs/extending.md).  A constructor returns a back end not yet opened. */
 typedef ExecBackend *(*ExecBackendNew)(GError **error);
 /* Registers @name; a later registration of the same name replaces it. */
 EXEC_PUBLIC void exec_register_backend(const char *name, const char *description,

@@ -1,7 +1,7 @@
 /* parasol-profile.h — the public interface of libprofile.
  *
  * libprofile turns measurements of real kernels and collectives into something the
- * simulator can use (DESIGN.md, "Cost model"):
+ * simulator can use (docs/cost-model.md):
  * - a profile database: the measured time of operator shards (keyed by device, shard
  *   key and pass) and of collectives (keyed by device, kind, GPU count and bytes), read
  *   from and written to JSON ("format": "parasol-profile"), merged across files;
@@ -277,7 +277,7 @@ PROFILE_PUBLIC int profile_shapes_n_configs(const ProfileShapes *s);
 
 typedef struct _ProfileRunner ProfileRunner;
 
-/* A runner is a struct of function pointers (STYLE.md 4).  New slots go at the end. */
+/* A runner is a struct of function pointers (docs/extending.md).  New slots go at the end. */
 #define PROFILE_RUNNER_API_VERSION 1
 typedef struct {
   int api_version;          /* PROFILE_RUNNER_API_VERSION                                */

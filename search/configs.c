@@ -1,11 +1,11 @@
 /* configs.c — the candidate configurations of each operator, shared by every algorithm.
  *
- * A configuration splits some iteration dimensions (DESIGN.md, SOAP) and places the
- * shards on a device view.  The candidates are the degrees over splittable dimensions of
- * allowed kinds that divide their dimensions (never a reduction under a fused activation),
- * whose product divides the number of devices, on every view of that many consecutive
- * devices aligned to its size: FlexFlow's
- * machine views, which tile the devices, keep a tensor-parallel group inside a node when
+ * A configuration splits some iteration dimensions (the SOAP space, docs/architecture.md)
+ * and places the shards on a device view.  The candidates are the degrees over
+ * splittable dimensions of allowed kinds that divide their dimensions (never a reduction
+ * under a fused activation), whose product divides the number of devices, on every view
+ * of that many consecutive devices aligned to its size: FlexFlow's machine views, which
+ * tile the devices, keep a tensor-parallel group inside a node when
  * it fits, and let small operators run on few devices or side by side. */
 #include "search-private.h"
 

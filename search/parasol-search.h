@@ -1,8 +1,9 @@
 /* parasol-search.h — the public interface of libsearch.
  *
- * libsearch finds fast parallelization strategies by asking the simulator (DESIGN.md,
- * "Search").  A problem is a graph on a machine with a cost model and constraints (memory
- * capacity, the kinds of parallelism allowed, the devices to use).  An algorithm is a
+ * libsearch finds fast parallelization strategies by asking the simulator
+ * (docs/architecture.md, "How a search asks the simulator").  A problem is a graph on a
+ * machine with a cost model and constraints (memory capacity, the kinds of parallelism
+ * allowed, the devices to use).  An algorithm is a
  * struct of function pointers registered by name; the driver runs it with a context that
  * owns the budget (seconds or evaluations), the seed, the worker threads, the log of
  * improvements, the progress line and interruption, and that keeps the best strategy any
@@ -37,7 +38,8 @@ SEARCH_PUBLIC GQuark search_error_quark(void);
 /* ---------------------------------------------------------------------------------- */
 /* Problems                                                                            */
 
-/* Kinds of parallelism a problem allows (DESIGN.md, "Iteration space and sharding"). */
+/* Kinds of parallelism a problem allows: the roles of the operators' iteration dimensions
+ * (SimDimRole) a strategy may split, and pipeline stages (docs/architecture.md). */
 typedef enum {
   SEARCH_KIND_DATA = 1 << 0,       /* split sample dimensions                          */
   SEARCH_KIND_ATTRIBUTE = 1 << 1,  /* split spatial and sequence dimensions            */
@@ -250,7 +252,7 @@ typedef struct {
   const char *help;   /* one line, with the default */
 } SearchOptionSpec;
 
-/* The interface of a search algorithm (STYLE.md 4).  New slots go at the end. */
+/* The interface of a search algorithm (docs/extending.md).  New slots go at the end. */
 #define SEARCH_ALGORITHM_API_VERSION 1
 typedef struct _SearchAlgorithm SearchAlgorithm;
 struct _SearchAlgorithm {

@@ -1,5 +1,5 @@
 /* registry.c — algorithms by name: the built-ins, registered in one list, and plugins
- * loaded from shared objects through GModule (STYLE.md 5). */
+ * loaded from shared objects through GModule (docs/extending.md). */
 #include "search-private.h"
 
 #include <gmodule.h>

@@ -170,7 +170,8 @@ SIM_PUBLIC const char *sim_attention_kernel_name(SimAttentionKernel k);
 /* The kernel named @name ("flash", ...), or -1. */
 SIM_PUBLIC int sim_attention_kernel_from_name(const char *name);
 
-/* Roles of the dimensions of an operator's iteration space (DESIGN.md, SOAP). */
+/* Roles of the dimensions of an operator's iteration space (FlexFlow's SOAP
+ * dimensions; docs/architecture.md, "The flow"). */
 typedef enum {
   SIM_ROLE_SAMPLE,     /* the batch: splitting it is data parallelism               */
   SIM_ROLE_ATTRIBUTE,  /* spatial or sequence positions                             */
@@ -347,7 +348,7 @@ SIM_PUBLIC int64_t sim_graph_batch_size(const SimGraph *g);
 SIM_PUBLIC int64_t sim_graph_tokens_per_sample(const SimGraph *g);
 SIM_PUBLIC void sim_graph_set_tokens_per_sample(SimGraph *g, int64_t tokens);
 
-/* The iteration space of an operator (DESIGN.md, "Iteration space and sharding"). */
+/* The iteration space of an operator (docs/architecture.md, "The flow"). */
 SIM_PUBLIC int sim_graph_op_n_dims(const SimGraph *g, int op);
 SIM_PUBLIC const char *sim_graph_op_dim_name(const SimGraph *g, int op, int d);
 SIM_PUBLIC SimDimRole sim_graph_op_dim_role(const SimGraph *g, int op, int d);
@@ -363,7 +364,7 @@ typedef enum {
 } SimTensorRole;
 
 /* The region of input, weight or output @i of @op that the shard covering iteration
- * dimensions [lo[d], hi[d]) reads or writes (DESIGN.md, "Iteration space and sharding"):
+ * dimensions [lo[d], hi[d]) reads or writes (docs/architecture.md, "The flow"):
  * what a search needs to price the data two configurations exchange without simulating
  * them (shard.c).  Returns FALSE for a tensor the op does not have. */
 SIM_PUBLIC gboolean sim_graph_op_shard_region(const SimGraph *g, int op, SimTensorRole role,
@@ -535,7 +536,7 @@ SIM_PUBLIC char *sim_graph_op_shard_key(const SimGraph *g, int op, const int64_t
 
 typedef struct _SimCostModel SimCostModel;
 
-/* A cost model is a struct of function pointers (STYLE.md 4).  New slots go at the end. */
+/* A cost model is a struct of function pointers (docs/extending.md).  New slots go at the end. */
 #define SIM_COST_MODEL_API_VERSION 1
 typedef struct {
   int api_version;           /* SIM_COST_MODEL_API_VERSION                          */

@@ -1,6 +1,6 @@
 /* simulate.c — one training iteration, from (graph, machine, strategy) to a report.
  *
- * Folding (DESIGN.md, "Scale"): data-parallel replicas, and the tensor-parallel ranks of
+ * Folding (docs/scale.md): data-parallel replicas, and the tensor-parallel ranks of
  * one pipeline stage, run the same tasks on identical hardware, so their timelines are
  * identical.  When the strategy has that structure, only one device of each such set is
  * simulated: its compute tasks and transfers are built, while collectives that involve
