@@ -1,15 +1,15 @@
 #!/bin/bash
 # device-check.sh — every GPU check of parasol, in one call of a lent GPU machine.
 #
-# The machine has CUDA, cuBLAS, cuDNN and NCCL (PyTorch's wheels) but no GLib,
-# json-glib or Criterion and no package registry, so the programs are built here and
-# carried there with the libraries they need (shared/GPU.md, option 1):
+# The GPU machine may have CUDA, cuBLAS, cuDNN and NCCL (as PyTorch's wheels bring them)
+# but no GLib, json-glib or Criterion and no package registry, so the programs are built
+# on a build machine and copied there with the libraries they need:
 #
-#   exec/device-check.sh prepare        # here: build with CUDA into build-device/ and
-#                                       # pack the programs and libraries into .device/
-#   then, with the device tool:         run(command="bash exec/device-check.sh run",
-#                                           carry=[".device"], timeout_s=600)
-#   exec/device-check.sh summary DIR    # here: print the summary of a run's files again
+#   exec/device-check.sh prepare        # build machine: build with CUDA into build-device/
+#                                       # and pack the programs and libraries into .device/
+#   bash exec/device-check.sh run       # GPU machine, from a copy of the repository that
+#                                       # holds .device/ (at most ten minutes)
+#   exec/device-check.sh summary DIR    # print the summary of a run's files again
 #
 # On the GPU machine, `run` does, each step under a time limit so that the whole stays
 # well inside ten minutes:
@@ -63,7 +63,7 @@ prepare() {
     grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[^/]*|libnccl|libnvidia[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$pack/lib/"; done
   du -sh "$pack"
-  echo "device-check: packed $(ls "$pack/lib" | wc -l) libraries; run 'bash exec/device-check.sh run' with carry [\".device\"]"
+  echo "device-check: packed $(ls "$pack/lib" | wc -l) libraries; copy the repository with .device/ to the GPU machine and run 'bash exec/device-check.sh run' there"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ run() {
   log="$out/device-check.log"
   work=$(mktemp -d)
   : >"$log"
-  [ -x "$pack/bin/parasol" ] || die "no $pack/bin/parasol: run 'exec/device-check.sh prepare' here and carry .device"
+  [ -x "$pack/bin/parasol" ] || die "no $pack/bin/parasol: run 'exec/device-check.sh prepare' on the build machine and copy .device/ here"
   libs="$pack/lib"
   for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib \
            /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/local/cuda/lib64; do

@@ -1,6 +1,6 @@
 /* import.c — collective timings measured by others: the CSV form of NCCL's tests
  * (github.com/NVIDIA/nccl-tests), as the vTrain project publishes them for A100 and V100
- * nodes (shared/data/vtrain).
+ * nodes (data/reference/vtrain).
  *
  * One file per collective and GPU count, named like "allreduce_8gpu.csv"; a header row
  * names the columns, of which "size(B)" is the message size and every "time(ns)" column

@@ -30,7 +30,7 @@
 SimCollParams sim_coll_params_default(void)
 {
   /* NCCL's ring all-reduce on 8 A100s over NVSwitch reaches a bus bandwidth of about
-   * 230 GB/s of the 300 GB/s per direction (NCCL tests; shared/data/vtrain allreduce
+   * 230 GB/s of the 300 GB/s per direction (NCCL tests; data/reference/vtrain allreduce
    * files), and pays some microseconds per step; experiments/validate-vtrain calibrates
    * both on those files and the simulate command can override them. */
   return (SimCollParams){ .bandwidth_efficiency = 0.78, .step_latency = 2e-6,
