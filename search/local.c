@@ -943,6 +943,43 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
   return n;
 }
 
+/* One round of the refinement: the candidates @cand[@idx[0 .. n_idx - 1]] are simulated on
+ * the search's threads, bounded by *@cost, under keys from @key.  A change is kept for a
+ * gain of at least REFINE_GAIN of the time, not for the last bits of a sum: the fastest
+ * such candidate (the first on a tie) replaces *@s, *@cost and *@cur, and TRUE is
+ * returned. */
+static gboolean refine_round(SearchContext *ctx, const SimMegatronOptions *cand,
+                             const int *idx, int n_idx, gint64 key, SimMegatronOptions *cur,
+                             SimStrategy **s, double *cost)
+{
+  const SearchProblem *p = search_context_get_problem(ctx);
+  RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
+  int n = 0;
+  for (int k = 0; k < n_idx; k++) {
+    SimStrategy *plan = search_megatron_plan(p, &cand[idx[k]]);
+    if (!plan)
+      continue;
+    r.opt[n] = cand[idx[k]];
+    r.plan[n] = plan;
+    r.cost[n] = INFINITY;
+    n++;
+  }
+  search_context_parallel(ctx, n, refine_task, &r);
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
+      best = i;
+  if (best >= 0) {
+    *cost = r.cost[best];
+    *cur = r.opt[best];
+    sim_strategy_free(*s);
+    *s = g_steal_pointer(&r.plan[best]);
+  }
+  for (int i = 0; i < n; i++)
+    g_clear_pointer(&r.plan[i], sim_strategy_free);
+  return best >= 0;
+}
+
 int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
                            const SimMegatronOptions *o)
 {
@@ -974,70 +1011,26 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
     gboolean moved = FALSE;
     for (guint at = 0; at < order->len && !moved && !search_context_should_stop(ctx);
          at += (guint)width) {
-      RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
-      int n = 0;
-      for (guint k = at; k < order->len && k < at + (guint)width; k++) {
-        SimMegatronOptions *c = &cand[g_array_index(order, int, k)];
-        SimStrategy *plan = search_megatron_plan(p, c);
-        if (!plan)
-          continue;
-        r.opt[n] = *c;
-        r.plan[n] = plan;
-        r.cost[n] = INFINITY;
-        n++;
-      }
+      int n_idx = (int)MIN((guint)width, order->len - at);
+      moved = refine_round(ctx, cand, &g_array_index(order, int, at), n_idx, key, &cur, s,
+                           cost);
       key += REFINE_MAX;
-      search_context_parallel(ctx, n, refine_task, &r);
-      int best = -1;
-      for (int i = 0; i < n; i++)
-        if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
-          best = i;
-      if (best >= 0) {
-        *cost = r.cost[best];
-        cur = r.opt[best];
-        sim_strategy_free(*s);
-        *s = g_steal_pointer(&r.plan[best]);
-        kept++;
-        moved = TRUE;
-      }
-      for (int i = 0; i < n; i++)
-        g_clear_pointer(&r.plan[i], sim_strategy_free);
+      kept += moved;
     }
     g_array_unref(order);
     if (!moved)
       break;
   }
   while (!timed && !search_context_should_stop(ctx)) {
-    RefineRound r = { .ctx = ctx, .bound = *cost, .key = key };
     SimMegatronOptions cand[REFINE_MAX];
-    int m = refine_neighbours(p, &cur, cand), n = 0;
-    for (int i = 0; i < m; i++) {
-      SimStrategy *plan = search_megatron_plan(p, &cand[i]);
-      if (!plan)
-        continue;
-      r.opt[n] = cand[i];
-      r.plan[n] = plan;
-      r.cost[n] = INFINITY;
-      n++;
-    }
+    int m = refine_neighbours(p, &cur, cand);
+    int all[REFINE_MAX];
+    for (int i = 0; i < m; i++)
+      all[i] = i;
+    gboolean moved = refine_round(ctx, cand, all, m, key, &cur, s, cost);
     key += REFINE_MAX;
-    search_context_parallel(ctx, n, refine_task, &r);
-    /* A change is kept for a gain of at least REFINE_GAIN of the time, not for the last
-     * bits of a sum. */
-    int best = -1;
-    for (int i = 0; i < n; i++)
-      if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
-        best = i;
-    if (best >= 0) {
-      *cost = r.cost[best];
-      cur = r.opt[best];
-      sim_strategy_free(*s);
-      *s = g_steal_pointer(&r.plan[best]);
-      kept++;
-    }
-    for (int i = 0; i < n; i++)
-      g_clear_pointer(&r.plan[i], sim_strategy_free);
-    if (best < 0)
+    kept += moved;
+    if (!moved)
       break;
   }
   return kept;
