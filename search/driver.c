@@ -911,6 +911,29 @@ static gpointer run_thread(gpointer data)
   return NULL;
 }
 
+/* A result holding copies of what @ctx's algorithm has reported (under its lock: an
+ * algorithm left running at its deadline may still record). */
+static SearchResult *result_from_context(SearchContext *ctx, SearchProblem *p, double elapsed)
+{
+  SearchResult *r = g_new0(SearchResult, 1);
+  g_mutex_lock(&ctx->lock);
+  r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
+  r->best = ctx->best ? sim_strategy_copy(ctx->best) : NULL;
+  r->time = ctx->best_cost;
+  r->improvements = g_array_copy(ctx->improvements);
+  r->expert = ctx->expert ? sim_strategy_copy(ctx->expert) : NULL;
+  r->expert_time = ctx->expert_cost;
+  r->expert_plans = ctx->expert_plans;
+  r->expert_simulated = ctx->expert_simulated;
+  r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
+  r->partial_time = ctx->partial_cost;
+  g_mutex_unlock(&ctx->lock);
+  r->evals = atomic_load(&ctx->evals);
+  r->cut_evals = atomic_load(&ctx->cut_evals);
+  r->elapsed = elapsed;
+  return r;
+}
+
 SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const SearchRunOptions *o,
                          GError **error)
 {
@@ -1044,23 +1067,9 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
      * simulations stop at once): the result copies what it has reported. */
     watch_stop(ctx->watch);
     atomic_store(&ctx->interrupted, 1);
-    SearchResult *r = g_new0(SearchResult, 1);
-    g_mutex_lock(&ctx->lock);
-    r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
-    r->best = ctx->best ? sim_strategy_copy(ctx->best) : NULL;
-    r->time = ctx->best_cost;
-    r->improvements = g_array_copy(ctx->improvements);
-    r->expert = ctx->expert ? sim_strategy_copy(ctx->expert) : NULL;
-    r->expert_time = ctx->expert_cost;
-    r->expert_plans = ctx->expert_plans;
-    r->expert_simulated = ctx->expert_simulated;
-    r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
-    r->partial_time = ctx->partial_cost;
-    g_mutex_unlock(&ctx->lock);
-    r->evals = atomic_load(&ctx->evals);
-    r->cut_evals = atomic_load(&ctx->cut_evals);
-    r->elapsed = elapsed;
+    SearchResult *r = result_from_context(ctx, p, elapsed);
     r->interrupted = o->handle_sigint && atomic_load(&signals_seen) > 0;
+    r->log_error = g_steal_pointer(&log_error);
     r->abandoned = TRUE;
     return r;
   }
@@ -1083,23 +1092,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     return NULL;
   }
 
-  SearchResult *r = g_new0(SearchResult, 1);
-  r->problem = search_problem_ref(ctx->best_problem ? ctx->best_problem : p);
-  r->best = g_steal_pointer(&ctx->best);
-  r->time = ctx->best_cost;
-  r->evals = atomic_load(&ctx->evals);
-  r->cut_evals = atomic_load(&ctx->cut_evals);
-  r->elapsed = elapsed;
+  SearchResult *r = result_from_context(ctx, p, elapsed);
   r->interrupted = atomic_load(&ctx->interrupted) != 0 && o->handle_sigint &&
                    atomic_load(&signals_seen) > 0;
-  r->improvements = g_steal_pointer(&ctx->improvements);
-  r->expert = g_steal_pointer(&ctx->expert);
-  r->expert_time = ctx->expert_cost;
   r->log_error = g_steal_pointer(&log_error);
-  r->expert_plans = ctx->expert_plans;
-  r->expert_simulated = ctx->expert_simulated;
-  r->partial_expert = g_steal_pointer(&ctx->partial_expert);
-  r->partial_time = ctx->partial_cost;
   context_free(ctx);
   return r;
 }
