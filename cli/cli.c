@@ -296,3 +296,8 @@ void cli_run_gnuplot(const char *command, const char *data, const char *gp, cons
     g_printerr("parasol %s: wrote %s and %s; gnuplot failed to draw %s%s%s\n", command, data, gp,
                png, e ? ": " : "", e ? e->message : "");
 }
+
+const char *cli_signal_text(int signo)
+{
+  return signo == SIGTERM ? "terminated (SIGTERM)" : "interrupted";
+}

@@ -62,6 +62,8 @@ gboolean cli_make_parent(const char *path, GError **error);
  * it, renamed): not a directory or device, in a folder that takes new files.  Outputs are
  * checked so before long work, which would otherwise be lost at its end. */
 gboolean cli_check_output(const char *path, GError **error);
+/* How a command that a signal stopped says so: "terminated (SIGTERM)" or "interrupted". */
+const char *cli_signal_text(int signo);
 /* Closes @f, written to @path: FALSE with an error naming @path when a write or the close
  * failed (a full disk). */
 gboolean cli_close_output(FILE *f, const char *path, GError **error);

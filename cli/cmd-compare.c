@@ -316,7 +316,7 @@ int cmd_compare(int argc, char **argv)
   }
   if (search_signals_seen())
     g_printerr("parasol compare: %s; %d of %d runs made (the last one stopped early)\n",
-               search_signals_first() == SIGTERM ? "terminated (SIGTERM)" : "interrupted",
+               cli_signal_text(search_signals_first()),
                n_runs, total_runs);
   else if (!dp_done)
     g_printerr("parasol compare: data parallelism not simulated within the budget\n");

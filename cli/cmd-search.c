@@ -33,11 +33,6 @@ static void add_json_text(JsonBuilder *b, const char *name, const char *text)
  * gets; the yardsticks and the report of the plan kept share the rest. */
 #define SEARCH_SHARE 0.8
 
-static const char *signal_text(void)
-{
-  return search_signals_first() == SIGTERM ? "terminated (SIGTERM)" : "interrupted";
-}
-
 /* The plan in Megatron's terms (search_plan_summarize()), as a JSON object. */
 static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
 {
@@ -239,7 +234,7 @@ int cmd_search(int argc, char **argv)
   double rate = elapsed > 0 ? (double)evals / elapsed : 0;
   if (search_result_get_interrupted(result))
     g_printerr("parasol search: %s; keeping the best strategy found so far\n",
-               signal_text());
+               cli_signal_text(search_signals_first()));
   if (search_result_get_abandoned(result))
     g_printerr("parasol search: %s had not returned at the end of its budget; keeping the "
                "best strategy it reported\n", algo->name);
@@ -457,7 +452,8 @@ int cmd_search(int argc, char **argv)
     printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s%s\n",
            elapsed, evals, rate,
            search_result_get_interrupted(result) ? ", " : "",
-           search_result_get_interrupted(result) ? signal_text() : "");
+           search_result_get_interrupted(result) ? cli_signal_text(search_signals_first())
+                                                 : "");
     if (cut > 0)
       printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
              "past the cost the search could keep\n", cut, 100.0 * cut / evals);
