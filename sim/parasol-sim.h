@@ -858,6 +858,11 @@ typedef struct {
    * (not with keep_timeline). */
   gboolean merge_chains;
   gboolean merge_rings;
+  /* steady_state: a 1F1B or interleaved schedule with many micro-batches is simulated over
+   * a few of them, and where the middle ones repeat each other exactly, the others are
+   * added as whole periods (not with keep_timeline or GPipe; sim_simulate() runs two such
+   * runs to measure what a period adds to every figure of the report). */
+  gboolean steady_state;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);
@@ -885,6 +890,10 @@ SIM_PUBLIC int sim_report_n_devices(const SimReport *r);
 /* Whether symmetric devices were folded, in words ("data-parallel replicas and
  * tensor-parallel ranks", "none"). */
 SIM_PUBLIC const char *sim_report_folding(const SimReport *r);
+/* How the steady state of the schedule was extrapolated, in words ("35 and 36 of 192
+ * micro-batches, then 0.0712 s per micro-batch"), or NULL where every micro-batch was
+ * simulated (SimOptions.steady_state). */
+SIM_PUBLIC const char *sim_report_steady(const SimReport *r);
 /* Time of the critical path spent in tasks of @cls ("forward", "backward", "recompute",
  * "update", "transfer", "reduction", "grad-sync", "param-sync") or waiting ("idle"). */
 SIM_PUBLIC double sim_report_critical_time(const SimReport *r, const char *cls);
