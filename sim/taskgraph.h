@@ -147,6 +147,7 @@ typedef struct {
 typedef struct {
   int n_devices;
   GPtrArray *blocks;   /* SimTaskBlock*                                               */
+  int n_dead;          /* blocks freed and not yet made again                           */
   /* The live blocks in the order assembly lays them out; NULL: slot order.  A lowering
    * that reuses blocks across rebuilds sets it, so that the flat graph does not depend
    * on which slots its blocks happened to get. */
