@@ -371,6 +371,21 @@ SIM_PUBLIC gboolean sim_graph_op_shard_region(const SimGraph *g, int op, SimTens
                                               int i, const int64_t *lo, const int64_t *hi,
                                               SimRegion *out);
 
+/* The one rule for partial sums (shard.c): tensor @i of @role holds partial sums in a
+ * shard of @op when some iteration dimension d split @degree[d] > 1 ways does not index
+ * it (the tensor's region does not change along d), so each shard holds a term of a sum
+ * over d.  For an output that means a reduction across the shards; for an input, in the
+ * backward pass, its gradient.  sim_graph_op_dim_indexes() is the test for one d.
+ * FALSE for a tensor the op does not have. */
+SIM_PUBLIC gboolean sim_graph_op_dim_indexes(const SimGraph *g, int op, SimTensorRole role,
+                                             int i, int d);
+SIM_PUBLIC gboolean sim_graph_op_tensor_partial(const SimGraph *g, int op, SimTensorRole role,
+                                                int i, const int *degree);
+/* Whether @op applies a nonlinear function in its epilogue (an "activation" other than
+ * identity or scale, or a fused "relu"): a function of partial sums is not the function
+ * of their sum, so such an op cannot split a dimension its output does not depend on. */
+SIM_PUBLIC gboolean sim_graph_op_fused_nonlinear(const SimGraph *g, int op);
+
 /* JSON ("format": "parasol-graph", "version": 1).  The reader re-runs shape inference and
  * names the file and the operator in its errors. */
 SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);

@@ -173,6 +173,14 @@ void sim_map_identity(SimTensorMap *map, int tdim, int d);
 void sim_map_affine(SimTensorMap *map, int tdim, int d, int stride, int kdim, int dilation,
                     int64_t shift);
 
+/* Whether iteration dimension @d indexes the tensor of @map (as a position or a kernel
+ * offset), and whether a shard of @o split @degree ways leaves that tensor partial sums:
+ * the rule behind sim_graph_op_tensor_partial() (shard.c). */
+gboolean sim_map_indexed_by(const SimTensorMap *map, int d);
+gboolean sim_map_partial(const SimOp *o, const int *degree, const SimTensorMap *map);
+/* sim_graph_op_fused_nonlinear() on the op itself (shard.c). */
+gboolean sim_op_fused_nonlinear(const SimOp *o);
+
 /* The region of a tensor with @shape, indexed by @map, touched by the shard whose
  * iteration dimensions cover [lo[d], hi[d]). */
 void sim_map_project(const SimTensorMap *map, const SimShape *shape, const int64_t *lo,
