@@ -685,6 +685,12 @@ SIM_PUBLIC const char *sim_schedule_name(SimSchedule s);
 SIM_PUBLIC const char *sim_allreduce_algo_name(SimAllreduceAlgo a);
 SIM_PUBLIC const char *sim_recompute_name(SimRecompute r);
 SIM_PUBLIC const char *sim_precision_name(SimPrecision p);
+/* The same enumerations by name, as strategy files and the command line spell them (any
+ * case); -1 for an unknown name. */
+SIM_PUBLIC int sim_schedule_from_name(const char *name);
+SIM_PUBLIC int sim_allreduce_algo_from_name(const char *name);
+SIM_PUBLIC int sim_recompute_from_name(const char *name);
+SIM_PUBLIC int sim_precision_from_name(const char *name);
 
 typedef struct _SimStrategy SimStrategy;
 
@@ -766,6 +772,17 @@ SIM_PUBLIC SimStrategy *sim_strategy_load(const char *path, const SimGraph *g,
                                           const SimMachine *m, GError **error);
 SIM_PUBLIC gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *path,
                                       GError **error);
+/* A strategy file found with graph rewrites ("rewrites") names the rewritten graph's
+ * operators.  This reads it in one parse: @rewrite turns @g into the graph the file names
+ * (the rewrites it records, in order; libsearch's search_strategy_load() passes its
+ * rewriter), and @graph receives that graph (transfer full; a copy of @g when the file
+ * records none), against which the strategy is read and validated. */
+typedef SimGraph *(*SimGraphRewriteFunc)(const SimGraph *g, const char *const *names,
+                                         gpointer data, GError **error);
+SIM_PUBLIC SimStrategy *sim_strategy_load_rewritten(const char *path, const SimGraph *g,
+                                                    const SimMachine *m,
+                                                    SimGraphRewriteFunc rewrite, gpointer data,
+                                                    SimGraph **graph, GError **error);
 
 /* Builders. */
 /* Every op data parallel over @n_devices devices starting at device 0 (sample dims split

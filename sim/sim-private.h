@@ -522,11 +522,7 @@ void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
 void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_scatter_gather(const SimStrategy *s);
 
-/* Enumerations by name, as the strategy files spell them; -1 for unknown names. */
-int sim_schedule_from_name(const char *name);
-int sim_allreduce_algo_from_name(const char *name);
-int sim_recompute_from_name(const char *name);
-int sim_precision_from_name(const char *name);
+/* Enumerations by name (the others are in parasol-sim.h); -1 for unknown names. */
 const char *sim_optimizer_name(SimOptimizer o);
 int sim_optimizer_from_name(const char *name);
 
