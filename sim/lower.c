@@ -113,22 +113,6 @@ static SimShape mb_shape(const SimTensorMap *map, const SimShape *shape, int M)
   return s;
 }
 
-static gboolean map_uses(const SimTensorMap *map, int d)
-{
-  for (int k = 0; k < map->ndim; k++)
-    if (map->map[k].dim == d || map->map[k].kdim == d)
-      return TRUE;
-  return FALSE;
-}
-
-static gboolean partial_over(const SimOp *op, const SimOpConfig *c, const SimTensorMap *map)
-{
-  for (int d = 0; d < op->space.ndims; d++)
-    if (c->degree[d] > 1 && !map_uses(map, d))
-      return TRUE;
-  return FALSE;
-}
-
 static int64_t region_bytes(const SimRegion *r, SimDType dt)
 {
   return sim_region_volume(r) * sim_dtype_size(dt);
@@ -172,9 +156,9 @@ static void lay_op(SimLowering *lw, int x)
   l->out_partial = g_new0(gboolean, op->n_outputs ? op->n_outputs : 1);
   l->in_partial = g_new0(gboolean, op->n_inputs ? op->n_inputs : 1);
   for (int j = 0; j < op->n_outputs; j++)
-    l->out_partial[j] = partial_over(op, c, sim_space_output_map(op, j));
+    l->out_partial[j] = sim_map_partial(op, c->degree, sim_space_output_map(op, j));
   for (int i = 0; i < op->n_inputs; i++)
-    l->in_partial[i] = partial_over(op, c, sim_space_input_map(op, i));
+    l->in_partial[i] = sim_map_partial(op, c->degree, sim_space_input_map(op, i));
   l->t_f = g_new(double, ns);
   l->t_b = g_new(double, ns);
   l->t_r = g_new(double, ns);

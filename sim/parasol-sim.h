@@ -371,6 +371,21 @@ SIM_PUBLIC gboolean sim_graph_op_shard_region(const SimGraph *g, int op, SimTens
                                               int i, const int64_t *lo, const int64_t *hi,
                                               SimRegion *out);
 
+/* The one rule for partial sums (shard.c): tensor @i of @role holds partial sums in a
+ * shard of @op when some iteration dimension d split @degree[d] > 1 ways does not index
+ * it (the tensor's region does not change along d), so each shard holds a term of a sum
+ * over d.  For an output that means a reduction across the shards; for an input, in the
+ * backward pass, its gradient.  sim_graph_op_dim_indexes() is the test for one d.
+ * FALSE for a tensor the op does not have. */
+SIM_PUBLIC gboolean sim_graph_op_dim_indexes(const SimGraph *g, int op, SimTensorRole role,
+                                             int i, int d);
+SIM_PUBLIC gboolean sim_graph_op_tensor_partial(const SimGraph *g, int op, SimTensorRole role,
+                                                int i, const int *degree);
+/* Whether @op applies a nonlinear function in its epilogue (an "activation" other than
+ * identity or scale, or a fused "relu"): a function of partial sums is not the function
+ * of their sum, so such an op cannot split a dimension its output does not depend on. */
+SIM_PUBLIC gboolean sim_graph_op_fused_nonlinear(const SimGraph *g, int op);
+
 /* JSON ("format": "parasol-graph", "version": 1).  The reader re-runs shape inference and
  * names the file and the operator in its errors. */
 SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);
@@ -670,6 +685,12 @@ SIM_PUBLIC const char *sim_schedule_name(SimSchedule s);
 SIM_PUBLIC const char *sim_allreduce_algo_name(SimAllreduceAlgo a);
 SIM_PUBLIC const char *sim_recompute_name(SimRecompute r);
 SIM_PUBLIC const char *sim_precision_name(SimPrecision p);
+/* The same enumerations by name, as strategy files and the command line spell them (any
+ * case); -1 for an unknown name. */
+SIM_PUBLIC int sim_schedule_from_name(const char *name);
+SIM_PUBLIC int sim_allreduce_algo_from_name(const char *name);
+SIM_PUBLIC int sim_recompute_from_name(const char *name);
+SIM_PUBLIC int sim_precision_from_name(const char *name);
 
 typedef struct _SimStrategy SimStrategy;
 
@@ -751,6 +772,17 @@ SIM_PUBLIC SimStrategy *sim_strategy_load(const char *path, const SimGraph *g,
                                           const SimMachine *m, GError **error);
 SIM_PUBLIC gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *path,
                                       GError **error);
+/* A strategy file found with graph rewrites ("rewrites") names the rewritten graph's
+ * operators.  This reads it in one parse: @rewrite turns @g into the graph the file names
+ * (the rewrites it records, in order; libsearch's search_strategy_load() passes its
+ * rewriter), and @graph receives that graph (transfer full; a copy of @g when the file
+ * records none), against which the strategy is read and validated. */
+typedef SimGraph *(*SimGraphRewriteFunc)(const SimGraph *g, const char *const *names,
+                                         gpointer data, GError **error);
+SIM_PUBLIC SimStrategy *sim_strategy_load_rewritten(const char *path, const SimGraph *g,
+                                                    const SimMachine *m,
+                                                    SimGraphRewriteFunc rewrite, gpointer data,
+                                                    SimGraph **graph, GError **error);
 
 /* Builders. */
 /* Every op data parallel over @n_devices devices starting at device 0 (sample dims split
