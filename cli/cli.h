@@ -6,8 +6,9 @@
 
 #include "parasol-sim.h"
 
-/* Exit statuses: 0 done, 1 the work failed, 2 bad input or usage (docs/inputs.md). */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
+/* Exit statuses: 0 done, 1 the work failed, 2 bad input or usage, 3 the simulated plan
+ * does not fit in GPU memory (simulate; docs/inputs.md). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NO_FIT = 3 };
 
 typedef struct {
   const char *name;

@@ -269,7 +269,9 @@ static int simulate_one(int argc, char **argv, int line)
                  "--trace-devices keeps fewer GPUs (e.g. one of each pipeline stage)\n");
   }
   cli_problem_clear(&pb);
-  return CLI_EXIT_OK;
+  /* A plan that does not fit is a result, not an error, but scripts must not take it
+   * for one that runs (a batch line says so in its "fits"). */
+  return line < 0 && !sim_report_fits(r) ? CLI_EXIT_NO_FIT : CLI_EXIT_OK;
 }
 
 int cmd_simulate(int argc, char **argv)

@@ -275,6 +275,9 @@ Test(cli, the_default_plan_takes_the_largest_micro_batch_that_fits)
   cr_expect(strstr(dflt.out, "\"fits\" : true"), "%s", dflt.out);
   cr_expect_eq(iteration_time(dflt.out), iteration_time(by_hand.out));
   cr_expect(strstr(as_given.out, "\"fits\" : false"), "%s", as_given.out);
+  /* A plan that does not fit: its report, and exit status 3 (docs/inputs.md). */
+  cr_expect_eq(as_given.status, 3, "exit status %d: %s", as_given.status, as_given.err);
+  cr_expect_eq(by_hand.status, 0, "%s", by_hand.err);
   run_clear(&dflt);
   run_clear(&by_hand);
   run_clear(&as_given);
