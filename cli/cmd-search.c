@@ -213,7 +213,7 @@ int cmd_search(int argc, char **argv)
       !cli_check_output(plot, &error))
     goto fail;
   ro.log_path = log;
-  ro.progress = !quiet && !json && cli_stderr_is_tty();
+  ro.progress = !quiet && !json;
   ro.handle_sigint = TRUE;
   /* The budget in seconds bounds the whole command: the search gets SEARCH_SHARE of what
    * the loading left, the yardsticks and the report the rest, and whatever is running at

@@ -617,3 +617,62 @@ Test(cli, a_second_signal_during_the_wrap_up_still_leaves_the_plan, .timeout = 1
 {
   a_signal_keeps_the_plan(SIGINT, SIGTERM);
 }
+
+Test(cli, progress_off_a_terminal_is_a_line_every_few_seconds, .timeout = 120)
+{
+  /* stderr is a pipe here: no line redrawn in place (no carriage return), one line every
+   * 5 s, and the closing one; --quiet none. */
+  Run r = run("search", "--model", "mlp", "--algo", "mcmc", "--budget", "8s", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_expect_null(strchr(r.err, '\r'), "%s", r.err);
+  int lines = 0;
+  for (const char *p = r.err; (p = strstr(p, "mcmc ")); p++)
+    if (strstr(p, " evals ") && (p == r.err || p[-1] == '\n'))
+      lines++;
+  cr_expect(lines >= 1 && lines <= 3, "%d progress lines in: %s", lines, r.err);
+  run_clear(&r);
+  Run q = run("search", "--model", "mlp", "--algo", "mcmc", "--budget", "8s", "--quiet", NULL);
+  cr_expect_null(strstr(q.err, " evals "), "%s", q.err);
+  run_clear(&q);
+}
+
+Test(cli, compare_prints_json_and_defaults_to_a_short_budget, .timeout = 120)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cmp-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run r = run("compare", "--model", "mlp", "--algos", "mcmc,dp", "--seeds", "2", "--budget",
+              "25evals", "--json", "--quiet", "--out", prefix, NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  /* Two algorithms of two runs each, every run its 25 evaluations; an algorithm's best is
+   * the best of its runs, and its speedup the yardstick's time over it. */
+  int runs = 0;
+  for (const char *p = r.out; (p = strstr(p, "\"seed\" :")); p++)
+    runs++;
+  cr_expect_eq(runs, 4, "%s", r.out);
+  const char *mcmc = strstr(r.out, "\"algorithm\" : \"mcmc\"");
+  cr_assert_not_null(mcmc, "%s", r.out);
+  cr_expect_eq(json_number(mcmc, "evals"), 25);
+  const char *seed2 = strstr(mcmc, "\"seed\" : 2");
+  cr_assert_not_null(seed2);
+  double b1 = json_number(mcmc, "best_s"), b2 = json_number(seed2, "best_s");
+  const char *summary = strstr(seed2, "]");
+  cr_assert_not_null(summary);
+  double best = json_number(summary, "best_s");
+  cr_expect_eq(best, MIN(b1, b2));
+  cr_expect_float_eq(json_number(summary, "speedup_over_data_parallel"),
+                     json_number(r.out, "data_parallel_s") / best, 1e-9);
+  run_clear(&r);
+  /* Without --budget, each run has 5 s (docs/search.md). */
+  Run d = run("compare", "--model", "mlp", "--algos", "dp", "--seeds", "1", "--json", "--quiet",
+              "--out", prefix, NULL);
+  cr_assert_eq(d.status, 0, "%s", d.err);
+  cr_expect(strstr(d.out, "\"budget\" : \"5s\"") != NULL, "%s", d.out);
+  cr_expect_leq(json_number(d.out, "elapsed_s"), 5.0, "%s", d.out);
+  run_clear(&d);
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}

@@ -22,8 +22,11 @@ ENV = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."))
 def cli_json(*args):
     if not PARASOL:
         pytest.skip("PARASOL_BIN is not set")
-    out = subprocess.run([PARASOL, *args, "--json"], check=True, capture_output=True)
-    return json.loads(out.stdout)
+    out = subprocess.run([PARASOL, *args, "--json"], capture_output=True)
+    report = json.loads(out.stdout)
+    # Exit status 3: simulated, but the plan does not fit (docs/inputs.md).
+    assert out.returncode == (0 if report["fits"] else 3), out.stderr
+    return report
 
 
 def test_zoo_and_library():
