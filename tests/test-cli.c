@@ -676,3 +676,26 @@ Test(cli, compare_prints_json_and_defaults_to_a_short_budget, .timeout = 120)
   }
   g_rmdir(dir);
 }
+
+Test(cli, a_default_vocabulary_is_padded_as_megatron_pads_it)
+{
+  /* gpt's 50,257 tokens: padded to a multiple of 128 x 2 = 256 for --tp 2 (50,432), said
+   * on stderr, the same plan as that vocabulary given by hand; a vocabulary given is kept
+   * (a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint). */
+#define TINY_GPT_DEFAULT_VOCAB "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16", \
+                               "--machine", "dgx-a100:1", "--global-batch", "8", "--json"
+  Run padded = run("simulate", TINY_GPT_DEFAULT_VOCAB, "--tp", "2", NULL);
+  Run by_hand = run("simulate", TINY_GPT_DEFAULT_VOCAB, "--tp", "2", "--param", "vocab=50432", NULL);
+  cr_assert_eq(padded.status, 0, "%s", padded.err);
+  cr_assert_eq(by_hand.status, 0, "%s", by_hand.err);
+  cr_expect(strstr(padded.err, "vocabulary of 50257 padded to 50432 (a multiple of 128 x tp 2)"),
+            "%s", padded.err);
+  cr_expect_null(strstr(by_hand.err, "padded"), "%s", by_hand.err);
+  cr_expect_eq(iteration_time(padded.out), iteration_time(by_hand.out));
+  run_clear(&padded);
+  run_clear(&by_hand);
+  /* Without tensor parallelism, to a multiple of 128: 50,304. */
+  Run one = run("simulate", TINY_GPT_DEFAULT_VOCAB, NULL);
+  cr_expect(strstr(one.err, "padded to 50304 (a multiple of 128 x tp 1)"), "%s", one.err);
+  run_clear(&one);
+}

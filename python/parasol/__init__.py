@@ -21,7 +21,7 @@ import random
 from . import _lib
 from ._lib import lib
 
-__all__ = ["Error", "Model", "Machine", "Strategy", "Problem", "Config", "Context",
+__all__ = ["Error", "zoo_params", "Model", "Machine", "Strategy", "Problem", "Config", "Context",
            "SearchAlgorithm", "SearchResult", "models", "machines", "algorithms",
            "simulate", "search", "compare", "register", "load_plugin", "PRECISIONS"]
 
@@ -59,14 +59,37 @@ def _b(text):
         else str(text).encode()
 
 
+def zoo_params(name):
+    """A zoo model's parameters with their defaults: {name: (value, help)}; {} for a name
+    that is not in the zoo."""
+    p = lib.sim_zoo_model_params(_b(name))
+    out = {}
+    i = 0
+    while p and p[i].name:
+        out[p[i].name.decode()] = (p[i].value, p[i].help.decode() if p[i].help else "")
+        i += 1
+    return out
+
+
 class Model:
     """A zoo model or a graph file, with integer parameters (layers=4, batch=64) and the
-    float dtype of a precision (mixed-fp16, the CLI's default)."""
+    float dtype of a precision (mixed-fp16, the CLI's default).  As the program does, a
+    zoo transformer whose vocabulary is not given is padded as Megatron pads it, to a
+    multiple of 128 x tp; `vocab_padding` is then (default, padded), else None."""
 
-    def __init__(self, name=DEFAULT_MODEL, precision="mixed-fp16", **params):
+    def __init__(self, name=DEFAULT_MODEL, precision="mixed-fp16", tp=1, **params):
         if precision not in PRECISIONS:
             raise Error("precision '%s': expected one of %s" % (precision,
                                                                  ", ".join(PRECISIONS)))
+        self.vocab_padding = None
+        zoo = zoo_params(name)
+        if "vocab" in zoo and "heads" in zoo and "vocab" not in params:
+            vocab = zoo["vocab"][0]
+            unit = 128 * max(int(tp), 1)
+            padded = (vocab + unit - 1) // unit * unit
+            if padded != vocab:
+                params["vocab"] = padded
+                self.vocab_padding = (vocab, padded)
         pp = lib.sim_model_params_new()
         try:
             for k, v in params.items():

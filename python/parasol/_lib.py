@@ -47,6 +47,10 @@ GErrorP = POINTER(GError)
 GErrorPP = POINTER(GErrorP)
 
 
+class SimModelParam(Structure):
+    _fields_ = [("name", c_char_p), ("value", c_int64), ("help", c_char_p)]
+
+
 class SearchConfig(Structure):
     """One parallel configuration of an operator (search/parasol-search.h)."""
     _fields_ = [("degree", c_int * 8), ("start", c_int), ("n", c_int)]
@@ -115,6 +119,7 @@ for _n, _r, _a in [
     ("sim_zoo_n_models", c_int, []),
     ("sim_zoo_model_name", c_char_p, [c_int]),
     ("sim_zoo_model_description", c_char_p, [c_int]),
+    ("sim_zoo_model_params", POINTER(SimModelParam), [c_char_p]),
     ("sim_model_params_new", _P, []),
     ("sim_model_params_free", None, [_P]),
     ("sim_model_params_parse", gboolean, [_P, c_char_p, GErrorPP]),

@@ -207,3 +207,18 @@ def test_example_files():
                       "--machine", os.path.join(ex, "machine.json"),
                       "--strategy", os.path.join(ex, "strategy.json"))
     assert mine["iteration_time_s"] == pytest.approx(theirs["iteration_time_s"], rel=1e-12)
+
+
+def test_vocabulary_padded_as_the_program_pads_it():
+    tiny = dict(layers=1, hidden=64, heads=4, seq=16, batch=8)
+    model = parasol.Model("gpt", tp=2, **tiny)
+    assert model.vocab_padding == (50257, 50432)
+    assert parasol.Model("gpt", **tiny).vocab_padding == (50257, 50304)
+    assert parasol.Model("gpt", vocab=1000, **tiny).vocab_padding is None
+    assert parasol.Model("resnet-50").vocab_padding is None
+    machine = parasol.Machine("dgx-a100:1")
+    mine = parasol.simulate(model, machine, parasol.Strategy.megatron(model, machine, tp=2))
+    theirs = cli_json("simulate", "--model", "gpt", "--param",
+                      "layers=1,hidden=64,heads=4,seq=16,batch=8", "--machine", "dgx-a100:1",
+                      "--tp", "2")
+    assert mine["iteration_time_s"] == pytest.approx(theirs["iteration_time_s"], rel=1e-12)
