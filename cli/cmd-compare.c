@@ -208,9 +208,9 @@ int cmd_compare(int argc, char **argv)
   CliSearchOptions so;
   cli_search_options_init(&so);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default mlp)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "algos", 'A', 0, G_OPTION_ARG_STRING, &algos_text, "Algorithms, comma-separated (default mcmc,dp,beam)", "LIST" },
     { "seeds", 'k', 0, G_OPTION_ARG_INT, &seeds, "Seeds per algorithm: 1..K (default 3)", "K" },
     { "out", 0, 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX.gp and PREFIX.png (default compare)", "PREFIX" },
@@ -278,7 +278,7 @@ int cmd_compare(int argc, char **argv)
   SearchRunOptions ro;
   if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
     goto fail;
-  if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
+  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE, &plan,
                         &error))
     goto fail;
   if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))

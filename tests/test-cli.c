@@ -699,3 +699,67 @@ Test(cli, a_default_vocabulary_is_padded_as_megatron_pads_it)
   cr_expect(strstr(one.err, "padded to 50304 (a multiple of 128 x tp 1)"), "%s", one.err);
   run_clear(&one);
 }
+
+Test(cli, every_command_has_the_same_default_model_and_machine, .timeout = 120)
+{
+  /* gpt (GPT-2 small) on a DGX A100 (cli/cli.h); exec and validate run it shrunk. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-dflt-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run sim = run("simulate", "--json", NULL);
+  Run search = run("search", "--budget", "5evals", "--json", NULL);
+  Run cmp = run("compare", "--algos", "data-parallel", "--seeds", "1", "--budget", "1evals",
+                "--json", "--quiet", "--out", prefix, NULL);
+  Run *runs[] = { &sim, &search, &cmp };
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++) {
+    cr_expect_eq(runs[i]->status, 0, "%s", runs[i]->err);
+    cr_expect(strstr(runs[i]->out, "\"model\" : \"gpt\""), "%s", runs[i]->out);
+    cr_expect(strstr(runs[i]->out, "\"machine\" : \"dgx-a100\""), "%s", runs[i]->out);
+    run_clear(runs[i]);
+  }
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}
+
+Test(cli, exec_and_validate_print_json, .timeout = 120)
+{
+  /* exec: the same steps as the text, each loss to the text's eight decimals; with
+   * --check, the check's verdict. */
+  Run text = run("exec", "--steps", "2", NULL);
+  Run json = run("exec", "--steps", "2", "--json", NULL);
+  Run checked = run("exec", "--steps", "1", "--check", "--json", NULL);
+  cr_assert_eq(checked.status, 0, "%s", checked.err);
+  cr_expect(strstr(checked.out, "\"match\" : true"), "%s", checked.out);
+  cr_expect_null(strstr(json.out, "\"check\""), "%s", json.out);
+  run_clear(&checked);
+  cr_assert_eq(text.status, 0, "%s", text.err);
+  cr_assert_eq(json.status, 0, "%s", json.err);
+  const char *s2 = strstr(json.out, "\"step\" : 2");
+  cr_assert_not_null(s2, "%s", json.out);
+  g_autofree char *loss2 = g_strdup_printf("\n2      %14.8f", json_number(s2, "loss"));
+  cr_expect(strstr(text.out, loss2), "%s in %s", loss2, text.out);
+  run_clear(&text);
+  run_clear(&json);
+  /* validate: the object holds what its CSV holds. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-val-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "v", NULL);
+  Run v = run("validate", "--steps", "1", "--json", "--out", prefix, NULL);
+  cr_assert_eq(v.status, 0, "%s", v.err);
+  g_autofree char *csv_path = g_strconcat(prefix, ".csv", NULL);
+  g_autofree char *csv = NULL;
+  cr_assert(g_file_get_contents(csv_path, &csv, NULL, NULL));
+  const char *row = strstr(csv, "\niteration,");
+  cr_assert_not_null(row, "%s", csv);
+  double pred = g_ascii_strtod(row + strlen("\niteration,"), NULL);
+  cr_expect_float_eq(json_number(v.out, "iteration_predicted_s"), pred, 1e-8 * pred, "%s", v.out);
+  run_clear(&v);
+  static const char *const files[] = { ".csv", "-tasks.csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(files); i++) {
+    g_autofree char *f = g_strconcat(prefix, files[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}

@@ -34,7 +34,7 @@ PRECISIONS = {"mixed-fp16": _FP16, "mixed-bf16": _BF16, "fp32": _FP32, "tf32": _
               "fp8": _BF16}
 # SimPrecision values (sim/parasol-sim.h).
 _SIM_PRECISION = {"fp32": 0, "mixed-fp16": 1, "mixed-bf16": 2, "tf32": 3, "fp8": 4}
-DEFAULT_MODEL = "gpt3-1.3b"
+DEFAULT_MODEL = "gpt"
 DEFAULT_MACHINE = "dgx-a100"
 
 
