@@ -763,3 +763,23 @@ Test(cli, exec_and_validate_print_json, .timeout = 120)
   }
   g_rmdir(dir);
 }
+
+Test(cli, profile_show_prints_json)
+{
+  /* The shipped H200 database: the object's counts are the text's. */
+  const char *data = g_getenv("PARASOL_DATA");
+  cr_assert_not_null(data, "PARASOL_DATA is not set");
+  g_autofree char *db = g_build_filename(data, "profiles", "h200", NULL);
+  Run text = run("profile", "show", db, NULL);
+  Run json = run("profile", "show", "--json", db, NULL);
+  cr_assert_eq(text.status, 0, "%s", text.err);
+  cr_assert_eq(json.status, 0, "%s", json.err);
+  g_autofree char *line = g_strdup_printf("ops          %.0f forward, %.0f backward, %.0f update",
+                                          json_number(json.out, "ops_forward"),
+                                          json_number(json.out, "ops_backward"),
+                                          json_number(json.out, "ops_update"));
+  cr_expect(strstr(text.out, line), "%s in %s", line, text.out);
+  cr_expect(json_number(json.out, "ops_forward") > 0, "%s", json.out);
+  run_clear(&text);
+  run_clear(&json);
+}
