@@ -23,12 +23,12 @@ int main(int argc, char **argv)
   SimReport *r = NULL;
   int status = 2;
 
+  /* A zoo model comes in fp16, as `parasol simulate` trains it by default (--precision
+   * mixed-fp16: activations and weights in fp16, master weights and optimizer state in
+   * fp32); sim_graph_set_float_dtype() chooses another. */
   g = sim_model_load(model, NULL, &error);
   if (!g)
     goto out;
-  /* As `parasol simulate` does by default (--precision mixed-fp16): activations and
-   * weights in fp16, master weights and optimizer state in fp32. */
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
   m = sim_machine_load(machine, &error);
   if (!m)
     goto out;
