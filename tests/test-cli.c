@@ -783,3 +783,36 @@ Test(cli, profile_show_prints_json)
   run_clear(&text);
   run_clear(&json);
 }
+
+Test(cli, every_command_that_simulates_reads_a_calibration_file, .timeout = 120)
+{
+  /* A missing file is named by each; the shipped vTrain fit runs in each, and changes
+   * what simulate predicts. */
+  static const char *const commands[] = { "simulate", "search", "compare", "exec", "validate" };
+  for (gsize i = 0; i < G_N_ELEMENTS(commands); i++)
+    expect_refused(run(commands[i], "--calibration", "/nonexistent/cal.json", NULL),
+                   "/nonexistent/cal.json");
+  const char *data = g_getenv("PARASOL_DATA");
+  cr_assert_not_null(data, "PARASOL_DATA is not set");
+  g_autofree char *cal = g_build_filename(data, "calibration", "vtrain-a100.json", NULL);
+  g_autofree char *dir = g_dir_make_tmp("parasol-cal-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run fitted = run("simulate", "--calibration", cal, "--json", NULL);
+  Run plain = run("simulate", "--json", NULL);
+  Run search = run("search", "--calibration", cal, "--budget", "5evals", "--json", NULL);
+  Run cmp = run("compare", "--calibration", cal, "--algos", "data-parallel", "--seeds", "1",
+                "--budget", "1evals", "--json", "--quiet", "--out", prefix, NULL);
+  Run ex = run("exec", "--calibration", cal, "--steps", "1", "--json", NULL);
+  Run *runs[] = { &fitted, &plain, &search, &cmp, &ex };
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++)
+    cr_expect_eq(runs[i]->status, 0, "%s", runs[i]->err);
+  cr_expect_neq(iteration_time(fitted.out), iteration_time(plain.out));
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++)
+    run_clear(runs[i]);
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}
