@@ -1,6 +1,8 @@
 /* cli.c — helpers shared by the command files. */
 #include "cli.h"
 
+#include <json-glib/json-glib.h>
+
 #include <errno.h>
 #include <glib/gstdio.h>
 #include <sys/stat.h>
@@ -300,4 +302,14 @@ void cli_run_gnuplot(const char *command, const char *data, const char *gp, cons
 const char *cli_signal_text(int signo)
 {
   return signo == SIGTERM ? "terminated (SIGTERM)" : "interrupted";
+}
+
+void cli_print_json(JsonBuilder *b)
+{
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  json_generator_set_root(gen, root);
+  json_generator_set_pretty(gen, TRUE);
+  g_autofree char *text = json_generator_to_data(gen, NULL);
+  printf("%s\n", text);
 }

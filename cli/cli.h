@@ -6,8 +6,17 @@
 
 #include "parasol-sim.h"
 
-/* Exit statuses: 0 done, 1 the work failed, 2 bad input or usage (docs/inputs.md). */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
+/* Exit statuses: 0 done, 1 the work failed, 2 bad input or usage, 3 the simulated plan
+ * does not fit in GPU memory (simulate; docs/inputs.md). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_NO_FIT = 3 };
+
+/* The model and machine every command takes without --model and --machine: GPT-2 small
+ * (the zoo's gpt) on a DGX A100.  exec and validate, which run the plan for real, take
+ * the same model shrunk to a size the CPU back end runs in a second
+ * (CLI_DEFAULT_EXEC_PARAMS). */
+#define CLI_DEFAULT_MODEL "gpt"
+#define CLI_DEFAULT_MACHINE "dgx-a100"
+#define CLI_DEFAULT_EXEC_PARAMS "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8"
 
 typedef struct {
   const char *name;
@@ -55,6 +64,10 @@ void cli_interrupt_catch(void);
 void cli_interrupt_release(void);
 const volatile sig_atomic_t *cli_interrupted(void);
 gboolean cli_stderr_is_tty(void);
+
+/* Prints the object @b has built on stdout as indented JSON (--json). */
+struct _JsonBuilder;
+void cli_print_json(struct _JsonBuilder *b);
 
 /* Creates the folder that @path (a file to be written) lies in, where it is missing. */
 gboolean cli_make_parent(const char *path, GError **error);

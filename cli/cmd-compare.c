@@ -4,6 +4,8 @@
 #include "cli.h"
 #include "search-options.h"
 
+#include <json-glib/json-glib.h>
+
 #include <errno.h>
 #include <glib/gstdio.h>
 #include <sys/stat.h>
@@ -15,6 +17,8 @@
 /* The share of each run's budget (in seconds) its search takes; the rest is left for
  * the data-parallel yardstick and the figure. */
 #define COMPARE_SHARE 0.95
+/* Each run's budget without --budget: three algorithms with three seeds take 45 s. */
+#define COMPARE_DEFAULT_BUDGET "5s"
 
 typedef struct {
   const SearchAlgorithm *algo;
@@ -112,24 +116,106 @@ static gboolean write_plot(const char *gp, const char *png, const char *title, R
   return TRUE;
 }
 
+static void add_time(JsonBuilder *b, const char *name, double t)
+{
+  json_builder_set_member_name(b, name);
+  if (isfinite(t))
+    json_builder_add_double_value(b, t);
+  else
+    json_builder_add_null_value(b);
+}
+
+/* The summary as --json prints it: the problem, the data-parallel yardstick and, per
+ * algorithm, the text's columns and every run (times in seconds, null for none). */
+static void print_json(const CliProblem *pb, const char *budget, int seeds, double dp_time,
+                       GPtrArray *algos, const Run *runs, int n_runs)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "model");
+  json_builder_add_string_value(b, sim_graph_get_name(pb->graph));
+  json_builder_set_member_name(b, "machine");
+  json_builder_add_string_value(b, sim_machine_get_name(pb->machine));
+  json_builder_set_member_name(b, "gpus");
+  json_builder_add_int_value(b, sim_machine_n_devices(pb->machine));
+  json_builder_set_member_name(b, "budget");
+  json_builder_add_string_value(b, budget);
+  json_builder_set_member_name(b, "seeds");
+  json_builder_add_int_value(b, seeds);
+  add_time(b, "data_parallel_s", dp_time);
+  json_builder_set_member_name(b, "algorithms");
+  json_builder_begin_array(b);
+  for (guint a = 0; a < algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+    double finals[1000], t95[1000];
+    int nf = 0, nt = 0;
+    double best = INFINITY, evals = 0, wall = 0;
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "algorithm");
+    json_builder_add_string_value(b, algo->name);
+    json_builder_set_member_name(b, "runs");
+    json_builder_begin_array(b);
+    for (int i = 0; i < n_runs; i++) {
+      if (runs[i].algo != algo)
+        continue;
+      if (isfinite(runs[i].final))
+        finals[nf++] = runs[i].final;
+      if (!isnan(runs[i].t95))
+        t95[nt++] = runs[i].t95;
+      best = MIN(best, runs[i].final);
+      evals += (double)runs[i].evals;
+      wall += runs[i].elapsed;
+      json_builder_begin_object(b);
+      json_builder_set_member_name(b, "seed");
+      json_builder_add_int_value(b, (gint64)runs[i].seed);
+      add_time(b, "best_s", runs[i].final);
+      json_builder_set_member_name(b, "evals");
+      json_builder_add_int_value(b, runs[i].evals);
+      json_builder_set_member_name(b, "elapsed_s");
+      json_builder_add_double_value(b, runs[i].elapsed);
+      add_time(b, "to_95_s", isnan(runs[i].t95) ? INFINITY : runs[i].t95);
+      json_builder_end_object(b);
+    }
+    json_builder_end_array(b);
+    add_time(b, "best_s", best);
+    add_time(b, "median_s", median(finals, nf));
+    add_time(b, "speedup_over_data_parallel",
+             isfinite(best) && isfinite(dp_time) ? dp_time / best : INFINITY);
+    double m95 = median(t95, nt);
+    add_time(b, "median_to_95_s", isnan(m95) ? INFINITY : m95);
+    json_builder_set_member_name(b, "evals_per_s");
+    json_builder_add_double_value(b, wall > 0 ? evals / wall : 0.0);
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  json_builder_end_object(b);
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  json_generator_set_root(gen, root);
+  json_generator_set_pretty(gen, TRUE);
+  g_autofree char *text = json_generator_to_data(gen, NULL);
+  printf("%s\n", text);
+}
+
 int cmd_compare(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *algos_text = NULL, *prefix = NULL;
   g_auto(GStrv) params = NULL;
   int seeds = 3;
-  gboolean quiet = FALSE;
+  gboolean quiet = FALSE, json = FALSE;
   g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliSearchOptions so;
   cli_search_options_init(&so);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default mlp)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "algos", 'A', 0, G_OPTION_ARG_STRING, &algos_text, "Algorithms, comma-separated (default mcmc,dp,beam)", "LIST" },
     { "seeds", 'k', 0, G_OPTION_ARG_INT, &seeds, "Seeds per algorithm: 1..K (default 3)", "K" },
     { "out", 0, 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX.gp and PREFIX.png (default compare)", "PREFIX" },
     { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress lines", NULL },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the summary and every run as JSON", NULL },
     { NULL },
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new("- compare search algorithms");
@@ -138,7 +224,8 @@ int cmd_compare(int argc, char **argv)
     "every improvement to PREFIX.csv (algo, seed, wall_s, evals, best_s) and a gnuplot\n"
     "figure of the best predicted iteration time against search time (PREFIX.gp, .png).\n"
     "Each --opt goes to the algorithms that read it.  A budget in seconds\n"
-    "is each run's: the command ends within that times the number of runs.  Ctrl-C or\n"
+    "is each run's (default " COMPARE_DEFAULT_BUDGET "): the command ends within that times the\n"
+    "number of runs.  Ctrl-C or\n"
     "SIGTERM ends the run under way, skips the others and writes what was done.");
   g_option_context_add_main_entries(ctx, entries, NULL);
   g_option_context_add_group(ctx, cli_search_option_group(&so));
@@ -168,6 +255,8 @@ int cmd_compare(int argc, char **argv)
     status = cli_usage_error("compare", "--seeds %d: expected 1 to 1000", seeds);
     goto done;
   }
+  if (!so.budget)
+    so.budget = g_strdup(COMPARE_DEFAULT_BUDGET);
   if (!cli_search_setup(&so, &error))
     goto fail;
   {
@@ -189,7 +278,7 @@ int cmd_compare(int argc, char **argv)
   SearchRunOptions ro;
   if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
     goto fail;
-  if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
+  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE, &plan,
                         &error))
     goto fail;
   if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
@@ -236,7 +325,7 @@ int cmd_compare(int argc, char **argv)
    * made. */
   search_signals_catch();
   ro.handle_sigint = TRUE;
-  ro.progress = !quiet && cli_stderr_is_tty();
+  ro.progress = !quiet;
   int total_runs = (int)algos->len * seeds;
   if (ro.time_budget > 0 || ro.eval_budget == 0) {
     double per_run = ro.time_budget > 0 ? ro.time_budget : 60.0;
@@ -322,9 +411,13 @@ int cmd_compare(int argc, char **argv)
     g_printerr("parasol compare: data parallelism not simulated within the budget\n");
 
   /* The summary: per algorithm over its seeds. */
+  if (json) {
+    print_json(&pb, so.budget, seeds, dp_time, algos, runs, n_runs);
+    goto plot;
+  }
   printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(pb.graph),
          sim_machine_get_name(pb.machine), sim_machine_n_devices(pb.machine),
-         so.budget ? so.budget : "60s", seeds, seeds == 1 ? "" : "s");
+         so.budget, seeds, seeds == 1 ? "" : "s");
   printf("%-14s %12s %12s %10s %12s %10s\n", "algorithm", "best", "median", "vs dp", "to 95% (s)",
          "evals/s");
   for (guint a = 0; a < algos->len; a++) {
@@ -353,6 +446,7 @@ int cmd_compare(int argc, char **argv)
            wall > 0 ? evals / wall : 0.0);
   }
 
+plot:
   title = g_strdup_printf("%s on %s", sim_graph_get_name(pb.graph),
                                            sim_machine_get_name(pb.machine));
   if (!write_plot(gp_path, png_path, title, runs, n_runs, algos, dp_time, &error))

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "exec-options.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 
 int cmd_exec(int argc, char **argv)
@@ -11,16 +12,16 @@ int cmd_exec(int argc, char **argv)
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
   g_autofree char *dump_dir = NULL, *load_dir = NULL;
   g_auto(GStrv) params = NULL;
-  gboolean check = FALSE, list = FALSE;
+  gboolean check = FALSE, list = FALSE, json = FALSE;
   double tolerance = 1e-5;
   g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliExecOptions eo;
   cli_exec_options_init(&eo, 3);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt with a tiny size)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL " with a tiny size: " CLI_DEFAULT_EXEC_PARAMS ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
     { "check", 0, 0, G_OPTION_ARG_NONE, &check, "Compare with one device running the same steps", NULL },
     { "tolerance", 0, 0, G_OPTION_ARG_DOUBLE, &tolerance, "Largest relative error --check accepts (default 1e-5)", "T" },
@@ -28,6 +29,7 @@ int cmd_exec(int argc, char **argv)
     { "dump", 0, 0, G_OPTION_ARG_FILENAME, &dump_dir, "Write the initial weights and each step's inputs, dropout masks, loss, gradients and weights to DIR (docs/exec-dump.md)", "DIR" },
     { "load-weights", 0, 0, G_OPTION_ARG_FILENAME, &load_dir, "Start from the initial weights of a dump in DIR", "DIR" },
     { "list-backends", 0, 0, G_OPTION_ARG_NONE, &list, "List the back ends of this build", NULL },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the run (each step's loss and time, the check) as JSON", NULL },
     { NULL },
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new("- run training steps of a plan");
@@ -63,7 +65,7 @@ int cmd_exec(int argc, char **argv)
     cli_exec_options_clear(&eo);
     return CLI_EXIT_OK;
   }
-  static const char *const tiny[] = { "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8", NULL };
+  static const char *const tiny[] = { CLI_DEFAULT_EXEC_PARAMS, NULL };
   GError *error = NULL;
   CliExec e, ref = { 0 };
   /* With --check, activations start each step as NaN, so that a value read before it is
@@ -72,22 +74,43 @@ int cmd_exec(int argc, char **argv)
   eo.checking = check;
   eo.load_weights = load_dir;
   g_autoptr(ExecDump) dump = NULL;
+  JsonBuilder *jb = NULL;
   int status = CLI_EXIT_OK;
-  if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
-                      machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
+  if (!cli_exec_setup(&e, model ? model : CLI_DEFAULT_MODEL, model ? params : (char **)tiny,
+                      machine ? machine : CLI_DEFAULT_MACHINE, strategy_file, &plan, &eo, &error))
     goto fail;
   if (check && !cli_exec_setup_reference(&ref, &e, &eo, &error))
     goto fail;
-  printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
-         sim_machine_get_name(e.pb.machine), cli_exec_devices_used(e.plan),
-         exec_backend_get_name(e.backend));
-  if (e.check_eps > 0)
+  jb = json ? json_builder_new() : NULL;
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "model");
+    json_builder_add_string_value(jb, sim_graph_get_name(e.pb.graph));
+    json_builder_set_member_name(jb, "machine");
+    json_builder_add_string_value(jb, sim_machine_get_name(e.pb.machine));
+    json_builder_set_member_name(jb, "devices");
+    json_builder_add_int_value(jb, cli_exec_devices_used(e.plan));
+    json_builder_set_member_name(jb, "backend");
+    json_builder_add_string_value(jb, exec_backend_get_name(e.backend));
+    if (e.check_eps > 0) {
+      json_builder_set_member_name(jb, "adam_eps");
+      json_builder_add_double_value(jb, e.check_eps);
+    }
+    json_builder_set_member_name(jb, "steps");
+    json_builder_begin_array(jb);
+  } else {
+    printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
+           sim_machine_get_name(e.pb.machine), cli_exec_devices_used(e.plan),
+           exec_backend_get_name(e.backend));
+  }
+  if (e.check_eps > 0 && !jb)
     printf("Adam's epsilon %g for the check (--adam-eps to choose): with 1e-8, weights whose "
            "gradient is rounding noise move by the learning rate in that noise's direction\n",
            e.check_eps);
   if (dump_dir && !(dump = exec_dump_new(e.run, dump_dir, &error)))
     goto fail;
-  printf("%-6s %14s %12s\n", "step", "loss", "time");
+  if (!jb)
+    printf("%-6s %14s %12s\n", "step", "loss", "time");
   for (int k = 0; k < eo.steps; k++) {
     if (!exec_run_step(e.run, &error))
       goto fail;
@@ -95,9 +118,22 @@ int cmd_exec(int argc, char **argv)
       goto fail;
     if (dump && !exec_dump_step(dump, e.run, &error))
       goto fail;
+    if (jb) {
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "step");
+      json_builder_add_int_value(jb, k + 1);
+      json_builder_set_member_name(jb, "loss");
+      json_builder_add_double_value(jb, exec_run_loss(e.run));
+      json_builder_set_member_name(jb, "time_s");
+      json_builder_add_double_value(jb, exec_run_step_time(e.run));
+      json_builder_end_object(jb);
+      continue;
+    }
     g_autofree char *t = cli_format_time(exec_run_step_time(e.run));
     printf("%-6d %14.8f %12s\n", k + 1, exec_run_loss(e.run), t);
   }
+  if (jb)
+    json_builder_end_array(jb);
   if (trace) {
     if (!cli_make_parent(trace, &error) || !sim_plan_write_trace(e.plan, exec_run_task_start(e.run), exec_run_task_end(e.run), trace,
                               &error))
@@ -108,19 +144,43 @@ int cmd_exec(int argc, char **argv)
     ExecDiff d;
     if (!exec_run_compare(e.run, ref.run, &d, &error))
       goto fail;
-    printf("\nagainst one device after %d steps (max relative error):\n", eo.steps);
-    printf("  loss      %.3g\n  gradients %.3g\n  weights   %.3g\n  worst     %s\n", d.loss,
-           d.grads, d.weights, d.worst);
     gboolean ok = d.loss <= tolerance && d.grads <= tolerance && d.weights <= tolerance;
-    printf("%s (tolerance %g)\n", ok ? "match" : "MISMATCH", tolerance);
+    if (jb) {
+      json_builder_set_member_name(jb, "check");
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "loss");
+      json_builder_add_double_value(jb, d.loss);
+      json_builder_set_member_name(jb, "gradients");
+      json_builder_add_double_value(jb, d.grads);
+      json_builder_set_member_name(jb, "weights");
+      json_builder_add_double_value(jb, d.weights);
+      json_builder_set_member_name(jb, "worst");
+      json_builder_add_string_value(jb, d.worst);
+      json_builder_set_member_name(jb, "tolerance");
+      json_builder_add_double_value(jb, tolerance);
+      json_builder_set_member_name(jb, "match");
+      json_builder_add_boolean_value(jb, ok);
+      json_builder_end_object(jb);
+    } else {
+      printf("\nagainst one device after %d steps (max relative error):\n", eo.steps);
+      printf("  loss      %.3g\n  gradients %.3g\n  weights   %.3g\n  worst     %s\n", d.loss,
+             d.grads, d.weights, d.worst);
+      printf("%s (tolerance %g)\n", ok ? "match" : "MISMATCH", tolerance);
+    }
     if (!ok)
       status = CLI_EXIT_FAILURE;
+  }
+  if (jb) {
+    json_builder_end_object(jb);
+    cli_print_json(jb);
   }
   goto done;
 
 fail:
   status = cli_exec_report_error(error);
 done:
+  if (jb)
+    g_object_unref(jb);
   cli_exec_clear(&ref);
   cli_exec_clear(&e);
   cli_exec_options_clear(&eo);

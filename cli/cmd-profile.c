@@ -99,7 +99,7 @@ static gboolean parse_measure_number(const char *name, const char *value, gpoint
 static GOptionGroup *model_option_group(ModelOptions *o)
 {
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &o->model, "Zoo model or graph file (default gpt)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &o->model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &o->params, "Model parameter k=v (repeatable)", "K=V" },
     { "precision", 0, 0, G_OPTION_ARG_STRING, &o->precision, "fp16 (default), bf16 or fp32: the dtype the model computes in", "P" },
     { "attention", 0, 0, G_OPTION_ARG_STRING, &o->attention, "The attention kernels: fused, unfused, megatron or flash (default: the model's)", "K" },
@@ -163,7 +163,7 @@ static SimGraph *load_model(const ModelOptions *o, GError **error)
                 o->attention);
     return NULL;
   }
-  SimGraph *g = cli_load_model(o->model ? o->model : "gpt", o->params, error);
+  SimGraph *g = cli_load_model(o->model ? o->model : CLI_DEFAULT_MODEL, o->params, error);
   if (g)
     sim_graph_set_float_dtype(g, dt);
   if (g && kernel >= 0)
@@ -996,7 +996,13 @@ static int profile_perf(int argc, char **argv)
 static int profile_show(int argc, char **argv)
 {
   g_set_prgname("parasol profile show");
+  gboolean json = FALSE;
+  GOptionEntry entries[] = {
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the summary as JSON", NULL },
+    { NULL },
+  };
   g_autoptr(GOptionContext) ctx = g_option_context_new("PATH - summarize a profile database");
+  g_option_context_add_main_entries(ctx, entries, NULL);
   if (!cli_parse_options(ctx, &argc, &argv))
     return CLI_EXIT_USAGE;
   if (argc != 2)
@@ -1005,10 +1011,27 @@ static int profile_show(int argc, char **argv)
   g_autoptr(ProfileDb) db = profile_db_load(argv[1], &error);
   if (!db)
     return cli_report_error(error);
-  if (profile_db_get_description(db))
-    printf("%s\n", profile_db_get_description(db));
-  for (int i = 0; i < profile_db_n_sources(db); i++)
-    printf("source   %s\n", profile_db_source(db, i));
+  g_autoptr(JsonBuilder) jb = json ? json_builder_new() : NULL;
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "description");
+    if (profile_db_get_description(db))
+      json_builder_add_string_value(jb, profile_db_get_description(db));
+    else
+      json_builder_add_null_value(jb);
+    json_builder_set_member_name(jb, "sources");
+    json_builder_begin_array(jb);
+    for (int i = 0; i < profile_db_n_sources(db); i++)
+      json_builder_add_string_value(jb, profile_db_source(db, i));
+    json_builder_end_array(jb);
+    json_builder_set_member_name(jb, "devices");
+    json_builder_begin_array(jb);
+  } else {
+    if (profile_db_get_description(db))
+      printf("%s\n", profile_db_get_description(db));
+    for (int i = 0; i < profile_db_n_sources(db); i++)
+      printf("source   %s\n", profile_db_source(db, i));
+  }
   g_auto(GStrv) devices = profile_db_devices(db);
   for (int d = 0; devices[d]; d++) {
     int ops[SIM_PASS_COUNT] = { 0 }, colls[PROFILE_COLL_COUNT] = { 0 };
@@ -1023,12 +1046,44 @@ static int profile_show(int argc, char **argv)
         colls[e->kind]++;
     }
     const char *name = profile_db_get_device_note(db, devices[d], "name");
+    if (jb) {
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "device");
+      json_builder_add_string_value(jb, devices[d]);
+      json_builder_set_member_name(jb, "name");
+      if (name)
+        json_builder_add_string_value(jb, name);
+      else
+        json_builder_add_null_value(jb);
+      static const char *const passes[] = { "forward", "backward", "update" };
+      for (int p = 0; p < 3; p++) {
+        g_autofree char *key = g_strdup_printf("ops_%s", passes[p]);
+        json_builder_set_member_name(jb, key);
+        json_builder_add_int_value(jb, ops[p == 0 ? SIM_PASS_FORWARD
+                                              : p == 1 ? SIM_PASS_BACKWARD : SIM_PASS_UPDATE]);
+      }
+      json_builder_set_member_name(jb, "collective_sizes");
+      json_builder_begin_object(jb);
+      for (int k = 0; k < PROFILE_COLL_COUNT; k++)
+        if (colls[k]) {
+          json_builder_set_member_name(jb, profile_coll_kind_name((ProfileCollKind)k));
+          json_builder_add_int_value(jb, colls[k]);
+        }
+      json_builder_end_object(jb);
+      json_builder_end_object(jb);
+      continue;
+    }
     printf("device   %s%s%s%s\n", devices[d], name ? " (" : "", name ? name : "", name ? ")" : "");
     printf("  ops          %d forward, %d backward, %d update\n", ops[SIM_PASS_FORWARD],
            ops[SIM_PASS_BACKWARD], ops[SIM_PASS_UPDATE]);
     for (int k = 0; k < PROFILE_COLL_COUNT; k++)
       if (colls[k])
         printf("  %-12s %d sizes\n", profile_coll_kind_name((ProfileCollKind)k), colls[k]);
+  }
+  if (jb) {
+    json_builder_end_array(jb);
+    json_builder_end_object(jb);
+    cli_print_json(jb);
   }
   return CLI_EXIT_OK;
 }

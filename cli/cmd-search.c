@@ -126,9 +126,9 @@ int cmd_search(int argc, char **argv)
   CliSearchOptions so;
   cli_search_options_init(&so);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default mlp)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "algo", 'a', 0, G_OPTION_ARG_STRING, &algo_name, "Search algorithm (default mcmc; --list shows them)", "NAME" },
     { "out", 0, 0, G_OPTION_ARG_FILENAME, &out, "Write the best strategy (for parasol simulate --strategy)", "FILE" },
     { "log", 0, 0, G_OPTION_ARG_FILENAME, &log, "Write every improvement as CSV (wall_s, evals, best_s, current_s)", "FILE" },
@@ -196,7 +196,7 @@ int cmd_search(int argc, char **argv)
   search_signals_catch();
   if (ro.time_budget > 0 || ro.eval_budget == 0)
     cmd_deadline = t_start + (gint64)((ro.time_budget > 0 ? ro.time_budget : 60.0) * 1e6);
-  if (!cli_problem_load(&pb, model ? model : "mlp", params, machine ? machine : "dgx-a100", &plan,
+  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE, &plan,
                         &error))
     goto fail;
   if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
@@ -213,7 +213,7 @@ int cmd_search(int argc, char **argv)
       !cli_check_output(plot, &error))
     goto fail;
   ro.log_path = log;
-  ro.progress = !quiet && !json && cli_stderr_is_tty();
+  ro.progress = !quiet && !json;
   ro.handle_sigint = TRUE;
   /* The budget in seconds bounds the whole command: the search gets SEARCH_SHARE of what
    * the loading left, the yardsticks and the report the rest, and whatever is running at

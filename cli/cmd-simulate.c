@@ -108,9 +108,9 @@ static int simulate_one(int argc, char **argv, int line)
   g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt3-1.3b)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
     { "trace", 0, 0, G_OPTION_ARG_FILENAME, &trace, "Write the timeline (Chrome trace format)", "FILE" },
     { "trace-devices", 0, 0, G_OPTION_ARG_STRING, &trace_devices, "Keep only these GPUs' tracks in the trace, e.g. 0-7 or 0-1023:64 (devices that folding leaves to a symmetric one have none; --no-fold simulates all)", "LIST" },
@@ -154,7 +154,7 @@ static int simulate_one(int argc, char **argv, int line)
 
   GError *error = NULL;
   CliProblem pb = { 0 };
-  if (!cli_problem_load(&pb, model ? model : "gpt3-1.3b", params, machine ? machine : "dgx-a100",
+  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE,
                         &plan, &error))
     return fail(line, error);
   g_autoptr(SimStrategy) s = NULL;
@@ -259,7 +259,9 @@ static int simulate_one(int argc, char **argv, int line)
                  "--trace-devices keeps fewer GPUs (e.g. one of each pipeline stage)\n");
   }
   cli_problem_clear(&pb);
-  return CLI_EXIT_OK;
+  /* A plan that does not fit is a result, not an error, but scripts must not take it
+   * for one that runs (a batch line says so in its "fits"). */
+  return line < 0 && !sim_report_fits(r) ? CLI_EXIT_NO_FIT : CLI_EXIT_OK;
 }
 
 int cmd_simulate(int argc, char **argv)

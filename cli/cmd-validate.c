@@ -10,6 +10,8 @@
 #include "cli.h"
 #include "exec-options.h"
 
+#include <json-glib/json-glib.h>
+
 #include <errno.h>
 #include <string.h>
 
@@ -99,15 +101,17 @@ int cmd_validate(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *prefix = NULL;
   g_auto(GStrv) params = NULL;
+  gboolean json = FALSE;
   g_auto(CliPlanOptions) plan;
   cli_plan_options_init(&plan);
   CliExecOptions eo;
   cli_exec_options_init(&eo, 3);
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default gpt with a tiny size)", "M" },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL " with a tiny size: " CLI_DEFAULT_EXEC_PARAMS ")", "M" },
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default dgx-a100)", "X" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine or file (default " CLI_DEFAULT_MACHINE ")", "X" },
     { "strategy", 's', 0, G_OPTION_ARG_FILENAME, &strategy_file, "Strategy file", "FILE" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the comparison as JSON", NULL },
     { "out", 'o', 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX-tasks.csv, PREFIX.gp and PREFIX.png (default validate)", "PREFIX" },
     { NULL },
   };
@@ -131,10 +135,11 @@ int cmd_validate(int argc, char **argv)
     cli_exec_options_clear(&eo);
     return cli_usage_error("validate", "unexpected argument '%s'", argv[1]);
   }
-  static const char *const tiny[] = { "layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8", NULL };
+  static const char *const tiny[] = { CLI_DEFAULT_EXEC_PARAMS, NULL };
   GError *error = NULL;
   CliExec e;
   SimReport *rep = NULL;
+  JsonBuilder *jb = NULL;
   FILE *csv = NULL, *tcsv = NULL;
   int status = CLI_EXIT_OK;
   const char *base = prefix ? prefix : "validate";
@@ -143,8 +148,8 @@ int cmd_validate(int argc, char **argv)
   g_autofree char *gp_path = g_strconcat(base, ".gp", NULL);
   g_autofree char *png_path = g_strconcat(base, ".png", NULL);
   g_autofree char *title = NULL;
-  if (!cli_exec_setup(&e, model ? model : "gpt", model ? params : (char **)tiny,
-                      machine ? machine : "dgx-a100", strategy_file, &plan, &eo, &error))
+  if (!cli_exec_setup(&e, model ? model : CLI_DEFAULT_MODEL, model ? params : (char **)tiny,
+                      machine ? machine : CLI_DEFAULT_MACHINE, strategy_file, &plan, &eo, &error))
     goto fail;
   rep = sim_plan_simulate(e.plan, &error);
   if (!rep)
@@ -188,11 +193,32 @@ int cmd_validate(int argc, char **argv)
   }
 
   double pred_total = sim_report_iteration_time(rep), meas_total = exec_run_step_time(e.run);
-  printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
+  /* --json: the table as an object, the files written all the same. */
+  jb = json ? json_builder_new() : NULL;
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "model");
+    json_builder_add_string_value(jb, sim_graph_get_name(e.pb.graph));
+    json_builder_set_member_name(jb, "machine");
+    json_builder_add_string_value(jb, sim_machine_get_name(e.pb.machine));
+    json_builder_set_member_name(jb, "devices");
+    json_builder_add_int_value(jb, cli_exec_devices_used(e.plan));
+    json_builder_set_member_name(jb, "gpu");
+    json_builder_add_string_value(jb, sim_machine_device_spec(e.pb.machine, 0)->name);
+    json_builder_set_member_name(jb, "backend");
+    json_builder_add_string_value(jb, exec_backend_get_name(e.backend));
+    json_builder_set_member_name(jb, "step");
+    json_builder_add_int_value(jb, eo.steps);
+    json_builder_set_member_name(jb, "classes");
+    json_builder_begin_array(jb);
+  }
+  if (!jb)
+    printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
          sim_graph_get_name(e.pb.graph), sim_machine_get_name(e.pb.machine),
          cli_exec_devices_used(e.plan), sim_machine_device_spec(e.pb.machine, 0)->name,
          exec_backend_get_name(e.backend), eo.steps);
-  printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
+  if (!jb)
+    printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
   if (!(csv = open_out(csv_path, &error)))
     goto fail;
   fprintf(csv, "class,predicted_s,measured_s\n");
@@ -202,13 +228,34 @@ int cmd_validate(int argc, char **argv)
     g_autofree char *tp = cli_format_time(pred[k]);
     g_autofree char *tm = cli_format_time(meas[k]);
     g_autofree char *r = pred[k] > 0 ? g_strdup_printf("%.3g", meas[k] / pred[k]) : g_strdup("-");
-    printf("%-12s %14s %14s %10s\n", classes[k], tp, tm, r);
+    if (!jb)
+      printf("%-12s %14s %14s %10s\n", classes[k], tp, tm, r);
+    if (jb) {
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "class");
+      json_builder_add_string_value(jb, classes[k]);
+      json_builder_set_member_name(jb, "predicted_s");
+      json_builder_add_double_value(jb, pred[k]);
+      json_builder_set_member_name(jb, "measured_s");
+      json_builder_add_double_value(jb, meas[k]);
+      json_builder_end_object(jb);
+    }
     fprintf(csv, "%s,%.9g,%.9g\n", classes[k], pred[k], meas[k]);
   }
   {
     g_autofree char *tp = cli_format_time(pred_total);
     g_autofree char *tm = cli_format_time(meas_total);
-    printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
+    if (!jb)
+      printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
+    if (jb) {
+      json_builder_end_array(jb);
+      json_builder_set_member_name(jb, "iteration_predicted_s");
+      json_builder_add_double_value(jb, pred_total);
+      json_builder_set_member_name(jb, "iteration_measured_s");
+      json_builder_add_double_value(jb, meas_total);
+      json_builder_end_object(jb);
+      cli_print_json(jb);
+    }
     fprintf(csv, "iteration,%.9g,%.9g\n", pred_total, meas_total);
   }
   {
@@ -216,7 +263,7 @@ int cmd_validate(int argc, char **argv)
     if (!cli_close_output(c, csv_path, &error))
       goto fail;
   }
-  if (!strcmp(exec_backend_get_name(e.backend), "cpu"))
+  if (!jb && !strcmp(exec_backend_get_name(e.backend), "cpu"))
     printf("(predictions are for the machine's GPUs; the cpu back end measures this host's "
            "CPU, so only the mechanism is compared)\n");
   title = g_strdup_printf("%s on %s: predicted vs measured (%s back end)",
@@ -236,6 +283,8 @@ done:
     fclose(tcsv);
   if (rep)
     sim_report_free(rep);
+  if (jb)
+    g_object_unref(jb);
   cli_exec_clear(&e);
   cli_exec_options_clear(&eo);
   return status;

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The default budget when the caller gives none: a search always ends. */
 #define DEFAULT_SECONDS 60.0
@@ -470,15 +471,25 @@ static char *format_time(double s)
   return g_strdup_printf("%.2f us", s * 1e6);
 }
 
+/* How often the progress line is drawn: on a terminal, redrawn in place; elsewhere (a
+ * log file, a pipe) a line of its own, seldom enough for a log. */
+#define PROGRESS_TTY_US 250000
+#define PROGRESS_PIPE_US 5000000
+
 static void print_progress(SearchContext *root, double wall, gboolean final)
 {
+  /* Off a terminal, the closing line only ends a run that showed progress. */
+  if (final && !root->progress_tty && !root->progress_shown)
+    return;
   gint64 evals = atomic_load(&root->evals);
   g_autofree char *best = format_time(root->best_cost);
   g_autofree char *cur = format_time(root->current);
-  fprintf(stderr, "\r\033[K%s %6.1f s  %" G_GINT64_FORMAT " evals  %.0f/s  best %s  current %s%s",
-          root->algo->name, wall, evals, wall > 0 ? (double)evals / wall : 0.0, best, cur,
-          final ? "\n" : "");
+  fprintf(stderr, "%s%s %6.1f s  %" G_GINT64_FORMAT " evals  %.0f/s  best %s  current %s%s",
+          root->progress_tty ? "\r\033[K" : "", root->algo->name, wall, evals,
+          wall > 0 ? (double)evals / wall : 0.0, best, cur,
+          final || !root->progress_tty ? "\n" : "");
   fflush(stderr);
+  root->progress_shown = TRUE;
 }
 
 static void log_row(SearchContext *root, double wall, gint64 evals)
@@ -534,7 +545,8 @@ void search_context_record(SearchContext *ctx, const SearchProblem *p, const Sim
     root->current = cost;
   if (root->progress) {
     gint64 now = g_get_monotonic_time();
-    if (now - root->last_progress > 250000) {
+    gint64 every = root->progress_tty ? PROGRESS_TTY_US : PROGRESS_PIPE_US;
+    if (now - root->last_progress > every) {
       root->last_progress = now;
       print_progress(root, (double)(now - root->t0) / 1e6, FALSE);
     }
@@ -970,6 +982,9 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     ctx->eval_limit = o->eval_budget;
   ctx->improvements = g_array_new(FALSE, FALSE, sizeof(SearchImprovement));
   ctx->progress = o->progress;
+  ctx->progress_tty = isatty(fileno(stderr));
+  /* The first line off a terminal comes a whole interval in. */
+  ctx->last_progress = g_get_monotonic_time();
   ctx->handle_sigint = o->handle_sigint;
   if (o->log_path) {
     ctx->log = fopen(o->log_path, "w");

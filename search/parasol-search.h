@@ -295,7 +295,8 @@ typedef struct {
   guint64 seed;
   int threads;                   /* worker threads; 0: one                             */
   const char *log_path;          /* CSV of improvements; NULL: none                    */
-  gboolean progress;             /* a progress line on stderr (for terminals)          */
+  gboolean progress;             /* progress on stderr: a line redrawn on a terminal,
+                                  * else a line every 5 s                              */
   gboolean handle_sigint;        /* Ctrl-C and SIGTERM stop the search, keep the best  */
   const char *const *options;    /* "key=value" algorithm options, NULL-terminated     */
   /* A deadline past the budget's (g_get_monotonic_time() microseconds; 0: none), such as

@@ -103,6 +103,8 @@ struct _SearchContext {
   GArray *improvements;       /* SearchImprovement                                      */
   gboolean progress;
   gint64 last_progress;
+  gboolean progress_tty;   /* stderr a terminal: one line redrawn; else a line a while  */
+  gboolean progress_shown;
   double current;
   gint64 full_evals;          /* search_context_evaluate() calls, for tie keys          */
   SimStrategy *expert;        /* the fastest expert plan, when an algorithm went through  */

@@ -421,7 +421,9 @@ SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
  * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
 SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,
                                    GError **error);
-/* A zoo name or a graph file. */
+/* A zoo name or a graph file.  A zoo model comes in fp16, the float dtype of the
+ * program's default precision (mixed fp16; sim_graph_set_float_dtype() sets another),
+ * where sim_zoo_build() builds it in fp32; a graph file keeps its own dtypes. */
 SIM_PUBLIC SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                                     GError **error);
 

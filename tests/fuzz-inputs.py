@@ -154,7 +154,7 @@ def main():
             print("hang (over %d s): %s" % (TIMEOUT_S, " ".join(args)))
             continue
         err = p.stderr.decode("utf-8", "replace")
-        if p.returncode not in (0, 1, 2) or SANITIZER.search(err) or \
+        if p.returncode not in (0, 1, 2, 3) or SANITIZER.search(err) or \
            (p.returncode == 2 and not err.strip() and b'"error"' not in p.stdout):
             crashes += 1
             kept = ""

@@ -275,6 +275,9 @@ Test(cli, the_default_plan_takes_the_largest_micro_batch_that_fits)
   cr_expect(strstr(dflt.out, "\"fits\" : true"), "%s", dflt.out);
   cr_expect_eq(iteration_time(dflt.out), iteration_time(by_hand.out));
   cr_expect(strstr(as_given.out, "\"fits\" : false"), "%s", as_given.out);
+  /* A plan that does not fit: its report, and exit status 3 (docs/inputs.md). */
+  cr_expect_eq(as_given.status, 3, "exit status %d: %s", as_given.status, as_given.err);
+  cr_expect_eq(by_hand.status, 0, "%s", by_hand.err);
   run_clear(&dflt);
   run_clear(&by_hand);
   run_clear(&as_given);
@@ -672,5 +675,204 @@ Test(cli, a_plan_found_with_graph_rewrites_runs_in_simulate_and_exec)
   run_clear(&ex);
   g_unlink(plan);
   g_unlink(model);
+  g_rmdir(dir);
+}
+
+Test(cli, progress_off_a_terminal_is_a_line_every_few_seconds, .timeout = 120)
+{
+  /* stderr is a pipe here: no line redrawn in place (no carriage return), one line every
+   * 5 s, and the closing one; --quiet none. */
+  Run r = run("search", "--model", "mlp", "--algo", "mcmc", "--budget", "8s", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_expect_null(strchr(r.err, '\r'), "%s", r.err);
+  int lines = 0;
+  for (const char *p = r.err; (p = strstr(p, "mcmc ")); p++)
+    if (strstr(p, " evals ") && (p == r.err || p[-1] == '\n'))
+      lines++;
+  cr_expect(lines >= 1 && lines <= 3, "%d progress lines in: %s", lines, r.err);
+  run_clear(&r);
+  Run q = run("search", "--model", "mlp", "--algo", "mcmc", "--budget", "8s", "--quiet", NULL);
+  cr_expect_null(strstr(q.err, " evals "), "%s", q.err);
+  run_clear(&q);
+}
+
+Test(cli, compare_prints_json_and_defaults_to_a_short_budget, .timeout = 120)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-cmp-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run r = run("compare", "--model", "mlp", "--algos", "mcmc,dp", "--seeds", "2", "--budget",
+              "25evals", "--json", "--quiet", "--out", prefix, NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  /* Two algorithms of two runs each, every run its 25 evaluations; an algorithm's best is
+   * the best of its runs, and its speedup the yardstick's time over it. */
+  int runs = 0;
+  for (const char *p = r.out; (p = strstr(p, "\"seed\" :")); p++)
+    runs++;
+  cr_expect_eq(runs, 4, "%s", r.out);
+  const char *mcmc = strstr(r.out, "\"algorithm\" : \"mcmc\"");
+  cr_assert_not_null(mcmc, "%s", r.out);
+  cr_expect_eq(json_number(mcmc, "evals"), 25);
+  const char *seed2 = strstr(mcmc, "\"seed\" : 2");
+  cr_assert_not_null(seed2);
+  double b1 = json_number(mcmc, "best_s"), b2 = json_number(seed2, "best_s");
+  const char *summary = strstr(seed2, "]");
+  cr_assert_not_null(summary);
+  double best = json_number(summary, "best_s");
+  cr_expect_eq(best, MIN(b1, b2));
+  cr_expect_float_eq(json_number(summary, "speedup_over_data_parallel"),
+                     json_number(r.out, "data_parallel_s") / best, 1e-9);
+  run_clear(&r);
+  /* Without --budget, each run has 5 s (docs/search.md). */
+  Run d = run("compare", "--model", "mlp", "--algos", "dp", "--seeds", "1", "--json", "--quiet",
+              "--out", prefix, NULL);
+  cr_assert_eq(d.status, 0, "%s", d.err);
+  cr_expect(strstr(d.out, "\"budget\" : \"5s\"") != NULL, "%s", d.out);
+  cr_expect_leq(json_number(d.out, "elapsed_s"), 5.0, "%s", d.out);
+  run_clear(&d);
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}
+
+Test(cli, a_default_vocabulary_is_padded_as_megatron_pads_it)
+{
+  /* gpt's 50,257 tokens: padded to a multiple of 128 x 2 = 256 for --tp 2 (50,432), said
+   * on stderr, the same plan as that vocabulary given by hand; a vocabulary given is kept
+   * (a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint). */
+#define TINY_GPT_DEFAULT_VOCAB "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16", \
+                               "--machine", "dgx-a100:1", "--global-batch", "8", "--json"
+  Run padded = run("simulate", TINY_GPT_DEFAULT_VOCAB, "--tp", "2", NULL);
+  Run by_hand = run("simulate", TINY_GPT_DEFAULT_VOCAB, "--tp", "2", "--param", "vocab=50432", NULL);
+  cr_assert_eq(padded.status, 0, "%s", padded.err);
+  cr_assert_eq(by_hand.status, 0, "%s", by_hand.err);
+  cr_expect(strstr(padded.err, "vocabulary of 50257 padded to 50432 (a multiple of 128 x tp 2)"),
+            "%s", padded.err);
+  cr_expect_null(strstr(by_hand.err, "padded"), "%s", by_hand.err);
+  cr_expect_eq(iteration_time(padded.out), iteration_time(by_hand.out));
+  run_clear(&padded);
+  run_clear(&by_hand);
+  /* Without tensor parallelism, to a multiple of 128: 50,304. */
+  Run one = run("simulate", TINY_GPT_DEFAULT_VOCAB, NULL);
+  cr_expect(strstr(one.err, "padded to 50304 (a multiple of 128 x tp 1)"), "%s", one.err);
+  run_clear(&one);
+}
+
+Test(cli, every_command_has_the_same_default_model_and_machine, .timeout = 120)
+{
+  /* gpt (GPT-2 small) on a DGX A100 (cli/cli.h); exec and validate run it shrunk. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-dflt-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run sim = run("simulate", "--json", NULL);
+  Run search = run("search", "--budget", "5evals", "--json", NULL);
+  Run cmp = run("compare", "--algos", "data-parallel", "--seeds", "1", "--budget", "1evals",
+                "--json", "--quiet", "--out", prefix, NULL);
+  Run *runs[] = { &sim, &search, &cmp };
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++) {
+    cr_expect_eq(runs[i]->status, 0, "%s", runs[i]->err);
+    cr_expect(strstr(runs[i]->out, "\"model\" : \"gpt\""), "%s", runs[i]->out);
+    cr_expect(strstr(runs[i]->out, "\"machine\" : \"dgx-a100\""), "%s", runs[i]->out);
+    run_clear(runs[i]);
+  }
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}
+
+Test(cli, exec_and_validate_print_json, .timeout = 120)
+{
+  /* exec: the same steps as the text, each loss to the text's eight decimals; with
+   * --check, the check's verdict. */
+  Run text = run("exec", "--steps", "2", NULL);
+  Run json = run("exec", "--steps", "2", "--json", NULL);
+  Run checked = run("exec", "--steps", "1", "--check", "--json", NULL);
+  cr_assert_eq(checked.status, 0, "%s", checked.err);
+  cr_expect(strstr(checked.out, "\"match\" : true"), "%s", checked.out);
+  cr_expect_null(strstr(json.out, "\"check\""), "%s", json.out);
+  run_clear(&checked);
+  cr_assert_eq(text.status, 0, "%s", text.err);
+  cr_assert_eq(json.status, 0, "%s", json.err);
+  const char *s2 = strstr(json.out, "\"step\" : 2");
+  cr_assert_not_null(s2, "%s", json.out);
+  g_autofree char *loss2 = g_strdup_printf("\n2      %14.8f", json_number(s2, "loss"));
+  cr_expect(strstr(text.out, loss2), "%s in %s", loss2, text.out);
+  run_clear(&text);
+  run_clear(&json);
+  /* validate: the object holds what its CSV holds. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-val-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "v", NULL);
+  Run v = run("validate", "--steps", "1", "--json", "--out", prefix, NULL);
+  cr_assert_eq(v.status, 0, "%s", v.err);
+  g_autofree char *csv_path = g_strconcat(prefix, ".csv", NULL);
+  g_autofree char *csv = NULL;
+  cr_assert(g_file_get_contents(csv_path, &csv, NULL, NULL));
+  const char *row = strstr(csv, "\niteration,");
+  cr_assert_not_null(row, "%s", csv);
+  double pred = g_ascii_strtod(row + strlen("\niteration,"), NULL);
+  cr_expect_float_eq(json_number(v.out, "iteration_predicted_s"), pred, 1e-8 * pred, "%s", v.out);
+  run_clear(&v);
+  static const char *const files[] = { ".csv", "-tasks.csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(files); i++) {
+    g_autofree char *f = g_strconcat(prefix, files[i], NULL);
+    g_unlink(f);
+  }
+  g_rmdir(dir);
+}
+
+Test(cli, profile_show_prints_json)
+{
+  /* The shipped H200 database: the object's counts are the text's. */
+  const char *data = g_getenv("PARASOL_DATA");
+  cr_assert_not_null(data, "PARASOL_DATA is not set");
+  g_autofree char *db = g_build_filename(data, "profiles", "h200", NULL);
+  Run text = run("profile", "show", db, NULL);
+  Run json = run("profile", "show", "--json", db, NULL);
+  cr_assert_eq(text.status, 0, "%s", text.err);
+  cr_assert_eq(json.status, 0, "%s", json.err);
+  g_autofree char *line = g_strdup_printf("ops          %.0f forward, %.0f backward, %.0f update",
+                                          json_number(json.out, "ops_forward"),
+                                          json_number(json.out, "ops_backward"),
+                                          json_number(json.out, "ops_update"));
+  cr_expect(strstr(text.out, line), "%s in %s", line, text.out);
+  cr_expect(json_number(json.out, "ops_forward") > 0, "%s", json.out);
+  run_clear(&text);
+  run_clear(&json);
+}
+
+Test(cli, every_command_that_simulates_reads_a_calibration_file, .timeout = 120)
+{
+  /* A missing file is named by each; the shipped vTrain fit runs in each, and changes
+   * what simulate predicts. */
+  static const char *const commands[] = { "simulate", "search", "compare", "exec", "validate" };
+  for (gsize i = 0; i < G_N_ELEMENTS(commands); i++)
+    expect_refused(run(commands[i], "--calibration", "/nonexistent/cal.json", NULL),
+                   "/nonexistent/cal.json");
+  const char *data = g_getenv("PARASOL_DATA");
+  cr_assert_not_null(data, "PARASOL_DATA is not set");
+  g_autofree char *cal = g_build_filename(data, "calibration", "vtrain-a100.json", NULL);
+  g_autofree char *dir = g_dir_make_tmp("parasol-cal-XXXXXX", NULL);
+  g_autofree char *prefix = g_build_filename(dir, "c", NULL);
+  Run fitted = run("simulate", "--calibration", cal, "--json", NULL);
+  Run plain = run("simulate", "--json", NULL);
+  Run search = run("search", "--calibration", cal, "--budget", "5evals", "--json", NULL);
+  Run cmp = run("compare", "--calibration", cal, "--algos", "data-parallel", "--seeds", "1",
+                "--budget", "1evals", "--json", "--quiet", "--out", prefix, NULL);
+  Run ex = run("exec", "--calibration", cal, "--steps", "1", "--json", NULL);
+  Run *runs[] = { &fitted, &plain, &search, &cmp, &ex };
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++)
+    cr_expect_eq(runs[i]->status, 0, "%s", runs[i]->err);
+  cr_expect_neq(iteration_time(fitted.out), iteration_time(plain.out));
+  for (gsize i = 0; i < G_N_ELEMENTS(runs); i++)
+    run_clear(runs[i]);
+  static const char *const exts[] = { ".csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(exts); i++) {
+    g_autofree char *f = g_strconcat(prefix, exts[i], NULL);
+    g_unlink(f);
+  }
   g_rmdir(dir);
 }

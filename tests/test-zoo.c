@@ -213,6 +213,12 @@ Test(registry, load_by_name_and_from_a_graph_file)
   g_autoptr(SimGraph) g = sim_model_load("gpt", p, &error);
   cr_assert_not_null(g, "%s", error ? error->message : "");
   cr_assert_eq(sim_graph_batch_size(g), 4);
+  /* In the program's default precision (fp16), where the builder gives fp32. */
+  g_autoptr(SimGraph) raw = sim_zoo_build("gpt", p, &error);
+  cr_assert_not_null(raw);
+  int w = sim_graph_op_output(g, sim_graph_op_by_name(g, "layer0.ln1"), 0);
+  cr_expect_eq(sim_graph_tensor_dtype(g, w), SIM_DTYPE_FP16);
+  cr_expect_eq(sim_graph_tensor_dtype(raw, w), SIM_DTYPE_FP32);
 
   g_autofree char *dir = g_dir_make_tmp("parasol-zoo-XXXXXX", NULL);
   g_autofree char *path = g_build_filename(dir, "gpt.json", NULL);

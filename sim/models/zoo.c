@@ -441,8 +441,14 @@ SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                          GError **error)
 {
   g_return_val_if_fail(name_or_file != NULL, NULL);
-  if (model_lookup(name_or_file))
-    return sim_zoo_build(name_or_file, params, error);
+  if (model_lookup(name_or_file)) {
+    /* In the precision the program trains in by default (mixed fp16: cli/sim-options.c),
+     * so that a caller of the library simulates what `parasol simulate` does. */
+    SimGraph *g = sim_zoo_build(name_or_file, params, error);
+    if (g)
+      sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    return g;
+  }
 
   gboolean looks_like_path = strchr(name_or_file, G_DIR_SEPARATOR) != NULL ||
                              g_str_has_suffix(name_or_file, ".json");
