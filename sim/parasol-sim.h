@@ -377,6 +377,12 @@ SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);
 SIM_PUBLIC SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error);
 SIM_PUBLIC gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error);
 SIM_PUBLIC SimGraph *sim_graph_load(const char *path, GError **error);
+/* The same with the batch set to @batch (0: as written): dimension 0 of every input and
+ * reshape, the samples by the graph's convention, is scaled from the file's batch. */
+SIM_PUBLIC SimGraph *sim_graph_from_json_with_batch(const char *text, const char *filename,
+                                                    int64_t batch, GError **error);
+SIM_PUBLIC SimGraph *sim_graph_load_with_batch(const char *path, int64_t batch,
+                                               GError **error);
 
 /* ---------------------------------------------------------------------------------- */
 /* The model zoo                                                                       */
