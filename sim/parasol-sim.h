@@ -412,7 +412,17 @@ SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
  * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
 SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,
                                    GError **error);
-/* A zoo name or a graph file. */
+/* ONNX models (sim/onnx.c): the graph of FILE.onnx, its symbolic input dimensions
+ * ("batch", "seq") set from @params.  Without ONNX support built in (protobuf-c), an
+ * error says so and sim_onnx_available() is FALSE. */
+SIM_PUBLIC gboolean sim_onnx_available(void);
+SIM_PUBLIC SimGraph *sim_onnx_import(const char *path, const SimModelParams *params,
+                                     GError **error);
+/* One line per operator type the importer does not support ("Erf: 2 nodes, the first
+ * '/l/Erf'"); an empty list when it supports them all; NULL with @error on a bad file. */
+SIM_PUBLIC char **sim_onnx_check(const char *path, GError **error);
+
+/* A zoo name, a graph file or an ONNX file (FILE.onnx). */
 SIM_PUBLIC SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                                     GError **error);
 

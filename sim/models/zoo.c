@@ -437,6 +437,15 @@ static const SimZooModel *model_lookup_folded(const char *name)
   return NULL;
 }
 
+char **sim_model_params_names(const SimModelParams *p)
+{
+  GPtrArray *names = g_ptr_array_new();
+  for (guint i = 0; p && i < p->items->len; i++)
+    g_ptr_array_add(names, g_strdup(g_array_index(p->items, ParamItem, i).name));
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
+
 SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                          GError **error)
 {
@@ -444,6 +453,9 @@ SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
   if (model_lookup(name_or_file))
     return sim_zoo_build(name_or_file, params, error);
 
+  /* An ONNX model takes the parameters that name its symbolic dimensions. */
+  if (g_str_has_suffix(name_or_file, ".onnx"))
+    return sim_onnx_import(name_or_file, params, error);
   gboolean looks_like_path = strchr(name_or_file, G_DIR_SEPARATOR) != NULL ||
                              g_str_has_suffix(name_or_file, ".json");
   if (looks_like_path || g_file_test(name_or_file, G_FILE_TEST_EXISTS)) {
