@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <glib.h>
 #include <glib/gstdio.h>
+#include <math.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -202,5 +203,135 @@ Test(graph, the_reader_refuses_unknown_keys_naming_file_and_place)
   g_unlink(top);
   g_unlink(op);
   g_unlink(attr);
+  g_rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* ONNX import (tests/data/onnx/README.md says how the files were made)                */
+
+static void need_onnx(void)
+{
+  if (g_strcmp0(g_getenv("PARASOL_ONNX"), "1") != 0)
+    cr_skip_test("built without ONNX support (protobuf-c, libonnx-dev)");
+}
+
+static char *onnx_file(const char *name)
+{
+  g_autofree char *rel = g_build_filename("tests", "data", "onnx", name, NULL);
+  return source_path(rel);
+}
+
+static double model_parameters(const char *model, const char *params)
+{
+  Run r = run("model", "show", model, "--param", params, "--json", NULL);
+  expect_ok(&r, model);
+  double n = json_number(r.out, "parameters");
+  run_clear(&r);
+  return n;
+}
+
+static double predicted(const char *model, const char *params)
+{
+  Run r = run("simulate", "-m", model, "--param", params, "-x", "dgx-a100", "--json", NULL);
+  expect_ok(&r, model);
+  double t = json_number(r.out, "iteration_time_s");
+  run_clear(&r);
+  return t;
+}
+
+/* PyTorch's parameter counts, as tools/torch2parasol.py printed them when it made the
+ * files (sum of numel() over module.parameters()); torchvision's model tables give the
+ * same 25,557,032 for ResNet-50 and 27,161,264 - 3,326,696 (the auxiliary classifier)
+ * for Inception-v3. */
+Test(onnx, imports_pytorch_models_with_their_exact_parameter_counts)
+{
+  need_onnx();
+  g_autofree char *r50 = onnx_file("resnet50.onnx");
+  g_autofree char *inc = onnx_file("inception_v3.onnx");
+  g_autofree char *enc = onnx_file("encoder.onnx");
+  cr_expect_eq(model_parameters(r50, "batch=8"), 25557032);
+  cr_expect_eq(model_parameters(inc, "batch=8"), 23834568);
+  cr_expect_eq(model_parameters(enc, "batch=8,seq=128"), 1579520);
+}
+
+/* The symbolic batch takes any size: twice the batch is twice the forward FLOPs, and a
+ * sequence dimension sets the tokens per sample. */
+Test(onnx, symbolic_dimensions_are_parameters)
+{
+  need_onnx();
+  g_autofree char *enc = onnx_file("encoder.onnx");
+  Run a = run("model", "show", enc, "-p", "batch=4,seq=64", "--json", NULL);
+  Run b = run("model", "show", enc, "-p", "batch=8,seq=64", "--json", NULL);
+  expect_ok(&a, "batch 4");
+  expect_ok(&b, "batch 8");
+  cr_expect_eq(json_number(a.out, "batch"), 4);
+  cr_expect_eq(json_number(b.out, "batch"), 8);
+  cr_expect_eq(json_number(a.out, "tokens_per_sample"), 64);
+  cr_expect_eq(json_number(b.out, "forward_flops"), 2 * json_number(a.out, "forward_flops"));
+  run_clear(&a);
+  run_clear(&b);
+  expect_refused(run("model", "show", enc, "-p", "batch=4", NULL),
+                 "input 'input': dimension 1 is the symbol 'seq'; give its size with "
+                 "--param seq=N");
+  expect_refused(run("model", "show", enc, "-p", "batch=4,seq=8,layers=2", NULL),
+                 "--param layers: the model's inputs have no symbolic dimension of that name");
+}
+
+/* The imported torchvision models predict the zoo's iteration time under data
+ * parallelism over a DGX A100 within 2%: the zoo builds the same layers (sim/models/cnn.c)
+ * and adds the loss, which the exported module does not have. */
+Test(onnx, imported_cnns_predict_what_the_zoo_predicts)
+{
+  need_onnx();
+  static const struct { const char *file, *zoo; } pairs[] = {
+    { "resnet50.onnx", "resnet-50" }, { "inception_v3.onnx", "inception-v3" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(pairs); i++) {
+    g_autofree char *f = onnx_file(pairs[i].file);
+    double got = predicted(f, "batch=256"), want = predicted(pairs[i].zoo, "batch=256");
+    cr_expect(fabs(got / want - 1) < 0.02, "%s: %g s against the zoo's %g s", pairs[i].zoo,
+              got, want);
+  }
+}
+
+/* parasol import writes a graph file that reads back to the same model and prediction. */
+Test(onnx, import_writes_a_graph_file_that_reads_back)
+{
+  need_onnx();
+  g_autofree char *inc = onnx_file("inception_v3.onnx");
+  g_autofree char *dir = g_dir_make_tmp("parasol-import-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "inception.json", NULL);
+  Run r = run("import", inc, "-p", "batch=64", "-o", path, NULL);
+  expect_ok(&r, "import");
+  run_clear(&r);
+  cr_expect_eq(model_parameters(path, "batch=64"), 23834568);
+  cr_expect_eq(predicted(path, "batch=64"), predicted(inc, "batch=64"));
+  /* The graph file's batch changes as the ONNX file's does. */
+  cr_expect_eq(predicted(path, "batch=128"), predicted(inc, "batch=128"));
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
+Test(onnx, unsupported_operators_are_named)
+{
+  need_onnx();
+  g_autofree char *bad = onnx_file("unsupported.onnx");
+  expect_refused(run("import", bad, "-p", "batch=2", NULL),
+                 "unsupported.onnx: node 'mix' (Einsum): operator Einsum is not supported");
+  expect_refused(run("simulate", "-m", bad, "-p", "batch=2", NULL), "node 'mix' (Einsum)");
+  Run c = run("import", "--check", bad, NULL);
+  cr_expect_eq(c.status, 2);
+  cr_expect(strstr(c.out, "Einsum: 1 node, the first 'mix'"), "%s", c.out);
+  run_clear(&c);
+  g_autofree char *r50 = onnx_file("resnet50.onnx");
+  Run ok = run("import", "--check", r50, "-p", "batch=2", NULL);
+  expect_ok(&ok, "check");
+  cr_expect(strstr(ok.out, "every operator is supported"), "%s", ok.out);
+  run_clear(&ok);
+
+  g_autofree char *dir = g_dir_make_tmp("parasol-import-XXXXXX", NULL);
+  g_autofree char *text = write_temp(dir, "text.onnx", "not protocol buffers\n");
+  expect_refused(run("import", text, NULL), "text.onnx: not an ONNX model");
+  g_unlink(text);
   g_rmdir(dir);
 }
