@@ -392,6 +392,12 @@ SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);
 SIM_PUBLIC SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error);
 SIM_PUBLIC gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error);
 SIM_PUBLIC SimGraph *sim_graph_load(const char *path, GError **error);
+/* The same with the batch set to @batch (0: as written): dimension 0 of every input and
+ * reshape, the samples by the graph's convention, is scaled from the file's batch. */
+SIM_PUBLIC SimGraph *sim_graph_from_json_with_batch(const char *text, const char *filename,
+                                                    int64_t batch, GError **error);
+SIM_PUBLIC SimGraph *sim_graph_load_with_batch(const char *path, int64_t batch,
+                                               GError **error);
 
 /* ---------------------------------------------------------------------------------- */
 /* The model zoo                                                                       */
@@ -421,9 +427,20 @@ SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
  * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
 SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,
                                    GError **error);
-/* A zoo name or a graph file.  A zoo model comes in fp16, the float dtype of the
- * program's default precision (mixed fp16; sim_graph_set_float_dtype() sets another),
- * where sim_zoo_build() builds it in fp32; a graph file keeps its own dtypes. */
+/* ONNX models (sim/onnx.c): the graph of FILE.onnx, its symbolic input dimensions
+ * ("batch", "seq") set from @params.  Without ONNX support built in (protobuf-c), an
+ * error says so and sim_onnx_available() is FALSE. */
+SIM_PUBLIC gboolean sim_onnx_available(void);
+SIM_PUBLIC SimGraph *sim_onnx_import(const char *path, const SimModelParams *params,
+                                     GError **error);
+/* One line per operator type the importer does not support ("Erf: 2 nodes, the first
+ * '/l/Erf'"); an empty list when it supports them all; NULL with @error on a bad file. */
+SIM_PUBLIC char **sim_onnx_check(const char *path, GError **error);
+
+/* A zoo name, a graph file or an ONNX file (FILE.onnx).  A zoo model comes in fp16, the
+ * float dtype of the program's default precision (mixed fp16; sim_graph_set_float_dtype()
+ * sets another), where sim_zoo_build() builds it in fp32; graph and ONNX files keep their
+ * own dtypes. */
 SIM_PUBLIC SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                                     GError **error);
 

@@ -529,6 +529,9 @@ int sim_optimizer_from_name(const char *name);
 /* Appends @str to @s as a JSON string, quoted and escaped (the writers share it). */
 void sim_json_append_string(GString *s, const char *str);
 
+/* The names of the parameters given, in order; NULL-terminated (g_strfreev). */
+char **sim_model_params_names(const SimModelParams *p);
+
 /* Utilities shared by the JSON readers: errors that name file and place. */
 void sim_set_error_at(GError **error, int code, const char *filename, const char *place,
                       const char *fmt, ...) G_GNUC_PRINTF(5, 6);
