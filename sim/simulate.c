@@ -1008,19 +1008,27 @@ gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy 
   if (sim_steady_plan(s, &opts, &st)) {
     if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
       return FALSE;
-    /* The run of a few micro-batches goes to its end (a bound on the whole iteration
-     * says nothing about a part of it); the extrapolated time is exact, and past
-     * @bound it is reported cut, as a bounded run would be. */
-    double period;
-    int rc = steady_run(&os, g, m, s, cost, &opts, &st, &period, error);
-    if (rc < 0)
+    /* The run of a few micro-batches is bounded as the whole run would be: it takes no
+     * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
+     * its warm-up, which the whole run shares) the whole run would be cut too, later. */
+    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, error)) {
+      one_shot_clear(&os);
       return FALSE;
-    if (rc > 0) {
+    }
+    double period;
+    if (os.tl.cut) {
+      brief_from_run(&os, m, os.tl.makespan, out);
+      out->cut = TRUE;
+      one_shot_clear(&os);
+      return TRUE;
+    }
+    if (sim_steady_period(sim_lowering_taskgraph(os.lo.lw), &os.tl, &st, &period)) {
       brief_from_run(&os, m, sim_steady_time(&st, os.tl.makespan, period), out);
       out->cut = out->time > bound;
       one_shot_clear(&os);
       return TRUE;
     }
+    one_shot_clear(&os);
   }
   gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, error);
   if (ok) {
