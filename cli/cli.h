@@ -95,6 +95,7 @@ void cli_run_gnuplot(const char *command, const char *data, const char *gp, cons
 /* The commands (cmd-NAME.c). */
 int cmd_models(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 int cmd_machines(int argc, char **argv);
 int cmd_machine(int argc, char **argv);
 

@@ -317,11 +317,55 @@ static int model_show(int argc, char **argv)
   return CLI_EXIT_OK;
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* parasol model export                                                                */
+
+static int model_export(int argc, char **argv)
+{
+  g_auto(GStrv) params = NULL;
+  g_autofree char *out = NULL;
+  GOptionEntry entries[] = {
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params,
+      "Set a model parameter (repeatable; also k1=v1,k2=v2; values take k, M, G)", "K=V" },
+    { "output", 'o', 0, G_OPTION_ARG_FILENAME, &out,
+      "Write the graph to FILE (default: standard output)", "FILE" },
+    { NULL, 0, 0, 0, NULL, NULL, NULL },
+  };
+  g_set_prgname("parasol model export");
+  g_autoptr(GOptionContext) ctx = g_option_context_new("NAME|FILE - write a model as a graph file");
+  g_option_context_set_description(ctx,
+      "Writes the model as a graph file (\"format\": \"parasol-graph\", docs/formats.md)\n"
+      "that --model FILE reads back to the same operators, shapes and weights.\n\n"
+      "Example: parasol model export resnet-50 --param batch=64 -o resnet-50.json\n");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  if (!cli_parse_options(ctx, &argc, &argv))
+    return CLI_EXIT_USAGE;
+  if (argc < 2)
+    return cli_usage_error("model export",
+                           "expected a model name or a model file; 'parasol models' lists "
+                           "the names");
+  if (argc > 2)
+    return cli_usage_error("model export", "unexpected argument '%s'", argv[2]);
+  GError *error = NULL;
+  g_autoptr(SimGraph) g = cli_load_model(argv[1], params, &error);
+  if (!g)
+    return cli_report_error(error);
+  if (out && strcmp(out, "-") != 0) {
+    if (!sim_graph_save(g, out, &error))
+      return cli_report_error(error);
+    return CLI_EXIT_OK;
+  }
+  g_autofree char *text = sim_graph_to_json(g);
+  fputs(text, stdout);
+  return CLI_EXIT_OK;
+}
+
 static void model_usage(FILE *out)
 {
   fprintf(out, "Usage: parasol model COMMAND [OPTIONS]\n\n"
                "Commands:\n"
-               "  show NAME|FILE   operators, tensors, parameter count and FLOPs of a model\n\n"
+               "  show NAME|FILE     operators, tensors, parameter count and FLOPs of a model\n"
+               "  export NAME|FILE   the model as a graph file that --model reads back\n\n"
                "Run 'parasol model COMMAND --help' for the options of a command.\n");
 }
 
@@ -338,6 +382,8 @@ int cmd_model(int argc, char **argv)
   }
   if (!strcmp(sub, "show"))
     return model_show(argc - 1, argv + 1);
+  if (!strcmp(sub, "export"))
+    return model_export(argc - 1, argv + 1);
   return cli_usage_error("model", "unknown command '%s'; 'parasol model --help' lists them",
                          sub);
 }

@@ -159,23 +159,13 @@ static int simulate_one(int argc, char **argv, int line)
     return fail(line, error);
   g_autoptr(SimStrategy) s = NULL;
   if (strategy_file) {
-    /* A strategy found with graph rewrites names the rewritten graph's operators: the
-     * model is rewritten the same way before the strategy is read. */
-    g_auto(GStrv) rewrites = search_strategy_file_rewrites(strategy_file, &error);
-    if (!rewrites) {
-      cli_problem_clear(&pb);
-      return fail(line, error);
-    }
-    if (rewrites[0]) {
-      SimGraph *g = search_rewrite_graph(pb.graph, (const char *const *)rewrites, &error);
-      if (!g) {
-        cli_problem_clear(&pb);
-        return fail(line, error);
-      }
+    /* A strategy found with graph rewrites names the rewritten graph's operators. */
+    SimGraph *g = NULL;
+    s = search_strategy_load(strategy_file, pb.graph, pb.machine, &g, &error);
+    if (g) {
       sim_graph_free(pb.graph);
       pb.graph = g;
     }
-    s = sim_strategy_load(strategy_file, pb.graph, pb.machine, &error);
   }
   else
     s = cli_plan_build(&plan, pb.graph, pb.machine, &error);

@@ -1,5 +1,6 @@
 /* exec-options.c — the execution options and run setup shared by exec and validate. */
 #include "exec-options.h"
+#include "parasol-search.h"
 
 #include <string.h>
 
@@ -105,8 +106,17 @@ gboolean cli_exec_setup(CliExec *e, const char *model, char **params, const char
   }
   if (!cli_problem_load(&e->pb, model, params, machine, plan, error))
     return FALSE;
-  e->strategy = strategy_file ? sim_strategy_load(strategy_file, e->pb.graph, e->pb.machine, error)
-                              : cli_plan_build(plan, e->pb.graph, e->pb.machine, error);
+  if (strategy_file) {
+    /* A strategy found with graph rewrites names the rewritten graph's operators. */
+    SimGraph *g = NULL;
+    e->strategy = search_strategy_load(strategy_file, e->pb.graph, e->pb.machine, &g, error);
+    if (g) {
+      sim_graph_free(e->pb.graph);
+      e->pb.graph = g;
+    }
+  } else {
+    e->strategy = cli_plan_build(plan, e->pb.graph, e->pb.machine, error);
+  }
   if (!e->strategy || !apply_optimizer(e->strategy, o, error))
     return FALSE;
   e->plan = sim_plan_new(e->pb.graph, e->pb.machine, e->strategy, e->pb.cost, error);

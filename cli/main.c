@@ -13,6 +13,7 @@ static const CliCommand commands[] = {
   /* commands: keep this list in the order `parasol --help` shows them */
   { "models", "list the models of the zoo", cmd_models },
   { "model", "describe a model: operators, parameters, FLOPs", cmd_model },
+  { "import", "an ONNX model as a graph file (--model FILE.onnx imports it too)", cmd_import },
   { "machines", "list the machines of the library", cmd_machines },
   { "machine", "describe a machine: devices, links, bandwidths", cmd_machine },
   { "simulate", "predict one training iteration of a model on a machine", cmd_simulate },

@@ -344,6 +344,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
     { "no-rings", 0, 0, G_OPTION_ARG_NONE, &p->no_rings, "Run a collective's ring as a flow per rank even where no other traffic crosses its links (same prediction, slower)", NULL },
+    { "no-steady", 0, 0, G_OPTION_ARG_NONE, &p->no_steady, "Simulate every micro-batch of a pipeline schedule, not a few and the repeated periods of its steady state added (same prediction, slower)", NULL },
     { "no-chains", 0, 0, G_OPTION_ARG_NONE, &p->no_chains, "Run every compute task on its own, not runs of them that nothing else waits on as one task (same prediction, slower)", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of link bandwidth", "F" },
     { "net-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of NIC and network (InfiniBand, Ethernet) bandwidth (default: --coll-efficiency)", "F" },
@@ -379,22 +380,18 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
 
 static gboolean parse_precision(const char *s, SimPrecision *out, GError **error)
 {
-  if (!s || !strcmp(s, "mixed-fp16") || !strcmp(s, "fp16"))
-    *out = SIM_PRECISION_MIXED_FP16;
-  else if (!strcmp(s, "mixed-bf16") || !strcmp(s, "bf16"))
-    *out = SIM_PRECISION_MIXED_BF16;
-  else if (!strcmp(s, "fp32"))
-    *out = SIM_PRECISION_FP32;
-  else if (!strcmp(s, "tf32"))
-    *out = SIM_PRECISION_TF32;
-  else if (!strcmp(s, "fp8"))
-    *out = SIM_PRECISION_FP8;
-  else {
+  /* fp16 and bf16 are short for the mixed precisions. */
+  int v = !s ? SIM_PRECISION_MIXED_FP16
+             : sim_precision_from_name(!strcmp(s, "fp16")   ? "mixed-fp16"
+                                       : !strcmp(s, "bf16") ? "mixed-bf16"
+                                                            : s);
+  if (v < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
                 "--precision: unknown '%s'; expected mixed-fp16, mixed-bf16, fp32, tf32 or fp8",
                 s);
     return FALSE;
   }
+  *out = (SimPrecision)v;
   return TRUE;
 }
 
@@ -620,59 +617,53 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->sequence_parallel = p->sequence_parallel;
   o->scatter_gather = p->scatter_gather;
   if (p->schedule) {
-    if (!strcmp(p->schedule, "1f1b")) {
-      o->schedule = SIM_SCHEDULE_1F1B;
-    } else if (!strcmp(p->schedule, "gpipe")) {
-      o->schedule = SIM_SCHEDULE_GPIPE;
-    } else if (g_str_has_prefix(p->schedule, "interleaved")) {
-      o->schedule = SIM_SCHEDULE_INTERLEAVED;
+    /* NAME or interleaved:V, V model chunks per stage. */
+    g_autofree char *name = g_strdup(p->schedule);
+    char *colon = strchr(name, ':');
+    if (colon)
+      *colon = '\0';
+    int v = sim_schedule_from_name(name);
+    if (v < 0 || (colon && v != SIM_SCHEDULE_INTERLEAVED)) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "--schedule: unknown '%s'; expected 1f1b, gpipe or interleaved:V", p->schedule);
+      return FALSE;
+    }
+    o->schedule = (SimSchedule)v;
+    if (v == SIM_SCHEDULE_INTERLEAVED) {
       o->chunks = 2;
-      const char *colon = strchr(p->schedule, ':');
       if (colon) {
         char *end = NULL;
-        gint64 v = g_ascii_strtoll(colon + 1, &end, 10);
-        if (!end || *end || v < 1 || v > 64) {
+        gint64 c = g_ascii_strtoll(colon + 1, &end, 10);
+        if (!end || *end || c < 1 || c > 64) {
           g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                       "--schedule %s: expected interleaved:V with V model chunks per stage (1 to 64)",
                       p->schedule);
           return FALSE;
         }
-        o->chunks = (int)v;
+        o->chunks = (int)c;
       }
-    } else {
-      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                  "--schedule: unknown '%s'; expected 1f1b, gpipe or interleaved:V", p->schedule);
-      return FALSE;
     }
   }
   if (p->recompute) {
-    if (!strcmp(p->recompute, "none"))
-      o->memory.recompute = SIM_RECOMPUTE_NONE;
-    else if (!strcmp(p->recompute, "selective"))
-      o->memory.recompute = SIM_RECOMPUTE_SELECTIVE;
-    else if (!strcmp(p->recompute, "full"))
-      o->memory.recompute = SIM_RECOMPUTE_FULL;
-    else {
+    int v = sim_recompute_from_name(p->recompute);
+    if (v < 0) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
                   "--recompute: unknown '%s'; expected none, selective or full", p->recompute);
       return FALSE;
     }
+    o->memory.recompute = (SimRecompute)v;
   }
   if (!parse_precision(p->precision, &o->memory.precision, error))
     return FALSE;
   o->memory.zero1 = p->zero1;
   if (p->allreduce) {
-    if (!strcmp(p->allreduce, "ring"))
-      o->sync.algorithm = SIM_ALLREDUCE_RING;
-    else if (!strcmp(p->allreduce, "tree"))
-      o->sync.algorithm = SIM_ALLREDUCE_TREE;
-    else if (!strcmp(p->allreduce, "hierarchical"))
-      o->sync.algorithm = SIM_ALLREDUCE_HIERARCHICAL;
-    else {
+    int v = sim_allreduce_algo_from_name(p->allreduce);
+    if (v < 0) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
                   "--allreduce: unknown '%s'; expected ring, tree or hierarchical", p->allreduce);
       return FALSE;
     }
+    o->sync.algorithm = (SimAllreduceAlgo)v;
   }
   if (p->bucket_mb < 0 && p->bucket_mb != -1) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "--bucket-mb: expected 0 or more");
@@ -739,6 +730,7 @@ SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)
   o.fold = !p->no_fold;
   o.merge_chains = !p->no_chains;
   o.merge_rings = !p->no_rings;
+  o.steady_state = !p->no_steady;
   /* SimOptions' own "not given": 0 for the efficiencies, -1 for the step cost. */
   if (!isnan(p->coll_efficiency))
     o.coll_bandwidth_efficiency = p->coll_efficiency;

@@ -148,41 +148,6 @@ static gboolean region_equal(const SimRegion *a, const SimRegion *b)
   return sim_region_equal(a, b);
 }
 
-/* Whether iteration dimension @d of @op indexes tensor @i of @role: whether restricting
- * the range along @d changes the region the op touches. */
-static gboolean dim_indexes(const SimGraph *g, int op, int d, SimTensorRole role, int i)
-{
-  int nd = sim_graph_op_n_dims(g, op);
-  int64_t lo[EXEC_MAX_ITER] = { 0 }, hi[EXEC_MAX_ITER];
-  for (int k = 0; k < nd; k++)
-    hi[k] = sim_graph_op_dim_size(g, op, k);
-  SimRegion full, part;
-  sim_graph_op_shard_region(g, op, role, i, lo, hi, &full);
-  hi[d] = 1;
-  sim_graph_op_shard_region(g, op, role, i, lo, hi, &part);
-  return !sim_region_equal(&full, &part);
-}
-
-static gboolean partial_over(const SimGraph *g, const SimStrategy *s, int op, SimTensorRole role,
-                             int i)
-{
-  const int *deg = sim_strategy_op_degrees(s, op);
-  int nd = sim_graph_op_n_dims(g, op);
-  for (int d = 0; d < nd; d++)
-    if (deg[d] > 1 && !dim_indexes(g, op, d, role, i))
-      return TRUE;
-  return FALSE;
-}
-
-static gboolean fused_nonlinear(const SimGraph *g, int op)
-{
-  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
-  int64_t act = SIM_UNARY_IDENTITY, relu = 0;
-  sim_attrs_get_int(a, "activation", &act);
-  sim_attrs_get_int(a, "relu", &relu);
-  return (act != SIM_UNARY_IDENTITY && act != SIM_UNARY_SCALE) || relu;
-}
-
 static gboolean describe_ops(Ctx *x)
 {
   ExecCompiled *c = x->c;
@@ -224,10 +189,11 @@ static gboolean describe_ops(Ctx *x)
     }
     o->out_partial = g_new0(gboolean, MAX(o->n_out, 1));
     o->in_partial = g_new0(gboolean, MAX(o->n_in, 1));
+    const int *deg = sim_strategy_op_degrees(c->s, op);
     for (int j = 0; j < o->n_out; j++)
-      o->out_partial[j] = partial_over(g, c->s, op, SIM_TENSOR_OUTPUT, j);
+      o->out_partial[j] = sim_graph_op_tensor_partial(g, op, SIM_TENSOR_OUTPUT, j, deg);
     for (int i = 0; i < o->n_in; i++)
-      o->in_partial[i] = partial_over(g, c->s, op, SIM_TENSOR_INPUT, i);
+      o->in_partial[i] = sim_graph_op_tensor_partial(g, op, SIM_TENSOR_INPUT, i, deg);
     o->ce_split = o->type == SIM_OP_CROSS_ENTROPY && o->out_partial[0];
     /* Integer tensors (token ids, labels) are read only by the ops that look them up. */
     for (int i = 0; i < o->n_in; i++) {
@@ -241,7 +207,7 @@ static gboolean describe_ops(Ctx *x)
                     sim_graph_tensor_name(g, sim_graph_op_input(g, op, i)));
     }
     /* A function applied to a partial sum is not the function of the sum. */
-    if (o->n_out > 0 && o->out_partial[0] && fused_nonlinear(g, op))
+    if (o->n_out > 0 && o->out_partial[0] && sim_graph_op_fused_nonlinear(g, op))
       return fail(x, EXEC_ERROR_UNSUPPORTED,
                   "op '%s' (%s) splits a dimension its output does not depend on and applies "
                   "a fused activation to the partial sums: the result would differ from the "

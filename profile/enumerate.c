@@ -123,9 +123,7 @@ ProfileShapes *profile_enumerate_shapes(const SimGraph *g, const ProfileEnumerat
         continue;
       /* A fused activation cannot take partial sums: strategies never split the
        * reduction under one (sim's validation refuses it), so neither does this. */
-      g_autoptr(SimAttrs) at = sim_graph_op_attrs(g, op);
-      int64_t act = SIM_UNARY_IDENTITY;
-      if (sim_attrs_get_int(at, "activation", &act) && act != SIM_UNARY_IDENTITY)
+      if (sim_graph_op_fused_nonlinear(g, op))
         for (int d = 0; d < en.nd; d++)
           if (sim_graph_op_dim_role(g, op, d) == SIM_ROLE_REDUCTION)
             en.split[d] = FALSE;

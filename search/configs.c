@@ -59,21 +59,14 @@ static int compare_vectors(gconstpointer a, gconstpointer b)
   return 0;
 }
 
-/* Whether @op applies a nonlinear activation in its epilogue: partial sums from a split
- * reduction cannot go through it, so the simulator refuses such configurations. */
-static gboolean fused_activation(const SimGraph *g, int op)
-{
-  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
-  int64_t act = SIM_UNARY_IDENTITY;
-  return sim_attrs_get_int(a, "activation", &act) && act != SIM_UNARY_IDENTITY;
-}
-
 static GArray *op_configs(const SearchProblem *p, int op)
 {
   Enum en = { .n = p->n_devices };
   en.nd = sim_graph_op_n_dims(p->g, op);
   g_assert(en.nd >= 1 && en.nd <= SEARCH_MAX_DIMS);
-  gboolean fused = fused_activation(p->g, op);
+  /* Partial sums from a split reduction cannot go through a fused nonlinear function,
+   * so the simulator refuses such configurations. */
+  gboolean fused = sim_graph_op_fused_nonlinear(p->g, op);
   for (int d = 0; d < en.nd; d++) {
     SimDimRole role = sim_graph_op_dim_role(p->g, op, d);
     en.size[d] = sim_graph_op_dim_size(p->g, op, d);

@@ -406,9 +406,13 @@ SEARCH_PUBLIC double search_result_time_to(const SearchResult *r, double fractio
 /* The graph @g rewritten by the rewrites named in @names, in order (transfer full). */
 SEARCH_PUBLIC SimGraph *search_rewrite_graph(const SimGraph *g, const char *const *names,
                                              GError **error);
-/* The rewrites a strategy file records ("rewrites": [...]); an empty vector when it has
- * none (transfer full; g_strfreev). */
-SEARCH_PUBLIC char **search_strategy_file_rewrites(const char *path, GError **error);
+/* Loads strategy file @path for @g on @m, replaying first the graph rewrites it records
+ * ("rewrites": [...]) so that its operators name those of the rewritten graph: the one
+ * way simulate, exec and validate read a strategy file.  @graph receives the graph the
+ * strategy is for (transfer full; a copy of @g when the file records no rewrite). */
+SEARCH_PUBLIC SimStrategy *search_strategy_load(const char *path, const SimGraph *g,
+                                                const SimMachine *m, SimGraph **graph,
+                                                GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)

@@ -594,47 +594,18 @@ SimGraph *search_rewrite_graph(const SimGraph *g, const char *const *names, GErr
   return cur;
 }
 
-char **search_strategy_file_rewrites(const char *path, GError **error)
+static SimGraph *rewrite_graph(const SimGraph *g, const char *const *names, gpointer data,
+                               GError **error)
 {
-  g_return_val_if_fail(path != NULL, NULL);
-  g_autoptr(JsonParser) parser = json_parser_new();
-  GError *e = NULL;
-  g_autofree char *contents = NULL;
-  if (!sim_read_file(path, &contents, NULL, &e)) {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "%s", e->message);
-    g_error_free(e);
-    return NULL;
-  }
-  if (!sim_json_load(parser, contents, -1, &e)) {
-    /* json-glib names the place of a syntax error ("<data>:line:column: Parse error: ..."):
-     * the file's name replaces "<data>". */
-    const char *msg = e->message;
-    if (g_str_has_prefix(msg, "<data>:"))
-      msg += strlen("<data>:");
-    g_autofree char *text = g_strdup_printf("%s:%s", path, msg);
-    char *pe = strstr(text, " Parse error: ");
-    if (pe)
-      memmove(pe + 1, pe + strlen(" Parse error: "), strlen(pe + strlen(" Parse error: ")) + 1);
-    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s", text);
-    g_error_free(e);
-    return NULL;
-  }
-  GPtrArray *out = g_ptr_array_new();
-  JsonNode *root = json_parser_get_root(parser);
-  JsonObject *obj = root && JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
-  JsonNode *rw = obj ? json_object_get_member(obj, "rewrites") : NULL;
-  if (rw && JSON_NODE_HOLDS_ARRAY(rw)) {
-    JsonArray *a = json_node_get_array(rw);
-    for (guint i = 0; i < json_array_get_length(a); i++) {
-      JsonNode *el = json_array_get_element(a, i);
-      if (JSON_NODE_HOLDS_VALUE(el) && json_node_get_value_type(el) == G_TYPE_STRING)
-        g_ptr_array_add(out, g_strdup(json_node_get_string(el)));
-    }
-  }
-  /* The strategy reader reports anything malformed about the file; here only the names
-   * that are there matter. */
-  g_ptr_array_add(out, NULL);
-  return (char **)g_ptr_array_free(out, FALSE);
+  (void)data;
+  return search_rewrite_graph(g, names, error);
+}
+
+SimStrategy *search_strategy_load(const char *path, const SimGraph *g, const SimMachine *m,
+                                  SimGraph **graph, GError **error)
+{
+  g_return_val_if_fail(path != NULL && g != NULL && m != NULL && graph != NULL, NULL);
+  return sim_strategy_load_rewritten(path, g, m, rewrite_graph, NULL, graph, error);
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -144,6 +144,9 @@ typedef struct {
   SimGraph *g;
   GHashTable *tensors;  /* tensor name -> tensor id + 1 */
   GError **error;
+  /* With --param batch=N: dimension 0 of every input and reshape, a multiple of the
+   * file's batch @batch_from, is scaled to @batch_to (0: as written). */
+  int64_t batch_from, batch_to;
 } Reader;
 
 static const char *json_type_phrase(JsonNode *n)
@@ -230,6 +233,28 @@ static gboolean reader_fail(Reader *r, int code, const char *place, const char *
   va_end(ap);
   sim_set_error_at(r->error, code, r->filename, place, "%s", msg);
   return FALSE;
+}
+
+/* Scales dimension 0 of an input's or a reshape's "shape" from the file's batch to the
+ * one asked for: the graph's convention is that dimension 0 of every tensor holds the
+ * samples (sim_graph_batch_size() in sim/graph.c), or samples times tokens where a
+ * reshape folds them together. */
+static gboolean rebatch(Reader *r, SimAttrs *attrs, const char *place)
+{
+  const SimOpClass *c = sim_op_class(attrs->type);
+  SimAttrValue *v = NULL;
+  for (int k = 0; k < c->n_attrs; k++)
+    if (!strcmp(c->attrs[k].name, "shape"))
+      v = &attrs->v[k];
+  if (!v || v->n < 1 || v->i[0] == -1)
+    return TRUE;
+  if (v->i[0] % r->batch_from != 0)
+    return reader_fail(r, SIM_ERROR_INVALID, place,
+                       "dimension 0 of \"shape\" is %" G_GINT64_FORMAT ", not a multiple of "
+                       "the batch %" G_GINT64_FORMAT ", so --param batch cannot scale it",
+                       v->i[0], r->batch_from);
+  v->i[0] = v->i[0] / r->batch_from * r->batch_to;
+  return TRUE;
 }
 
 static gboolean read_op(Reader *r, guint index, JsonNode *node)
@@ -359,6 +384,10 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
                            json_type_phrase(json_array_get_element(outputs, j)));
   }
 
+  if (r->batch_to > 0 && (type == SIM_OP_INPUT || type == SIM_OP_RESHAPE) &&
+      !rebatch(r, attrs, place))
+    return FALSE;
+
   /* Shape inference runs again here; its messages name the op. */
   int op = sim_graph_add_op(r->g, type, name, n_inputs, inputs, attrs, &err);
   if (op < 0) {
@@ -402,7 +431,35 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   return TRUE;
 }
 
+static SimGraph *graph_from_json(const char *text, const char *filename, int64_t batch_from,
+                                 int64_t batch_to, GError **error);
+
 SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error)
+{
+  return graph_from_json(text, filename, 0, 0, error);
+}
+
+SimGraph *sim_graph_from_json_with_batch(const char *text, const char *filename,
+                                         int64_t batch, GError **error)
+{
+  g_return_val_if_fail(text != NULL && batch >= 0, NULL);
+  SimGraph *g = graph_from_json(text, filename, 0, 0, error);
+  if (!g || batch == 0 || sim_graph_batch_size(g) == batch)
+    return g;
+  int64_t from = sim_graph_batch_size(g);
+  sim_graph_free(g);
+  if (from < 1) {
+    sim_set_error_at(error, SIM_ERROR_INVALID, filename ? filename : "<graph>", "ops",
+                     "the graph has no input whose dimension 0 is a batch to set");
+    return NULL;
+  }
+  /* Read again with the inputs and reshapes scaled; shape inference carries the new
+   * batch through the other ops. */
+  return graph_from_json(text, filename, from, batch, error);
+}
+
+static SimGraph *graph_from_json(const char *text, const char *filename, int64_t batch_from,
+                                 int64_t batch_to, GError **error)
 {
   g_return_val_if_fail(text != NULL, NULL);
   const char *fname = filename ? filename : "<graph>";
@@ -494,6 +551,8 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
     .g = g,
     .tensors = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
     .error = error,
+    .batch_from = batch_from,
+    .batch_to = batch_to,
   };
   JsonArray *arr = json_node_get_array(ops);
   gboolean ok = TRUE;
@@ -505,6 +564,11 @@ SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **e
 
 SimGraph *sim_graph_load(const char *path, GError **error)
 {
+  return sim_graph_load_with_batch(path, 0, error);
+}
+
+SimGraph *sim_graph_load_with_batch(const char *path, int64_t batch, GError **error)
+{
   g_return_val_if_fail(path != NULL, NULL);
   g_autofree char *text = NULL;
   g_autoptr(GError) err = NULL;
@@ -512,5 +576,5 @@ SimGraph *sim_graph_load(const char *path, GError **error)
     g_set_error(error, SIM_ERROR, SIM_ERROR_IO, "cannot read the graph: %s", err->message);
     return NULL;
   }
-  return sim_graph_from_json(text, path, error);
+  return sim_graph_from_json_with_batch(text, path, batch, error);
 }

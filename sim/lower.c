@@ -55,7 +55,10 @@ struct _SimLowering {
   SimOptions o;
   SimCollParams cp;
   uint8_t *simulated;
-  int n_ops, n_dev, M;
+  int n_ops, n_dev;
+  /* M: the micro-batches lowered; M_size: the strategy's, which set each one's size.  They
+   * differ only where the steady state of a schedule is extrapolated (sim/steady.c). */
+  int M, M_size;
   OpLay *ops;
   int *tensor_block;
   int sync_block;
@@ -110,22 +113,6 @@ static SimShape mb_shape(const SimTensorMap *map, const SimShape *shape, int M)
   return s;
 }
 
-static gboolean map_uses(const SimTensorMap *map, int d)
-{
-  for (int k = 0; k < map->ndim; k++)
-    if (map->map[k].dim == d || map->map[k].kdim == d)
-      return TRUE;
-  return FALSE;
-}
-
-static gboolean partial_over(const SimOp *op, const SimOpConfig *c, const SimTensorMap *map)
-{
-  for (int d = 0; d < op->space.ndims; d++)
-    if (c->degree[d] > 1 && !map_uses(map, d))
-      return TRUE;
-  return FALSE;
-}
-
 static int64_t region_bytes(const SimRegion *r, SimDType dt)
 {
   return sim_region_volume(r) * sim_dtype_size(dt);
@@ -152,7 +139,7 @@ static void lay_op(SimLowering *lw, int x)
   }
   const SimOpConfig *c = &lw->s->ops[x];
   const SimOpClass *klass = sim_op_class(op->type);
-  int ns = c->n_shards, nd = op->space.ndims, M = lw->M;
+  int ns = c->n_shards, nd = op->space.ndims, M = lw->M_size;
   int reps = c->replicas > 1 ? c->replicas : 1;
   l->n_shards = ns;
   l->n_in = op->n_inputs;
@@ -169,9 +156,9 @@ static void lay_op(SimLowering *lw, int x)
   l->out_partial = g_new0(gboolean, op->n_outputs ? op->n_outputs : 1);
   l->in_partial = g_new0(gboolean, op->n_inputs ? op->n_inputs : 1);
   for (int j = 0; j < op->n_outputs; j++)
-    l->out_partial[j] = partial_over(op, c, sim_space_output_map(op, j));
+    l->out_partial[j] = sim_map_partial(op, c->degree, sim_space_output_map(op, j));
   for (int i = 0; i < op->n_inputs; i++)
-    l->in_partial[i] = partial_over(op, c, sim_space_input_map(op, i));
+    l->in_partial[i] = sim_map_partial(op, c->degree, sim_space_input_map(op, i));
   l->t_f = g_new(double, ns);
   l->t_b = g_new(double, ns);
   l->t_r = g_new(double, ns);
@@ -1235,7 +1222,6 @@ static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
 static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpSync *os)
 {
   const SimStrategy *s = lw->s;
-  int M = lw->M;
   const OpLay *l = &lw->ops[x];
   if (l->is_input || !l->has_weights)
     return;
@@ -1287,7 +1273,7 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
   int *tag = g_new(int, l->n_shards);
   for (int sh = 0; sh < l->n_shards; sh++) {
     sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
-    sim_config_shard_range(op, c, coords, M, lo, hi);
+    sim_config_shard_range(op, c, coords, lw->M_size, lo, hi);
     sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
     tag[sh] = own[sh] ? sh % reps : reps + sh;
   }
@@ -1663,7 +1649,7 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   lw->cp = *cp;
   lw->n_ops = sim_graph_n_ops(g);
   lw->n_dev = sim_machine_n_devices(m);
-  lw->M = s->microbatches > 0 ? s->microbatches : 1;
+  lw->M = lw->M_size = s->microbatches > 0 ? s->microbatches : 1;
   if (simulated)
     lw->simulated = g_memdup2(simulated, (size_t)lw->n_dev);
   lw->ops = g_new0(OpLay, lw->n_ops);
@@ -1695,6 +1681,15 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   return lw;
 }
 
+void sim_lowering_set_microbatch_count(SimLowering *lw, int n)
+{
+  g_return_if_fail(n > 0);
+  g_free(lw->rank_f);
+  g_free(lw->rank_b);
+  lw->M = n;
+  build_schedule(lw);
+}
+
 void sim_lowering_shard_range(const SimLowering *lw, int x, int shard, int64_t *lo, int64_t *hi)
 {
   const SimOp *op = sim_graph_op_get(lw->g, x);
@@ -1702,7 +1697,7 @@ void sim_lowering_shard_range(const SimLowering *lw, int x, int shard, int64_t *
   int reps = c->replicas > 1 ? c->replicas : 1;
   int coords[SIM_MAX_ITER];
   sim_config_shard_coords(c, op->space.ndims, shard / reps, coords);
-  sim_config_shard_range(op, c, coords, lw->M, lo, hi);
+  sim_config_shard_range(op, c, coords, lw->M_size, lo, hi);
 }
 
 SimShape sim_lowering_tensor_shape(const SimLowering *lw, int x, SimTensorRole role, int i)
@@ -1712,7 +1707,7 @@ SimShape sim_lowering_tensor_shape(const SimLowering *lw, int x, SimTensorRole r
     return op->w_shape[i];
   const SimTensorMap *map =
     role == SIM_TENSOR_INPUT ? sim_space_input_map(op, i) : sim_space_output_map(op, i);
-  return mb_shape(map, role == SIM_TENSOR_INPUT ? &op->in_shape[i] : &op->out_shape[i], lw->M);
+  return mb_shape(map, role == SIM_TENSOR_INPUT ? &op->in_shape[i] : &op->out_shape[i], lw->M_size);
 }
 
 void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTensorRole role,

@@ -371,12 +371,33 @@ SIM_PUBLIC gboolean sim_graph_op_shard_region(const SimGraph *g, int op, SimTens
                                               int i, const int64_t *lo, const int64_t *hi,
                                               SimRegion *out);
 
+/* The one rule for partial sums (shard.c): tensor @i of @role holds partial sums in a
+ * shard of @op when some iteration dimension d split @degree[d] > 1 ways does not index
+ * it (the tensor's region does not change along d), so each shard holds a term of a sum
+ * over d.  For an output that means a reduction across the shards; for an input, in the
+ * backward pass, its gradient.  sim_graph_op_dim_indexes() is the test for one d.
+ * FALSE for a tensor the op does not have. */
+SIM_PUBLIC gboolean sim_graph_op_dim_indexes(const SimGraph *g, int op, SimTensorRole role,
+                                             int i, int d);
+SIM_PUBLIC gboolean sim_graph_op_tensor_partial(const SimGraph *g, int op, SimTensorRole role,
+                                                int i, const int *degree);
+/* Whether @op applies a nonlinear function in its epilogue (an "activation" other than
+ * identity or scale, or a fused "relu"): a function of partial sums is not the function
+ * of their sum, so such an op cannot split a dimension its output does not depend on. */
+SIM_PUBLIC gboolean sim_graph_op_fused_nonlinear(const SimGraph *g, int op);
+
 /* JSON ("format": "parasol-graph", "version": 1).  The reader re-runs shape inference and
  * names the file and the operator in its errors. */
 SIM_PUBLIC char *sim_graph_to_json(const SimGraph *g);
 SIM_PUBLIC SimGraph *sim_graph_from_json(const char *text, const char *filename, GError **error);
 SIM_PUBLIC gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error);
 SIM_PUBLIC SimGraph *sim_graph_load(const char *path, GError **error);
+/* The same with the batch set to @batch (0: as written): dimension 0 of every input and
+ * reshape, the samples by the graph's convention, is scaled from the file's batch. */
+SIM_PUBLIC SimGraph *sim_graph_from_json_with_batch(const char *text, const char *filename,
+                                                    int64_t batch, GError **error);
+SIM_PUBLIC SimGraph *sim_graph_load_with_batch(const char *path, int64_t batch,
+                                               GError **error);
 
 /* ---------------------------------------------------------------------------------- */
 /* The model zoo                                                                       */
@@ -406,9 +427,20 @@ SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
  * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
 SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,
                                    GError **error);
-/* A zoo name or a graph file.  A zoo model comes in fp16, the float dtype of the
- * program's default precision (mixed fp16; sim_graph_set_float_dtype() sets another),
- * where sim_zoo_build() builds it in fp32; a graph file keeps its own dtypes. */
+/* ONNX models (sim/onnx.c): the graph of FILE.onnx, its symbolic input dimensions
+ * ("batch", "seq") set from @params.  Without ONNX support built in (protobuf-c), an
+ * error says so and sim_onnx_available() is FALSE. */
+SIM_PUBLIC gboolean sim_onnx_available(void);
+SIM_PUBLIC SimGraph *sim_onnx_import(const char *path, const SimModelParams *params,
+                                     GError **error);
+/* One line per operator type the importer does not support ("Erf: 2 nodes, the first
+ * '/l/Erf'"); an empty list when it supports them all; NULL with @error on a bad file. */
+SIM_PUBLIC char **sim_onnx_check(const char *path, GError **error);
+
+/* A zoo name, a graph file or an ONNX file (FILE.onnx).  A zoo model comes in fp16, the
+ * float dtype of the program's default precision (mixed fp16; sim_graph_set_float_dtype()
+ * sets another), where sim_zoo_build() builds it in fp32; graph and ONNX files keep their
+ * own dtypes. */
 SIM_PUBLIC SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                                     GError **error);
 
@@ -672,6 +704,12 @@ SIM_PUBLIC const char *sim_schedule_name(SimSchedule s);
 SIM_PUBLIC const char *sim_allreduce_algo_name(SimAllreduceAlgo a);
 SIM_PUBLIC const char *sim_recompute_name(SimRecompute r);
 SIM_PUBLIC const char *sim_precision_name(SimPrecision p);
+/* The same enumerations by name, as strategy files and the command line spell them (any
+ * case); -1 for an unknown name. */
+SIM_PUBLIC int sim_schedule_from_name(const char *name);
+SIM_PUBLIC int sim_allreduce_algo_from_name(const char *name);
+SIM_PUBLIC int sim_recompute_from_name(const char *name);
+SIM_PUBLIC int sim_precision_from_name(const char *name);
 
 typedef struct _SimStrategy SimStrategy;
 
@@ -753,6 +791,17 @@ SIM_PUBLIC SimStrategy *sim_strategy_load(const char *path, const SimGraph *g,
                                           const SimMachine *m, GError **error);
 SIM_PUBLIC gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *path,
                                       GError **error);
+/* A strategy file found with graph rewrites ("rewrites") names the rewritten graph's
+ * operators.  This reads it in one parse: @rewrite turns @g into the graph the file names
+ * (the rewrites it records, in order; libsearch's search_strategy_load() passes its
+ * rewriter), and @graph receives that graph (transfer full; a copy of @g when the file
+ * records none), against which the strategy is read and validated. */
+typedef SimGraph *(*SimGraphRewriteFunc)(const SimGraph *g, const char *const *names,
+                                         gpointer data, GError **error);
+SIM_PUBLIC SimStrategy *sim_strategy_load_rewritten(const char *path, const SimGraph *g,
+                                                    const SimMachine *m,
+                                                    SimGraphRewriteFunc rewrite, gpointer data,
+                                                    SimGraph **graph, GError **error);
 
 /* Builders. */
 /* Every op data parallel over @n_devices devices starting at device 0 (sample dims split
@@ -860,6 +909,11 @@ typedef struct {
    * (not with keep_timeline). */
   gboolean merge_chains;
   gboolean merge_rings;
+  /* steady_state: a 1F1B or interleaved schedule with many micro-batches is simulated over
+   * a few of them, and where the middle ones repeat each other exactly, the others are
+   * added as whole periods (not with keep_timeline or GPipe; sim_simulate() runs two such
+   * runs to measure what a period adds to every figure of the report). */
+  gboolean steady_state;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);
@@ -887,6 +941,10 @@ SIM_PUBLIC int sim_report_n_devices(const SimReport *r);
 /* Whether symmetric devices were folded, in words ("data-parallel replicas and
  * tensor-parallel ranks", "none"). */
 SIM_PUBLIC const char *sim_report_folding(const SimReport *r);
+/* How the steady state of the schedule was extrapolated, in words ("35 and 36 of 192
+ * micro-batches, then 0.0712 s per micro-batch"), or NULL where every micro-batch was
+ * simulated (SimOptions.steady_state). */
+SIM_PUBLIC const char *sim_report_steady(const SimReport *r);
 /* Time of the critical path spent in tasks of @cls ("forward", "backward", "recompute",
  * "update", "transfer", "reduction", "grad-sync", "param-sync") or waiting ("idle"). */
 SIM_PUBLIC double sim_report_critical_time(const SimReport *r, const char *cls);

@@ -85,6 +85,30 @@ static SimDType graph_compute_dtype(const SimGraph *g)
   return SIM_DTYPE_FP32;
 }
 
+/* The busiest links, by bytes carried (@link_bytes: per link), most used first. */
+static void report_links(SimReport *r, SimMachine *m, const double *link_bytes)
+{
+  int nl = sim_machine_n_links(m);
+  GArray *uses = g_array_new(FALSE, FALSE, sizeof(SimLinkUse));
+  for (int l = 0; l < nl; l++) {
+    if (link_bytes[l] <= 0)
+      continue;
+    SimLinkUse u = { (char *)sim_machine_link_name(m, l), link_bytes[l], 0 };
+    double cap = sim_machine_link_bandwidth(m, l) * r->iteration_time;
+    u.utilization = cap > 0 ? u.bytes / cap : 0;
+    g_array_append_val(uses, u);
+  }
+  if (uses->len > 1) /* an empty GArray's data is NULL, which qsort may not be given */
+    qsort(uses->data, uses->len, sizeof(SimLinkUse), link_use_cmp);
+  r->n_links = MIN((int)uses->len, 10);
+  r->links = g_new0(SimLinkUse, r->n_links > 0 ? r->n_links : 1);
+  for (int i = 0; i < r->n_links; i++) {
+    r->links[i] = g_array_index(uses, SimLinkUse, i);
+    r->links[i].name = g_strdup(r->links[i].name);
+  }
+  g_array_free(uses, TRUE);
+}
+
 SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                             const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
                             const char *folding, const SimOptions *o, double model_flops)
@@ -227,26 +251,7 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   }
   r->crit[SIM_CLASS_COUNT] = MAX(0.0, r->iteration_time - covered);
 
-  /* Links by bytes carried. */
-  int nl = sim_machine_n_links(m);
-  GArray *uses = g_array_new(FALSE, FALSE, sizeof(SimLinkUse));
-  for (int l = 0; l < nl; l++) {
-    if (tl->link_bytes[l] <= 0)
-      continue;
-    SimLinkUse u = { (char *)sim_machine_link_name(m, l), tl->link_bytes[l], 0 };
-    double cap = sim_machine_link_bandwidth(m, l) * r->iteration_time;
-    u.utilization = cap > 0 ? u.bytes / cap : 0;
-    g_array_append_val(uses, u);
-  }
-  if (uses->len > 1) /* an empty GArray's data is NULL, which qsort may not be given */
-    qsort(uses->data, uses->len, sizeof(SimLinkUse), link_use_cmp);
-  r->n_links = MIN((int)uses->len, 10);
-  r->links = g_new0(SimLinkUse, r->n_links > 0 ? r->n_links : 1);
-  for (int i = 0; i < r->n_links; i++) {
-    r->links[i] = g_array_index(uses, SimLinkUse, i);
-    r->links[i].name = g_strdup(r->links[i].name);
-  }
-  g_array_free(uses, TRUE);
+  report_links(r, m, tl->link_bytes);
 
   if (o->keep_timeline) {
     r->n_records = tg->n_tasks;
@@ -267,6 +272,40 @@ SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy 
   return r;
 }
 
+void sim_report_extrapolate(SimReport *r, const SimReport *r2, const double *link_bytes,
+                            const double *link_bytes2, const SimSteady *st, double time,
+                            double period)
+{
+  double k = (double)((st->total - st->count) / st->period_mbs);
+  r->iteration_time = time;
+  for (int d = 0; d < r->n_devices; d++) {
+    r->compute[d] += k * (r2->compute[d] - r->compute[d]);
+    r->comm[d] += k * (r2->comm[d] - r->comm[d]);
+    r->overlap[d] += k * (r2->overlap[d] - r->overlap[d]);
+    r->idle[d] = time - r->compute[d];
+  }
+  double covered = 0;
+  for (int c = 0; c < SIM_CLASS_COUNT; c++) {
+    r->crit[c] += k * (r2->crit[c] - r->crit[c]);
+    covered += r->crit[c];
+  }
+  r->crit[SIM_CLASS_COUNT] = MAX(0.0, time - covered);
+  int nl = sim_machine_n_links(r->machine);
+  double *bytes = g_new(double, MAX(nl, 1));
+  for (int l = 0; l < nl; l++)
+    bytes[l] = link_bytes[l] + k * (link_bytes2[l] - link_bytes[l]);
+  for (int i = 0; i < r->n_links; i++)
+    g_free(r->links[i].name);
+  g_free(r->links);
+  report_links(r, r->machine, bytes);
+  g_free(bytes);
+  r->n_tasks += r2->n_tasks;
+  g_free(r->steady);
+  r->steady = g_strdup_printf("%d and %d of %d micro-batches, then %g s per %s", st->count,
+                              st->count + st->period_mbs, st->total, period,
+                              st->period_mbs == 1 ? "micro-batch" : "group of micro-batches");
+}
+
 void sim_report_free(SimReport *r)
 {
   if (!r)
@@ -284,6 +323,7 @@ void sim_report_free(SimReport *r)
     g_free(r->links[i].name);
   g_free(r->links);
   g_free(r->folding);
+  g_free(r->steady);
   g_free(r->tasks);
   g_free(r->extra);
   g_free(r->start);
@@ -296,6 +336,7 @@ int sim_report_n_devices(const SimReport *r) { return r->n_devices; }
 gboolean sim_report_fits(const SimReport *r) { return r->fits; }
 int64_t sim_report_n_tasks(const SimReport *r) { return r->n_tasks; }
 const char *sim_report_folding(const SimReport *r) { return r->folding; }
+const char *sim_report_steady(const SimReport *r) { return r->steady; }
 
 double sim_report_throughput(const SimReport *r)
 {
@@ -453,6 +494,8 @@ void sim_report_print(const SimReport *r, FILE *out)
                                               "one flow each" };
   fprintf(out, "  simulated           %" G_GINT64_FORMAT " tasks, collectives as %s, folding: %s\n",
           r->n_tasks, detail_words[r->detail], r->folding);
+  if (r->steady)
+    fprintf(out, "  steady state        simulated %s\n", r->steady);
 
   fprintf(out, "\ncritical path\n");
   for (int c = 0; c <= SIM_CLASS_COUNT; c++) {
@@ -578,6 +621,11 @@ char *sim_report_to_json(const SimReport *r)
   json_builder_add_string_value(jb, sim_detail_name(r->detail));
   json_builder_set_member_name(jb, "folding");
   json_builder_add_string_value(jb, r->folding);
+  json_builder_set_member_name(jb, "steady_state");
+  if (r->steady)
+    json_builder_add_string_value(jb, r->steady);
+  else
+    json_builder_add_null_value(jb);
   json_builder_end_object(jb);
   g_autoptr(JsonGenerator) gen = json_generator_new();
   json_generator_set_pretty(gen, TRUE);

@@ -173,6 +173,14 @@ void sim_map_identity(SimTensorMap *map, int tdim, int d);
 void sim_map_affine(SimTensorMap *map, int tdim, int d, int stride, int kdim, int dilation,
                     int64_t shift);
 
+/* Whether iteration dimension @d indexes the tensor of @map (as a position or a kernel
+ * offset), and whether a shard of @o split @degree ways leaves that tensor partial sums:
+ * the rule behind sim_graph_op_tensor_partial() (shard.c). */
+gboolean sim_map_indexed_by(const SimTensorMap *map, int d);
+gboolean sim_map_partial(const SimOp *o, const int *degree, const SimTensorMap *map);
+/* sim_graph_op_fused_nonlinear() on the op itself (shard.c). */
+gboolean sim_op_fused_nonlinear(const SimOp *o);
+
 /* The region of a tensor with @shape, indexed by @map, touched by the shard whose
  * iteration dimensions cover [lo[d], hi[d]). */
 void sim_map_project(const SimTensorMap *map, const SimShape *shape, const int64_t *lo,
@@ -514,16 +522,15 @@ void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
 void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_scatter_gather(const SimStrategy *s);
 
-/* Enumerations by name, as the strategy files spell them; -1 for unknown names. */
-int sim_schedule_from_name(const char *name);
-int sim_allreduce_algo_from_name(const char *name);
-int sim_recompute_from_name(const char *name);
-int sim_precision_from_name(const char *name);
+/* Enumerations by name (the others are in parasol-sim.h); -1 for unknown names. */
 const char *sim_optimizer_name(SimOptimizer o);
 int sim_optimizer_from_name(const char *name);
 
 /* Appends @str to @s as a JSON string, quoted and escaped (the writers share it). */
 void sim_json_append_string(GString *s, const char *str);
+
+/* The names of the parameters given, in order; NULL-terminated (g_strfreev). */
+char **sim_model_params_names(const SimModelParams *p);
 
 /* Utilities shared by the JSON readers: errors that name file and place. */
 void sim_set_error_at(GError **error, int code, const char *filename, const char *place,

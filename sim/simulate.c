@@ -30,7 +30,7 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE, .merge_rings = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -697,7 +697,7 @@ typedef struct {
 static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
-                              uint8_t *mask)
+                              uint8_t *mask, int count)
 {
   int nd = f->nd;
   for (int d = 0; d < nd; d++) {
@@ -705,6 +705,8 @@ static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrateg
     mask[d] = rep_of[d] == d;
   }
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
+  if (count > 0)
+    sim_lowering_set_microbatch_count(lw, count);
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
   sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);
@@ -729,8 +731,10 @@ static int fewest_microbatches(const SimStrategy *s)
   return 1;
 }
 
+/* Lowers @s folded where that is exact; @count: the micro-batches to lower (0: all). */
 static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                            SimCostModel *cost, const SimOptions *o, const SimCollParams *cp)
+                            SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
+                            int count)
 {
   int nd = sim_machine_n_devices(m);
   Lowered out = { 0 };
@@ -771,13 +775,14 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
     if (tried_one && later && s->microbatches >= 4 * fewest) {
       SimStrategy *probe = sim_strategy_copy(s);
       probe->microbatches = fewest;
-      SimLowering *lw = lower_try(g, m, probe, cost, o, cp, &f, use_r, use_k, out.rep_of, mask);
+      SimLowering *lw =
+        lower_try(g, m, probe, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, 0);
       sim_strategy_free(probe);
       if (!lw)
         continue;
       sim_lowering_free(lw);
     }
-    out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask);
+    out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, count);
     if (out.lw)
       out.folding = use_r && use_k ? "data-parallel replicas and tensor-parallel ranks"
                     : use_r        ? "data-parallel replicas"
@@ -787,6 +792,8 @@ static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy 
     for (int d = 0; d < nd; d++)
       out.rep_of[d] = d;
     out.lw = sim_lowering_new(g, m, s, cost, o, cp, NULL);
+    if (count > 0)
+      sim_lowering_set_microbatch_count(out.lw, count);
     sim_taskgraph_share_tasks(sim_lowering_taskgraph(out.lw));
     sim_lowering_build(out.lw);
     out.folding = "none";
@@ -805,8 +812,9 @@ typedef struct {
   SimCostModel *own_cost;
 } OneShot;
 
+/* @count: the micro-batches to simulate (0: all). */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                             SimCostModel *cost, const SimOptions *opts, double bound,
+                             SimCostModel *cost, const SimOptions *opts, double bound, int count,
                              GError **error)
 {
   memset(os, 0, sizeof *os);
@@ -822,7 +830,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
    * once the graph is whole; the rare plan where some does is lowered again without. */
   cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
                         !opts->keep_timeline;
-  os->lo = lower_folded(g, m, s, cost, opts, &cp);
+  os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
@@ -831,7 +839,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, cons
     g_clear_pointer(&os->lo.lw, sim_lowering_free);
     g_clear_pointer(&os->lo.rep_of, g_free);
     cp.whole_node_rings = FALSE;
-    os->lo = lower_folded(g, m, s, cost, opts, &cp);
+    os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
     tg = sim_lowering_taskgraph(os->lo.lw);
     sim_taskgraph_assemble(tg);
   }
@@ -877,6 +885,75 @@ static void one_shot_clear(OneShot *os)
   g_clear_pointer(&os->own_cost, sim_cost_model_free);
 }
 
+/* The steady state (sim/steady.c): a run of st->count micro-batches, checked.  Returns 1
+ * with the run in @os and its period in @period, 0 where the run does not repeat itself
+ * exactly (the caller simulates every micro-batch), -1 on an error. */
+static int steady_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                      SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                      double *period, GError **error)
+{
+  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, error)) {
+    one_shot_clear(os);
+    return -1;
+  }
+  if (!sim_steady_period(sim_lowering_taskgraph(os->lo.lw), &os->tl, st, period)) {
+    one_shot_clear(os);
+    return 0;
+  }
+  return 1;
+}
+
+/* The report of @s from its steady state: two runs, of st->count micro-batches and of one
+ * period more, tell what a period adds to every figure.  1, 0 or -1 as steady_run(). */
+static int steady_report(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                         SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                         SimReport **out, GError **error)
+{
+  OneShot os;
+  double period, period2;
+  int rc = steady_run(&os, g, m, s, cost, opts, st, &period, error);
+  if (rc <= 0)
+    return rc;
+  int nd = sim_machine_n_devices(m), nl = sim_machine_n_links(m);
+  double time = sim_steady_time(st, os.tl.makespan, period), makespan = os.tl.makespan;
+  SimReport *r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl,
+                                  os.lo.rep_of, os.lo.folding, opts,
+                                  sim_lowering_model_flops(os.lo.lw));
+  double *bytes = g_memdup2(os.tl.link_bytes, sizeof(double) * (size_t)MAX(nl, 1));
+  one_shot_clear(&os);
+
+  SimSteady st2 = *st;
+  st2.count += st->period_mbs;
+  rc = steady_run(&os, g, m, s, cost, opts, &st2, &period2, error);
+  if (rc <= 0) {
+    sim_report_free(r);
+    g_free(bytes);
+    return rc;
+  }
+  SimReport *r2 = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl,
+                                   os.lo.rep_of, os.lo.folding, opts,
+                                   sim_lowering_model_flops(os.lo.lw));
+  /* The second run must be the first with one period more: the same period, ending that
+   * much later, the same peaks, folded alike. */
+  double tol = 1e-12 * os.tl.makespan;
+  gboolean same = fabs(period2 - period) <= tol &&
+                  fabs(os.tl.makespan - makespan - period) <= tol &&
+                  !strcmp(r->folding, r2->folding);
+  for (int d = 0; d < nd && same; d++)
+    same = r->peak_mem[d] == r2->peak_mem[d];
+  if (same)
+    sim_report_extrapolate(r, r2, bytes, os.tl.link_bytes, st, time, period);
+  one_shot_clear(&os);
+  sim_report_free(r2);
+  g_free(bytes);
+  if (!same) {
+    sim_report_free(r);
+    return 0;
+  }
+  *out = r;
+  return 1;
+}
+
 SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                         SimCostModel *cost, const SimOptions *o, GError **error)
 {
@@ -885,11 +962,36 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   opts.stop_at_overflow = FALSE; /* a report is of the whole run */
   OneShot os;
   SimReport *r = NULL;
-  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, error))
+  SimSteady st;
+  if (sim_steady_plan(s, &opts, &st)) {
+    if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
+      return NULL;
+    int rc = steady_report(g, m, s, cost, &opts, &st, &r, error);
+    if (rc != 0)
+      return r;
+  }
+  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, error))
     r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl, os.lo.rep_of,
                          os.lo.folding, &opts, sim_lowering_model_flops(os.lo.lw));
   one_shot_clear(&os);
   return r;
+}
+
+/* Fills @out from the finished run @os of @s (its time: @time). */
+static void brief_from_run(const OneShot *os, SimMachine *m, double time, SimBrief *out)
+{
+  out->time = time;
+  out->fits = TRUE;
+  /* Folded devices have their representative's memory, as in the report. */
+  for (int d = 0; d < sim_machine_n_devices(m); d++) {
+    const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
+    int64_t peak = os->tl.peak_mem[os->lo.rep_of ? os->lo.rep_of[d] : d];
+    if (spec->mem_capacity > 0)
+      out->max_ratio = MAX(out->max_ratio, (double)peak / (double)spec->mem_capacity);
+    if (peak > spec->mem_capacity)
+      out->fits = FALSE;
+  }
+  out->overflowed = !out->fits;
 }
 
 gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
@@ -902,21 +1004,28 @@ gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy 
   SimOptions opts = o ? *o : sim_options_default();
   opts.keep_timeline = FALSE;
   OneShot os;
-  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, error);
-  if (ok) {
-    out->time = os.tl.makespan;
-    out->cut = os.tl.cut;
-    out->fits = TRUE;
-    /* Folded devices have their representative's memory, as in the report. */
-    for (int d = 0; d < sim_machine_n_devices(m); d++) {
-      const SimDeviceSpec *spec = sim_machine_device_spec(m, d);
-      int64_t peak = os.tl.peak_mem[os.lo.rep_of ? os.lo.rep_of[d] : d];
-      if (spec->mem_capacity > 0)
-        out->max_ratio = MAX(out->max_ratio, (double)peak / (double)spec->mem_capacity);
-      if (peak > spec->mem_capacity)
-        out->fits = FALSE;
+  SimSteady st;
+  if (sim_steady_plan(s, &opts, &st)) {
+    if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
+      return FALSE;
+    /* The run of a few micro-batches goes to its end (a bound on the whole iteration
+     * says nothing about a part of it); the extrapolated time is exact, and past
+     * @bound it is reported cut, as a bounded run would be. */
+    double period;
+    int rc = steady_run(&os, g, m, s, cost, &opts, &st, &period, error);
+    if (rc < 0)
+      return FALSE;
+    if (rc > 0) {
+      brief_from_run(&os, m, sim_steady_time(&st, os.tl.makespan, period), out);
+      out->cut = out->time > bound;
+      one_shot_clear(&os);
+      return TRUE;
     }
-    out->overflowed = !out->fits;
+  }
+  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, error);
+  if (ok) {
+    brief_from_run(&os, m, os.tl.makespan, out);
+    out->cut = os.tl.cut;
   }
   one_shot_clear(&os);
   return ok;

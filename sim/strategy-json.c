@@ -765,11 +765,38 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   return TRUE;
 }
 
-SimStrategy *sim_strategy_from_json(const char *text, const char *filename, const SimGraph *g,
-                                    const SimMachine *m, GError **error)
+/* The rewrites @root names, when it names them as a list of strings (the reader reports
+ * anything else); NULL when it names none. */
+static GPtrArray *document_rewrites(JsonObject *root)
 {
-  g_return_val_if_fail(text != NULL && g != NULL && m != NULL, NULL);
+  JsonNode *m = json_object_get_member(root, "rewrites");
+  if (!m || !JSON_NODE_HOLDS_ARRAY(m))
+    return NULL;
+  JsonArray *a = json_node_get_array(m);
+  GPtrArray *names = g_ptr_array_new();
+  for (guint i = 0; i < json_array_get_length(a); i++) {
+    JsonNode *el = json_array_get_element(a, i);
+    if (!JSON_NODE_HOLDS_VALUE(el) || json_node_get_value_type(el) != G_TYPE_STRING) {
+      g_ptr_array_unref(names);
+      return NULL;
+    }
+    g_ptr_array_add(names, (gpointer)json_node_get_string(el));
+  }
+  if (names->len == 0) {
+    g_ptr_array_unref(names);
+    return NULL;
+  }
+  g_ptr_array_add(names, NULL);
+  return names;
+}
 
+/* Reads the strategy in @text (one parse).  With @rewrite, the graph the strategy names is
+ * @g rewritten by the rewrites it records, returned in @graph (a copy of @g when it records
+ * none). */
+static SimStrategy *from_text(const char *text, const char *filename, const SimGraph *g,
+                              const SimMachine *m, SimGraphRewriteFunc rewrite, gpointer data,
+                              SimGraph **graph, GError **error)
+{
   Reader r = { .filename = filename, .g = g, .n_devices = sim_machine_n_devices(m),
                .error = error };
   g_autoptr(JsonParser) parser = json_parser_new();
@@ -784,6 +811,17 @@ SimStrategy *sim_strategy_from_json(const char *text, const char *filename, cons
          "\"parasol-strategy\"");
     return NULL;
   }
+  g_autoptr(SimGraph) rewritten = NULL;
+  if (rewrite) {
+    g_autoptr(GPtrArray) names = document_rewrites(json_node_get_object(root));
+    rewritten = names ? rewrite(g, (const char *const *)names->pdata, data, error)
+                      : sim_graph_copy(g);
+    if (!rewritten) {
+      g_prefix_error(error, "%s:rewrites: ", filename ? filename : "<strategy>");
+      return NULL;
+    }
+    r.g = g = rewritten;
+  }
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
   if (!read_document(&r, json_node_get_object(root), s))
     return NULL;
@@ -791,19 +829,45 @@ SimStrategy *sim_strategy_from_json(const char *text, const char *filename, cons
     fail(&r, local->code, NULL, "%s", local->message);
     return NULL;
   }
+  if (graph)
+    *graph = g_steal_pointer(&rewritten);
   return g_steal_pointer(&s);
 }
 
-SimStrategy *sim_strategy_load(const char *path, const SimGraph *g, const SimMachine *m,
-                               GError **error)
+SimStrategy *sim_strategy_from_json(const char *text, const char *filename, const SimGraph *g,
+                                    const SimMachine *m, GError **error)
 {
-  g_return_val_if_fail(path != NULL && g != NULL && m != NULL, NULL);
-  g_autofree char *text = NULL;
+  g_return_val_if_fail(text != NULL && g != NULL && m != NULL, NULL);
+  return from_text(text, filename, g, m, NULL, NULL, NULL, error);
+}
+
+static char *read_strategy_file(const char *path, GError **error)
+{
+  char *text = NULL;
   g_autoptr(GError) local = NULL;
   if (!sim_read_file(path, &text, NULL, &local)) {
     sim_set_error_at(error, SIM_ERROR_IO, path, NULL, "cannot read the strategy: %s",
                      local->message);
     return NULL;
   }
-  return sim_strategy_from_json(text, path, g, m, error);
+  return text;
+}
+
+SimStrategy *sim_strategy_load_rewritten(const char *path, const SimGraph *g,
+                                         const SimMachine *m, SimGraphRewriteFunc rewrite,
+                                         gpointer data, SimGraph **graph, GError **error)
+{
+  g_return_val_if_fail(path != NULL && g != NULL && m != NULL, NULL);
+  g_return_val_if_fail(rewrite != NULL && graph != NULL, NULL);
+  *graph = NULL;
+  g_autofree char *text = read_strategy_file(path, error);
+  return text ? from_text(text, path, g, m, rewrite, data, graph, error) : NULL;
+}
+
+SimStrategy *sim_strategy_load(const char *path, const SimGraph *g, const SimMachine *m,
+                               GError **error)
+{
+  g_return_val_if_fail(path != NULL && g != NULL && m != NULL, NULL);
+  g_autofree char *text = read_strategy_file(path, error);
+  return text ? from_text(text, path, g, m, NULL, NULL, NULL, error) : NULL;
 }

@@ -850,9 +850,9 @@ static gboolean validate_stages(const SimStrategy *s, const SimGraph *g, int n_d
 }
 
 /* What a configuration cannot mean whatever the degrees: a split reduction yields partial
- * sums, to which a fused nonlinear activation cannot apply; and an operator that moves the
- * sample dimension away from dimension 0 of its output (a reshape or transpose) cannot
- * keep micro-batches apart. */
+ * sums, to which a fused nonlinear activation cannot apply (sim_op_fused_nonlinear());
+ * and an operator that moves the sample dimension away from dimension 0 of its output (a
+ * reshape or transpose) cannot keep micro-batches apart. */
 static gboolean check_semantics(const SimGraph *g, int op, const SimOpConfig *c, int microbatches,
                                 GError **error)
 {
@@ -862,7 +862,7 @@ static gboolean check_semantics(const SimGraph *g, int op, const SimOpConfig *c,
   for (int k = 0; k < klass->n_attrs; k++)
     if (!strcmp(klass->attrs[k].name, "activation"))
       act = &o->attrs[k];
-  if (act && act->i[0] != SIM_UNARY_IDENTITY)
+  if (sim_op_fused_nonlinear(o))
     for (int d = 0; d < o->space.ndims; d++) {
       if (c->degree[d] <= 1 || o->space.dims[d].role != SIM_ROLE_REDUCTION)
         continue;
@@ -871,7 +871,9 @@ static gboolean check_semantics(const SimGraph *g, int op, const SimOpConfig *c,
                   "which its fused %s activation cannot take; unfuse the activation or keep "
                   "the dimension whole",
                   o->name, sim_op_type_name(o->type), c->degree[d], o->space.dims[d].name,
-                  sim_unary_kind_name((SimUnaryKind)act->i[0]));
+                  act && act->i[0] != SIM_UNARY_IDENTITY
+                    ? sim_unary_kind_name((SimUnaryKind)act->i[0])
+                    : "relu");
       return FALSE;
     }
   if (microbatches > 1 && (o->type == SIM_OP_RESHAPE || o->type == SIM_OP_TRANSPOSE)) {

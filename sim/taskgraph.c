@@ -194,10 +194,12 @@ int sim_taskgraph_block_new(SimTaskGraph *tg)
   tg->dirty = TRUE;
   /* Where blocks are laid out in an order of their own (a lowering that reuses blocks sets
    * it, and sets it again after each build), a block made later joins it, last: a block
-   * left out of the order would never be assembled. */
-  for (guint i = 0; i < tg->blocks->len; i++) {
+   * left out of the order would never be assembled.  Freed slots are looked for only
+   * where some are (a lowering makes tens of thousands of blocks and frees none). */
+  for (guint i = 0; tg->n_dead > 0 && i < tg->blocks->len; i++) {
     SimTaskBlock *b = tg->blocks->pdata[i];
     if (!b->live) {
+      tg->n_dead--;
       b->live = TRUE;
       b->changed = TRUE;
       gboolean listed = FALSE;
@@ -257,7 +259,9 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
 void sim_taskgraph_block_free(SimTaskGraph *tg, int block)
 {
   sim_taskgraph_block_clear(tg, block);
-  sim_taskgraph_block(tg, block)->live = FALSE;
+  SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  tg->n_dead += b->live;
+  b->live = FALSE;
 }
 
 /* Room for @n more elements in @a, without changing its length. */

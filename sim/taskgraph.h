@@ -147,6 +147,7 @@ typedef struct {
 typedef struct {
   int n_devices;
   GPtrArray *blocks;   /* SimTaskBlock*                                               */
+  int n_dead;          /* blocks freed and not yet made again                           */
   /* The live blocks in the order assembly lays them out; NULL: slot order.  A lowering
    * that reuses blocks across rebuilds sets it, so that the flat graph does not depend
    * on which slots its blocks happened to get. */
@@ -430,6 +431,10 @@ typedef struct _SimLowering SimLowering;
 SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const uint8_t *simulated);
+/* Lowers @n micro-batches of the strategy's size (its micro-batch count divides the batch)
+ * instead of all of them; call before sim_lowering_build().  For the extrapolation of a
+ * schedule's steady state (sim/steady.c). */
+void sim_lowering_set_microbatch_count(SimLowering *lw, int n);
 /* Makes the lowering record what copies, reductions and synchronizations mean (for
  * executors); call before sim_lowering_build(). */
 void sim_lowering_record_semantics(SimLowering *lw, gboolean on);
@@ -595,6 +600,7 @@ struct _SimReport {
   SimLinkUse *links;          /* the busiest, most used first                          */
   int n_links;
   char *folding;
+  char *steady;               /* the steady state's extrapolation, in words, or NULL */
   SimDetail detail;
   int microbatches, n_stages;  /* n_stages counts model chunks (stages x chunks)      */
   int chunks;                  /* model chunks per device group (interleaved), else 1  */
@@ -605,6 +611,35 @@ struct _SimReport {
   int32_t *extra;             /* links and members of collectives' flows                */
   double *start, *end;
 };
+
+/* ---------------------------------------------------------------------------------- */
+/* The steady state of pipeline schedules (steady.c)                                   */
+
+typedef struct {
+  int count;      /* micro-batches simulated                                           */
+  int period_mbs; /* micro-batches in one period of the schedule                       */
+  int first;      /* the first micro-batch of the periods compared                     */
+  int total;      /* the strategy's micro-batches                                      */
+} SimSteady;
+
+/* Whether @s's schedule may be simulated over fewer micro-batches and extrapolated, and
+ * how: FALSE where it may not (switched off, a kept timeline, GPipe, too few
+ * micro-batches to gain). */
+gboolean sim_steady_plan(const SimStrategy *s, const SimOptions *o, SimSteady *out);
+/* TRUE, with the time one period takes, where the run of st->count micro-batches repeats
+ * itself exactly from one period to the next in its middle. */
+gboolean sim_steady_period(const SimTaskGraph *tg, const SimTimeline *tl, const SimSteady *st,
+                           double *period);
+/* The iteration time of all st->total micro-batches from a run of st->count. */
+double sim_steady_time(const SimSteady *st, double makespan, double period);
+
+/* Turns @r, the report of a run of st->count micro-batches, into the report of all of
+ * them, given @r2, the report of a run of st->count + st->period_mbs, and both runs' link
+ * bytes: the iteration time is @time, and every time and byte count that adds up over the
+ * run grows by what one period added. */
+void sim_report_extrapolate(SimReport *r, const SimReport *r2, const double *link_bytes,
+                            const double *link_bytes2, const SimSteady *st, double time,
+                            double period);
 
 /* Builds a report from a finished run.  @rep_of maps every device to the simulated device
  * whose timeline stands for it (NULL: itself). */

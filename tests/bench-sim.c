@@ -140,11 +140,15 @@ typedef struct {
   gboolean ok;
   double rss_gib;
   char folding[64];
+  gboolean steady;
 } ScaleResult;
 
-/* One simulation of @c in a child process (accelerations on or off): its wall time, the
- * child's peak resident memory, its prediction. */
-static ScaleResult scale_child(const ScaleCase *c, gboolean accel)
+enum { SCALE_PLAIN, SCALE_REPORT, SCALE_BRIEF };
+
+/* One simulation of @c in a child process (SCALE_PLAIN: a report without the
+ * accelerations; SCALE_REPORT: with them; SCALE_BRIEF: with them, the brief simulation a
+ * search runs): its wall time, the child's peak resident memory, its prediction. */
+static ScaleResult scale_child(const ScaleCase *c, int mode)
 {
   ScaleResult res;
   memset(&res, 0, sizeof res);
@@ -177,13 +181,25 @@ static ScaleResult scale_child(const ScaleCase *c, gboolean accel)
     if (!s)
       g_error("%s", error->message);
     SimOptions o = sim_options_default();
-    o.merge_chains = o.merge_rings = accel;
-    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
-    if (!r)
-      g_error("%s", error->message);
-    ScaleResult out = { now() - t0, sim_report_iteration_time(r), sim_report_n_tasks(r), TRUE,
-                        0, "" };
-    g_strlcpy(out.folding, sim_report_folding(r), sizeof out.folding);
+    o.merge_chains = o.merge_rings = o.steady_state = mode != SCALE_PLAIN;
+    ScaleResult out = { 0 };
+    out.ok = TRUE;
+    if (mode == SCALE_BRIEF) {
+      SimBrief b;
+      if (!sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error))
+        g_error("%s", error->message);
+      out.seconds = now() - t0;
+      out.iteration = b.time;
+    } else {
+      g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+      if (!r)
+        g_error("%s", error->message);
+      out.seconds = now() - t0;
+      out.iteration = sim_report_iteration_time(r);
+      out.tasks = sim_report_n_tasks(r);
+      out.steady = sim_report_steady(r) != NULL;
+      g_strlcpy(out.folding, sim_report_folding(r), sizeof out.folding);
+    }
     if (write(fds[1], &out, sizeof out) != (ssize_t)sizeof out)
       _exit(1);
     _exit(0);
@@ -219,25 +235,30 @@ static void scale_table(void)
     { "gpt3-175b, 1,024 GPUs, TP8 PP16 DP8", "gpt3-175b", "vocab=51200", 128, 8, 16, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
     { "405B-class, 16,384 GPUs, TP8 PP16 DP128", "gpt", "layers=126,hidden=16384,heads=128,seq=2048,vocab=128256", 2048, 8, 16, 2048, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
   };
-  printf("| configuration | tasks | wall time | peak memory | plain: tasks | plain: wall time | "
-         "plain: peak memory | speed-up | prediction | rel. diff | folding |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  printf("| configuration | tasks | report: wall time | report: peak memory | brief: wall time | "
+         "brief: peak memory | plain: tasks | plain: wall time | plain: peak memory | speed-up "
+         "(report, brief) | prediction | rel. diff (report, brief) | folding | steady state |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   /* The 16,384-GPU run alone on request (--16k), the others by default. */
   int n = quick ? 6 : (int)G_N_ELEMENTS(cases) - 1;
   for (int i = with_16k ? n : 0; i < (with_16k ? n + 1 : n); i++) {
-    ScaleResult a = scale_child(&cases[i], TRUE);
-    ScaleResult b = scale_child(&cases[i], FALSE);
-    if (!a.ok || !b.ok) {
+    ScaleResult a = scale_child(&cases[i], SCALE_REPORT);
+    ScaleResult br = scale_child(&cases[i], SCALE_BRIEF);
+    ScaleResult b = scale_child(&cases[i], SCALE_PLAIN);
+    if (!a.ok || !b.ok || !br.ok) {
       printf("| %s | %s (peak memory %.2f GiB, limit 16 GiB) |\n", cases[i].label,
-             !a.ok ? "failed" : "plain run failed", !a.ok ? a.rss_gib : b.rss_gib);
+             !a.ok ? "failed" : !br.ok ? "brief run failed" : "plain run failed",
+             !a.ok ? a.rss_gib : !br.ok ? br.rss_gib : b.rss_gib);
       continue;
     }
     double diff = fabs(a.iteration - b.iteration) / b.iteration;
-    printf("| %s | %" G_GINT64_FORMAT " | %.2f s | %.2f GiB | %" G_GINT64_FORMAT
-           " | %.2f s | %.2f GiB | %.2fx | %.3f s | %.1e%s | %s |\n",
-           cases[i].label, a.tasks, a.seconds, a.rss_gib, b.tasks, b.seconds, b.rss_gib,
-           b.seconds / a.seconds, a.iteration, diff, diff <= 1e-9 ? " (same)" : " (DIFFERS)",
-           a.folding);
+    double diff_b = fabs(br.iteration - b.iteration) / b.iteration;
+    printf("| %s | %" G_GINT64_FORMAT " | %.2f s | %.2f GiB | %.2f s | %.2f GiB | %" G_GINT64_FORMAT
+           " | %.2f s | %.2f GiB | %.2fx, %.2fx | %.3f s | %.1e, %.1e%s | %s | %s |\n",
+           cases[i].label, a.tasks, a.seconds, a.rss_gib, br.seconds, br.rss_gib, b.tasks,
+           b.seconds, b.rss_gib, b.seconds / a.seconds, b.seconds / br.seconds, a.iteration,
+           diff, diff_b, diff <= 1e-9 && diff_b <= 1e-9 ? " (same)" : " (DIFFERS)", a.folding,
+           a.steady ? "yes" : "no");
     fflush(stdout);
   }
 }

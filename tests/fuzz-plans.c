@@ -43,7 +43,7 @@
 #include <string.h>
 
 static const char *const models[][2] = {
-  { "gpt", "layers=4,hidden=128,heads=4,seq=32,vocab=256,batch=16" },
+  { "gpt", "layers=4,hidden=128,heads=4,seq=32,vocab=256,batch=96" },
   { "mlp", "layers=4,hidden=256,input=128,classes=64,batch=32,towers=2" },
   { "bert-large", "layers=2,batch=16,seq=32" },
   { "inception-v3", "batch=16" },
@@ -79,6 +79,9 @@ static SimStrategy *random_plan(const SimGraph *g, SimMachine *m, gboolean gpt, 
       o.tp = o.pp = 1;
     o.dp = batch % (nd / (o.tp * o.pp)) == 0 ? nd / (o.tp * o.pp) : 1;
     o.microbatches = o.pp > 1 ? 4 : 1 + g_rand_int_range(rng, 0, 2);
+    /* Now and then enough micro-batches for the schedule's steady state (sim/steady.c). */
+    if (g_rand_int_range(rng, 0, 3) == 0)
+      o.microbatches = 12 * o.pp;
     if (batch % ((int64_t)o.dp * o.microbatches))
       o.microbatches = 1;
     o.schedule = o.pp == 1 ? SIM_SCHEDULE_1F1B : (SimSchedule)g_rand_int_range(rng, 0, 3);
@@ -321,6 +324,7 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
  * as often as elsewhere, since it turns merging off), simulated with each acceleration on
  * and off. */
 static int merging_runs; /* runs whose tasks merging made fewer */
+static int steady_runs;  /* runs that extrapolated their schedule's steady state */
 
 static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
 {
@@ -337,6 +341,7 @@ static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
   SimOptions off = o;
   off.merge_chains = FALSE;
   off.merge_rings = FALSE;
+  off.steady_state = FALSE;
   g_autoptr(SimReport) ra = sim_simulate(dr.g, dr.m, s, c, &o, &error);
   g_autoptr(SimReport) rb = ra ? sim_simulate(dr.g, dr.m, s, c, &off, &error) : NULL;
   int bad = 0;
@@ -350,6 +355,7 @@ static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
   }
   double a = sim_report_iteration_time(ra), b = sim_report_iteration_time(rb);
   merging_runs += sim_report_n_tasks(ra) < sim_report_n_tasks(rb);
+  steady_runs += sim_report_steady(ra) != NULL;
   gboolean same = fabs(a - b) <= 1e-9 * b;
   for (int d = 0; d < sim_report_n_devices(ra); d++) {
     double ca = sim_report_compute_time(ra, d), cb = sim_report_compute_time(rb, d);
@@ -667,8 +673,8 @@ int main(int argc, char **argv)
     printf("%s: %d seeds, %d runs, %d slower on a faster machine (anomalies of shared links), "
            "%d disagreements\n", argv[1], n, runs, anomalies, bad);
   else if (check == accel_seed)
-    printf("%s: %d seeds, %d runs (%d with merged tasks), %d disagreements\n", argv[1], n, runs,
-           merging_runs, bad);
+    printf("%s: %d seeds, %d runs (%d with merged tasks, %d from the steady state), "
+           "%d disagreements\n", argv[1], n, runs, merging_runs, steady_runs, bad);
   else if (check == bound_seed)
     printf("%s: %d seeds, %d runs (%d brief runs stopped at an overflow), %d disagreements\n",
            argv[1], n, runs, overflows, bad);

@@ -618,6 +618,66 @@ Test(cli, a_second_signal_during_the_wrap_up_still_leaves_the_plan, .timeout = 1
   a_signal_keeps_the_plan(SIGINT, SIGTERM);
 }
 
+Test(cli, a_plan_found_with_graph_rewrites_runs_in_simulate_and_exec)
+{
+  /* The substitution search merges q, k and v into one linear (a data-parallel inner
+   * search on one GPU of 8 finds it faster) and records the rewrite in the plan, whose
+   * operators name the rewritten graph's: simulate and exec replay the rewrite before
+   * they read the plan (search_strategy_load()).  exec once read it against the model as
+   * given and refused the merged operator. */
+  static const char graph[] =
+    "{\"format\": \"parasol-graph\", \"version\": 1, \"name\": \"rewritable\", \"ops\": [\n"
+    " {\"name\": \"x\", \"type\": \"input\", \"inputs\": [], \"attrs\": {\"shape\": [16, 32], \"dtype\": \"fp32\"}},\n"
+    " {\"name\": \"fc1\", \"type\": \"linear\", \"inputs\": [\"x\"], \"attrs\": {\"out_features\": 64, \"bias\": true}},\n"
+    " {\"name\": \"relu1\", \"type\": \"unary\", \"inputs\": [\"fc1\"], \"attrs\": {\"kind\": \"relu\"}},\n"
+    " {\"name\": \"q\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
+    " {\"name\": \"k\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
+    " {\"name\": \"v\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
+    " {\"name\": \"qk\", \"type\": \"binary\", \"inputs\": [\"q\", \"k\"], \"attrs\": {\"kind\": \"add\"}},\n"
+    " {\"name\": \"qkv\", \"type\": \"binary\", \"inputs\": [\"qk\", \"v\"], \"attrs\": {\"kind\": \"add\"}},\n"
+    " {\"name\": \"labels\", \"type\": \"input\", \"inputs\": [], \"attrs\": {\"shape\": [16], \"dtype\": \"int32\"}},\n"
+    " {\"name\": \"loss\", \"type\": \"cross_entropy\", \"inputs\": [\"qkv\", \"labels\"]}\n"
+    "]}\n";
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *model = g_build_filename(dir, "rewritable.json", NULL);
+  g_autofree char *plan = g_build_filename(dir, "plan.json", NULL);
+  cr_assert(g_file_set_contents(model, graph, -1, NULL));
+  Run s = run("search", "--model", model, "--machine", "dgx-a100:1", "--algo", "subst",
+              "--opt", "inner=data-parallel", "--opt", "graphs=6", "--opt", "alpha=1.5",
+              "--budget", "300evals", "--threads", "1", "--own", "--quiet", "--out", plan, NULL);
+  cr_assert_eq(s.status, 0, "%s%s", s.out, s.err);
+  cr_assert(strstr(s.out, "rewrites            merge-linears:q,k,v"), "%s", s.out);
+  Run sim = run("simulate", "--model", model, "--machine", "dgx-a100:1", "--strategy", plan,
+                NULL);
+  cr_expect_eq(sim.status, 0, "%s%s", sim.out, sim.err);
+  Run ex = run("exec", "--model", model, "--machine", "dgx-a100:1", "--strategy", plan,
+               "--steps", "2", "--check", NULL);
+  cr_expect_eq(ex.status, 0, "%s%s", ex.out, ex.err);
+  cr_expect(strstr(ex.out, "match (tolerance"), "%s", ex.out);
+  /* The model as given has no merged operator: read without the rewrite, the plan is
+   * refused by name. */
+  g_autofree char *text = NULL;
+  cr_assert(g_file_get_contents(plan, &text, NULL, NULL));
+  g_auto(GStrv) parts = g_strsplit(text, "\"merge-linears:q,k,v\"", -1);
+  cr_assert_eq(g_strv_length(parts), 2, "%s", text);
+  g_autofree char *plain = g_strjoinv("", parts);
+  cr_assert(g_file_set_contents(plan, plain, -1, NULL));
+  expect_refused(run("exec", "--model", model, "--machine", "dgx-a100:1", "--strategy", plan,
+                     NULL), "ops.q+k+v: no such operator in model 'rewritable'");
+  /* A rewrite this parasol does not know is named with the file. */
+  g_autofree char *unknown = g_strjoinv("\"no-such\"", parts);
+  cr_assert(g_file_set_contents(plan, unknown, -1, NULL));
+  g_autofree char *where = g_strdup_printf("%s:rewrites: rewrite 'no-such': expected KIND:OPERATORS", plan);
+  expect_refused(run("simulate", "--model", model, "--machine", "dgx-a100:1", "--strategy",
+                     plan, NULL), where);
+  run_clear(&s);
+  run_clear(&sim);
+  run_clear(&ex);
+  g_unlink(plan);
+  g_unlink(model);
+  g_rmdir(dir);
+}
+
 Test(cli, progress_off_a_terminal_is_a_line_every_few_seconds, .timeout = 120)
 {
   /* stderr is a pipe here: no line redrawn in place (no carriage return), one line every

@@ -1993,3 +1993,133 @@ Test(accel, a_nodes_rings_are_one_flow_only_where_their_links_are_their_own)
   check_merged(g, dgx, a, c, TRUE, "gpt TP 8 PP 2 on DGX A100");
   check_merged(g, one, b, c, FALSE, "gpt data parallel on 8 GPUs, one op on GPU 0");
 }
+
+/* The steady state of a schedule (SimOptions.steady_state, sim/steady.c): simulating a few
+ * micro-batches and adding the repeated periods predicts what simulating every micro-batch
+ * does, figure for figure: the iteration time, compute, communication, overlap and idle
+ * time per GPU and the critical path by class to a relative 1e-9 of the iteration, peak
+ * memory to the byte, the busiest links' bytes to a relative 1e-9; the brief simulation
+ * that searches run gives the report's time to the bit, and past a bound says it is cut.
+ * Megatron plans of a GPT over two DGX A100 nodes, drawn at random (TP, PP, DP, schedule,
+ * chunks, micro-batches, recomputation, ZeRO-1, sequence parallelism). */
+static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *c,
+                        const char *what)
+{
+  SimOptions on = sim_options_default(), off = on;
+  off.steady_state = FALSE;
+  GError *error = NULL;
+  g_autoptr(SimReport) a = sim_simulate(g, m, s, c, &on, &error);
+  cr_assert_not_null(a, "%s: %s", what, error ? error->message : "");
+  g_autoptr(SimReport) b = sim_simulate(g, m, s, c, &off, &error);
+  cr_assert_not_null(b, "%s: %s", what, error ? error->message : "");
+  cr_assert_null(sim_report_steady(b));
+  double t = sim_report_iteration_time(b);
+  cr_assert_float_eq(sim_report_iteration_time(a), t, 1e-9 * t, "%s: %.17g vs %.17g", what,
+                     sim_report_iteration_time(a), t);
+  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
+  for (int d = 0; d < sim_report_n_devices(a); d++) {
+    cr_assert_eq(sim_report_peak_memory(a, d), sim_report_peak_memory(b, d), "%s: GPU %d", what,
+                 d);
+    cr_assert_float_eq(sim_report_compute_time(a, d), sim_report_compute_time(b, d), 1e-9 * t,
+                       "%s: GPU %d compute", what, d);
+    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
+                       "%s: GPU %d communication", what, d);
+    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
+                       "%s: GPU %d overlap", what, d);
+    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
+                       "%s: GPU %d idle", what, d);
+  }
+  const char *classes[] = { "forward", "backward", "recompute", "update", "transfer",
+                            "reduction", "grad-sync", "param-sync", "idle" };
+  for (size_t k = 0; k < G_N_ELEMENTS(classes); k++)
+    cr_assert_float_eq(sim_report_critical_time(a, classes[k]),
+                       sim_report_critical_time(b, classes[k]), 1e-9 * t, "%s: %s", what,
+                       classes[k]);
+  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
+  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
+  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
+  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
+  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
+  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
+  for (guint i = 0; i < json_array_get_length(la); i++) {
+    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
+    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
+    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
+  }
+  SimBrief br;
+  cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
+  cr_assert_eq(br.time, sim_report_iteration_time(a), "%s: brief %.17g, report %.17g", what,
+               br.time, sim_report_iteration_time(a));
+  cr_assert_eq(br.fits, sim_report_fits(a));
+  cr_assert_not(br.cut);
+  cr_assert(sim_simulate_brief(g, m, s, c, &on, 0.5 * t, &br, &error), "%s", what);
+  cr_assert(br.cut, "%s: a run past its bound is cut", what);
+  cr_assert_geq(br.time, 0.5 * t);
+  return sim_report_steady(a) != NULL;
+}
+
+Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=96");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  /* Fixed plans first: 1F1B over 4 stages with and without recomputation, interleaved
+   * 1F1B with 2 chunks, and no pipeline at all (gradient accumulation over 24
+   * micro-batches); each extrapolates its steady state. */
+  struct {
+    int tp, pp, dp, mbs, chunks;
+    SimRecompute rc;
+  } fixed[] = {
+    { 2, 4, 2, 48, 1, SIM_RECOMPUTE_NONE },
+    { 2, 4, 2, 48, 1, SIM_RECOMPUTE_FULL },
+    { 2, 4, 2, 48, 2, SIM_RECOMPUTE_SELECTIVE },
+    { 8, 1, 2, 48, 1, SIM_RECOMPUTE_NONE },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(fixed); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = fixed[i].tp;
+    mo.pp = fixed[i].pp;
+    mo.dp = fixed[i].dp;
+    mo.microbatches = fixed[i].mbs;
+    mo.chunks = fixed[i].chunks;
+    mo.schedule = fixed[i].chunks > 1 ? SIM_SCHEDULE_INTERLEAVED : SIM_SCHEDULE_1F1B;
+    mo.memory.recompute = fixed[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("fixed plan %zu", i);
+    cr_assert(check_steady(g, m, s, c, what), "%s: the steady state was not used", what);
+  }
+  /* Random plans: every one predicts what the plain simulation does, whether or not its
+   * steady state could be used. */
+  GRand *rng = g_rand_new_with_seed(11);
+  int used = 0, n = 12;
+  for (int trial = 0; trial < n; trial++) {
+    static const int tps[] = { 1, 2, 4 }, pps[] = { 1, 2, 4 }, mbss[] = { 12, 24, 48 };
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = tps[g_rand_int_range(rng, 0, 3)];
+    mo.pp = pps[g_rand_int_range(rng, 0, 3)];
+    mo.dp = 16 / (mo.tp * mo.pp);
+    int mbs = mbss[g_rand_int_range(rng, 0, 3)];
+    if (96 % (mo.dp * mbs) != 0)
+      mbs = 96 / mo.dp;
+    mo.microbatches = mbs;
+    if (mo.pp > 1 && g_rand_boolean(rng) && mbs % mo.pp == 0) {
+      mo.schedule = SIM_SCHEDULE_INTERLEAVED;
+      mo.chunks = 2;
+    }
+    mo.memory.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    mo.memory.zero1 = g_rand_boolean(rng);
+    mo.sequence_parallel = mo.tp > 1 && g_rand_boolean(rng);
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "trial %d: %s", trial, error ? error->message : "");
+    g_autofree char *what =
+      g_strdup_printf("trial %d: TP %d PP %d DP %d, %d micro-batches, chunks %d, recompute %d",
+                      trial, mo.tp, mo.pp, mo.dp, mbs, mo.chunks, (int)mo.memory.recompute);
+    used += check_steady(g, m, s, c, what);
+  }
+  g_rand_free(rng);
+  cr_log_info("steady state used by %d of %d random plans", used, n);
+}

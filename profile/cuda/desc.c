@@ -75,20 +75,15 @@ static int dim_named(const SimGraph *g, int op, const char *name)
 gboolean pcu_desc_splits_reduction(const SimGraph *g, int op, const int64_t *lo,
                                    const int64_t *hi)
 {
-  /* A dimension splits the outputs' sums when no output is indexed by it: a region of
-   * the output does not change as the dimension's range does. */
-  SimOpType t = sim_graph_op_type(g, op);
+  /* The shard's outputs hold partial sums when it covers part of a dimension that some
+   * output does not depend on: the rule of sim_graph_op_tensor_partial(). */
   int n = sim_graph_op_n_dims(g, op);
-  for (int d = 0; d < n; d++) {
-    int64_t size = sim_graph_op_dim_size(g, op, d);
-    if (lo[d] == 0 && hi[d] >= size)
-      continue;
-    SimDimRole role = sim_graph_op_dim_role(g, op, d);
-    if (role == SIM_ROLE_REDUCTION && d != 0)
+  int split[PCU_MAX_ITER];
+  for (int d = 0; d < n; d++)
+    split[d] = lo[d] == 0 && hi[d] >= sim_graph_op_dim_size(g, op, d) ? 1 : 2;
+  for (int j = 0; j < sim_graph_op_n_outputs(g, op); j++)
+    if (sim_graph_op_tensor_partial(g, op, SIM_TENSOR_OUTPUT, j, split))
       return TRUE;
-    if (t == SIM_OP_ATTENTION && !strcmp(sim_graph_op_dim_name(g, op, d), "h"))
-      return TRUE;
-  }
   return FALSE;
 }
 

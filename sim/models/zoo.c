@@ -437,6 +437,15 @@ static const SimZooModel *model_lookup_folded(const char *name)
   return NULL;
 }
 
+char **sim_model_params_names(const SimModelParams *p)
+{
+  GPtrArray *names = g_ptr_array_new();
+  for (guint i = 0; p && i < p->items->len; i++)
+    g_ptr_array_add(names, g_strdup(g_array_index(p->items, ParamItem, i).name));
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
+
 SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
                          GError **error)
 {
@@ -450,18 +459,26 @@ SimGraph *sim_model_load(const char *name_or_file, const SimModelParams *params,
     return g;
   }
 
+  /* An ONNX model takes the parameters that name its symbolic dimensions. */
+  if (g_str_has_suffix(name_or_file, ".onnx"))
+    return sim_onnx_import(name_or_file, params, error);
   gboolean looks_like_path = strchr(name_or_file, G_DIR_SEPARATOR) != NULL ||
                              g_str_has_suffix(name_or_file, ".json");
   if (looks_like_path || g_file_test(name_or_file, G_FILE_TEST_EXISTS)) {
-    /* A graph file fixes every shape: silently ignoring a --param there would let a
-     * user believe the batch size had changed. */
-    if (params && params->items->len > 0) {
-      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                  "%s: model parameters (%s=...) apply to zoo models, not to graph files",
-                  name_or_file, g_array_index(params->items, ParamItem, 0).name);
-      return NULL;
+    /* A graph file fixes every shape but the batch: silently ignoring another --param
+     * would let a user believe the model had changed. */
+    int64_t batch = 0;
+    for (guint i = 0; params && i < params->items->len; i++) {
+      const ParamItem *it = &g_array_index(params->items, ParamItem, i);
+      if (strcmp(it->name, "batch") != 0) {
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "%s: a graph file takes only --param batch=N; other model parameters "
+                    "(%s=...) apply to zoo models", name_or_file, it->name);
+        return NULL;
+      }
+      batch = it->value;
     }
-    return sim_graph_load(name_or_file, error);
+    return sim_graph_load_with_batch(name_or_file, batch, error);
   }
 
   const SimZooModel *close = model_lookup_folded(name_or_file);

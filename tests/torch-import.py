@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""torch-import.py PARASOL: PyTorch modules exported by tools/torch2parasol.py and imported
+by `parasol import` keep PyTorch's parameter count exactly, and the torchvision models the
+zoo also has (ResNet-50, Inception-v3) predict the zoo's iteration time within 2% under
+data parallelism over a DGX A100.
+
+The modules are made here with random weights (nothing is downloaded): torchvision's
+resnet50 and inception_v3, a torch.nn.TransformerEncoder, and a small module of
+embedding, layer norm, SiLU and a linear layer.
+
+Exit status 0 when all agree, 1 otherwise, 77 (skipped) when torch, torchvision or onnx
+cannot be imported or parasol was built without ONNX support.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch
+    import torchvision  # noqa: F401
+    import onnx  # noqa: F401
+except ImportError:
+    # A pyenv or virtual-environment python3 first on PATH may lack Debian's packages.
+    py = "/usr/bin/python3"
+    if os.path.realpath(py) != os.path.realpath(sys.executable) and os.path.exists(py) and \
+       subprocess.run([py, "-c", "import torch, torchvision, onnx"],
+                      capture_output=True).returncode == 0:
+        os.execv(py, [py] + sys.argv)
+    print("SKIP: torch, torchvision or onnx (Debian's python3-torch, python3-torchvision, "
+          "python3-onnx) cannot be imported")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import torch2parasol  # noqa: E402
+
+
+class Small(torch.nn.Module):
+    """Token embedding, layer norm, a SiLU MLP and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 64)
+        self.norm = torch.nn.LayerNorm(64)
+        self.up = torch.nn.Linear(64, 256)
+        self.act = torch.nn.SiLU()
+        self.down = torch.nn.Linear(256, 64)
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, ids):
+        x = self.norm(self.emb(ids))
+        x = x + self.down(self.act(self.up(x)))
+        return self.head(x)
+
+
+def parasol_json(parasol, *args):
+    out = subprocess.run([parasol] + list(args) + ["--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("parasol %s: %s" % (" ".join(args), out.stderr.strip()))
+    return json.loads(out.stdout)
+
+
+def main():
+    parasol = sys.argv[1]
+    if subprocess.run([parasol, "import", "--check", "/dev/null"], capture_output=True,
+                      text=True).stderr.find("without ONNX") >= 0:
+        print("SKIP: parasol was built without ONNX support")
+        return 77
+    torch.manual_seed(0)
+    cases = [
+        ("resnet-50",) + torch2parasol.torchvision_model("resnet50", 2, 0) + ("batch=256",),
+        ("inception-v3",) + torch2parasol.torchvision_model("inception_v3", 2, 0)
+        + ("batch=256",),
+        ("encoder",) + torch2parasol.encoder_model(2, 16, 2, 256, 8) + ("batch=32,seq=128",),
+        ("small", Small(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
+         "batch=32,seq=128"),
+    ]
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, module, inputs, dynamic, params in cases:
+            path = os.path.join(tmp, name + ".onnx")
+            want = torch2parasol.export_onnx(module, inputs, path, dynamic)
+            got = parasol_json(parasol, "model", "show", path, "--param", params)["parameters"]
+            line = "%-13s parameters: PyTorch %d, imported %d" % (name, want, got)
+            ok = got == want
+            if name in ("resnet-50", "inception-v3"):
+                t = parasol_json(parasol, "simulate", "-m", path, "-p", params, "-x",
+                                 "dgx-a100")["iteration_time_s"]
+                z = parasol_json(parasol, "simulate", "-m", name, "-p", params, "-x",
+                                 "dgx-a100")["iteration_time_s"]
+                line += "; data parallel on dgx-a100 at %s: %.4f ms, zoo %.4f ms (%+.2f%%)" % (
+                    params, t * 1e3, z * 1e3, (t / z - 1) * 100)
+                ok = ok and abs(t / z - 1) < 0.02
+            print(("ok    " if ok else "FAIL  ") + line)
+            failed += not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
