@@ -227,8 +227,9 @@ int cmd_compare(int argc, char **argv)
     "is each run's (default " COMPARE_DEFAULT_BUDGET "): the command ends within that times the\n"
     "number of runs.  Ctrl-C or\n"
     "SIGTERM ends the run under way, skips the others and writes what was done.");
+  /* The search options (--budget, --seed, ...) in the main group: plain --help shows them. */
+  g_option_context_set_main_group(ctx, cli_search_option_group(&so));
   g_option_context_add_main_entries(ctx, entries, NULL);
-  g_option_context_add_group(ctx, cli_search_option_group(&so));
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
   if (!cli_parse_options(ctx, &argc, &argv)) {
     cli_search_options_clear(&so);

@@ -150,8 +150,9 @@ int cmd_search(int argc, char **argv)
     "plan is faster than what the search found, that plan is written and reported instead,\n"
     "and the output says so (--own keeps the search's; so does --allow with fewer than all\n"
     "kinds of parallelism).");
+  /* The search options (--budget, --seed, ...) in the main group: plain --help shows them. */
+  g_option_context_set_main_group(ctx, cli_search_option_group(&so));
   g_option_context_add_main_entries(ctx, entries, NULL);
-  g_option_context_add_group(ctx, cli_search_option_group(&so));
   g_option_context_add_group(ctx, cli_plan_option_group(&plan));
   if (!cli_parse_options(ctx, &argc, &argv)) {
     cli_search_options_clear(&so);

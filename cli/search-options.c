@@ -24,7 +24,7 @@ void cli_search_options_clear(CliSearchOptions *o)
 GOptionGroup *cli_search_option_group(CliSearchOptions *o)
 {
   GOptionEntry entries[] = {
-    { "budget", 'b', 0, G_OPTION_ARG_STRING, &o->budget, "Seconds (60s, 2m) or evaluations (5000evals) (default 60s)", "B" },
+    { "budget", 'b', 0, G_OPTION_ARG_STRING, &o->budget, "Seconds (60s, 2m) or evaluations (5000evals) (default: search 60s, compare 5s a run)", "B" },
     { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed (default 1)", "N" },
     { "threads", 'j', 0, G_OPTION_ARG_INT, &o->threads, "Worker threads (default 2)", "N" },
     { "opt", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &o->opts, "Algorithm option KEY=VALUE (repeatable; --list shows them)", "K=V" },

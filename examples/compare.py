@@ -67,7 +67,10 @@ def plot(out, speedup, machine, budget):
         raise SystemExit("compare.py: neither matplotlib nor gnuplot found to plot")
     data = "\n".join("%s %s" % (name, " ".join("%g" % speedup[(name, a)] for a in ALGORITHMS))
                      for name in MODELS)
-    script = ("set terminal pngcairo size 600,350\nset output '%s'\nset title '%s'\n"
+    # pngcairo where this gnuplot has it, png otherwise.
+    terms = subprocess.run([gnuplot, "-e", "set terminal"], capture_output=True, text=True)
+    term = "pngcairo" if "pngcairo" in terms.stdout + terms.stderr else "png"
+    script = ("set terminal " + term + " size 600,350\nset output '%s'\nset title '%s'\n"
               "set style data histograms\nset style fill solid\nset ylabel 'speedup'\n"
               "$d << EOD\n%s\nEOD\nplot %s\n" % (
                   out, title, data, ", ".join("$d using %d:xtic(1) title '%s'" % (i + 2, a)

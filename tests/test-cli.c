@@ -876,3 +876,14 @@ Test(cli, every_command_that_simulates_reads_a_calibration_file, .timeout = 120)
   }
   g_rmdir(dir);
 }
+
+Test(cli, search_and_compare_show_their_budget_in_plain_help)
+{
+  static const char *const commands[] = { "search", "compare" };
+  for (gsize i = 0; i < G_N_ELEMENTS(commands); i++) {
+    Run h = run(commands[i], "--help", NULL);
+    cr_expect_eq(h.status, 0, "%s", h.err);
+    cr_expect(strstr(h.out, "--budget=B") && strstr(h.out, "--seed=N"), "%s", h.out);
+    run_clear(&h);
+  }
+}

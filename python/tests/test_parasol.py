@@ -198,14 +198,15 @@ def test_examples(tmp_path):
 
 
 def test_example_files():
+    # The graph, machine and strategy files of examples/ (docs/formats.md).
     ex = os.path.join(SOURCE, "examples")
-    model = parasol.Model(os.path.join(ex, "model.json"))
-    machine = parasol.Machine(os.path.join(ex, "machine.json"))
-    assert (model.name, machine.name, machine.n_devices) == ("example-mlp", "workstation-2gpu", 2)
-    mine = parasol.simulate(model, machine, os.path.join(ex, "strategy.json"))
-    theirs = cli_json("simulate", "--model", os.path.join(ex, "model.json"),
-                      "--machine", os.path.join(ex, "machine.json"),
-                      "--strategy", os.path.join(ex, "strategy.json"))
+    files = [os.path.join(ex, f) for f in
+             ("mlp.graph.json", "two-servers.machine.json", "mlp-hybrid.strategy.json")]
+    model, machine = parasol.Model(files[0]), parasol.Machine(files[1])
+    assert (model.name, machine.name, machine.n_devices) == ("mlp-example", "two-servers", 8)
+    mine = parasol.simulate(model, machine, files[2])
+    theirs = cli_json("simulate", "--model", files[0], "--machine", files[1],
+                      "--strategy", files[2])
     assert mine["iteration_time_s"] == pytest.approx(theirs["iteration_time_s"], rel=1e-12)
 
 
