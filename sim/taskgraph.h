@@ -343,21 +343,31 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
  * ring order (see whole_node_rings). */
 gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m);
 
-/* Appends collective @kind over @devices (n of them, in ring order) moving @bytes (the
- * full buffer size per device) to @block.  Returns the references of its start and end
- * join points: make the producers precede *start and the consumers follow *end. */
-void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
-                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
-                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
-                          int mb, SimTaskRef *start, SimTaskRef *end);
+/* One collective to lower: @kind over @devices (n of them, in ring order) moving @bytes
+ * (the full buffer size per device), with @algo for all-reduces, at @detail, for
+ * operator @op and micro-batch @mb (-1: none) of task class @cls. */
+typedef struct {
+  SimCollKind kind;
+  SimAllreduceAlgo algo;
+  SimDetail detail;
+  const SimCollParams *params;
+  SimTaskClass cls;
+  const int *devices;
+  int n;
+  double bytes;
+  int op, mb;
+} SimCollective;
+
+/* Appends collective @c to @block.  Returns the references of its start and end join
+ * points: make the producers precede *start and the consumers follow *end. */
+void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, const SimCollective *c,
+                          SimTaskRef *start, SimTaskRef *end);
 
 /* The same, without join points where the collective is one flow (SIM_DETAIL_COLLECTIVE,
  * a ring of one channel): *start is then its fixed cost's delay or the flow, *end the
  * flow.  A third fewer tasks for the tensor-parallel reductions of large models. */
-void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
-                               SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
-                               SimTaskClass cls, const int *devices, int n, double bytes,
-                               int op, int mb, SimTaskRef *start, SimTaskRef *end);
+void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m,
+                               const SimCollective *c, SimTaskRef *start, SimTaskRef *end);
 
 /* The analytic duration of a collective without contention: what the FLOWS level yields
  * on an idle machine (used by tests and by search heuristics). */
