@@ -23,7 +23,9 @@
  *
  * The hierarchical all-reduce reduce-scatters inside each node, all-reduces the shards
  * across nodes (one ring per local rank, in parallel) and all-gathers inside each node. */
+#include "collective.h"
 #include "taskgraph.h"
+#include "network.h"
 
 #include <math.h>
 

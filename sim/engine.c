@@ -26,7 +26,11 @@
  * cost stops the run once the iteration is known to end later: the next event lies past
  * the bound, or some stream still holds more compute than time is left before it.  Up to
  * that moment the run is the unbounded one. */
+#include "engine.h"
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "util.h"
 
 #include <math.h>
 #include <string.h>

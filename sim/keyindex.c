@@ -3,7 +3,7 @@
  * thousands of times per search step; a hash table of GBytes allocated a key, a table
  * and its nodes for each.  Here the keys live in one array, the table is open addressing
  * kept at most half full, and clearing forgets the keys but keeps the memory. */
-#include "taskgraph.h"
+#include "util.h"
 
 #include <string.h>
 

@@ -22,7 +22,10 @@
  * synchronization — so that a change to one operator rebuilds only its block, the
  * blocks of the tensors it reads and writes, and the synchronization (delta simulation).
  */
+#include "lower.h"
 #include "taskgraph.h"
+#include "collective.h"
+#include "util.h"
 
 #include <string.h>
 

@@ -10,6 +10,10 @@
  * and unfolded runs.  The analysis and the shadow tasks are in fold.c; this file is the
  * driver. */
 #include "fold.h"
+#include "collective.h"
+#include "lower.h"
+#include "engine.h"
+#include "report.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,9 @@
 /* taskgraph.c — blocks of tasks and their assembly into the flat arrays the engine reads. */
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "report.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "engine.h"
 
 static const char *machine_json =
   "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"test-switch\","
