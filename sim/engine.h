@@ -3,7 +3,7 @@
 #pragma once
 
 #include "collective.h"
-#include "util.h"
+#include "base.h"
 
 G_BEGIN_DECLS
 

@@ -3,7 +3,7 @@
  * one pipeline stage), and the shadow tasks that stand for the folded devices' share of
  * the links their collectives use. */
 #include "fold.h"
-#include "util.h"
+#include "base.h"
 
 #include <math.h>
 #include <string.h>

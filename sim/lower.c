@@ -25,7 +25,7 @@
 #include "lower.h"
 #include "taskgraph.h"
 #include "collective.h"
-#include "util.h"
+#include "base.h"
 
 #include <string.h>
 

@@ -26,7 +26,7 @@
  * in slot order, so it runs the same events, bit for bit, with memory or without. */
 #include "network.h"
 #include "collective.h"
-#include "util.h"
+#include "base.h"
 
 #include <math.h>
 #include <string.h>

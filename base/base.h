@@ -1,10 +1,12 @@
-/* util.h — small utilities the engine, the network solver and the lowering share: a
- * stack of ints, memory for large flat arrays, hashing of byte strings and an index of
- * fixed-size byte keys (keyindex.c; sim_large_alloc() in taskgraph.c).  Internal to
- * libsim. */
+/* base.h — libbase, the small utilities the simulator's engine, network solver and
+ * lowering share: a stack of ints, memory for large flat arrays (alloc.c), hashing of
+ * byte strings and an index of fixed-size byte keys (keyindex.c).  Depends on GLib
+ * only. */
 #pragma once
 
-#include "sim-private.h"
+#include <glib.h>
+#include <stddef.h>
+#include <stdint.h>
 
 G_BEGIN_DECLS
 
@@ -21,6 +23,7 @@ typedef struct {
  * its first touch costs a fault per 2 MiB instead of per 4 KiB page (a million-task
  * graph touches gigabytes of fresh memory once).  Freed with g_free(); the contents of a
  * block passed to sim_large_renew() are not kept. */
+#define SIM_HUGE_PAGE ((size_t)2 << 20)
 gpointer sim_large_alloc(size_t bytes);
 gpointer sim_large_renew(gpointer old, size_t bytes);
 
