@@ -164,10 +164,7 @@ int cmd_search(int argc, char **argv)
   CliProblem pb = { 0 };
   g_autoptr(SearchProblem) problem = NULL;
   g_autoptr(SearchResult) result = NULL;
-  g_autoptr(SearchResult) yardstick = NULL;
   g_autoptr(SimReport) report = NULL;
-  g_autoptr(SimStrategy) dp = NULL;
-  g_autoptr(SimStrategy) expert = NULL;
   const SearchAlgorithm *algo = NULL;
   gboolean fallback = FALSE, yardstick_cut = FALSE, dp_done = FALSE;
   const SimStrategy *best = NULL;
@@ -242,8 +239,7 @@ int cmd_search(int argc, char **argv)
   /* A search, unlike the fixed plans (data-parallel, expert, owt), gives way to a faster
    * yardstick (below) unless --own, or unless --allow kept some kinds of parallelism
    * from it, which the yardsticks do not heed. */
-  fallback = !own && strcmp(algo->name, "data-parallel") && strcmp(algo->name, "expert") &&
-             strcmp(algo->name, "owt") && search_problem_get_kinds(problem) == SEARCH_KIND_ALL;
+  fallback = !own && search_algorithm_gives_way(algo, problem);
   if (!best && !fallback)
     goto infeasible;
   /* The strategy is written first: whatever comes next (yardsticks, report) may be cut
@@ -256,69 +252,17 @@ int cmd_search(int argc, char **argv)
   }
 
   /* The yardsticks, within half of what is left of the budget (the report gets the rest);
-   * after a signal, none. */
-  double dp_raw = INFINITY, expert_time = INFINITY;
-  gboolean dp_fits = FALSE, expert_is_dp = FALSE;
-  double known_time = INFINITY;
-  const SimStrategy *known = search_result_get_expert(result, &known_time);
-  expert_simulated = search_result_get_expert_progress(result, &expert_plans);
-  if (!known && expert_plans > 0) {
-    /* The search went through the expert plans but not to the end: the yardstick is the
-     * best of those it simulated (simulating them again from the first would only repeat
-     * them). */
-    known = search_result_get_expert_best(result, &known_time);
-    yardstick_cut = TRUE;
-  }
+   * after a signal, none.  Then the plan kept: the search's, or a faster yardstick. */
   gint64 yard_deadline = 0;
   if (cmd_deadline > 0)
     yard_deadline = g_get_monotonic_time() + (cmd_deadline - g_get_monotonic_time()) / 2;
-  if (search_signals_seen() == 0) {
-    g_autoptr(SearchWatch) watch = search_watch_new(problem, yard_deadline, TRUE);
-    if ((dp = search_problem_data_parallel(problem, NULL))) {
-      g_autoptr(SimReport) r = NULL;
-      search_problem_simulate(problem, dp, &r, NULL);
-      if (r) {
-        dp_raw = sim_report_iteration_time(r);
-        dp_fits = sim_report_fits(r);
-        dp_done = TRUE;
-      }
-    }
-  }
-  /* The expert plans, unless the algorithm simulated them all already; else as the
-   * expert algorithm simulates them, on the search's threads, until the yardsticks' share
-   * of the budget ends or a signal comes: the yardstick is then the best plan simulated
-   * so far, and says so. */
-  if (!known && expert_plans == 0 && search_signals_seen() == 0) {
-    SearchRunOptions yo = ro;
-    yo.time_budget = 0;
-    yo.eval_budget = G_MAXINT64 / 2;
-    yo.log_path = NULL;
-    yo.options = NULL;
-    yo.deadline_us = yard_deadline;
-    if (ro.progress)
-      g_printerr("parasol search: simulating the expert plans for the yardstick\n");
-    yardstick = search_run(cli_search_lookup("expert", NULL), problem, &yo, NULL);
-    if (yardstick) {
-      known = search_result_get_expert(yardstick, &known_time);
-      expert_simulated = search_result_get_expert_progress(yardstick, &expert_plans);
-      if (!known) {
-        known = search_result_get_expert_best(yardstick, &known_time);
-        yardstick_cut = TRUE;
-      }
-    }
-  }
-  if (!known && expert_plans == 0)
-    yardstick_cut = TRUE;
-  if (known) {
-    expert = sim_strategy_copy(known);
-    expert_time = known_time;
-  }
-  if (dp_fits && dp_raw < expert_time) {
-    g_clear_pointer(&expert, sim_strategy_free);
-    expert = sim_strategy_copy(dp);
-    expert_time = dp_raw;
-    expert_is_dp = TRUE;
-  }
+  const SearchYardsticks *y = search_result_measure(result, problem, &ro, yard_deadline, fallback);
+  double dp_raw = y->data_parallel, expert_time = y->expert;
+  gboolean dp_fits = y->data_parallel_fits;
+  dp_done = y->data_parallel_done;
+  yardstick_cut = !y->expert_complete;
+  expert_plans = y->expert_plans;
+  expert_simulated = y->expert_simulated;
   if (yardstick_cut && expert_plans > 0)
     g_printerr("parasol search: expert plans: %d of %d simulated %s; the yardstick is the "
                "best of them\n", expert_simulated, expert_plans,
@@ -327,22 +271,14 @@ int cmd_search(int argc, char **argv)
     g_printerr("parasol search: expert plans: none simulated %s\n",
                search_signals_seen() ? "after the signal" : "within the budget");
 
-  /* The plan written and reported is the fastest one known.  A budget too short for the
-   * search to reach the yardstick would otherwise leave the user a plan slower than one
-   * the command itself simulated; the search's own figures stay in the output. */
-  search_time = best_time;
-  kept = best ? "search" : NULL;
-  if (fallback && expert && expert_time < best_time) {
-    best = expert;
-    bp = problem;
-    best_time = expert_time;
-    kept = expert_is_dp ? "data-parallel" : "expert";
-    if (out) {
-      if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
-        goto fail;
-      g_printerr("parasol search: the %s plan is faster than the search's best; written to "
-                 "%s instead\n", expert_is_dp ? "data-parallel" : "expert", out);
-    }
+  search_time = y->search_time;
+  kept = y->kept;
+  best = search_result_get_kept(result, &bp, &best_time);
+  if (kept && strcmp(kept, "search") && out) {
+    if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
+      goto fail;
+    g_printerr("parasol search: the %s plan is faster than the search's best; written to "
+               "%s instead\n", kept, out);
   }
   /* The report of the plan kept, with what is left of the budget: a simulation of the
    * whole run, which on a large machine takes seconds. */
@@ -525,7 +461,6 @@ done:
     /* The algorithm left running still reads the problem, its graph and machine: they
      * stay until the process ends. */
     g_clear_pointer(&report, sim_report_free);
-    g_clear_pointer(&yardstick, search_result_free);
     g_clear_pointer(&result, search_result_free);
     problem = NULL;
     cli_search_options_clear(&so);
@@ -534,7 +469,6 @@ done:
   /* The problem and results borrow the graph and machine: they go first. */
   g_clear_pointer(&report, sim_report_free);
   g_clear_pointer(&result, search_result_free);
-  g_clear_pointer(&yardstick, search_result_free);
   g_clear_pointer(&problem, search_problem_unref);
   cli_problem_clear(&pb);
   cli_search_options_clear(&so);

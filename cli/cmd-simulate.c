@@ -193,20 +193,16 @@ static int simulate_one(int argc, char **argv, int line)
    * largest micro-batch that fits, as one would set it by hand; a plan given in flags or a
    * file is simulated as given. */
   gboolean defaults = !strategy_file && !cli_plan_has_degrees(&plan);
-  if (defaults && !sim_report_fits(r)) {
-    int64_t per = sim_graph_batch_size(pb.graph) / MAX(sim_machine_n_devices(pb.machine), 1);
-    int64_t whole_peak = sim_report_max_peak_memory(r);
-    for (int64_t k = per / 2; k >= 1; k /= 2) {
-      if (per % k)
-        continue;
-      plan.microbatch_size = k;
-      g_autoptr(SimStrategy) sk = cli_plan_build(&plan, pb.graph, pb.machine, NULL);
-      g_autoptr(SimReport) rk =
-        sk ? sim_simulate(pb.graph, pb.machine, sk, pb.cost, &o, NULL) : NULL;
-      plan.microbatch_size = 0;
-      if (!rk || !sim_report_fits(rk))
-        continue;
-      g_autofree char *was = cli_format_bytes((double)whole_peak);
+  SimMegatronOptions mo;
+  if (defaults && !sim_report_fits(r) &&
+      cli_plan_resolve(&plan, pb.graph, pb.machine, &mo, NULL)) {
+    g_autoptr(SimReport) rk = NULL;
+    int64_t k = 0;
+    g_autoptr(SimStrategy) sk =
+      sim_strategy_megatron_fit(pb.graph, pb.machine, &mo, pb.cost, &o, &rk, &k);
+    if (sk) {
+      int64_t per = sim_graph_batch_size(pb.graph) / MAX(sim_machine_n_devices(pb.machine), 1);
+      g_autofree char *was = cli_format_bytes((double)sim_report_max_peak_memory(r));
       g_autofree char *now = cli_format_bytes((double)sim_report_max_peak_memory(rk));
       if (line < 0)
         g_printerr("parasol: %" G_GINT64_FORMAT " samples a GPU in one micro-batch need %s; "
@@ -217,7 +213,6 @@ static int simulate_one(int argc, char **argv, int line)
       g_clear_pointer(&r, sim_report_free);
       s = g_steal_pointer(&sk);
       r = g_steal_pointer(&rk);
-      break;
     }
   }
   if (save && (!cli_make_parent(save, &error) || !sim_strategy_save(s, pb.graph, save, &error))) {

@@ -686,11 +686,12 @@ gboolean cli_plan_has_degrees(const CliPlanOptions *p)
   return p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
 }
 
-SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)
+gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,
+                          SimMegatronOptions *out, GError **error)
 {
   SimMegatronOptions o;
   if (!cli_plan_megatron_options(p, &o, error))
-    return NULL;
+    return FALSE;
   gboolean megatron = cli_plan_has_degrees(p);
   int n_dev = sim_machine_n_devices(m);
   if (!megatron) {
@@ -703,7 +704,7 @@ SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m,
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                   "tp %d x pp %d = %d GPUs do not divide the machine's %d; give --dp to use "
                   "fewer", o.tp, o.pp, mp, n_dev);
-      return NULL;
+      return FALSE;
     }
     o.dp = n_dev / mp;
   }
@@ -716,7 +717,14 @@ SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m,
       mbs--;
     o.microbatches = mbs;
   }
-  return sim_strategy_megatron(g, m, &o, error);
+  *out = o;
+  return TRUE;
+}
+
+SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)
+{
+  SimMegatronOptions o;
+  return cli_plan_resolve(p, g, m, &o, error) ? sim_strategy_megatron(g, m, &o, error) : NULL;
 }
 
 SimOptions cli_plan_sim_options(const CliPlanOptions *p, const CliProblem *pb)

@@ -68,6 +68,9 @@ gboolean cli_plan_has_degrees(const CliPlanOptions *p);
  * --microbatch-size/--microbatches is given (without --dp, data parallel over the GPUs
  * that tp x pp leave, as Megatron derives it), else data parallel over every GPU. */
 SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error);
+/* The Megatron options of cli_plan_build()'s strategy. */
+gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,
+                          SimMegatronOptions *out, GError **error);
 /* The Megatron options the flags describe (degrees default to 1). */
 gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *o, GError **error);
 /* The simulation options the flags describe, with the problem's measured tables. */

@@ -897,6 +897,7 @@ struct _SearchResult {
   double partial_time;
   GArray *improvements;
   char *log_error;   /* why the log could not be written to its end, or NULL */
+  SearchMeasure *measure;   /* the yardsticks and the plan kept (yardsticks.c), or NULL */
 };
 
 typedef struct {
@@ -1178,7 +1179,13 @@ void search_result_free(SearchResult *r)
   sim_strategy_free(r->partial_expert);
   g_array_unref(r->improvements);
   g_free(r->log_error);
+  search_measure_free(r->measure);
   g_free(r);
+}
+
+SearchMeasure **search_result_measure_slot(SearchResult *r)
+{
+  return &r->measure;
 }
 
 const char *search_result_get_log_error(const SearchResult *r)

@@ -400,6 +400,47 @@ SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, d
 SEARCH_PUBLIC double search_result_time_to(const SearchResult *r, double fraction,
                                            gint64 *evals);
 
+/* Yardsticks (yardsticks.c): what a search's plan is measured against, and the plan kept.
+ * Data parallelism over every device and the fastest expert plan are simulated after the
+ * search (the expert plans are taken from the search where its algorithm went through
+ * them); the expert yardstick is the faster of that plan and data parallelism where the
+ * latter fits.  A search that gives way keeps the yardstick's plan where it is faster
+ * than its own best: a budget too short for the search to reach it would otherwise leave
+ * a plan slower than one simulated here. */
+typedef struct {
+  double data_parallel;          /* iteration time; +inf when not simulated             */
+  gboolean data_parallel_fits;
+  gboolean data_parallel_done;   /* simulated (not stopped by the deadline or a signal) */
+  double expert;                 /* the expert yardstick's time; +inf when none         */
+  gboolean expert_is_dp;         /* the expert yardstick is data parallelism            */
+  gboolean expert_complete;      /* every expert plan was simulated                     */
+  int expert_plans;              /* how many there are (0: not gone through)            */
+  int expert_simulated;          /* how many were simulated                             */
+  double search_time;            /* the search's own best; +inf when none is feasible   */
+  const char *kept;              /* "search", "data-parallel", "expert"; NULL: none     */
+} SearchYardsticks;
+
+/* Whether a search by @algo on @p gives way to a faster yardstick: a search does, the
+ * fixed plans (data-parallel, expert, owt) do not, nor does a search from which some
+ * kinds of parallelism were kept (SearchKinds), which the yardsticks do not heed. */
+SEARCH_PUBLIC gboolean search_algorithm_gives_way(const SearchAlgorithm *algo,
+                                                  const SearchProblem *p);
+/* Simulates the yardsticks of @r, the result of a search on @p with the options @o, until
+ * @deadline_us (g_get_monotonic_time() microseconds; 0: none) or a caught signal, and
+ * decides the plan kept (with @give_way, the faster of the search's and the expert
+ * yardstick's).  Returns the figures, which @r keeps (search_result_get_yardsticks()). */
+SEARCH_PUBLIC const SearchYardsticks *search_result_measure(SearchResult *r, SearchProblem *p,
+                                                            const SearchRunOptions *o,
+                                                            gint64 deadline_us,
+                                                            gboolean give_way);
+/* The figures of search_result_measure(), or NULL before it. */
+SEARCH_PUBLIC const SearchYardsticks *search_result_get_yardsticks(const SearchResult *r);
+/* The plan kept (the search's own before search_result_measure()), the problem it is a
+ * plan for and its time (transfer none). */
+SEARCH_PUBLIC const SimStrategy *search_result_get_kept(const SearchResult *r,
+                                                        const SearchProblem **problem,
+                                                        double *time);
+
 /* ---------------------------------------------------------------------------------- */
 /* Substitutions                                                                       */
 

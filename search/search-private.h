@@ -351,4 +351,10 @@ extern const SearchAlgorithm search_algo_pipeline;
 extern const SearchAlgorithm search_algo_beam;
 extern const SearchAlgorithm search_algo_subst;
 
+/* What search_result_measure() keeps in a result (yardsticks.c). */
+typedef struct _SearchMeasure SearchMeasure;
+void search_measure_free(SearchMeasure *m);
+/* The result's slot for it (driver.c). */
+SearchMeasure **search_result_measure_slot(SearchResult *r);
+
 G_END_DECLS

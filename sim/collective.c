@@ -23,7 +23,9 @@
  *
  * The hierarchical all-reduce reduce-scatters inside each node, all-reduces the shards
  * across nodes (one ring per local rank, in parallel) and all-gathers inside each node. */
+#include "collective.h"
 #include "taskgraph.h"
+#include "network.h"
 
 #include <math.h>
 
@@ -514,20 +516,18 @@ static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
   }
 }
 
-void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
-                          SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
-                          SimTaskClass cls, const int *devices, int n, double bytes, int op,
-                          int mb, SimTaskRef *start, SimTaskRef *end)
+void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, const SimCollective *c,
+                          SimTaskRef *start, SimTaskRef *end)
 {
-  lower(tg, block, m, kind, algo, detail, cp, cls, devices, n, bytes, op, mb, FALSE, start, end);
+  lower(tg, block, m, c->kind, c->algo, c->detail, c->params, c->cls, c->devices, c->n,
+        c->bytes, c->op, c->mb, FALSE, start, end);
 }
 
-void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
-                               SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
-                               SimTaskClass cls, const int *devices, int n, double bytes,
-                               int op, int mb, SimTaskRef *start, SimTaskRef *end)
+void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m,
+                               const SimCollective *c, SimTaskRef *start, SimTaskRef *end)
 {
-  lower(tg, block, m, kind, algo, detail, cp, cls, devices, n, bytes, op, mb, TRUE, start, end);
+  lower(tg, block, m, c->kind, c->algo, c->detail, c->params, c->cls, c->devices, c->n,
+        c->bytes, c->op, c->mb, TRUE, start, end);
 }
 
 /* What the busiest link takes to carry the transfers @edges (a source, a destination and

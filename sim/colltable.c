@@ -11,7 +11,7 @@
  * File format: CSV with the header "gpus,bytes,seconds" and one row per measurement;
  * several rows of one size are averaged.  Sizes between two measured ones interpolate
  * linearly; outside the measured range the nearest size's fixed part holds. */
-#include "taskgraph.h"
+#include "sim-private.h"
 
 #include <errno.h>
 #include <stdlib.h>

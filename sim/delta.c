@@ -5,6 +5,11 @@
  * a full lowering of the changed strategy yields, task for task, and the run gives the
  * same timeline as sim_simulate() without folding (tests check this after random moves). */
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "lower.h"
+#include "engine.h"
+#include "report.h"
 
 #include <math.h>
 #include <string.h>

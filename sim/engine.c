@@ -26,7 +26,11 @@
  * cost stops the run once the iteration is known to end later: the next event lies past
  * the bound, or some stream still holds more compute than time is left before it.  Up to
  * that moment the run is the unbounded one. */
+#include "engine.h"
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "base.h"
 
 #include <math.h>
 #include <string.h>
@@ -220,22 +224,6 @@ static Event heap_pop(SimEngine *e)
 }
 
 /* ---- tasks ---- */
-
-guint sim_bytes_hash(gconstpointer p)
-{
-  gsize len;
-  const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
-  uint64_t h = sim_hash_bytes(d, len);
-  return (guint)(h ^ (h >> 29));
-}
-
-gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value)
-{
-  GBytes *probe = g_bytes_new_static(data, len);
-  gboolean found = g_hash_table_lookup_extended(table, probe, NULL, value);
-  g_bytes_unref(probe);
-  return found;
-}
 
 static void group_sched_free(gpointer p)
 {

@@ -22,7 +22,10 @@
  * synchronization — so that a change to one operator rebuilds only its block, the
  * blocks of the tensors it reads and writes, and the synchronization (delta simulation).
  */
+#include "lower.h"
 #include "taskgraph.h"
+#include "collective.h"
+#include "base.h"
 
 #include <string.h>
 
@@ -500,10 +503,11 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       continue; /* only asked which groups reduce */
     SimTaskRef start;
     if (h->n_devs > 1) {
-      sim_collective_lower_bare(lw->tg, block, lw->m, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING,
-                                lw->o.detail, &lw->cp, SIM_CLASS_REDUCTION, h->devs,
-                                h->n_devs, (double)region_bytes(&h->region, dt), -1, mb,
-                                &start, &ready[k].end);
+      SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
+                             .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
+                             .devices = h->devs, .n = h->n_devs,
+                             .bytes = (double)region_bytes(&h->region, dt), .op = -1, .mb = mb };
+      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &ready[k].end);
     } else {
       /* Partial sums on one device add up where they are. */
       SimTask nop = sim_task_nop();
@@ -1182,8 +1186,10 @@ static void sync_collective(SimLowering *lw, GHashTable *prev, GHashTable *keys,
     *end = (SimTaskRef){ block, 1 };
   } else {
     block = sim_taskgraph_block_new(tg);
-    sim_collective_lower(tg, block, lw->m, kind, lw->s->sync.algorithm, lw->o.detail, &lw->cp,
-                         cls, devs, n, bytes, op, -1, start, end);
+    SimCollective coll = { .kind = kind, .algo = lw->s->sync.algorithm, .detail = lw->o.detail,
+                           .params = &lw->cp, .cls = cls, .devices = devs, .n = n, .bytes = bytes,
+                           .op = op, .mb = -1 };
+    sim_collective_lower(tg, block, lw->m, &coll, start, end);
     g_assert(start->index == 0 && end->index == 1);
   }
   g_array_append_val(lw->coll_blocks, block);

@@ -24,7 +24,9 @@
  * memory: on MCMC over 64 GPUs, about half the solves find the whole network in memory
  * and half of the rest their component.  Either way the engine hears of the new rates
  * in slot order, so it runs the same events, bit for bit, with memory or without. */
-#include "taskgraph.h"
+#include "network.h"
+#include "collective.h"
+#include "base.h"
 
 #include <math.h>
 #include <string.h>

@@ -924,6 +924,16 @@ typedef struct _SimReport SimReport;
  * out-of-memory strategy still yields a report, whose sim_report_fits() is FALSE. */
 SIM_PUBLIC SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                                    SimCostModel *cost, const SimOptions *o, GError **error);
+/* The plan of @o with the largest micro-batch that fits in device memory, for a plan
+ * whose one micro-batch per replica does not: micro-batches of half, a quarter, ... of
+ * the samples a device holds (those sizes that divide it), each built with
+ * sim_strategy_megatron() and simulated with @so, until one fits (strategy-build.c).
+ * Returns NULL when none fits; else the strategy, its report in @report and its
+ * micro-batch size in @microbatch_size. */
+SIM_PUBLIC SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, SimMachine *m,
+                                                  const SimMegatronOptions *o,
+                                                  SimCostModel *cost, const SimOptions *so,
+                                                  SimReport **report, int64_t *microbatch_size);
 SIM_PUBLIC void sim_report_free(SimReport *r);
 SIM_PUBLIC double sim_report_iteration_time(const SimReport *r);
 SIM_PUBLIC double sim_report_throughput(const SimReport *r);      /* samples/s */

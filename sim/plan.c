@@ -5,6 +5,10 @@
  * those of the task graph, so an executor's measured times line up with the simulator's
  * timeline task by task (sim_plan_simulate) and can be written in the same trace format. */
 #include "taskgraph.h"
+#include "collective.h"
+#include "lower.h"
+#include "engine.h"
+#include "report.h"
 
 #include <math.h>
 

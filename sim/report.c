@@ -1,6 +1,9 @@
 /* report.c — what one simulated iteration tells: time, throughput, utilization, where the
  * time goes on each device and along the critical path, the busiest links, memory. */
+#include "report.h"
+#include "steady.h"
 #include "taskgraph.h"
+#include "engine.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>

@@ -14,7 +14,7 @@
  * second like its counterpart in the first: same kind, class, devices, operator, shard,
  * bytes and duration, starting and ending one period later) and measures the period.
  * Where the check fails, the caller simulates every micro-batch. */
-#include "taskgraph.h"
+#include "steady.h"
 
 #include <math.h>
 

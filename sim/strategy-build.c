@@ -511,3 +511,29 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
     return NULL;
   return g_steal_pointer(&s);
 }
+
+SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, SimMachine *m,
+                                       const SimMegatronOptions *o, SimCostModel *cost,
+                                       const SimOptions *so, SimReport **report,
+                                       int64_t *microbatch_size)
+{
+  g_return_val_if_fail(g != NULL && m != NULL && o != NULL && report != NULL, NULL);
+  *report = NULL;
+  int64_t per = sim_graph_batch_size(g) / MAX(sim_machine_n_devices(m), 1);
+  for (int64_t k = per / 2; k >= 1; k /= 2) {
+    if (per % k)
+      continue;
+    SimMegatronOptions ok = *o;
+    ok.microbatches = 0;
+    ok.microbatch_size = k;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &ok, NULL);
+    g_autoptr(SimReport) r = s ? sim_simulate(g, m, s, cost, so, NULL) : NULL;
+    if (!r || !sim_report_fits(r))
+      continue;
+    *report = g_steal_pointer(&r);
+    if (microbatch_size)
+      *microbatch_size = k;
+    return g_steal_pointer(&s);
+  }
+  return NULL;
+}

@@ -1,32 +1,13 @@
 /* taskgraph.c — blocks of tasks and their assembly into the flat arrays the engine reads. */
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "report.h"
+#include "base.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-#define HUGE_PAGE ((size_t)2 << 20)
-
-gpointer sim_large_alloc(size_t bytes)
-{
-  if (bytes < 4 * HUGE_PAGE)
-    return g_malloc(MAX(bytes, 1));
-  size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-  void *p = NULL;
-  if (posix_memalign(&p, HUGE_PAGE, rounded) != 0)
-    g_error("out of memory: %zu bytes", rounded);
-#ifdef MADV_HUGEPAGE
-  /* Advice only: without transparent huge pages the memory is ordinary. */
-  (void)madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-  return p;
-}
-
-gpointer sim_large_renew(gpointer old, size_t bytes)
-{
-  g_free(old);
-  return sim_large_alloc(bytes);
-}
 
 /* ---- Shared tasks (sim_taskgraph_share_tasks()) ----------------------------------- */
 
@@ -38,7 +19,7 @@ static void shared_reserve(SimTaskGraph *tg, size_t more)
   if (need <= tg->shared_bytes)
     return;
   size_t want = MAX(MAX(need, tg->shared_bytes * 2), (size_t)256 << 10);
-  size_t unit = want < 4 * HUGE_PAGE ? (size_t)64 << 10 : HUGE_PAGE;
+  size_t unit = want < 4 * SIM_HUGE_PAGE ? (size_t)64 << 10 : SIM_HUGE_PAGE;
   want = (want + unit - 1) & ~(unit - 1);
   void *p = tg->shared ? mremap(tg->shared, tg->shared_bytes, want, MREMAP_MAYMOVE)
                        : mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -48,7 +29,7 @@ static void shared_reserve(SimTaskGraph *tg, size_t more)
 #ifdef MADV_HUGEPAGE
   /* Huge pages from 8 MiB up, as sim_large_alloc() gives them: a small graph would pay
    * for clearing 2 MiB to hold a few tasks. */
-  if (want >= 4 * HUGE_PAGE)
+  if (want >= 4 * SIM_HUGE_PAGE)
     (void)madvise(p, want, MADV_HUGEPAGE);
 #endif
   tg->shared = p;

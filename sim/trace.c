@@ -3,6 +3,7 @@
  * per GPU, one track per link carrying traffic, and a process for the network between
  * nodes.  Times are in microseconds, as the format wants. */
 #include "taskgraph.h"
+#include "report.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>

@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "taskgraph.h"
+#include "collective.h"
+#include "lower.h"
+#include "engine.h"
 
 static gboolean quick;
 static gboolean with_16k; /* --scale --16k: the 16,384-GPU run alone */

@@ -35,6 +35,7 @@
  * Prints every disagreement and ends with a count; exit status 1 if any. */
 #include "parasol-sim.h"
 #include "taskgraph.h"
+#include "engine.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "engine.h"
 
 static const char *machine_json =
   "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"test-switch\","
@@ -295,8 +298,10 @@ static void check_collective(SimCollKind kind, SimDetail detail, int n, double S
   int b = sim_taskgraph_block_new(tg);
   int dev[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
   SimTaskRef start, end;
-  sim_collective_lower(tg, b, machine, kind, SIM_ALLREDUCE_RING, detail, &cp,
-                       SIM_CLASS_GRAD_SYNC, dev, n, S, -1, -1, &start, &end);
+  SimCollective coll = { .kind = kind, .algo = SIM_ALLREDUCE_RING, .detail = detail, .params = &cp,
+                         .cls = SIM_CLASS_GRAD_SYNC, .devices = dev, .n = n, .bytes = S, .op = -1,
+                         .mb = -1 };
+  sim_collective_lower(tg, b, machine, &coll, &start, &end);
   SimTimeline tl = { 0 };
   double t = run(tg, &tl);
   double expect = ring_closed_form(n, S, steps);
@@ -361,9 +366,12 @@ Test(engine, a_bare_collective_times_like_one_between_join_points)
       sim_taskgraph_stream_add(tg, b, 1, 0, r1.index);
       sim_taskgraph_stream_add(tg, b, 2, 0, r2.index);
       SimTaskRef start, end;
-      (bare ? sim_collective_lower_bare : sim_collective_lower)(
-        tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_COLLECTIVE, &p,
-        SIM_CLASS_REDUCTION, dev, 4, 1e9, -1, 0, &start, &end);
+      SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
+                             .detail = SIM_DETAIL_COLLECTIVE, .params = &p,
+                             .cls = SIM_CLASS_REDUCTION, .devices = dev, .n = 4, .bytes = 1e9,
+                             .op = -1, .mb = 0 };
+      (bare ? sim_collective_lower_bare : sim_collective_lower)(tg, b, machine, &coll, &start,
+                                                                &end);
       sim_taskgraph_depend(tg, b, r0, start);
       sim_taskgraph_depend(tg, b, r1, start);
       sim_taskgraph_depend(tg, b, end, r2);
@@ -388,10 +396,12 @@ Test(engine, concurrent_collectives_share_links)
   int g1[2] = { 0, 1 }, g2[2] = { 0, 2 };
   SimTaskRef s1, e1, s2, e2;
   double S = 1e9;
-  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_FLOWS,
-                       &cp, SIM_CLASS_GRAD_SYNC, g1, 2, S, -1, -1, &s1, &e1);
-  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, SIM_DETAIL_FLOWS,
-                       &cp, SIM_CLASS_GRAD_SYNC, g2, 2, S, -1, -1, &s2, &e2);
+  SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
+                         .detail = SIM_DETAIL_FLOWS, .params = &cp, .cls = SIM_CLASS_GRAD_SYNC,
+                         .devices = g1, .n = 2, .bytes = S, .op = -1, .mb = -1 };
+  sim_collective_lower(tg, b, machine, &coll, &s1, &e1);
+  coll.devices = g2;
+  sim_collective_lower(tg, b, machine, &coll, &s2, &e2);
   SimTimeline tl = { 0 };
   double t = run(tg, &tl);
   double expect = 2 * (L + cp.step_latency) + 2 * (S / 2) / (B / 2);
@@ -454,8 +464,10 @@ static double table_allreduce(const SimCollParams *p, SimDetail detail, const in
   SimTaskGraph *tg = sim_taskgraph_new(8);
   int b = sim_taskgraph_block_new(tg);
   SimTaskRef start, end;
-  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, detail, p,
-                       SIM_CLASS_REDUCTION, dev, n, S, -1, -1, &start, &end);
+  SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING, .detail = detail,
+                         .params = p, .cls = SIM_CLASS_REDUCTION, .devices = dev, .n = n,
+                         .bytes = S, .op = -1, .mb = -1 };
+  sim_collective_lower(tg, b, machine, &coll, &start, &end);
   SimTimeline tl = { 0 };
   double t = run(tg, &tl);
   sim_timeline_clear(&tl);
@@ -539,12 +551,15 @@ static void staggered(SimTaskGraph *tg, SimDetail detail, double stagger)
   int b = sim_taskgraph_block_new(tg);
   int g1[4] = { 0, 1, 2, 3 }, g2[4] = { 2, 3, 4, 5 };
   SimTaskRef s1, e1, s2, e2;
-  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, detail, &cp,
-                       SIM_CLASS_GRAD_SYNC, g1, 4, 1e9, -1, -1, &s1, &e1);
+  SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING, .detail = detail,
+                         .params = &cp, .cls = SIM_CLASS_GRAD_SYNC, .devices = g1, .n = 4,
+                         .bytes = 1e9, .op = -1, .mb = -1 };
+  sim_collective_lower(tg, b, machine, &coll, &s1, &e1);
   SimTask d = sim_task_delay(SIM_CLASS_GRAD_SYNC, 4, stagger);
   SimTaskRef dr = sim_taskgraph_add(tg, b, &d);
-  sim_collective_lower(tg, b, machine, SIM_COLL_ALLREDUCE, SIM_ALLREDUCE_RING, detail, &cp,
-                       SIM_CLASS_GRAD_SYNC, g2, 4, 5e8, -1, -1, &s2, &e2);
+  coll.devices = g2;
+  coll.bytes = 5e8;
+  sim_collective_lower(tg, b, machine, &coll, &s2, &e2);
   sim_taskgraph_depend(tg, b, dr, s2);
   SimTask d2 = sim_task_delay(SIM_CLASS_TRANSFER, 6, 2 * stagger);
   SimTaskRef d2r = sim_taskgraph_add(tg, b, &d2);
@@ -610,8 +625,10 @@ static double run_algo_with(SimMachine *m, const SimCollParams *params, SimAllre
   SimTaskGraph *tg = sim_taskgraph_new(sim_machine_n_devices(m));
   int b = sim_taskgraph_block_new(tg);
   SimTaskRef start, end;
-  sim_collective_lower(tg, b, m, SIM_COLL_ALLREDUCE, algo, detail, params, SIM_CLASS_GRAD_SYNC,
-                       dev, n, S, -1, -1, &start, &end);
+  SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = algo, .detail = detail,
+                         .params = params, .cls = SIM_CLASS_GRAD_SYNC, .devices = dev, .n = n,
+                         .bytes = S, .op = -1, .mb = -1 };
+  sim_collective_lower(tg, b, m, &coll, &start, &end);
   sim_taskgraph_assemble(tg);
   SimEngine *e = sim_engine_new(m, params);
   SimTimeline tl = { 0 };

@@ -1,6 +1,6 @@
 /* test-gpu-loading.c — how the CUDA libraries are loaded (suite unit, GPU builds only;
  * needs no GPU).  cuBLAS is not linked into parasol: loading it costs every process
- * about 0.1 s and 210 MB before main() runs, so profile/cuda/cublas-load.c opens it when
+ * about 0.1 s and 210 MB before main() runs, so gpu/cublas-load.c opens it when
  * the first GPU context needs it.  These tests check that a program linked with the
  * profiler starts without it and that the loader then finds every function it forwards. */
 #include <criterion/criterion.h>

@@ -1237,3 +1237,82 @@ Test(search, megatron_estimate_ranks_by_its_closed_form)
   }
   fixture_free(&f);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* Yardsticks and the plan kept                                                       */
+
+Test(search, a_result_keeps_the_faster_yardstick_when_it_gives_way, .timeout = 300)
+{
+  /* Three evaluations leave beam far from the expert plan on GPT-3 1.3B over two DGX
+   * A100s, where data parallelism does not fit in memory. */
+  Fixture f;
+  fixture_load(&f, "gpt3-1.3b", NULL, "dgx-a100:2", 0);
+  SearchResult *r = run("beam", f.p, 3, 1, 1, NULL);
+  cr_assert_null(search_result_get_yardsticks(r));
+  const SearchProblem *bp = NULL;
+  double t = 0;
+  cr_assert_eq(search_result_get_kept(r, &bp, &t), search_result_get_strategy(r));
+  cr_assert_eq(t, search_result_get_time(r));
+  cr_assert(search_algorithm_gives_way(search_lookup("beam"), f.p));
+  cr_assert_not(search_algorithm_gives_way(search_lookup("expert"), f.p));
+  cr_assert_not(search_algorithm_gives_way(search_lookup("data-parallel"), f.p));
+
+  SearchRunOptions o = search_run_options_default();
+  o.threads = 1;
+  const SearchYardsticks *y = search_result_measure(r, f.p, &o, 0, TRUE);
+  cr_assert_eq(y, search_result_get_yardsticks(r));
+  cr_assert(y->data_parallel_done && !y->data_parallel_fits);
+  cr_assert(y->expert_complete && y->expert_plans > 0);
+  cr_assert_eq(y->expert_simulated, y->expert_plans);
+  cr_assert_not(y->expert_is_dp);
+  cr_assert_eq(y->search_time, search_result_get_time(r));
+  cr_assert_lt(y->expert, y->search_time);
+  cr_assert_str_eq(y->kept, "expert");
+  const SimStrategy *kept = search_result_get_kept(r, &bp, &t);
+  cr_assert_neq(kept, search_result_get_strategy(r));
+  cr_assert_eq(bp, f.p);
+  cr_assert_eq(t, y->expert);
+  /* The plan kept is the one timed. */
+  cr_assert_eq(search_problem_simulate(f.p, kept, NULL, NULL), y->expert);
+
+  /* Without giving way, the search's own plan is kept, with the same yardsticks. */
+  double expert = y->expert;
+  y = search_result_measure(r, f.p, &o, 0, FALSE);
+  cr_assert_str_eq(y->kept, "search");
+  cr_assert_eq(y->expert, expert);
+  cr_assert_eq(search_result_get_kept(r, NULL, NULL), search_result_get_strategy(r));
+  search_result_free(r);
+  fixture_free(&f);
+}
+
+Test(search, the_largest_micro_batch_that_fits_is_found, .timeout = 300)
+{
+  /* 128 sequences of 2,048 tokens a GPU in one micro-batch need about 100 GiB of the 80;
+   * in two of 64 they need about 50 (tests/test-cli.c says the same of the command). */
+  Fixture f;
+  fixture_load(&f, "gpt", "layers=2,hidden=1024,heads=16,seq=2048,vocab=1024,batch=1024",
+               "dgx-a100:1", 0);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.dp = sim_machine_n_devices(f.m);
+  mo.microbatches = 1;
+  SimOptions so = sim_options_default();
+  g_autoptr(SimStrategy) whole = sim_strategy_megatron(f.g, f.m, &mo, NULL);
+  cr_assert_not_null(whole);
+  g_autoptr(SimReport) rw = sim_simulate(f.g, f.m, whole, f.cost, &so, NULL);
+  cr_assert_not_null(rw);
+  cr_assert_not(sim_report_fits(rw));
+  g_autoptr(SimReport) rk = NULL;
+  int64_t k = 0;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron_fit(f.g, f.m, &mo, f.cost, &so, &rk, &k);
+  cr_assert_not_null(s);
+  cr_assert_eq(k, 64);
+  cr_assert(sim_report_fits(rk));
+  cr_assert_eq(sim_strategy_get_microbatches(s), 2);
+  /* The same as the plan with that size given. */
+  mo.microbatches = 0;
+  mo.microbatch_size = 64;
+  g_autoptr(SimStrategy) by_hand = sim_strategy_megatron(f.g, f.m, &mo, NULL);
+  g_autoptr(SimReport) rh = sim_simulate(f.g, f.m, by_hand, f.cost, &so, NULL);
+  cr_assert_eq(sim_report_iteration_time(rh), sim_report_iteration_time(rk));
+  fixture_free(&f);
+}

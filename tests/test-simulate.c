@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include "taskgraph.h"
+#include "collective.h"
+#include "lower.h"
+#include "engine.h"
 
 static const char *switch4_json =
   "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"switch4\","

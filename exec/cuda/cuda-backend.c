@@ -1,7 +1,7 @@
 /* cuda-backend.c — the CUDA back end of the executor: device memory, the operator
- * kernels of profile/cuda (cuBLAS, cuDNN and own kernels, the same the profiler
- * measures), the optimizer, and timestamps from CUDA events.  Communication is in
- * cuda-comm.c.
+ * kernels of the GPU operator library in gpu/ (cuBLAS, cuDNN and own kernels, the same
+ * the profiler measures), the optimizer, and timestamps from CUDA events.
+ * Communication is in cuda-comm.c.
  *
  * A timestamp marks the point the device reaches when the next operation starts (or,
  * right after an operation, when that operation ends) on the stream that operation runs

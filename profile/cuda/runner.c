@@ -1,5 +1,5 @@
 /* runner.c — the CUDA runner: measures operator shards with the executor's CUDA
- * operator library (parasol-cuda.h), timed by CUDA events on one stream.
+ * operator library (gpu/parasol-cuda.h), timed by CUDA events on one stream.
  *
  * prepare() gives every tensor of the shard its own dense device buffer over the shard's
  * region, filled with deterministic values in [-1, 1) (ids and labels within their
@@ -13,6 +13,25 @@
 #include "cuda-desc.h"
 
 #include <string.h>
+
+/* The GPU library's errors (PCU_ERROR) as the profiler's, with the same codes: the
+ * profile command moves on past a device or memory error (cli/cmd-profile.c). */
+static void profile_error_from_gpu(GError **error, GError *e)
+{
+  int code = e->code == PCU_ERROR_NO_MEMORY     ? PROFILE_ERROR_NO_MEMORY
+             : e->code == PCU_ERROR_UNSUPPORTED ? PROFILE_ERROR_UNSUPPORTED
+             : e->code == PCU_ERROR_INVALID     ? PROFILE_ERROR_INVALID
+                                                : PROFILE_ERROR_DEVICE;
+  g_set_error_literal(error, PROFILE_ERROR, code, e->message);
+  g_error_free(e);
+}
+
+static void set_error(GError **error, PcuContext *ctx, PcuStatus s, const char *what)
+{
+  GError *e = NULL;
+  pcu_set_error(&e, ctx, s, what);
+  profile_error_from_gpu(error, e);
+}
 
 /* One set of the shard's buffers. */
 typedef struct {
@@ -88,7 +107,7 @@ static gboolean buffer_for(Cuda *c, PcuArg *arg, int dtype, gboolean zero, int64
       s = pcu_fill_random(c->ctx, p, dtype, n, seed, range);
   }
   if (s != PCU_OK) {
-    pcu_set_error(error, c->ctx, s, "allocating a tensor of the shard");
+    set_error(error, c->ctx, s, "allocating a tensor of the shard");
     return FALSE;
   }
   arg->v = pcu_view_dense(p, dtype, &arg->region);
@@ -186,7 +205,7 @@ static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
   cuda_release(self);
   PcuStatus s = pcu_context_activate(c->ctx);
   if (s != PCU_OK) {
-    pcu_set_error(error, c->ctx, s, "selecting the GPU");
+    set_error(error, c->ctx, s, "selecting the GPU");
     return FALSE;
   }
   int nd = sim_graph_op_n_dims(g, op);
@@ -211,8 +230,11 @@ static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
     }
   }
   PcuOpArgs proto;
-  if (!pcu_desc_init(&proto, g, op, lo, hi, dt, error))
+  GError *derr = NULL;
+  if (!pcu_desc_init(&proto, g, op, lo, hi, dt, &derr)) {
+    profile_error_from_gpu(error, derr);
     return FALSE;
+  }
   gboolean split = pcu_desc_splits_reduction(g, op, lo, hi);
   proto.accumulate = split;
   uint64_t seed = pcu_name_hash(sim_graph_op_name(g, op));
@@ -237,7 +259,7 @@ static gboolean cuda_prepare(ProfileRunner *self, const SimGraph *g, int op,
     if (st == PCU_OK)
       st = pcu_synchronize(c->ctx);
     if (st != PCU_OK) {
-      pcu_set_error(error, c->ctx, st, sim_graph_op_name(g, op));
+      set_error(error, c->ctx, st, sim_graph_op_name(g, op));
       return FALSE;
     }
   }
@@ -282,7 +304,7 @@ static gboolean cuda_run(ProfileRunner *self, SimPass pass, int n, double *secon
     s = pcu_event_elapsed(c->ctx, ev[2 * r], ev[2 * r + 1], &seconds[r]);
   pcu_events_free(c->ctx, 2 * n, ev);
   if (s != PCU_OK) {
-    pcu_set_error(error, c->ctx, s, "running the shard");
+    set_error(error, c->ctx, s, "running the shard");
     return FALSE;
   }
   return TRUE;

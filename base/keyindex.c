@@ -1,9 +1,9 @@
-/* keyindex.c — numbers for fixed-size byte keys (SimKeyIndex): each key gets the next
+/* keyindex.c — hashing of byte strings, and numbers for fixed-size byte keys (SimKeyIndex): each key gets the next
  * number the first time it is seen.  The lowering dedupes regions and transfers this way
  * thousands of times per search step; a hash table of GBytes allocated a key, a table
  * and its nodes for each.  Here the keys live in one array, the table is open addressing
  * kept at most half full, and clearing forgets the keys but keeps the memory. */
-#include "taskgraph.h"
+#include "base.h"
 
 #include <string.h>
 
@@ -110,4 +110,20 @@ guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added)
   ki->value[i] = 0;
   *added = TRUE;
   return i;
+}
+
+guint sim_bytes_hash(gconstpointer p)
+{
+  gsize len;
+  const uint8_t *d = g_bytes_get_data((GBytes *)p, &len);
+  uint64_t h = sim_hash_bytes(d, len);
+  return (guint)(h ^ (h >> 29));
+}
+
+gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value)
+{
+  GBytes *probe = g_bytes_new_static(data, len);
+  gboolean found = g_hash_table_lookup_extended(table, probe, NULL, value);
+  g_bytes_unref(probe);
+  return found;
 }

@@ -1,6 +1,7 @@
-/* parasol-cuda.h — the CUDA implementation of the operator catalogue, shared by the
- * profiler (profile/cuda/runner.c) and the CUDA back end of the executor (exec/cuda), so
- * that what `parasol profile ops` measures is what `parasol exec` runs.
+/* parasol-cuda.h — the GPU operator library (gpu/): the CUDA implementation of the
+ * operator catalogue, shared by the profiler (profile/cuda/runner.c) and the CUDA back
+ * end of the executor (exec/cuda), so that what `parasol profile ops` measures is what
+ * `parasol exec` runs.
  *
  * It is plain C over plain structs, with no GLib and no libsim types, because its body is
  * CUDA C++ compiled by nvcc (ops.cu, conv.cu, kernels.cu, context.cu).  The C side that

@@ -1,9 +1,11 @@
 /* desc.c — the graph's side of a CUDA operator call: attributes, regions and the rules
- * of which shard adds a bias, from the public API of libsim. */
+ * of which shard adds a bias, from the public API of libsim; the library's errors
+ * (PCU_ERROR). */
 #include "cuda-desc.h"
-#include "parasol-profile.h"
 
 #include <string.h>
+
+G_DEFINE_QUARK(parasol-gpu-error-quark, pcu_error)
 
 uint64_t pcu_name_hash(const char *name)
 {
@@ -28,12 +30,12 @@ int pcu_dtype_of(SimDType t)
 
 void pcu_set_error(GError **error, PcuContext *ctx, PcuStatus s, const char *what)
 {
-  int code = s == PCU_ERR_NO_MEMORY     ? PROFILE_ERROR_NO_MEMORY
-             : s == PCU_ERR_UNSUPPORTED ? PROFILE_ERROR_UNSUPPORTED
-             : s == PCU_ERR_INVALID     ? PROFILE_ERROR_INVALID
-                                        : PROFILE_ERROR_DEVICE;
+  int code = s == PCU_ERR_NO_MEMORY     ? PCU_ERROR_NO_MEMORY
+             : s == PCU_ERR_UNSUPPORTED ? PCU_ERROR_UNSUPPORTED
+             : s == PCU_ERR_INVALID     ? PCU_ERROR_INVALID
+                                        : PCU_ERROR_DEVICE;
   const char *msg = ctx ? pcu_context_error(ctx) : "";
-  g_set_error(error, PROFILE_ERROR, code, "%s: %s", what,
+  g_set_error(error, PCU_ERROR, code, "%s: %s", what,
               *msg ? msg : s == PCU_ERR_NO_MEMORY ? "out of device memory" : "CUDA failure");
 }
 
@@ -106,7 +108,7 @@ gboolean pcu_desc_init(PcuOpArgs *a, const SimGraph *g, int op, const int64_t *l
   a->n_outputs = sim_graph_op_n_outputs(g, op);
   if (a->n_inputs > PCU_MAX_INPUTS || a->n_weights > PCU_MAX_WEIGHTS ||
       a->n_outputs > PCU_MAX_OUTPUTS) {
-    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_UNSUPPORTED,
+    g_set_error(error, PCU_ERROR, PCU_ERROR_UNSUPPORTED,
                 "%s: %d inputs, %d weights and %d outputs; the CUDA kernels take at most %d, "
                 "%d and %d", sim_graph_op_name(g, op), a->n_inputs, a->n_weights, a->n_outputs,
                 PCU_MAX_INPUTS, PCU_MAX_WEIGHTS, PCU_MAX_OUTPUTS);

@@ -8,11 +8,23 @@
 
 G_BEGIN_DECLS
 
+/* The GPU operator library's errors, as pcu_desc_init() and pcu_set_error() report them
+ * (its users translate them: the profiler into PROFILE_ERROR with the same codes, the
+ * executor into EXEC_ERROR). */
+#define PCU_ERROR (pcu_error_quark())
+GQuark pcu_error_quark(void);
+typedef enum {
+  PCU_ERROR_NO_MEMORY,    /* the device's memory ran out                               */
+  PCU_ERROR_UNSUPPORTED,  /* the library cannot run the call                           */
+  PCU_ERROR_INVALID,      /* the call's arguments are wrong                            */
+  PCU_ERROR_DEVICE,       /* any other failure of the device or of CUDA                */
+} PcuError;
+
 /* Fills @a for op @op of @g on the shard [lo, hi) of its iteration space: the type, the
  * attributes, the regions of every tensor (sim_graph_op_shard_region), which shards add
  * biases, the dropout hash inputs, and the phase FORWARD.  The views are left empty for
  * the caller; @dtype is the floating-point type the call computes in.  FALSE with
- * PROFILE_ERROR_UNSUPPORTED for what the library cannot run (too many tensors). */
+ * PCU_ERROR_UNSUPPORTED for what the library cannot run (too many tensors). */
 gboolean pcu_desc_init(PcuOpArgs *a, const SimGraph *g, int op, const int64_t *lo,
                        const int64_t *hi, int dtype, GError **error);
 

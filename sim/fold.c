@@ -1,0 +1,613 @@
+/* fold.c — symmetry folding for the driver in simulate.c (docs/scale.md): which devices'
+ * timelines are copies of others' (data-parallel replicas, the tensor-parallel ranks of
+ * one pipeline stage), and the shadow tasks that stand for the folded devices' share of
+ * the links their collectives use. */
+#include "fold.h"
+#include "base.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- folding analysis ---------------------------------------------------------------- */
+
+void fold_clear(Fold *f)
+{
+  g_free(f->phi);
+  g_free(f->repl);
+  g_free(f->base);
+  g_free(f->cls);
+  g_free(f->pos);
+  if (f->members)
+    g_ptr_array_free(f->members, TRUE);
+  if (f->sizes)
+    g_array_free(f->sizes, TRUE);
+  memset(f, 0, sizeof *f);
+}
+
+static int first_compute_op(const SimGraph *g)
+{
+  for (int x = 0; x < sim_graph_n_ops(g); x++)
+    if (sim_graph_op_type(g, x) != SIM_OP_INPUT)
+      return x;
+  return -1;
+}
+
+/* Data-parallel replicas: every operator splits its sample dimension D ways, and the
+ * shards of replica r sit on devices that one one-to-one map (of the same device kind)
+ * carries from replica 0's. */
+gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
+{
+  int nd = f->nd, x0 = first_compute_op(g);
+  if (x0 < 0 || s->ops[x0].degree[0] <= 1)
+    return FALSE;
+  int D = s->ops[x0].degree[0];
+  int *phi = g_new(int, (size_t)D * nd);
+  int *owner = g_new(int, nd);
+  for (int i = 0; i < D * nd; i++)
+    phi[i] = -1;
+  for (int d = 0; d < nd; d++)
+    owner[d] = -1;
+  gboolean ok = TRUE;
+  for (int x = 0; ok && x < s->n_ops; x++) {
+    if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
+      continue;
+    const SimOpConfig *c = &s->ops[x];
+    if (c->degree[0] != D) {
+      ok = FALSE;
+      break;
+    }
+    int per = c->n_shards / D;
+    for (int r = 0; ok && r < D; r++)
+      for (int k = 0; ok && k < per; k++) {
+        int d0 = c->devices[k], dr = c->devices[r * per + k];
+        int *slot = &phi[(size_t)r * nd + d0];
+        if (*slot < 0)
+          *slot = dr;
+        ok = *slot == dr && (owner[dr] < 0 || owner[dr] == r) &&
+             sim_machine_device_spec(m, d0) == sim_machine_device_spec(m, dr);
+        owner[dr] = r;
+      }
+  }
+  if (ok) {
+    f->D = D;
+    f->phi = phi;
+    f->repl = g_new(int, nd);
+    f->base = g_new(int, nd);
+    for (int d = 0; d < nd; d++) {
+      f->repl[d] = owner[d];
+      f->base[d] = d;
+    }
+    for (int r = 0; r < D; r++)
+      for (int d0 = 0; d0 < nd; d0++)
+        if (phi[(size_t)r * nd + d0] >= 0)
+          f->base[phi[(size_t)r * nd + d0]] = d0;
+  } else {
+    g_free(phi);
+  }
+  g_free(owner);
+  return ok;
+}
+
+/* Tensor-parallel ranks: inside replica 0, every operator of a stage spreads its shards
+ * over the same set of devices of one kind, one shard per device, the first shard of each
+ * on the same device, which stands for the others. */
+gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
+{
+  int nd = f->nd, S = s->n_stages, D = f->D > 1 ? f->D : 1;
+  int *rep = g_new(int, S);
+  for (int st = 0; st < S; st++)
+    rep[st] = -1;
+  GHashTable **sets = g_new0(GHashTable *, S);
+  gboolean ok = TRUE;
+  for (int x = 0; ok && x < s->n_ops; x++) {
+    if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
+      continue;
+    const SimOpConfig *c = &s->ops[x];
+    int st = s->op_stage[x];
+    int per = c->n_shards / D;
+    GHashTable *mine = g_hash_table_new(g_direct_hash, g_direct_equal);
+    for (int k = 0; k < per; k++)
+      g_hash_table_add(mine, GINT_TO_POINTER(c->devices[k] + 1));
+    ok = (int)g_hash_table_size(mine) == per; /* no two shards on one device */
+    if (ok && rep[st] < 0) {
+      rep[st] = c->devices[0];
+      sets[st] = mine;
+      mine = NULL;
+    } else if (ok) {
+      ok = rep[st] == c->devices[0] && g_hash_table_size(mine) == g_hash_table_size(sets[st]);
+      GHashTableIter it;
+      gpointer key;
+      g_hash_table_iter_init(&it, mine);
+      while (ok && g_hash_table_iter_next(&it, &key, NULL))
+        ok = g_hash_table_contains(sets[st], key);
+    }
+    if (mine)
+      g_hash_table_destroy(mine);
+  }
+  gboolean any = FALSE;
+  if (ok) {
+    f->cls = g_new(int, nd);
+    f->pos = g_new0(int, nd);
+    for (int d = 0; d < nd; d++)
+      f->cls[d] = -1;
+    f->members = g_ptr_array_new_with_free_func(g_free);
+    f->sizes = g_array_new(FALSE, FALSE, sizeof(int));
+    for (int st = 0; st < S && ok; st++) {
+      if (!sets[st] || g_hash_table_size(sets[st]) < 2)
+        continue;
+      int n = (int)g_hash_table_size(sets[st]);
+      int *devs = g_new(int, n);
+      int k = 0;
+      GHashTableIter it;
+      gpointer key;
+      g_hash_table_iter_init(&it, sets[st]);
+      while (g_hash_table_iter_next(&it, &key, NULL))
+        devs[k++] = GPOINTER_TO_INT(key) - 1;
+      /* Device order, rotated so that the representative comes first. */
+      for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && devs[j - 1] > devs[j]; j--) {
+          int t = devs[j];
+          devs[j] = devs[j - 1];
+          devs[j - 1] = t;
+        }
+      int ri = 0;
+      while (devs[ri] != rep[st])
+        ri++;
+      int *rot = g_new(int, n);
+      for (int i = 0; i < n; i++)
+        rot[i] = devs[(ri + i) % n];
+      g_free(devs);
+      int known = f->cls[rot[0]];
+      if (known >= 0) {
+        /* Stages that share a device group (interleaved chunks) share its ranks. */
+        const int *mem = f->members->pdata[known];
+        ok = g_array_index(f->sizes, int, known) == n &&
+             memcmp(mem, rot, sizeof(int) * (size_t)n) == 0;
+        g_free(rot);
+        continue;
+      }
+      for (int i = 0; i < n; i++) {
+        ok = ok && f->cls[rot[i]] < 0 &&
+             sim_machine_device_spec(m, rot[i]) == sim_machine_device_spec(m, rot[0]);
+        f->cls[rot[i]] = (int)f->members->len;
+        f->pos[rot[i]] = i;
+      }
+      g_ptr_array_add(f->members, rot);
+      g_array_append_val(f->sizes, n);
+      any = TRUE;
+    }
+  }
+  for (int st = 0; st < S; st++)
+    if (sets[st])
+      g_hash_table_destroy(sets[st]);
+  g_free(sets);
+  g_free(rep);
+  f->n_classes = ok && any ? (int)f->members->len : 0;
+  return ok && any;
+}
+
+/* The image of device @d under the fold's map (replica shift @r, rank shift @k). */
+static int fold_map(const Fold *f, int d, int r, int k, gboolean ranks)
+{
+  if (!f->repl || f->repl[d] < 0) {
+    if (!ranks || !f->cls || f->cls[d] < 0)
+      return d;
+    const int *mem = f->members->pdata[f->cls[d]];
+    int n = g_array_index(f->sizes, int, f->cls[d]);
+    return mem[(f->pos[d] + k) % n];
+  }
+  int d0 = f->base[d];
+  if (ranks && f->cls && f->cls[d0] >= 0) {
+    const int *mem = f->members->pdata[f->cls[d0]];
+    int n = g_array_index(f->sizes, int, f->cls[d0]);
+    d0 = mem[(f->pos[d0] + k) % n];
+  }
+  return f->phi[(size_t)((f->repl[d] + r) % f->D) * f->nd + d0];
+}
+
+/* The device whose timeline stands for @d's when replicas (@use_r) and ranks (@use_k)
+ * are folded. */
+int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k)
+{
+  int q = f->repl ? f->repl[d] : -1;
+  int d0 = q >= 0 ? f->base[d] : d;
+  if (use_k && f->cls && f->cls[d0] >= 0)
+    d0 = ((const int *)f->members->pdata[f->cls[d0]])[0];
+  if (q >= 0 && !use_r)
+    return f->phi[(size_t)q * f->nd + d0]; /* a replica keeps its own representatives */
+  return d0;
+}
+
+/* Folded devices compute nothing in the simulation, but they still communicate, and
+ * their traffic shares links with what is simulated.  A collective whose devices every
+ * symmetry maps onto themselves is built whole and loses nothing.  Every other flow of a
+ * simulated device (a transfer, a collective among representatives) gets its images
+ * under the symmetries as shadow flows: the same bytes, started by the same predecessors
+ * (symmetric devices reach them at the same time), waited for by nothing.
+ *
+ * The result is exact when the symmetries map the routes of those flows onto their
+ * images link by link (equal lengths, capacities and latencies, one consistent one-to-one
+ * map of links), so that the traffic of every folded device is a copy of its
+ * representative's; flows of whole collectives must map the same way or keep to links no
+ * other flow uses.  Returns FALSE, adding nothing, when that does not hold. */
+typedef struct {
+  int32_t block, index, a, b;
+  /* Which of its collective's flows with the same ends (or, for a whole ring's flow, which
+   * of its collective's rings) it is: the channels of a ring are distinct flows. */
+  int32_t occ;
+} FlowAt;
+
+/* Whether every symmetry maps the devices of @set, whose membership table over the
+ * devices is @in, into the set. */
+static gboolean coll_invariant(const GArray *set, const uint8_t *in, const Fold *f, int R, int K,
+                               gboolean ranks)
+{
+  for (int r = 0; r < R; r++)
+    for (int k = 0; k < K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      for (guint i = 0; i < set->len; i++) {
+        int img = fold_map(f, g_array_index(set, int, i), r, k, ranks);
+        if (img < 0 || img >= f->nd || !in[img])
+          return FALSE;
+      }
+    }
+  return TRUE;
+}
+
+/* Collectives repeat over a few device sets (each replica's tensor-parallel group,
+ * micro-batch after micro-batch): numbers the distinct sets, per collective, and gives
+ * each a membership table over the @nd devices in @member.  A set is first compared with
+ * the last one that began with the same device, and hashed only when it differs. */
+static int *distinct_sets(const SimTaskGraph *tg, int n_coll, int nd, GPtrArray *member)
+{
+  int *set_of = g_new(int, MAX(n_coll, 1));
+  GHashTable *ids = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                          (GDestroyNotify)g_bytes_unref, NULL);
+  const GArray **last = g_new0(const GArray *, MAX(nd, 1));
+  int *last_id = g_new(int, MAX(nd, 1));
+  for (int c = 0; c < n_coll; c++) {
+    const GArray *set = tg->coll_devs->pdata[c];
+    int d0 = set->len ? g_array_index(set, int, 0) : 0;
+    if (last[d0] && last[d0]->len == set->len &&
+        memcmp(last[d0]->data, set->data, set->len * sizeof(int)) == 0) {
+      set_of[c] = last_id[d0];
+      continue;
+    }
+    last[d0] = set;
+    GBytes *kb = g_bytes_new(set->data, set->len * sizeof(int));
+    gpointer id;
+    if (g_hash_table_lookup_extended(ids, kb, NULL, &id)) {
+      set_of[c] = last_id[d0] = GPOINTER_TO_INT(id);
+      g_bytes_unref(kb);
+      continue;
+    }
+    set_of[c] = last_id[d0] = (int)member->len;
+    g_hash_table_insert(ids, kb, GINT_TO_POINTER(set_of[c]));
+    uint8_t *in = g_new0(uint8_t, MAX(nd, 1));
+    for (guint i = 0; i < set->len; i++)
+      in[g_array_index(set, int, i)] = 1;
+    g_ptr_array_add(member, in);
+  }
+  g_hash_table_destroy(ids);
+  g_free(last);
+  g_free(last_id);
+  return set_of;
+}
+
+/* A partial bijection of links, built route by route for one symmetry: lam[x] (and its
+ * inverse inv) hold only where lam_at (inv_at) equals stamp, so that each symmetry starts
+ * empty by taking a new stamp instead of clearing every link. */
+typedef struct {
+  int *lam, *inv;
+  int32_t *lam_at, *inv_at;
+  int32_t stamp;
+  double *bw, *lat;   /* every link's bandwidth and latency */
+} LinkMap;
+
+/* Extends the link map of one symmetry with a pair's route @r1 of @n1 links (marked in
+ * @mark by the caller) against its image's, from @pa to @pb, which it marks; FALSE if they
+ * do not fit. */
+static gboolean map_route(SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
+                          uint8_t *mark)
+{
+  int n2;
+  const int *r2 = sim_machine_route(m, pa, pb, &n2);
+  gboolean fits = pa != pb && n1 == n2;
+  int32_t now = map->stamp;
+  for (int h = 0; fits && h < n1; h++) {
+    int x = r1[h], y = r2[h];
+    fits = map->bw[x] == map->bw[y] && map->lat[x] == map->lat[y] &&
+           (map->lam_at[x] != now || map->lam[x] == y) &&
+           (map->inv_at[y] != now || map->inv[y] == x);
+    map->lam[x] = y;
+    map->lam_at[x] = now;
+    map->inv[y] = x;
+    map->inv_at[y] = now;
+  }
+  for (int h = 0; h < n2; h++)
+    mark[r2[h]] = 1;
+  return fits;
+}
+
+/* Whether a whole collective's flow is a ring: its links are its members' routes in
+ * ring order. */
+static gboolean ring_links_match(SimMachine *m, const SimTaskBlock *blk, const SimTask *t)
+{
+  const int32_t *links = &g_array_index(blk->extra, int32_t, t->links_off);
+  const int32_t *mem = links + t->n_links;
+  int pos = 0;
+  for (int i = 0; i < t->n_members; i++) {
+    int hops;
+    const int *r = sim_machine_route(m, mem[i], mem[(i + 1) % t->n_members], &hops);
+    for (int h = 0; h < hops; h++, pos++)
+      if (pos >= t->n_links || links[pos] != r[h])
+        return FALSE;
+  }
+  return pos == t->n_links;
+}
+
+gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
+                            gboolean ranks)
+{
+  int nl = sim_machine_n_links(m), nd = f->nd;
+  int R = replicas ? MAX(f->D, 1) : 1, K = 1;
+  if (ranks)
+    for (int c = 0; c < f->n_classes; c++)
+      K = MAX(K, g_array_index(f->sizes, int, c));
+  int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
+  gboolean ok = TRUE, ring_ok = TRUE;
+  GPtrArray *member = g_ptr_array_new_with_free_func(g_free);
+  int *set_of = distinct_sets(tg, n_coll, nd, member);
+  /* Whether every symmetry maps a set onto itself (-1: not asked yet). */
+  int8_t *set_whole = g_new(int8_t, MAX(member->len, 1));
+  for (guint i = 0; i < member->len; i++)
+    set_whole[i] = -1;
+
+  /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
+   * device-by-device table: 1 whole, 2 with shadows). */
+  GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                               (GDestroyNotify)g_bytes_unref, NULL);
+  GArray *part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
+  uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
+  GArray *part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  GArray *whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  GPtrArray *blocks = tg->blocks;
+  for (guint b = 0; b < blocks->len; b++) {
+    SimTaskBlock *blk = blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    const SimTask *bt = sim_block_tasks(tg, blk);
+    for (guint i = 0; i < sim_block_n_tasks(blk); i++) {
+      const SimTask *t = &bt[i];
+      if (t->kind != SIM_TASK_FLOW || t->device == t->peer)
+        continue;
+      gboolean whole = FALSE;
+      if (t->coll >= 0 && t->coll < n_coll) {
+        int sid = set_of[t->coll];
+        if (set_whole[sid] < 0)
+          set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll],
+                                                  member->pdata[sid], f, R, K, ranks);
+        whole = set_whole[sid];
+      }
+      /* A pair, or the ring edges of a whole collective's one flow. */
+      const int32_t *mem = t->n_links ? &g_array_index(blk->extra, int32_t, t->links_off + t->n_links)
+                                      : NULL;
+      int n_edges = t->n_links ? t->n_members : 1;
+      if (t->n_links && !whole && !ring_links_match(m, blk, t))
+        ring_ok = FALSE; /* a tree's flow: its images are not rings */
+      for (int e = 0; e < n_edges; e++) {
+        int src = mem ? mem[e] : t->device, dst = mem ? mem[(e + 1) % n_edges] : t->peer;
+        gint64 key = (gint64)src * nd + dst;
+        uint8_t bit = whole ? 1 : 2;
+        if (!(kind[key] & bit)) {
+          kind[key] |= bit;
+          g_array_append_val(whole ? whole_keys : part_keys, key);
+        }
+      }
+      if (!whole) {
+        FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer, 0 };
+        if (t->coll >= 0) {
+          int32_t okey[3] = { t->coll, t->n_links ? -1 : t->device, t->n_links ? -1 : t->peer };
+          GBytes *kb = g_bytes_new(okey, sizeof okey);
+          at.occ = GPOINTER_TO_INT(g_hash_table_lookup(occ_seen, kb));
+          g_hash_table_replace(occ_seen, kb, GINT_TO_POINTER(at.occ + 1));
+        }
+        g_array_append_val(part, at);
+      }
+    }
+  }
+  g_free(kind);
+  g_hash_table_destroy(occ_seen);
+  if (!ring_ok)
+    ok = FALSE;
+
+  LinkMap map = { g_new(int, MAX(nl, 1)), g_new(int, MAX(nl, 1)),
+                  g_new0(int32_t, MAX(nl, 1)), g_new0(int32_t, MAX(nl, 1)), 0,
+                  g_new(double, MAX(nl, 1)), g_new(double, MAX(nl, 1)) };
+  for (int l = 0; l < nl; l++) {
+    map.bw[l] = sim_machine_link_bandwidth(m, l);
+    map.lat[l] = sim_machine_link_latency(m, l);
+  }
+  uint8_t *part_links = g_new0(uint8_t, MAX(nl, 1)), *whole_links = g_new0(uint8_t, MAX(nl, 1));
+  /* The routes of the pairs, found once (each symmetry maps them anew), their links marked. */
+  GArray *keys[2] = { part_keys, whole_keys };
+  GArray *key_route[2], *key_off[2];
+  for (int phase = 0; phase < 2; phase++) {
+    key_route[phase] = g_array_new(FALSE, FALSE, sizeof(int));
+    key_off[phase] = g_array_sized_new(FALSE, FALSE, sizeof(int), keys[phase]->len + 1);
+    uint8_t *mark = phase ? whole_links : part_links;
+    for (guint i = 0; i < keys[phase]->len; i++) {
+      gint64 key = g_array_index(keys[phase], gint64, i);
+      int n1, off = (int)key_route[phase]->len;
+      const int *r1 = sim_machine_route(m, (int)(key / nd), (int)(key % nd), &n1);
+      g_array_append_val(key_off[phase], off);
+      g_array_append_vals(key_route[phase], r1, (guint)n1);
+      for (int h = 0; h < n1; h++)
+        mark[r1[h]] = 1;
+    }
+    int end = (int)key_route[phase]->len;
+    g_array_append_val(key_off[phase], end);
+  }
+  gboolean whole_symmetric = TRUE;
+  for (int r = 0; ok && r < R; r++)
+    for (int k = 0; ok && k < K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      map.stamp++; /* an empty map for this symmetry */
+      for (int phase = 0; phase < 2 && ok; phase++) {
+        GArray *set = keys[phase];
+        const int *off = (const int *)(const void *)key_off[phase]->data;
+        const int *routes = (const int *)(const void *)key_route[phase]->data;
+        for (guint i = 0; ok && i < set->len; i++) {
+          gint64 key = g_array_index(set, gint64, i);
+          int a = (int)(key / nd), b = (int)(key % nd);
+          int pa = fold_map(f, a, r, k, ranks), pb = fold_map(f, b, r, k, ranks);
+          if (!map_route(m, routes + off[i], off[i + 1] - off[i], pa, pb, &map,
+                         phase ? whole_links : part_links)) {
+            if (phase)
+              whole_symmetric = FALSE;
+            else
+              ok = FALSE;
+          }
+        }
+      }
+    }
+  for (int phase = 0; phase < 2; phase++) {
+    g_array_free(key_route[phase], TRUE);
+    g_array_free(key_off[phase], TRUE);
+  }
+  if (ok && !whole_symmetric)
+    for (int l = 0; l < nl && ok; l++)
+      ok = !(whole_links[l] && part_links[l]);
+
+  if (ok && part->len) {
+    /* The predecessors of the flows that get shadows: each block's part flows by index. */
+    GPtrArray *slot = g_ptr_array_new_with_free_func(g_free);
+    g_ptr_array_set_size(slot, blocks->len);
+    for (guint q = 0; q < part->len; q++) {
+      FlowAt at = g_array_index(part, FlowAt, q);
+      int32_t **sl = (int32_t **)&slot->pdata[at.block];
+      if (!*sl) {
+        guint n = sim_block_n_tasks(sim_taskgraph_block(tg, at.block));
+        *sl = g_new(int32_t, n);
+        for (guint i = 0; i < n; i++)
+          (*sl)[i] = -1;
+      }
+      (*sl)[at.index] = (int32_t)q;
+    }
+    GArray **preds = g_new0(GArray *, part->len);
+    for (guint b = 0; b < blocks->len; b++) {
+      SimTaskBlock *blk = blocks->pdata[b];
+      if (!blk->live)
+        continue;
+      for (guint e = 0; e < blk->edges->len; e++) {
+        const SimTaskEdge *ed = &g_array_index(blk->edges, SimTaskEdge, e);
+        const int32_t *sl = ed->to.block < (int)slot->len ? slot->pdata[ed->to.block] : NULL;
+        if (!sl || sl[ed->to.index] < 0)
+          continue;
+        GArray **pa = &preds[sl[ed->to.index]];
+        if (!*pa)
+          *pa = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+        g_array_append_val(*pa, ed->from);
+      }
+    }
+    g_ptr_array_free(slot, TRUE);
+    int shadow_block = sim_taskgraph_block_new(tg);
+    /* A collective's flows map onto each other under its own symmetries, so different
+     * symmetries can give one flow the same image: one shadow per image and collective. */
+    SimKeyIndex made;
+    sim_key_index_init(&made, 4 * sizeof(int32_t));
+    /* The smallest image of each distinct set, worked out once per symmetry. */
+    int *set_low = g_new(int, MAX(member->len, 1));
+    int *set_low_at = g_new(int, MAX(member->len, 1));
+    for (guint i = 0; i < member->len; i++)
+      set_low_at[i] = -1;
+    for (int r = 0; r < R; r++)
+      for (int k = 0; k < K; k++) {
+        if (r == 0 && k == 0)
+          continue;
+        int rk = r * K + k;
+        for (guint q = 0; q < part->len; q++) {
+          FlowAt at = g_array_index(part, FlowAt, q);
+          SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+          SimTask sh = sim_block_tasks(tg, ob)[at.index];
+          sh.device = fold_map(f, at.a, r, k, ranks);
+          sh.peer = fold_map(f, at.b, r, k, ranks);
+          if (sh.coll >= 0) {
+            /* An image inside the collective's own devices is one of its own flows. */
+            int sid = set_of[sh.coll];
+            const uint8_t *in = member->pdata[sid];
+            if (in[sh.device] && in[sh.peer])
+              continue;
+            /* Rotations of one image set give the same collective: key it by its set (its
+             * smallest device) and, for a flow per rank, by the pair. */
+            int low = -1;
+            if (sh.n_links) {
+              if (set_low_at[sid] != rk) {
+                const GArray *set = tg->coll_devs->pdata[sh.coll];
+                int m0 = G_MAXINT;
+                for (guint i = 0; i < set->len; i++)
+                  m0 = MIN(m0, fold_map(f, g_array_index(set, int, i), r, k, ranks));
+                set_low[sid] = m0;
+                set_low_at[sid] = rk;
+              }
+              low = set_low[sid];
+            }
+            int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
+                               at.occ };
+            gboolean added;
+            sim_key_index_get(&made, key, &added);
+            if (!added)
+              continue;
+          }
+          SimTaskRef sr;
+          if (sh.n_links) {
+            /* The image of a whole collective's flow: the ring of the images. */
+            int n = sh.n_members;
+            int *mem = g_new(int, n);
+            for (int i = 0; i < n; i++)
+              mem[i] = fold_map(f, g_array_index(ob->extra, int32_t, sh.links_off + sh.n_links + i),
+                                r, k, ranks);
+            GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+            for (int i = 0; i < n; i++) {
+              int hops;
+              const int *rt = sim_machine_route(m, mem[i], mem[(i + 1) % n], &hops);
+              g_array_append_vals(links, rt, (guint)hops);
+            }
+            sr = sim_taskgraph_add_collective_flow(tg, shadow_block, sh.cls, (int *)links->data,
+                                                   (int)links->len, mem, n, sh.bytes, sh.duration,
+                                                   sh.op, sh.mb, sh.coll);
+            g_array_free(links, TRUE);
+            g_free(mem);
+          } else {
+            sr = sim_taskgraph_add(tg, shadow_block, &sh);
+          }
+          for (guint j = 0; preds[q] && j < preds[q]->len; j++)
+            sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
+        }
+      }
+    sim_key_index_free(&made);
+    g_free(set_low);
+    g_free(set_low_at);
+    for (guint q = 0; q < part->len; q++)
+      if (preds[q])
+        g_array_free(preds[q], TRUE);
+    g_free(preds);
+  }
+  g_free(map.lam);
+  g_free(map.inv);
+  g_free(map.lam_at);
+  g_free(map.inv_at);
+  g_free(map.bw);
+  g_free(map.lat);
+  g_free(part_links);
+  g_free(whole_links);
+  g_free(set_whole);
+  g_free(set_of);
+  g_ptr_array_free(member, TRUE);
+  g_array_free(part_keys, TRUE);
+  g_array_free(whole_keys, TRUE);
+  g_array_free(part, TRUE);
+  return ok;
+}

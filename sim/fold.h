@@ -1,0 +1,33 @@
+/* fold.h — symmetry folding (fold.c), for the driver in simulate.c: which devices'
+ * timelines are copies of others' (data-parallel replicas, the tensor-parallel ranks of
+ * a stage), and the shadow tasks that stand for the folded devices' share of links. */
+#pragma once
+
+#include "taskgraph.h"
+
+G_BEGIN_DECLS
+
+/* The symmetry folding relies on, as device maps: D data-parallel replicas (replica q's
+ * image of replica-0 device d0 is phi[q * nd + d0]) and, inside replica 0, the
+ * tensor-parallel ranks of each stage (members[c], representative first). */
+typedef struct {
+  int nd;
+  int D;              /* replicas folded (1: none)                                   */
+  int *phi;           /* D * nd                                                      */
+  int *repl;          /* per device: its replica, or -1                               */
+  int *base;          /* per device: its replica-0 device                              */
+  int n_classes;      /* rank classes folded (0: none)                                 */
+  int *cls;           /* per replica-0 device: its class, or -1                         */
+  int *pos;           /* its place in the class                                        */
+  GPtrArray *members; /* int arrays                                                    */
+  GArray *sizes;      /* int                                                          */
+} Fold;
+
+void fold_clear(Fold *f);
+gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f);
+gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f);
+int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k);
+gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
+                     gboolean ranks);
+
+G_END_DECLS
