@@ -40,7 +40,7 @@ def add_common_args(ap):
 
 
 def run_search(args, model, machine, algo, budget, batch=None, devices=None, allow=None,
-               own=False, opts=(), log=None, out=None, env=None):
+               own=False, opts=(), log=None, out=None, env=None, extra=()):
     """One `parasol search --json`; returns (result dict or None, error text, wall seconds)."""
     cmd = [args.parasol, "search", "--model", model, "--machine", machine, "--algo", algo,
            "--budget", budget, "--seed", str(args.seed), "--threads", str(args.threads),
@@ -59,6 +59,7 @@ def run_search(args, model, machine, algo, budget, batch=None, devices=None, all
         cmd += ["--log", log]
     if out:
         cmd += ["--out", out]
+    cmd += list(extra)
     full_env = dict(os.environ)
     full_env.update(env or {})
     start = time.time()
@@ -68,6 +69,27 @@ def run_search(args, model, machine, algo, budget, batch=None, devices=None, all
         lines = proc.stderr.strip().splitlines()
         return None, (lines[-1] if lines else f"exit {proc.returncode}"), wall
     return json.loads(proc.stdout), "", wall
+
+
+def yardsticks(args, model, machine, batch=None, devices=None):
+    """Data parallelism and the best expert plan, simulated to their end (a search with a
+    budget in seconds may leave them unfinished): {"dp", "dp_fits", "expert"}, or the
+    error text."""
+    # Data parallelism's time where it does not fit too (it is then marked so).
+    r, err, _ = run_search(args, model, machine, "data-parallel", YARDSTICK_BUDGET,
+                           batch=batch, devices=devices, extra=["--no-memory-limit"])
+    if not r:
+        return err
+    fits = (r.get("report") or {}).get("fits")
+    y = {"dp": r.get("iteration_time_s"), "dp_fits": fits, "expert": None}
+    # The best expert plan that fits; none where none does.
+    e, _, _ = run_search(args, model, machine, "expert", YARDSTICK_BUDGET, batch=batch,
+                         devices=devices)
+    y["expert"] = e.get("expert_s") if e else None
+    return y
+
+
+YARDSTICK_BUDGET = "600s"
 
 
 def machine_for(base, gpus_per_node, gpus):
