@@ -102,6 +102,12 @@ def machine_for(base, gpus_per_node, gpus):
     return f"{base}:1", f"0-{gpus - 1}"
 
 
+def no_feasible(status):
+    """Whether a run's status says the search found no plan that fits (a result, as the
+    tables show it, not a failure of the run)."""
+    return "found no feasible strategy" in (status or "")
+
+
 def own_time(r):
     """The algorithm's own best iteration time (the search keeps a faster yardstick's plan
     and reports its own beside it)."""
@@ -153,7 +159,18 @@ def gnuplot(script_path):
         print(f"gnuplot is not installed: run 'gnuplot {script_path}' where it is",
               file=sys.stderr)
         return False
-    proc = subprocess.run(["gnuplot", script_path], capture_output=True, text=True)
+    # The script names its files relative to its own folder, so that it runs wherever the
+    # folder is copied.
+    folder = os.path.dirname(os.path.abspath(script_path))
+    with open(script_path) as f:
+        text = f.read()
+    for prefix in {os.path.dirname(script_path), folder}:
+        if prefix:
+            text = text.replace(f"'{prefix}/", "'")
+    with open(script_path, "w") as f:
+        f.write(text)
+    proc = subprocess.run(["gnuplot", os.path.basename(script_path)], capture_output=True,
+                          text=True, cwd=folder)
     if proc.returncode != 0:
         print(f"gnuplot {script_path}: {proc.stderr.strip()}", file=sys.stderr)
         return False
