@@ -153,14 +153,9 @@ def md_table(header, rows):
     return out
 
 
-def gnuplot(script_path):
-    """Runs gnuplot on a script; says so where gnuplot is missing or fails."""
-    if not shutil.which("gnuplot"):
-        print(f"gnuplot is not installed: run 'gnuplot {script_path}' where it is",
-              file=sys.stderr)
-        return False
-    # The script names its files relative to its own folder, so that it runs wherever the
-    # folder is copied.
+def relativize(script_path):
+    """Makes a gnuplot script name its files relative to its own folder, so that it runs
+    wherever the folder is copied; returns the folder."""
     folder = os.path.dirname(os.path.abspath(script_path))
     with open(script_path) as f:
         text = f.read()
@@ -169,6 +164,16 @@ def gnuplot(script_path):
             text = text.replace(f"'{prefix}/", "'")
     with open(script_path, "w") as f:
         f.write(text)
+    return folder
+
+
+def gnuplot(script_path):
+    """Runs gnuplot on a script; says so where gnuplot is missing or fails."""
+    if not shutil.which("gnuplot"):
+        print(f"gnuplot is not installed: run 'gnuplot {script_path}' where it is",
+              file=sys.stderr)
+        return False
+    folder = relativize(script_path)
     proc = subprocess.run(["gnuplot", os.path.basename(script_path)], capture_output=True,
                           text=True, cwd=folder)
     if proc.returncode != 0:

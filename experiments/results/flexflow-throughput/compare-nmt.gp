@@ -41,7 +41,7 @@ if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {
 } else {
   set terminal png size 960,600
 }
-set output '/work/wt34/experiments/results/flexflow-throughput/compare-nmt.png'
+set output 'compare-nmt.png'
 set title 'nmt on flexflow-p100' noenhanced
 set xlabel 'search time (s)'
 set ylabel 'best predicted iteration time (ms)'
