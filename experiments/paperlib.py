@@ -66,8 +66,9 @@ def run_search(args, model, machine, algo, budget, batch=None, devices=None, all
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
     wall = time.time() - start
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        return None, (lines[-1] if lines else f"exit {proc.returncode}"), wall
+        lines = [x.strip() for x in proc.stderr.strip().splitlines() if x.strip()]
+        text = "; ".join(lines) if lines else ""
+        return None, f"exit {proc.returncode}" + (f": {text[:400]}" if text else ""), wall
     return json.loads(proc.stdout), "", wall
 
 
