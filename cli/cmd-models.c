@@ -2,6 +2,7 @@
  * model (a zoo name with its parameters, or a graph file): its operators and tensors,
  * parameter count and FLOPs. */
 #include "cli.h"
+#include "parasol-search.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -278,6 +279,7 @@ static int model_show(int argc, char **argv)
 {
   g_auto(GStrv) params = NULL;
   gboolean json = FALSE, brief = FALSE, tensors = FALSE;
+  g_autofree char *rewrites_file = NULL, *save = NULL;
   GOptionEntry entries[] = {
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params,
       "Set a model parameter (repeatable; also k1=v1,k2=v2; values take k, M, G)", "K=V" },
@@ -285,6 +287,11 @@ static int model_show(int argc, char **argv)
     { "brief", 'b', 0, G_OPTION_ARG_NONE, &brief, "Print the totals only, not the operators",
       NULL },
     { "tensors", 't', 0, G_OPTION_ARG_NONE, &tensors, "Also list the tensors", NULL },
+    { "rewrites", 0, 0, G_OPTION_ARG_FILENAME, &rewrites_file,
+      "Apply the graph rewrites a strategy file records (parasol search --algo subst --out)",
+      "FILE" },
+    { "save", 0, 0, G_OPTION_ARG_FILENAME, &save,
+      "Write the model, rewritten if --rewrites is given, as a graph file", "FILE" },
     { NULL, 0, 0, 0, NULL, NULL, NULL },
   };
   g_set_prgname("parasol model show");
@@ -293,6 +300,8 @@ static int model_show(int argc, char **argv)
       "NAME is a zoo model ('parasol models' lists them), FILE a graph file\n"
       "(\"format\": \"parasol-graph\").  Prints the parameter count, the FLOPs of one\n"
       "iteration's forward and backward passes and a table of the operators.\n\n"
+      "--rewrites applies the graph rewrites of a strategy file, --save writes the\n"
+      "result as a graph file that --model reads (a search on the rewritten graph).\n\n"
       "Example: parasol model show gpt --param layers=24,hidden=2048,heads=16 --brief\n");
   g_option_context_add_main_entries(ctx, entries, NULL);
   if (!cli_parse_options(ctx, &argc, &argv))
@@ -309,6 +318,23 @@ static int model_show(int argc, char **argv)
   g_autoptr(SimGraph) g = cli_load_model(name, params, &error);
   if (!g)
     return cli_report_error(error);
+  if (rewrites_file) {
+    g_auto(GStrv) rewrites = search_strategy_file_rewrites(rewrites_file, &error);
+    if (!rewrites)
+      return cli_report_error(error);
+    if (rewrites[0]) {
+      SimGraph *r = search_rewrite_graph(g, (const char *const *)rewrites, &error);
+      if (!r)
+        return cli_report_error(error);
+      sim_graph_free(g);
+      g = r;
+    }
+  }
+  if (save) {
+    g_autofree char *text = sim_graph_to_json(g);
+    if (!g_file_set_contents(save, text, -1, &error))
+      return cli_report_error(error);
+  }
   g_autoptr(SimModelParams) resolved = resolved_params(name, params);
   if (json)
     show_json(g, name, resolved);

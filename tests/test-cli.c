@@ -418,6 +418,51 @@ Test(cli, a_searched_plan_simulates_to_the_time_the_search_reported, .timeout = 
   g_rmdir(dir);
 }
 
+Test(cli, model_show_saves_the_graph_a_strategy_files_rewrites_make)
+{
+  /* Merging three 1x1 convolutions of an Inception module into one convolution and a
+   * split: one operator fewer, the same parameters and FLOPs; the saved graph file reads
+   * back as the same graph.  A file that is missing, or a rewrite that does not apply, is
+   * refused with its name. */
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *plan = g_build_filename(dir, "plan.json", NULL);
+  g_autofree char *bad = g_build_filename(dir, "bad.json", NULL);
+  g_autofree char *graph = g_build_filename(dir, "graph.json", NULL);
+  g_autofree char *missing = g_build_filename(dir, "missing.json", NULL);
+  cr_assert(g_file_set_contents(plan,
+      "{\"format\": \"parasol-strategy\", \"version\": 1, \"rewrites\": [\"merge-convs:"
+      "Mixed_6c.branch1x1.conv,Mixed_6c.branch7x7_1.conv,Mixed_6c.branch7x7dbl_1.conv\"]}",
+      -1, NULL));
+  cr_assert(g_file_set_contents(bad,
+      "{\"format\": \"parasol-strategy\", \"version\": 1, \"rewrites\": "
+      "[\"merge-convs:nosuch,op\"]}", -1, NULL));
+  Run a = run("model", "show", "inception-v3", "--json", NULL);
+  Run b = run("model", "show", "inception-v3", "--rewrites", plan, "--save", graph, "--json",
+              NULL);
+  cr_assert_eq(a.status, 0, "%s", a.err);
+  cr_assert_eq(b.status, 0, "%s", b.err);
+  Run c = run("model", "show", graph, "--json", NULL);
+  cr_assert_eq(c.status, 0, "%s", c.err);
+  cr_expect_eq(json_number(b.out, "ops"), json_number(a.out, "ops") - 1);
+  cr_expect_eq(json_number(c.out, "ops"), json_number(b.out, "ops"));
+  const char *same[] = { "parameters", "forward_flops", "backward_flops" };
+  for (size_t i = 0; i < G_N_ELEMENTS(same); i++) {
+    cr_expect_eq(json_number(b.out, same[i]), json_number(a.out, same[i]), "%s", same[i]);
+    cr_expect_eq(json_number(c.out, same[i]), json_number(a.out, same[i]), "%s", same[i]);
+  }
+  run_clear(&a);
+  run_clear(&b);
+  run_clear(&c);
+  expect_refused(run("model", "show", "inception-v3", "--rewrites", missing, NULL),
+                 "missing.json");
+  expect_refused(run("model", "show", "inception-v3", "--rewrites", bad, NULL),
+                 "'merge-convs:nosuch,op': model 'inception-v3' has no operator 'nosuch'");
+  g_unlink(plan);
+  g_unlink(bad);
+  g_unlink(graph);
+  g_rmdir(dir);
+}
+
 Test(cli, an_interleaved_plan_reports_its_stages_and_chunks)
 {
   /* 2 pipeline stages of 2 model chunks each: 4 chunks of 2 layers, on 2 device groups.

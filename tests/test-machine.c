@@ -137,7 +137,7 @@ Test(machine, library)
 {
   g_auto(GStrv) names = sim_machine_library_names();
   const char *expected[] = { "dgx-a100", "dgx-h100", "dgx1-p100", "dgx1-v100", "flexflow-k80",
-                             "flexflow-p100", "h200", "h200-1", "pcie-4gpu" };
+                             "flexflow-p100", "h200", "h200-1", "pcie-4gpu", "summit" };
   for (size_t i = 0; i < G_N_ELEMENTS(expected); i++)
     cr_assert(g_strv_contains((const char *const *)names, expected[i]), "%s", expected[i]);
   for (char **n = names; *n; n++) {
@@ -294,6 +294,37 @@ Test(machine, k80_cluster)
   for (int a = 0; a < 64; a += 7)
     for (int b = 0; b < 64; b++)
       check_route(m, a, b);
+  sim_machine_free(m);
+}
+
+Test(machine, summit_triads)
+{
+  /* Unity's cluster: 32 nodes of 6 V100.  Inside a triad one NVLink hop of 2 bricks
+   * (50 GB/s); across triads GPU -> socket -> X-Bus -> socket -> GPU, whose 32 GB/s
+   * X-Bus is the bottleneck; between nodes a 100 Gb/s EDR port (12.5 GB/s). */
+  SimMachine *m = load("summit");
+  cr_assert_eq(sim_machine_n_devices(m), 192);
+  cr_assert_eq(sim_machine_device_spec(m, 0), sim_device_library_lookup("v100-16gb"));
+  for (int a = 0; a < 6; a++)
+    for (int b = 0; b < 6; b++) {
+      if (a == b)
+        continue;
+      int n = 0;
+      sim_machine_route(m, a, b, &n);
+      if (a / 3 == b / 3) {
+        cr_assert_eq(n, 1, "%d -> %d: one NVLink hop", a, b);
+        cr_assert(near(sim_machine_bandwidth(m, a, b), 50 * GBPS), "%d -> %d", a, b);
+      } else {
+        cr_assert_eq(count_kind(m, a, b, SIM_LINK_INTERSOCKET), 1, "%d -> %d", a, b);
+        cr_assert_eq(count_kind(m, a, b, SIM_LINK_NVLINK), 0, "%d -> %d", a, b);
+        cr_assert(near(sim_machine_bandwidth(m, a, b), 32 * GBPS), "%d -> %d", a, b);
+      }
+    }
+  cr_assert(near(sim_machine_bandwidth(m, 0, 6), 100 * GBITPS));
+  cr_assert(near(sim_machine_bandwidth(m, 4, 191), 100 * GBITPS));
+  /* GPUs 0-2 leave through socket 0's NIC, 3-5 through socket 1's: no X-Bus crossing. */
+  cr_assert_eq(count_kind(m, 0, 6, SIM_LINK_INTERSOCKET), 0);
+  cr_assert_eq(count_kind(m, 4, 10, SIM_LINK_INTERSOCKET), 0);
   sim_machine_free(m);
 }
 
