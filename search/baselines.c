@@ -70,12 +70,10 @@ SimStrategy *search_owt_strategy(const SearchProblem *p, GError **error)
 /* ---------------------------------------------------------------------------------- */
 /* Megatron rules                                                                     */
 
+/* Layers: the checkpoint marks, or the cuts one tensor crosses (sim/layers.c). */
 static int n_checkpoints(const SimGraph *g)
 {
-  int n = 0;
-  for (int op = 0; op < sim_graph_n_ops(g); op++)
-    n += sim_graph_op_is_checkpoint(g, op);
-  return n;
+  return sim_graph_layer_ends(g, NULL);
 }
 
 SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o)

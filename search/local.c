@@ -650,9 +650,7 @@ SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
 static void plan_space(const SearchProblem *p, const SimMegatronOptions *expert, guint n,
                        const GArray *parents, GArray *out)
 {
-  int layers = 0;
-  for (int op = 0; op < sim_graph_n_ops(p->g); op++)
-    layers += sim_graph_op_is_checkpoint(p->g, op);
+  int layers = sim_graph_layer_ends(p->g, NULL);
   for (guint i = 0; i < n; i++) {
     const SimMegatronOptions *o = &expert[i];
     if ((parents && g_array_index(parents, int, i) >= 0) || o->dp < 1 ||

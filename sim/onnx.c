@@ -242,8 +242,9 @@ static gboolean const_ints(Importer *im, const Onnx__NodeProto *n, int input, in
   if (k > max)
     return fail(im, n, SIM_ERROR_INVALID, "input %d has %" G_GINT64_FORMAT " values; at most "
                 "%d expected", input, k, max);
+  /* INT64_MAX ("to the end") does not survive a double: clamped far past any size. */
   for (int64_t i = 0; i < k; i++)
-    out[i] = (int64_t)llround(v->data[i]);
+    out[i] = (int64_t)llround(CLAMP(v->data[i], -4611686018427387904.0, 4611686018427387904.0));
   *count = (int)k;
   return TRUE;
 }
@@ -773,7 +774,9 @@ static gboolean import_node(Importer *im, int index)
     value_set(im, out, &v);
     return TRUE;
   }
-  if (!strcmp(op, "Gather") && in0->kind == V_LEAF) {
+  if (!strcmp(op, "Gather") && in0->kind == V_LEAF &&
+      !(n->n_input > 1 && value_get(im, n->input[1]) &&
+        value_get(im, n->input[1])->kind == V_CONST)) {
     /* An embedding table: rows of a weight picked by computed or input indices. */
     if (in0->shape.ndim != 2 || attr_int(n, "axis", 0) != 0)
       return fail(im, n, SIM_ERROR_INVALID, "Gather from a weight is an embedding only for a "
@@ -789,46 +792,85 @@ static gboolean import_node(Importer *im, int index)
     return TRUE;
   }
   if (!strcmp(op, "Gather") || !strcmp(op, "Slice")) {
-    /* A part of a computed tensor: a split whose middle part is kept (Gather of one index
-     * then drops the axis with a reshape). */
-    int x;
-    if (!tensor_of(im, n, 0, &x))
-      return FALSE;
-    SimShape s = sim_graph_tensor_shape(im->g, x);
-    int64_t axis, begin, end;
+    /* One part [begin, end) along one axis: of a constant (shape arithmetic), of a weight
+     * (PyTorch splits a packed projection's weight) or of a computed tensor (a split whose
+     * part is kept); Gather of one index then drops the axis. */
+    SimShape s = shape_of(im, in0);
+    int64_t axis, begin, end, step = 1;
+    gboolean drop = FALSE;
     if (op[0] == 'G') {
       int64_t ix[1];
       int k = 0;
       if (!const_ints(im, n, 1, ix, &k, 1))
         return FALSE;
-      if (k != 1 || value_get(im, n->input[1])->shape.ndim != 0)
-        return fail(im, n, SIM_ERROR_INVALID, "Gather from a computed tensor takes one scalar "
-                    "index");
+      if (k != 1 || value_get(im, n->input[1])->shape.ndim > 1)
+        return fail(im, n, SIM_ERROR_INVALID, "Gather takes one index here");
+      drop = value_get(im, n->input[1])->shape.ndim == 0;
       axis = attr_int(n, "axis", 0);
       axis = axis < 0 ? axis + s.ndim : axis;
+      if (axis < 0 || axis >= s.ndim)
+        return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " out of range", axis);
       begin = ix[0] < 0 ? ix[0] + s.dims[axis] : ix[0];
       end = begin + 1;
     } else {
       int64_t st[SIM_MAX_DIMS], en[SIM_MAX_DIMS], ax[SIM_MAX_DIMS] = { 0 }, sp[SIM_MAX_DIMS];
       int ns = 0, ne = 0, nax = 0, nsp = 0;
-      if (!const_ints(im, n, 1, st, &ns, SIM_MAX_DIMS) ||
-          !const_ints(im, n, 2, en, &ne, SIM_MAX_DIMS))
+      if (n->n_input < 3) {
+        ns = attr_ints(n, "starts", st, SIM_MAX_DIMS);
+        ne = attr_ints(n, "ends", en, SIM_MAX_DIMS);
+        nax = attr_ints(n, "axes", ax, SIM_MAX_DIMS);
+      } else if (!const_ints(im, n, 1, st, &ns, SIM_MAX_DIMS) ||
+                 !const_ints(im, n, 2, en, &ne, SIM_MAX_DIMS)) {
         return FALSE;
+      }
       if (n->n_input > 3 && *n->input[3] && !const_ints(im, n, 3, ax, &nax, SIM_MAX_DIMS))
         return FALSE;
       if (n->n_input > 4 && *n->input[4] && !const_ints(im, n, 4, sp, &nsp, SIM_MAX_DIMS))
         return FALSE;
-      if (ns != 1 || ne != 1 || (nsp == 1 && sp[0] != 1))
-        return fail(im, n, SIM_ERROR_INVALID, "only a slice along one axis with step 1 is "
-                    "supported");
+      if (ns != 1 || ne != 1)
+        return fail(im, n, SIM_ERROR_INVALID, "only a slice along one axis is supported");
+      step = nsp ? sp[0] : 1;
       axis = nax ? ax[0] : 0;
       axis = axis < 0 ? axis + s.ndim : axis;
-      begin = st[0] < 0 ? st[0] + s.dims[axis] : st[0];
-      end = en[0] < 0 ? en[0] + s.dims[axis] : MIN(en[0], s.dims[axis]);
+      if (axis < 0 || axis >= s.ndim)
+        return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " out of range", axis);
+      int64_t dim = s.dims[axis];
+      begin = st[0] < 0 ? st[0] + dim : st[0];
+      end = en[0] < 0 ? en[0] + dim : en[0];
+      begin = CLAMP(begin, 0, dim);
+      end = CLAMP(end, 0, dim);
+      if (step != 1 && (in0->kind != V_CONST || step < 1))
+        return fail(im, n, SIM_ERROR_INVALID, "a slice with step %" G_GINT64_FORMAT " is "
+                    "supported only on constants", step);
     }
-    if (axis < 0 || axis >= s.ndim || begin < 0 || end > s.dims[axis] || begin >= end)
+    if (begin < 0 || end > s.dims[axis] || begin > end ||
+        (begin == end && in0->kind != V_CONST))
       return fail(im, n, SIM_ERROR_INVALID, "the part [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
                   ") along axis %" G_GINT64_FORMAT " is outside the tensor", begin, end, axis);
+    SimShape part = s;
+    part.dims[axis] = (end - begin + step - 1) / step;
+    if (drop) {
+      for (int d = (int)axis; d + 1 < s.ndim; d++)
+        part.dims[d] = part.dims[d + 1];
+      part.ndim--;
+    }
+    if (in0->kind == V_CONST) {
+      if (s.ndim > 1)
+        return fail(im, n, SIM_ERROR_INVALID, "%s of a constant of rank %d", op, s.ndim);
+      Value v = *in0;
+      v.shape = part;
+      for (int64_t i = begin, j = 0; i < end; i += step)
+        v.data[j++] = in0->data[i];
+      value_set(im, out, &v);
+      return TRUE;
+    }
+    if (in0->kind == V_LEAF) {
+      Value v = *in0;
+      v.shape = part;
+      value_set(im, out, &v);
+      return TRUE;
+    }
+    int x = in0->tensor;
     int t = x;
     if (end - begin < s.dims[axis]) {
       int64_t sizes[3];
@@ -845,17 +887,53 @@ static gboolean import_node(Importer *im, int index)
         return FALSE;
       t = outs[keep];
     }
-    if (op[0] == 'G') {
-      SimShape r = { 0 };
-      for (int d = 0; d < s.ndim; d++)
-        if (d != axis)
-          r.dims[r.ndim++] = s.dims[d];
+    if (drop) {
       g_autofree char *name = op_name(im, n, index, "/squeeze");
-      t = sim_graph_reshape(im->g, name, t, r.ndim, r.dims);
+      t = sim_graph_reshape(im->g, name, t, part.ndim, part.dims);
       if (!built(im, n, t))
         return FALSE;
     }
     set_tensor(im, out, t);
+    return TRUE;
+  }
+  if (!strcmp(op, "Split")) {
+    SimShape s = shape_of(im, in0);
+    int64_t axis = attr_int(n, "axis", 0);
+    axis = axis < 0 ? axis + s.ndim : axis;
+    if (axis < 0 || axis >= s.ndim || n->n_output > 16)
+      return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " or %zu parts not "
+                  "supported", axis, n->n_output);
+    int64_t sizes[16];
+    int ns = attr_ints(n, "split", sizes, 16);
+    if (n->n_input > 1 && *n->input[1] && !const_ints(im, n, 1, sizes, &ns, 16))
+      return FALSE;
+    int parts = (int)n->n_output;
+    if (ns == 0) {
+      if (s.dims[axis] % parts != 0)
+        return fail(im, n, SIM_ERROR_INVALID, "%" G_GINT64_FORMAT " does not split into %d "
+                    "equal parts", s.dims[axis], parts);
+      for (int i = 0; i < parts; i++)
+        sizes[i] = s.dims[axis] / parts;
+    } else if (ns != parts) {
+      return fail(im, n, SIM_ERROR_INVALID, "%d sizes for %d outputs", ns, parts);
+    }
+    if (in0->kind == V_LEAF) {
+      for (int i = 0; i < parts; i++) {
+        Value v = *in0;
+        v.shape.dims[axis] = sizes[i];
+        value_set(im, n->output[i], &v);
+      }
+      return TRUE;
+    }
+    int x;
+    if (!tensor_of(im, n, 0, &x))
+      return FALSE;
+    int outs[16];
+    g_autofree char *name = op_name(im, n, index, NULL);
+    if (!built(im, n, sim_graph_split(im->g, name, x, (int)axis, parts, sizes, outs)))
+      return FALSE;
+    for (int i = 0; i < parts; i++)
+      set_tensor(im, n->output[i], outs[i]);
     return TRUE;
   }
   if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten")) {
@@ -1221,7 +1299,7 @@ static gboolean import_node(Importer *im, int index)
 /* The operator types import_node() knows; --check lists the others. */
 static const char *const supported_ops[] = {
   "Constant", "Identity", "Cast", "Shape", "Size", "Add", "Sub", "Mul", "Div", "Equal", "Max",
-  "Min", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Reshape", "Flatten",
+  "Min", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Split", "Reshape", "Flatten",
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
   "Tanh", "Exp", "Erf", "Softmax", "Dropout", NULL,

@@ -363,15 +363,14 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
    * the first layer's end (the embedding) thus belong to the first layer, ops after the
    * last mark (final norm, head, loss) to the last stage. */
   g_autoptr(GArray) marks = g_array_new(FALSE, FALSE, sizeof(int));
-  for (int op = 0; op < n_ops; op++)
-    if (sim_graph_op_is_checkpoint(g, op))
-      g_array_append_val(marks, op);
+  g_array_set_size(marks, n_ops);
+  g_array_set_size(marks, sim_graph_layer_ends(g, (int *)(void *)marks->data));
   int n_layers = (int)marks->len;
   int n_chunks = pp * chunks;
   if (n_chunks > 1 && n_layers == 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "model '%s' marks no layers (checkpoints), so it cannot be split into %d "
-                "pipeline stages",
+                "model '%s' has no layers (no checkpoint marks, no cut that one tensor "
+                "crosses), so it cannot be split into %d pipeline stages",
                 model, n_chunks);
     return NULL;
   }

@@ -335,3 +335,52 @@ Test(onnx, unsupported_operators_are_named)
   g_unlink(text);
   g_rmdir(dir);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* Pipelines on models that mark no layers                                             */
+
+/* The zoo's CNNs and imported models mark no checkpoints; --pp 2 cuts them where one
+ * tensor crosses (sim/layers.c): the stage boundary of the saved strategy falls between
+ * two ResNet blocks, and every op of a block shares its stage. */
+Test(layers, pp2_cuts_cnns_between_blocks)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-import-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "pp.json", NULL);
+  g_autofree char *r50 = onnx_file("resnet50.onnx");
+  gboolean onnx = g_strcmp0(g_getenv("PARASOL_ONNX"), "1") == 0;
+  const char *models[] = { "resnet-50", onnx ? r50 : NULL };
+  for (size_t m = 0; m < G_N_ELEMENTS(models) && models[m]; m++) {
+    Run r = run("simulate", "-m", models[m], "-p", "batch=256", "-x", "dgx-a100", "--pp", "2",
+                "--save-strategy", path, "--json", NULL);
+    expect_ok(&r, models[m]);
+    cr_expect_gt(json_number(r.out, "iteration_time_s"), 0);
+    run_clear(&r);
+    g_autofree char *text = NULL;
+    cr_assert(g_file_get_contents(path, &text, NULL, NULL));
+    cr_expect(strstr(text, "\"stage\": 0") && strstr(text, "\"stage\": 1"), "%s", text);
+    /* Each line of the ops holds one op; within a block ("layer3.1.conv1" in the zoo,
+     * "layer3/layer3.1/conv1/Conv" imported) the stage does not change. */
+    char sep = m == 0 ? '.' : '/';
+    g_autoptr(GHashTable) stages = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    int seen = 0;
+    g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+    for (char **it = lines; *it; it++) {
+      const char *name = strstr(*it, "\"layer");
+      const char *first = name ? strchr(name + 1, sep) : NULL;
+      const char *second = first ? strchr(first + 1, sep) : NULL;
+      if (!second || !strstr(*it, "\"stage\""))
+        continue;
+      g_autofree char *block = g_strndup(name + 1, second - name - 1);
+      int s = strstr(*it, "\"stage\": 1") ? 2 : 1;
+      int before = GPOINTER_TO_INT(g_hash_table_lookup(stages, block));
+      cr_expect(before == 0 || before == s, "%s: block %s is cut: %s", models[m], block, *it);
+      g_hash_table_insert(stages, g_strdup(block), GINT_TO_POINTER(s));
+      seen++;
+    }
+    cr_expect_eq(g_hash_table_size(stages), 16, "%s: %u blocks", models[m],
+                 g_hash_table_size(stages));
+    cr_expect_gt(seen, 16 * 7, "%s: %d ops in the blocks", models[m], seen);
+  }
+  g_unlink(path);
+  g_rmdir(dir);
+}
