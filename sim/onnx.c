@@ -50,6 +50,8 @@ typedef struct {
   double data[CONST_MAX];    /* V_CONST, row-major                                   */
   gboolean is_int;           /* V_CONST                                              */
   SimDType dtype;            /* V_LEAF: the dtype of an input op made from it        */
+  gboolean data_only;        /* V_LEAF: computed from constants (a mask, positions):
+                              * an input where used, never a weight                */
   int tensor;                /* V_TENSOR                                             */
   int pad[2];                /* V_TENSOR: padding of H and W still to apply (Pad)    */
 } Value;
@@ -338,16 +340,19 @@ static gboolean tensor_of(Importer *im, const Onnx__NodeProto *n, int i, int *ou
     *out = v->tensor;
     return TRUE;
   }
-  if (v->kind == V_CONST)
-    return fail(im, n, SIM_ERROR_INVALID, "input %d ('%s') is a constant; the importer takes "
-                "constants only as shapes, axes, scalars and biases", i, name);
+  if (v->kind == V_CONST && v->shape.ndim == 0)
+    return fail(im, n, SIM_ERROR_INVALID, "input %d ('%s') is a scalar constant, which this "
+                "operator cannot take as data", i, name);
+  /* A constant used as data (positions, a mask) is an input of its shape: its values do
+   * not change the work. */
+  SimDType dtype = v->kind == V_CONST ? (v->is_int ? SIM_DTYPE_INT64 : SIM_DTYPE_FP32) : v->dtype;
   g_autofree char *oname = NULL;
   oname = g_strdup(name);
   for (int k = 2; sim_graph_op_by_name(im->g, oname) >= 0; k++) {
     g_free(oname);
     oname = g_strdup_printf("%s#%d", name, k);
   }
-  int t = sim_graph_input(im->g, oname, v->dtype, v->shape.ndim, v->shape.dims);
+  int t = sim_graph_input(im->g, oname, dtype, v->shape.ndim, v->shape.dims);
   if (!built(im, n, t))
     return FALSE;
   set_tensor(im, name, t);
@@ -365,7 +370,7 @@ static Value *leaf_input(Importer *im, const Onnx__NodeProto *n, int i, const ch
 {
   const char *name = (size_t)i < n->n_input ? n->input[i] : NULL;
   Value *v = value_get(im, name);
-  if (!v || v->kind == V_TENSOR) {
+  if (!v || v->kind != V_LEAF || v->data_only) {
     fail(im, n, SIM_ERROR_INVALID, "input %d ('%s', the %s) must be a weight: a graph input "
          "or an initializer, not a computed tensor", i, name ? name : "", what);
     return NULL;
@@ -774,9 +779,9 @@ static gboolean import_node(Importer *im, int index)
     value_set(im, out, &v);
     return TRUE;
   }
-  if (!strcmp(op, "Gather") && in0->kind == V_LEAF &&
-      !(n->n_input > 1 && value_get(im, n->input[1]) &&
-        value_get(im, n->input[1])->kind == V_CONST)) {
+  Value *ix = n->n_input > 1 ? value_get(im, n->input[1]) : NULL;
+  if (!strcmp(op, "Gather") && in0->kind == V_LEAF && !in0->data_only && ix &&
+      !(ix->kind == V_CONST && const_numel(ix) == 1)) {
     /* An embedding table: rows of a weight picked by computed or input indices. */
     if (in0->shape.ndim != 2 || attr_int(n, "axis", 0) != 0)
       return fail(im, n, SIM_ERROR_INVALID, "Gather from a weight is an embedding only for a "
@@ -799,9 +804,9 @@ static gboolean import_node(Importer *im, int index)
     int64_t axis, begin, end, step = 1;
     gboolean drop = FALSE;
     if (op[0] == 'G') {
-      int64_t ix[1];
+      int64_t index1[1];
       int k = 0;
-      if (!const_ints(im, n, 1, ix, &k, 1))
+      if (!const_ints(im, n, 1, index1, &k, 1))
         return FALSE;
       if (k != 1 || value_get(im, n->input[1])->shape.ndim > 1)
         return fail(im, n, SIM_ERROR_INVALID, "Gather takes one index here");
@@ -810,7 +815,7 @@ static gboolean import_node(Importer *im, int index)
       axis = axis < 0 ? axis + s.ndim : axis;
       if (axis < 0 || axis >= s.ndim)
         return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " out of range", axis);
-      begin = ix[0] < 0 ? ix[0] + s.dims[axis] : ix[0];
+      begin = index1[0] < 0 ? index1[0] + s.dims[axis] : index1[0];
       end = begin + 1;
     } else {
       int64_t st[SIM_MAX_DIMS], en[SIM_MAX_DIMS], ax[SIM_MAX_DIMS] = { 0 }, sp[SIM_MAX_DIMS];
@@ -1255,6 +1260,77 @@ static gboolean import_node(Importer *im, int index)
     set_tensor(im, y, t);
     return TRUE;
   }
+  if (!strcmp(op, "Range") && all_const(im, n, 0, 2)) {
+    double start = 0, limit = 0, delta = 1;
+    if (!is_scalar_const(im, n->input[0], &start) || !is_scalar_const(im, n->input[1], &limit) ||
+        !is_scalar_const(im, n->input[2], &delta) || delta == 0)
+      return fail(im, n, SIM_ERROR_INVALID, "expected scalar start, limit and a non-zero delta");
+    int64_t count = (int64_t)MAX(0, ceil((limit - start) / delta));
+    Value v = { .kind = V_CONST, .is_int = in0->is_int };
+    v.dtype = v.is_int ? SIM_DTYPE_INT64 : SIM_DTYPE_FP32;
+    v.shape.ndim = 1;
+    v.shape.dims[0] = count;
+    if (count > CONST_MAX) {
+      v.kind = V_LEAF;
+      v.data_only = TRUE;
+    } else {
+      for (int64_t i = 0; i < count; i++)
+        v.data[i] = start + (double)i * delta;
+    }
+    value_set(im, out, &v);
+    return TRUE;
+  }
+  if (!strcmp(op, "ConstantOfShape")) {
+    int64_t dims[SIM_MAX_DIMS];
+    int nd = 0;
+    if (!const_ints(im, n, 0, dims, &nd, SIM_MAX_DIMS))
+      return FALSE;
+    Value v = { .kind = V_CONST, .shape = sim_shape_make(nd, dims), .dtype = SIM_DTYPE_FP32 };
+    const Onnx__AttributeProto *a = attr(n, "value");
+    Value fill = { 0 };
+    if (a && a->t && !tensor_value(im, a->t, &fill, n))
+      return FALSE;
+    v.is_int = fill.kind == V_CONST && fill.is_int;
+    if (sim_shape_numel(&v.shape) > CONST_MAX) {
+      v.kind = V_LEAF;
+      v.data_only = TRUE;
+    } else {
+      for (int64_t i = 0; i < sim_shape_numel(&v.shape); i++)
+        v.data[i] = fill.kind == V_CONST ? fill.data[0] : 0;
+    }
+    value_set(im, out, &v);
+    return TRUE;
+  }
+  if ((!strcmp(op, "Trilu") || !strcmp(op, "Where") || !strcmp(op, "Expand") ||
+       !strcmp(op, "Equal") || !strcmp(op, "Not") || !strcmp(op, "Neg")) &&
+      in0->kind != V_TENSOR) {
+    /* Masks built from constants: only their shape matters (an input where used). */
+    for (size_t i = 0; i < n->n_input; i++) {
+      Value *v = value_get(im, n->input[i]);
+      if (*n->input[i] && (!v || v->kind == V_TENSOR || (v->kind == V_LEAF && !v->data_only)))
+        return fail(im, n, SIM_ERROR_INVALID, "%s is supported only on constants (masks)", op);
+    }
+    Value v = *in0;
+    if (!strcmp(op, "Where"))
+      v = *value_get(im, n->input[1]);
+    if (!strcmp(op, "Expand")) {
+      int64_t dims[SIM_MAX_DIMS];
+      int nd = 0;
+      if (!const_ints(im, n, 1, dims, &nd, SIM_MAX_DIMS))
+        return FALSE;
+      SimShape a = in0->shape, r = { .ndim = MAX(a.ndim, nd) };
+      for (int d = 0; d < r.ndim; d++) {
+        int64_t x = d - (r.ndim - a.ndim) >= 0 ? a.dims[d - (r.ndim - a.ndim)] : 1;
+        int64_t y = d - (r.ndim - nd) >= 0 ? dims[d - (r.ndim - nd)] : 1;
+        r.dims[d] = MAX(x, y);
+      }
+      v.shape = r;
+    }
+    v.kind = V_LEAF;
+    v.data_only = TRUE;
+    value_set(im, out, &v);
+    return TRUE;
+  }
   if (!strcmp(op, "Softmax")) {
     int x;
     if (!tensor_of(im, n, 0, &x))
@@ -1302,7 +1378,8 @@ static const char *const supported_ops[] = {
   "Min", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Split", "Reshape", "Flatten",
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
-  "Tanh", "Exp", "Erf", "Softmax", "Dropout", NULL,
+  "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
+  "Expand", "Not", "Neg", NULL,
 };
 
 /* ---------------------------------------------------------------------------------- */
@@ -1345,7 +1422,7 @@ static gboolean is_data_input(Importer *im, const char *name, gboolean symbolic)
     return TRUE;
   static const char *const weight_first[] = { "Transpose", "Gather", "Identity", "Cast", "Add",
                                               "Mul", "Sub", "Div", "Concat", "Unsqueeze",
-                                              "Reshape", NULL };
+                                              "Reshape", "Slice", "Split", NULL };
   GArray *c = g_hash_table_lookup(im->consumers, name);
   for (guint i = 0; c && i < c->len; i++) {
     const Onnx__NodeProto *n = im->graph->node[g_array_index(c, int, i)];

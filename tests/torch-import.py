@@ -55,6 +55,42 @@ class Small(torch.nn.Module):
         return self.head(x)
 
 
+class Decoder(torch.nn.Module):
+    """torch.nn.TransformerDecoder: self-attention under a causal mask given as an input,
+    cross-attention to a memory of another length."""
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerDecoderLayer(d_model=128, nhead=4, dim_feedforward=512,
+                                                 batch_first=True)
+        self.dec = torch.nn.TransformerDecoder(layer, num_layers=2)
+
+    def forward(self, tgt, memory, mask):
+        return self.dec(tgt, memory, tgt_mask=mask)
+
+
+class GPT(torch.nn.Module):
+    """A GPT-style decoder: token and position embeddings, pre-norm blocks under a causal
+    mask built inside (arange, full, triu), a final norm and an untied head."""
+
+    def __init__(self, vocab=1000, d=128, heads=4, layers=2, ctx=256):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(ctx, d)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True,
+                                                 activation="gelu", norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, layers)
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        n = ids.shape[1]
+        pos = torch.arange(n, device=ids.device)
+        mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+        x = self.tok(ids) + self.pos(pos)
+        return self.head(self.ln(self.blocks(x, mask=mask)))
+
+
 def parasol_json(parasol, *args):
     out = subprocess.run([parasol] + list(args) + ["--json"], capture_output=True, text=True)
     if out.returncode != 0:
@@ -76,6 +112,12 @@ def main():
         ("encoder",) + torch2parasol.encoder_model(2, 16, 2, 256, 8) + ("batch=32,seq=128",),
         ("small", Small(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
          "batch=32,seq=128"),
+        ("decoder", Decoder(), (torch.randn(2, 8, 128), torch.randn(2, 10, 128),
+                                torch.nn.Transformer.generate_square_subsequent_mask(8)),
+         {"input0": {0: "batch", 1: "seq"}, "input1": {0: "batch", 1: "src"},
+          "input2": {0: "seq", 1: "seq"}}, "batch=16,seq=64,src=80"),
+        ("gpt", GPT(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
+         "batch=16,seq=128"),
     ]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
