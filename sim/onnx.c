@@ -610,6 +610,184 @@ static gboolean const_binary(Importer *im, const Onnx__NodeProto *n, const char 
 /* ---------------------------------------------------------------------------------- */
 /* The operators                                                                       */
 
+/* ---------------------------------------------------------------------------------- */
+/* PyTorch's multi-head attention                                                      */
+
+/* The scope of a node's name: "/layers.0/self_attn/MatMul" is in "/layers.0/self_attn". */
+static char *scope_of(const Onnx__NodeProto *n)
+{
+  const char *slash = n->name ? strrchr(n->name, '/') : NULL;
+  return slash && slash != n->name ? g_strndup(n->name, slash - n->name) : NULL;
+}
+
+static gboolean in_scope(const Onnx__NodeProto *n, const char *scope)
+{
+  gsize k = strlen(scope);
+  return n->name && !strncmp(n->name, scope, k) && n->name[k] == '/';
+}
+
+/* torch.nn.MultiheadAttention as torch.onnx.export writes it (its nodes named under the
+ * module's scope, its weights in_proj_weight [3E, E], in_proj_bias, out_proj.weight and
+ * out_proj.bias) becomes one attention operator, as the zoo's transformers have it
+ * (sim/ops/attention.c): the same weights, and the batch stays dimension 0 where the
+ * export transposes it away inside the module.  A square mask [S, S] is taken as causal.
+ * Returns FALSE with no error when the nodes at @index do not form that module (they are
+ * then imported one by one), FALSE with an error when building fails. */
+static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
+{
+  *fused = FALSE;
+  const Onnx__GraphProto *gr = im->graph;
+  g_autofree char *scope = scope_of(gr->node[index]);
+  if (!scope)
+    return TRUE;
+  int64_t E = 0, heads = 0;
+  gboolean bias = FALSE, out_w = FALSE;
+  double dropout = 0;
+  GHashTable *made = g_hash_table_new(g_str_hash, g_str_equal);
+  GPtrArray *data = g_ptr_array_new();
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t o = 0; o < n->n_output; o++)
+      g_hash_table_add(made, n->output[o]);
+  }
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t j = 0; j < n->n_input; j++) {
+      const char *in = n->input[j];
+      if (!*in || g_hash_table_contains(made, in))
+        continue;
+      Value *v = value_get(im, in);
+      if (!v) {
+        /* Made inside an attention module fused before this one, which PyTorch's export
+         * shares: the keys transposed to [s, b, E] (here the batch-first tensor they came
+         * from), or shape arithmetic (not needed). */
+        const Onnx__NodeProto *p = NULL;
+        for (size_t k = 0; k < (size_t)index && !p; k++)
+          for (size_t o = 0; o < gr->node[k]->n_output; o++)
+            if (!strcmp(gr->node[k]->output[o], in))
+              p = gr->node[k];
+        int64_t perm[4];
+        if (!p || strcmp(p->op_type, "Transpose") != 0 || attr_ints(p, "perm", perm, 4) != 3 ||
+            perm[0] != 1 || perm[1] != 0 || perm[2] != 2)
+          continue;
+        in = p->input[0];
+        v = value_get(im, in);
+        if (!v || v->kind != V_TENSOR)
+          goto out;
+      }
+      if (v->kind == V_LEAF && !v->data_only) {
+        if (g_str_has_suffix(in, "in_proj_weight") && v->shape.ndim == 2 &&
+            v->shape.dims[0] == 3 * v->shape.dims[1])
+          E = v->shape.dims[1];
+        else if (g_str_has_suffix(in, "in_proj_bias"))
+          bias = TRUE;
+        else if (g_str_has_suffix(in, "out_proj.weight"))
+          out_w = TRUE;
+        else if (!g_str_has_suffix(in, "out_proj.bias"))
+          goto out;  /* separate q, k, v weights, or something else */
+      } else if (v->kind == V_TENSOR || v->kind == V_LEAF) {
+        gboolean seen = FALSE;
+        for (guint k = 0; k < data->len; k++)
+          seen = seen || !strcmp(data->pdata[k], in);
+        if (!seen)
+          g_ptr_array_add(data, (gpointer)in);
+      } else if (v->kind == V_CONST && const_numel(v) > 1 && v->shape.ndim == 2) {
+        g_ptr_array_add(data, (gpointer)in);
+      }
+    }
+    double c = 0;
+    if (!strcmp(n->op_type, "Div") && n->n_input == 2 && is_scalar_const(im, n->input[1], &c) &&
+        value_get(im, n->input[1])->is_int && heads == 0)
+      heads = (int64_t)c;
+    if (!strcmp(n->op_type, "Dropout") && n->n_input > 1 && *n->input[1])
+      is_scalar_const(im, n->input[1], &dropout);
+  }
+  if (E <= 0 || !out_w || heads <= 0 || E % heads != 0)
+    goto out;
+  /* The module's output: of what its nodes make and later nodes read, what its last node
+   * makes (the others are shape arithmetic PyTorch shares between modules). */
+  const char *result = NULL;
+  int result_node = -1;
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t o = 0; o < n->n_output; o++) {
+      gboolean read = FALSE;
+      for (size_t k = 0; k < gr->n_output && !read; k++)
+        read = !strcmp(gr->output[k]->name, n->output[o]);
+      GArray *c = g_hash_table_lookup(im->consumers, n->output[o]);
+      for (guint k = 0; c && k < c->len && !read; k++)
+        read = !in_scope(gr->node[g_array_index(c, int, k)], scope);
+      if (read && (int)i > result_node) {
+        result = n->output[o];
+        result_node = (int)i;
+      }
+    }
+  }
+  if (!result || strcmp(gr->node[result_node]->op_type, "Constant") == 0)
+    goto out;
+  /* Queries, keys and values [b, s, E] in the order the module reads them; a square
+   * [s, s] mask. */
+  int qkv[3], nq = 0;
+  gboolean causal = FALSE;
+  for (guint k = 0; k < data->len; k++) {
+    Value *v = value_get(im, data->pdata[k]);
+    SimShape sh = shape_of(im, v);
+    if (sh.ndim == 3 && sh.dims[2] == E && v->kind == V_TENSOR && nq < 3) {
+      qkv[nq++] = v->tensor;
+    } else if (sh.ndim == 2 && sh.dims[0] == sh.dims[1]) {
+      causal = TRUE;
+    } else {
+      goto out;
+    }
+  }
+  if (nq == 0)
+    goto out;
+  if (nq == 1)
+    qkv[1] = qkv[2] = qkv[0];
+  else if (nq == 2)
+    qkv[2] = qkv[1];
+  SimShape q = sim_graph_tensor_shape(im->g, qkv[0]), kv = sim_graph_tensor_shape(im->g, qkv[1]);
+  if (q.dims[0] != kv.dims[0])
+    goto out;
+  if (causal && q.dims[1] != kv.dims[1])
+    causal = FALSE;
+  {
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+    sim_attrs_set_int(a, "heads", heads, NULL);
+    sim_attrs_set_int(a, "head_dim", E / heads, NULL);
+    sim_attrs_set_int(a, "causal", causal, NULL);
+    sim_attrs_set_float(a, "dropout", dropout, NULL);
+    sim_attrs_set_int(a, "bias", bias, NULL);
+    g_autoptr(GError) err = NULL;
+    g_autofree char *name = g_strdup(scope[0] == '/' && scope[1] ? scope + 1 : scope);
+    for (int k = 2; sim_graph_op_by_name(im->g, name) >= 0; k++) {
+      g_free(name);
+      name = g_strdup_printf("%s#%d", scope[0] == '/' && scope[1] ? scope + 1 : scope, k);
+    }
+    int op = sim_graph_add_op(im->g, SIM_OP_ATTENTION, name, 3, qkv, a, &err);
+    if (op < 0) {
+      g_hash_table_unref(made);
+      g_ptr_array_unref(data);
+      return fail(im, gr->node[index], SIM_ERROR_INVALID, "%s", err->message);
+    }
+    set_tensor(im, result, sim_graph_op_output(im->g, op, 0));
+  }
+  for (size_t i = index; i < gr->n_node; i++)
+    if (in_scope(gr->node[i], scope))
+      im->skip[i] = TRUE;
+  *fused = TRUE;
+out:
+  g_hash_table_unref(made);
+  g_ptr_array_unref(data);
+  return TRUE;
+}
+
 static gboolean import_node(Importer *im, int index)
 {
   const Onnx__NodeProto *n = im->graph->node[index];
@@ -1573,9 +1751,27 @@ SimGraph *sim_onnx_import(const char *path, const SimModelParams *params, GError
       ok = import_node(&im, (int)i);
       im.skip[i] = TRUE;
     }
-  for (size_t i = 0; ok && i < gr->n_node; i++)
-    if (!im.skip[i])
+  /* Scopes that hold an attention module's packed projection weight. */
+  g_autoptr(GHashTable) attention = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  for (size_t i = 0; i < gr->n_node; i++)
+    for (size_t j = 0; j < gr->node[i]->n_input; j++)
+      if (g_str_has_suffix(gr->node[i]->input[j], "in_proj_weight")) {
+        char *scope = scope_of(gr->node[i]);
+        if (scope)
+          g_hash_table_add(attention, scope);
+      }
+  for (size_t i = 0; ok && i < gr->n_node; i++) {
+    if (im.skip[i])
+      continue;
+    g_autofree char *scope = scope_of(gr->node[i]);
+    gboolean fused = FALSE;
+    if (scope && g_hash_table_contains(attention, scope)) {
+      ok = fuse_attention(&im, (int)i, &fused);
+      g_hash_table_remove(attention, scope);
+    }
+    if (ok && !fused)
       ok = import_node(&im, (int)i);
+  }
   if (ok && sim_graph_n_ops(im.g) == 0) {
     sim_set_error_at(error, SIM_ERROR_INVALID, path, NULL, "the model has no "
                      "operators parasol models");

@@ -384,3 +384,29 @@ Test(layers, pp2_cuts_cnns_between_blocks)
   g_unlink(path);
   g_rmdir(dir);
 }
+
+/* PyTorch's nn.MultiheadAttention, exported as some forty nodes that move the batch out of
+ * dimension 0, is imported as one attention operator as the zoo builds it: 2 layers give
+ * 2 attention ops of 4 x (256 x 256 + 256) weights, and data, tensor and pipeline
+ * parallel plans run on the import. */
+Test(onnx, attention_modules_become_attention_operators)
+{
+  need_onnx();
+  g_autofree char *enc = onnx_file("encoder.onnx");
+  Run r = run("model", "show", enc, "-p", "batch=8,seq=32", NULL);
+  expect_ok(&r, "show");
+  int n = 0;
+  for (const char *p = r.out; (p = strstr(p, " attention ")); p++)
+    n++;
+  cr_expect_eq(n, 2, "%s", r.out);
+  cr_expect(strstr(r.out, "layers.0/self_attn ") && strstr(r.out, "263168"), "%s", r.out);
+  run_clear(&r);
+  static const char *const plans[][2] = { { "--dp", "8" }, { "--tp", "2" }, { "--pp", "2" } };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    Run s = run("simulate", "-m", enc, "-p", "batch=64,seq=128", "-x", "dgx-a100", plans[i][0],
+                plans[i][1], "--json", NULL);
+    expect_ok(&s, plans[i][0]);
+    cr_expect_gt(json_number(s.out, "iteration_time_s"), 0);
+    run_clear(&s);
+  }
+}
