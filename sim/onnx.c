@@ -257,7 +257,7 @@ static gboolean const_ints(Importer *im, const Onnx__NodeProto *n, int input, in
 static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name)
 {
   for (size_t i = 0; i < n->n_attribute; i++)
-    if (!strcmp(n->attribute[i]->name, name))
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
       return n->attribute[i];
   return NULL;
 }
@@ -385,7 +385,7 @@ static int sole_consumer(Importer *im, const char *name)
   if (!c || c->len != 1)
     return -1;
   for (size_t o = 0; o < im->graph->n_output; o++)
-    if (!strcmp(im->graph->output[o]->name, name))
+    if (!g_strcmp0(im->graph->output[o]->name, name))
       return -1;
   return g_array_index(c, int, 0);
 }
@@ -719,7 +719,7 @@ static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
     for (size_t o = 0; o < n->n_output; o++) {
       gboolean read = FALSE;
       for (size_t k = 0; k < gr->n_output && !read; k++)
-        read = !strcmp(gr->output[k]->name, n->output[o]);
+        read = !g_strcmp0(gr->output[k]->name, n->output[o]);
       GArray *c = g_hash_table_lookup(im->consumers, n->output[o]);
       for (guint k = 0; c && k < c->len && !read; k++)
         read = !in_scope(gr->node[g_array_index(c, int, k)], scope);
@@ -792,6 +792,11 @@ static gboolean import_node(Importer *im, int index)
 {
   const Onnx__NodeProto *n = im->graph->node[index];
   const char *op = n->op_type;
+  if (!op || !*op) {
+    g_autofree char *place = g_strdup_printf("node %d", index);
+    sim_set_error_at(im->error, SIM_ERROR_PARSE, im->filename, place, "no operator type");
+    return FALSE;
+  }
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
     return fail(im, n, SIM_ERROR_UNKNOWN, "operator of domain '%s' is not supported",
                 n->domain);
@@ -1585,6 +1590,30 @@ static Onnx__ModelProto *read_model(const char *path, GError **error)
       onnx__model_proto__free_unpacked(m, NULL);
     g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s: not an ONNX model (the bytes do not "
                 "decode as an onnx.ModelProto with a graph)", path);
+    return NULL;
+  }
+  /* The names the importer relies on: optional in the schema, never absent in a model. */
+  const Onnx__GraphProto *gr = m->graph;
+  const char *missing = NULL;
+  size_t at = 0;
+  for (size_t i = 0; i < gr->n_node && !missing; i++) {
+    at = i;
+    if (!gr->node[i]->op_type)
+      missing = "node %zu has no op_type";
+    for (size_t j = 0; j < gr->node[i]->n_attribute && !missing; j++)
+      if (!gr->node[i]->attribute[j]->name)
+        missing = "node %zu has an attribute without a name";
+  }
+  for (size_t i = 0; i < gr->n_output && !missing; i++)
+    if (!gr->output[at = i]->name)
+      missing = "graph output %zu has no name";
+  for (size_t i = 0; i < gr->n_input && !missing; i++)
+    if (!gr->input[at = i]->name)
+      missing = "graph input %zu has no name";
+  if (missing) {
+    g_autofree char *what = g_strdup_printf(missing, at);
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s: %s", path, what);
+    onnx__model_proto__free_unpacked(m, NULL);
     return NULL;
   }
   return m;
