@@ -601,6 +601,8 @@ static gboolean const_binary(Importer *im, const Onnx__NodeProto *n, const char 
       z = MAX(x, y);
     else if (!strcmp(op, "Min"))
       z = MIN(x, y);
+    else if (!strcmp(op, "Pow"))
+      z = pow(x, y);
     r.data[i] = z;
   }
   value_set(im, n->output[0], &r);
@@ -869,9 +871,17 @@ static gboolean import_node(Importer *im, int index)
     return TRUE;
   }
   if ((!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-       !strcmp(op, "Equal") || !strcmp(op, "Max") || !strcmp(op, "Min")) &&
+       !strcmp(op, "Equal") || !strcmp(op, "Max") || !strcmp(op, "Min") || !strcmp(op, "Pow")) &&
       all_const(im, n, 0, 1))
     return const_binary(im, n, op);
+  if ((!strcmp(op, "Sqrt") || !strcmp(op, "Neg")) && in0 && in0->kind == V_CONST) {
+    Value v = *in0;
+    for (int64_t i = 0; i < const_numel(&v); i++)
+      v.data[i] = op[0] == 'S' ? sqrt(v.data[i]) : -v.data[i];
+    v.is_int = v.is_int && op[0] == 'N';
+    value_set(im, out, &v);
+    return TRUE;
+  }
   if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) {
     int64_t axes[SIM_MAX_DIMS];
     int na = attr_ints(n, "axes", axes, SIM_MAX_DIMS);
@@ -1484,6 +1494,29 @@ static gboolean import_node(Importer *im, int index)
     value_set(im, out, &v);
     return TRUE;
   }
+  Value *w1 = n->n_input == 3 ? value_get(im, n->input[1]) : NULL;
+  Value *w2 = n->n_input == 3 ? value_get(im, n->input[2]) : NULL;
+  gboolean ta = w1 && w1->kind == V_TENSOR, tb = w2 && w2->kind == V_TENSOR;
+  if (!strcmp(op, "Where") && (ta || tb)) {
+    /* masked_fill and its kin on a computed tensor: one element-wise pass over the
+     * tensor(s) it selects from; the condition (a mask) only decides which. */
+    int x, y;
+    g_autofree char *name = op_name(im, n, index, NULL);
+    int t;
+    if (ta && tb) {
+      if (!tensor_of(im, n, 1, &x) || !tensor_of(im, n, 2, &y))
+        return FALSE;
+      t = sim_graph_binary(im->g, name, x, y, SIM_BINARY_ADD);
+    } else {
+      if (!tensor_of(im, n, ta ? 1 : 2, &x))
+        return FALSE;
+      t = sim_graph_unary(im->g, name, x, SIM_UNARY_IDENTITY);
+    }
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, out, t);
+    return TRUE;
+  }
   if ((!strcmp(op, "Trilu") || !strcmp(op, "Where") || !strcmp(op, "Expand") ||
        !strcmp(op, "Equal") || !strcmp(op, "Not") || !strcmp(op, "Neg")) &&
       in0->kind != V_TENSOR) {
@@ -1562,7 +1595,7 @@ static const char *const supported_ops[] = {
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
   "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
-  "Expand", "Not", "Neg", NULL,
+  "Expand", "Not", "Neg", "Pow", "Sqrt", NULL,
 };
 
 /* ---------------------------------------------------------------------------------- */

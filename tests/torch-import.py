@@ -91,6 +91,45 @@ class GPT(torch.nn.Module):
         return self.head(self.ln(self.blocks(x, mask=mask)))
 
 
+class HandAttention(torch.nn.Module):
+    """Attention written out as GPT-2 and LLaMA implementations write it: separate q, k, v
+    and output projections, heads by view and transpose, a causal mask by masked_fill."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        hd = d // self.h
+        q, k, v = (p(x).view(b, s, self.h, hd).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = (q @ k.transpose(-2, -1)) / hd ** 0.5
+        a = a.masked_fill(torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1),
+                          float("-inf"))
+        y = (a.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+        return self.o(y)
+
+
+class HandGPT(torch.nn.Module):
+    def __init__(self, d=128, h=4):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, d)
+        self.ln1 = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(2))
+        self.attn = torch.nn.ModuleList(HandAttention(d, h) for _ in range(2))
+        self.ln2 = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(2))
+        self.fc = torch.nn.ModuleList(torch.nn.Linear(d, 4 * d) for _ in range(2))
+        self.proj = torch.nn.ModuleList(torch.nn.Linear(4 * d, d) for _ in range(2))
+        self.head = torch.nn.Linear(d, 1000, bias=False)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for i in range(2):
+            x = x + self.attn[i](self.ln1[i](x))
+            x = x + self.proj[i](torch.nn.functional.gelu(self.fc[i](self.ln2[i](x))))
+        return self.head(x)
+
+
 def parasol_json(parasol, *args):
     out = subprocess.run([parasol] + list(args) + ["--json"], capture_output=True, text=True)
     if out.returncode != 0:
@@ -117,6 +156,8 @@ def main():
          {"input0": {0: "batch", 1: "seq"}, "input1": {0: "batch", 1: "src"},
           "input2": {0: "seq", 1: "seq"}}, "batch=16,seq=64,src=80"),
         ("gpt", GPT(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
+         "batch=16,seq=128"),
+        ("hand-gpt", HandGPT(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
          "batch=16,seq=128"),
     ]
     failed = 0
