@@ -1362,87 +1362,11 @@ static gboolean import_node(Importer *im, int index)
     set_tensor(im, out, t);
     return TRUE;
   }
-  if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
-    /* With a scalar constant: a scaling (Mul, Div) or a shift (Add, Sub), one
-     * memory-bound pass either way. */
-    double c = 0;
-    int ci = is_scalar_const(im, n->input[1], &c)   ? 1
-             : is_scalar_const(im, n->input[0], &c) ? 0
-                                                    : -1;
-    if (!strcmp(op, "Div") && ci == 0)
-      return fail(im, n, SIM_ERROR_INVALID, "a constant divided by a tensor is not supported");
-    if (ci >= 0) {
-      int x;
-      if (!tensor_of(im, n, 1 - ci, &x))
-        return FALSE;
-      gboolean scale = op[0] == 'M' || op[0] == 'D';
-      g_autofree char *name = op_name(im, n, index, NULL);
-      int t;
-      if (scale) {
-        g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_UNARY);
-        g_autoptr(GError) err = NULL;
-        sim_attrs_set_string(a, "kind", "scale", NULL);
-        sim_attrs_set_float(a, "scale", op[0] == 'D' ? 1.0 / c : c, NULL);
-        int opid = sim_graph_add_op(im->g, SIM_OP_UNARY, name, 1, &x, a, &err);
-        if (opid < 0)
-          return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
-        t = sim_graph_op_output(im->g, opid, 0);
-      } else {
-        t = sim_graph_unary(im->g, name, x, SIM_UNARY_IDENTITY);
-      }
-      if (!built(im, n, t))
-        return FALSE;
-      set_tensor(im, out, t);
-      return TRUE;
-    }
-    int a, b;
-    if (!tensor_of(im, n, 0, &a) || !tensor_of(im, n, 1, &b))
-      return FALSE;
-    static const SimBinaryKind kinds[] = { ['A'] = SIM_BINARY_ADD, ['S'] = SIM_BINARY_SUB,
-                                           ['M'] = SIM_BINARY_MUL, ['D'] = SIM_BINARY_DIV };
-    g_autofree char *name = op_name(im, n, index, NULL);
-    int t = sim_graph_binary(im->g, name, a, b, kinds[(unsigned char)op[0]]);
-    if (!built(im, n, t))
-      return FALSE;
-    set_tensor(im, out, t);
-    return TRUE;
-  }
-  static const struct { const char *onnx; SimUnaryKind kind; } unaries[] = {
-    { "Relu", SIM_UNARY_RELU }, { "Gelu", SIM_UNARY_GELU }, { "Sigmoid", SIM_UNARY_SIGMOID },
-    { "Tanh", SIM_UNARY_TANH }, { "Exp", SIM_UNARY_EXP },
-  };
-  for (size_t u = 0; u < G_N_ELEMENTS(unaries); u++) {
-    if (strcmp(op, unaries[u].onnx) != 0)
-      continue;
-    int x;
-    if (!tensor_of(im, n, 0, &x))
-      return FALSE;
-    SimUnaryKind kind = unaries[u].kind;
-    const char *after = out;
-    /* SiLU: x * sigmoid(x). */
-    if (kind == SIM_UNARY_SIGMOID) {
-      int c = sole_consumer(im, out);
-      const Onnx__NodeProto *m = node(im, c);
-      if (m && !strcmp(m->op_type, "Mul") && m->n_input == 2 &&
-          (!strcmp(m->input[0], n->input[0]) || !strcmp(m->input[1], n->input[0]))) {
-        kind = SIM_UNARY_SILU;
-        im->skip[c] = TRUE;
-        after = m->output[0];
-      }
-    }
-    g_autofree char *name = op_name(im, n, index, NULL);
-    int t = sim_graph_unary(im->g, name, x, kind);
-    if (!built(im, n, t))
-      return FALSE;
-    set_tensor(im, after, t);
-    return TRUE;
-  }
-  if (!strcmp(op, "Div") || !strcmp(op, "Erf")) {
+  const char *gelu_out = !strcmp(op, "Div") && in0 && in0->kind == V_TENSOR
+                           ? fold_gelu(im, n->input[0]) : NULL;
+  if (gelu_out) {
     /* GELU written out, met at its first node when no linear came before it. */
-    const char *x = n->input[0];
-    const char *y = !strcmp(op, "Div") ? fold_gelu(im, x) : NULL;
-    if (!y)
-      return fail(im, n, SIM_ERROR_UNKNOWN, "operator %s is not supported here", op);
+    const char *y = gelu_out;
     int t0;
     if (!tensor_of(im, n, 0, &t0))
       return FALSE;
@@ -1545,6 +1469,81 @@ static gboolean import_node(Importer *im, int index)
     v.kind = V_LEAF;
     v.data_only = TRUE;
     value_set(im, out, &v);
+    return TRUE;
+  }
+  if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
+    /* With a scalar constant: a scaling (Mul, Div) or a shift (Add, Sub), one
+     * memory-bound pass either way. */
+    double c = 0;
+    int ci = is_scalar_const(im, n->input[1], &c)   ? 1
+             : is_scalar_const(im, n->input[0], &c) ? 0
+                                                    : -1;
+    if (!strcmp(op, "Div") && ci == 0)
+      return fail(im, n, SIM_ERROR_INVALID, "a constant divided by a tensor is not supported");
+    if (ci >= 0) {
+      int x;
+      if (!tensor_of(im, n, 1 - ci, &x))
+        return FALSE;
+      gboolean scale = op[0] == 'M' || op[0] == 'D';
+      g_autofree char *name = op_name(im, n, index, NULL);
+      int t;
+      if (scale) {
+        g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_UNARY);
+        g_autoptr(GError) err = NULL;
+        sim_attrs_set_string(a, "kind", "scale", NULL);
+        sim_attrs_set_float(a, "scale", op[0] == 'D' ? 1.0 / c : c, NULL);
+        int opid = sim_graph_add_op(im->g, SIM_OP_UNARY, name, 1, &x, a, &err);
+        if (opid < 0)
+          return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
+        t = sim_graph_op_output(im->g, opid, 0);
+      } else {
+        t = sim_graph_unary(im->g, name, x, SIM_UNARY_IDENTITY);
+      }
+      if (!built(im, n, t))
+        return FALSE;
+      set_tensor(im, out, t);
+      return TRUE;
+    }
+    int a, b;
+    if (!tensor_of(im, n, 0, &a) || !tensor_of(im, n, 1, &b))
+      return FALSE;
+    static const SimBinaryKind kinds[] = { ['A'] = SIM_BINARY_ADD, ['S'] = SIM_BINARY_SUB,
+                                           ['M'] = SIM_BINARY_MUL, ['D'] = SIM_BINARY_DIV };
+    g_autofree char *name = op_name(im, n, index, NULL);
+    int t = sim_graph_binary(im->g, name, a, b, kinds[(unsigned char)op[0]]);
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, out, t);
+    return TRUE;
+  }
+  static const struct { const char *onnx; SimUnaryKind kind; } unaries[] = {
+    { "Relu", SIM_UNARY_RELU }, { "Gelu", SIM_UNARY_GELU }, { "Sigmoid", SIM_UNARY_SIGMOID },
+    { "Tanh", SIM_UNARY_TANH }, { "Exp", SIM_UNARY_EXP },
+  };
+  for (size_t u = 0; u < G_N_ELEMENTS(unaries); u++) {
+    if (strcmp(op, unaries[u].onnx) != 0)
+      continue;
+    int x;
+    if (!tensor_of(im, n, 0, &x))
+      return FALSE;
+    SimUnaryKind kind = unaries[u].kind;
+    const char *after = out;
+    /* SiLU: x * sigmoid(x). */
+    if (kind == SIM_UNARY_SIGMOID) {
+      int c = sole_consumer(im, out);
+      const Onnx__NodeProto *m = node(im, c);
+      if (m && !strcmp(m->op_type, "Mul") && m->n_input == 2 &&
+          (!strcmp(m->input[0], n->input[0]) || !strcmp(m->input[1], n->input[0]))) {
+        kind = SIM_UNARY_SILU;
+        im->skip[c] = TRUE;
+        after = m->output[0];
+      }
+    }
+    g_autofree char *name = op_name(im, n, index, NULL);
+    int t = sim_graph_unary(im->g, name, x, kind);
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, after, t);
     return TRUE;
   }
   if (!strcmp(op, "Softmax")) {
