@@ -16,13 +16,15 @@
  * Symbolic dimensions of the graph inputs ("batch", "seq") take their value from the
  * model parameters (--param batch=64); a sequence dimension sets tokens_per_sample.
  *
- * PyTorch's exports are mapped onto parasol's operators as the zoo builds them: a MatMul
- * with a weight and the Add of a bias become one linear; Relu after Conv, Gemm or
- * BatchNormalization and GELU (written out with Erf) after a linear become the
+ * PyTorch's exports are mapped onto parasol's operators as the zoo builds them:
+ * torch.nn.MultiheadAttention (the nodes under its scope) becomes one attention operator;
+ * a MatMul with a weight and the Add of a bias become one linear; Relu after Conv, Gemm
+ * or BatchNormalization and GELU (written out with Erf) after a linear become the
  * operator's activation; Pad before a pooling or convolution becomes its padding;
- * Flatten is a reshape; GlobalAveragePool a pooling over the whole image.  An operator
- * outside this mapping is an error that names the node and its type; sim_onnx_check()
- * lists them all. */
+ * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
+ * positions computed from constants are inputs of their shape.  An operator outside
+ * this mapping is an error that names the node and its type; sim_onnx_check() lists the
+ * operator types the importer does not know (docs/import.md). */
 #include "sim-private.h"
 
 #include "parasol-config.h"
