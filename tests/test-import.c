@@ -294,6 +294,32 @@ Test(onnx, imported_cnns_predict_what_the_zoo_predicts)
   }
 }
 
+/* Under a two-stage pipeline too: the imported models' layer ends are the zoo's, so the
+ * stages are cut at the same block (by forward FLOPs, sim/strategy-build.c) and the
+ * predictions agree within 2%. */
+Test(onnx, imported_cnns_pipeline_as_the_zoo_does)
+{
+  need_onnx();
+  static const struct { const char *file, *zoo; } pairs[] = {
+    { "resnet50.onnx", "resnet-50" }, { "inception_v3.onnx", "inception-v3" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(pairs); i++) {
+    g_autofree char *f = onnx_file(pairs[i].file);
+    Run a = run("simulate", "-m", f, "-p", "batch=256", "-x", "dgx-a100:2", "--pp", "2",
+                "--json", NULL);
+    Run b = run("simulate", "-m", pairs[i].zoo, "-p", "batch=256", "-x", "dgx-a100:2", "--pp",
+                "2", "--json", NULL);
+    expect_ok(&a, pairs[i].file);
+    expect_ok(&b, pairs[i].zoo);
+    double got = json_number(a.out, "iteration_time_s"), want = json_number(b.out,
+                                                                            "iteration_time_s");
+    cr_expect(fabs(got / want - 1) < 0.02, "%s: %g s against the zoo's %g s", pairs[i].zoo,
+              got, want);
+    run_clear(&a);
+    run_clear(&b);
+  }
+}
+
 /* parasol import writes a graph file that reads back to the same model and prediction. */
 Test(onnx, import_writes_a_graph_file_that_reads_back)
 {
