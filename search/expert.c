@@ -19,12 +19,10 @@ static gboolean has_conv(const SimGraph *g)
 /* ---------------------------------------------------------------------------------- */
 /* Megatron rules                                                                     */
 
+/* Layers: the checkpoint marks, or the cuts one tensor crosses (sim/layers.c). */
 static int n_checkpoints(const SimGraph *g)
 {
-  int n = 0;
-  for (int op = 0; op < sim_graph_n_ops(g); op++)
-    n += sim_graph_op_is_checkpoint(g, op);
-  return n;
+  return sim_graph_layer_ends(g, NULL);
 }
 
 SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptions *o)
@@ -330,9 +328,7 @@ SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
 static void plan_space(const SearchProblem *p, const SimMegatronOptions *expert, guint n,
                        const GArray *parents, GArray *out)
 {
-  int layers = 0;
-  for (int op = 0; op < sim_graph_n_ops(p->g); op++)
-    layers += sim_graph_op_is_checkpoint(p->g, op);
+  int layers = sim_graph_layer_ends(p->g, NULL);
   for (guint i = 0; i < n; i++) {
     const SimMegatronOptions *o = &expert[i];
     if ((parents && g_array_index(parents, int, i) >= 0) || o->dp < 1 ||

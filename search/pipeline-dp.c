@@ -49,13 +49,16 @@ static gboolean partition(const SearchProblem *p, SearchEstimate *e, int S, int 
   for (int op = 0; op < n; op++)
     w[op + 1] = w[op] + search_estimate_dp_compute(e, op, group);
   g_autofree double *cross = cut_bytes(g);
-  /* Allowed cuts: after layer ends when there are enough of them, else after any op. */
-  int marks = 0;
-  for (int op = 0; op < n; op++)
-    marks += sim_graph_op_is_checkpoint(g, op);
+  /* Allowed cuts: after layer ends (checkpoint marks, or the cuts one tensor crosses:
+   * sim_graph_layer_ends()) when there are enough of them, else after any op. */
+  g_autofree int *ends = g_new(int, MAX(n, 1));
+  int marks = sim_graph_layer_ends(g, ends);
+  g_autofree gboolean *is_end = g_new0(gboolean, n + 1);
+  for (int i = 0; i < marks; i++)
+    is_end[ends[i]] = TRUE;
   g_autofree gboolean *allowed = g_new0(gboolean, n + 1);
   for (int op = 0; op + 1 < n; op++)
-    allowed[op + 1] = marks >= S - 1 ? sim_graph_op_is_checkpoint(g, op) : TRUE;
+    allowed[op + 1] = marks >= S - 1 ? is_end[op] : TRUE;
   int d0 = p->devices[0], d1 = p->devices[MIN(group, p->n_devices - 1)];
   double bw = d0 != d1 ? sim_machine_bandwidth(p->m, d0, d1) : 1e12;
   if (!(bw > 0))

@@ -16,13 +16,15 @@
  * Symbolic dimensions of the graph inputs ("batch", "seq") take their value from the
  * model parameters (--param batch=64); a sequence dimension sets tokens_per_sample.
  *
- * PyTorch's exports are mapped onto parasol's operators as the zoo builds them: a MatMul
- * with a weight and the Add of a bias become one linear; Relu after Conv, Gemm or
- * BatchNormalization and GELU (written out with Erf) after a linear become the
+ * PyTorch's exports are mapped onto parasol's operators as the zoo builds them:
+ * torch.nn.MultiheadAttention (the nodes under its scope) becomes one attention operator;
+ * a MatMul with a weight and the Add of a bias become one linear; Relu after Conv, Gemm
+ * or BatchNormalization and GELU (written out with Erf) after a linear become the
  * operator's activation; Pad before a pooling or convolution becomes its padding;
- * Flatten is a reshape; GlobalAveragePool a pooling over the whole image.  An operator
- * outside this mapping is an error that names the node and its type; sim_onnx_check()
- * lists them all. */
+ * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
+ * positions computed from constants are inputs of their shape.  An operator outside
+ * this mapping is an error that names the node and its type; sim_onnx_check() lists the
+ * operator types the importer does not know (docs/import.md). */
 #include "sim-private.h"
 
 #include "parasol-config.h"
@@ -50,6 +52,8 @@ typedef struct {
   double data[CONST_MAX];    /* V_CONST, row-major                                   */
   gboolean is_int;           /* V_CONST                                              */
   SimDType dtype;            /* V_LEAF: the dtype of an input op made from it        */
+  gboolean data_only;        /* V_LEAF: computed from constants (a mask, positions):
+                              * an input where used, never a weight                */
   int tensor;                /* V_TENSOR                                             */
   int pad[2];                /* V_TENSOR: padding of H and W still to apply (Pad)    */
 } Value;
@@ -242,8 +246,9 @@ static gboolean const_ints(Importer *im, const Onnx__NodeProto *n, int input, in
   if (k > max)
     return fail(im, n, SIM_ERROR_INVALID, "input %d has %" G_GINT64_FORMAT " values; at most "
                 "%d expected", input, k, max);
+  /* INT64_MAX ("to the end") does not survive a double: clamped far past any size. */
   for (int64_t i = 0; i < k; i++)
-    out[i] = (int64_t)llround(v->data[i]);
+    out[i] = (int64_t)llround(CLAMP(v->data[i], -4611686018427387904.0, 4611686018427387904.0));
   *count = (int)k;
   return TRUE;
 }
@@ -254,7 +259,7 @@ static gboolean const_ints(Importer *im, const Onnx__NodeProto *n, int input, in
 static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name)
 {
   for (size_t i = 0; i < n->n_attribute; i++)
-    if (!strcmp(n->attribute[i]->name, name))
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
       return n->attribute[i];
   return NULL;
 }
@@ -337,16 +342,19 @@ static gboolean tensor_of(Importer *im, const Onnx__NodeProto *n, int i, int *ou
     *out = v->tensor;
     return TRUE;
   }
-  if (v->kind == V_CONST)
-    return fail(im, n, SIM_ERROR_INVALID, "input %d ('%s') is a constant; the importer takes "
-                "constants only as shapes, axes, scalars and biases", i, name);
+  if (v->kind == V_CONST && v->shape.ndim == 0)
+    return fail(im, n, SIM_ERROR_INVALID, "input %d ('%s') is a scalar constant, which this "
+                "operator cannot take as data", i, name);
+  /* A constant used as data (positions, a mask) is an input of its shape: its values do
+   * not change the work. */
+  SimDType dtype = v->kind == V_CONST ? (v->is_int ? SIM_DTYPE_INT64 : SIM_DTYPE_FP32) : v->dtype;
   g_autofree char *oname = NULL;
   oname = g_strdup(name);
   for (int k = 2; sim_graph_op_by_name(im->g, oname) >= 0; k++) {
     g_free(oname);
     oname = g_strdup_printf("%s#%d", name, k);
   }
-  int t = sim_graph_input(im->g, oname, v->dtype, v->shape.ndim, v->shape.dims);
+  int t = sim_graph_input(im->g, oname, dtype, v->shape.ndim, v->shape.dims);
   if (!built(im, n, t))
     return FALSE;
   set_tensor(im, name, t);
@@ -364,7 +372,7 @@ static Value *leaf_input(Importer *im, const Onnx__NodeProto *n, int i, const ch
 {
   const char *name = (size_t)i < n->n_input ? n->input[i] : NULL;
   Value *v = value_get(im, name);
-  if (!v || v->kind == V_TENSOR) {
+  if (!v || v->kind != V_LEAF || v->data_only) {
     fail(im, n, SIM_ERROR_INVALID, "input %d ('%s', the %s) must be a weight: a graph input "
          "or an initializer, not a computed tensor", i, name ? name : "", what);
     return NULL;
@@ -379,7 +387,7 @@ static int sole_consumer(Importer *im, const char *name)
   if (!c || c->len != 1)
     return -1;
   for (size_t o = 0; o < im->graph->n_output; o++)
-    if (!strcmp(im->graph->output[o]->name, name))
+    if (!g_strcmp0(im->graph->output[o]->name, name))
       return -1;
   return g_array_index(c, int, 0);
 }
@@ -595,6 +603,8 @@ static gboolean const_binary(Importer *im, const Onnx__NodeProto *n, const char 
       z = MAX(x, y);
     else if (!strcmp(op, "Min"))
       z = MIN(x, y);
+    else if (!strcmp(op, "Pow"))
+      z = pow(x, y);
     r.data[i] = z;
   }
   value_set(im, n->output[0], &r);
@@ -604,10 +614,193 @@ static gboolean const_binary(Importer *im, const Onnx__NodeProto *n, const char 
 /* ---------------------------------------------------------------------------------- */
 /* The operators                                                                       */
 
+/* ---------------------------------------------------------------------------------- */
+/* PyTorch's multi-head attention                                                      */
+
+/* The scope of a node's name: "/layers.0/self_attn/MatMul" is in "/layers.0/self_attn". */
+static char *scope_of(const Onnx__NodeProto *n)
+{
+  const char *slash = n->name ? strrchr(n->name, '/') : NULL;
+  return slash && slash != n->name ? g_strndup(n->name, slash - n->name) : NULL;
+}
+
+static gboolean in_scope(const Onnx__NodeProto *n, const char *scope)
+{
+  gsize k = strlen(scope);
+  return n->name && !strncmp(n->name, scope, k) && n->name[k] == '/';
+}
+
+/* torch.nn.MultiheadAttention as torch.onnx.export writes it (its nodes named under the
+ * module's scope, its weights in_proj_weight [3E, E], in_proj_bias, out_proj.weight and
+ * out_proj.bias) becomes one attention operator, as the zoo's transformers have it
+ * (sim/ops/attention.c): the same weights, and the batch stays dimension 0 where the
+ * export transposes it away inside the module.  A square mask [S, S] is taken as causal.
+ * Returns FALSE with no error when the nodes at @index do not form that module (they are
+ * then imported one by one), FALSE with an error when building fails. */
+static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
+{
+  *fused = FALSE;
+  const Onnx__GraphProto *gr = im->graph;
+  g_autofree char *scope = scope_of(gr->node[index]);
+  if (!scope)
+    return TRUE;
+  int64_t E = 0, heads = 0;
+  gboolean bias = FALSE, out_w = FALSE;
+  double dropout = 0;
+  GHashTable *made = g_hash_table_new(g_str_hash, g_str_equal);
+  GPtrArray *data = g_ptr_array_new();
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t o = 0; o < n->n_output; o++)
+      g_hash_table_add(made, n->output[o]);
+  }
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t j = 0; j < n->n_input; j++) {
+      const char *in = n->input[j];
+      if (!*in || g_hash_table_contains(made, in))
+        continue;
+      Value *v = value_get(im, in);
+      if (!v) {
+        /* Made inside an attention module fused before this one, which PyTorch's export
+         * shares: the keys transposed to [s, b, E] (here the batch-first tensor they came
+         * from), or shape arithmetic (not needed). */
+        const Onnx__NodeProto *p = NULL;
+        for (size_t k = 0; k < (size_t)index && !p; k++)
+          for (size_t o = 0; o < gr->node[k]->n_output; o++)
+            if (!strcmp(gr->node[k]->output[o], in))
+              p = gr->node[k];
+        int64_t perm[4];
+        if (!p || strcmp(p->op_type, "Transpose") != 0 || attr_ints(p, "perm", perm, 4) != 3 ||
+            perm[0] != 1 || perm[1] != 0 || perm[2] != 2)
+          continue;
+        in = p->input[0];
+        v = value_get(im, in);
+        if (!v || v->kind != V_TENSOR)
+          goto out;
+      }
+      if (v->kind == V_LEAF && !v->data_only) {
+        if (g_str_has_suffix(in, "in_proj_weight") && v->shape.ndim == 2 &&
+            v->shape.dims[0] == 3 * v->shape.dims[1])
+          E = v->shape.dims[1];
+        else if (g_str_has_suffix(in, "in_proj_bias"))
+          bias = TRUE;
+        else if (g_str_has_suffix(in, "out_proj.weight"))
+          out_w = TRUE;
+        else if (!g_str_has_suffix(in, "out_proj.bias"))
+          goto out;  /* separate q, k, v weights, or something else */
+      } else if (v->kind == V_TENSOR || v->kind == V_LEAF) {
+        gboolean seen = FALSE;
+        for (guint k = 0; k < data->len; k++)
+          seen = seen || !strcmp(data->pdata[k], in);
+        if (!seen)
+          g_ptr_array_add(data, (gpointer)in);
+      } else if (v->kind == V_CONST && const_numel(v) > 1 && v->shape.ndim == 2) {
+        g_ptr_array_add(data, (gpointer)in);
+      }
+    }
+    double c = 0;
+    if (!strcmp(n->op_type, "Div") && n->n_input == 2 && is_scalar_const(im, n->input[1], &c) &&
+        value_get(im, n->input[1])->is_int && heads == 0)
+      heads = (int64_t)c;
+    if (!strcmp(n->op_type, "Dropout") && n->n_input > 1 && *n->input[1])
+      is_scalar_const(im, n->input[1], &dropout);
+  }
+  if (E <= 0 || !out_w || heads <= 0 || E % heads != 0)
+    goto out;
+  /* The module's output: of what its nodes make and later nodes read, what its last node
+   * makes (the others are shape arithmetic PyTorch shares between modules). */
+  const char *result = NULL;
+  int result_node = -1;
+  for (size_t i = index; i < gr->n_node; i++) {
+    const Onnx__NodeProto *n = gr->node[i];
+    if (!in_scope(n, scope))
+      continue;
+    for (size_t o = 0; o < n->n_output; o++) {
+      gboolean read = FALSE;
+      for (size_t k = 0; k < gr->n_output && !read; k++)
+        read = !g_strcmp0(gr->output[k]->name, n->output[o]);
+      GArray *c = g_hash_table_lookup(im->consumers, n->output[o]);
+      for (guint k = 0; c && k < c->len && !read; k++)
+        read = !in_scope(gr->node[g_array_index(c, int, k)], scope);
+      if (read && (int)i > result_node) {
+        result = n->output[o];
+        result_node = (int)i;
+      }
+    }
+  }
+  if (!result || strcmp(gr->node[result_node]->op_type, "Constant") == 0)
+    goto out;
+  /* Queries, keys and values [b, s, E] in the order the module reads them; a square
+   * [s, s] mask. */
+  int qkv[3], nq = 0;
+  gboolean causal = FALSE;
+  for (guint k = 0; k < data->len; k++) {
+    Value *v = value_get(im, data->pdata[k]);
+    SimShape sh = shape_of(im, v);
+    if (sh.ndim == 3 && sh.dims[2] == E && v->kind == V_TENSOR && nq < 3) {
+      qkv[nq++] = v->tensor;
+    } else if (sh.ndim == 2 && sh.dims[0] == sh.dims[1]) {
+      causal = TRUE;
+    } else {
+      goto out;
+    }
+  }
+  if (nq == 0)
+    goto out;
+  if (nq == 1)
+    qkv[1] = qkv[2] = qkv[0];
+  else if (nq == 2)
+    qkv[2] = qkv[1];
+  SimShape q = sim_graph_tensor_shape(im->g, qkv[0]), kv = sim_graph_tensor_shape(im->g, qkv[1]);
+  if (q.dims[0] != kv.dims[0])
+    goto out;
+  if (causal && q.dims[1] != kv.dims[1])
+    causal = FALSE;
+  {
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+    sim_attrs_set_int(a, "heads", heads, NULL);
+    sim_attrs_set_int(a, "head_dim", E / heads, NULL);
+    sim_attrs_set_int(a, "causal", causal, NULL);
+    sim_attrs_set_float(a, "dropout", dropout, NULL);
+    sim_attrs_set_int(a, "bias", bias, NULL);
+    g_autoptr(GError) err = NULL;
+    g_autofree char *name = g_strdup(scope[0] == '/' && scope[1] ? scope + 1 : scope);
+    for (int k = 2; sim_graph_op_by_name(im->g, name) >= 0; k++) {
+      g_free(name);
+      name = g_strdup_printf("%s#%d", scope[0] == '/' && scope[1] ? scope + 1 : scope, k);
+    }
+    int op = sim_graph_add_op(im->g, SIM_OP_ATTENTION, name, 3, qkv, a, &err);
+    if (op < 0) {
+      g_hash_table_unref(made);
+      g_ptr_array_unref(data);
+      return fail(im, gr->node[index], SIM_ERROR_INVALID, "%s", err->message);
+    }
+    set_tensor(im, result, sim_graph_op_output(im->g, op, 0));
+  }
+  for (size_t i = index; i < gr->n_node; i++)
+    if (in_scope(gr->node[i], scope))
+      im->skip[i] = TRUE;
+  *fused = TRUE;
+out:
+  g_hash_table_unref(made);
+  g_ptr_array_unref(data);
+  return TRUE;
+}
+
 static gboolean import_node(Importer *im, int index)
 {
   const Onnx__NodeProto *n = im->graph->node[index];
   const char *op = n->op_type;
+  if (!op || !*op) {
+    g_autofree char *place = g_strdup_printf("node %d", index);
+    sim_set_error_at(im->error, SIM_ERROR_PARSE, im->filename, place, "no operator type");
+    return FALSE;
+  }
   if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
     return fail(im, n, SIM_ERROR_UNKNOWN, "operator of domain '%s' is not supported",
                 n->domain);
@@ -680,9 +873,17 @@ static gboolean import_node(Importer *im, int index)
     return TRUE;
   }
   if ((!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-       !strcmp(op, "Equal") || !strcmp(op, "Max") || !strcmp(op, "Min")) &&
+       !strcmp(op, "Equal") || !strcmp(op, "Max") || !strcmp(op, "Min") || !strcmp(op, "Pow")) &&
       all_const(im, n, 0, 1))
     return const_binary(im, n, op);
+  if ((!strcmp(op, "Sqrt") || !strcmp(op, "Neg")) && in0 && in0->kind == V_CONST) {
+    Value v = *in0;
+    for (int64_t i = 0; i < const_numel(&v); i++)
+      v.data[i] = op[0] == 'S' ? sqrt(v.data[i]) : -v.data[i];
+    v.is_int = v.is_int && op[0] == 'N';
+    value_set(im, out, &v);
+    return TRUE;
+  }
   if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) {
     int64_t axes[SIM_MAX_DIMS];
     int na = attr_ints(n, "axes", axes, SIM_MAX_DIMS);
@@ -773,7 +974,9 @@ static gboolean import_node(Importer *im, int index)
     value_set(im, out, &v);
     return TRUE;
   }
-  if (!strcmp(op, "Gather") && in0->kind == V_LEAF) {
+  Value *ix = n->n_input > 1 ? value_get(im, n->input[1]) : NULL;
+  if (!strcmp(op, "Gather") && in0->kind == V_LEAF && !in0->data_only && ix &&
+      !(ix->kind == V_CONST && const_numel(ix) == 1)) {
     /* An embedding table: rows of a weight picked by computed or input indices. */
     if (in0->shape.ndim != 2 || attr_int(n, "axis", 0) != 0)
       return fail(im, n, SIM_ERROR_INVALID, "Gather from a weight is an embedding only for a "
@@ -789,46 +992,85 @@ static gboolean import_node(Importer *im, int index)
     return TRUE;
   }
   if (!strcmp(op, "Gather") || !strcmp(op, "Slice")) {
-    /* A part of a computed tensor: a split whose middle part is kept (Gather of one index
-     * then drops the axis with a reshape). */
-    int x;
-    if (!tensor_of(im, n, 0, &x))
-      return FALSE;
-    SimShape s = sim_graph_tensor_shape(im->g, x);
-    int64_t axis, begin, end;
+    /* One part [begin, end) along one axis: of a constant (shape arithmetic), of a weight
+     * (PyTorch splits a packed projection's weight) or of a computed tensor (a split whose
+     * part is kept); Gather of one index then drops the axis. */
+    SimShape s = shape_of(im, in0);
+    int64_t axis, begin, end, step = 1;
+    gboolean drop = FALSE;
     if (op[0] == 'G') {
-      int64_t ix[1];
+      int64_t index1[1];
       int k = 0;
-      if (!const_ints(im, n, 1, ix, &k, 1))
+      if (!const_ints(im, n, 1, index1, &k, 1))
         return FALSE;
-      if (k != 1 || value_get(im, n->input[1])->shape.ndim != 0)
-        return fail(im, n, SIM_ERROR_INVALID, "Gather from a computed tensor takes one scalar "
-                    "index");
+      if (k != 1 || value_get(im, n->input[1])->shape.ndim > 1)
+        return fail(im, n, SIM_ERROR_INVALID, "Gather takes one index here");
+      drop = value_get(im, n->input[1])->shape.ndim == 0;
       axis = attr_int(n, "axis", 0);
       axis = axis < 0 ? axis + s.ndim : axis;
-      begin = ix[0] < 0 ? ix[0] + s.dims[axis] : ix[0];
+      if (axis < 0 || axis >= s.ndim)
+        return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " out of range", axis);
+      begin = index1[0] < 0 ? index1[0] + s.dims[axis] : index1[0];
       end = begin + 1;
     } else {
       int64_t st[SIM_MAX_DIMS], en[SIM_MAX_DIMS], ax[SIM_MAX_DIMS] = { 0 }, sp[SIM_MAX_DIMS];
       int ns = 0, ne = 0, nax = 0, nsp = 0;
-      if (!const_ints(im, n, 1, st, &ns, SIM_MAX_DIMS) ||
-          !const_ints(im, n, 2, en, &ne, SIM_MAX_DIMS))
+      if (n->n_input < 3) {
+        ns = attr_ints(n, "starts", st, SIM_MAX_DIMS);
+        ne = attr_ints(n, "ends", en, SIM_MAX_DIMS);
+        nax = attr_ints(n, "axes", ax, SIM_MAX_DIMS);
+      } else if (!const_ints(im, n, 1, st, &ns, SIM_MAX_DIMS) ||
+                 !const_ints(im, n, 2, en, &ne, SIM_MAX_DIMS)) {
         return FALSE;
+      }
       if (n->n_input > 3 && *n->input[3] && !const_ints(im, n, 3, ax, &nax, SIM_MAX_DIMS))
         return FALSE;
       if (n->n_input > 4 && *n->input[4] && !const_ints(im, n, 4, sp, &nsp, SIM_MAX_DIMS))
         return FALSE;
-      if (ns != 1 || ne != 1 || (nsp == 1 && sp[0] != 1))
-        return fail(im, n, SIM_ERROR_INVALID, "only a slice along one axis with step 1 is "
-                    "supported");
+      if (ns != 1 || ne != 1)
+        return fail(im, n, SIM_ERROR_INVALID, "only a slice along one axis is supported");
+      step = nsp ? sp[0] : 1;
       axis = nax ? ax[0] : 0;
       axis = axis < 0 ? axis + s.ndim : axis;
-      begin = st[0] < 0 ? st[0] + s.dims[axis] : st[0];
-      end = en[0] < 0 ? en[0] + s.dims[axis] : MIN(en[0], s.dims[axis]);
+      if (axis < 0 || axis >= s.ndim)
+        return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " out of range", axis);
+      int64_t dim = s.dims[axis];
+      begin = st[0] < 0 ? st[0] + dim : st[0];
+      end = en[0] < 0 ? en[0] + dim : en[0];
+      begin = CLAMP(begin, 0, dim);
+      end = CLAMP(end, 0, dim);
+      if (step != 1 && (in0->kind != V_CONST || step < 1))
+        return fail(im, n, SIM_ERROR_INVALID, "a slice with step %" G_GINT64_FORMAT " is "
+                    "supported only on constants", step);
     }
-    if (axis < 0 || axis >= s.ndim || begin < 0 || end > s.dims[axis] || begin >= end)
+    if (begin < 0 || end > s.dims[axis] || begin > end ||
+        (begin == end && in0->kind != V_CONST))
       return fail(im, n, SIM_ERROR_INVALID, "the part [%" G_GINT64_FORMAT ", %" G_GINT64_FORMAT
                   ") along axis %" G_GINT64_FORMAT " is outside the tensor", begin, end, axis);
+    SimShape part = s;
+    part.dims[axis] = (end - begin + step - 1) / step;
+    if (drop) {
+      for (int d = (int)axis; d + 1 < s.ndim; d++)
+        part.dims[d] = part.dims[d + 1];
+      part.ndim--;
+    }
+    if (in0->kind == V_CONST) {
+      if (s.ndim > 1)
+        return fail(im, n, SIM_ERROR_INVALID, "%s of a constant of rank %d", op, s.ndim);
+      Value v = *in0;
+      v.shape = part;
+      for (int64_t i = begin, j = 0; i < end; i += step)
+        v.data[j++] = in0->data[i];
+      value_set(im, out, &v);
+      return TRUE;
+    }
+    if (in0->kind == V_LEAF) {
+      Value v = *in0;
+      v.shape = part;
+      value_set(im, out, &v);
+      return TRUE;
+    }
+    int x = in0->tensor;
     int t = x;
     if (end - begin < s.dims[axis]) {
       int64_t sizes[3];
@@ -845,17 +1087,53 @@ static gboolean import_node(Importer *im, int index)
         return FALSE;
       t = outs[keep];
     }
-    if (op[0] == 'G') {
-      SimShape r = { 0 };
-      for (int d = 0; d < s.ndim; d++)
-        if (d != axis)
-          r.dims[r.ndim++] = s.dims[d];
+    if (drop) {
       g_autofree char *name = op_name(im, n, index, "/squeeze");
-      t = sim_graph_reshape(im->g, name, t, r.ndim, r.dims);
+      t = sim_graph_reshape(im->g, name, t, part.ndim, part.dims);
       if (!built(im, n, t))
         return FALSE;
     }
     set_tensor(im, out, t);
+    return TRUE;
+  }
+  if (!strcmp(op, "Split")) {
+    SimShape s = shape_of(im, in0);
+    int64_t axis = attr_int(n, "axis", 0);
+    axis = axis < 0 ? axis + s.ndim : axis;
+    if (axis < 0 || axis >= s.ndim || n->n_output > 16)
+      return fail(im, n, SIM_ERROR_INVALID, "axis %" G_GINT64_FORMAT " or %zu parts not "
+                  "supported", axis, n->n_output);
+    int64_t sizes[16];
+    int ns = attr_ints(n, "split", sizes, 16);
+    if (n->n_input > 1 && *n->input[1] && !const_ints(im, n, 1, sizes, &ns, 16))
+      return FALSE;
+    int parts = (int)n->n_output;
+    if (ns == 0) {
+      if (s.dims[axis] % parts != 0)
+        return fail(im, n, SIM_ERROR_INVALID, "%" G_GINT64_FORMAT " does not split into %d "
+                    "equal parts", s.dims[axis], parts);
+      for (int i = 0; i < parts; i++)
+        sizes[i] = s.dims[axis] / parts;
+    } else if (ns != parts) {
+      return fail(im, n, SIM_ERROR_INVALID, "%d sizes for %d outputs", ns, parts);
+    }
+    if (in0->kind == V_LEAF) {
+      for (int i = 0; i < parts; i++) {
+        Value v = *in0;
+        v.shape.dims[axis] = sizes[i];
+        value_set(im, n->output[i], &v);
+      }
+      return TRUE;
+    }
+    int x;
+    if (!tensor_of(im, n, 0, &x))
+      return FALSE;
+    int outs[16];
+    g_autofree char *name = op_name(im, n, index, NULL);
+    if (!built(im, n, sim_graph_split(im->g, name, x, (int)axis, parts, sizes, outs)))
+      return FALSE;
+    for (int i = 0; i < parts; i++)
+      set_tensor(im, n->output[i], outs[i]);
     return TRUE;
   }
   if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten")) {
@@ -1086,6 +1364,115 @@ static gboolean import_node(Importer *im, int index)
     set_tensor(im, out, t);
     return TRUE;
   }
+  const char *gelu_out = !strcmp(op, "Div") && in0 && in0->kind == V_TENSOR
+                           ? fold_gelu(im, n->input[0]) : NULL;
+  if (gelu_out) {
+    /* GELU written out, met at its first node when no linear came before it. */
+    const char *y = gelu_out;
+    int t0;
+    if (!tensor_of(im, n, 0, &t0))
+      return FALSE;
+    g_autofree char *name = op_name(im, n, index, "/gelu");
+    int t = sim_graph_unary(im->g, name, t0, SIM_UNARY_GELU);
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, y, t);
+    return TRUE;
+  }
+  if (!strcmp(op, "Range") && all_const(im, n, 0, 2)) {
+    double start = 0, limit = 0, delta = 1;
+    if (!is_scalar_const(im, n->input[0], &start) || !is_scalar_const(im, n->input[1], &limit) ||
+        !is_scalar_const(im, n->input[2], &delta) || delta == 0)
+      return fail(im, n, SIM_ERROR_INVALID, "expected scalar start, limit and a non-zero delta");
+    int64_t count = (int64_t)MAX(0, ceil((limit - start) / delta));
+    Value v = { .kind = V_CONST, .is_int = in0->is_int };
+    v.dtype = v.is_int ? SIM_DTYPE_INT64 : SIM_DTYPE_FP32;
+    v.shape.ndim = 1;
+    v.shape.dims[0] = count;
+    if (count > CONST_MAX) {
+      v.kind = V_LEAF;
+      v.data_only = TRUE;
+    } else {
+      for (int64_t i = 0; i < count; i++)
+        v.data[i] = start + (double)i * delta;
+    }
+    value_set(im, out, &v);
+    return TRUE;
+  }
+  if (!strcmp(op, "ConstantOfShape")) {
+    int64_t dims[SIM_MAX_DIMS];
+    int nd = 0;
+    if (!const_ints(im, n, 0, dims, &nd, SIM_MAX_DIMS))
+      return FALSE;
+    Value v = { .kind = V_CONST, .shape = sim_shape_make(nd, dims), .dtype = SIM_DTYPE_FP32 };
+    const Onnx__AttributeProto *a = attr(n, "value");
+    Value fill = { 0 };
+    if (a && a->t && !tensor_value(im, a->t, &fill, n))
+      return FALSE;
+    v.is_int = fill.kind == V_CONST && fill.is_int;
+    if (sim_shape_numel(&v.shape) > CONST_MAX) {
+      v.kind = V_LEAF;
+      v.data_only = TRUE;
+    } else {
+      for (int64_t i = 0; i < sim_shape_numel(&v.shape); i++)
+        v.data[i] = fill.kind == V_CONST ? fill.data[0] : 0;
+    }
+    value_set(im, out, &v);
+    return TRUE;
+  }
+  Value *w1 = n->n_input == 3 ? value_get(im, n->input[1]) : NULL;
+  Value *w2 = n->n_input == 3 ? value_get(im, n->input[2]) : NULL;
+  gboolean ta = w1 && w1->kind == V_TENSOR, tb = w2 && w2->kind == V_TENSOR;
+  if (!strcmp(op, "Where") && (ta || tb)) {
+    /* masked_fill and its kin on a computed tensor: one element-wise pass over the
+     * tensor(s) it selects from; the condition (a mask) only decides which. */
+    int x, y;
+    g_autofree char *name = op_name(im, n, index, NULL);
+    int t;
+    if (ta && tb) {
+      if (!tensor_of(im, n, 1, &x) || !tensor_of(im, n, 2, &y))
+        return FALSE;
+      t = sim_graph_binary(im->g, name, x, y, SIM_BINARY_ADD);
+    } else {
+      if (!tensor_of(im, n, ta ? 1 : 2, &x))
+        return FALSE;
+      t = sim_graph_unary(im->g, name, x, SIM_UNARY_IDENTITY);
+    }
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, out, t);
+    return TRUE;
+  }
+  if ((!strcmp(op, "Trilu") || !strcmp(op, "Where") || !strcmp(op, "Expand") ||
+       !strcmp(op, "Equal") || !strcmp(op, "Not") || !strcmp(op, "Neg")) &&
+      in0->kind != V_TENSOR) {
+    /* Masks built from constants: only their shape matters (an input where used). */
+    for (size_t i = 0; i < n->n_input; i++) {
+      Value *v = value_get(im, n->input[i]);
+      if (*n->input[i] && (!v || v->kind == V_TENSOR || (v->kind == V_LEAF && !v->data_only)))
+        return fail(im, n, SIM_ERROR_INVALID, "%s is supported only on constants (masks)", op);
+    }
+    Value v = *in0;
+    if (!strcmp(op, "Where"))
+      v = *value_get(im, n->input[1]);
+    if (!strcmp(op, "Expand")) {
+      int64_t dims[SIM_MAX_DIMS];
+      int nd = 0;
+      if (!const_ints(im, n, 1, dims, &nd, SIM_MAX_DIMS))
+        return FALSE;
+      SimShape a = in0->shape, r = { .ndim = MAX(a.ndim, nd) };
+      for (int d = 0; d < r.ndim; d++) {
+        int64_t x = d - (r.ndim - a.ndim) >= 0 ? a.dims[d - (r.ndim - a.ndim)] : 1;
+        int64_t y = d - (r.ndim - nd) >= 0 ? dims[d - (r.ndim - nd)] : 1;
+        r.dims[d] = MAX(x, y);
+      }
+      v.shape = r;
+    }
+    v.kind = V_LEAF;
+    v.data_only = TRUE;
+    value_set(im, out, &v);
+    return TRUE;
+  }
   if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
     /* With a scalar constant: a scaling (Mul, Div) or a shift (Add, Sub), one
      * memory-bound pass either way. */
@@ -1161,22 +1548,6 @@ static gboolean import_node(Importer *im, int index)
     set_tensor(im, after, t);
     return TRUE;
   }
-  if (!strcmp(op, "Div") || !strcmp(op, "Erf")) {
-    /* GELU written out, met at its first node when no linear came before it. */
-    const char *x = n->input[0];
-    const char *y = !strcmp(op, "Div") ? fold_gelu(im, x) : NULL;
-    if (!y)
-      return fail(im, n, SIM_ERROR_UNKNOWN, "operator %s is not supported here", op);
-    int t0;
-    if (!tensor_of(im, n, 0, &t0))
-      return FALSE;
-    g_autofree char *name = op_name(im, n, index, "/gelu");
-    int t = sim_graph_unary(im->g, name, t0, SIM_UNARY_GELU);
-    if (!built(im, n, t))
-      return FALSE;
-    set_tensor(im, y, t);
-    return TRUE;
-  }
   if (!strcmp(op, "Softmax")) {
     int x;
     if (!tensor_of(im, n, 0, &x))
@@ -1221,10 +1592,11 @@ static gboolean import_node(Importer *im, int index)
 /* The operator types import_node() knows; --check lists the others. */
 static const char *const supported_ops[] = {
   "Constant", "Identity", "Cast", "Shape", "Size", "Add", "Sub", "Mul", "Div", "Equal", "Max",
-  "Min", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Reshape", "Flatten",
+  "Min", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Split", "Reshape", "Flatten",
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
-  "Tanh", "Exp", "Erf", "Softmax", "Dropout", NULL,
+  "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
+  "Expand", "Not", "Neg", "Pow", "Sqrt", NULL,
 };
 
 /* ---------------------------------------------------------------------------------- */
@@ -1254,6 +1626,30 @@ static Onnx__ModelProto *read_model(const char *path, GError **error)
                 "decode as an onnx.ModelProto with a graph)", path);
     return NULL;
   }
+  /* The names the importer relies on: optional in the schema, never absent in a model. */
+  const Onnx__GraphProto *gr = m->graph;
+  const char *missing = NULL;
+  size_t at = 0;
+  for (size_t i = 0; i < gr->n_node && !missing; i++) {
+    at = i;
+    if (!gr->node[i]->op_type)
+      missing = "node %zu has no op_type";
+    for (size_t j = 0; j < gr->node[i]->n_attribute && !missing; j++)
+      if (!gr->node[i]->attribute[j]->name)
+        missing = "node %zu has an attribute without a name";
+  }
+  for (size_t i = 0; i < gr->n_output && !missing; i++)
+    if (!gr->output[at = i]->name)
+      missing = "graph output %zu has no name";
+  for (size_t i = 0; i < gr->n_input && !missing; i++)
+    if (!gr->input[at = i]->name)
+      missing = "graph input %zu has no name";
+  if (missing) {
+    g_autofree char *what = g_strdup_printf(missing, at);
+    g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s: %s", path, what);
+    onnx__model_proto__free_unpacked(m, NULL);
+    return NULL;
+  }
   return m;
 }
 
@@ -1267,7 +1663,7 @@ static gboolean is_data_input(Importer *im, const char *name, gboolean symbolic)
     return TRUE;
   static const char *const weight_first[] = { "Transpose", "Gather", "Identity", "Cast", "Add",
                                               "Mul", "Sub", "Div", "Concat", "Unsqueeze",
-                                              "Reshape", NULL };
+                                              "Reshape", "Slice", "Split", NULL };
   GArray *c = g_hash_table_lookup(im->consumers, name);
   for (guint i = 0; c && i < c->len; i++) {
     const Onnx__NodeProto *n = im->graph->node[g_array_index(c, int, i)];
@@ -1418,9 +1814,27 @@ SimGraph *sim_onnx_import(const char *path, const SimModelParams *params, GError
       ok = import_node(&im, (int)i);
       im.skip[i] = TRUE;
     }
-  for (size_t i = 0; ok && i < gr->n_node; i++)
-    if (!im.skip[i])
+  /* Scopes that hold an attention module's packed projection weight. */
+  g_autoptr(GHashTable) attention = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+  for (size_t i = 0; i < gr->n_node; i++)
+    for (size_t j = 0; j < gr->node[i]->n_input; j++)
+      if (g_str_has_suffix(gr->node[i]->input[j], "in_proj_weight")) {
+        char *scope = scope_of(gr->node[i]);
+        if (scope)
+          g_hash_table_add(attention, scope);
+      }
+  for (size_t i = 0; ok && i < gr->n_node; i++) {
+    if (im.skip[i])
+      continue;
+    g_autofree char *scope = scope_of(gr->node[i]);
+    gboolean fused = FALSE;
+    if (scope && g_hash_table_contains(attention, scope)) {
+      ok = fuse_attention(&im, (int)i, &fused);
+      g_hash_table_remove(attention, scope);
+    }
+    if (ok && !fused)
       ok = import_node(&im, (int)i);
+  }
   if (ok && sim_graph_n_ops(im.g) == 0) {
     sim_set_error_at(error, SIM_ERROR_INVALID, path, NULL, "the model has no "
                      "operators parasol models");

@@ -296,6 +296,11 @@ SIM_PUBLIC void sim_graph_set_selective_recompute(SimGraph *g, int op, gboolean 
  * next are recomputed together (Megatron checkpoints every transformer layer). */
 SIM_PUBLIC void sim_graph_set_checkpoint(SimGraph *g, int op, gboolean on);
 SIM_PUBLIC gboolean sim_graph_op_is_checkpoint(const SimGraph *g, int op);
+/* The ops that end a layer, where pipeline stages may be cut, in order: the checkpoint
+ * marks, or in a graph that marks none, the ops after which exactly one tensor is live
+ * (sim/layers.c).  Writes them to @ends (room for sim_graph_n_ops(), or NULL) and
+ * returns how many there are. */
+SIM_PUBLIC int sim_graph_layer_ends(const SimGraph *g, int *ends);
 SIM_PUBLIC gboolean sim_graph_op_is_selective_recompute(const SimGraph *g, int op);
 
 /* Makes @op use the weights of @owner instead of its own: a tied embedding and output

@@ -363,15 +363,14 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
    * the first layer's end (the embedding) thus belong to the first layer, ops after the
    * last mark (final norm, head, loss) to the last stage. */
   g_autoptr(GArray) marks = g_array_new(FALSE, FALSE, sizeof(int));
-  for (int op = 0; op < n_ops; op++)
-    if (sim_graph_op_is_checkpoint(g, op))
-      g_array_append_val(marks, op);
+  g_array_set_size(marks, n_ops);
+  g_array_set_size(marks, sim_graph_layer_ends(g, (int *)(void *)marks->data));
   int n_layers = (int)marks->len;
   int n_chunks = pp * chunks;
   if (n_chunks > 1 && n_layers == 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "model '%s' marks no layers (checkpoints), so it cannot be split into %d "
-                "pipeline stages",
+                "model '%s' has no layers (no checkpoint marks, no cut that one tensor "
+                "crosses), so it cannot be split into %d pipeline stages",
                 model, n_chunks);
     return NULL;
   }
@@ -390,13 +389,40 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
    * the interleaved schedule chunk c runs on pipeline rank c % pp (Narayanan et al. 2021,
    * section 2.2.2), which is stage c's group in sim_strategy_set_stages()' convention. */
   g_autofree int *op_stage = g_new0(int, MAX(n_ops, 1));
+  g_autofree int *layer_chunk = g_new0(int, MAX(n_layers, 1));
+  for (int l = 0; l < n_layers; l++)
+    layer_chunk[l] = (int)((int64_t)l * n_chunks / n_layers);
+  gboolean marked = FALSE;
+  for (int op = 0; op < n_ops && !marked; op++)
+    marked = sim_graph_op_is_checkpoint(g, op);
+  if (!marked && n_layers > 0 && n_chunks > 1) {
+    /* Layers found where one tensor crosses (sim/layers.c) differ in size (a CNN's stem
+     * convolutions against its blocks), so they are dealt out by forward FLOPs: each goes
+     * to the chunk its middle falls in, every chunk keeping at least one. */
+    g_autofree double *w = g_new0(double, n_layers + 1);
+    double total = 0;
+    for (int op = 0, l = 0; op < n_ops; op++) {
+      while (l < n_layers && op > g_array_index(marks, int, l))
+        l++;
+      double f = sim_graph_op_forward_flops(g, op);
+      w[l] += f;
+      total += f;
+    }
+    double before = 0;
+    for (int l = 0; l < n_layers && total > 0; l++) {
+      int c = (int)((before + w[l] / 2) * n_chunks / total);
+      before += w[l];
+      int prev = l > 0 ? layer_chunk[l - 1] : 0;
+      c = l == 0 ? 0 : CLAMP(c, prev, prev + 1);
+      layer_chunk[l] = MAX(MIN(c, n_chunks - 1), n_chunks - (n_layers - l));
+    }
+  }
   {
     int layer = 0;
     for (int op = 0; op < n_ops; op++) {
       while (layer < n_layers && op > g_array_index(marks, int, layer))
         layer++;
-      op_stage[op] = layer >= n_layers ? n_chunks - 1
-                                       : (int)((int64_t)layer * n_chunks / MAX(n_layers, 1));
+      op_stage[op] = layer >= n_layers ? n_chunks - 1 : layer_chunk[layer];
     }
     /* Data sources (token ids, labels) enter where they are first used: Megatron feeds the
      * labels to the last stage only. */

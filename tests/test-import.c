@@ -294,6 +294,32 @@ Test(onnx, imported_cnns_predict_what_the_zoo_predicts)
   }
 }
 
+/* Under a two-stage pipeline too: the imported models' layer ends are the zoo's, so the
+ * stages are cut at the same block (by forward FLOPs, sim/strategy-build.c) and the
+ * predictions agree within 2%. */
+Test(onnx, imported_cnns_pipeline_as_the_zoo_does)
+{
+  need_onnx();
+  static const struct { const char *file, *zoo; } pairs[] = {
+    { "resnet50.onnx", "resnet-50" }, { "inception_v3.onnx", "inception-v3" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(pairs); i++) {
+    g_autofree char *f = onnx_file(pairs[i].file);
+    Run a = run("simulate", "-m", f, "-p", "batch=256", "-x", "dgx-a100:2", "--pp", "2",
+                "--json", NULL);
+    Run b = run("simulate", "-m", pairs[i].zoo, "-p", "batch=256", "-x", "dgx-a100:2", "--pp",
+                "2", "--json", NULL);
+    expect_ok(&a, pairs[i].file);
+    expect_ok(&b, pairs[i].zoo);
+    double got = json_number(a.out, "iteration_time_s"), want = json_number(b.out,
+                                                                            "iteration_time_s");
+    cr_expect(fabs(got / want - 1) < 0.02, "%s: %g s against the zoo's %g s", pairs[i].zoo,
+              got, want);
+    run_clear(&a);
+    run_clear(&b);
+  }
+}
+
 /* parasol import writes a graph file that reads back to the same model and prediction. */
 Test(onnx, import_writes_a_graph_file_that_reads_back)
 {
@@ -334,4 +360,79 @@ Test(onnx, unsupported_operators_are_named)
   expect_refused(run("import", text, NULL), "text.onnx: not an ONNX model");
   g_unlink(text);
   g_rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Pipelines on models that mark no layers                                             */
+
+/* The zoo's CNNs and imported models mark no checkpoints; --pp 2 cuts them where one
+ * tensor crosses (sim/layers.c): the stage boundary of the saved strategy falls between
+ * two ResNet blocks, and every op of a block shares its stage. */
+Test(layers, pp2_cuts_cnns_between_blocks)
+{
+  g_autofree char *dir = g_dir_make_tmp("parasol-import-XXXXXX", NULL);
+  g_autofree char *path = g_build_filename(dir, "pp.json", NULL);
+  g_autofree char *r50 = onnx_file("resnet50.onnx");
+  gboolean onnx = g_strcmp0(g_getenv("PARASOL_ONNX"), "1") == 0;
+  const char *models[] = { "resnet-50", onnx ? r50 : NULL };
+  for (size_t m = 0; m < G_N_ELEMENTS(models) && models[m]; m++) {
+    Run r = run("simulate", "-m", models[m], "-p", "batch=256", "-x", "dgx-a100", "--pp", "2",
+                "--save-strategy", path, "--json", NULL);
+    expect_ok(&r, models[m]);
+    cr_expect_gt(json_number(r.out, "iteration_time_s"), 0);
+    run_clear(&r);
+    g_autofree char *text = NULL;
+    cr_assert(g_file_get_contents(path, &text, NULL, NULL));
+    cr_expect(strstr(text, "\"stage\": 0") && strstr(text, "\"stage\": 1"), "%s", text);
+    /* Each line of the ops holds one op; within a block ("layer3.1.conv1" in the zoo,
+     * "layer3/layer3.1/conv1/Conv" imported) the stage does not change. */
+    char sep = m == 0 ? '.' : '/';
+    g_autoptr(GHashTable) stages = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+    int seen = 0;
+    g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
+    for (char **it = lines; *it; it++) {
+      const char *name = strstr(*it, "\"layer");
+      const char *first = name ? strchr(name + 1, sep) : NULL;
+      const char *second = first ? strchr(first + 1, sep) : NULL;
+      if (!second || !strstr(*it, "\"stage\""))
+        continue;
+      g_autofree char *block = g_strndup(name + 1, second - name - 1);
+      int s = strstr(*it, "\"stage\": 1") ? 2 : 1;
+      int before = GPOINTER_TO_INT(g_hash_table_lookup(stages, block));
+      cr_expect(before == 0 || before == s, "%s: block %s is cut: %s", models[m], block, *it);
+      g_hash_table_insert(stages, g_strdup(block), GINT_TO_POINTER(s));
+      seen++;
+    }
+    cr_expect_eq(g_hash_table_size(stages), 16, "%s: %u blocks", models[m],
+                 g_hash_table_size(stages));
+    cr_expect_gt(seen, 16 * 7, "%s: %d ops in the blocks", models[m], seen);
+  }
+  g_unlink(path);
+  g_rmdir(dir);
+}
+
+/* PyTorch's nn.MultiheadAttention, exported as some forty nodes that move the batch out of
+ * dimension 0, is imported as one attention operator as the zoo builds it: 2 layers give
+ * 2 attention ops of 4 x (256 x 256 + 256) weights, and data, tensor and pipeline
+ * parallel plans run on the import. */
+Test(onnx, attention_modules_become_attention_operators)
+{
+  need_onnx();
+  g_autofree char *enc = onnx_file("encoder.onnx");
+  Run r = run("model", "show", enc, "-p", "batch=8,seq=32", NULL);
+  expect_ok(&r, "show");
+  int n = 0;
+  for (const char *p = r.out; (p = strstr(p, " attention ")); p++)
+    n++;
+  cr_expect_eq(n, 2, "%s", r.out);
+  cr_expect(strstr(r.out, "layers.0/self_attn ") && strstr(r.out, "263168"), "%s", r.out);
+  run_clear(&r);
+  static const char *const plans[][2] = { { "--dp", "8" }, { "--tp", "2" }, { "--pp", "2" } };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    Run s = run("simulate", "-m", enc, "-p", "batch=64,seq=128", "-x", "dgx-a100", plans[i][0],
+                plans[i][1], "--json", NULL);
+    expect_ok(&s, plans[i][0]);
+    cr_expect_gt(json_number(s.out, "iteration_time_s"), 0);
+    run_clear(&s);
+  }
 }

@@ -304,6 +304,60 @@ Test(registry, every_model_round_trips_through_a_graph_file)
   cr_log_info("%d zoo models round-trip", checked);
 }
 
+/* Layer ends where the graph marks none: the cuts one tensor crosses.  In ResNet-50 the
+ * shortcut crosses every cut inside a bottleneck, so the blocks stay whole; the ReLU
+ * after each residual add ends a block, except the last block's, which the weightless
+ * pooling and flatten after it join to the head (sim/layers.c). */
+Test(layers, resnet50_is_cut_between_its_blocks)
+{
+  g_autoptr(SimGraph) g = build("resnet-50", "batch=8");
+  int ends[512];
+  cr_assert_lt(sim_graph_n_ops(g), 512);
+  int n = sim_graph_layer_ends(g, ends);
+  g_autoptr(GPtrArray) want = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_add(want, g_strdup("conv1"));
+  g_ptr_array_add(want, g_strdup("maxpool"));
+  static const int blocks[] = { 3, 4, 6, 3 };
+  for (int s = 0; s < 4; s++)
+    for (int b = 0; b < blocks[s]; b++)
+      if (!(s == 3 && b == blocks[s] - 1))
+        g_ptr_array_add(want, g_strdup_printf("layer%d.%d.relu", s + 1, b));
+  g_ptr_array_add(want, g_strdup("flatten"));
+  g_ptr_array_add(want, g_strdup("fc"));
+  cr_assert_eq(n, (int)want->len, "%d layer ends", n);
+  for (int i = 0; i < n; i++)
+    cr_expect_str_eq(sim_graph_op_name(g, ends[i]), want->pdata[i], "layer end %d", i);
+}
+
+/* A chain with a residual: x -> l1 -> l2, add = l1 + l2, relu, l3.  After l1 only l1 is
+ * live (a cut); after l2 both l1 and l2 (none); after the add one tensor, but the
+ * weightless ReLU joins the layer before it; after the ReLU one (a cut); l3 is last.
+ * Checkpoint marks, where there are any, are the layer ends as they stand. */
+Test(layers, single_tensor_cuts_and_marks)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("residual");
+  int64_t dims[] = { 8, 16 };
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 2, dims);
+  int l1 = sim_graph_linear(g, "l1", x, 16, TRUE, SIM_UNARY_IDENTITY);
+  int l2 = sim_graph_linear(g, "l2", l1, 16, TRUE, SIM_UNARY_IDENTITY);
+  int add = sim_graph_binary(g, "add", l1, l2, SIM_BINARY_ADD);
+  int relu = sim_graph_unary(g, "relu", add, SIM_UNARY_RELU);
+  sim_graph_linear(g, "l3", relu, 4, TRUE, SIM_UNARY_IDENTITY);
+  g_autoptr(GError) error = NULL;
+  cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
+  int ends[8];
+  int n = sim_graph_layer_ends(g, ends);
+  cr_assert_eq(n, 2);
+  cr_expect_str_eq(sim_graph_op_name(g, ends[0]), "l1");
+  cr_expect_str_eq(sim_graph_op_name(g, ends[1]), "relu");
+  cr_expect_eq(sim_graph_layer_ends(g, NULL), 2);
+
+  sim_graph_set_checkpoint(g, sim_graph_op_by_name(g, "l2"), TRUE);
+  n = sim_graph_layer_ends(g, ends);
+  cr_assert_eq(n, 1);
+  cr_expect_str_eq(sim_graph_op_name(g, ends[0]), "l2");
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* CNNs: torchvision's parameter counts (torchvision.models weights tables, "num_params")
  * and GMACs per 224x224 image ("GFLOPS" there counts multiply-accumulates of the
