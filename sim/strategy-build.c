@@ -85,6 +85,9 @@ typedef enum {
   TP_COLUMN,       /* a linear split on its parameter dimension (outputs)              */
   TP_ROW,          /* a linear split on its reduction dimension (inputs): partial sums */
   TP_HEADS,        /* attention split by heads                                        */
+  TP_FFN,          /* a gated MLP or the experts of a MoE split on their width: the
+                      gate and up projections column-, the down projection row-parallel
+                      (Megatron-Core's expert tensor parallelism equal to tp)           */
   TP_VOCAB,        /* embedding split on its vocabulary                                */
   TP_FEATURES,     /* element-wise op between a column and a row linear (or the head
                       and the loss): split like its producer's output                */
@@ -129,6 +132,16 @@ static int last_dim_of(const SimTensorMap *map)
 static int heads_dim(const SimOp *op)
 {
   for (int d = 0; d < op->space.ndims; d++)
+    if (op->space.dims[d].role == SIM_ROLE_PARAMETER && op->space.dims[d].splittable)
+      return d;
+  return -1;
+}
+
+/* A gated MLP's or a mixture of experts' width f: the last splittable parameter dimension
+ * (a MoE's experts come before it). */
+static int ffn_dim(const SimOp *op)
+{
+  for (int d = op->space.ndims - 1; d >= 0; d--)
     if (op->space.dims[d].role == SIM_ROLE_PARAMETER && op->space.dims[d].splittable)
       return d;
   return -1;
@@ -205,6 +218,8 @@ static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRol
   for (int op = 0; op < n_ops; op++) {
     switch (sim_graph_op_type(g, op)) {
     case SIM_OP_ATTENTION: role[op] = TP_HEADS; break;
+    case SIM_OP_GATED_MLP:
+    case SIM_OP_MOE: role[op] = TP_FFN; break;
     case SIM_OP_EMBEDDING: role[op] = TP_VOCAB; break;
     default: role[op] = TP_REPLICATED; break;
     }
@@ -241,7 +256,8 @@ static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRol
   if (sequence_parallel) {
     for (int op = 0; op < n_ops; op++) {
       SimOpType t = sim_graph_op_type(g, op);
-      if (role[op] == TP_REPLICATED && (t == SIM_OP_LAYERNORM || is_elementwise(t)))
+      if (role[op] == TP_REPLICATED &&
+          (t == SIM_OP_LAYERNORM || t == SIM_OP_RMSNORM || is_elementwise(t)))
         role[op] = TP_SEQUENCE;
     }
   }
@@ -258,6 +274,7 @@ static int tp_dim(const SimGraph *g, int op, TpRole role)
   case TP_COLUMN: return first_dim_with_role(o, SIM_ROLE_PARAMETER);
   case TP_ROW: return first_dim_with_role(o, SIM_ROLE_REDUCTION);
   case TP_HEADS: return heads_dim(o);
+  case TP_FFN: return ffn_dim(o);
   case TP_VOCAB: return first_dim_with_role(o, SIM_ROLE_REDUCTION);
   case TP_FEATURES: return o->n_outputs > 0 ? last_dim_of(sim_space_output_map(o, 0)) : -1;
   case TP_LOSS: return o->n_inputs > 0 ? last_dim_of(sim_space_input_map(o, 0)) : -1;
@@ -273,6 +290,7 @@ static const char *tp_role_what(TpRole role)
   case TP_COLUMN: return "column-parallel";
   case TP_ROW: return "row-parallel";
   case TP_HEADS: return "split by heads";
+  case TP_FFN: return "split on its ffn width";
   case TP_FEATURES: return "split on features between tensor-parallel linears";
   default: return "tensor-parallel";
   }
@@ -447,7 +465,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
       const SimIterDim *dim = &info->dims[x];
       gboolean fits = dim->splittable && dim->size % tp == 0;
       if (!fits && (role[op] == TP_COLUMN || role[op] == TP_ROW || role[op] == TP_HEADS ||
-                    role[op] == TP_FEATURES)) {
+                    role[op] == TP_FFN || role[op] == TP_FEATURES)) {
         /* Megatron requires these splits; an uneven one would not be Megatron's plan.
          * Megatron pads its vocabulary so that the output layer splits (to a multiple of
          * 128 x tp): say so when that is the op refused. */
