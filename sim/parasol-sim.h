@@ -635,6 +635,10 @@ typedef struct {
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);
+/* With @p->fp8, the time the roofline adds to a linear layer's GEMM @k for scaling and
+ * casting its two operands to FP8 (sim/roofline.c); 0 for any other kernel. */
+SIM_PUBLIC double sim_roofline_fp8_cast_seconds(const SimRooflineParams *p,
+                                                const SimDeviceSpec *dev, const SimKernel *k);
 SIM_PUBLIC SimCostModel *sim_cost_model_new_roofline(const SimRooflineParams *params);
 SIM_PUBLIC void sim_cost_model_free(SimCostModel *m);
 SIM_PUBLIC double sim_cost_model_kernel_time(SimCostModel *m, const SimDeviceSpec *dev,
