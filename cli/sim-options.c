@@ -51,6 +51,8 @@ static gboolean parse_count(const char *name, const char *value, gpointer data, 
     p->tp = (int)v;
   else if (g_str_equal(name, "--pp"))
     p->pp = (int)v;
+  else if (g_str_equal(name, "--ep"))
+    p->ep = (int)v;
   else if (g_str_equal(name, "--microbatches"))
     p->microbatches = (int)v;
   else if (g_str_equal(name, "--microbatch-size"))
@@ -326,6 +328,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree (default: the GPUs --tp and --pp leave, as Megatron derives it)", "N" },
     { "tp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Tensor-parallel degree (inside a node)", "N" },
     { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
+    { "ep", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Expert-parallel degree: mixture-of-experts layers split their experts over this many data-parallel replicas (must divide --dp)", "N" },
     { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
     { "microbatch-size", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per micro-batch per replica", "N" },
     { "global-batch", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per iteration (sets the model's batch)", "N" },
@@ -570,6 +573,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->dp = p->dp > 0 ? p->dp : 1;
   o->tp = p->tp > 0 ? p->tp : 1;
   o->pp = p->pp > 0 ? p->pp : 1;
+  o->ep = p->ep > 0 ? p->ep : 1;
   o->microbatches = p->microbatches;
   if (p->microbatch_size > 0)
     o->microbatch_size = p->microbatch_size;
@@ -648,7 +652,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
 
 gboolean cli_plan_has_degrees(const CliPlanOptions *p)
 {
-  return p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+  return p->dp || p->tp || p->pp || p->ep || p->microbatches || p->microbatch_size;
 }
 
 SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)

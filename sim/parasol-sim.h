@@ -787,6 +787,10 @@ typedef struct {
   gboolean scatter_gather;    /* pipeline messages split over the tensor-parallel ranks */
   SimSyncOptions sync;
   SimMemoryOptions memory;
+  /* Expert parallelism: every mixture-of-experts op splits its experts over @ep of the
+   * @dp data-parallel replicas (consecutive ones) and its samples over dp / ep; 0 or 1:
+   * none.  Must divide dp and every such op's experts. */
+  int ep;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

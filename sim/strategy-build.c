@@ -76,6 +76,7 @@ SimMegatronOptions sim_megatron_options_default(void)
     /* Megatron trains in mixed precision with Adam; recomputation is opt-in. */
     .memory = { .recompute = SIM_RECOMPUTE_NONE, .zero1 = FALSE,
                 .precision = SIM_PRECISION_MIXED_FP16, .optimizer = SIM_OPTIMIZER_ADAM },
+    .ep = 1,
   };
 }
 
@@ -304,6 +305,11 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
                 "dp %d, tp %d, pp %d: every degree must be at least 1", o->dp, o->tp, o->pp);
     return FALSE;
   }
+  if (o->ep < 0 || (o->ep > 1 && o->dp % o->ep != 0)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
+    return FALSE;
+  }
   int64_t need = (int64_t)o->dp * o->tp * o->pp;
   if (need > sim_machine_n_devices(m)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
@@ -460,6 +466,23 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
       return NULL;
     }
 
+    /* Expert parallelism: the experts over ep consecutive data-parallel replicas, the
+     * samples over the dp / ep groups of them.  Shard (sample group i, experts j, width t)
+     * is shard (i ep + j) t of the row-major order, so it sits on replica i ep + j. */
+    gboolean expert_split = FALSE;
+    if (o->ep > 1 && info->type == SIM_OP_MOE) {
+      const SimIterDim *xd = &info->dims[2];
+      if (xd->size % o->ep != 0) {
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "ep %d does not divide the %" G_GINT64_FORMAT " experts of op '%s'",
+                    o->ep, xd->size, info->name);
+        return NULL;
+      }
+      degrees[0] = dp / o->ep;
+      degrees[2] = o->ep;
+      expert_split = TRUE;
+    }
+
     int x = tp > 1 ? tp_dim(g, op, role[op]) : -1;
     if (x > 0 && x < info->ndims) {
       const SimIterDim *dim = &info->dims[x];
@@ -493,7 +516,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
      * parallel shard.  Either way shard (d, t) sits on rank (d, p, t): a split op's tensor
      * coordinate is the fastest-varying, as a replicated op's copy is. */
     int p = op_stage[op] % pp;
-    gboolean split = x > 0 && x < SIM_MAX_ITER && degrees[x] > 1;
+    gboolean split = (x > 0 && x < SIM_MAX_ITER && degrees[x] > 1) || expert_split;
     int replicas = split ? 1 : tp;
     for (int d = 0; d < dp; d++)
       for (int t = 0; t < tp; t++)

@@ -514,6 +514,24 @@ Test(exec, moe_experts_and_width_split)
   check(g, m, s, SIM_OPTIMIZER_SGD);
 }
 
+/* Megatron's expert parallelism: dp 4, ep 2 (each pair of replicas splits the experts,
+ * each replica's tokens reach both halves), and with tp 2 on top. */
+Test(exec, moe_megatron_expert_parallel)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  for (int tp = 1; tp <= 2; tp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.dp = 4;
+    o.ep = 2;
+    o.tp = tp;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    check(g, m, s, SIM_OPTIMIZER_ADAM);
+  }
+}
+
 /* Megatron's plan on the mixture: tp 2 splits every expert's width, dp 2. */
 Test(exec, moe_megatron_tp_dp)
 {
