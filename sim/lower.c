@@ -1211,6 +1211,11 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
     states += 4; /* fp32 master weights */
   *fixed = 2.0 * w;   /* weights and their gradients */
   *shardable = states;
+  if (mo->zero1 && mo->zero2) {
+    /* ZeRO-2: each replica keeps the gradients of the part it updates. */
+    *fixed = w;
+    *shardable = states + w;
+  }
 }
 
 /* One collective of the gradient synchronization, in a block of its own.  Its tasks

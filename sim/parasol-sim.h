@@ -735,6 +735,9 @@ typedef struct {
   gboolean zero1;             /* shard optimizer states over data-parallel replicas   */
   SimPrecision precision;
   SimOptimizer optimizer;
+  /* ZeRO-2: with zero1, the gradients sharded too (each replica keeps the part of the
+   * reduce-scattered gradients it updates); the communication is zero1's. */
+  gboolean zero2;
 } SimMemoryOptions;
 
 SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);

@@ -341,19 +341,21 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
    * and the activations (8 x 4096 values a tensor) are under 1 MB.  Bytes per parameter:
    *   mixed precision, Adam:   2 (weight) + 2 (gradient) + 4 (fp32 master) + 8 (moments) = 16
    *   the same with ZeRO-1:    2 + 2 + 12 / 4 (the fp32 states split over the replicas) = 7
+   *   with ZeRO-2:             2 + (2 + 12) / 4 (the gradients split too) = 5.5
    *   fp32, Adam:              4 + 4 + 8 = 16
    *   fp32, SGD with momentum: 4 + 4 + 4 = 12 */
   const double params = 2.0 * 4096 * 4096;
   const struct {
     SimPrecision precision;
     SimOptimizer optimizer;
-    gboolean zero1;
+    gboolean zero1, zero2;
     double bytes;
   } cases[] = {
-    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, 16 },
-    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, 7 },
-    { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, 16 },
-    { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, 12 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, FALSE, 7 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, TRUE, 5.5 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, FALSE, 12 },
   };
   g_autoptr(SimMachine) mach = switch4(100);
   g_autoptr(SimCostModel) c = roofline();
@@ -368,6 +370,7 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
     mo.precision = cases[i].precision;
     mo.optimizer = cases[i].optimizer;
     mo.zero1 = cases[i].zero1;
+    mo.zero2 = cases[i].zero2;
     mo.recompute = SIM_RECOMPUTE_NONE;
     sim_strategy_set_memory(s, &mo);
     SimOptions o = sim_options_default();

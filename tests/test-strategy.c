@@ -527,6 +527,12 @@ Test(strategy_json, round_trips)
   sim_strategy_add_rewrite(dp, "fuse-linear-relu");
   sim_strategy_add_rewrite(dp, "merge \"quoted\"");
   assert_round_trip(dp, g, m);
+  /* ZeRO-2 ("zero": 2) implies ZeRO-1's sharding and survives the round trip. */
+  mem.zero1 = FALSE;
+  mem.zero2 = TRUE;
+  sim_strategy_set_memory(dp, &mem);
+  cr_assert(sim_strategy_get_memory(dp).zero1);
+  assert_round_trip(dp, g, m);
 
   /* Uneven device lists and two pipeline stages. */
   g_autoptr(SimStrategy) pipe = sim_strategy_new(g, m);
@@ -753,7 +759,7 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   g_autofree char *zero = g_strdup_printf("\"memory\": {\"zero\": 3}, \"ops\": {%s}", base);
   e = read_error(zero);
-  assert_error(e, SIM_ERROR_INVALID, "memory.zero: 3 is out of range; expected 0..1");
+  assert_error(e, SIM_ERROR_INVALID, "memory.zero: 3 is out of range; expected 0..2");
   g_error_free(e);
 
   /* Too large is not "below 1" (it once said so). */
