@@ -51,6 +51,8 @@ static gboolean parse_count(const char *name, const char *value, gpointer data, 
     p->tp = (int)v;
   else if (g_str_equal(name, "--pp"))
     p->pp = (int)v;
+  else if (g_str_equal(name, "--ep"))
+    p->ep = (int)v;
   else if (g_str_equal(name, "--microbatches"))
     p->microbatches = (int)v;
   else if (g_str_equal(name, "--microbatch-size"))
@@ -326,6 +328,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree (default: the GPUs --tp and --pp leave, as Megatron derives it)", "N" },
     { "tp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Tensor-parallel degree (inside a node)", "N" },
     { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
+    { "ep", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Expert-parallel degree: mixture-of-experts layers split their experts over this many data-parallel replicas (must divide --dp)", "N" },
     { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
     { "microbatch-size", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per micro-batch per replica", "N" },
     { "global-batch", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per iteration (sets the model's batch)", "N" },
@@ -336,6 +339,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "conv-layout", 0, 0, G_OPTION_ARG_STRING, &p->conv_layout, "Layout of convolutional networks' tensors: nhwc (default; PyTorch's channels_last, as NVIDIA's mixed-precision examples train) or nchw (PyTorch's default, whose tensor-core convolutions transpose around each kernel)", "L" },
     { "attention", 0, 0, G_OPTION_ARG_STRING, &p->attention, "How attention runs: flash (FlashAttention: PyTorch's scaled_dot_product_attention on A100 and H100, Megatron-Core, NeMo), fused (one softmax kernel, scores in memory), unfused (PyTorch's eager path) or megatron (Megatron-LM's fused softmax up to 2,048 keys, else unfused fp32); default: the model's (GPT: megatron, the others: fused)", "K" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
+    { "zero2", 0, 0, G_OPTION_ARG_NONE, &p->zero2, "Shard optimizer states and gradients over data-parallel replicas (ZeRO-2; the communication is --zero1's)", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
@@ -611,6 +615,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->dp = p->dp > 0 ? p->dp : 1;
   o->tp = p->tp > 0 ? p->tp : 1;
   o->pp = p->pp > 0 ? p->pp : 1;
+  o->ep = p->ep > 0 ? p->ep : 1;
   o->microbatches = p->microbatches;
   if (p->microbatch_size > 0)
     o->microbatch_size = p->microbatch_size;
@@ -655,7 +660,8 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   }
   if (!parse_precision(p->precision, &o->memory.precision, error))
     return FALSE;
-  o->memory.zero1 = p->zero1;
+  o->memory.zero1 = p->zero1 || p->zero2;
+  o->memory.zero2 = p->zero2;
   if (p->allreduce) {
     int v = sim_allreduce_algo_from_name(p->allreduce);
     if (v < 0) {
@@ -683,7 +689,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
 
 gboolean cli_plan_has_degrees(const CliPlanOptions *p)
 {
-  return p->dp || p->tp || p->pp || p->microbatches || p->microbatch_size;
+  return p->dp || p->tp || p->pp || p->ep || p->microbatches || p->microbatch_size;
 }
 
 gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,

@@ -6,10 +6,12 @@
 
 typedef struct {
   int dp, tp, pp, microbatches;
+  int ep;                       /* expert-parallel degree (--ep); 0: none               */
   gint64 microbatch_size, global_batch;
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, scatter_gather, no_fold, blocking_sends;
+  gboolean zero2;
   gboolean no_chains, no_rings, no_steady;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */

@@ -31,8 +31,16 @@ static void init_spread(const SimGraph *g, int op, int i, double *center, double
   case SIM_OP_EMBEDDING:
     *a = sqrt(3.0 / (double)w.dims[1]);
     return;
+  case SIM_OP_GATED_MLP:
+    *a = sqrt(1.0 / (double)w.dims[0]);
+    return;
+  case SIM_OP_MOE:
+    /* The experts' weights [E, fan-in, fan-out]. */
+    *a = sqrt(1.0 / (double)w.dims[1]);
+    return;
   case SIM_OP_BATCHNORM:
   case SIM_OP_LAYERNORM:
+  case SIM_OP_RMSNORM:
     /* gamma near 1, beta near 0: not exactly, so that their gradients matter. */
     if (i == 0)
       *center = 1.0;

@@ -526,6 +526,15 @@ static gboolean fill_microbatches(SimMegatronOptions *v, int64_t batch)
   return v->pp == 1 || v->microbatches >= v->pp;
 }
 
+/* Whether @g has a mixture-of-experts operator, whose experts expert parallelism splits. */
+static gboolean has_experts(const SimGraph *g)
+{
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+      return TRUE;
+  return FALSE;
+}
+
 /* The neighbours of @o: each one change of the plan, as far as the batch allows (the
  * builder refuses the rest). */
 static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
@@ -588,7 +597,20 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     }
     if (v.tp == 1)
       v.sequence_parallel = FALSE;
+    /* Expert parallelism stays within the data-parallel replicas. */
+    while (v.ep > 1 && v.dp % v.ep != 0)
+      v.ep /= 2;
     out[n++] = v;
+  }
+  /* The experts over twice or half as many data-parallel replicas. */
+  if (may_dp && has_experts(p->g)) {
+    int ep = MAX(o->ep, 1);
+    for (int k = 0; k < 2; k++) {
+      v = *o;
+      v.ep = k == 0 ? ep * 2 : ep / 2;
+      if (v.ep >= 1 && v.ep != ep && o->dp % v.ep == 0)
+        out[n++] = v;
+    }
   }
   for (int k = 0; k < 2; k++) {
     v = *o;

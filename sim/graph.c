@@ -733,6 +733,43 @@ int sim_graph_layernorm(SimGraph *g, const char *name, int x)
   return build(g, SIM_OP_LAYERNORM, name, 1, &x, NULL);
 }
 
+int sim_graph_rmsnorm(SimGraph *g, const char *name, int x)
+{
+  if (!builder_ok(g))
+    return -1;
+  return build(g, SIM_OP_RMSNORM, name, 1, &x, NULL);
+}
+
+int sim_graph_gated_mlp(SimGraph *g, const char *name, int x, int64_t ffn,
+                        SimUnaryKind activation)
+{
+  if (!builder_ok(g))
+    return -1;
+  if (activation < 0 || activation >= SIM_UNARY_COUNT) {
+    sticky_invalid(g, name, "gated_mlp", "invalid activation %d", (int)activation);
+    return -1;
+  }
+  SimAttrs a = { .type = SIM_OP_GATED_MLP };
+  set_int(g, &a, "ffn", ffn);
+  if (!g->sticky_error)
+    sim_attrs_set_string(&a, "gate_activation", sim_unary_kind_name(activation),
+                         &g->sticky_error);
+  return build(g, SIM_OP_GATED_MLP, name, 1, &x, &a);
+}
+
+int sim_graph_moe(SimGraph *g, const char *name, int x, int logits, int experts, int top_k,
+                  int64_t ffn)
+{
+  if (!builder_ok(g))
+    return -1;
+  SimAttrs a = { .type = SIM_OP_MOE };
+  set_int(g, &a, "experts", experts);
+  set_int(g, &a, "top_k", top_k);
+  set_int(g, &a, "ffn", ffn);
+  int in[2] = { x, logits };
+  return build(g, SIM_OP_MOE, name, 2, in, &a);
+}
+
 int sim_graph_embedding(SimGraph *g, const char *name, int ids, int64_t vocab, int64_t dim)
 {
   if (!builder_ok(g))

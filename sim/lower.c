@@ -82,6 +82,9 @@ struct _SimLowering {
   double model_flops;
   SimKeyIndex regions;        /* scratch: group_holders() numbers distinct regions       */
   SimKeyIndex transfers;      /* scratch: a tensor's transfers already made (deliver())  */
+  /* Scratch: the factor on the bytes of the flows and reductions being built, below 1
+   * where expert parallelism moves only the routed tokens (routed_fraction()). */
+  double byte_scale;
 };
 
 /* ---- operator layouts ---------------------------------------------------------------- */
@@ -506,7 +509,8 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
                              .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
                              .devices = h->devs, .n = h->n_devs,
-                             .bytes = (double)region_bytes(&h->region, dt), .op = -1, .mb = mb };
+                             .bytes = (double)region_bytes(&h->region, dt) * lw->byte_scale,
+                             .op = -1, .mb = mb };
       sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &ready[k].end);
     } else {
       /* Partial sums on one device add up where they are. */
@@ -543,6 +547,7 @@ typedef struct {
  * build_tensor_block()) and the transfer. */
 typedef struct {
   int which;
+  int scaled;      /* built under a byte scale: not shared with unscaled transfers */
   TransferKey tk;
 } SentKey;
 
@@ -837,6 +842,7 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
   SentKey key;
   memset(&key, 0, sizeof key);
   key.which = which;
+  key.scaled = lw->byte_scale != 1.0;
   transfer_key(&key.tk, sdev, dev, region);
   gboolean added;
   guint k = sim_key_index_get(&lw->transfers, &key, &added);
@@ -846,8 +852,8 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
     sim_taskgraph_depend(lw->tg, block, fr, to);
     return fr;
   }
-  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev, (double)region_bytes(region, dt),
-                            tensor_op, mb);
+  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev,
+                            (double)region_bytes(region, dt) * lw->byte_scale, tensor_op, mb);
   SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
   lw->transfers.value[k] = fr.index;
   if (lw->record) {
@@ -912,6 +918,35 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
   g_free(got);
 }
 
+/* Expert parallelism as an all-to-all.  A mixture-of-experts op whose experts are split
+ * ep ways (and not their width) reads, in the plan's regions, every token of its sample
+ * range on each of the ep shards and sums their partial outputs; what Megatron-Core and
+ * DeepSpeed move is only each token's rows for its k experts (dispatch) and their
+ * results (combine), an all-to-all.  Of the tokens a device sends to another, only those
+ * routed there travel: k of the E experts, E / ep of them on that device, so the fraction
+ * k / ep of them (capped at 1), times the load of the busiest shard (the imbalance, or
+ * the capacity factor when there is one).  The transfers into the op (the tokens forward,
+ * the output's gradient backward) carry that fraction of their bytes; the reductions of
+ * its partial outputs (forward) and of its input's partial gradients (backward), ring
+ * all-reduces of 2 (ep - 1) / ep of the region each, carry half of it, which makes
+ * (ep - 1) / ep of the region times the fraction: the all-to-all's bytes (with every
+ * token on every device, a reduce-scatter's).  FALSE for any other op or layout. */
+static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
+{
+  const SimOp *o = sim_graph_op_get(lw->g, op);
+  if (o->type != SIM_OP_MOE)
+    return FALSE;
+  const int *deg = sim_strategy_op_degrees(lw->s, op);
+  int ep = deg[2];
+  if (ep <= 1 || deg[3] > 1)
+    return FALSE;
+  double k = (double)sim_op_attr_int(o, "top_k");
+  double c = sim_op_attr_float(o, "capacity_factor");
+  double load = c > 0 ? c : sim_op_attr_float(o, "imbalance");
+  *fraction = MIN(1.0, k * load / ep);
+  return TRUE;
+}
+
 static void build_tensor_block(SimLowering *lw, int t)
 {
   const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
@@ -962,12 +997,16 @@ static void build_tensor_block(SimLowering *lw, int t)
   }
   Ready *pready_f = g_new(Ready, (size_t)M * ng);
   Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
+  double p_routed = 1.0;
+  gboolean p_experts = routed_fraction(lw, px, &p_routed);
+  lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
   for (int mb = 0; mb < M; mb++) {
     reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng);
     if (pready_r)
       reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, t,
                     pready_r + (size_t)mb * ng);
   }
+  lw->byte_scale = 1.0;
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
     pneed[p] = pl->out_reg[p * pl->n_out + j];
@@ -1019,7 +1058,13 @@ static void build_tensor_block(SimLowering *lw, int t)
     reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
     GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
+    /* An expert-parallel consumer receives only its routed tokens and sends back their
+     * gradients (the tokens, input 0; not the router's logits); an expert-parallel
+     * producer receives only its tokens' output gradients (routed_fraction()). */
+    double c_routed = 1.0;
+    gboolean c_experts = cop->inputs[0] == t && routed_fraction(lw, cx, &c_routed);
     for (int mb = 0; mb < M; mb++) {
+      lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
               mb * 3);
       if (recomputed)
@@ -1027,8 +1072,11 @@ static void build_tensor_block(SimLowering *lw, int t)
                 mb * 3 + 1);
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
+      lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
       reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
+      lw->byte_scale = p_routed;
       deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
+      lw->byte_scale = 1.0;
     }
     g_array_free(fwd, TRUE);
     g_array_free(bwd, TRUE);
@@ -1155,6 +1203,11 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
     states += 4; /* fp32 master weights */
   *fixed = 2.0 * w;   /* weights and their gradients */
   *shardable = states;
+  if (mo->zero1 && mo->zero2) {
+    /* ZeRO-2: each replica keeps the gradients of the part it updates. */
+    *fixed = w;
+    *shardable = states + w;
+  }
 }
 
 /* One collective of the gradient synchronization, in a block of its own.  Its tasks
@@ -1650,6 +1703,7 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
   lw->g = g;
   lw->m = m;
   lw->s = s;
+  lw->byte_scale = 1.0;
   lw->cost = cost;
   lw->o = *o;
   lw->cp = *cp;

@@ -626,7 +626,7 @@ static gboolean parse_nics(Reader *r, JsonObject *node, const char *path, SimMac
   static const char *const keys[] = { "count", "bandwidth_Gbps", "bandwidth_GBps", "switches",
                                       NULL };
   if (!check_keys(r, o, npath, keys) ||
-      !member_int(r, o, npath, "count", TRUE, 1, 64, &d->n_nics) ||
+      !member_int(r, o, npath, "count", TRUE, 1, 128, &d->n_nics) ||
       !member_bandwidth(r, o, npath, "bandwidth", TRUE, &d->nic_bandwidth))
     return FALSE;
   d->nic_switch = g_new0(int, d->n_nics);

@@ -130,6 +130,9 @@ typedef enum {
   SIM_OP_LSTM,         /* an LSTM layer over a chunk of the sequence                */
   SIM_OP_CROSS_ENTROPY,
   SIM_OP_MSE_LOSS,
+  SIM_OP_RMSNORM,      /* root-mean-square normalization (LLaMA), scale only          */
+  SIM_OP_GATED_MLP,    /* act(x Wg) * (x Wu) then Wd: SwiGLU and the other GLUs        */
+  SIM_OP_MOE,          /* a mixture of gated-MLP experts with a top-k router          */
   SIM_OP_COUNT
 } SimOpType;
 
@@ -224,6 +227,18 @@ SIM_PUBLIC int sim_graph_pool2d(SimGraph *g, const char *name, int x, SimPoolKin
 SIM_PUBLIC int sim_graph_batchnorm(SimGraph *g, const char *name, int x, gboolean relu);
 /* Normalizes over the last dimension. */
 SIM_PUBLIC int sim_graph_layernorm(SimGraph *g, const char *name, int x);
+/* Root-mean-square normalization over the last dimension, with a scale and no shift. */
+SIM_PUBLIC int sim_graph_rmsnorm(SimGraph *g, const char *name, int x);
+/* x [b, (s...), d] -> (act(x Wg) * (x Wu)) Wd [b, (s...), d], Wg and Wu [d, ffn], Wd
+ * [ffn, d], no biases: SwiGLU with SIM_UNARY_SILU, GeGLU with SIM_UNARY_GELU. */
+SIM_PUBLIC int sim_graph_gated_mlp(SimGraph *g, const char *name, int x, int64_t ffn,
+                                   SimUnaryKind activation);
+/* x [b, s, d] -> a mixture of @experts SwiGLU experts of width @ffn, each token sent to
+ * its @top_k best experts by the router's @logits [b, s, experts] (a linear layer of x
+ * without bias; softmax over the experts, the top k renormalized).  Further attributes
+ * (capacity_factor, imbalance, gate_activation, normalize_top_k): sim/ops/moe.c. */
+SIM_PUBLIC int sim_graph_moe(SimGraph *g, const char *name, int x, int logits, int experts,
+                             int top_k, int64_t ffn);
 SIM_PUBLIC int sim_graph_embedding(SimGraph *g, const char *name, int ids, int64_t vocab,
                                    int64_t dim);
 SIM_PUBLIC int sim_graph_unary(SimGraph *g, const char *name, int x, SimUnaryKind kind);
@@ -659,6 +674,10 @@ typedef struct {
 } SimRooflineParams;
 
 SIM_PUBLIC SimRooflineParams sim_roofline_params_default(void);
+/* With @p->fp8, the time the roofline adds to a linear layer's GEMM @k for scaling and
+ * casting its two operands to FP8 (sim/roofline.c); 0 for any other kernel. */
+SIM_PUBLIC double sim_roofline_fp8_cast_seconds(const SimRooflineParams *p,
+                                                const SimDeviceSpec *dev, const SimKernel *k);
 SIM_PUBLIC SimCostModel *sim_cost_model_new_roofline(const SimRooflineParams *params);
 SIM_PUBLIC void sim_cost_model_free(SimCostModel *m);
 SIM_PUBLIC double sim_cost_model_kernel_time(SimCostModel *m, const SimDeviceSpec *dev,
@@ -761,6 +780,9 @@ typedef struct {
   gboolean zero1;             /* shard optimizer states over data-parallel replicas   */
   SimPrecision precision;
   SimOptimizer optimizer;
+  /* ZeRO-2: with zero1, the gradients sharded too (each replica keeps the part of the
+   * reduce-scattered gradients it updates); the communication is zero1's. */
+  gboolean zero2;
 } SimMemoryOptions;
 
 SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);
@@ -824,6 +846,10 @@ typedef struct {
   gboolean scatter_gather;    /* pipeline messages split over the tensor-parallel ranks */
   SimSyncOptions sync;
   SimMemoryOptions memory;
+  /* Expert parallelism: every mixture-of-experts op splits its experts over @ep of the
+   * @dp data-parallel replicas (consecutive ones) and its samples over dp / ep; 0 or 1:
+   * none.  Must divide dp and every such op's experts. */
+  int ep;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

@@ -187,6 +187,30 @@ static GemmPlan gemm_plan(const SimRooflineParams *p, const SimDeviceSpec *dev, 
   return plan;
 }
 
+/* Whether a kernel is one of the linear layers' GEMMs that Transformer Engine runs in FP8
+ * under --precision fp8: unbatched 16-bit GEMMs on a device with an FP8 peak (attention's
+ * batched products stay in 16 bits). */
+static gboolean fp8_gemm(const SimRooflineParams *p, const SimDeviceSpec *dev, const SimKernel *k)
+{
+  return p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 &&
+         sim_dtype_size(k->dtype) == 2 && dev->peak_flops[SIM_DTYPE_FP8] > 0;
+}
+
+/* The scaling and casting that an FP8 GEMM needs first: each operand (m x k and k x n) is
+ * read in 16 bits, its absolute maximum taken for the next scale (delayed scaling) and
+ * written in 8 bits, a stream of 3 bytes an element at the streaming kernels' bandwidth.
+ * Transformer Engine fuses some of these casts into the kernel before (a norm's output);
+ * counting every one is the upper end. */
+double sim_roofline_fp8_cast_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
+                                     const SimKernel *k)
+{
+  if (!fp8_gemm(p, dev, k))
+    return 0.0;
+  double elems = (double)MAX(k->m, 0) * (double)MAX(k->k, 0) +
+                 (double)MAX(k->k, 0) * (double)MAX(k->n, 0);
+  return bound(3.0 * elems, dev->mem_bandwidth * p->memory_efficiency);
+}
+
 /* A GEMM-like kernel without its launch: the slower of arithmetic and memory traffic. */
 static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
                            const SimKernel *k, double flops, double bytes, double efficiency)
@@ -203,8 +227,7 @@ static double gemm_seconds(const SimRooflineParams *p, const SimDeviceSpec *dev,
   double cap = p->gemm_ceiling;
   if (tensor && sim_dtype_size(k->dtype) == 2 && dev->matmul_fraction > 0)
     cap = dev->matmul_fraction;
-  if (p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 && sim_dtype_size(k->dtype) == 2 &&
-      dev->peak_flops[SIM_DTYPE_FP8] > 0) {
+  if (fp8_gemm(p, dev, k)) {
     peak = dev->peak_flops[SIM_DTYPE_FP8];
     if (dev->matmul_fraction_fp8 > 0)
       cap = dev->matmul_fraction_fp8;
@@ -303,7 +326,7 @@ static double roofline_kernel_time(SimCostModel *self, const SimDeviceSpec *dev,
   switch (k->kind) {
   case SIM_KERNEL_GEMM:
     return gemm_seconds(p, dev, k, k->flops, k->bytes, p->gemm_efficiency) + p->gemm_latency +
-           launch;
+           launch + sim_roofline_fp8_cast_seconds(p, dev, k);
   case SIM_KERNEL_CONV: {
     double t = gemm_seconds(p, dev, k, k->flops, k->bytes, p->conv_efficiency) +
                p->gemm_latency + launch;

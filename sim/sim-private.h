@@ -243,6 +243,9 @@ SimKernel sim_kernel_memory(SimDType dt, double flops, double bytes);
  * one per lookup; *@width gets the shard's columns), or -1 for any other op
  * (sim/ops/embedding.c). */
 int64_t sim_embedding_sparse_rows(const SimOp *op, const int64_t *e, int64_t *width);
+/* The token rows the experts of a mixture-of-experts shard of extent @e process (NULL:
+ * the whole op), with its capacity or its imbalance (sim/ops/moe.c). */
+int64_t sim_moe_shard_rows(const SimOp *op, const int64_t *extent);
 /* @extent, or the sizes of the op's iteration dimensions written into @full (which holds
  * SIM_MAX_ITER entries) when @extent is NULL: classes accept NULL for "the whole op". */
 const int64_t *sim_op_extent(const SimOp *op, const int64_t *extent, int64_t *full);
@@ -286,6 +289,9 @@ extern const SimOpClass sim_op_attention_class;
 extern const SimOpClass sim_op_lstm_class;
 extern const SimOpClass sim_op_cross_entropy_class;
 extern const SimOpClass sim_op_mse_loss_class;
+extern const SimOpClass sim_op_rmsnorm_class;
+extern const SimOpClass sim_op_gated_mlp_class;
+extern const SimOpClass sim_op_moe_class;
 
 /* ---------------------------------------------------------------------------------- */
 /* Machines                                                                            */

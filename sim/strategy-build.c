@@ -76,6 +76,7 @@ SimMegatronOptions sim_megatron_options_default(void)
     /* Megatron trains in mixed precision with Adam; recomputation is opt-in. */
     .memory = { .recompute = SIM_RECOMPUTE_NONE, .zero1 = FALSE,
                 .precision = SIM_PRECISION_MIXED_FP16, .optimizer = SIM_OPTIMIZER_ADAM },
+    .ep = 1,
   };
 }
 
@@ -85,6 +86,9 @@ typedef enum {
   TP_COLUMN,       /* a linear split on its parameter dimension (outputs)              */
   TP_ROW,          /* a linear split on its reduction dimension (inputs): partial sums */
   TP_HEADS,        /* attention split by heads                                        */
+  TP_FFN,          /* a gated MLP or the experts of a MoE split on their width: the
+                      gate and up projections column-, the down projection row-parallel
+                      (Megatron-Core's expert tensor parallelism equal to tp)           */
   TP_VOCAB,        /* embedding split on its vocabulary                                */
   TP_FEATURES,     /* element-wise op between a column and a row linear (or the head
                       and the loss): split like its producer's output                */
@@ -129,6 +133,16 @@ static int last_dim_of(const SimTensorMap *map)
 static int heads_dim(const SimOp *op)
 {
   for (int d = 0; d < op->space.ndims; d++)
+    if (op->space.dims[d].role == SIM_ROLE_PARAMETER && op->space.dims[d].splittable)
+      return d;
+  return -1;
+}
+
+/* A gated MLP's or a mixture of experts' width f: the last splittable parameter dimension
+ * (a MoE's experts come before it). */
+static int ffn_dim(const SimOp *op)
+{
+  for (int d = op->space.ndims - 1; d >= 0; d--)
     if (op->space.dims[d].role == SIM_ROLE_PARAMETER && op->space.dims[d].splittable)
       return d;
   return -1;
@@ -205,6 +219,8 @@ static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRol
   for (int op = 0; op < n_ops; op++) {
     switch (sim_graph_op_type(g, op)) {
     case SIM_OP_ATTENTION: role[op] = TP_HEADS; break;
+    case SIM_OP_GATED_MLP:
+    case SIM_OP_MOE: role[op] = TP_FFN; break;
     case SIM_OP_EMBEDDING: role[op] = TP_VOCAB; break;
     default: role[op] = TP_REPLICATED; break;
     }
@@ -241,7 +257,8 @@ static void assign_tp_roles(const SimGraph *g, gboolean sequence_parallel, TpRol
   if (sequence_parallel) {
     for (int op = 0; op < n_ops; op++) {
       SimOpType t = sim_graph_op_type(g, op);
-      if (role[op] == TP_REPLICATED && (t == SIM_OP_LAYERNORM || is_elementwise(t)))
+      if (role[op] == TP_REPLICATED &&
+          (t == SIM_OP_LAYERNORM || t == SIM_OP_RMSNORM || is_elementwise(t)))
         role[op] = TP_SEQUENCE;
     }
   }
@@ -258,6 +275,7 @@ static int tp_dim(const SimGraph *g, int op, TpRole role)
   case TP_COLUMN: return first_dim_with_role(o, SIM_ROLE_PARAMETER);
   case TP_ROW: return first_dim_with_role(o, SIM_ROLE_REDUCTION);
   case TP_HEADS: return heads_dim(o);
+  case TP_FFN: return ffn_dim(o);
   case TP_VOCAB: return first_dim_with_role(o, SIM_ROLE_REDUCTION);
   case TP_FEATURES: return o->n_outputs > 0 ? last_dim_of(sim_space_output_map(o, 0)) : -1;
   case TP_LOSS: return o->n_inputs > 0 ? last_dim_of(sim_space_input_map(o, 0)) : -1;
@@ -273,6 +291,7 @@ static const char *tp_role_what(TpRole role)
   case TP_COLUMN: return "column-parallel";
   case TP_ROW: return "row-parallel";
   case TP_HEADS: return "split by heads";
+  case TP_FFN: return "split on its ffn width";
   case TP_FEATURES: return "split on features between tensor-parallel linears";
   default: return "tensor-parallel";
   }
@@ -284,6 +303,11 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
   if (o->dp < 1 || o->tp < 1 || o->pp < 1) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "dp %d, tp %d, pp %d: every degree must be at least 1", o->dp, o->tp, o->pp);
+    return FALSE;
+  }
+  if (o->ep < 0 || (o->ep > 1 && o->dp % o->ep != 0)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
     return FALSE;
   }
   int64_t need = (int64_t)o->dp * o->tp * o->pp;
@@ -468,12 +492,29 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
       return NULL;
     }
 
+    /* Expert parallelism: the experts over ep consecutive data-parallel replicas, the
+     * samples over the dp / ep groups of them.  Shard (sample group i, experts j, width t)
+     * is shard (i ep + j) t of the row-major order, so it sits on replica i ep + j. */
+    gboolean expert_split = FALSE;
+    if (o->ep > 1 && info->type == SIM_OP_MOE) {
+      const SimIterDim *xd = &info->dims[2];
+      if (xd->size % o->ep != 0) {
+        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                    "ep %d does not divide the %" G_GINT64_FORMAT " experts of op '%s'",
+                    o->ep, xd->size, info->name);
+        return NULL;
+      }
+      degrees[0] = dp / o->ep;
+      degrees[2] = o->ep;
+      expert_split = TRUE;
+    }
+
     int x = tp > 1 ? tp_dim(g, op, role[op]) : -1;
     if (x > 0 && x < info->ndims) {
       const SimIterDim *dim = &info->dims[x];
       gboolean fits = dim->splittable && dim->size % tp == 0;
       if (!fits && (role[op] == TP_COLUMN || role[op] == TP_ROW || role[op] == TP_HEADS ||
-                    role[op] == TP_FEATURES)) {
+                    role[op] == TP_FFN || role[op] == TP_FEATURES)) {
         /* Megatron requires these splits; an uneven one would not be Megatron's plan.
          * Megatron pads its vocabulary so that the output layer splits (to a multiple of
          * 128 x tp): say so when that is the op refused. */
@@ -501,7 +542,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
      * parallel shard.  Either way shard (d, t) sits on rank (d, p, t): a split op's tensor
      * coordinate is the fastest-varying, as a replicated op's copy is. */
     int p = op_stage[op] % pp;
-    gboolean split = x > 0 && x < SIM_MAX_ITER && degrees[x] > 1;
+    gboolean split = (x > 0 && x < SIM_MAX_ITER && degrees[x] > 1) || expert_split;
     int replicas = split ? 1 : tp;
     for (int d = 0; d < dp; d++)
       for (int t = 0; t < tp; t++)

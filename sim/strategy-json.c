@@ -96,7 +96,8 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
   g_string_append_printf(out,
                          "  \"memory\": {\"recompute\": \"%s\", \"zero\": %d, \"precision\": "
                          "\"%s\", \"optimizer\": \"%s\"},\n",
-                         sim_recompute_name(s->memory.recompute), s->memory.zero1 ? 1 : 0,
+                         sim_recompute_name(s->memory.recompute),
+                         s->memory.zero2 ? 2 : s->memory.zero1 ? 1 : 0,
                          sim_precision_name(s->memory.precision),
                          sim_optimizer_name(s->memory.optimizer));
   g_string_append_printf(out, "  \"sequence_parallel\": %s,\n",
@@ -525,9 +526,10 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
   }
   if ((m = json_object_get_member(o, "zero"))) {
     int64_t z;
-    if (!get_int(r, m, "memory.zero", 0, 1, &z))
+    if (!get_int(r, m, "memory.zero", 0, 2, &z))
       return FALSE;
-    s->memory.zero1 = z == 1;
+    s->memory.zero1 = z >= 1;
+    s->memory.zero2 = z == 2;
   }
   if ((m = json_object_get_member(o, "precision"))) {
     if (!get_enum(r, m, "memory.precision", sim_precision_from_name,

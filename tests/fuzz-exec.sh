@@ -14,12 +14,14 @@ trap 'rm -rf "$dir"' EXIT
 runs=0 fails=0 refused=0
 i=$first
 while [ "$i" -lt $((first + n)) ]; do
-  case $((i % 6)) in
+  case $((i % 8)) in
     0) model=gpt; params="layers=2,hidden=64,heads=4,seq=16,vocab=128,batch=8";;
     1) model=mlp; params="layers=3,hidden=64,input=32,classes=16,batch=16";;
     2) model=gpt; params="layers=2,hidden=32,heads=2,seq=8,vocab=64,batch=8";;
     3) model=rnnlm; params="batch=8,seq=8,chunk=4,layers=2,hidden=16,vocab=32";;
     4) model=bert-base; params="layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=8,positions=8";;
+    5) model=llama; params="layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=8";;
+    6) model=moe; params="layers=2,hidden=32,heads=4,kv_heads=2,experts=4,top_k=2,expert_ffn=16,seq=8,vocab=64,batch=8";;
     *) model=transformer; params="encoder_layers=1,decoder_layers=1,hidden=32,ffn=64,heads=2,seq=8,vocab=64,batch=8";;
   esac
   plan="$dir/plan-$i.json"

@@ -243,6 +243,40 @@ Test(cli, a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint)
   run_clear(&ok);
 }
 
+/* Expert parallelism on a mixture of 4 experts over 8 GPUs (dp 8): --ep 0, an ep that
+ * does not divide dp or the experts, and one that does. */
+Test(cli, the_expert_parallel_degree_is_checked)
+{
+#define SMALL_MOE "--model", "moe", "--param", "layers=1,hidden=64,heads=4,kv_heads=2,experts=4," \
+                  "expert_ffn=32,seq=16,vocab=128", "--machine", "dgx-a100:1", "--global-batch", "8"
+  expect_refused(run("simulate", "--ep", "0", NULL), "--ep 0: expected a whole number from 1");
+  expect_refused(run("simulate", SMALL_MOE, "--ep", "3", NULL),
+                 "ep 3: the expert-parallel degree must divide dp 8");
+  expect_refused(run("simulate", SMALL_MOE, "--ep", "8", NULL),
+                 "ep 8 does not divide the 4 experts of op 'layer0.moe'");
+  Run ok = run("simulate", SMALL_MOE, "--ep", "4", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+#undef SMALL_MOE
+}
+
+/* --zero2 shards the gradients as well as --zero1's optimizer states: on 8 data-parallel
+ * GPUs the fullest one holds less, and the iteration is as long. */
+Test(cli, zero2_holds_less_than_zero1)
+{
+  Run z1 = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--zero1", "--json", NULL);
+  Run z2 = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--zero2", "--json", NULL);
+  cr_assert_eq(z1.status, 0, "%s", z1.err);
+  cr_assert_eq(z2.status, 0, "%s", z2.err);
+  /* The first device's peak, in the report's list of devices. */
+  const char *d1 = strstr(z1.out, "\"devices\""), *d2 = strstr(z2.out, "\"devices\"");
+  cr_assert(d1 && d2);
+  cr_expect_lt(json_number(d2, "peak_memory_bytes"), json_number(d1, "peak_memory_bytes"));
+  cr_expect_eq(iteration_time(z2.out), iteration_time(z1.out));
+  run_clear(&z1);
+  run_clear(&z2);
+}
+
 Test(cli, the_data_parallel_degree_defaults_to_the_gpus_left)
 {
   /* As Megatron derives it: 8 GPUs, tp 2, so dp 4, the same plan as --dp 4 (it once

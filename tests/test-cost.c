@@ -407,6 +407,34 @@ Test(roofline, dtypes_without_a_peak_use_fp32)
                2.0 * 4096.0 * 4096.0 * 4096.0 / (19.5e12 * 0.8) + 5e-6);
 }
 
+/* --precision fp8 on an H100 SXM (NVIDIA H100 datasheet: 989.4 TFLOP/s dense bf16, 1978.9
+ * fp8, 3.35 TB/s): a linear layer's 8192 x 8192 x 8192 GEMM runs at the fp8 peak and first
+ * casts both operands, 3 bytes an element at the streaming bandwidth; attention's batched
+ * products stay in bf16 and cast nothing. */
+Test(roofline, fp8_gemms_pay_their_casts)
+{
+  SimDeviceSpec dev = a100();
+  dev.peak_flops[SIM_DTYPE_BF16] = 989.4e12;
+  dev.peak_flops[SIM_DTYPE_FP8] = 1978.9e12;
+  dev.peak_flops[SIM_DTYPE_FP32] = 66.9e12;
+  dev.mem_bandwidth = 3.35e12;
+  dev.sm_count = 132;
+  SimRooflineParams p = no_quantization();
+  p.fp8 = TRUE;
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(&p);
+  int64_t n = 8192;
+  SimKernel k = gemm(SIM_DTYPE_BF16, 1, n, n, n);
+  double cast = 3.0 * 2 * n * n / (3.35e12 * p.memory_efficiency);
+  assert_close(sim_roofline_fp8_cast_seconds(&p, &dev, &k), cast);
+  double flops = 2.0 * n * n * n;
+  assert_close(sim_cost_model_kernel_time(m, &dev, &k),
+               flops / (1978.9e12 * p.gemm_efficiency) + cast + 5e-6);
+  SimKernel batched = gemm(SIM_DTYPE_BF16, 4, n, n, 128);
+  cr_assert_eq(sim_roofline_fp8_cast_seconds(&p, &dev, &batched), 0.0);
+  p.fp8 = FALSE;
+  cr_assert_eq(sim_roofline_fp8_cast_seconds(&p, &dev, &k), 0.0);
+}
+
 Test(roofline, flash_attention_runs_its_tiles_in_waves)
 {
   SimDeviceSpec dev = a100();

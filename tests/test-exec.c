@@ -238,6 +238,19 @@ static void check(const SimGraph *g, SimMachine *m, SimStrategy *s, SimOptimizer
                 diff.worst);
 }
 
+/* LLaMA-style blocks: RMS norm, grouped-query attention with rotary embeddings (4 query
+ * heads, 2 key-value heads), SwiGLU; and the same with a mixture of 4 experts, top 2. */
+static SimGraph *llama(void)
+{
+  return zoo("llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4");
+}
+
+static SimGraph *moe(void)
+{
+  return zoo("moe", "layers=2,hidden=32,heads=4,kv_heads=2,experts=4,top_k=2,expert_ffn=16,"
+                    "seq=8,vocab=64,batch=4");
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Data parallelism                                                                    */
 
@@ -434,6 +447,99 @@ Test(exec, gpt_megatron_tp)
   g_autoptr(SimMachine) m = machine();
   SimMegatronOptions o = sim_megatron_options_default();
   o.tp = 4;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Megatron's tensor parallelism on LLaMA blocks: key-value heads and the SwiGLU's width
+ * split in two, with two data-parallel replicas. */
+Test(exec, llama_megatron_tp_dp)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.dp = 2;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Query positions split in two: rotary angles and causal masks by global position. */
+Test(exec, llama_sequence_split)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (dim_named(g, op, "s") >= 0)
+      split(s, g, op, "s", 2, 0);
+    else
+      split(s, g, op, "d1", 2, 0);
+  }
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* The experts of every MoE layer over two devices (each holds two, routes every token and
+ * adds its experts' share), then experts and their width over four. */
+Test(exec, moe_experts_split)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+      split(s, g, op, "x", 2, 0);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+Test(exec, moe_experts_and_width_split)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE)
+      continue;
+    int degrees[8] = { 1, 1, 2, 2, 1, 1, 1, 1 };
+    GError *error = NULL;
+    cr_assert_eq(dim_named(g, op, "x"), 2);
+    cr_assert_eq(dim_named(g, op, "f"), 3);
+    cr_assert(sim_strategy_set_op(s, op, degrees, (int[]){ 0, 1, 2, 3 }, &error), "%s",
+              error ? error->message : "");
+  }
+  check(g, m, s, SIM_OPTIMIZER_SGD);
+}
+
+/* Megatron's expert parallelism: dp 4, ep 2 (each pair of replicas splits the experts,
+ * each replica's tokens reach both halves), and with tp 2 on top. */
+Test(exec, moe_megatron_expert_parallel)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  for (int tp = 1; tp <= 2; tp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.dp = 4;
+    o.ep = 2;
+    o.tp = tp;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    check(g, m, s, SIM_OPTIMIZER_ADAM);
+  }
+}
+
+/* Megatron's plan on the mixture: tp 2 splits every expert's width, dp 2. */
+Test(exec, moe_megatron_tp_dp)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.dp = 2;
   GError *error = NULL;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");

@@ -885,6 +885,67 @@ Test(gradient, attention)
   gradcheck(g, 0);
 }
 
+Test(gradient, rmsnorm)
+{
+  SimGraph *g = sim_graph_new("t");
+  int x = input(g, "x", 3, (int64_t[]){ 3, 4, 6 });
+  sim_graph_rmsnorm(g, "op", x);
+  gradcheck(g, 0);
+}
+
+Test(gradient, gated_mlp)
+{
+  static const SimUnaryKind kinds[] = { SIM_UNARY_SILU, SIM_UNARY_GELU };
+  for (size_t k = 0; k < G_N_ELEMENTS(kinds); k++) {
+    SimGraph *g = sim_graph_new("t");
+    int x = input(g, "x", 3, (int64_t[]){ 2, 3, 5 });
+    sim_graph_gated_mlp(g, "op", x, 7, kinds[k]);
+    gradcheck(g, 0);
+  }
+}
+
+/* Top-2 of 4 experts, renormalized (Mixtral) and not (DeepSeekMoE), routed by logits
+ * given as an input.  The finite differences' step does not change any token's choice of
+ * experts. */
+Test(gradient, moe)
+{
+  for (int normalize = 0; normalize < 2; normalize++) {
+    SimGraph *g = sim_graph_new("t");
+    int x = input(g, "x", 3, (int64_t[]){ 2, 3, 6 });
+    int logits = input(g, "logits", 3, (int64_t[]){ 2, 3, 4 });
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_MOE);
+    sim_attrs_set_int(a, "experts", 4, NULL);
+    sim_attrs_set_int(a, "top_k", 2, NULL);
+    sim_attrs_set_int(a, "ffn", 5, NULL);
+    sim_attrs_set_int(a, "normalize_top_k", normalize, NULL);
+    GError *error = NULL;
+    cr_assert_geq(sim_graph_add_op(g, SIM_OP_MOE, "op", 2, (int[]){ x, logits }, a, &error), 0, "%s",
+                  error ? error->message : "");
+    gradcheck(g, 0);
+  }
+}
+
+/* Grouped-query self-attention with rotary embeddings: 4 query heads sharing 2 key-value
+ * heads, and multi-query (1). */
+Test(gradient, grouped_query_rotary_attention)
+{
+  for (int kv = 1; kv <= 2; kv++) {
+    SimGraph *g = sim_graph_new("t");
+    int x = input(g, "x", 3, (int64_t[]){ 2, 5, 8 });
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+    sim_attrs_set_int(a, "heads", 4, NULL);
+    sim_attrs_set_int(a, "head_dim", 4, NULL);
+    sim_attrs_set_int(a, "kv_heads", kv, NULL);
+    sim_attrs_set_int(a, "bias", 0, NULL);
+    sim_attrs_set_string(a, "causal", "true", NULL);
+    sim_attrs_set_string(a, "rotary", "true", NULL);
+    GError *error = NULL;
+    cr_assert_geq(sim_graph_add_op(g, SIM_OP_ATTENTION, "op", 3, (int[]){ x, x, x }, a, &error),
+                  0, "%s", error ? error->message : "");
+    gradcheck(g, 0);
+  }
+}
+
 /* Cross attention: queries and keys/values of different lengths, different tensors. */
 Test(gradient, cross_attention)
 {

@@ -193,6 +193,39 @@ Test(machine, dgx_a100_intra_node)
   sim_machine_free(m);
 }
 
+/* The machines of today's LLM training: DGX H100 (NVLink 4 through NVSwitch, 900 GB/s per
+ * GPU both ways; 8 x 400 Gb/s NDR per node: NVIDIA DGX H100 datasheet) and a GB200 NVL72
+ * rack (72 GPUs in one NVLink domain, NVLink 5 at 1.8 TB/s per GPU both ways: NVIDIA GB200
+ * NVL72 datasheet). */
+Test(machine, h100_and_nvl72_bandwidths)
+{
+  SimMachine *m = load("dgx-h100:2");
+  cr_assert(near(sim_machine_bandwidth(m, 0, 5), 450 * GBPS));
+  cr_assert(near(sim_machine_bandwidth(m, 3, 11), 400.0 / 8 * GBPS));
+  const SimDeviceSpec *h = sim_machine_device_spec(m, 0);
+  cr_assert(near(h->peak_flops[SIM_DTYPE_BF16], 989.4e12));
+  cr_assert(near(h->peak_flops[SIM_DTYPE_FP8], 1978.9e12));
+  sim_machine_free(m);
+
+  m = load("gb200-nvl72:2");
+  cr_assert_eq(sim_machine_n_devices(m), 144);
+  cr_assert_eq(sim_machine_node_n_devices(m, 0), 72);
+  /* Any two GPUs of a rack: GPU -> NVLink switch -> GPU, 900 GB/s each way. */
+  int n = 0;
+  const int *r = sim_machine_route(m, 0, 71, &n);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(sim_machine_link_kind(m, r[0]), SIM_LINK_NVSWITCH);
+  cr_assert(near(sim_machine_bandwidth(m, 0, 71), 900 * GBPS));
+  cr_assert(near(sim_machine_bandwidth(m, 40, 17), 900 * GBPS));
+  /* Between racks: each GPU's own 400 Gb/s NIC. */
+  cr_assert(near(sim_machine_bandwidth(m, 5, 72 + 5), 400.0 / 8 * GBPS));
+  const SimDeviceSpec *b = sim_machine_device_spec(m, 100);
+  cr_assert(near(b->peak_flops[SIM_DTYPE_BF16], 2500e12));
+  cr_assert(near(b->peak_flops[SIM_DTYPE_FP8], 5000e12));
+  cr_assert(near(b->mem_bandwidth, 8000e9));
+  sim_machine_free(m);
+}
+
 Test(machine, dgx_a100_inter_node)
 {
   /* Node 0 GPU 2 -> node 1 GPU 2: GPU -> PCIe switch -> NIC 2 -> rail 2 leaf -> NIC 2 ->

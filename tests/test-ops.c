@@ -1444,3 +1444,265 @@ Test(catalogue, shard_key)
   g_autofree char *key2 = sim_graph_op_shard_key(g, op2, NULL);
   cr_assert_str_eq(key, key2);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* LLaMA-style blocks: RMS norm, gated MLP, grouped-query attention with rotary
+ * embeddings, mixture of experts                                                       */
+
+Test(rmsnorm, shape_params_flops_saved)
+{
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, 4, 512, 1024);
+  int y = sim_graph_rmsnorm(g, "norm", x);
+  ASSERT_SHAPE(g, y, 4, 512, 1024);
+  int op = op_of(g, y);
+  /* gamma only. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 1024);
+  cr_assert(sim_graph_op_dim_splittable(g, op, 1));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, 2));
+  double n = 4.0 * 512 * 1024;
+  /* 4 operations per element forward, 6 + 2 backward; no GEMM. */
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, FALSE), 4 * n, 1e-6);
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_BACKWARD, FALSE), 8 * n, 1e-6);
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, TRUE), 0, 1e-9);
+  /* Saved: x in bf16 and an fp32 rstd per row (layer norm keeps a mean as well). */
+  cr_assert_eq(sim_op_class(SIM_OP_RMSNORM)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               4 * 512 * 1024 * 2 + 4 * 512 * 4);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  int ids = INPUT(g2, "ids", SIM_DTYPE_INT32, 4, 8);
+  sim_graph_rmsnorm(g2, "norm", ids);
+  assert_error(g2, "op 'norm' (rmsnorm)", "not floating point");
+}
+
+Test(gated_mlp, params_flops_and_column_row_split)
+{
+  int64_t b = 2, s = 128, d = 512, f = 1376;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+  int y = sim_graph_gated_mlp(g, "mlp", x, f, SIM_UNARY_SILU);
+  ASSERT_SHAPE(g, y, 2, 128, 512);
+  int op = op_of(g, y);
+  /* Wg, Wu [d, f] and Wd [f, d], no biases. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 3 * d * f);
+  /* Three GEMMs of 2 M d f each forward, twice that backward. */
+  double M = (double)b * s;
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, TRUE), 6 * M * d * f, 1);
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_BACKWARD, TRUE), 12 * M * d * f, 1);
+  /* silu (5) times up (1) per element of M x f forward; silu' (8) and 3 more backward. */
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_FORWARD, FALSE) - 6 * M * d * f, 6 * M * f, 1);
+  cr_assert_float_eq(pass_flops(g, y, SIM_PASS_BACKWARD, FALSE) - 12 * M * d * f, 11 * M * f,
+                     1);
+  /* An f-split is Megatron's column-parallel gate and up, row-parallel down: the shard of
+   * columns [688, 1376) holds those columns of Wg and Wu and those rows of Wd, and its
+   * output is a partial sum. */
+  int fd = dim_index(g, op, "f");
+  cr_assert(sim_graph_op_dim_splittable(g, op, fd));
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, dim_index(g, op, "d")));
+  int64_t lo[4], hi[4];
+  full_range(g, op, lo, hi);
+  lo[fd] = 688;
+  SimRegion wg = project(g, op, 'w', 0, lo, hi), wd = project(g, op, 'w', 2, lo, hi);
+  assert_range(&wg, 0, 0, d);
+  assert_range(&wg, 1, 688, f);
+  assert_range(&wd, 0, 688, f);
+  assert_range(&wd, 1, 0, d);
+  cr_assert_not(indexed_by(g, op, 'y', 0, fd));
+  /* Saved: x, the gate and up outputs and their product. */
+  cr_assert_eq(sim_op_class(SIM_OP_GATED_MLP)->saved_bytes(sim_graph_op_get(g, op), NULL),
+               (b * s * d + 3 * b * s * f) * 2);
+
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_BF16, 2, 4, 8);
+  sim_graph_gated_mlp(g2, "mlp", x, 0, SIM_UNARY_SILU);
+  assert_error(g2, "op 'mlp' (gated_mlp)", "ffn is 0, not positive");
+}
+
+static int gqa_checked(SimGraph *g, int x, int heads, int kv_heads, int hd, gboolean rotary,
+                       GError **error)
+{
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_ATTENTION);
+  cr_assert(sim_attrs_set_int(a, "heads", heads, NULL));
+  cr_assert(sim_attrs_set_int(a, "head_dim", hd, NULL));
+  cr_assert(sim_attrs_set_int(a, "kv_heads", kv_heads, NULL));
+  cr_assert(sim_attrs_set_int(a, "causal", 1, NULL));
+  cr_assert(sim_attrs_set_int(a, "bias", 0, NULL));
+  cr_assert(sim_attrs_set_int(a, "rotary", rotary, NULL));
+  return sim_graph_add_op(g, SIM_OP_ATTENTION, "attn", 3, (int[]){ x, x, x }, a, error);
+}
+
+static int gqa(SimGraph *g, int x, int heads, int kv_heads, int hd, gboolean rotary)
+{
+  g_autoptr(GError) error = NULL;
+  int op = gqa_checked(g, x, heads, kv_heads, hd, rotary, &error);
+  cr_assert_geq(op, 0, "%s", error ? error->message : "");
+  return op;
+}
+
+static void assert_add_error(int op, GError *error, const char *want)
+{
+  cr_assert_lt(op, 0);
+  cr_assert_not_null(error);
+  cr_assert(strstr(error->message, "op 'attn' (attention)") && strstr(error->message, want),
+            "'%s' lacks '%s'", error->message, want);
+  g_error_free(error);
+}
+
+Test(attention, grouped_query_weights_flops_and_head_split)
+{
+  /* 8 query heads in 2 groups of 4, head dimension 32, d 256. */
+  int64_t b = 2, s = 64, d = 256, H = 8, KV = 2, hd = 32;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+  int op = gqa(g, x, (int)H, (int)KV, (int)hd, FALSE);
+  cr_assert_geq(op, 0);
+  int64_t inner = H * hd, kv = KV * hd;
+  /* Wq [d, 256], Wk and Wv [d, 64], Wo [256, d]. */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 2 * d * inner + 2 * d * kv);
+  /* Forward GEMMs: the fused QKV projection 2 b s d (inner + 2 kv), scores and context
+   * 2 * 2 b H s^2 hd, the output projection 2 b s inner d. */
+  double gemm = 2.0 * b * s * d * (inner + 2 * kv) + 4.0 * b * H * s * s * hd +
+                2.0 * b * s * inner * d;
+  SimWork w;
+  sim_graph_op_work(g, op, NULL, SIM_PASS_FORWARD, &w);
+  double fw = 0;
+  for (int i = 0; i < w.n; i++)
+    if (w.k[i].kind == SIM_KERNEL_GEMM)
+      fw += w.k[i].flops;
+  cr_assert_float_eq(fw, gemm, 1);
+  cr_assert_eq(w.k[0].n, inner + 2 * kv);
+  /* The split dimension counts key-value heads; the shard of kv head 1 holds query heads
+   * 4 to 7: Wq's columns and Wo's rows [128, 256), Wk's and Wv's columns [32, 64). */
+  int h = dim_index(g, op, "h");
+  cr_assert_eq(sim_graph_op_dim_size(g, op, h), KV);
+  cr_assert_not(sim_graph_op_dim_splittable(g, op, dim_index(g, op, "q")));
+  int64_t lo[6], hi[6];
+  full_range(g, op, lo, hi);
+  lo[h] = 1;
+  SimRegion wq = project(g, op, 'w', 0, lo, hi), wk = project(g, op, 'w', 1, lo, hi);
+  SimRegion wv = project(g, op, 'w', 2, lo, hi), wo = project(g, op, 'w', 3, lo, hi);
+  assert_range(&wq, 1, 128, 256);
+  assert_range(&wk, 1, 32, 64);
+  assert_range(&wv, 1, 32, 64);
+  assert_range(&wo, 0, 128, 256);
+  cr_assert_not(indexed_by(g, op, 'y', 0, h));
+  /* The shard's scores are those of its 4 query heads. */
+  int64_t ext[6];
+  for (int i = 0; i < 6; i++)
+    ext[i] = hi[i] - lo[i];
+  sim_graph_op_work(g, op, ext, SIM_PASS_FORWARD, &w);
+  cr_assert_float_eq(w.k[1].flops, 2.0 * b * 4 * s * s * hd, 1);
+
+  /* Multi-query attention: one key-value head, which no split divides. */
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_BF16, b, s, d);
+  int mqa = gqa(g2, x, (int)H, 1, (int)hd, FALSE);
+  cr_assert_eq(sim_graph_op_n_params(g2, mqa), 2 * d * inner + 2 * d * hd);
+  cr_assert_eq(sim_graph_op_dim_size(g2, mqa, dim_index(g2, mqa, "h")), 1);
+
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  x = INPUT(g3, "x", SIM_DTYPE_BF16, b, s, d);
+  GError *error = NULL;
+  int bad = gqa_checked(g3, x, 8, 3, 32, FALSE, &error);
+  assert_add_error(bad, error, "kv_heads must divide heads");
+}
+
+Test(attention, rotary_adds_one_rotation_each_way)
+{
+  int64_t b = 2, s = 64, d = 256, H = 8, KV = 2, hd = 32;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+  int plain = gqa(g, x, (int)H, (int)KV, (int)hd, FALSE);
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_BF16, b, s, d);
+  int rot = gqa(g2, x, (int)H, (int)KV, (int)hd, TRUE);
+  /* Rotary has no weights; it rotates Q (b s H hd) and K (b s KV hd), 4 operations an
+   * element, forward and backward. */
+  cr_assert_eq(sim_graph_op_n_params(g, plain), sim_graph_op_n_params(g2, rot));
+  double n = (double)b * s * (H + KV) * hd;
+  cr_assert_float_eq(sim_graph_op_forward_flops(g2, rot) - sim_graph_op_forward_flops(g, plain),
+                     4 * n, 1e-3);
+  cr_assert_float_eq(sim_graph_op_backward_flops(g2, rot) -
+                       sim_graph_op_backward_flops(g, plain), 4 * n, 1e-3);
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  x = INPUT(g3, "x", SIM_DTYPE_BF16, b, s, 30);
+  GError *error = NULL;
+  int bad = gqa_checked(g3, x, 2, 2, 15, TRUE, &error);
+  assert_add_error(bad, error, "even head_dim");
+}
+
+/* The mixture's op for x and a router linear layer's logits. */
+static int moe(SimGraph *g, int x, int E, int k, int64_t f, double capacity, double imbalance)
+{
+  int logits = sim_graph_linear(g, "router", x, E, FALSE, SIM_UNARY_IDENTITY);
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_MOE);
+  cr_assert(sim_attrs_set_int(a, "experts", E, NULL));
+  cr_assert(sim_attrs_set_int(a, "top_k", k, NULL));
+  cr_assert(sim_attrs_set_int(a, "ffn", f, NULL));
+  cr_assert(sim_attrs_set_float(a, "capacity_factor", capacity, NULL));
+  cr_assert(sim_attrs_set_float(a, "imbalance", imbalance, NULL));
+  return sim_graph_add_op(g, SIM_OP_MOE, "moe", 2, (int[]){ x, logits }, a, NULL);
+}
+
+Test(moe, params_rows_flops_and_expert_split)
+{
+  /* Mixtral's shape at small scale: 8 experts, top 2. */
+  int64_t b = 2, s = 64, d = 128, f = 448, E = 8, k = 2;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+  int op = moe(g, x, (int)E, (int)k, f, 0.0, 1.5);
+  cr_assert_geq(op, 0);
+  /* E experts of three [d, f] matrices (the router [d, E] is its own linear op). */
+  cr_assert_eq(sim_graph_op_n_params(g, op), 3 * E * d * f);
+  const SimOp *o = sim_graph_op_get(g, op);
+  double T = (double)b * s;
+  /* Dropless on one device: every token's k rows, whatever the imbalance. */
+  cr_assert_eq(sim_moe_shard_rows(o, NULL), (int64_t)(T * k));
+  /* GEMM FLOPs: each routed row's expert 6 d f. */
+  cr_assert_float_eq(pass_flops(g, sim_graph_op_output(g, op, 0), SIM_PASS_FORWARD, TRUE),
+                     6 * T * k * d * f, 1);
+  cr_assert_float_eq(pass_flops(g, sim_graph_op_output(g, op, 0), SIM_PASS_BACKWARD, TRUE),
+                     12 * T * k * d * f, 1);
+  /* Experts [4, 8) on one shard: the mean T k / 2 rows times the imbalance 1.5; every
+   * logit, the experts' weights [4, 8), a partial output. */
+  int xd = dim_index(g, op, "x");
+  int64_t lo[5], hi[5], ext[5];
+  full_range(g, op, lo, hi);
+  lo[xd] = 4;
+  for (int i = 0; i < 5; i++)
+    ext[i] = hi[i] - lo[i];
+  cr_assert_eq(sim_moe_shard_rows(o, ext), (int64_t)(T * k / 2 * 1.5));
+  SimRegion r = project(g, op, 'x', 1, lo, hi), wg = project(g, op, 'w', 0, lo, hi);
+  assert_range(&r, 2, 0, E);
+  assert_range(&wg, 0, 4, 8);
+  cr_assert_not(indexed_by(g, op, 'y', 0, xd));
+  /* A capacity factor of 1.25 pads every expert to ceil(1.25 T k / E) = 40 rows. */
+  g_autoptr(SimGraph) g2 = sim_graph_new("t");
+  x = INPUT(g2, "x", SIM_DTYPE_BF16, b, s, d);
+  int op2 = moe(g2, x, (int)E, (int)k, f, 1.25, 1.0);
+  cr_assert_eq(sim_moe_shard_rows(sim_graph_op_get(g2, op2), ext), 4 * 40);
+  cr_assert_eq(sim_moe_shard_rows(sim_graph_op_get(g2, op2), NULL), 8 * 40);
+
+  g_autoptr(SimGraph) g3 = sim_graph_new("t");
+  x = INPUT(g3, "x", SIM_DTYPE_BF16, b, s, d);
+  int lg = sim_graph_linear(g3, "router", x, 4, FALSE, SIM_UNARY_IDENTITY);
+  sim_graph_moe(g3, "moe", x, lg, 4, 5, 64);
+  assert_error(g3, "op 'moe' (moe)", "1 <= top_k <= experts");
+  g_autoptr(SimGraph) g5 = sim_graph_new("t");
+  x = INPUT(g5, "x", SIM_DTYPE_BF16, b, s, d);
+  lg = sim_graph_linear(g5, "router", x, 6, FALSE, SIM_UNARY_IDENTITY);
+  sim_graph_moe(g5, "moe", x, lg, 4, 2, 64);
+  assert_error(g5, "op 'moe' (moe)", "expected logits [b, s, experts] with 4 experts");
+  g_autoptr(SimGraph) g4 = sim_graph_new("t");
+  x = INPUT(g4, "x", SIM_DTYPE_BF16, b, s, d);
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_MOE);
+  sim_attrs_set_int(a, "experts", 4, NULL);
+  sim_attrs_set_int(a, "top_k", 2, NULL);
+  sim_attrs_set_int(a, "ffn", 64, NULL);
+  sim_attrs_set_float(a, "imbalance", 0.5, NULL);
+  g_autoptr(GError) error = NULL;
+  lg = sim_graph_linear(g4, "router", x, 4, FALSE, SIM_UNARY_IDENTITY);
+  cr_assert_lt(sim_graph_add_op(g4, SIM_OP_MOE, "moe", 2, (int[]){ x, lg }, a, &error), 0);
+  cr_assert(strstr(error->message, "op 'moe' (moe)") && strstr(error->message, "imbalance >= 1"),
+            "%s", error->message);
+}

@@ -344,19 +344,21 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
    * and the activations (8 x 4096 values a tensor) are under 1 MB.  Bytes per parameter:
    *   mixed precision, Adam:   2 (weight) + 2 (gradient) + 4 (fp32 master) + 8 (moments) = 16
    *   the same with ZeRO-1:    2 + 2 + 12 / 4 (the fp32 states split over the replicas) = 7
+   *   with ZeRO-2:             2 + (2 + 12) / 4 (the gradients split too) = 5.5
    *   fp32, Adam:              4 + 4 + 8 = 16
    *   fp32, SGD with momentum: 4 + 4 + 4 = 12 */
   const double params = 2.0 * 4096 * 4096;
   const struct {
     SimPrecision precision;
     SimOptimizer optimizer;
-    gboolean zero1;
+    gboolean zero1, zero2;
     double bytes;
   } cases[] = {
-    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, 16 },
-    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, 7 },
-    { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, 16 },
-    { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, 12 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, FALSE, 7 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, TRUE, 5.5 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
+    { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, FALSE, 12 },
   };
   g_autoptr(SimMachine) mach = switch4(100);
   g_autoptr(SimCostModel) c = roofline();
@@ -371,6 +373,7 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
     mo.precision = cases[i].precision;
     mo.optimizer = cases[i].optimizer;
     mo.zero1 = cases[i].zero1;
+    mo.zero2 = cases[i].zero2;
     mo.recompute = SIM_RECOMPUTE_NONE;
     sim_strategy_set_memory(s, &mo);
     SimOptions o = sim_options_default();
@@ -381,6 +384,43 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
       double got = (double)sim_report_peak_memory(r, d);
       cr_expect(got >= want && got <= want + (1 << 20),
                 "case %zu, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations", i,
+                d, got, want);
+    }
+  }
+}
+
+/* Expert parallelism divides the experts' weights, gradients and Adam states among the
+ * ep replicas of a group: with 4 replicas, ep 4 leaves each GPU 16 bytes (mixed bf16:
+ * weights and gradients 2 + 2, fp32 master and moments 12) for every other parameter and
+ * for a quarter of the experts' (tiny batch: activations under 1 MB). */
+Test(closed_form, expert_parallelism_divides_the_experts_weights)
+{
+  g_autoptr(SimMachine) mach = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  for (int ep = 1; ep <= 4; ep *= 4) {
+    g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=256,heads=4,kv_heads=2,experts=4,"
+                                       "top_k=2,expert_ffn=512,seq=8,vocab=512,batch=4");
+    sim_graph_set_float_dtype(g, SIM_DTYPE_BF16);
+    int64_t experts = 0;
+    for (int op = 0; op < sim_graph_n_ops(g); op++)
+      if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+        experts += sim_graph_op_n_params(g, op);
+    cr_assert_eq(experts, 2 * 4 * 3 * 256 * 512);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = 4;
+    mo.ep = ep;
+    mo.memory.precision = SIM_PRECISION_MIXED_BF16;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, mach, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
+    cr_assert_not_null(r, "%s", error ? error->message : "");
+    double want = 16.0 * ((double)(sim_graph_n_params(g) - experts) + (double)experts / ep);
+    for (int d = 0; d < 4; d++) {
+      double got = (double)sim_report_peak_memory(r, d);
+      cr_expect(got >= want && got <= want + (1 << 20),
+                "ep %d, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations", ep,
                 d, got, want);
     }
   }
@@ -616,6 +656,75 @@ Test(lowering, many_holders_send_every_consumer_exactly_the_rows_it_lacks)
   cr_assert_float_eq(sent[fc1], (double)A * 64 * 4, 0.5);
   sim_timeline_clear(&tl);
   sim_lowering_free(lw);
+}
+
+/* Expert parallelism moves the all-to-all's bytes.  x [8, 4, 16] fp32 through a linear
+ * layer "pre", a router to 4 experts and a MoE of top-k experts into an MSE loss, all data
+ * parallel over 4 GPUs (8 tokens each) but the MoE, whose experts are split 4 ways (ep 4,
+ * every token of the batch in each shard's region).  Of the R = 32 x 16 x 4 bytes of
+ * tokens, each GPU holds a quarter; the fraction f = k / ep of them is routed to each other
+ * GPU's expert.  So:
+ *   forward, "pre" sends each MoE shard the 24 remote tokens' rows times f (dispatch), and
+ *   the MoE's partial outputs are reduced with (ep - 1) R f bytes in all (combine);
+ *   backward, the loss sends each MoE shard the 24 remote rows of the output's gradient
+ *   times f, and the MoE input's partial gradients are reduced with (ep - 1) R f bytes;
+ *   the router's logits (4 a token) move whole: 24 remote tokens to each shard forward,
+ *   a ring all-reduce of 2 (ep - 1) R_logits bytes for their gradient backward.
+ * With k = 4 = ep the fraction is capped at 1: every token goes to every GPU. */
+Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
+{
+  for (int k = 1; k <= 4; k *= 2) {
+    g_autoptr(SimGraph) g = sim_graph_new("moe");
+    int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+    int tgt = sim_graph_input(g, "target", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+    int h = sim_graph_linear(g, "pre", x, 16, FALSE, SIM_UNARY_IDENTITY);
+    int logits = sim_graph_linear(g, "router", h, 4, FALSE, SIM_UNARY_IDENTITY);
+    int y = sim_graph_moe(g, "moe", h, logits, 4, k, 8);
+    sim_graph_mse_loss(g, "loss", y, tgt);
+    GError *error = NULL;
+    cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
+    g_autoptr(SimMachine) m = switch4(100);
+    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    int moe = sim_graph_op_by_name(g, "moe");
+    int deg[8] = { 1, 1, 4, 1, 1, 1, 1, 1 };
+    cr_assert(sim_strategy_set_op(s, moe, deg, (int[]){ 0, 1, 2, 3 }, &error), "%s",
+              error ? error->message : "");
+    g_autoptr(SimCostModel) cm = roofline();
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    int pre = sim_graph_op_by_name(g, "pre"), router = sim_graph_op_by_name(g, "router");
+    int loss = sim_graph_op_by_name(g, "loss");
+    double by_pre = 0, by_router = 0, by_loss = 0, reduced = 0;
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *task = &tg->task[t];
+      if (task->kind != SIM_TASK_FLOW)
+        continue;
+      if (task->cls == SIM_CLASS_REDUCTION)
+        reduced += task->bytes;
+      if (task->cls != SIM_CLASS_TRANSFER)
+        continue;
+      if (task->op == pre)
+        by_pre += task->bytes;
+      else if (task->op == router)
+        by_router += task->bytes;
+      else if (task->op == loss)
+        by_loss += task->bytes;
+      else
+        cr_assert_fail("k %d: a transfer tagged op %d", k, task->op);
+    }
+    double f = MIN(1.0, k / 4.0), R = 32.0 * 16 * 4, Rl = 32.0 * 4 * 4;
+    cr_expect_float_eq(by_pre, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: dispatch %g", k, by_pre);
+    cr_expect_float_eq(by_loss, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: gradients %g", k, by_loss);
+    cr_expect_float_eq(by_router, 4 * 24 * 4 * 4, 1e-6, "k %d: logits %g", k, by_router);
+    cr_expect_float_eq(reduced, 2 * 3 * R * f + 2 * 3 * Rl, 1e-6, "k %d: reductions %g", k,
+                       reduced);
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
 }
 
 /* The same with random splits and devices: the MLP tower's first layer split p ways on

@@ -527,6 +527,12 @@ Test(strategy_json, round_trips)
   sim_strategy_add_rewrite(dp, "fuse-linear-relu");
   sim_strategy_add_rewrite(dp, "merge \"quoted\"");
   assert_round_trip(dp, g, m);
+  /* ZeRO-2 ("zero": 2) implies ZeRO-1's sharding and survives the round trip. */
+  mem.zero1 = FALSE;
+  mem.zero2 = TRUE;
+  sim_strategy_set_memory(dp, &mem);
+  cr_assert(sim_strategy_get_memory(dp).zero1);
+  assert_round_trip(dp, g, m);
 
   /* Uneven device lists and two pipeline stages. */
   g_autoptr(SimStrategy) pipe = sim_strategy_new(g, m);
@@ -753,7 +759,7 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   g_autofree char *zero = g_strdup_printf("\"memory\": {\"zero\": 3}, \"ops\": {%s}", base);
   e = read_error(zero);
-  assert_error(e, SIM_ERROR_INVALID, "memory.zero: 3 is out of range; expected 0..1");
+  assert_error(e, SIM_ERROR_INVALID, "memory.zero: 3 is out of range; expected 0..2");
   g_error_free(e);
 
   /* Too large is not "below 1" (it once said so). */
@@ -989,6 +995,51 @@ Test(strategy_build, megatron_gpt_tp2_pp2_dp2)
   cr_assert_eq(sim_strategy_get_memory(s).precision, SIM_PRECISION_MIXED_FP16);
   GError *error = NULL;
   cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+}
+
+/* Expert parallelism: Megatron's plan with tp 2, dp 4 and ep 2 on a mixture of 4 experts.
+ * Every MoE op splits its samples over dp / ep = 2 groups, its experts over ep 2 and each
+ * expert's width over tp 2: shard (i, j, t) on replica i ep + j, rank t, which is the
+ * devices' plain order 0..7.  The router, attention and norms stay data parallel. */
+Test(strategy_build, megatron_expert_parallel)
+{
+  g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=64,heads=4,kv_heads=2,experts=4,top_k=2,"
+                                     "expert_ffn=32,seq=16,vocab=128,batch=8");
+  g_autoptr(SimMachine) m = machine("dgx-a100");
+  SimMegatronOptions o = sim_megatron_options_default();
+  cr_assert_eq(o.ep, 1);
+  o.dp = 4;
+  o.tp = 2;
+  o.ep = 2;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  int moe = op_id(g, "layer1.moe");
+  const int *deg = sim_strategy_op_degrees(s, moe);
+  cr_assert_eq(deg[0], 2);
+  cr_assert_eq(deg[dim_named(g, moe, "x")], 2);
+  cr_assert_eq(deg[dim_named(g, moe, "f")], 2);
+  cr_assert_eq(sim_strategy_op_replicas(s, moe), 1);
+  int all[] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+  assert_devices(s, g, "layer1.moe", all, 8);
+  int router = op_id(g, "layer1.router");
+  cr_assert_eq(sim_strategy_op_degrees(s, router)[0], 4);
+  cr_assert_eq(sim_strategy_op_replicas(s, router), 2);
+  cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+
+  /* ep must divide dp and the experts. */
+  o.ep = 3;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "ep 3: the expert-parallel degree must divide dp 4"), "%s",
+            error->message);
+  g_clear_error(&error);
+  o.dp = 8;
+  o.tp = 1;
+  o.ep = 8;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "ep 8 does not divide the 4 experts of op 'layer0.moe'"),
+            "%s", error->message);
+  g_clear_error(&error);
 }
 
 Test(strategy_build, megatron_sequence_parallel_splits_norms_on_the_sequence)

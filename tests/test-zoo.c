@@ -748,3 +748,140 @@ Test(rnn, rnntc)
   SimShape in = sim_graph_tensor_shape(g, sim_graph_op_input(g, cls, 0));
   cr_assert(in.ndim == 2 && in.dims[0] == 64 && in.dims[1] == 1024);
 }
+
+/* ---------------------------------------------------------------------------------- */
+/* Today's language models (sim/models/llm.c)                                          */
+
+typedef struct {
+  int64_t L, h, heads, kv, f, V;        /* dense width f; 0 for an all-MoE model      */
+  int64_t E, k, fe, shared, dense;      /* experts, top k, expert width, shared, dense */
+} LlmDims;
+
+/* The parameters in closed form: untied embedding and output layer (2 V h), the final
+ * norm (h); per layer two norms (2h), Wq and Wo (2 h^2), Wk and Wv (2 h kv hd); a dense
+ * SwiGLU (3 h f) or a router (h E), E experts (3 h fe each) and the shared experts
+ * (3 h fe each).  With @active, each MoE layer counts k of its E routed experts. */
+static int64_t llm_params(const LlmDims *d, gboolean active)
+{
+  int64_t hd = d->h / d->heads;
+  int64_t p = 2 * d->V * d->h + d->h;
+  for (int64_t l = 0; l < d->L; l++) {
+    p += 2 * d->h + 2 * d->h * d->h + 2 * d->h * d->kv * hd;
+    if (d->E == 0 || l < d->dense)
+      p += 3 * d->h * d->f;
+    else
+      p += d->h * d->E + 3 * d->h * d->fe * ((active ? d->k : d->E) + d->shared);
+  }
+  return p;
+}
+
+/* The graph's parameters counting k of E experts in every MoE op (its router is a linear
+ * op of its own, always active). */
+static double graph_active_params(const SimGraph *g)
+{
+  double p = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    double n = (double)sim_graph_op_n_params(g, op);
+    if (sim_graph_op_type(g, op) == SIM_OP_MOE) {
+      g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
+      int64_t E = 0, k = 0;
+      cr_assert(sim_attrs_get_int(a, "experts", &E) && sim_attrs_get_int(a, "top_k", &k));
+      n = n * (double)k / (double)E;
+    }
+    p += n;
+  }
+  return p;
+}
+
+/* @published agrees with the graph's count within @unit, the last digit it prints. */
+static void check_llm(const char *name, const LlmDims *d, double published, double unit,
+                      double published_active, double unit_active)
+{
+  g_autoptr(SimGraph) g = build(name, "batch=1");
+  int64_t want = llm_params(d, FALSE);
+  cr_assert_eq(sim_graph_n_params(g), want, "%s: %" G_GINT64_FORMAT ", closed form %"
+               G_GINT64_FORMAT, name, sim_graph_n_params(g), want);
+  cr_assert(fabs((double)want - published) <= unit, "%s: %.4g, published %.4g", name,
+            (double)want, published);
+  /* Untied: the output layer has its own [h, V] weight. */
+  cr_assert_eq(op_params(g, "lm_head"), d->V * d->h, "%s", name);
+  cr_assert_eq(op_params(g, "embed"), d->V * d->h, "%s", name);
+  if (published_active > 0) {
+    double active = graph_active_params(g);
+    cr_assert_eq((int64_t)llround(active), llm_params(d, TRUE), "%s active", name);
+    cr_assert(fabs(active - published_active) <= unit_active, "%s: %.4g active, published "
+              "%.4g", name, active, published_active);
+  }
+}
+
+/* LLaMA-2 (Hugging Face meta-llama/Llama-2-{7b,13b,70b}-hf, their safetensors'
+ * parameter counts: 6.74 B, 13.02 B, 68.98 B). */
+Test(llm, llama2)
+{
+  check_llm("llama2-7b", &(LlmDims){ 32, 4096, 32, 32, 11008, 32000 }, 6.74e9, 0.01e9, 0, 0);
+  check_llm("llama2-13b", &(LlmDims){ 40, 5120, 40, 40, 13824, 32000 }, 13.02e9, 0.01e9, 0, 0);
+  check_llm("llama2-70b", &(LlmDims){ 80, 8192, 64, 8, 28672, 32000 }, 68.98e9, 0.01e9, 0, 0);
+}
+
+/* LLaMA-3 (Hugging Face meta-llama/Meta-Llama-3-8B and -70B: 8.03 B, 70.55 B; Llama 3.1
+ * 405B: 405.8 B). */
+Test(llm, llama3)
+{
+  check_llm("llama3-8b", &(LlmDims){ 32, 4096, 32, 8, 14336, 128256 }, 8.03e9, 0.01e9, 0, 0);
+  check_llm("llama3-70b", &(LlmDims){ 80, 8192, 64, 8, 28672, 128256 }, 70.55e9, 0.01e9, 0, 0);
+  check_llm("llama3-405b", &(LlmDims){ 126, 16384, 128, 8, 53248, 128256 }, 405.8e9, 0.1e9, 0,
+            0);
+}
+
+/* Mixtral 8x7B: "46.7B total parameters but only uses 12.9B parameters per token" (Mistral
+ * AI, "Mixtral of experts", December 2023; Jiang et al. 2024).  Mixtral 8x22B: "39B active
+ * parameters out of 141B" (Mistral AI, "Cheaper, Better, Faster, Stronger", April 2024). */
+Test(llm, mixtral)
+{
+  check_llm("mixtral-8x7b", &(LlmDims){ 32, 4096, 32, 8, 0, 32000, 8, 2, 14336, 0, 0 }, 46.7e9,
+            0.1e9, 12.9e9, 0.1e9);
+  check_llm("mixtral-8x22b", &(LlmDims){ 56, 6144, 48, 8, 0, 32768, 8, 2, 16384, 0, 0 }, 141e9,
+            1e9, 39e9, 1e9);
+}
+
+/* DeepSeekMoE 16B: 16.4 B total, 2.8 B activated (Dai et al. 2024, table 3). */
+Test(llm, deepseek_moe)
+{
+  check_llm("deepseek-moe-16b",
+            &(LlmDims){ 28, 2048, 16, 16, 10944, 102400, 64, 6, 1408, 2, 1 }, 16.4e9, 0.1e9,
+            2.8e9, 0.1e9);
+}
+
+/* The blocks as built: every layer's attention groups its queries and rotates them, the
+ * norms are RMS norms, no dropout; a MoE layer renormalizes its top k (Mixtral) or, with
+ * shared experts, does not (DeepSeekMoE). */
+Test(llm, structure)
+{
+  g_autoptr(SimGraph) g = build("llama3-8b", "batch=1,layers=2");
+  cr_assert_eq(count_ops(g, SIM_OP_RMSNORM), 5);
+  cr_assert_eq(count_ops(g, SIM_OP_LAYERNORM), 0);
+  cr_assert_eq(count_ops(g, SIM_OP_GATED_MLP), 2);
+  cr_assert_eq(count_ops(g, SIM_OP_DROPOUT), 0);
+  g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, sim_graph_op_by_name(g, "layer1.attn"));
+  int64_t v;
+  cr_assert(sim_attrs_get_int(a, "kv_heads", &v) && v == 8);
+  cr_assert(sim_attrs_get_int(a, "rotary", &v) && v == 1);
+  double theta;
+  cr_assert(sim_attrs_get_float(a, "rotary_base", &theta) && theta == 500000);
+
+  g_autoptr(SimGraph) m = build("mixtral-8x7b", "batch=1,layers=1");
+  g_autoptr(SimAttrs) ma = sim_graph_op_attrs(m, sim_graph_op_by_name(m, "layer0.moe"));
+  cr_assert(sim_attrs_get_int(ma, "normalize_top_k", &v) && v == 1);
+  g_autoptr(SimGraph) d = build("deepseek-moe-16b", "batch=1,layers=3");
+  cr_assert_eq(count_ops(d, SIM_OP_MOE), 2);
+  cr_assert_eq(count_ops(d, SIM_OP_GATED_MLP), 3); /* the dense layer and 2 shared blocks */
+  g_autoptr(SimAttrs) da = sim_graph_op_attrs(d, sim_graph_op_by_name(d, "layer1.moe"));
+  cr_assert(sim_attrs_get_int(da, "normalize_top_k", &v) && v == 0);
+
+  GError *e = build_error("llama", "heads=16,kv_heads=3");
+  cr_assert(strstr(e->message, "kv_heads"), "%s", e->message);
+  g_error_free(e);
+  e = build_error("moe", "top_k=9");
+  cr_assert(strstr(e->message, "top_k (9) exceeds the 8 experts"), "%s", e->message);
+  g_error_free(e);
+}

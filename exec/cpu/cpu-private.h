@@ -75,6 +75,9 @@ gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error);
 gboolean cpu_kernel_lstm(const ExecKernelArgs *a, GError **error);
 gboolean cpu_kernel_cross_entropy(const ExecKernelArgs *a, GError **error);
 gboolean cpu_kernel_mse_loss(const ExecKernelArgs *a, GError **error);
+gboolean cpu_kernel_rmsnorm(const ExecKernelArgs *a, GError **error);
+gboolean cpu_kernel_gated_mlp(const ExecKernelArgs *a, GError **error);
+gboolean cpu_kernel_moe(const ExecKernelArgs *a, GError **error);
 
 /* Runs the kernel of @a's operator (kernels.c). */
 gboolean cpu_kernel(const ExecKernelArgs *a, GError **error);

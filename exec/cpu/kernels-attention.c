@@ -6,13 +6,18 @@
  * projection to its rows of the output: with the heads split, shards hold partial outputs
  * and only the shard of head 0 adds the output bias.  Causal masks compare global
  * positions, so a shard of query positions masks what one device would.  The backward
- * pass recomputes the forward quantities of each (sample, head) rather than keeping them. */
+ * pass recomputes the forward quantities of each (sample, head) rather than keeping them.
+ * With grouped-query attention the shard's heads are key-value heads, each serving its
+ * group of query heads; rotary embeddings rotate Q and K by global position. */
 #include "cpu-private.h"
 
 #include <string.h>
 
 typedef struct {
   int64_t heads, hd, dm, sq, skv, s0, ns;
+  int64_t group;      /* query heads per key-value head */
+  gboolean rotary;
+  double base;
   gboolean causal, bias;
   double p;
   float scale;
@@ -69,6 +74,22 @@ static void project_back(const ExecView *in, const ExecView *din, int64_t b, int
   }
 }
 
+/* Rotates the @n rows of @M (hd each, at positions pos0, pos0 + 1, ...) by the rotary
+ * angles, element i with i + hd/2; @sign -1 applies the inverse (the transpose). */
+static void rope(const Att *t, float *M, int64_t n, int64_t pos0, double sign)
+{
+  int64_t half = t->hd / 2;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t i = 0; i < half; i++) {
+      double th = (double)(pos0 + r) * pow(t->base, -2.0 * (double)i / (double)t->hd);
+      double c = cos(th), sn = sign * sin(th);
+      float *x = M + r * t->hd;
+      double a = x[i], b = x[i + half];
+      x[i] = (float)(a * c - b * sn);
+      x[i + half] = (float)(b * c + a * sn);
+    }
+}
+
 /* Scores, masked and normalized: P (before dropout) and the kept-and-scaled mask. */
 static void probabilities(const Att *t, int64_t b, int64_t h, const float *Q, const float *K,
                           float *P, float *mask)
@@ -114,6 +135,10 @@ gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
   t.bias = a->n_weights == 8;
   t.p = cpu_attr_float(a, "dropout", 0.0);
   t.scale = (float)(1.0 / sqrt((double)t.hd));
+  int64_t kvh = cpu_attr_int(a, "kv_heads", 0);
+  t.group = kvh > 0 ? t.heads / kvh : 1;
+  t.rotary = cpu_attr_int(a, "rotary", 0) != 0;
+  t.base = cpu_attr_float(a, "rotary_base", 10000.0);
   SimShape qs = sim_graph_tensor_shape(a->graph, sim_graph_op_input(a->graph, a->op, 0));
   SimShape ks = sim_graph_tensor_shape(a->graph, sim_graph_op_input(a->graph, a->op, 1));
   t.dm = qs.dims[2];
@@ -145,11 +170,15 @@ gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
           int64_t idx[3] = { b, t.s0 + i, c };
           cpu_f32(Y)[cpu_off(Y, idx)] = 0;
         }
-    for (int64_t h = h0; h < h1; h++) {
-      int64_t col = h * hd;
+    for (int64_t h = h0 * t.group; h < h1 * t.group; h++) {
+      int64_t col = h * hd, kvcol = (h / t.group) * hd;
       project(q, b, t.s0, ns, &a->w[0], bq, col, hd, dm, Q);
-      project(k, b, 0, skv, &a->w[1], bk, col, hd, dm, K);
-      project(v, b, 0, skv, &a->w[2], bv, col, hd, dm, V);
+      project(k, b, 0, skv, &a->w[1], bk, kvcol, hd, dm, K);
+      project(v, b, 0, skv, &a->w[2], bv, kvcol, hd, dm, V);
+      if (t.rotary) {
+        rope(&t, Q, ns, t.s0, 1.0);
+        rope(&t, K, skv, 0, 1.0);
+      }
       probabilities(&t, b, h, Q, K, P, mask);
       for (int64_t i = 0; i < ns; i++)
         for (int64_t e = 0; e < hd; e++) {
@@ -217,12 +246,16 @@ gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
           }
           dQ[i * hd + e] = acc;
         }
+      if (t.rotary) {
+        rope(&t, dQ, ns, t.s0, -1.0);
+        rope(&t, dK, skv, 0, -1.0);
+      }
       project_back(q, &a->in_grad[0], b, t.s0, ns, &a->w[0], &a->w_grad[0],
                    t.bias ? &a->w_grad[4] : NULL, col, hd, dm, dQ);
       project_back(k, &a->in_grad[1], b, 0, skv, &a->w[1], &a->w_grad[1],
-                   t.bias ? &a->w_grad[5] : NULL, col, hd, dm, dK);
+                   t.bias ? &a->w_grad[5] : NULL, kvcol, hd, dm, dK);
       project_back(v, &a->in_grad[2], b, 0, skv, &a->w[2], &a->w_grad[2],
-                   t.bias ? &a->w_grad[6] : NULL, col, hd, dm, dV);
+                   t.bias ? &a->w_grad[6] : NULL, kvcol, hd, dm, dV);
     }
     if (!out_bias)
       continue;

@@ -148,3 +148,62 @@ gboolean cpu_kernel_layernorm(const ExecKernelArgs *a, GError **error)
   g_free(xh);
   return TRUE;
 }
+
+/* RMS norm: every row of the shard over the whole last dimension, y = x rstd gamma with
+ * rstd = 1 / sqrt(mean(x^2) + eps). */
+gboolean cpu_kernel_rmsnorm(const ExecKernelArgs *a, GError **error)
+{
+  const ExecView *X = &a->in[0], *Y = &a->out[0], *G = &a->w[0];
+  int r = X->box.ndim;
+  int64_t D = a->hi[r - 1] - a->lo[r - 1];
+  gboolean fwd = a->phase == EXEC_KERNEL_FORWARD;
+  SimRegion rows = { .ndim = r - 1 };
+  int64_t idx[SIM_MAX_DIMS];
+  for (int d = 0; d < r - 1; d++) {
+    rows.lo[d] = a->lo[d];
+    rows.hi[d] = a->hi[d];
+    idx[d] = a->lo[d];
+  }
+  if (exec_region_is_empty(&rows))
+    return TRUE;
+  const float *x = cpu_f32(X);
+  int64_t gs = G->stride[0];
+  const float *gp = cpu_f32(G) + (a->lo[r - 1] - G->box.lo[0]) * gs;
+  do {
+    idx[r - 1] = a->lo[r - 1];
+    const float *xr = x + cpu_off(X, idx);
+    int64_t xs = X->stride[r - 1];
+    double sq = 0;
+    for (int64_t k = 0; k < D; k++)
+      sq += (double)xr[k * xs] * xr[k * xs];
+    double rstd = 1.0 / sqrt(sq / (double)D + NORM_EPS);
+    if (fwd) {
+      float *yr = cpu_f32(Y) + cpu_off(Y, idx);
+      int64_t ys = Y->stride[r - 1];
+      for (int64_t k = 0; k < D; k++)
+        yr[k * ys] = (float)(gp[k * gs] * xr[k * xs] * rstd);
+      continue;
+    }
+    /* dx = rstd (g - xhat mean(g xhat)) with g = dy gamma, xhat = x rstd; dgamma = dy xhat. */
+    const ExecView *DY = &a->out_grad[0], *DX = &a->in_grad[0], *DG = &a->w_grad[0];
+    const float *dyr = cpu_f32(DY) + cpu_off(DY, idx);
+    int64_t dys = DY->stride[r - 1], dgs = DG->stride[0];
+    float *dg = cpu_f32(DG) + (a->lo[r - 1] - DG->box.lo[0]) * dgs;
+    double mgx = 0;
+    for (int64_t k = 0; k < D; k++) {
+      double xh = xr[k * xs] * rstd, dy = dyr[k * dys];
+      mgx += dy * gp[k * gs] * xh;
+      dg[k * dgs] += (float)(dy * xh);
+    }
+    mgx /= (double)D;
+    if (cpu_has(DX)) {
+      float *dxr = cpu_f32(DX) + cpu_off(DX, idx);
+      int64_t dxs = DX->stride[r - 1];
+      for (int64_t k = 0; k < D; k++) {
+        double xh = xr[k * xs] * rstd;
+        dxr[k * dxs] += (float)(rstd * (dyr[k * dys] * gp[k * gs] - xh * mgx));
+      }
+    }
+  } while (exec_region_next(&rows, idx));
+  return TRUE;
+}

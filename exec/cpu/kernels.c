@@ -26,6 +26,9 @@ static const CpuKernelFunc kernels[SIM_OP_COUNT] = {
   [SIM_OP_LSTM] = cpu_kernel_lstm,
   [SIM_OP_CROSS_ENTROPY] = cpu_kernel_cross_entropy,
   [SIM_OP_MSE_LOSS] = cpu_kernel_mse_loss,
+  [SIM_OP_RMSNORM] = cpu_kernel_rmsnorm,
+  [SIM_OP_GATED_MLP] = cpu_kernel_gated_mlp,
+  [SIM_OP_MOE] = cpu_kernel_moe,
 };
 
 gboolean cpu_kernel(const ExecKernelArgs *a, GError **error)

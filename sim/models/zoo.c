@@ -2,7 +2,7 @@
  * building a model by name and loading a model by name or from a graph file.
  *
  * The families of models live beside this file (mlp.c, cnn.c, rnn.c, transformer.c,
- * recsys.c, candle.c); each exports a table of SimZooModel entries and the list below
+ * llm.c, recsys.c, candle.c); each exports a table of SimZooModel entries and the list below
  * fixes the order in which `parasol models` shows them. */
 #include "zoo.h"
 
@@ -298,6 +298,7 @@ static const SimZooModel *const families[] = {
   sim_zoo_cnn_models,
   sim_zoo_rnn_models,
   sim_zoo_transformer_models,
+  sim_zoo_llm_models,
   sim_zoo_recsys_models,
   sim_zoo_candle_models,
 };

@@ -80,6 +80,7 @@ extern const SimZooModel sim_zoo_mlp_models[];
 extern const SimZooModel sim_zoo_cnn_models[];
 extern const SimZooModel sim_zoo_rnn_models[];
 extern const SimZooModel sim_zoo_transformer_models[];
+extern const SimZooModel sim_zoo_llm_models[];
 extern const SimZooModel sim_zoo_recsys_models[];
 extern const SimZooModel sim_zoo_candle_models[];
 

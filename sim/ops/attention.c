@@ -36,12 +36,25 @@
  * kernels forward and five backward.  Tensor parallelism over 8 GPUs with 16 heads and
  * micro-batches of 1 takes the unfused path.  Without the attribute the kernel is always
  * the fused one.  Biases are added in the GEMMs' epilogues and their gradients reduced there
- * (cuBLASLt), so they add no kernels. */
+ * (cuBLASLt), so they add no kernels.
+ *
+ * Grouped-query attention (Ainslie et al. 2023; LLaMA-2 70B, LLaMA-3, Mixtral): with
+ * "kv_heads" below "heads", groups of G = heads / kv_heads query heads share one key and
+ * value head, so Wk and Wv are [d, kv_heads*hd]; kv_heads 1 is multi-query attention
+ * (Shazeer 2019).  The iteration dimension h then counts the key-value heads (a shard
+ * holds whole groups, as Megatron-Core splits them), and a sixth dimension "q" (G*hd, not
+ * split) indexes the query columns of a group: Wq's column is h*G*hd + q.
+ *
+ * "rotary" applies rotary position embeddings (Su et al. 2021) to Q and K after their
+ * projections, pairing element i with i + hd/2 of each head (the rotate-half layout of
+ * LLaMA's Hugging Face and Megatron code) at angle position * rotary_base^(-2i/hd): no
+ * weights, one element-wise kernel each way. */
 #include "../sim-private.h"
 
 #include <string.h>
 
-enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS, A_MEGATRON_SOFTMAX, A_KERNEL };
+enum { A_HEADS, A_HEAD_DIM, A_CAUSAL, A_DROPOUT, A_BIAS, A_MEGATRON_SOFTMAX, A_KERNEL,
+       A_KV_HEADS, A_ROTARY, A_ROTARY_BASE };
 
 static const char *const kernel_names[] = { "fused", "unfused", "megatron", "flash", NULL };
 
@@ -71,9 +84,25 @@ static const SimAttrSpec attrs[] = {
   [A_MEGATRON_SOFTMAX] = { "megatron_softmax", SIM_ATTR_BOOL, 0, NULL, FALSE },
   /* The framework's attention kernels (see the top); megatron_softmax means "megatron". */
   [A_KERNEL] = { "kernel", SIM_ATTR_ENUM, SIM_ATTENTION_FUSED, kernel_names, FALSE },
+  /* Key-value heads; 0: as many as query heads (see the top). */
+  [A_KV_HEADS] = { "kv_heads", SIM_ATTR_INT, 0, NULL, FALSE },
+  [A_ROTARY] = { "rotary", SIM_ATTR_BOOL, 0, NULL, FALSE },
+  [A_ROTARY_BASE] = { "rotary_base", SIM_ATTR_FLOAT, 10000.0, NULL, FALSE },
 };
 
-enum { B, S, H, E, D };
+/* Key-value heads of @op and query heads per key-value head. */
+static int64_t kv_heads_of(const SimOp *op)
+{
+  int64_t kv = op->attrs[A_KV_HEADS].i[0];
+  return kv > 0 ? kv : op->attrs[A_HEADS].i[0];
+}
+
+static int64_t group_of(const SimOp *op)
+{
+  return op->attrs[A_HEADS].i[0] / kv_heads_of(op);
+}
+
+enum { B, S, H, E, D, QG };
 
 static gboolean infer(SimOp *op, GError **error)
 {
@@ -100,20 +129,34 @@ static gboolean infer(SimOp *op, GError **error)
                      heads, hd);
     return FALSE;
   }
+  int64_t kvh = op->attrs[A_KV_HEADS].i[0];
+  if (kvh < 0 || (kvh > 0 && heads % kvh != 0)) {
+    sim_op_set_error(op, error, SIM_ERROR_INVALID,
+                     "%" G_GINT64_FORMAT " key-value heads for %" G_GINT64_FORMAT
+                     " heads: kv_heads must divide heads (0: as many as heads)", kvh, heads);
+    return FALSE;
+  }
+  if (op->attrs[A_ROTARY].i[0] && (hd % 2 != 0 || !(op->attrs[A_ROTARY_BASE].f > 1.0))) {
+    sim_op_set_error(op, error, SIM_ERROR_INVALID,
+                     "rotary embeddings need an even head_dim (%" G_GINT64_FORMAT
+                     ") and a rotary_base above 1 (%g)", hd, op->attrs[A_ROTARY_BASE].f);
+    return FALSE;
+  }
   if (!(p >= 0.0 && p < 1.0)) {
     sim_op_set_error(op, error, SIM_ERROR_INVALID, "the dropout probability %g is outside "
                      "[0, 1)", p);
     return FALSE;
   }
-  int64_t dm = q->dims[2], inner = heads * hd;
+  int64_t dm = q->dims[2], inner = heads * hd, kv_inner = kv_heads_of(op) * hd;
   sim_op_set_n_outputs(op, 1);
   op->out_shape[0] = *q;
   op->out_dtype[0] = op->in_dtype[0];
   gboolean bias = op->attrs[A_BIAS].i[0] != 0;
   op->n_weights = bias ? 8 : 4;
   for (int i = 0; i < 3; i++) {
-    op->w_shape[i] = sim_shape_make(2, (int64_t[]){ dm, inner });
-    op->w_shape[4 + i] = sim_shape_make(1, &inner);
+    int64_t cols = i == 0 ? inner : kv_inner;
+    op->w_shape[i] = sim_shape_make(2, (int64_t[]){ dm, cols });
+    op->w_shape[4 + i] = sim_shape_make(1, &cols);
   }
   op->w_shape[3] = sim_shape_make(2, (int64_t[]){ inner, dm });
   op->w_shape[7] = sim_shape_make(1, &dm);
@@ -125,14 +168,19 @@ static void space(SimOp *op)
 {
   const SimShape *q = &op->in_shape[0];
   int hd = (int)op->attrs[A_HEAD_DIM].i[0];
-  sim_space_init(op, 5);
+  int G = (int)group_of(op);
+  sim_space_init(op, G > 1 ? 6 : 5);
   sim_space_dim(op, B, "b", SIM_ROLE_SAMPLE, q->dims[0], TRUE);
   sim_space_dim(op, S, "s", SIM_ROLE_ATTRIBUTE, q->dims[1], TRUE);
-  sim_space_dim(op, H, "h", SIM_ROLE_PARAMETER, op->attrs[A_HEADS].i[0], TRUE);
+  sim_space_dim(op, H, "h", SIM_ROLE_PARAMETER, kv_heads_of(op), TRUE);
   sim_space_dim(op, E, "e", SIM_ROLE_PARAMETER, hd, FALSE);
   /* Contracted by the input projections, produced by the output projection; never split
    * (a d-split of the projections would be another operator). */
   sim_space_dim(op, D, "d", SIM_ROLE_REDUCTION, q->dims[2], FALSE);
+  /* The query columns of one key-value group: Wq's, bq's and Wo's rows are h*G*hd + q. */
+  int qd = G > 1 ? QG : E, qs = G * hd;
+  if (G > 1)
+    sim_space_dim(op, QG, "q", SIM_ROLE_PARAMETER, qs, FALSE);
   SimTensorMap *m = op->space.maps;
   sim_map_identity(&m[0], 0, B);
   sim_map_identity(&m[0], 1, S);
@@ -144,12 +192,16 @@ static void space(SimOp *op)
   SimTensorMap *w = &m[3];
   for (int i = 0; i < 3; i++) {
     sim_map_identity(&w[i], 0, D);
-    sim_map_affine(&w[i], 1, H, hd, E, 1, 0);
+    if (i == 0)
+      sim_map_affine(&w[i], 1, H, qs, qd, 1, 0);
+    else
+      sim_map_affine(&w[i], 1, H, hd, E, 1, 0);
   }
-  sim_map_affine(&w[3], 0, H, hd, E, 1, 0);
+  sim_map_affine(&w[3], 0, H, qs, qd, 1, 0);
   sim_map_identity(&w[3], 1, D);
   if (op->n_weights == 8) {
-    for (int i = 4; i < 7; i++)
+    sim_map_affine(&w[4], 0, H, qs, qd, 1, 0);
+    for (int i = 5; i < 7; i++)
       sim_map_affine(&w[i], 0, H, hd, E, 1, 0);
     sim_map_identity(&w[7], 0, D);
   }
@@ -162,6 +214,7 @@ static void space(SimOp *op)
 /* The sizes one shard works with. */
 typedef struct {
   int64_t b, s, skv, heads, hd, d, inner;
+  int64_t kv_inner;   /* columns of K and V: key-value heads times hd */
   double scores;   /* elements of the score matrices: b * heads * s * skv */
   double p;        /* dropout probability */
   gboolean fused;  /* self-attention over the whole sequence: one QKV GEMM */
@@ -169,6 +222,7 @@ typedef struct {
   gboolean unfused_softmax; /* the five-kernel path over the scores (see the top) */
   gboolean flash;
   gboolean causal;
+  gboolean rotary;
 } Shard;
 
 static SimAttentionKernel kernel_of(const SimOp *op)
@@ -185,12 +239,14 @@ static Shard shard(const SimOp *op, const int64_t *e)
     .b = e[B],
     .s = e[S],
     .skv = op->in_shape[1].dims[1],
-    .heads = e[H],
+    .heads = e[H] * group_of(op),
     .hd = e[E],
     .d = e[D],
     .p = op->attrs[A_DROPOUT].f,
   };
   x.inner = x.heads * x.hd;
+  x.kv_inner = e[H] * x.hd;
+  x.rotary = op->attrs[A_ROTARY].i[0] != 0;
   x.scores = (double)x.b * x.heads * x.s * x.skv;
   x.kv_same = op->inputs[1] == op->inputs[2];
   x.fused = x.kv_same && op->inputs[0] == op->inputs[1] && x.s == x.skv &&
@@ -225,7 +281,7 @@ static SimKernel flash_kernel(const SimOp *op, const Shard *x, gboolean backward
 {
   SimDType dt = op->w_dtype;
   double es = sim_dtype_size(dt);
-  double q = (double)x->b * x->s * x->inner, kv = (double)x->b * x->skv * x->inner;
+  double q = (double)x->b * x->s * x->inner, kv = (double)x->b * x->skv * x->kv_inner;
   double stats = (double)x->b * x->heads * x->s * 4;
   SimKernel k = {
     .kind = SIM_KERNEL_ATTENTION,
@@ -312,18 +368,27 @@ static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
   Shard x = shard(op, e);
   SimDType dt = op->w_dtype;
   int64_t bs = x.b * x.s, bkv = x.b * x.skv;
+  int64_t kvi = x.kv_inner;
+  /* Rotary embeddings: a rotation of every element of Q and K (4 operations with the
+   * table's cosine and sine), reading and writing both; backward the inverse rotation. */
+  double rot = (double)bs * x.inner + (double)bkv * kvi;
+  SimKernel rope = sim_kernel_memory(dt, 4 * rot, 2 * rot * sim_dtype_size(dt) +
+                                                    (double)x.skv * x.hd * 4);
   if (pass == SIM_PASS_FORWARD) {
-    /* Self-attention projects q, k and v with one [d, 3 * inner] GEMM; otherwise q alone
-     * and k, v together (one GEMM when they are one tensor, else a batch of two). */
+    /* Self-attention projects q, k and v with one [d, inner + 2 kv_inner] GEMM;
+     * otherwise q alone and k, v together (one GEMM when they are one tensor, else a batch
+     * of two). */
     if (x.fused) {
-      sim_work_add(w, sim_kernel_gemm(dt, 1, bs, 3 * x.inner, x.d));
+      sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner + 2 * kvi, x.d));
     } else {
       sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner, x.d));
       if (x.kv_same)
-        sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, 2 * x.inner, x.d));
+        sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, 2 * kvi, x.d));
       else
-        sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, x.inner, x.d));
+        sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, kvi, x.d));
     }
+    if (x.rotary)
+      sim_work_add(w, rope);
     core_forward(op, &x, w);
     sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, x.inner));
     return;
@@ -332,19 +397,21 @@ static void work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
   sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.inner, x.d));        /* d context   */
   sim_work_add(w, sim_kernel_gemm(dt, 1, x.inner, x.d, bs));        /* d Wo        */
   core_backward(op, &x, w);
+  if (x.rotary)
+    sim_work_add(w, rope);
   if (x.fused) {
-    sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, 3 * x.inner));  /* d x         */
-    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 3 * x.inner, bs));  /* d Wqkv      */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, x.inner + 2 * kvi));  /* d x    */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, x.inner + 2 * kvi, bs));  /* d Wqkv */
     return;
   }
   sim_work_add(w, sim_kernel_gemm(dt, 1, bs, x.d, x.inner));        /* d q         */
   sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, x.inner, bs));        /* d Wq        */
   if (x.kv_same) {
-    sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, x.d, 2 * x.inner)); /* d kv        */
-    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 2 * x.inner, bkv)); /* d Wk, d Wv  */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, bkv, x.d, 2 * kvi)); /* d kv        */
+    sim_work_add(w, sim_kernel_gemm(dt, 1, x.d, 2 * kvi, bkv)); /* d Wk, d Wv  */
   } else {
-    sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, x.d, x.inner));
-    sim_work_add(w, sim_kernel_gemm(dt, 2, x.d, x.inner, bkv));
+    sim_work_add(w, sim_kernel_gemm(dt, 2, bkv, x.d, kvi));
+    sim_work_add(w, sim_kernel_gemm(dt, 2, x.d, kvi, bkv));
   }
 }
 
@@ -358,7 +425,7 @@ static int64_t kept_outside_core(const SimOp *op, const Shard *x)
     inputs += x->b * x->skv * x->d;
   if (op->inputs[2] != op->inputs[0] && op->inputs[2] != op->inputs[1])
     inputs += x->b * x->skv * x->d;
-  int64_t qkv = x->b * x->s * x->inner + 2 * x->b * x->skv * x->inner;
+  int64_t qkv = x->b * x->s * x->inner + 2 * x->b * x->skv * x->kv_inner;
   int64_t context = x->b * x->s * x->inner;
   return (inputs + qkv + context) * es;
 }

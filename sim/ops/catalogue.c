@@ -25,6 +25,9 @@ static const SimOpClass *const classes[SIM_OP_COUNT] = {
   [SIM_OP_LSTM] = &sim_op_lstm_class,
   [SIM_OP_CROSS_ENTROPY] = &sim_op_cross_entropy_class,
   [SIM_OP_MSE_LOSS] = &sim_op_mse_loss_class,
+  [SIM_OP_RMSNORM] = &sim_op_rmsnorm_class,
+  [SIM_OP_GATED_MLP] = &sim_op_gated_mlp_class,
+  [SIM_OP_MOE] = &sim_op_moe_class,
 };
 
 const SimOpClass *sim_op_class(SimOpType type)

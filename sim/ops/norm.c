@@ -9,7 +9,11 @@
  *
  * Layer norm's dimensions are b, the middle dimensions s (attribute) and d, the
  * normalized dimension, which indexes gamma and beta and cannot be split: each shard
- * needs whole rows for their mean and variance. */
+ * needs whole rows for their mean and variance.
+ *
+ * RMS norm (Zhang and Sennrich 2019, as LLaMA uses it) is layer norm without the mean and
+ * the shift: y = x / sqrt(mean(x^2) + eps) * gamma, with the same dimensions and one
+ * weight. */
 #include "../sim-private.h"
 
 /* ---------------------------------------------------------------------------------- */
@@ -177,4 +181,83 @@ const SimOpClass sim_op_layernorm_class = {
   .space = ln_space,
   .work = ln_work,
   .saved_bytes = ln_saved,
+};
+
+/* ---------------------------------------------------------------------------------- */
+/* RMS norm                                                                            */
+
+static gboolean rms_infer(SimOp *op, GError **error)
+{
+  if (!sim_op_check_rank(op, 0, 2, 4, error) || !sim_op_check_float(op, 0, error))
+    return FALSE;
+  const SimShape *x = &op->in_shape[0];
+  int64_t d = x->dims[x->ndim - 1];
+  sim_op_set_n_outputs(op, 1);
+  op->out_shape[0] = *x;
+  op->out_dtype[0] = op->in_dtype[0];
+  op->n_weights = 1;
+  op->w_shape[0] = sim_shape_make(1, &d);
+  op->w_dtype = op->in_dtype[0];
+  return TRUE;
+}
+
+static void rms_space(SimOp *op)
+{
+  const SimShape *x = &op->in_shape[0];
+  int r = x->ndim;
+  sim_space_init(op, r);
+  sim_space_dim(op, 0, "b", SIM_ROLE_SAMPLE, x->dims[0], TRUE);
+  for (int d = 1; d < r - 1; d++)
+    sim_space_dim(op, d, sim_dim_seq_name(d - 1, r - 2), SIM_ROLE_ATTRIBUTE, x->dims[d], TRUE);
+  sim_space_dim(op, r - 1, "d", SIM_ROLE_PARAMETER, x->dims[r - 1], FALSE);
+  for (int d = 0; d < r; d++) {
+    sim_map_identity(&op->space.maps[0], d, d);
+    sim_map_identity(&op->space.maps[2], d, d);
+  }
+  sim_map_identity(&op->space.maps[1], 0, r - 1);
+}
+
+static void rms_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
+{
+  int r = op->in_shape[0].ndim;
+  SimDType dt = op->out_dtype[0];
+  double es = sim_dtype_size(dt);
+  double D = (double)e[r - 1];
+  double n = (double)sim_extent_volume(op, e);
+  double rows = n / D;
+  if (pass == SIM_PASS_FORWARD) {
+    /* One fused kernel (Apex's FusedRMSNorm, Transformer Engine): the sum of squares (2
+     * per element), then x * rstd * gamma (2); reads x and gamma, writes y and the fp32
+     * rstd of each row. */
+    sim_work_add(w, sim_kernel_memory(dt, 4 * n, 2 * n * es + D * es + 4 * rows));
+    return;
+  }
+  /* dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * gamma: one row reduction (6 per
+   * element); dgamma = sum over rows of dy * xhat (2 per element). */
+  sim_work_add(w, sim_kernel_memory(dt, 6 * n, 3 * n * es + D * es + 4 * rows));
+  sim_work_add(w, sim_kernel_memory(dt, 2 * n, 2 * n * es + 4 * rows + D * es));
+}
+
+static int64_t rms_saved(const SimOp *op, const int64_t *extent)
+{
+  int64_t full[SIM_MAX_ITER];
+  const int64_t *e = sim_op_extent(op, extent, full);
+  int r = op->in_shape[0].ndim;
+  int64_t n = sim_extent_volume(op, e);
+  /* x and the fp32 rstd of each row. */
+  return n * sim_dtype_size(op->out_dtype[0]) + 4 * (n / e[r - 1]);
+}
+
+const SimOpClass sim_op_rmsnorm_class = {
+  .type = SIM_OP_RMSNORM,
+  .name = "rmsnorm",
+  .description = "root-mean-square normalization over the last dimension (scale, no shift)",
+  .attrs = NULL,
+  .n_attrs = 0,
+  .min_inputs = 1,
+  .max_inputs = 1,
+  .infer = rms_infer,
+  .space = rms_space,
+  .work = rms_work,
+  .saved_bytes = rms_saved,
 };
