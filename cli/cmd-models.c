@@ -319,7 +319,7 @@ static int model_show(int argc, char **argv)
   if (!g)
     return cli_report_error(error);
   if (rewrites_file) {
-    g_auto(GStrv) rewrites = search_strategy_file_rewrites(rewrites_file, &error);
+    g_auto(GStrv) rewrites = sim_strategy_file_rewrites(rewrites_file, &error);
     if (!rewrites)
       return cli_report_error(error);
     if (rewrites[0]) {

@@ -830,6 +830,11 @@ SIM_PUBLIC SimStrategy *sim_strategy_load_rewritten(const char *path, const SimG
                                                     SimGraphRewriteFunc rewrite, gpointer data,
                                                     SimGraph **graph, GError **error);
 
+/* The names of the rewrites a strategy file records, in order (an empty list when it
+ * records none), without reading the rest of it against a graph: for tools that show the
+ * rewritten graph.  NULL with @error naming the file and place when it cannot be read. */
+SIM_PUBLIC char **sim_strategy_file_rewrites(const char *path, GError **error);
+
 /* Builders. */
 /* Every op data parallel over @n_devices devices starting at device 0 (sample dims split
  * as far as they divide), weights replicated. */

@@ -873,3 +873,44 @@ SimStrategy *sim_strategy_load(const char *path, const SimGraph *g, const SimMac
   g_autofree char *text = read_strategy_file(path, error);
   return text ? from_text(text, path, g, m, NULL, NULL, NULL, error) : NULL;
 }
+
+char **sim_strategy_file_rewrites(const char *path, GError **error)
+{
+  g_return_val_if_fail(path != NULL, NULL);
+  g_autofree char *text = read_strategy_file(path, error);
+  if (!text)
+    return NULL;
+  g_autoptr(JsonParser) parser = json_parser_new();
+  g_autoptr(GError) local = NULL;
+  if (!sim_json_load(parser, text, -1, &local)) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, path, NULL, "%s", local->message);
+    return NULL;
+  }
+  JsonNode *root = json_parser_get_root(parser);
+  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, path, NULL,
+                     "expected a JSON object with \"format\": \"parasol-strategy\"");
+    return NULL;
+  }
+  GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
+  JsonNode *m = json_object_get_member(json_node_get_object(root), "rewrites");
+  if (m && !JSON_NODE_HOLDS_ARRAY(m)) {
+    sim_set_error_at(error, SIM_ERROR_PARSE, path, "rewrites", "expected a list of names");
+    g_ptr_array_unref(names);
+    return NULL;
+  }
+  JsonArray *a = m ? json_node_get_array(m) : NULL;
+  for (guint i = 0; a && i < json_array_get_length(a); i++) {
+    JsonNode *el = json_array_get_element(a, i);
+    if (!JSON_NODE_HOLDS_VALUE(el) || json_node_get_value_type(el) != G_TYPE_STRING) {
+      g_autofree char *place = g_strdup_printf("rewrites[%u]", i);
+      sim_set_error_at(error, SIM_ERROR_PARSE, path, place, "expected a rewrite's name");
+      g_ptr_array_unref(names);
+      return NULL;
+    }
+    g_ptr_array_add(names, g_strdup(json_node_get_string(el)));
+  }
+  g_ptr_array_set_free_func(names, NULL);
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
