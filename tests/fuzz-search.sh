@@ -1,8 +1,9 @@
 #!/bin/sh
 # fuzz-search.sh [BUDGET [MACHINES]]: every search algorithm on small models and machines
 # with shared links (MACHINES, space-separated; default three); each plan it writes must
-# simulate (parasol simulate --strategy) to exactly the iteration time the search
-# reported.  Run from the repository root after building (PARASOL names another build's
+# simulate (parasol simulate --strategy) to the iteration time the search reported, to a
+# relative 1e-12: searches time plans with every task, simulate merges chains and rings,
+# which agree to the bit but in rare plans (docs/scale.md) by the last bit.  Run from the repository root after building (PARASOL names another build's
 # program).
 set -u
 P=${PARASOL:-build/cli/parasol}
@@ -30,7 +31,7 @@ for algo in mcmc dp beam optcnn subst pipeline; do
       searched=$(echo "$out" | python3 -c 'import json, sys; d = json.load(sys.stdin); print(repr(d.get("search_iteration_time_s", d["iteration_time_s"])))')
       simulated=$("$P" simulate --model "$model" --param "$params" --machine "$machine" \
                   --strategy "$dir/plan.json" --json | python3 -c 'import json, sys; print(repr(json.load(sys.stdin)["iteration_time_s"]))')
-      if [ "$searched" != "$simulated" ]; then
+      if ! python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-12 * max(abs(a), abs(b)))' "$searched" "$simulated"; then
         echo "$algo, $model on $machine: searched $searched s, simulated $simulated s"
         bad=$((bad + 1))
       fi
