@@ -69,14 +69,14 @@ class SimSyncOptions(Structure):
 
 class SimMemoryOptions(Structure):
     _fields_ = [("recompute", c_int), ("zero1", gboolean), ("precision", c_int),
-                ("optimizer", c_int)]
+                ("optimizer", c_int), ("zero2", gboolean)]
 
 
 class SimMegatronOptions(Structure):
     _fields_ = [("dp", c_int), ("tp", c_int), ("pp", c_int), ("microbatches", c_int),
                 ("microbatch_size", c_int64), ("schedule", c_int), ("chunks", c_int),
                 ("sequence_parallel", gboolean), ("scatter_gather", gboolean),
-                ("sync", SimSyncOptions), ("memory", SimMemoryOptions)]
+                ("sync", SimSyncOptions), ("memory", SimMemoryOptions), ("ep", c_int)]
 
 
 RUN_FUNC = CFUNCTYPE(gboolean, c_void_p, c_void_p, GErrorPP)
