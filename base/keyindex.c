@@ -1,5 +1,5 @@
-/* keyindex.c — hashing of byte strings, and numbers for fixed-size byte keys (SimKeyIndex): each key gets the next
- * number the first time it is seen.  The lowering dedupes regions and transfers this way
+/* keyindex.c — hashing of byte strings, and numbers for fixed-size byte keys
+ * (SimKeyIndex): each key gets the next number the first time it is seen.  The lowering dedupes regions and transfers this way
  * thousands of times per search step; a hash table of GBytes allocated a key, a table
  * and its nodes for each.  Here the keys live in one array, the table is open addressing
  * kept at most half full, and clearing forgets the keys but keeps the memory. */

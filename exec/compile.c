@@ -24,6 +24,7 @@
  *   GATHER_PARAMS all-gathers the weights after a sharded update.
  */
 #include "exec-private.h"
+#include "heap.h"
 
 #include <math.h>
 #include <string.h>
@@ -1262,44 +1263,13 @@ typedef struct {
   int id;
 } HeapItem;
 
-static void heap_push(GArray *h, HeapItem it)
+/* Ascending key, then id: a total order. */
+static inline gboolean item_less(const HeapItem *a, const HeapItem *b)
 {
-  g_array_append_val(h, it);
-  HeapItem *a = (HeapItem *)h->data;
-  guint i = h->len - 1;
-  while (i > 0) {
-    guint p = (i - 1) / 2;
-    if (a[p].key < a[i].key || (a[p].key == a[i].key && a[p].id < a[i].id))
-      break;
-    HeapItem tmp = a[p];
-    a[p] = a[i];
-    a[i] = tmp;
-    i = p;
-  }
+  return a->key < b->key || (a->key == b->key && a->id < b->id);
 }
 
-static HeapItem heap_pop(GArray *h)
-{
-  HeapItem *a = (HeapItem *)h->data;
-  HeapItem top = a[0];
-  a[0] = a[h->len - 1];
-  g_array_set_size(h, h->len - 1);
-  guint i = 0, n = h->len;
-  for (;;) {
-    guint l = 2 * i + 1, r = l + 1, m = i;
-    if (l < n && (a[l].key < a[m].key || (a[l].key == a[m].key && a[l].id < a[m].id)))
-      m = l;
-    if (r < n && (a[r].key < a[m].key || (a[r].key == a[m].key && a[r].id < a[m].id)))
-      m = r;
-    if (m == i)
-      break;
-    HeapItem tmp = a[m];
-    a[m] = a[i];
-    a[i] = tmp;
-    i = m;
-  }
-  return top;
-}
+SIM_HEAP_DEFINE(item_heap, HeapItem, item_less)
 
 typedef struct {
   int from, to;
@@ -1522,13 +1492,14 @@ static gboolean build_programs(Ctx *x)
   for (int i = n; i < total; i++)
     key[i] = G_MAXDOUBLE;
 
-  GArray *heap = g_array_new(FALSE, FALSE, sizeof(HeapItem));
+  HeapItem *heap = NULL;
+  int n_heap = 0, cap_heap = 0;
   for (int i = 0; i < total; i++)
     if (indeg[i] == 0)
-      heap_push(heap, (HeapItem){ key[i], i });
+      item_heap_push(&heap, &n_heap, &cap_heap, (HeapItem){ key[i], i });
   int emitted = 0;
-  while (heap->len && !x->failed) {
-    HeapItem it = heap_pop(heap);
+  while (n_heap && !x->failed) {
+    HeapItem it = item_heap_pop(heap, &n_heap);
     int i = it.id;
     emitted++;
     for (int k = off[i]; k < off[i + 1]; k++) {
@@ -1537,7 +1508,7 @@ static gboolean build_programs(Ctx *x)
       if (j >= n && key[j] == G_MAXDOUBLE)
         key[j] = it.key;
       if (--indeg[j] == 0)
-        heap_push(heap, (HeapItem){ MAX(key[j], it.key), j });
+        item_heap_push(&heap, &n_heap, &cap_heap, (HeapItem){ MAX(key[j], it.key), j });
     }
     if (i >= n) {
       emit_synth(x, i - n, &g_array_index(synth, Synth, i - n));
@@ -1576,7 +1547,7 @@ static gboolean build_programs(Ctx *x)
   if (!x->failed && emitted != total)
     fail(x, EXEC_ERROR_UNSUPPORTED, "the plan's dependencies and stream orders form a cycle "
          "(%d of %d tasks could be ordered)", emitted, total);
-  g_array_free(heap, TRUE);
+  g_free(heap);
   g_free(key);
   g_free(pos);
   g_free(adj);

@@ -31,6 +31,7 @@
 #include "collective.h"
 #include "network.h"
 #include "base.h"
+#include "heap.h"
 
 #include <math.h>
 #include <string.h>
@@ -167,25 +168,13 @@ static inline gboolean ev_less(const Event *a, const Event *b)
   return x < y;
 }
 
-/* A four-ary heap: half the levels of a binary one, and a node's children share cache
- * lines. */
+SIM_HEAP_DEFINE(event_heap, Event, ev_less)
+
 static void push_event(SimEngine *e, uint64_t tkey, uint64_t seq, int task, EventType type,
                        uint32_t version)
 {
-  if (e->n_heap == e->cap_heap) {
-    e->cap_heap = e->cap_heap ? e->cap_heap * 2 : 1024;
-    e->heap = g_renew(Event, e->heap, e->cap_heap);
-  }
   Event ev = { tkey, seq, task, type, version, 0 };
-  int i = e->n_heap++;
-  while (i > 0) {
-    int p = (i - 1) / 4;
-    if (!ev_less(&ev, &e->heap[p]))
-      break;
-    e->heap[i] = e->heap[p];
-    i = p;
-  }
-  e->heap[i] = ev;
+  event_heap_push(&e->heap, &e->n_heap, &e->cap_heap, ev);
 }
 
 static void schedule_v(SimEngine *e, double time, int task, EventType type, uint32_t version)
@@ -201,26 +190,7 @@ static inline void schedule(SimEngine *e, double time, int task, EventType type)
 
 static Event heap_pop(SimEngine *e)
 {
-  Event *h = e->heap;
-  Event top = h[0];
-  Event last = h[--e->n_heap];
-  int n = e->n_heap, i = 0;
-  for (;;) {
-    int c = 4 * i + 1;
-    if (c >= n)
-      break;
-    int end = MIN(c + 4, n), m = c;
-    for (int k = c + 1; k < end; k++)
-      if (ev_less(&h[k], &h[m]))
-        m = k;
-    if (!ev_less(&h[m], &last))
-      break;
-    h[i] = h[m];
-    i = m;
-  }
-  if (n > 0)
-    h[i] = last;
-  return top;
+  return event_heap_pop(e->heap, &e->n_heap);
 }
 
 /* ---- tasks ---- */
