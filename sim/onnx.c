@@ -20,7 +20,9 @@
  * torch.nn.MultiheadAttention (the nodes under its scope) becomes one attention operator;
  * a MatMul with a weight and the Add of a bias become one linear; Relu after Conv, Gemm
  * or BatchNormalization and GELU (written out with Erf) after a linear become the
- * operator's activation; Pad before a pooling or convolution becomes its padding;
+ * operator's activation; RMSNorm written out (Pow, ReduceMean, Add, Sqrt, a reciprocal,
+ * Mul by x and by the weight) becomes one rmsnorm and GELU's tanh approximation written out
+ * one GELU (fuse_pointwise()); Pad before a pooling or convolution becomes its padding;
  * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
  * positions computed from constants are inputs of their shape.  An operator outside
  * this mapping is an error that names the node and its type; sim_onnx_check() lists the
@@ -1881,7 +1883,9 @@ static const char *const supported_ops[] = {
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
   "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
-  "Expand", "Not", "Neg", "Pow", "Sqrt", NULL,
+  "Expand", "Not", "Neg", "Pow", "Sqrt",
+  /* Only inside RMSNorm (fuse_pointwise()), which --check, reading types, does not see. */
+  "ReduceMean", "Reciprocal", NULL,
 };
 
 /* ---------------------------------------------------------------------------------- */

@@ -468,6 +468,9 @@ Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_silu_as_operators)
             "%s", r.out);
   cr_expect(strstr(r.out, "blocks.0/mlp/Sigmoid ") != NULL, "%s", r.out);
   run_clear(&r);
+  Run c = run("import", "--check", f, "-p", "batch=2,seq=8", NULL);
+  cr_expect_eq(c.status, 0, "import --check: %s%s", c.out, c.err);
+  run_clear(&c);
   Run s = run("simulate", "-m", f, "-p", "batch=16,seq=128", "-x", "dgx-a100", "--tp", "2",
               "--json", NULL);
   expect_ok(&s, "simulate --tp 2");
