@@ -477,3 +477,22 @@ Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_silu_as_operators)
   cr_expect_gt(json_number(s.out, "iteration_time_s"), 0);
   run_clear(&s);
 }
+
+/* tests/data/onnx/make-patterns.py: PyTorch's gelu(approximate="tanh") (exported with
+ * x * x * x) is one GELU and RMSNorm written as x / sqrt(...) one rmsnorm, so the
+ * parameters are the two linears' and the norm's, (16 x 64 + 64) + (64 x 16 + 16) + 16 =
+ * 2,144, in four operators after the input; a ReduceMean outside RMSNorm is refused naming its node. */
+Test(onnx, written_out_patterns_become_one_operator_and_others_are_refused)
+{
+  need_onnx();
+  g_autofree char *f = onnx_file("gelu-rmsnorm.onnx");
+  cr_expect_eq(model_parameters(f, "batch=2"), 16 * 64 + 64 + 64 * 16 + 16 + 16);
+  Run r = run("model", "show", f, "-p", "batch=2", "--json", NULL);
+  expect_ok(&r, "show");
+  cr_expect_eq(json_number(r.out, "ops"), 5, "%s", r.out);
+  cr_expect(strstr(r.out, "\"type\" : \"rmsnorm\"") != NULL, "%s", r.out);
+  run_clear(&r);
+  g_autofree char *bad = onnx_file("reducemean.onnx");
+  expect_refused(run("model", "show", bad, "-p", "batch=2", NULL),
+                 "node '/ReduceMean' (ReduceMean): operator ReduceMean is not supported");
+}
