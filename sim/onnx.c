@@ -22,7 +22,7 @@
  * or BatchNormalization and GELU (written out with Erf) after a linear become the
  * operator's activation; RMSNorm written out (Pow, ReduceMean, Add, Sqrt, a reciprocal,
  * Mul by x and by the weight) becomes one rmsnorm and GELU's tanh approximation written out
- * one GELU (fuse_pointwise()); Pad before a pooling or convolution becomes its padding;
+ * one GELU (fuse_pointwise()); a SwiGLU MLP becomes one gated_mlp (fuse_swiglu()); Pad before a pooling or convolution becomes its padding;
  * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
  * positions computed from constants are inputs of their shape.  An operator outside
  * this mapping is an error that names the node and its type; sim_onnx_check() lists the
@@ -744,6 +744,99 @@ static gboolean fuse_pointwise(Importer *im, int index, gboolean *fused)
     *fused = TRUE;
     return TRUE;
   }
+  return TRUE;
+}
+
+/* The shape of the 2-D weight @name, also where a Transpose later in the file makes it from
+ * a graph input or initializer (PyTorch transposes a Linear's weight next to its MatMul). */
+static gboolean weight_ahead(Importer *im, const char *name, SimShape *shape)
+{
+  Value *v = value_get(im, name);
+  if (v)
+    return v->kind == V_LEAF && !v->data_only && v->shape.ndim == 2 && (*shape = v->shape, TRUE);
+  for (size_t i = 0; name && i < im->graph->n_node; i++) {
+    const Onnx__NodeProto *k = im->graph->node[i];
+    if (k->n_output < 1 || strcmp(k->output[0], name) != 0)
+      continue;
+    Value *w = k->n_input == 1 && !strcmp(k->op_type, "Transpose") ? value_get(im, k->input[0])
+                                                                    : NULL;
+    if (!w || w->kind != V_LEAF || w->data_only || w->shape.ndim != 2)
+      return FALSE;
+    shape->ndim = 2;
+    shape->dims[0] = w->shape.dims[1];
+    shape->dims[1] = w->shape.dims[0];
+    return TRUE;
+  }
+  return FALSE;
+}
+
+/* A SwiGLU MLP as PyTorch implementations write it, w2(silu(w1(x)) * w3(x)) with linears
+ * without bias (exported as MatMul, Sigmoid, Mul, MatMul, Mul, MatMul), at its first
+ * MatMul @index: one gated_mlp operator as the zoo's LLaMA has it (sim/ops/), with the
+ * same three weights.  *fused tells whether the nodes formed it. */
+static gboolean fuse_swiglu(Importer *im, int index, int x, gboolean *fused)
+{
+  const Onnx__NodeProto *n = node(im, index);
+  *fused = FALSE;
+  Value *w1 = value_get(im, n->input[1]);
+  const char *h = n->output[0];
+  GArray *c = g_hash_table_lookup(im->consumers, h);
+  if (!w1 || w1->kind != V_LEAF || w1->data_only || w1->shape.ndim != 2 || !c || c->len != 2)
+    return TRUE;
+  int sig = -1, m1 = -1;
+  for (guint i = 0; i < 2; i++) {
+    int k = g_array_index(c, int, i);
+    if (!strcmp(node(im, k)->op_type, "Sigmoid"))
+      sig = k;
+    else if (!strcmp(node(im, k)->op_type, "Mul"))
+      m1 = k;
+  }
+  const char *o = m1 >= 0 ? other_input(node(im, m1), h) : NULL;
+  if (sig < 0 || !o || strcmp(o, node(im, sig)->output[0]) != 0 ||
+      sole_consumer(im, o) != m1)
+    return TRUE;
+  int m2 = sole_consumer(im, node(im, m1)->output[0]);
+  o = m2 >= 0 && !strcmp(node(im, m2)->op_type, "Mul")
+        ? other_input(node(im, m2), node(im, m1)->output[0])
+        : NULL;
+  if (!o || sole_consumer(im, o) != m2)
+    return TRUE;
+  int up = -1;
+  GArray *xc = g_hash_table_lookup(im->consumers, n->input[0]);
+  for (guint i = 0; xc && i < xc->len; i++) {
+    int k = g_array_index(xc, int, i);
+    const Onnx__NodeProto *u = node(im, k);
+    SimShape w3;
+    if (!strcmp(u->op_type, "MatMul") && u->n_output == 1 && !strcmp(u->output[0], o) &&
+        u->n_input == 2 && !strcmp(u->input[0], n->input[0]) &&
+        weight_ahead(im, u->input[1], &w3) && sim_shape_equal(&w3, &w1->shape))
+      up = k;
+  }
+  int down = sole_consumer(im, node(im, m2)->output[0]);
+  const Onnx__NodeProto *d = node(im, down);
+  SimShape w2;
+  gboolean has_w2 = d && !strcmp(d->op_type, "MatMul") && d->n_input == 2 &&
+                    d->n_output == 1 && !strcmp(d->input[0], node(im, m2)->output[0]) &&
+                    weight_ahead(im, d->input[1], &w2);
+  SimShape xs = sim_graph_tensor_shape(im->g, x);
+  if (up < 0 || !has_w2 || w2.dims[0] != w1->shape.dims[1] ||
+      w2.dims[1] != xs.dims[xs.ndim - 1] || w1->shape.dims[0] != xs.dims[xs.ndim - 1])
+    return TRUE;
+  g_autofree char *scope = scope_of(node(im, m2));
+  g_autofree char *base = g_strdup_printf("%s%s%s", scope ? scope + (scope[0] == '/') : "",
+                                          scope ? "/" : "", "gated_mlp");
+  g_autofree char *name = g_strdup(base);
+  for (int k = 2; sim_graph_op_by_name(im->g, name) >= 0; k++) {
+    g_free(name);
+    name = g_strdup_printf("%s#%d", base, k);
+  }
+  int t = sim_graph_gated_mlp(im->g, name, x, w1->shape.dims[1], SIM_UNARY_SILU);
+  if (!built(im, n, t))
+    return FALSE;
+  im->skip[index] = im->skip[sig] = im->skip[m1] = im->skip[m2] = im->skip[up] = TRUE;
+  im->skip[down] = TRUE;
+  set_tensor(im, d->output[0], t);
+  *fused = TRUE;
   return TRUE;
 }
 
@@ -1626,6 +1719,11 @@ static gboolean import_node(Importer *im, int index)
     int x;
     if (!tensor_of(im, n, 0, &x))
       return FALSE;
+    gboolean fused = FALSE;
+    if (b->kind == V_LEAF && b->shape.ndim == 2 && !fuse_swiglu(im, index, x, &fused))
+      return FALSE;
+    if (fused)
+      return TRUE;
     if (b->kind == V_LEAF && b->shape.ndim == 2)
       return emit_linear(im, n, index, x, b->shape.dims[1], FALSE);
     int y;

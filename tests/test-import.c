@@ -450,9 +450,9 @@ static int ops_of_type(const char *out, const char *type)
 /* A LLaMA-style decoder written in PyTorch (tests/data/onnx/make-llama.py: 2 blocks of
  * width 128, RMSNorm written out with pow, mean and rsqrt, rotary attention, SwiGLU, then
  * a GPT-2 MLP with gelu_new written out) keeps PyTorch's 783,616 parameters: 5 RMSNorms
- * of 128 scales each are 5 rmsnorm operators, the tanh GELU is one unary, SiLU one per
- * SwiGLU, and the rotary tables (buffers) are inputs, not weights. */
-Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_silu_as_operators)
+ * of 128 scales each are 5 rmsnorm operators, the tanh GELU is one unary, each SwiGLU MLP
+ * one gated_mlp, and the rotary tables (buffers) are inputs, not weights. */
+Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_swiglu_as_operators)
 {
   need_onnx();
   g_autofree char *f = onnx_file("llama.onnx");
@@ -466,7 +466,9 @@ Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_silu_as_operators)
   cr_expect(strstr(r.out, "Pow") == NULL && strstr(r.out, "Sqrt") == NULL &&
                 strstr(r.out, "Tanh") == NULL && strstr(r.out, "ReduceMean") == NULL,
             "%s", r.out);
-  cr_expect(strstr(r.out, "blocks.0/mlp/Sigmoid ") != NULL, "%s", r.out);
+  /* Each SwiGLU MLP is the zoo's gated_mlp with its 3 x 128 x 344 weights. */
+  cr_expect_eq(ops_of_type(r.out, "gated_mlp"), 2, "%s", r.out);
+  cr_expect(strstr(r.out, "blocks.1/mlp/gated_mlp ") && strstr(r.out, "132096"), "%s", r.out);
   run_clear(&r);
   Run c = run("import", "--check", f, "-p", "batch=2,seq=8", NULL);
   cr_expect_eq(c.status, 0, "import --check: %s%s", c.out, c.err);
