@@ -20,7 +20,9 @@
  * torch.nn.MultiheadAttention (the nodes under its scope) becomes one attention operator;
  * a MatMul with a weight and the Add of a bias become one linear; Relu after Conv, Gemm
  * or BatchNormalization and GELU (written out with Erf) after a linear become the
- * operator's activation; Pad before a pooling or convolution becomes its padding;
+ * operator's activation; RMSNorm written out (Pow, ReduceMean, Add, Sqrt, a reciprocal,
+ * Mul by x and by the weight) becomes one rmsnorm and GELU's tanh approximation written out
+ * one GELU (fuse_pointwise()); a SwiGLU MLP becomes one gated_mlp (fuse_swiglu()); Pad before a pooling or convolution becomes its padding;
  * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
  * positions computed from constants are inputs of their shape.  An operator outside
  * this mapping is an error that names the node and its type; sim_onnx_check() lists the
@@ -480,6 +482,364 @@ static const char *fold_gelu(Importer *im, const char *x)
   return node(im, last)->output[0];
 }
 
+static char *scope_of(const Onnx__NodeProto *n);
+
+/* A scalar that is known, or that a Constant node later in the file will make: patterns
+ * are matched at their first node, before the constants they use are imported. */
+static gboolean scalar_ahead(Importer *im, const char *name, double *value)
+{
+  if (is_scalar_const(im, name, value))
+    return TRUE;
+  if (!name || !*name || value_get(im, name))
+    return FALSE;
+  for (size_t i = 0; i < im->graph->n_node; i++) {
+    const Onnx__NodeProto *k = im->graph->node[i];
+    if (k->n_output < 1 || strcmp(k->output[0], name) != 0)
+      continue;
+    const Onnx__AttributeProto *a = strcmp(k->op_type, "Constant") ? NULL : attr(k, "value");
+    if (a && a->t && a->t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
+      int64_t numel = 1;
+      for (size_t d = 0; d < a->t->n_dims; d++)
+        numel *= a->t->dims[d];
+      if (numel != 1)
+        return FALSE;
+      if (a->t->n_float_data == 1)
+        *value = a->t->float_data[0];
+      else if (a->t->has_raw_data && a->t->raw_data.len == sizeof(float)) {
+        float f;
+        memcpy(&f, a->t->raw_data.data, sizeof f);
+        *value = f;
+      } else
+        return FALSE;
+      return TRUE;
+    }
+    if (a && a->t && a->t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE &&
+        a->t->has_raw_data && a->t->raw_data.len == sizeof(double)) {
+      memcpy(value, a->t->raw_data.data, sizeof *value);
+      return TRUE;
+    }
+    if ((a = attr(k, "value_float")) && a->has_f) {
+      *value = a->f;
+      return TRUE;
+    }
+    return FALSE;
+  }
+  return FALSE;
+}
+
+/* For a node of two inputs one of which is @name: the other one, else NULL. */
+static const char *other_input(const Onnx__NodeProto *n, const char *name)
+{
+  if (!n || n->n_input != 2)
+    return NULL;
+  return !strcmp(n->input[0], name) ? n->input[1] : !strcmp(n->input[1], name) ? n->input[0]
+                                                                               : NULL;
+}
+
+/* The node that alone consumes @name if it is an @op, or -1; Cast and Identity nodes on
+ * the way are stepped over and added to @set. */
+static int next_op(Importer *im, const char *name, const char *op, int *set, int *ns)
+{
+  int c = sole_consumer(im, name);
+  while (node(im, c) && node(im, c)->n_output == 1 && *ns < 16 &&
+         (!strcmp(node(im, c)->op_type, "Cast") || !strcmp(node(im, c)->op_type, "Identity"))) {
+    set[(*ns)++] = c;
+    c = sole_consumer(im, node(im, c)->output[0]);
+  }
+  return node(im, c) && !strcmp(node(im, c)->op_type, op) && node(im, c)->n_output >= 1 ? c
+                                                                                        : -1;
+}
+
+/* A node of @op that alone consumes @name and takes a scalar near @want with it. */
+static int next_scaled(Importer *im, const char *name, const char *op, double want, int *set,
+                       int *ns)
+{
+  int c = next_op(im, name, op, set, ns);
+  double v = 0;
+  const char *o = c >= 0 ? other_input(node(im, c), name) : NULL;
+  if (!o || !scalar_ahead(im, o, &v) || fabs(v - want) > 1e-3 * fabs(want))
+    return -1;
+  set[(*ns)++] = c;
+  return c;
+}
+
+/* Among the consumers of @x, the node x ** @power: Pow(x, power), or for 2 and 3 the
+ * products Mul(x, x) and Mul(x, Mul(x, x)).  Adds its nodes to @set. */
+static int power_of(Importer *im, const char *x, double power, int *set, int *ns)
+{
+  GArray *c = g_hash_table_lookup(im->consumers, x);
+  for (guint i = 0; c && i < c->len; i++) {
+    int k = g_array_index(c, int, i);
+    const Onnx__NodeProto *p = node(im, k);
+    double e = 0;
+    if (!strcmp(p->op_type, "Pow") && p->n_input == 2 && !strcmp(p->input[0], x) &&
+        scalar_ahead(im, p->input[1], &e) && e == power) {
+      set[(*ns)++] = k;
+      return k;
+    }
+    if (!strcmp(p->op_type, "Mul") && p->n_input == 2 && !strcmp(p->input[0], x) &&
+        !strcmp(p->input[1], x)) {
+      if (power == 2) {
+        set[(*ns)++] = k;
+        return k;
+      }
+      int m = next_op(im, p->output[0], "Mul", set, ns);
+      const char *o = m >= 0 ? other_input(node(im, m), p->output[0]) : NULL;
+      if (power == 3 && o && !strcmp(o, x)) {
+        set[(*ns)++] = k;
+        set[(*ns)++] = m;
+        return m;
+      }
+    }
+  }
+  return -1;
+}
+
+/* GELU's tanh approximation as written out (GPT-2's gelu_new, and torch's
+ * gelu(approximate="tanh") as exported):
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Returns the node whose output is the
+ * result, with every node of the pattern in @set, or -1. */
+static int match_gelu_tanh(Importer *im, const char *x, int *set, int *ns)
+{
+  int cube = power_of(im, x, 3, set, ns);
+  if (cube < 0)
+    return -1;
+  int k = next_scaled(im, node(im, cube)->output[0], "Mul", 0.044715, set, ns);
+  int add = k >= 0 ? next_op(im, node(im, k)->output[0], "Add", set, ns) : -1;
+  const char *o = add >= 0 ? other_input(node(im, add), node(im, k)->output[0]) : NULL;
+  if (!o || strcmp(o, x) != 0)
+    return -1;
+  set[(*ns)++] = add;
+  k = next_scaled(im, node(im, add)->output[0], "Mul", sqrt(2 / G_PI), set, ns);
+  int th = k >= 0 ? next_op(im, node(im, k)->output[0], "Tanh", set, ns) : -1;
+  if (th < 0)
+    return -1;
+  set[(*ns)++] = th;
+  int one = next_scaled(im, node(im, th)->output[0], "Add", 1, set, ns);
+  int fin = one >= 0 ? next_op(im, node(im, one)->output[0], "Mul", set, ns) : -1;
+  o = fin >= 0 ? other_input(node(im, fin), node(im, one)->output[0]) : NULL;
+  if (!o)
+    return -1;
+  set[(*ns)++] = fin;
+  if (!strcmp(o, x)) /* (x (1 + tanh)) 0.5 */
+    return next_scaled(im, node(im, fin)->output[0], "Mul", 0.5, set, ns);
+  /* (0.5 x) (1 + tanh) */
+  GArray *c = g_hash_table_lookup(im->consumers, x);
+  for (guint i = 0; c && i < c->len; i++) {
+    int h = g_array_index(c, int, i);
+    double v = 0;
+    const char *s = other_input(node(im, h), x);
+    if (!strcmp(node(im, h)->op_type, "Mul") && !strcmp(node(im, h)->output[0], o) && s &&
+        scalar_ahead(im, s, &v) && v == 0.5 && sole_consumer(im, o) == fin) {
+      set[(*ns)++] = h;
+      return fin;
+    }
+  }
+  return -1;
+}
+
+/* RMSNorm as PyTorch implementations write it (LLaMA's):
+ * weight * (x * rsqrt(mean(x^2, -1, keepdim) + eps)), the rsqrt exported as 1 / Sqrt or
+ * Reciprocal(Sqrt), or x / sqrt(...).  Returns the node whose output is the result, with
+ * every node in @set, or -1. */
+static int match_rmsnorm(Importer *im, const char *x, SimShape xs, int *set, int *ns)
+{
+  int sq = power_of(im, x, 2, set, ns);
+  int mean = sq >= 0 ? next_op(im, node(im, sq)->output[0], "ReduceMean", set, ns) : -1;
+  if (mean < 0)
+    return -1;
+  const Onnx__NodeProto *m = node(im, mean);
+  int64_t axes[2];
+  int na = attr_ints(m, "axes", axes, 2);
+  double a1 = 0;
+  if (m->n_input > 1 && scalar_ahead(im, m->input[1], &a1)) {
+    axes[0] = (int64_t)a1;
+    na = 1;
+  }
+  if (na != 1 || attr_int(m, "keepdims", 1) != 1)
+    return -1;
+  set[(*ns)++] = mean;
+  int add = next_op(im, m->output[0], "Add", set, ns);
+  double eps = 0;
+  const char *o = add >= 0 ? other_input(node(im, add), m->output[0]) : NULL;
+  if (!o || !scalar_ahead(im, o, &eps))
+    return -1;
+  set[(*ns)++] = add;
+  int root = next_op(im, node(im, add)->output[0], "Sqrt", set, ns);
+  if (root < 0)
+    return -1;
+  set[(*ns)++] = root;
+  const char *r = node(im, root)->output[0];
+  int normed = -1;
+  int d = next_op(im, r, "Div", set, ns);
+  double v = 0;
+  if (d >= 0 && !strcmp(node(im, d)->input[1], r) && !strcmp(node(im, d)->input[0], x)) {
+    normed = d; /* x / sqrt */
+  } else {
+    int inv = d >= 0 && !strcmp(node(im, d)->input[1], r) &&
+                  scalar_ahead(im, node(im, d)->input[0], &v) && v == 1
+                ? d
+                : next_op(im, r, "Reciprocal", set, ns);
+    int mul = inv >= 0 ? next_op(im, node(im, inv)->output[0], "Mul", set, ns) : -1;
+    o = mul >= 0 ? other_input(node(im, mul), node(im, inv)->output[0]) : NULL;
+    if (!o || strcmp(o, x) != 0)
+      return -1;
+    set[(*ns)++] = inv;
+    normed = mul;
+  }
+  set[(*ns)++] = normed;
+  int w = next_op(im, node(im, normed)->output[0], "Mul", set, ns);
+  o = w >= 0 ? other_input(node(im, w), node(im, normed)->output[0]) : NULL;
+  Value *wv = o ? value_get(im, o) : NULL;
+  if (!wv || wv->kind != V_LEAF || wv->data_only || wv->shape.ndim != 1 ||
+      wv->shape.dims[0] != xs.dims[xs.ndim - 1] || (axes[0] != -1 && axes[0] != xs.ndim - 1))
+    return -1;
+  set[(*ns)++] = w;
+  return w;
+}
+
+/* At a node that reads a tensor x: GELU's tanh approximation or RMSNorm written out
+ * element by element from x become one operator (the nodes of the pattern are then
+ * skipped).  *fused tells whether they did. */
+static gboolean fuse_pointwise(Importer *im, int index, gboolean *fused)
+{
+  const Onnx__NodeProto *n = node(im, index);
+  *fused = FALSE;
+  for (size_t i = 0; i < n->n_input && i < 2; i++) {
+    Value *xv = value_get(im, n->input[i]);
+    if (!xv || xv->kind != V_TENSOR || xv->pad[0] || xv->pad[1])
+      continue;
+    const char *x = n->input[i];
+    SimShape s = sim_graph_tensor_shape(im->g, xv->tensor);
+    int set[32], ns = 0;
+    int last = match_gelu_tanh(im, x, set, &ns);
+    gboolean rms = FALSE;
+    if (last < 0) {
+      ns = 0;
+      last = match_rmsnorm(im, x, s, set, &ns);
+      rms = last >= 0;
+    }
+    if (last < 0)
+      continue;
+    gboolean mine = FALSE;
+    for (int k = 0; k < ns; k++)
+      mine = mine || set[k] == index;
+    if (!mine)
+      continue;
+    g_autofree char *scope = scope_of(n);
+    g_autofree char *base = g_strdup_printf("%s%s%s", scope ? scope + (scope[0] == '/') : "",
+                                            scope ? "/" : "", rms ? "rmsnorm" : "gelu");
+    g_autofree char *name = g_strdup(base);
+    for (int k = 2; sim_graph_op_by_name(im->g, name) >= 0; k++) {
+      g_free(name);
+      name = g_strdup_printf("%s#%d", base, k);
+    }
+    int t = rms ? sim_graph_rmsnorm(im->g, name, xv->tensor)
+                : sim_graph_unary(im->g, name, xv->tensor, SIM_UNARY_GELU);
+    if (!built(im, n, t))
+      return FALSE;
+    for (int k = 0; k < ns; k++)
+      im->skip[set[k]] = TRUE;
+    set_tensor(im, node(im, last)->output[0], t);
+    *fused = TRUE;
+    return TRUE;
+  }
+  return TRUE;
+}
+
+/* The shape of the 2-D weight @name, also where a Transpose later in the file makes it from
+ * a graph input or initializer (PyTorch transposes a Linear's weight next to its MatMul). */
+static gboolean weight_ahead(Importer *im, const char *name, SimShape *shape)
+{
+  Value *v = value_get(im, name);
+  if (v)
+    return v->kind == V_LEAF && !v->data_only && v->shape.ndim == 2 && (*shape = v->shape, TRUE);
+  for (size_t i = 0; name && i < im->graph->n_node; i++) {
+    const Onnx__NodeProto *k = im->graph->node[i];
+    if (k->n_output < 1 || strcmp(k->output[0], name) != 0)
+      continue;
+    Value *w = k->n_input == 1 && !strcmp(k->op_type, "Transpose") ? value_get(im, k->input[0])
+                                                                    : NULL;
+    if (!w || w->kind != V_LEAF || w->data_only || w->shape.ndim != 2)
+      return FALSE;
+    shape->ndim = 2;
+    shape->dims[0] = w->shape.dims[1];
+    shape->dims[1] = w->shape.dims[0];
+    return TRUE;
+  }
+  return FALSE;
+}
+
+/* A SwiGLU MLP as PyTorch implementations write it, w2(silu(w1(x)) * w3(x)) with linears
+ * without bias (exported as MatMul, Sigmoid, Mul, MatMul, Mul, MatMul), at its first
+ * MatMul @index: one gated_mlp operator as the zoo's LLaMA has it (sim/ops/), with the
+ * same three weights.  *fused tells whether the nodes formed it. */
+static gboolean fuse_swiglu(Importer *im, int index, int x, gboolean *fused)
+{
+  const Onnx__NodeProto *n = node(im, index);
+  *fused = FALSE;
+  Value *w1 = value_get(im, n->input[1]);
+  const char *h = n->output[0];
+  GArray *c = g_hash_table_lookup(im->consumers, h);
+  if (!w1 || w1->kind != V_LEAF || w1->data_only || w1->shape.ndim != 2 || !c || c->len != 2)
+    return TRUE;
+  int sig = -1, m1 = -1;
+  for (guint i = 0; i < 2; i++) {
+    int k = g_array_index(c, int, i);
+    if (!strcmp(node(im, k)->op_type, "Sigmoid"))
+      sig = k;
+    else if (!strcmp(node(im, k)->op_type, "Mul"))
+      m1 = k;
+  }
+  const char *o = m1 >= 0 ? other_input(node(im, m1), h) : NULL;
+  if (sig < 0 || !o || strcmp(o, node(im, sig)->output[0]) != 0 ||
+      sole_consumer(im, o) != m1)
+    return TRUE;
+  int m2 = sole_consumer(im, node(im, m1)->output[0]);
+  o = m2 >= 0 && !strcmp(node(im, m2)->op_type, "Mul")
+        ? other_input(node(im, m2), node(im, m1)->output[0])
+        : NULL;
+  if (!o || sole_consumer(im, o) != m2)
+    return TRUE;
+  int up = -1;
+  GArray *xc = g_hash_table_lookup(im->consumers, n->input[0]);
+  for (guint i = 0; xc && i < xc->len; i++) {
+    int k = g_array_index(xc, int, i);
+    const Onnx__NodeProto *u = node(im, k);
+    SimShape w3;
+    if (!strcmp(u->op_type, "MatMul") && u->n_output == 1 && !strcmp(u->output[0], o) &&
+        u->n_input == 2 && !strcmp(u->input[0], n->input[0]) &&
+        weight_ahead(im, u->input[1], &w3) && sim_shape_equal(&w3, &w1->shape))
+      up = k;
+  }
+  int down = sole_consumer(im, node(im, m2)->output[0]);
+  const Onnx__NodeProto *d = node(im, down);
+  SimShape w2;
+  gboolean has_w2 = d && !strcmp(d->op_type, "MatMul") && d->n_input == 2 &&
+                    d->n_output == 1 && !strcmp(d->input[0], node(im, m2)->output[0]) &&
+                    weight_ahead(im, d->input[1], &w2);
+  SimShape xs = sim_graph_tensor_shape(im->g, x);
+  if (up < 0 || !has_w2 || w2.dims[0] != w1->shape.dims[1] ||
+      w2.dims[1] != xs.dims[xs.ndim - 1] || w1->shape.dims[0] != xs.dims[xs.ndim - 1])
+    return TRUE;
+  g_autofree char *scope = scope_of(node(im, m2));
+  g_autofree char *base = g_strdup_printf("%s%s%s", scope ? scope + (scope[0] == '/') : "",
+                                          scope ? "/" : "", "gated_mlp");
+  g_autofree char *name = g_strdup(base);
+  for (int k = 2; sim_graph_op_by_name(im->g, name) >= 0; k++) {
+    g_free(name);
+    name = g_strdup_printf("%s#%d", base, k);
+  }
+  int t = sim_graph_gated_mlp(im->g, name, x, w1->shape.dims[1], SIM_UNARY_SILU);
+  if (!built(im, n, t))
+    return FALSE;
+  im->skip[index] = im->skip[sig] = im->skip[m1] = im->skip[m2] = im->skip[up] = TRUE;
+  im->skip[down] = TRUE;
+  set_tensor(im, d->output[0], t);
+  *fused = TRUE;
+  return TRUE;
+}
+
 /* A linear over the last dimension of input 0 with weight [k, n] (MatMul) or from Gemm;
  * a following Add of a one-dimensional weight of n values is its bias, a following Relu
  * or GELU its activation. */
@@ -810,6 +1170,13 @@ static gboolean import_node(Importer *im, int index)
     return fail(im, n, SIM_ERROR_INVALID, "input '%s' is not made by an earlier node",
                 n->input[0]);
 
+  if (!strcmp(op, "Pow") || !strcmp(op, "Mul")) {
+    gboolean fused = FALSE;
+    if (!fuse_pointwise(im, index, &fused))
+      return FALSE;
+    if (fused)
+      return TRUE;
+  }
   if (!strcmp(op, "Constant")) {
     Value v = { 0 };
     const Onnx__AttributeProto *a = attr(n, "value");
@@ -1352,6 +1719,11 @@ static gboolean import_node(Importer *im, int index)
     int x;
     if (!tensor_of(im, n, 0, &x))
       return FALSE;
+    gboolean fused = FALSE;
+    if (b->kind == V_LEAF && b->shape.ndim == 2 && !fuse_swiglu(im, index, x, &fused))
+      return FALSE;
+    if (fused)
+      return TRUE;
     if (b->kind == V_LEAF && b->shape.ndim == 2)
       return emit_linear(im, n, index, x, b->shape.dims[1], FALSE);
     int y;
@@ -1441,6 +1813,19 @@ static gboolean import_node(Importer *im, int index)
     if (!built(im, n, t))
       return FALSE;
     set_tensor(im, out, t);
+    return TRUE;
+  }
+  if (!strcmp(op, "Neg") && in0 && in0->kind == V_TENSOR) {
+    /* A negation (rotate_half of rotary embeddings): a scaling by -1, one pass. */
+    g_autofree char *name = op_name(im, n, index, NULL);
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_UNARY);
+    g_autoptr(GError) err = NULL;
+    sim_attrs_set_string(a, "kind", "scale", NULL);
+    sim_attrs_set_float(a, "scale", -1.0, NULL);
+    int opid = sim_graph_add_op(im->g, SIM_OP_UNARY, name, 1, &in0->tensor, a, &err);
+    if (opid < 0)
+      return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
+    set_tensor(im, out, sim_graph_op_output(im->g, opid, 0));
     return TRUE;
   }
   if ((!strcmp(op, "Trilu") || !strcmp(op, "Where") || !strcmp(op, "Expand") ||
@@ -1596,7 +1981,9 @@ static const char *const supported_ops[] = {
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
   "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
-  "Expand", "Not", "Neg", "Pow", "Sqrt", NULL,
+  "Expand", "Not", "Neg", "Pow", "Sqrt",
+  /* Only inside RMSNorm (fuse_pointwise()), which --check, reading types, does not see. */
+  "ReduceMean", "Reciprocal", NULL,
 };
 
 /* ---------------------------------------------------------------------------------- */

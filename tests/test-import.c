@@ -436,3 +436,65 @@ Test(onnx, attention_modules_become_attention_operators)
     run_clear(&s);
   }
 }
+
+/* Counts the lines of `model show` whose type column is @type. */
+static int ops_of_type(const char *out, const char *type)
+{
+  g_autofree char *needle = g_strdup_printf(" %s ", type);
+  int n = 0;
+  for (const char *p = out; (p = strstr(p, needle)); p++)
+    n++;
+  return n;
+}
+
+/* A LLaMA-style decoder written in PyTorch (tests/data/onnx/make-llama.py: 2 blocks of
+ * width 128, RMSNorm written out with pow, mean and rsqrt, rotary attention, SwiGLU, then
+ * a GPT-2 MLP with gelu_new written out) keeps PyTorch's 783,616 parameters: 5 RMSNorms
+ * of 128 scales each are 5 rmsnorm operators, the tanh GELU is one unary, each SwiGLU MLP
+ * one gated_mlp, and the rotary tables (buffers) are inputs, not weights. */
+Test(onnx, llama_blocks_import_rmsnorm_gelu_tanh_and_swiglu_as_operators)
+{
+  need_onnx();
+  g_autofree char *f = onnx_file("llama.onnx");
+  cr_expect_eq(model_parameters(f, "batch=4,seq=64"), 783616);
+  Run r = run("model", "show", f, "-p", "batch=4,seq=64", NULL);
+  expect_ok(&r, "show");
+  cr_expect_eq(ops_of_type(r.out, "rmsnorm"), 5, "%s", r.out);
+  cr_expect(strstr(r.out, "blocks.1/mlp_norm/rmsnorm ") != NULL, "%s", r.out);
+  cr_expect(strstr(r.out, "gpt2_mlp/gelu ") != NULL, "%s", r.out);
+  /* Nothing of the patterns is left: no Pow, ReduceMean, Sqrt or Tanh became an op. */
+  cr_expect(strstr(r.out, "Pow") == NULL && strstr(r.out, "Sqrt") == NULL &&
+                strstr(r.out, "Tanh") == NULL && strstr(r.out, "ReduceMean") == NULL,
+            "%s", r.out);
+  /* Each SwiGLU MLP is the zoo's gated_mlp with its 3 x 128 x 344 weights. */
+  cr_expect_eq(ops_of_type(r.out, "gated_mlp"), 2, "%s", r.out);
+  cr_expect(strstr(r.out, "blocks.1/mlp/gated_mlp ") && strstr(r.out, "132096"), "%s", r.out);
+  run_clear(&r);
+  Run c = run("import", "--check", f, "-p", "batch=2,seq=8", NULL);
+  cr_expect_eq(c.status, 0, "import --check: %s%s", c.out, c.err);
+  run_clear(&c);
+  Run s = run("simulate", "-m", f, "-p", "batch=16,seq=128", "-x", "dgx-a100", "--tp", "2",
+              "--json", NULL);
+  expect_ok(&s, "simulate --tp 2");
+  cr_expect_gt(json_number(s.out, "iteration_time_s"), 0);
+  run_clear(&s);
+}
+
+/* tests/data/onnx/make-patterns.py: PyTorch's gelu(approximate="tanh") (exported with
+ * x * x * x) is one GELU and RMSNorm written as x / sqrt(...) one rmsnorm, so the
+ * parameters are the two linears' and the norm's, (16 x 64 + 64) + (64 x 16 + 16) + 16 =
+ * 2,144, in four operators after the input; a ReduceMean outside RMSNorm is refused naming its node. */
+Test(onnx, written_out_patterns_become_one_operator_and_others_are_refused)
+{
+  need_onnx();
+  g_autofree char *f = onnx_file("gelu-rmsnorm.onnx");
+  cr_expect_eq(model_parameters(f, "batch=2"), 16 * 64 + 64 + 64 * 16 + 16 + 16);
+  Run r = run("model", "show", f, "-p", "batch=2", "--json", NULL);
+  expect_ok(&r, "show");
+  cr_expect_eq(json_number(r.out, "ops"), 5, "%s", r.out);
+  cr_expect(strstr(r.out, "\"type\" : \"rmsnorm\"") != NULL, "%s", r.out);
+  run_clear(&r);
+  g_autofree char *bad = onnx_file("reducemean.onnx");
+  expect_refused(run("model", "show", bad, "-p", "batch=2", NULL),
+                 "node '/ReduceMean' (ReduceMean): operator ReduceMean is not supported");
+}

@@ -6,7 +6,9 @@ data parallelism over a DGX A100; the others' data-parallel plans simulate.
 
 The modules are made here with random weights (nothing is downloaded): torchvision's
 resnet50 and inception_v3, a torch.nn.TransformerEncoder, and a small module of
-embedding, layer norm, SiLU and a linear layer.
+embedding, layer norm, SiLU and a linear layer, a TransformerDecoder, GPT-style models, and
+a LLaMA-style decoder (RMSNorm, rotary attention, SwiGLU, GPT-2's tanh GELU:
+tests/data/onnx/make-llama.py).
 
 Exit status 0 when all agree, 1 otherwise, 77 (skipped) when torch, torchvision or onnx
 cannot be imported or parasol was built without ONNX support.
@@ -35,6 +37,8 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import torch2parasol  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "data", "onnx"))
+make_llama = __import__("make-llama")
 
 
 class Small(torch.nn.Module):
@@ -159,6 +163,7 @@ def main():
          "batch=16,seq=128"),
         ("hand-gpt", HandGPT(), (torch.randint(0, 1000, (2, 16)),), {0: "batch", 1: "seq"},
          "batch=16,seq=128"),
+        ("llama",) + make_llama.example() + ("batch=16,seq=128",),
     ]
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
