@@ -387,7 +387,9 @@ class Context:
 class SearchAlgorithm:
     """A search algorithm in Python.  Subclasses set `name` and `description` and define
     run(ctx), which proposes strategies, evaluates them with ctx.evaluate() and returns
-    once ctx.should_stop() says so; the driver keeps the best."""
+    once ctx.should_stop() says so; the driver keeps the best.  run() is called once, on
+    the thread that called search(), whatever search(threads=) says: docs/library.md
+    ("A search algorithm in Python") says why."""
 
     name = None
     description = None
