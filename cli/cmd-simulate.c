@@ -8,6 +8,30 @@
 #include <json-glib/json-glib.h>
 #include <string.h>
 
+/* The report as JSON (sim_report_to_json()), with "vocab_padding" {"model_vocab",
+ * "padded_vocab", "tp"} when the model's vocabulary was padded (cli_problem_load()). */
+static char *report_json(const SimReport *r, const CliProblem *pb)
+{
+  char *text = sim_report_to_json(r);
+  if (!pb->vocab_padded)
+    return text;
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, text, -1, NULL) ||
+      !JSON_NODE_HOLDS_OBJECT(json_parser_get_root(parser)))
+    return text;
+  JsonObject *o = json_node_get_object(json_parser_get_root(parser));
+  JsonObject *pad = json_object_new();
+  json_object_set_int_member(pad, "model_vocab", pb->vocab_default);
+  json_object_set_int_member(pad, "padded_vocab", pb->vocab_padded);
+  json_object_set_int_member(pad, "tp", pb->vocab_tp);
+  json_object_set_object_member(o, "vocab_padding", pad);
+  g_autoptr(JsonGenerator) gen = json_generator_new();
+  json_generator_set_pretty(gen, TRUE);
+  json_generator_set_root(gen, json_parser_get_root(parser));
+  g_free(text);
+  return json_generator_to_data(gen, NULL);
+}
+
 /* Beyond this many events a trace gets a word on its size. */
 #define TRACE_EVENTS_WARN 5000000
 
@@ -228,7 +252,7 @@ static int simulate_one(int argc, char **argv, int line)
            sim_report_n_tasks(r), sim_report_folding(r));
     fflush(stdout);
   } else if (json) {
-    g_autofree char *text = sim_report_to_json(r);
+    g_autofree char *text = report_json(r, &pb);
     printf("%s\n", text);
   } else {
     sim_report_print(r, stdout);

@@ -461,39 +461,26 @@ gboolean cli_plan_roofline_params(const CliPlanOptions *p, SimPrecision prec,
   return TRUE;
 }
 
-/* Megatron pads a transformer's vocabulary so that the vocabulary-parallel embedding and
- * output layer split evenly over the tensor-parallel ranks: to a multiple of
- * make-vocab-size-divisible-by (128) x TP (megatron/training/tokenizer's
- * _vocab_size_with_padding, as data/reference/vtrain's runs used it).  A zoo
- * transformer whose vocabulary the command line leaves at its default gets the same,
- * said on stderr; one given with --param vocab=N is simulated as given.  Returns the
+/* A zoo transformer whose vocabulary the command line leaves at its default is padded
+ * as Megatron pads it (sim_model_params_pad_vocab()), said on stderr and kept in @pb for
+ * the JSON report; one given with --param vocab=N is simulated as given.  Returns the
  * "vocab=N" to append, or NULL. */
-static char *megatron_vocab_padding(const char *model, char **params, int tp, GError **error)
+static char *megatron_vocab_padding(CliProblem *pb, const char *model, char **params, int tp,
+                                    GError **error)
 {
-  const SimModelParam *zoo = sim_zoo_model_params(model);
-  int64_t vocab = -1;
-  gboolean heads = FALSE;
-  for (const SimModelParam *q = zoo; q && q->name; q++) {
-    if (!strcmp(q->name, "vocab"))
-      vocab = q->value;
-    heads |= !strcmp(q->name, "heads");
-  }
-  if (vocab <= 0 || !heads)
-    return NULL;
   g_autoptr(SimModelParams) given = sim_model_params_new();
   for (char **it = params; it && *it; it++)
     if (!sim_model_params_parse(given, *it, error))
       return NULL;
-  int64_t v;
-  if (sim_model_params_lookup(given, "vocab", &v))
-    return NULL;
-  int64_t unit = 128 * (int64_t)MAX(tp, 1);
-  int64_t padded = (vocab + unit - 1) / unit * unit;
-  if (padded == vocab)
+  int64_t vocab, padded;
+  if (!sim_model_params_pad_vocab(given, model, tp, &vocab, &padded))
     return NULL;
   g_printerr("parasol: %s's vocabulary of %" G_GINT64_FORMAT " padded to %" G_GINT64_FORMAT
              " (a multiple of 128 x tp %d), as Megatron pads it; --param vocab=%" G_GINT64_FORMAT
              " keeps it\n", model, vocab, padded, MAX(tp, 1), vocab);
+  pb->vocab_default = vocab;
+  pb->vocab_padded = padded;
+  pb->vocab_tp = MAX(tp, 1);
   return g_strdup_printf("vocab=%" G_GINT64_FORMAT, padded);
 }
 
@@ -515,7 +502,7 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
   if (p->global_batch > 0)
     g_ptr_array_add(all, g_strdup_printf("batch=%" G_GINT64_FORMAT, p->global_batch));
   GError *perr = NULL;
-  char *pad = megatron_vocab_padding(model, params, p->tp, &perr);
+  char *pad = megatron_vocab_padding(pb, model, params, p->tp, &perr);
   if (perr) {
     g_propagate_error(error, perr);
     return FALSE;

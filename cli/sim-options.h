@@ -50,6 +50,10 @@ typedef struct {
   SimMachine *machine;
   SimCostModel *cost;
   const SimCollTable *allreduce_table; /* --allreduce-table, shared by the process      */
+  /* The zoo transformer's default vocabulary and the size it was padded to for tp
+   * (sim_model_params_pad_vocab()); 0 when not padded. */
+  int64_t vocab_default, vocab_padded;
+  int vocab_tp;
 } CliProblem;
 
 /* Loads the model (--global-batch sets its batch), the machine and the cost model (the

@@ -443,6 +443,17 @@ SIM_PUBLIC const char *sim_zoo_model_name(int i);
 SIM_PUBLIC const char *sim_zoo_model_description(int i);
 /* The parameters model @name accepts, with their defaults; NULL-terminated, static. */
 SIM_PUBLIC const SimModelParam *sim_zoo_model_params(const char *name);
+/* Megatron pads a transformer's vocabulary so that the vocabulary-parallel embedding and
+ * output layer split evenly over the tensor-parallel ranks: to a multiple of
+ * make-vocab-size-divisible-by (128) x TP (megatron/training/tokenizer's
+ * _vocab_size_with_padding, as data/reference/vtrain's runs used it).  When @name is a
+ * zoo transformer (it has "vocab" and "heads") whose vocabulary @params leaves at its
+ * default, and that default is not such a multiple for @tp (< 1 counts as 1), sets
+ * "vocab" in @params to the padded size and returns TRUE with the default in
+ * *@vocab_default and the padded size in *@vocab_padded (either may be NULL); otherwise
+ * changes nothing and returns FALSE.  The program pads every plan's model this way. */
+SIM_PUBLIC gboolean sim_model_params_pad_vocab(SimModelParams *params, const char *name, int tp,
+                                               int64_t *vocab_default, int64_t *vocab_padded);
 /* Builds zoo model @name ("resnet-50", "gpt3-175b", "gpt") with @params (may be NULL).
  * Unknown names and unknown or out-of-range parameters are SIM_ERROR_UNKNOWN/INVALID. */
 SIM_PUBLIC SimGraph *sim_zoo_build(const char *name, const SimModelParams *params,

@@ -1,10 +1,13 @@
 /* test-cli.c — the parasol program on bad input: exit status 2, a message that names what
  * was wrong and where, and nothing written.  Runs the built program (PARASOL_BIN). */
+#include "parasol-sim.h"
+
 #include <criterion/criterion.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -837,6 +840,72 @@ Test(cli, a_default_vocabulary_is_padded_as_megatron_pads_it)
   Run one = run("simulate", TINY_GPT_DEFAULT_VOCAB, NULL);
   cr_expect(strstr(one.err, "padded to 50304 (a multiple of 128 x tp 1)"), "%s", one.err);
   run_clear(&one);
+}
+
+Test(cli, the_library_pads_the_vocabulary_as_the_program_does)
+{
+  /* gpt3-1.3b's 50,257 tokens under tp 2: sim_model_params_pad_vocab() pads them to
+   * 50,432, and the model built with that rule under the plan the program builds for
+   * --tp 2 --pp 2 on a DGX A100 (dp 2, 8 micro-batches of the 512 samples a replica,
+   * 25 MB buckets: cli/sim-options.c) predicts the program's iteration time and GPU 0's
+   * peak; the JSON report says the padding. */
+  g_autoptr(SimModelParams) params = sim_model_params_new();
+  int64_t vocab = 0, padded = 0;
+  cr_assert(sim_model_params_pad_vocab(params, "gpt3-1.3b", 2, &vocab, &padded));
+  cr_expect_eq(vocab, 50257);
+  cr_expect_eq(padded, 50432);
+  GError *error = NULL;
+  g_autoptr(SimGraph) g = sim_model_load("gpt3-1.3b", params, &error);
+  cr_assert_not_null(g, "%s", error ? error->message : "");
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 2;
+  o.dp = sim_machine_n_devices(m) / (o.tp * o.pp);
+  o.microbatches = 4 * o.pp;
+  while (o.microbatches > 1 && (sim_graph_batch_size(g) / o.dp) % o.microbatches)
+    o.microbatches--;
+  o.sync.bucket_bytes = 25000000;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimCostModel *cost = sim_cost_model_new_roofline(NULL);
+  g_autoptr(SimReport) r = sim_simulate(g, m, s, cost, NULL, &error);
+  sim_cost_model_free(cost);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+
+  Run cli = run("simulate", "--model", "gpt3-1.3b", "--machine", "dgx-a100", "--tp", "2",
+                "--pp", "2", "--json", NULL);
+  cr_assert(cli.status == 0 || cli.status == 3, "%d: %s", cli.status, cli.err);
+  cr_expect(strstr(cli.err, "vocabulary of 50257 padded to 50432"), "%s", cli.err);
+  cr_expect(fabs(iteration_time(cli.out) - sim_report_iteration_time(r)) <=
+            1e-12 * sim_report_iteration_time(r),
+            "program %.9g s, library %.9g s", iteration_time(cli.out),
+            sim_report_iteration_time(r));
+  const char *peaks = strchr(strstr(cli.out, "\"peak_memory_bytes\""), '[');
+  cr_assert_not_null(peaks, "%s", cli.out);
+  cr_expect_eq(g_ascii_strtoll(peaks + 1, NULL, 10), sim_report_peak_memory(r, 0));
+  const char *pad = strstr(cli.out, "\"vocab_padding\"");
+  cr_assert_not_null(pad, "no vocab_padding in: %s", cli.out);
+  cr_expect_eq(json_number(pad, "model_vocab"), 50257);
+  cr_expect_eq(json_number(pad, "padded_vocab"), 50432);
+  cr_expect_eq(json_number(pad, "tp"), 2);
+  run_clear(&cli);
+
+  /* A vocabulary given is kept, and so is one that is already a multiple, and models
+   * without one have none to pad: nothing set, no "vocab_padding" in the report. */
+  g_autoptr(SimModelParams) given = sim_model_params_new();
+  cr_assert(sim_model_params_parse(given, "vocab=1000", NULL));
+  cr_expect_not(sim_model_params_pad_vocab(given, "gpt3-1.3b", 2, NULL, NULL));
+  int64_t v = 0;
+  cr_expect(sim_model_params_lookup(given, "vocab", &v) && v == 1000);
+  g_autoptr(SimModelParams) none = sim_model_params_new();
+  cr_expect_not(sim_model_params_pad_vocab(none, "resnet-50", 2, NULL, NULL));
+  cr_expect_not(sim_model_params_lookup(none, "vocab", &v));
+  Run kept = run("simulate", "--model", "gpt3-1.3b", "--param", "vocab=50432,layers=2",
+                 "--machine", "dgx-a100:2", "--tp", "2", "--json", NULL);
+  cr_expect_null(strstr(kept.out, "vocab_padding"), "%s", kept.out);
+  run_clear(&kept);
 }
 
 Test(cli, every_command_has_the_same_default_model_and_machine, .timeout = 120)

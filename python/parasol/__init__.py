@@ -75,27 +75,24 @@ class Model:
     """A zoo model or a graph file, with integer parameters (layers=4, batch=64) and the
     float dtype of a precision (mixed-fp16, the CLI's default).  As the program does, a
     zoo transformer whose vocabulary is not given is padded as Megatron pads it, to a
-    multiple of 128 x tp; `vocab_padding` is then (default, padded), else None."""
+    multiple of 128 x tp (the library's sim_model_params_pad_vocab()); `vocab_padding` is
+    then (default, padded), else None."""
 
     def __init__(self, name=DEFAULT_MODEL, precision="mixed-fp16", tp=1, **params):
         if precision not in PRECISIONS:
             raise Error("precision '%s': expected one of %s" % (precision,
                                                                  ", ".join(PRECISIONS)))
         self.vocab_padding = None
-        zoo = zoo_params(name)
-        if "vocab" in zoo and "heads" in zoo and "vocab" not in params:
-            vocab = zoo["vocab"][0]
-            unit = 128 * max(int(tp), 1)
-            padded = (vocab + unit - 1) // unit * unit
-            if padded != vocab:
-                params["vocab"] = padded
-                self.vocab_padding = (vocab, padded)
         pp = lib.sim_model_params_new()
         try:
             for k, v in params.items():
                 err = _err()
                 _check(lib.sim_model_params_parse(pp, ("%s=%s" % (k, v)).encode(),
                                                   ctypes.byref(err)), err)
+            vocab, padded = ctypes.c_int64(), ctypes.c_int64()
+            if lib.sim_model_params_pad_vocab(pp, _b(name), int(tp), ctypes.byref(vocab),
+                                              ctypes.byref(padded)):
+                self.vocab_padding = (vocab.value, padded.value)
             err = _err()
             self._ptr = lib.sim_model_load(_b(name), pp, ctypes.byref(err))
             _check(self._ptr, err)
@@ -390,7 +387,9 @@ class Context:
 class SearchAlgorithm:
     """A search algorithm in Python.  Subclasses set `name` and `description` and define
     run(ctx), which proposes strategies, evaluates them with ctx.evaluate() and returns
-    once ctx.should_stop() says so; the driver keeps the best."""
+    once ctx.should_stop() says so; the driver keeps the best.  run() is called once, on
+    the thread that called search(), whatever search(threads=) says: docs/library.md
+    ("A search algorithm in Python") says why."""
 
     name = None
     description = None

@@ -123,6 +123,8 @@ for _n, _r, _a in [
     ("sim_model_params_new", _P, []),
     ("sim_model_params_free", None, [_P]),
     ("sim_model_params_parse", gboolean, [_P, c_char_p, GErrorPP]),
+    ("sim_model_params_pad_vocab", gboolean, [_P, c_char_p, c_int, POINTER(c_int64),
+                                              POINTER(c_int64)]),
     ("sim_model_load", _P, [c_char_p, _P, GErrorPP]),
     ("sim_graph_free", None, [_P]),
     ("sim_graph_get_name", c_char_p, [_P]),

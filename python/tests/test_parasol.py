@@ -61,13 +61,17 @@ def test_simulate_equals_the_program():
     # with 25 MB buckets; the same Megatron plan from the same degrees.
     machine = parasol.Machine("dgx-a100")
     model = parasol.Model("resnet-50")
+    padded = parasol.Model("gpt3-1.3b", tp=2)  # the library's padding: 50,432 tokens
     for mine, args in [
             (parasol.simulate(model, machine), ["--model", "resnet-50"]),
             (parasol.simulate("resnet-50"), ["--model", "resnet-50"]),
             (parasol.simulate(parasol.Model("gpt3-1.3b", vocab=50432), machine,
                               parasol.Strategy.megatron(parasol.Model("gpt3-1.3b", vocab=50432),
                                                         machine, tp=2, pp=2)),
-             ["--model", "gpt3-1.3b", "--param", "vocab=50432", "--tp", "2", "--pp", "2"])]:
+             ["--model", "gpt3-1.3b", "--param", "vocab=50432", "--tp", "2", "--pp", "2"]),
+            (parasol.simulate(padded, machine,
+                              parasol.Strategy.megatron(padded, machine, tp=2, pp=2)),
+             ["--model", "gpt3-1.3b", "--tp", "2", "--pp", "2"])]:
         theirs = cli_json("simulate", "--machine", "dgx-a100", *args)
         assert mine["iteration_time_s"] == pytest.approx(theirs["iteration_time_s"], rel=1e-12)
         assert mine["peak_memory_bytes"] == theirs["peak_memory_bytes"]
@@ -223,3 +227,4 @@ def test_vocabulary_padded_as_the_program_pads_it():
                       "layers=1,hidden=64,heads=4,seq=16,batch=8", "--machine", "dgx-a100:1",
                       "--tp", "2")
     assert mine["iteration_time_s"] == pytest.approx(theirs["iteration_time_s"], rel=1e-12)
+    assert theirs["vocab_padding"] == {"model_vocab": 50257, "padded_vocab": 50432, "tp": 2}

@@ -351,6 +351,33 @@ const SimModelParam *sim_zoo_model_params(const char *name)
   return m ? m->params : NULL;
 }
 
+gboolean sim_model_params_pad_vocab(SimModelParams *params, const char *name, int tp,
+                                    int64_t *vocab_default, int64_t *vocab_padded)
+{
+  g_return_val_if_fail(params != NULL && name != NULL, FALSE);
+  const SimModelParam *zoo = sim_zoo_model_params(name);
+  int64_t vocab = -1;
+  gboolean heads = FALSE;
+  for (const SimModelParam *q = zoo; q && q->name; q++) {
+    if (!strcmp(q->name, "vocab"))
+      vocab = q->value;
+    heads |= !strcmp(q->name, "heads");
+  }
+  int64_t given;
+  if (vocab <= 0 || !heads || sim_model_params_lookup(params, "vocab", &given))
+    return FALSE;
+  int64_t unit = 128 * (int64_t)MAX(tp, 1);
+  int64_t padded = (vocab + unit - 1) / unit * unit;
+  if (padded == vocab)
+    return FALSE;
+  sim_model_params_set(params, "vocab", padded);
+  if (vocab_default)
+    *vocab_default = vocab;
+  if (vocab_padded)
+    *vocab_padded = padded;
+  return TRUE;
+}
+
 static char *param_names(const SimZooModel *m)
 {
   GString *s = g_string_new(NULL);
