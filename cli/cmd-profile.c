@@ -254,9 +254,10 @@ static const SimDeviceSpec *spec_for(const char *machine, const char *gpu, SimMa
 static int ops_run(ModelOptions *mo, int argc, char **argv)
 {
   g_autofree char *output = NULL;
-  gboolean list = FALSE, merge = FALSE;
+  gboolean list = FALSE, merge = FALSE, json = FALSE;
   GOptionEntry entries[] = {
     { "output", 'o', 0, G_OPTION_ARG_FILENAME, &output, "Write the database here (required unless --list)", "FILE" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the shapes (--list) or what was measured as JSON", NULL },
     { "merge", 0, 0, G_OPTION_ARG_NONE, &merge, "Keep the entries already in --output", NULL },
     { "list", 0, 0, G_OPTION_ARG_NONE, &list, "Only list the distinct shapes", NULL },
     { NULL },
@@ -283,6 +284,26 @@ static int ops_run(ModelOptions *mo, int argc, char **argv)
   g_autoptr(ProfileShapes) shapes = enumerate(mo, g, &error);
   if (!shapes)
     return cli_report_error(error);
+  if (list && json) {
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "configurations");
+    json_builder_add_int_value(b, profile_shapes_n_configs(shapes));
+    json_builder_set_member_name(b, "shapes");
+    json_builder_begin_array(b);
+    for (int i = 0; i < profile_shapes_n(shapes); i++) {
+      json_builder_begin_object(b);
+      json_builder_set_member_name(b, "op");
+      json_builder_add_string_value(b, sim_graph_op_name(g, profile_shapes_op(shapes, i)));
+      json_builder_set_member_name(b, "key");
+      json_builder_add_string_value(b, profile_shapes_key(shapes, i));
+      json_builder_end_object(b);
+    }
+    json_builder_end_array(b);
+    json_builder_end_object(b);
+    cli_print_json(b);
+    return CLI_EXIT_OK;
+  }
   if (list) {
     for (int i = 0; i < profile_shapes_n(shapes); i++)
       printf("%-24s %s\n", sim_graph_op_name(g, profile_shapes_op(shapes, i)),
@@ -324,8 +345,25 @@ static int ops_run(ModelOptions *mo, int argc, char **argv)
   profile_db_add_source(db, src);
   if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
-  printf("%d entries measured, %d shapes skipped; %d entries in %s\n", added, skipped,
-         profile_db_n_ops(db), output);
+  if (json) {
+    g_autoptr(JsonBuilder) b = json_builder_new();
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "measured");
+    json_builder_add_int_value(b, added);
+    json_builder_set_member_name(b, "skipped");
+    json_builder_add_int_value(b, skipped);
+    json_builder_set_member_name(b, "interrupted");
+    json_builder_add_boolean_value(b, *meas.stop != 0);
+    json_builder_set_member_name(b, "entries");
+    json_builder_add_int_value(b, profile_db_n_ops(db));
+    json_builder_set_member_name(b, "output");
+    json_builder_add_string_value(b, output);
+    json_builder_end_object(b);
+    cli_print_json(b);
+  } else {
+    printf("%d entries measured, %d shapes skipped; %d entries in %s\n", added, skipped,
+           profile_db_n_ops(db), output);
+  }
   return CLI_EXIT_OK;
 }
 
@@ -365,13 +403,28 @@ static gboolean parse_bytes(const char *text, double *out, GError **error)
   return TRUE;
 }
 
+/* --json of the commands that write collective entries: how many the database holds and
+ * where it is. */
+static void print_collectives_json(ProfileDb *db, const char *output)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "collective_entries");
+  json_builder_add_int_value(b, profile_db_n_collectives(db));
+  json_builder_set_member_name(b, "output");
+  json_builder_add_string_value(b, output);
+  json_builder_end_object(b);
+  cli_print_json(b);
+}
+
 static int profile_collectives(int argc, char **argv)
 {
   g_autofree char *output = NULL, *kinds = NULL, *gpus = NULL, *gpu = NULL;
   g_autofree char *min_s = NULL, *max_s = NULL;
   int warmup = 5, reps = 20;
-  gboolean merge = FALSE;
+  gboolean merge = FALSE, json = FALSE;
   GOptionEntry entries[] = {
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print what the database holds as JSON", NULL },
     { "output", 'o', 0, G_OPTION_ARG_FILENAME, &output, "Write the database here (required)", "FILE" },
     { "merge", 0, 0, G_OPTION_ARG_NONE, &merge, "Keep the entries already in --output", NULL },
     { "kinds", 'k', 0, G_OPTION_ARG_STRING, &kinds, "Collectives (default all-reduce,all-gather,reduce-scatter,send-recv)", "LIST" },
@@ -439,7 +492,10 @@ static int profile_collectives(int argc, char **argv)
   profile_db_add_source(db, "parasol profile collectives (NCCL)");
   if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
-  printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
+  if (json)
+    print_collectives_json(db, output);
+  else
+    printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
   return CLI_EXIT_OK;
 }
 
@@ -450,8 +506,9 @@ static int profile_import_nccl(int argc, char **argv)
 {
   g_autofree char *output = NULL, *gpu = NULL, *source = NULL, *description = NULL;
   g_auto(GStrv) notes = NULL;
-  gboolean merge = FALSE;
+  gboolean merge = FALSE, json = FALSE;
   GOptionEntry entries[] = {
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print what the database holds as JSON", NULL },
     { "gpu", 0, 0, G_OPTION_ARG_STRING, &gpu, "Device name of the measurements (required), e.g. a100-80gb", "NAME" },
     { "output", 'o', 0, G_OPTION_ARG_FILENAME, &output, "Write the database here (required)", "FILE" },
     { "source", 0, 0, G_OPTION_ARG_STRING, &source, "Where the measurements come from, for the database", "TEXT" },
@@ -496,7 +553,10 @@ static int profile_import_nccl(int argc, char **argv)
     profile_db_set_description(db, "Collective timings measured with NCCL's tests.");
   if (!cli_make_parent(output, &error) || !profile_db_save(db, output, &error))
     return profile_error(error);
-  printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
+  if (json)
+    print_collectives_json(db, output);
+  else
+    printf("%d collective entries in %s\n", profile_db_n_collectives(db), output);
   return CLI_EXIT_OK;
 }
 
@@ -754,8 +814,78 @@ static void summarize_errors(const GArray *errs)
 }
 
 /* Opens @csv for writing, or gives stdout. */
-static FILE *open_table(const char *csv, GError **error)
+/* --json on the commands that print a table: the table is written to memory and printed
+ * at the end as a JSON array of objects, one per row, keyed by the header's columns
+ * (numbers as numbers, the rest as strings). */
+static char *table_buf;
+static size_t table_len;
+static gboolean table_json; /* --json of the command that prints a table */
+
+static void add_csv_value(JsonBuilder *b, const char *v)
 {
+  char *end = NULL;
+  double x = *v ? g_ascii_strtod(v, &end) : 0;
+  if (*v && end && !*end && !isfinite(x))
+    json_builder_add_null_value(b); /* JSON has no NaN: a value not computed */
+  else if (*v && end && !*end)
+    json_builder_add_double_value(b, x);
+  else
+    json_builder_add_string_value(b, v);
+}
+
+/* The fields of one CSV line (double quotes around a field that holds commas). */
+static GPtrArray *csv_fields(const char *line)
+{
+  GPtrArray *f = g_ptr_array_new_with_free_func(g_free);
+  GString *cur = g_string_new(NULL);
+  gboolean quoted = FALSE;
+  for (const char *c = line;; c++) {
+    if (*c == '"') {
+      quoted = !quoted;
+    } else if ((*c == ',' && !quoted) || !*c) {
+      g_ptr_array_add(f, g_string_free(cur, FALSE));
+      if (!*c)
+        break;
+      cur = g_string_new(NULL);
+    } else {
+      g_string_append_c(cur, *c);
+    }
+  }
+  return f;
+}
+
+static void print_table_json(FILE *out)
+{
+  fclose(out);
+  g_auto(GStrv) lines = g_strsplit(table_buf ? table_buf : "", "\n", -1);
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  json_builder_begin_array(b);
+  g_autoptr(GPtrArray) head = lines[0] ? csv_fields(lines[0]) : g_ptr_array_new();
+  for (int i = 1; lines[0] && lines[i]; i++) {
+    if (!*lines[i])
+      continue;
+    g_autoptr(GPtrArray) f = csv_fields(lines[i]);
+    json_builder_begin_object(b);
+    for (guint k = 0; k < f->len && k < head->len; k++) {
+      json_builder_set_member_name(b, g_ptr_array_index(head, k));
+      add_csv_value(b, g_ptr_array_index(f, k));
+    }
+    json_builder_end_object(b);
+  }
+  json_builder_end_array(b);
+  cli_print_json(b);
+  g_clear_pointer(&table_buf, free);
+}
+
+static FILE *open_table(const char *csv, gboolean json, GError **error)
+{
+  if (json) {
+    if (csv) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "--json and --csv: give one of them");
+      return NULL;
+    }
+    return open_memstream(&table_buf, &table_len);
+  }
   if (!csv)
     return stdout;
   if (!cli_make_parent(csv, error))
@@ -776,6 +906,7 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
     { "csv", 0, 0, G_OPTION_ARG_FILENAME, &csv, "Write the table here (default: stdout)", "FILE" },
     { "spec", 0, 0, G_OPTION_ARG_STRING, &spec_machine, "Machine whose device 0 spec the roofline uses (default: the device library's)", "X" },
     { "no-measure", 0, 0, G_OPTION_ARG_NONE, &no_measure, "Take the database's medians as the measurements", NULL },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &table_json, "Print the table as JSON (an object per row)", NULL },
     { NULL },
   };
   g_set_prgname("parasol profile compare");
@@ -834,7 +965,7 @@ static int compare_run(ModelOptions *mo, int argc, char **argv, FILE **out)
   ProfileCalibration fit;
   if (dev && db && profile_calibrate_roofline(db, gpu, dev, NULL, &fit, NULL))
     cal = sim_cost_model_new_roofline(&fit.params);
-  if (!(*out = open_table(csv, &error)))
+  if (!(*out = open_table(csv, table_json, &error)))
     return cli_report_error(error);
   fprintf(*out, "op,pass,key,measured_s,profile_s,profile_lookup,interpolated_loo_s,"
                 "roofline_s,roofline_calibrated_s\n");
@@ -892,8 +1023,16 @@ static int profile_compare(int argc, char **argv)
   FILE *out = NULL;
   int status = compare_run(&mo, argc, argv, &out);
   GError *error = NULL;
-  if (out && out != stdout && !cli_close_output(out, "the --csv file", &error))
+  if (out && table_json) {
+    if (status == CLI_EXIT_OK) {
+      print_table_json(out);
+    } else {
+      fclose(out);
+      g_clear_pointer(&table_buf, free);
+    }
+  } else if (out && out != stdout && !cli_close_output(out, "the --csv file", &error)) {
     status = MAX(status, cli_report_error(error));
+  }
   model_options_clear(&mo);
   return status;
 }
@@ -906,6 +1045,7 @@ static int perf_run(ModelOptions *mo, int argc, char **argv, FILE **out)
     { "csv", 0, 0, G_OPTION_ARG_FILENAME, &csv, "Write the table here (default: stdout)", "FILE" },
     { "budget-ms", 0, 0, G_OPTION_ARG_DOUBLE, &budget_ms, "Time each case for this long (default 100)", "MS" },
     { "spec", 0, 0, G_OPTION_ARG_STRING, &spec_machine, "Machine whose device 0 spec the roofline uses", "X" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &table_json, "Print the table as JSON (an object per row)", NULL },
     { NULL },
   };
   g_set_prgname("parasol profile perf");
@@ -933,7 +1073,7 @@ static int perf_run(ModelOptions *mo, int argc, char **argv, FILE **out)
   g_autoptr(SimMachine) sm = NULL;
   const SimDeviceSpec *dev = spec_for(spec_machine, profile_runner_device_name(r), &sm, NULL);
   g_autoptr(SimCostModel) roof = sim_cost_model_new_roofline(NULL);
-  if (!(*out = open_table(csv, &error)))
+  if (!(*out = open_table(csv, table_json, &error)))
     return cli_report_error(error);
   fprintf(*out, "backend,device,op,pass,key,runs,median_us,gflop,mbytes,gflops,gbps,roofline_us\n");
   ProfileMeasureOptions meas = measure_options(mo);
@@ -984,8 +1124,16 @@ static int profile_perf(int argc, char **argv)
   FILE *out = NULL;
   int status = perf_run(&mo, argc, argv, &out);
   GError *error = NULL;
-  if (out && out != stdout && !cli_close_output(out, "the --csv file", &error))
+  if (out && table_json) {
+    if (status == CLI_EXIT_OK) {
+      print_table_json(out);
+    } else {
+      fclose(out);
+      g_clear_pointer(&table_buf, free);
+    }
+  } else if (out && out != stdout && !cli_close_output(out, "the --csv file", &error)) {
     status = MAX(status, cli_report_error(error));
+  }
   model_options_clear(&mo);
   return status;
 }

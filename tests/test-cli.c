@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <glib.h>
 #include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <math.h>
@@ -1034,4 +1035,66 @@ Test(cli, search_and_compare_show_their_budget_in_plain_help)
     cr_expect(strstr(h.out, "--budget=B") && strstr(h.out, "--seed=N"), "%s", h.out);
     run_clear(&h);
   }
+}
+
+/* --json on the profile commands that print a table or write a database: `ops --list`
+ * gives one object per line of its text form, `perf` one object per row of its CSV
+ * (numbers as numbers, null where the roofline has no figure), `import-nccl` the count of
+ * entries it wrote (nine sizes, 1 MiB to 256 MiB, of one all-reduce), and --json beside
+ * --csv is refused. */
+Test(cli, profile_commands_print_json, .timeout = 180)
+{
+  const char *mp = "layers=2,hidden=64,batch=8";
+  Run t = run("profile", "ops", "--model", "mlp", "--param", mp, "--machine", "dgx-a100:1",
+              "--list", NULL);
+  Run j = run("profile", "ops", "--model", "mlp", "--param", mp, "--machine", "dgx-a100:1",
+              "--list", "--json", NULL);
+  cr_assert_eq(t.status, 0, "%s", t.err);
+  cr_assert_eq(j.status, 0, "%s", j.err);
+  g_autoptr(JsonNode) n = json_from_string(j.out, NULL);
+  cr_assert_not_null(n, "%s", j.out);
+  JsonArray *shapes = json_object_get_array_member(json_node_get_object(n), "shapes");
+  g_auto(GStrv) lines = g_strsplit(g_strstrip(t.out), "\n", -1);
+  cr_assert_eq(json_array_get_length(shapes), g_strv_length(lines));
+  cr_assert_gt(json_array_get_length(shapes), 0);
+  run_clear(&t);
+  run_clear(&j);
+
+  Run p = run("profile", "perf", "--model", "mlp", "--param", mp, "--machine", "dgx-a100:1",
+              "--backend", "cpu", "--budget-ms", "1", "--json", NULL);
+  cr_assert_eq(p.status, 0, "%s", p.err);
+  g_autoptr(JsonNode) pn = json_from_string(p.out, NULL);
+  cr_assert_not_null(pn, "%s", p.out);
+  JsonArray *rows = json_node_get_array(pn);
+  cr_assert_gt(json_array_get_length(rows), 0);
+  for (guint i = 0; i < json_array_get_length(rows); i++) {
+    JsonObject *r = json_array_get_object_element(rows, i);
+    cr_assert_gt(json_object_get_double_member(r, "median_us"), 0);
+    cr_assert_not_null(json_object_get_string_member(r, "op"));
+    cr_assert(json_object_has_member(r, "roofline_us"));
+  }
+  run_clear(&p);
+  expect_refused(run("profile", "perf", "--model", "mlp", "--param", mp, "--backend", "cpu",
+                     "--json", "--csv", "/tmp/parasol-never.csv", NULL),
+                 "--json and --csv");
+
+  g_autofree char *dir = g_dir_make_tmp("parasol-nccl-XXXXXX", NULL);
+  GString *csv = g_string_new("size(B),count,type,time(ns),busbw(GB/s)\n");
+  for (double bytes = 1 << 20; bytes <= 1 << 28; bytes *= 2)
+    g_string_append_printf(csv, "%.0f,%.0f,float,%.1f,1.0\n", bytes, bytes / 4, bytes / 100.0);
+  g_autofree char *in = g_build_filename(dir, "allreduce_2gpu.csv", NULL);
+  cr_assert(g_file_set_contents(in, csv->str, -1, NULL));
+  g_string_free(csv, TRUE);
+  g_autofree char *db = g_build_filename(dir, "db.json", NULL);
+  Run c = run("profile", "import-nccl", dir, "--gpu", "a100-80gb", "--output", db, "--json",
+              NULL);
+  cr_assert_eq(c.status, 0, "%s", c.err);
+  g_autoptr(JsonNode) cn = json_from_string(c.out, NULL);
+  cr_assert_not_null(cn, "%s", c.out);
+  cr_assert_eq(json_object_get_int_member(json_node_get_object(cn), "collective_entries"), 9);
+  cr_assert_str_eq(json_object_get_string_member(json_node_get_object(cn), "output"), db);
+  run_clear(&c);
+  g_unlink(in);
+  g_unlink(db);
+  g_rmdir(dir);
 }
