@@ -365,6 +365,18 @@ int cmd_search(int argc, char **argv)
     add_time(b, "search_speedup_over_expert",
              isfinite(search_time) ? expert_time / search_time : NAN);
     add_plan(b, &summary);
+    if (pb.vocab_padded) {
+      /* As simulate --json says it (cli_problem_load() padded the model's vocabulary). */
+      json_builder_set_member_name(b, "vocab_padding");
+      json_builder_begin_object(b);
+      json_builder_set_member_name(b, "model_vocab");
+      json_builder_add_int_value(b, pb.vocab_default);
+      json_builder_set_member_name(b, "padded_vocab");
+      json_builder_add_int_value(b, pb.vocab_padded);
+      json_builder_set_member_name(b, "tp");
+      json_builder_add_int_value(b, pb.vocab_tp);
+      json_builder_end_object(b);
+    }
     json_builder_set_member_name(b, "rewrites");
     json_builder_begin_array(b);
     for (int i = 0; i < sim_strategy_n_rewrites(best); i++)

@@ -1098,3 +1098,28 @@ Test(cli, profile_commands_print_json, .timeout = 180)
   g_unlink(db);
   g_rmdir(dir);
 }
+
+/* search --json says how the vocabulary was padded, as simulate --json does: GPT-2's 50,257
+ * to 50,304 (a multiple of 128 x TP 1) for the default model, and nothing when the
+ * vocabulary is given. */
+Test(cli, search_json_says_how_the_vocabulary_was_padded, .timeout = 120)
+{
+  Run r = run("search", "--model", "gpt", "--param", "layers=2", "--budget", "20evals", "--json",
+              "-q", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  g_autoptr(JsonNode) n = json_from_string(r.out, NULL);
+  cr_assert_not_null(n, "%s", r.out);
+  JsonObject *pad = json_object_get_object_member(json_node_get_object(n), "vocab_padding");
+  cr_assert_not_null(pad, "%s", r.out);
+  cr_assert_eq(json_object_get_int_member(pad, "model_vocab"), 50257);
+  cr_assert_eq(json_object_get_int_member(pad, "padded_vocab"), 50304);
+  cr_assert_eq(json_object_get_int_member(pad, "tp"), 1);
+  run_clear(&r);
+  Run k = run("search", "--model", "gpt", "--param", "layers=2,vocab=50257", "--budget",
+              "20evals", "--json", "-q", NULL);
+  cr_assert_eq(k.status, 0, "%s", k.err);
+  g_autoptr(JsonNode) kn = json_from_string(k.out, NULL);
+  cr_assert_not_null(kn, "%s", k.out);
+  cr_assert_not(json_object_has_member(json_node_get_object(kn), "vocab_padding"));
+  run_clear(&k);
+}
