@@ -1744,8 +1744,10 @@ SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrateg
 void sim_lowering_set_microbatch_count(SimLowering *lw, int n)
 {
   g_return_if_fail(n > 0);
+  /* build_schedule() makes the ranks and the segments again. */
   g_free(lw->rank_f);
   g_free(lw->rank_b);
+  g_free(lw->seg);
   lw->M = n;
   build_schedule(lw);
 }
