@@ -350,8 +350,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   SimReport *r = NULL;
   SimSteady st;
   if (sim_steady_plan(s, &opts, &st)) {
-    if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
-      return NULL;
+    /* one_shot_run() validates the strategy: an invalid one fails here as below. */
     int rc = steady_report(g, m, s, cost, &opts, &st, &r, error);
     if (rc != 0)
       return r;
@@ -392,8 +391,6 @@ gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy 
   OneShot os;
   SimSteady st;
   if (sim_steady_plan(s, &opts, &st)) {
-    if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
-      return FALSE;
     /* The run of a few micro-batches is bounded as the whole run would be: it takes no
      * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
      * its warm-up, which the whole run shares) the whole run would be cut too, later. */
