@@ -11,10 +11,11 @@
  * sum_j e[uv][i][j] = s[u][i], sum_i e[uv][i][j] = s[v][j], so that e is the product of
  * the two choices once they are binary.  Memory is a row per device of the submesh: the
  * weights with their gradients and Adam states (16 bytes per parameter, as
- * plan-estimate.c counts them) and the activations each operator keeps of the whole
- * batch, within the device's capacity.  GLPK solves it within a time limit (glp_iocp's
- * tm_lim) taken from the search's budget; a solve that ends at its limit keeps the best
- * integer solution it found.
+ * plan-estimate.c counts them) and the activations each operator keeps of one
+ * micro-batch, within the device's capacity.  GLPK solves it within a time limit
+ * (glp_iocp's tm_lim) taken from the search's budget, from variable elimination's choice
+ * (ve.c, which ignores memory) offered as a first solution where it fits; a solve that
+ * ends at its limit keeps the best integer solution found.
  *
  * Inter-stage (Alpa §5): the operators, in topological order, form L layers (cuts after
  * layer ends, balanced by data-parallel compute); submeshes are the power-of-two blocks
@@ -118,13 +119,35 @@ double search_ilp_cost(const SearchIlp *ilp, const int *choice, gboolean *fits)
 typedef struct {
   gboolean (*stop)(gpointer data);
   gpointer data;
+  const double *start;       /* a solution to offer GLPK (1-based columns), or NULL   */
+  gboolean offered;
 } StopHook;
 
 static void ilp_callback(glp_tree *tree, void *info)
 {
   StopHook *h = info;
-  if (h->stop && glp_ios_reason(tree) == GLP_ISELECT && h->stop(h->data))
+  int reason = glp_ios_reason(tree);
+  if (reason == GLP_IHEUR && h->start && !h->offered) {
+    h->offered = TRUE;
+    glp_ios_heur_sol(tree, h->start);
+  }
+  if (h->stop && reason == GLP_ISELECT && h->stop(h->data))
     glp_ios_terminate(tree);
+}
+
+/* The optimum without memory rows by variable elimination (ve.c): exact on the graphs it
+ * can eliminate, approximate elsewhere.  GLPK starts from it where it fits. */
+static void ve_choice(const SearchIlp *ilp, int *choice)
+{
+  SearchVE *ve = search_ve_new(ilp->n, ilp->k);
+  for (int v = 0; v < ilp->n; v++)
+    search_ve_add_unary(ve, v, ilp->unary[v]);
+  for (guint p = 0; p < ilp->pu->len; p++)
+    search_ve_add_pair(ve, g_array_index(ilp->pu, int, p), g_array_index(ilp->pv, int, p),
+                       g_ptr_array_index(ilp->pair, p));
+  search_ve_solve(ve, NULL);
+  search_ve_assign(ve, NULL, choice);
+  search_ve_free(ve);
 }
 
 /* Costs go to GLPK in microseconds and memory in fractions of the capacity, so that its
@@ -247,16 +270,51 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   g_array_unref(ja);
   g_array_unref(ar);
 
+  /* A start: variable elimination's choice when it fits (a heuristic solution). */
+  g_autofree int *start = g_new0(int, n);
+  ve_choice(ilp, start);
+  gboolean start_fits = FALSE;
+  double start_cost = search_ilp_cost(ilp, start, &start_fits);
+  g_autofree double *x0 = NULL;
+  StopHook none = { 0 };
+  if (!hook)
+    hook = &none;
+  if (start_fits) {
+    x0 = g_new0(double, cols + 1);
+    for (int v = 0; v < n; v++)
+      x0[col0[v] + start[v]] = 1;
+    for (int p = 0; p < n_pairs; p++) {
+      int u = g_array_index(ilp->pu, int, p), v = g_array_index(ilp->pv, int, p);
+      x0[pcol0[p] + start[u] * ilp->k[v] + start[v]] = 1;
+    }
+    hook->start = x0;
+    hook->offered = FALSE;
+  }
+
   glp_iocp parm;
   glp_init_iocp(&parm);
-  parm.presolve = GLP_ON;
+  parm.presolve = GLP_OFF;
   parm.msg_lev = GLP_MSG_OFF;
   parm.tm_lim = (int)CLAMP(seconds * 1000.0, 1.0, (double)G_MAXINT);
-  if (hook) {
-    parm.cb_func = ilp_callback;
-    parm.cb_info = hook;
+  parm.cb_func = ilp_callback;
+  parm.cb_info = hook;
+  /* The relaxation first, so that the branch and bound runs on the program as built (the
+   * MIP presolver would renumber the columns the start refers to). */
+  glp_smcp sp;
+  glp_init_smcp(&sp);
+  sp.msg_lev = GLP_MSG_OFF;
+  sp.presolve = GLP_ON;
+  sp.tm_lim = parm.tm_lim;
+  gint64 t0 = g_get_monotonic_time();
+  int ret = glp_simplex(lp, &sp);
+  if (ret == 0 && glp_get_status(lp) == GLP_OPT) {
+    parm.tm_lim = MAX(1, parm.tm_lim - (int)((g_get_monotonic_time() - t0) / 1000));
+    ret = glp_intopt(lp, &parm);
+  } else if (ret == GLP_ENOPFS || (ret == 0 && glp_get_status(lp) == GLP_NOFEAS)) {
+    ret = GLP_ENOPFS;
+  } else {
+    ret = GLP_ETMLIM;
   }
-  int ret = glp_intopt(lp, &parm);
   int status = glp_mip_status(lp);
   SearchIlpStatus result;
   if (status == GLP_OPT && ret == 0)
@@ -280,11 +338,21 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
       }
       choice[v] = best;
     }
-    /* The objective of the choice itself, in seconds, free of GLPK's rounding. */
-    if (objective)
-      *objective = search_ilp_cost(ilp, choice, NULL);
   }
+  /* The objective of the choice itself, in seconds, free of GLPK's rounding. */
+  double got = result == SEARCH_ILP_OPTIMAL || result == SEARCH_ILP_FEASIBLE
+                 ? search_ilp_cost(ilp, choice, NULL) : INFINITY;
+  /* Out of time without a better solution: the start, which fits. */
+  if (start_fits && (result == SEARCH_ILP_UNKNOWN ||
+                     (result == SEARCH_ILP_FEASIBLE && start_cost < got))) {
+    memcpy(choice, start, sizeof(int) * (gsize)n);
+    result = SEARCH_ILP_FEASIBLE;
+    got = start_cost;
+  }
+  if (objective)
+    *objective = got;
   (void)mem_rows;
+  hook->start = NULL;
   glp_delete_prob(lp);
   return result;
 }
@@ -299,8 +367,9 @@ SearchIlpStatus search_ilp_solve(const SearchIlp *ilp, double seconds, int *choi
 /* A stage's program                                                                   */
 
 /* Bytes one device keeps for @op under configuration @c: the shard's weights with their
- * gradients and Adam states, and its outputs for the backward pass. */
-static double config_bytes(const SearchProblem *p, int op, const SearchConfig *c)
+ * gradients and Adam states, and its outputs of one of @mb micro-batches for the backward
+ * pass (a lower bound: a pipeline holds several; the simulator counts them all). */
+static double config_bytes(const SearchProblem *p, int op, const SearchConfig *c, int mb)
 {
   const SimGraph *g = p->g;
   int nd = sim_graph_op_n_dims(g, op);
@@ -319,7 +388,7 @@ static double config_bytes(const SearchProblem *p, int op, const SearchConfig *c
   for (int o = 0; o < sim_graph_op_n_outputs(g, op); o++)
     if (sim_graph_op_shard_region(g, op, SIM_TENSOR_OUTPUT, o, lo, hi, &r)) {
       int es = sim_dtype_size(sim_graph_tensor_dtype(g, sim_graph_op_output(g, op, o)));
-      bytes += (double)sim_region_volume(&r) * (es > 0 ? es : 4);
+      bytes += (double)sim_region_volume(&r) * (es > 0 ? es : 4) / mb;
     }
   return bytes;
 }
@@ -391,7 +460,7 @@ SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, cons
       ilp->unary[v][i] = search_estimate_node(e, ops[v], cfg);
       if (ilp->mem) {
         const SearchConfig *c = search_problem_config(p, ops[v], cfg);
-        double b = config_bytes(p, ops[v], c);
+        double b = config_bytes(p, ops[v], c, mb);
         for (int d = c->start; d < c->start + c->n && d < mesh; d++)
           ilp->mem[v][(gsize)i * mesh + d] = b;
       }
@@ -540,6 +609,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining)
         sim_graph_op_type(p->g, op) != SIM_OP_INPUT)
       g_array_append_val(opsa, op);
   int n = (int)opsa->len;
+  gint64 t0 = g_get_monotonic_time();
   GArray **cands = g_new0(GArray *, MAX(n, 1));
   SearchIlp *ilp = search_alpa_stage_ilp(p, al->e, (const int *)opsa->data, n, al->mesh[m], mb,
                                          al->max_cands, cands);
@@ -569,7 +639,13 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining)
   AlpaStop stop = { al->ctx };
   StopHook hook = { alpa_should_stop, &stop };
   double obj = INFINITY;
+  gint64 t1 = g_get_monotonic_time();
   st->status = ilp_solve(ilp, seconds, &hook, st->cfg_index, &obj);
+  if (g_getenv("PARASOL_ALPA_TRACE"))
+    g_printerr("alpa: layers %d-%d on %d devices, %d micro-batches: %d ops, %u pairs; built "
+               "in %.3f s, solved in %.3f s (limit %.3f s): status %d, %g s\n", a, b,
+               al->mesh[m], mb, n, ilp->pu->len, (t1 - t0) / 1e6,
+               (g_get_monotonic_time() - t1) / 1e6, seconds, st->status, obj);
   al->ilps++;
   if (st->status == SEARCH_ILP_OPTIMAL)
     al->ilps_optimal++;
@@ -587,30 +663,22 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining)
   search_ilp_free(ilp);
 }
 
-/* A plan of the dynamic program: stages in order, each a layer range and a submesh. */
-typedef struct {
-  int S;
-  int first[64], last[64], mesh[64];
-  double predicted;          /* sum of latencies + (B - 1) the largest                  */
-} AlpaPlan;
-
-/* The dynamic program over layer ranges and submeshes for @mb micro-batches (Alpa §5.2).
- * FALSE when no slicing covers the devices with feasible stages. */
-static gboolean alpa_dp(Alpa *al, int mb, AlpaPlan *plan)
+/* The dynamic program over layer ranges and submeshes (Alpa §5.2), on the latencies
+ * @lat of search-private.h's SearchAlpaPlan. */
+gboolean search_alpa_dp(const double *lat, int L, const int *mesh, int n_meshes, int N, int mb,
+                        SearchAlpaPlan *plan)
 {
-  int L = al->L, N = al->p->n_devices;
-  /* The distinct finite stage latencies, the candidates for t_max. */
-  GArray *lat = g_array_new(FALSE, FALSE, sizeof(double));
+#define LAT(a, b, m) lat[((gsize)(a) * L + (b)) * n_meshes + (m)]
+  /* The distinct finite stage latencies, the candidates for t_max, in increasing order. */
+  GArray *ta = g_array_new(FALSE, FALSE, sizeof(double));
   for (int a = 0; a < L; a++)
     for (int b = a; b < L; b++)
-      for (int m = 0; m < al->n_meshes; m++) {
-        double t = stage_at(al, a, b, m)->latency;
-        if (stage_at(al, a, b, m)->done && isfinite(t))
-          g_array_append_val(lat, t);
-      }
-  double *ts = (double *)lat->data;
-  int nt = (int)lat->len;
-  for (int i = 1; i < nt; i++)  /* insertion sort: a few hundred values */
+      for (int m = 0; m < n_meshes; m++)
+        if (isfinite(LAT(a, b, m)))
+          g_array_append_val(ta, LAT(a, b, m));
+  double *ts = (double *)ta->data;
+  int nt = (int)ta->len;
+  for (int i = 1; i < nt; i++)
     for (int j = i; j > 0 && ts[j - 1] > ts[j]; j--) {
       double x = ts[j];
       ts[j] = ts[j - 1];
@@ -618,20 +686,17 @@ static gboolean alpa_dp(Alpa *al, int mb, AlpaPlan *plan)
     }
   gsize stride = (gsize)N + 1;
   g_autofree double *F = g_new(double, (gsize)(L + 1) * stride);
-  g_autofree int *arg_i = g_new(int, (gsize)(L + 1) * stride);
-  g_autofree int *arg_m = g_new(int, (gsize)(L + 1) * stride);
+  g_autofree int *arg_i = g_new0(int, (gsize)(L + 1) * stride);
+  g_autofree int *arg_m = g_new0(int, (gsize)(L + 1) * stride);
   double best = INFINITY, best_tmax = INFINITY;
+  /* Pass 0 finds the best t_max; pass 1 solves at it again, keeping the choices. */
   for (int pass = 0; pass < 2; pass++) {
-    /* Pass 0 finds the best t_max; pass 1 solves at it again, keeping the choices. */
-    int from = 0, to = nt;
-    if (pass == 1) {
-      if (!isfinite(best))
-        break;
-      from = 0;
-      to = 1;
-    }
-    for (int ti = from; ti < to; ti++) {
+    if (pass == 1 && !isfinite(best))
+      break;
+    for (int ti = 0; ti < (pass == 0 ? nt : 1); ti++) {
       double tmax = pass == 1 ? best_tmax : ts[ti];
+      if (pass == 0 && ti > 0 && ts[ti] == ts[ti - 1])
+        continue;
       if (pass == 0 && (mb - 1) * tmax >= best)
         break;
       for (int k = L; k >= 0; k--)
@@ -641,16 +706,12 @@ static gboolean alpa_dp(Alpa *al, int mb, AlpaPlan *plan)
           if (k == L || d == 0)
             continue;
           for (int i = k; i < L; i++)
-            for (int m = 0; m < al->n_meshes; m++) {
-              int sz = al->mesh[m];
-              if (sz > d)
+            for (int m = 0; m < n_meshes; m++) {
+              if (mesh[m] > d || !(LAT(k, i, m) <= tmax))
                 continue;
-              const StageSolve *st = stage_at(al, k, i, m);
-              if (!st->done || !(st->latency <= tmax))
-                continue;
-              double rest = F[(gsize)(i + 1) * stride + d - sz];
-              if (st->latency + rest < F[at]) {
-                F[at] = st->latency + rest;
+              double v = LAT(k, i, m) + F[(gsize)(i + 1) * stride + d - mesh[m]];
+              if (v < F[at]) {
+                F[at] = v;
                 arg_i[at] = i;
                 arg_m[at] = m;
               }
@@ -663,33 +724,41 @@ static gboolean alpa_dp(Alpa *al, int mb, AlpaPlan *plan)
       }
     }
   }
-  g_array_unref(lat);
+  g_array_unref(ta);
   if (!isfinite(best))
     return FALSE;
-  /* The slicing at the best t_max (F holds pass 1's tables). */
   plan->S = 0;
   double sum = 0, mx = 0;
   for (int k = 0, d = N; k < L;) {
     gsize at = (gsize)k * stride + d;
-    if (!isfinite(F[at]) || plan->S >= 64)
+    if (!isfinite(F[at]) || plan->S >= SEARCH_ALPA_MAX_STAGES)
       return FALSE;
     int i = arg_i[at], m = arg_m[at];
     plan->first[plan->S] = k;
     plan->last[plan->S] = i;
     plan->mesh[plan->S] = m;
     plan->S++;
-    double t = stage_at(al, k, i, m)->latency;
-    sum += t;
-    mx = MAX(mx, t);
+    sum += LAT(k, i, m);
+    mx = MAX(mx, LAT(k, i, m));
     k = i + 1;
-    d -= al->mesh[m];
+    d -= mesh[m];
   }
   plan->predicted = sum + (mb - 1) * mx;
   return TRUE;
+#undef LAT
+}
+
+static gboolean alpa_dp(Alpa *al, int mb, SearchAlpaPlan *plan)
+{
+  gsize n = (gsize)al->L * al->L * al->n_meshes;
+  g_autofree double *lat = g_new(double, n);
+  for (gsize i = 0; i < n; i++)
+    lat[i] = al->stage[i].done ? al->stage[i].latency : INFINITY;
+  return search_alpa_dp(lat, al->L, al->mesh, al->n_meshes, al->p->n_devices, mb, plan);
 }
 
 /* The strategy of @plan with @mb micro-batches (transfer full; NULL if invalid). */
-static SimStrategy *alpa_strategy(Alpa *al, const AlpaPlan *plan, int mb)
+static SimStrategy *alpa_strategy(Alpa *al, const SearchAlpaPlan *plan, int mb)
 {
   const SearchProblem *p = al->p;
   const SimGraph *g = p->g;
@@ -697,7 +766,7 @@ static SimStrategy *alpa_strategy(Alpa *al, const AlpaPlan *plan, int mb)
   g_autoptr(SimStrategy) s = search_problem_new_strategy(p);
   sim_strategy_set_microbatches(s, mb);
   /* Devices by decreasing submesh size: every block starts at a multiple of its size. */
-  int order[64], offset[64];
+  int order[SEARCH_ALPA_MAX_STAGES], offset[SEARCH_ALPA_MAX_STAGES];
   for (int i = 0; i < plan->S; i++)
     order[i] = i;
   for (int i = 1; i < plan->S; i++)
@@ -822,14 +891,15 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     for (int a = 0; a < al.L && !search_context_should_stop(ctx); a++)
       for (int b = a; b < al.L && !search_context_should_stop(ctx); b++)
         for (int m = 0; m < al.n_meshes && !search_context_should_stop(ctx); m++) {
-          /* Left for this and the later micro-batch counts. */
-          int remaining = (n_mb - bi) * per_mb - done;
+          /* The ILPs left for this micro-batch count share what is left of the budget
+           * (the later counts mostly reuse them). */
+          int remaining = per_mb - done;
           solve_stage(&al, a, b, m, mb, remaining);
           done++;
         }
     if (search_context_should_stop(ctx))
       break;
-    AlpaPlan plan;
+    SearchAlpaPlan plan;
     if (!alpa_dp(&al, mb, &plan))
       continue;
     g_autoptr(SimStrategy) s = alpa_strategy(&al, &plan, mb);

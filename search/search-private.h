@@ -381,6 +381,19 @@ SearchIlpStatus search_ilp_solve(const SearchIlp *ilp, double seconds, int *choi
 SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, const int *ops,
                                  int n_ops, int mesh, int mb, int max_cands, GArray **cands);
 
+/* Alpa's inter-stage dynamic program: layers 0..@L-1 cut into consecutive stages, stage
+ * s on a submesh of mesh[plan->mesh[s]] devices, the submeshes covering @N devices
+ * exactly, minimizing sum_s t_s + (@mb - 1) max_s t_s where t_s = @lat[(first x L + last)
+ * x n_meshes + mesh index] (+inf: no such stage).  FALSE when no slicing is feasible. */
+#define SEARCH_ALPA_MAX_STAGES 64
+typedef struct {
+  int S;
+  int first[SEARCH_ALPA_MAX_STAGES], last[SEARCH_ALPA_MAX_STAGES], mesh[SEARCH_ALPA_MAX_STAGES];
+  double predicted;           /* the objective                                         */
+} SearchAlpaPlan;
+gboolean search_alpa_dp(const double *lat, int L, const int *mesh, int n_meshes, int N, int mb,
+                        SearchAlpaPlan *plan);
+
 /* The built-in algorithms. */
 extern const SearchAlgorithm search_algo_data_parallel;
 extern const SearchAlgorithm search_algo_expert;
