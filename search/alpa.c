@@ -599,7 +599,7 @@ static StageSolve *stage_at(Alpa *al, int a, int b, int m)
 
 /* Solves the stage of layers [a, b] on submesh @m for @mb micro-batches, reusing the last
  * solve when the candidates are the same (the choice does not depend on mb then). */
-static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining)
+static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, double share)
 {
   const SearchProblem *p = al->p;
   StageSolve *st = stage_at(al, a, b, m);
@@ -634,7 +634,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining)
   double seconds = al->ilp_seconds;
   if (al->ctx->deadline < G_MAXDOUBLE) {
     double left = al->ctx->deadline - search_context_elapsed(al->ctx);
-    seconds = MIN(seconds, MAX(0.05, left / MAX(remaining, 1)));
+    seconds = MIN(seconds, MAX(0.05, share * left / MAX(remaining, 1)));
   }
   AlpaStop stop = { al->ctx };
   StopHook hook = { alpa_should_stop, &stop };
@@ -891,10 +891,11 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     for (int a = 0; a < al.L && !search_context_should_stop(ctx); a++)
       for (int b = a; b < al.L && !search_context_should_stop(ctx); b++)
         for (int m = 0; m < al.n_meshes && !search_context_should_stop(ctx); m++) {
-          /* The ILPs left for this micro-batch count share what is left of the budget
-           * (the later counts mostly reuse them). */
+          /* The ILPs left for this micro-batch count share half of what is left of the
+           * budget, all of it for the last count (the later counts reuse the programs
+           * whose candidates do not change). */
           int remaining = per_mb - done;
-          solve_stage(&al, a, b, m, mb, remaining);
+          solve_stage(&al, a, b, m, mb, remaining, bi + 1 < n_mb ? 0.5 : 1.0);
           done++;
         }
     if (search_context_should_stop(ctx))
