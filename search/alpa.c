@@ -921,6 +921,8 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   g_free(al.stage);
   g_free(al.layer_of);
   search_estimate_free(al.e);
+  /* GLPK's environment of this thread (the driver runs each search on its own). */
+  glp_free_env();
   return TRUE;
 }
 
