@@ -137,7 +137,7 @@ static void ilp_callback(glp_tree *tree, void *info)
 
 /* The optimum without memory rows by variable elimination (ve.c): exact on the graphs it
  * can eliminate, approximate elsewhere.  GLPK starts from it where it fits. */
-static void ve_choice(const SearchIlp *ilp, int *choice)
+static gboolean ve_choice(const SearchIlp *ilp, int *choice)
 {
   SearchVE *ve = search_ve_new(ilp->n, ilp->k);
   for (int v = 0; v < ilp->n; v++)
@@ -145,18 +145,23 @@ static void ve_choice(const SearchIlp *ilp, int *choice)
   for (guint p = 0; p < ilp->pu->len; p++)
     search_ve_add_pair(ve, g_array_index(ilp->pu, int, p), g_array_index(ilp->pv, int, p),
                        g_ptr_array_index(ilp->pair, p));
-  search_ve_solve(ve, NULL);
+  gboolean exact = search_ve_solve(ve, NULL) == 0;
   search_ve_assign(ve, NULL, choice);
   search_ve_free(ve);
+  return exact;
 }
 
 /* Costs go to GLPK in microseconds and memory in fractions of the capacity, so that its
  * absolute tolerances stay far below the differences that matter. */
 #define COST_SCALE 1e6
 
+/* *@unbound (may be NULL) tells whether the memory rows did not bind: the choice is the
+ * optimum without them, which stays optimal wherever they are looser. */
 static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook *hook,
-                                 int *choice, double *objective)
+                                 int *choice, double *objective, gboolean *unbound)
 {
+  if (unbound)
+    *unbound = FALSE;
   int n = ilp->n;
   if (objective)
     *objective = INFINITY;
@@ -272,7 +277,7 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
 
   /* A start: variable elimination's choice when it fits (a heuristic solution). */
   g_autofree int *start = g_new0(int, n);
-  ve_choice(ilp, start);
+  gboolean exact = ve_choice(ilp, start);
   gboolean start_fits = FALSE;
   double start_cost = search_ilp_cost(ilp, start, &start_fits);
   g_autofree double *x0 = NULL;
@@ -351,6 +356,9 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   }
   if (objective)
     *objective = got;
+  if (unbound)
+    *unbound = result == SEARCH_ILP_OPTIMAL &&
+               (!ilp->mem || (exact && start_fits && got >= start_cost - 1e-12 * fabs(start_cost)));
   (void)mem_rows;
   hook->start = NULL;
   glp_delete_prob(lp);
@@ -360,7 +368,7 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
 SearchIlpStatus search_ilp_solve(const SearchIlp *ilp, double seconds, int *choice,
                                  double *objective)
 {
-  return ilp_solve(ilp, seconds, NULL, choice, objective);
+  return ilp_solve(ilp, seconds, NULL, choice, objective, NULL);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -556,6 +564,7 @@ typedef struct {
   int *ops;
   int *cfg;                  /* the configuration (index) of each op                   */
   int *cfg_index;            /* and its position among the op's candidates             */
+  gboolean unbound;          /* optimal, and memory did not bind                      */
   GArray **cands;            /* the candidates the program had, to reuse it            */
 } StageSolve;
 
@@ -613,10 +622,10 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
   GArray **cands = g_new0(GArray *, MAX(n, 1));
   SearchIlp *ilp = search_alpa_stage_ilp(p, al->e, (const int *)opsa->data, n, al->mesh[m], mb,
                                          al->max_cands, cands);
-  if (st->done && st->n_ops == n && same_cands(st->cands, cands, n)) {
-    /* Same program: the choice stands, the latency scales with the micro-batch. */
-    double obj = isfinite(st->latency) ? search_ilp_cost(ilp, st->cfg_index, NULL) : INFINITY;
-    st->latency = obj / mb;
+  if (st->done && st->unbound && st->n_ops == n && same_cands(st->cands, cands, n)) {
+    /* The same program with more room for activations (more micro-batches): the optimum
+     * that memory did not bind stands, its latency per micro-batch scales. */
+    st->latency = search_ilp_cost(ilp, st->cfg_index, NULL) / mb;
     for (int v = 0; v < n; v++)
       g_array_unref(cands[v]);
     g_free(cands);
@@ -640,7 +649,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
   StopHook hook = { alpa_should_stop, &stop };
   double obj = INFINITY;
   gint64 t1 = g_get_monotonic_time();
-  st->status = ilp_solve(ilp, seconds, &hook, st->cfg_index, &obj);
+  st->status = ilp_solve(ilp, seconds, &hook, st->cfg_index, &obj, &st->unbound);
   if (g_getenv("PARASOL_ALPA_TRACE"))
     g_printerr("alpa: layers %d-%d on %d devices, %d micro-batches: %d ops, %u pairs; built "
                "in %.3f s, solved in %.3f s (limit %.3f s): status %d, %g s\n", a, b,
