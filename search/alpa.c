@@ -121,6 +121,7 @@ typedef struct {
   gpointer data;
   const double *start;       /* a solution to offer GLPK (1-based columns), or NULL   */
   gboolean offered;
+  gboolean shortcut;
 } StopHook;
 
 static void ilp_callback(glp_tree *tree, void *info)
@@ -171,6 +172,21 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   if (n == 0) {
     if (objective)
       *objective = 0;
+    return SEARCH_ILP_OPTIMAL;
+  }
+  /* A start: variable elimination's choice when it fits (a heuristic solution).  Where
+   * the elimination was exact and its choice fits, it is the program's optimum, which
+   * the search takes without GLPK (the shortcut). */
+  g_autofree int *start = g_new0(int, n);
+  gboolean exact = ve_choice(ilp, start);
+  gboolean start_fits = FALSE;
+  double start_cost = search_ilp_cost(ilp, start, &start_fits);
+  if (hook && hook->shortcut && exact && start_fits) {
+    memcpy(choice, start, sizeof(int) * (gsize)n);
+    if (objective)
+      *objective = start_cost;
+    if (unbound)
+      *unbound = TRUE;
     return SEARCH_ILP_OPTIMAL;
   }
   glp_term_out(GLP_OFF);
@@ -275,11 +291,6 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   g_array_unref(ja);
   g_array_unref(ar);
 
-  /* A start: variable elimination's choice when it fits (a heuristic solution). */
-  g_autofree int *start = g_new0(int, n);
-  gboolean exact = ve_choice(ilp, start);
-  gboolean start_fits = FALSE;
-  double start_cost = search_ilp_cost(ilp, start, &start_fits);
   g_autofree double *x0 = NULL;
   StopHook none = { 0 };
   if (!hook)
@@ -546,13 +557,16 @@ static int cluster_layers(const SearchProblem *p, SearchEstimate *e, int n_layer
   return layer + 1;
 }
 
+typedef struct _Alpa Alpa;
 typedef struct {
-  SearchContext *ctx;
+  Alpa *al;
 } AlpaStop;
+
+static gboolean ilps_should_stop(Alpa *al);
 
 static gboolean alpa_should_stop(gpointer data)
 {
-  return search_context_should_stop(((AlpaStop *)data)->ctx);
+  return ilps_should_stop(((AlpaStop *)data)->al);
 }
 
 /* The ILP of one stage: layers [a, b] on a submesh. */
@@ -565,6 +579,7 @@ typedef struct {
   int *cfg;                  /* the configuration (index) of each op                   */
   int *cfg_index;            /* and its position among the op's candidates             */
   gboolean unbound;          /* optimal, and memory did not bind                      */
+  int mb;                    /* the micro-batch count the latency is for              */
   GArray **cands;            /* the candidates the program had, to reuse it            */
 } StageSolve;
 
@@ -587,7 +602,7 @@ static gboolean same_cands(GArray **a, GArray **b, int n)
   return TRUE;
 }
 
-typedef struct {
+struct _Alpa {
   const SearchProblem *p;
   SearchContext *ctx;
   SearchEstimate *e;
@@ -599,7 +614,16 @@ typedef struct {
   double ilp_seconds;
   StageSolve *stage;         /* L x L x n_meshes, index (a * L + b) * n_meshes + m      */
   int ilps, ilps_optimal, ilps_limited, ilps_infeasible;
-} Alpa;
+  double ilp_deadline;       /* seconds since the start: the programs stop here, leaving
+                              * the rest of the budget to simulate their plans        */
+  gboolean shortcut;         /* skip GLPK where variable elimination is provably optimal */
+};
+
+static gboolean ilps_should_stop(Alpa *al)
+{
+  return search_context_should_stop(al->ctx) ||
+         search_context_elapsed(al->ctx) > al->ilp_deadline;
+}
 
 static StageSolve *stage_at(Alpa *al, int a, int b, int m)
 {
@@ -626,6 +650,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
     /* The same program with more room for activations (more micro-batches): the optimum
      * that memory did not bind stands, its latency per micro-batch scales. */
     st->latency = search_ilp_cost(ilp, st->cfg_index, NULL) / mb;
+    st->mb = mb;
     for (int v = 0; v < n; v++)
       g_array_unref(cands[v]);
     g_free(cands);
@@ -635,18 +660,19 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
   }
   stage_clear(st);
   st->done = TRUE;
+  st->mb = mb;
   st->n_ops = n;
   st->ops = (int *)g_array_free(opsa, FALSE);
   st->cands = cands;
   st->cfg = g_new0(int, MAX(n, 1));
   st->cfg_index = g_new0(int, MAX(n, 1));
   double seconds = al->ilp_seconds;
-  if (al->ctx->deadline < G_MAXDOUBLE) {
-    double left = al->ctx->deadline - search_context_elapsed(al->ctx);
-    seconds = MIN(seconds, MAX(0.05, share * left / MAX(remaining, 1)));
+  if (al->ilp_deadline < G_MAXDOUBLE) {
+    double left = al->ilp_deadline - search_context_elapsed(al->ctx);
+    seconds = MIN(seconds, MAX(0.2, share * left / MAX(remaining, 1)));
   }
-  AlpaStop stop = { al->ctx };
-  StopHook hook = { alpa_should_stop, &stop };
+  AlpaStop stop = { al };
+  StopHook hook = { alpa_should_stop, &stop, .shortcut = al->shortcut };
   double obj = INFINITY;
   gint64 t1 = g_get_monotonic_time();
   st->status = ilp_solve(ilp, seconds, &hook, st->cfg_index, &obj, &st->unbound);
@@ -762,7 +788,7 @@ static gboolean alpa_dp(Alpa *al, int mb, SearchAlpaPlan *plan)
   gsize n = (gsize)al->L * al->L * al->n_meshes;
   g_autofree double *lat = g_new(double, n);
   for (gsize i = 0; i < n; i++)
-    lat[i] = al->stage[i].done ? al->stage[i].latency : INFINITY;
+    lat[i] = al->stage[i].done && al->stage[i].mb == mb ? al->stage[i].latency : INFINITY;
   return search_alpa_dp(lat, al->L, al->mesh, al->n_meshes, al->p->n_devices, mb, plan);
 }
 
@@ -861,6 +887,7 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   Alpa al = { .p = p, .ctx = ctx };
   al.max_cands = search_context_get_option_int_in(ctx, "cands", 8, 1, 1024);
   al.ilp_seconds = search_context_get_option_double_in(ctx, "ilp-seconds", 10, 0.001, 3600);
+  al.shortcut = !search_context_get_option_int_in(ctx, "glpk-always", 0, 0, 1);
   if (search_context_should_stop(ctx))
     return TRUE;
   al.e = search_estimate_new(p);
@@ -894,17 +921,25 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
 
   double best_cost = INFINITY, best_pred = NAN;
   int per_mb = al.L * (al.L + 1) / 2 * al.n_meshes;
-  for (int bi = 0; bi < n_mb && !search_context_should_stop(ctx); bi++) {
+  /* The programs stop at 85% of a budget in seconds: the rest simulates their plans. */
+  al.ilp_deadline = G_MAXDOUBLE;
+  if (ctx->deadline < G_MAXDOUBLE) {
+    double now = search_context_elapsed(ctx);
+    al.ilp_deadline = now + 0.85 * MAX(0.0, ctx->deadline - now);
+  }
+  for (int bi = 0; bi < n_mb && !ilps_should_stop(&al); bi++) {
     int mb = mbs[bi];
     int done = 0;
-    for (int a = 0; a < al.L && !search_context_should_stop(ctx); a++)
-      for (int b = a; b < al.L && !search_context_should_stop(ctx); b++)
-        for (int m = 0; m < al.n_meshes && !search_context_should_stop(ctx); m++) {
+    /* Longest ranges and largest submeshes first: a pass cut short by the budget still
+     * has the single-stage plans and the few-stage ones. */
+    for (int len = al.L; len >= 1 && !ilps_should_stop(&al); len--)
+      for (int a = 0; a + len <= al.L && !ilps_should_stop(&al); a++)
+        for (int m = al.n_meshes - 1; m >= 0 && !ilps_should_stop(&al); m--) {
           /* The ILPs left for this micro-batch count share half of what is left of the
            * budget, all of it for the last count (the later counts reuse the programs
            * whose candidates do not change). */
           int remaining = per_mb - done;
-          solve_stage(&al, a, b, m, mb, remaining, bi + 1 < n_mb ? 0.5 : 1.0);
+          solve_stage(&al, a, a + len - 1, m, mb, remaining, bi + 1 < n_mb ? 0.5 : 1.0);
           done++;
         }
     if (search_context_should_stop(ctx))
@@ -941,6 +976,8 @@ static const SearchOptionSpec alpa_options[] = {
   { "max-microbatches", "the most micro-batches tried, powers of two (default 16)" },
   { "microbatches", "only this number of micro-batches (default 0: each power of two)" },
   { "ilp-seconds", "GLPK's time limit per stage ILP, within the budget (default 10)" },
+  { "glpk-always", "1: solve every stage ILP with GLPK, 0: not where variable elimination is "
+                   "exact and fits in memory, which is then the optimum (default)" },
   { NULL, NULL },
 };
 
