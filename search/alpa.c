@@ -15,7 +15,10 @@
  * micro-batch, within the device's capacity.  GLPK solves it within a time limit
  * (glp_iocp's tm_lim) taken from the search's budget, from variable elimination's choice
  * (ve.c, which ignores memory) offered as a first solution where it fits; a solve that
- * ends at its limit keeps the best integer solution found.
+ * ends at its limit keeps the best integer solution found.  Where the elimination is
+ * exact (the graph reduces without approximation) and its choice fits, that choice is
+ * the program's optimum and the search takes it without GLPK (option glpk-always=1
+ * solves every program with GLPK).
  *
  * Inter-stage (Alpa §5): the operators, in topological order, form L layers (cuts after
  * layer ends, balanced by data-parallel compute); submeshes are the power-of-two blocks
@@ -27,7 +30,9 @@
  * enumerating t_max over the stage latencies in increasing order (stopping once
  * (B - 1) t_max alone exceeds the best).  B is taken from the powers of two that divide
  * the batch, up to the option max-microbatches; stages get their devices in decreasing
- * submesh size, so every block is aligned.
+ * submesh size, so every block is aligned.  The programs run longest ranges and largest
+ * submeshes first and stop at 85% of a budget in seconds, so that a pass cut short still
+ * yields plans and the rest of the budget simulates them.
  *
  * Each plan is then simulated (made to fit by search_fit() where it does not), and the
  * fastest is the search's result.  The DP's predicted time of that plan and its simulated

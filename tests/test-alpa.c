@@ -304,6 +304,17 @@ Test(alpa, search_simulates_its_plan_and_reports_the_prediction)
   cr_assert_float_eq(again, simulated, 1e-9 * simulated, "%g against %g", again, simulated);
   search_result_free(r);
 
+  /* Every stage program solved by GLPK, none taken from variable elimination: the same
+   * optima, so the same prediction. */
+  const char *const glpk[] = { "glpk-always=1", NULL };
+  r = run_alpa(f.p, glpk, &error);
+  cr_assert_not_null(r, "%s", error ? error->message : "");
+  double predicted_glpk;
+  cr_assert(search_result_get_prediction(r, &predicted_glpk, NULL));
+  cr_assert_float_eq(predicted_glpk, predicted, 1e-9 * predicted, "%g against %g",
+                     predicted_glpk, predicted);
+  search_result_free(r);
+
   /* One micro-batch count only, and a bad one. */
   const char *const one[] = { "microbatches=4", NULL };
   r = run_alpa(f.p, one, &error);
