@@ -328,6 +328,15 @@ int cmd_search(int argc, char **argv)
     json_builder_add_int_value(b, ro.threads);
     json_builder_set_member_name(b, "ranks");
     json_builder_add_int_value(b, search_mpi_size());
+    {
+      gint64 exchanges;
+      double in_exchanges;
+      search_mpi_stats(&exchanges, &in_exchanges);
+      json_builder_set_member_name(b, "exchanges");
+      json_builder_add_int_value(b, exchanges);
+      json_builder_set_member_name(b, "exchange_s");
+      json_builder_add_double_value(b, in_exchanges);
+    }
     json_builder_set_member_name(b, "elapsed_s");
     json_builder_add_double_value(b, elapsed);
     json_builder_set_member_name(b, "evals");

@@ -20,8 +20,11 @@
 #endif
 
 /* How long a rank that saw a signal, or whose deadline passed, waits for the others at an
- * exchange before it gives the sharing up. */
-#define GIVE_UP_US G_GINT64_CONSTANT(2000000)
+ * exchange before it gives the sharing up.  After a signal the wait is short: where a
+ * rank died, mpirun sends the others SIGTERM and, a little later, SIGKILL, and rank 0
+ * must have written its plan by then. */
+#define SIGNAL_GIVE_UP_US G_GINT64_CONSTANT(500000)
+#define DEADLINE_GIVE_UP_US G_GINT64_CONSTANT(1000000)
 
 static struct {
   gboolean started;          /* MPI initialized here, more than one rank              */
@@ -166,7 +169,8 @@ static gboolean wait_for(MPI_Request *req)
                      now >= root->t0 + (gint64)(root->deadline * 1e6));
     if (late && since == 0)
       since = now;
-    if (since > 0 && now - since > GIVE_UP_US) {
+    if (since > 0 &&
+        now - since > (search_signals_seen() ? SIGNAL_GIVE_UP_US : DEADLINE_GIVE_UP_US)) {
       give_up(search_signals_seen() ? "the other ranks did not come to an exchange after a "
                                       "signal"
                                     : "the other ranks did not come to an exchange by the "
