@@ -330,12 +330,14 @@ int cmd_search(int argc, char **argv)
     json_builder_add_int_value(b, search_mpi_size());
     {
       gint64 exchanges;
-      double in_exchanges;
-      search_mpi_stats(&exchanges, &in_exchanges);
+      double in_exchanges, cpu;
+      search_mpi_stats(&exchanges, &in_exchanges, &cpu);
       json_builder_set_member_name(b, "exchanges");
       json_builder_add_int_value(b, exchanges);
       json_builder_set_member_name(b, "exchange_s");
       json_builder_add_double_value(b, in_exchanges);
+      json_builder_set_member_name(b, "exchange_cpu_s");
+      json_builder_add_double_value(b, cpu);
     }
     json_builder_set_member_name(b, "elapsed_s");
     json_builder_add_double_value(b, elapsed);
@@ -423,7 +425,7 @@ int cmd_search(int argc, char **argv)
     if (search_mpi_size() > 1) {
       gint64 exchanges;
       double in_exchanges;
-      search_mpi_stats(&exchanges, &in_exchanges);
+      search_mpi_stats(&exchanges, &in_exchanges, NULL);
       printf("  ranks               %d (MPI), %" G_GINT64_FORMAT " exchanges, %.2f s in them on "
              "rank 0\n", search_mpi_size(), exchanges, in_exchanges);
     }

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if PARASOL_HAVE_MPI
 #include <mpi.h>
@@ -38,6 +39,7 @@ static struct {
   int local_threads;
   gint64 exchanges;
   gint64 exchange_us;
+  gint64 exchange_cpu_ns;    /* CPU time of the thread waiting in them                */
   char *note;
 #if PARASOL_HAVE_MPI
   MPI_Comm comm;
@@ -64,12 +66,14 @@ const char *search_mpi_note(void)
   return dist.note;
 }
 
-void search_mpi_stats(gint64 *exchanges, double *seconds)
+void search_mpi_stats(gint64 *exchanges, double *seconds, double *cpu_seconds)
 {
   if (exchanges)
     *exchanges = dist.exchanges;
   if (seconds)
     *seconds = (double)dist.exchange_us / 1e6;
+  if (cpu_seconds)
+    *cpu_seconds = (double)dist.exchange_cpu_ns / 1e9;
 }
 
 /* The number of processes mpirun (Open MPI, MPICH/Hydra, Slurm's PMI) started, 1 if none. */
@@ -84,7 +88,7 @@ static int launched_size(void)
   return 1;
 }
 
-static void note(const char *fmt, ...) G_GNUC_PRINTF(1, 2);
+static void note(const char *fmt, ...) G_GNUC_PRINTF(1, 2) G_GNUC_UNUSED;
 static void note(const char *fmt, ...)
 {
   if (dist.note)
@@ -96,6 +100,13 @@ static void note(const char *fmt, ...)
 }
 
 #if PARASOL_HAVE_MPI
+
+static gint64 thread_cpu_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (gint64)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 static void finish(void)
 {
@@ -150,7 +161,7 @@ static void give_up(const char *why)
  * or the deadline passed and the others do not come within GIVE_UP_US. */
 static gboolean wait_for(MPI_Request *req)
 {
-  gint64 t0 = g_get_monotonic_time();
+  gint64 t0 = g_get_monotonic_time(), cpu0 = thread_cpu_ns();
   gint64 since = 0;   /* when a signal or the deadline was first seen waiting */
   for (int spins = 0;; spins++) {
     int done = 0;
@@ -160,6 +171,7 @@ static gboolean wait_for(MPI_Request *req)
     }
     if (done) {
       dist.exchange_us += g_get_monotonic_time() - t0;
+      dist.exchange_cpu_ns += thread_cpu_ns() - cpu0;
       return TRUE;
     }
     gint64 now = g_get_monotonic_time();

@@ -472,9 +472,9 @@ SEARCH_PUBLIC void search_mpi_set_shared(gboolean shared);
 /* Collective: on rank 0, the @text of every rank in rank order (NULL-terminated, transfer
  * full); NULL on the others, or where a rank was lost.  Without MPI, { @text }. */
 SEARCH_PUBLIC char **search_mpi_gather_text(const char *text);
-/* The exchanges of this process's shared searches so far and the seconds spent in them
- * (waiting for the other ranks included). */
-SEARCH_PUBLIC void search_mpi_stats(gint64 *exchanges, double *seconds);
+/* The exchanges of this process's shared searches so far, the seconds spent in them
+ * (waiting for the other ranks included) and the CPU seconds that took (may be NULL). */
+SEARCH_PUBLIC void search_mpi_stats(gint64 *exchanges, double *seconds, double *cpu_seconds);
 /* What went wrong across ranks (a signal on another rank, a rank lost), or NULL. */
 SEARCH_PUBLIC const char *search_mpi_note(void);
 
