@@ -55,6 +55,8 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_add_string_value(b, sim_recompute_name(p->recompute));
   json_builder_set_member_name(b, "zero1");
   json_builder_add_boolean_value(b, p->zero1);
+  json_builder_set_member_name(b, "zero");
+  json_builder_add_int_value(b, p->zero);
   json_builder_set_member_name(b, "uniform");
   json_builder_add_boolean_value(b, p->uniform);
   json_builder_set_member_name(b, "ops");

@@ -328,6 +328,7 @@ typedef struct {
   int64_t bucket_bytes;          /* gradient buckets; 0: one collective per weight      */
   gboolean uniform;
   int n_ops, ops_data, ops_parameter, ops_reduction, ops_attribute, ops_unsplit;
+  int zero;                      /* the ZeRO stage: 0 (none) to 3 (weights sharded)     */
 } SearchPlanSummary;
 
 SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,
