@@ -23,7 +23,10 @@
  * operator's activation; RMSNorm written out (Pow, ReduceMean, Add, Sqrt, a reciprocal,
  * Mul by x and by the weight) becomes one rmsnorm and GELU's tanh approximation written out
  * one GELU (fuse_pointwise()); a SwiGLU MLP becomes one gated_mlp (fuse_swiglu()); Pad before a pooling or convolution becomes its padding;
- * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
+ * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; Clip to [0, 6]
+ * a relu6; 1-D convolutions and poolings 1 x k windows between reshapes (as_2d());
+ * a learned tensor used as data (a ViT's class token) an embedding of its rows
+ * (learned_tensor()); Expand of a computed tensor copies joined by a concat; masks and
  * positions computed from constants are inputs of their shape.  An operator outside
  * this mapping is an error that names the node and its type; sim_onnx_check() lists the
  * operator types the importer does not know (docs/import.md). */
