@@ -9,6 +9,7 @@
  * The best is then the same too, because strategies of equal time are ordered by a key
  * (stream, index in the stream) rather than by which thread reported first. */
 #include "search-private.h"
+#include "distributed.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -845,7 +846,7 @@ SearchContext *search_context_new_share(SearchContext *ctx, double share)
     evals = MAX(1, (gint64)((double)left * share));
   else if (ctx->deadline < G_MAXDOUBLE)
     seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
-  if (search_context_should_stop(ctx))
+  if (search_dist_should_stop(ctx))
     return NULL;
   return search_context_new_inner(ctx, ctx->algo, (SearchProblem *)ctx->problem, evals,
                                   seconds);
@@ -1029,6 +1030,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   /* The algorithm runs on a thread of its own; one that is still running a grace period
    * past the deadline (a plugin that never asks whether to stop) is left to itself, and
    * the result is the best it reported. */
+  /* A search shared among MPI ranks (distributed.c) is never left behind: its exchanges
+   * give up on their own past the deadline. */
+  search_dist_begin(ctx);
+  gboolean shared = search_dist_on(ctx);
   RunThread rt = { .algo = algo, .ctx = ctx };
   g_mutex_init(&rt.lock);
   g_cond_init(&rt.cond);
@@ -1039,7 +1044,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   g_mutex_lock(&rt.lock);
   while (!rt.done) {
     gint64 until = g_get_monotonic_time() + 50000;
-    if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
+    if (!shared && deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
       abandoned = TRUE;
       break;
     }
@@ -1056,6 +1061,8 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     g_thread_unref(thread);
   else
     g_thread_join(thread);
+  if (!abandoned)
+    search_dist_end(ctx);
   gboolean ok = rt.ok;
   GError *run_error = rt.error;
   double elapsed = search_context_elapsed(ctx);
