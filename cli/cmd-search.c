@@ -55,6 +55,8 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_add_string_value(b, sim_recompute_name(p->recompute));
   json_builder_set_member_name(b, "zero1");
   json_builder_add_boolean_value(b, p->zero1);
+  json_builder_set_member_name(b, "zero");
+  json_builder_add_int_value(b, p->zero);
   json_builder_set_member_name(b, "uniform");
   json_builder_add_boolean_value(b, p->uniform);
   json_builder_set_member_name(b, "ops");
@@ -386,6 +388,12 @@ int cmd_search(int argc, char **argv)
     add_time(b, "search_speedup_over_expert",
              isfinite(search_time) ? expert_time / search_time : NAN);
     add_plan(b, &summary);
+    /* The algorithm's own cost model against the simulator, where it has one to say. */
+    double predicted = NAN, pred_sim = NAN;
+    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
+      add_time(b, "model_predicted_s", predicted);
+      add_time(b, "model_simulated_s", pred_sim);
+    }
     if (pb.vocab_padded) {
       /* As simulate --json says it (cli_problem_load() padded the model's vocabulary). */
       json_builder_set_member_name(b, "vocab_padding");
@@ -447,6 +455,17 @@ int cmd_search(int argc, char **argv)
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
         printf(" %s", sim_strategy_rewrite(best, i));
       printf("\n");
+    }
+    double predicted = NAN, pred_sim = NAN;
+    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
+      g_autofree char *t_p = cli_format_time(predicted);
+      g_autofree char *t_s = cli_format_time(pred_sim);
+      if (isfinite(pred_sim))
+        printf("  cost model          %s predicted for its plan, %s simulated (%+.0f%%)\n", t_p,
+               t_s, 100.0 * (predicted - pred_sim) / pred_sim);
+      else
+        printf("  cost model          %s predicted for its plan, which does not fit when "
+               "simulated\n", t_p);
     }
     g_autofree char *s_dp = speedup_text(dp_raw, best_time);
     g_autofree char *s_ex = speedup_text(expert_time, best_time);

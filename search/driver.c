@@ -796,6 +796,7 @@ static SearchContext *context_new(const SearchAlgorithm *algo, SearchProblem *p)
   ctx->deadline = G_MAXDOUBLE;
   ctx->eval_limit = G_MAXINT64;
   ctx->current = INFINITY;
+  ctx->predicted = ctx->predicted_simulated = NAN;
   atomic_init(&ctx->evals, 0);
   atomic_init(&ctx->cut_evals, 0);
   atomic_init(&ctx->interrupted, 0);
@@ -899,6 +900,7 @@ struct _SearchResult {
   GArray *improvements;
   char *log_error;   /* why the log could not be written to its end, or NULL */
   SearchMeasure *measure;   /* the yardsticks and the plan kept (yardsticks.c), or NULL */
+  double predicted, predicted_simulated;   /* search_context_set_prediction()        */
 };
 
 typedef struct {
@@ -941,6 +943,8 @@ static SearchResult *result_from_context(SearchContext *ctx, SearchProblem *p, d
   r->expert_simulated = ctx->expert_simulated;
   r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
   r->partial_time = ctx->partial_cost;
+  r->predicted = ctx->predicted;
+  r->predicted_simulated = ctx->predicted_simulated;
   g_mutex_unlock(&ctx->lock);
   r->evals = atomic_load(&ctx->evals);
   r->cut_evals = atomic_load(&ctx->cut_evals);
@@ -1290,4 +1294,23 @@ double search_result_time_to(const SearchResult *r, double fraction, gint64 *eva
     }
   }
   return NAN;
+}
+
+void search_context_set_prediction(SearchContext *ctx, double predicted, double simulated)
+{
+  SearchContext *root = ctx->root;
+  g_mutex_lock(&root->lock);
+  root->predicted = predicted;
+  root->predicted_simulated = simulated;
+  g_mutex_unlock(&root->lock);
+}
+
+gboolean search_result_get_prediction(const SearchResult *r, double *predicted,
+                                      double *simulated)
+{
+  if (predicted)
+    *predicted = r->predicted;
+  if (simulated)
+    *simulated = r->predicted_simulated;
+  return !isnan(r->predicted);
 }

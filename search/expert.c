@@ -669,9 +669,18 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
       out[n++] = v;
     }
   if (o->dp > 1) {
-    v = *o;
-    v.memory.zero1 = !o->memory.zero1;
-    out[n++] = v;
+    /* The ZeRO stage one up and one down (0: none; 3 shards the weights too). */
+    const SimMemoryOptions *mo = &o->memory;
+    int z = mo->zero3 ? 3 : mo->zero2 ? 2 : mo->zero1 ? 1 : 0;
+    for (int k = -1; k <= 1; k += 2) {
+      if (z + k < 0 || z + k > 3)
+        continue;
+      v = *o;
+      v.memory.zero1 = z + k >= 1;
+      v.memory.zero2 = z + k >= 2;
+      v.memory.zero3 = z + k >= 3;
+      out[n++] = v;
+    }
   }
   if (o->sync.bucket_bytes > 0) {
     for (int k = 0; k < 2; k++) {

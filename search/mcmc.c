@@ -11,10 +11,10 @@
  * cur - cur ln(u) / beta, so the simulation stops once it passes that bound (most
  * proposals late in a search are rejected).
  *
- * While the current plan trades time for memory (recomputation, ZeRO-1, micro-batches),
+ * While the current plan trades time for memory (recomputation, ZeRO, micro-batches),
  * a proposal changes the whole plan instead with probability "plan-moves": the number of
  * micro-batches (gradient accumulation) doubled or halved, activation recomputation or
- * ZeRO-1 switched.  These decide between memory and time where per-operator moves cannot
+ * ZeRO stepped (none, ZeRO-1, ZeRO-3).  These decide between memory and time where per-operator moves cannot
  * (an LLM that fits only with recomputation may run faster with smaller micro-batches and
  * none); each is a full simulation, taken only when it is faster.
  *
@@ -122,7 +122,7 @@ static SearchEvaluator *try_plan(Mcmc *m, Chain *c, int i, const SimStrategy *s,
   return ev;
 }
 
-/* A move of the whole plan (see the top).  Switching recomputation or ZeRO-1 off doubles
+/* A move of the whole plan (see the top).  Switching recomputation or ZeRO off doubles
  * the micro-batches until the plan fits again (the memory it saved must come from
  * somewhere), so that the two steps, neither faster alone, are one move.  The candidate
  * runs in an evaluator of its own, which replaces the chain's when the move is taken. */
@@ -147,8 +147,11 @@ static void plan_move(Mcmc *m, Chain *c, int i)
     mo.recompute = relax ? SIM_RECOMPUTE_NONE : SIM_RECOMPUTE_FULL;
     break;
   default:
-    relax = mo.zero1;
-    mo.zero1 = !mo.zero1;
+    /* ZeRO in turn: none, ZeRO-1, ZeRO-3 (weights sharded too), none. */
+    relax = mo.zero3;
+    mo.zero3 = mo.zero1 && !mo.zero3;
+    mo.zero2 = mo.zero3;
+    mo.zero1 = !relax;
     break;
   }
   sim_strategy_set_memory(s, &mo);
