@@ -91,9 +91,10 @@ echo "compare: the same runs alone and on 3 ranks"
 
 # rank_pid MPIRUN_PID RANK: the process of that rank.
 rank_pid() {
-  for c in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$c"
+  for d in /proc/[0-9]*; do
+    [ "$(awk '/^PPid:/ { print $2 }' "$d/status" 2>/dev/null)" = "$1" ] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "${d#/proc/}"
       return
     fi
   done
