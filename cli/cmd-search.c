@@ -229,6 +229,8 @@ int cmd_search(int argc, char **argv)
     goto fail;
   if (!writer)
     goto done;
+  /* What rank 0 simulates from here (the yardsticks) it simulates alone. */
+  search_mpi_set_shared(FALSE);
   if (search_mpi_note())
     g_printerr("parasol search: %s\n", search_mpi_note());
 

@@ -4,6 +4,7 @@
 #  - With an evaluation budget, a seed and --threads, mcmc and expert write the same plan
 #    byte for byte, and report the same evaluations and iteration time, alone and on 2 and
 #    4 ranks; 2 and 4 ranks report that they shared the search (exchanges).
+#  - With a budget of one evaluation rank 0 simulates the yardsticks alone, and finishes.
 #  - compare divides its runs over 3 ranks: each run ends (the CSV's last line for it) with
 #    the evaluations and best time of the same run made by a single process (the lines
 #    before depend on how its threads were timed, alone as on the ranks).
@@ -61,6 +62,13 @@ for algo in mcmc expert; do
   done
   echo "$algo: the same plan alone and on 2 and 4 ranks"
 done
+# A budget too small for the expert plans: rank 0 simulates them alone afterwards, as the
+# yardstick, while the other ranks wait for it to finish.
+timeout 300 "$MPIRUN" --oversubscribe -np 2 "$P" search --algo mcmc $MODEL --machine dgx-a100 \
+    --budget 1evals -q --json >"$dir/tiny.out" 2>"$dir/tiny.err" ||
+  fail "mcmc on 2 ranks with 1 evaluation: status $?: $(tail -c 400 "$dir/tiny.err")"
+[ "$(field "$dir/tiny.out" expert_complete)" = True ] ||
+  fail "mcmc on 2 ranks with 1 evaluation: the expert yardstick was not simulated"
 # The shared search did exchange (the text report counts the exchanges).
 run 2 search --algo mcmc $MODEL --machine dgx-a100 --budget 600evals --threads 2 --own \
     >"$dir/text.out" 2>/dev/null || fail "mcmc on 2 ranks, text report"
@@ -83,9 +91,10 @@ echo "compare: the same runs alone and on 3 ranks"
 
 # rank_pid MPIRUN_PID RANK: the process of that rank.
 rank_pid() {
-  for c in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$c"
+  for d in /proc/[0-9]*; do
+    [ "$(awk '/^PPid:/ { print $2 }' "$d/status" 2>/dev/null)" = "$1" ] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "${d#/proc/}"
       return
     fi
   done
