@@ -291,7 +291,8 @@ char **search_mpi_gather_text(const char *text)
  * exchange is agreed.  The others run whole on every rank. */
 static gboolean divides_work(const SearchAlgorithm *a)
 {
-  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert") || !strcmp(a->name, "beam");
+  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert") || !strcmp(a->name, "beam") ||
+         !strcmp(a->name, "megatron");
 }
 
 void search_dist_begin(SearchContext *root)

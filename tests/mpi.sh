@@ -1,7 +1,7 @@
 #!/bin/sh
 # mpi.sh: searches and comparisons shared among MPI ranks (docs/distributed.md), run with
 # mpirun --oversubscribe on this machine.
-#  - With an evaluation budget, a seed and --threads, mcmc, expert and beam write the same plan
+#  - With an evaluation budget, a seed and --threads, mcmc, expert, beam and megatron write the same plan
 #    byte for byte, and report the same evaluations and iteration time, alone and on 2 and
 #    4 ranks; 2 and 4 ranks report that they shared the search (exchanges).
 #  - With a budget of one evaluation rank 0 simulates the yardsticks alone, and finishes.
@@ -39,7 +39,7 @@ field() {  # field FILE KEY: a top-level member of a JSON file
 }
 
 MODEL="--model gpt --param layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16"
-for algo in mcmc expert beam; do
+for algo in mcmc expert beam megatron; do
   for np in 1 2 4; do
     if ! run "$np" search --algo "$algo" $MODEL --machine dgx-a100 --budget 1200evals \
            --threads 4 --seed 7 --own -q --json --out "$dir/$algo-$np.json" \
