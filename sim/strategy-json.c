@@ -11,7 +11,7 @@
  *     "microbatches": 8,
  *     "schedule": "1f1b" | "gpipe" | "interleaved",  "chunks": 1,
  *     "sync": {"algorithm": "ring" | "tree" | "hierarchical", "bucket_MB": 25, "overlap": true},
- *     "memory": {"recompute": "none" | "selective" | "full", "zero": 0 | 1,
+ *     "memory": {"recompute": "none" | "selective" | "full", "zero": 0 | 1 | 2 | 3,
  *                "precision": "fp32" | "mixed-fp16" | "mixed-bf16" | "tf32" | "fp8", "optimizer": "adam" | "sgd"},
  *     "sequence_parallel": false,
  *     "pipeline_scatter_gather": false,   (optional; see SimStrategy.scatter_gather)
@@ -97,7 +97,7 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
                          "  \"memory\": {\"recompute\": \"%s\", \"zero\": %d, \"precision\": "
                          "\"%s\", \"optimizer\": \"%s\"},\n",
                          sim_recompute_name(s->memory.recompute),
-                         s->memory.zero2 ? 2 : s->memory.zero1 ? 1 : 0,
+                         s->memory.zero3 ? 3 : s->memory.zero2 ? 2 : s->memory.zero1 ? 1 : 0,
                          sim_precision_name(s->memory.precision),
                          sim_optimizer_name(s->memory.optimizer));
   g_string_append_printf(out, "  \"sequence_parallel\": %s,\n",
@@ -410,10 +410,11 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
   }
   if ((m = json_object_get_member(o, "zero"))) {
     int64_t z;
-    if (!sim_json_int(&r->j, m, "memory.zero", 0, 2, &z))
+    if (!sim_json_int(&r->j, m, "memory.zero", 0, 3, &z))
       return FALSE;
     s->memory.zero1 = z >= 1;
-    s->memory.zero2 = z == 2;
+    s->memory.zero2 = z >= 2;
+    s->memory.zero3 = z == 3;
   }
   if ((m = json_object_get_member(o, "precision"))) {
     if (!sim_json_enum(&r->j, m, "memory.precision", sim_precision_from_name,

@@ -533,6 +533,12 @@ Test(strategy_json, round_trips)
   sim_strategy_set_memory(dp, &mem);
   cr_assert(sim_strategy_get_memory(dp).zero1);
   assert_round_trip(dp, g, m);
+  /* ZeRO-3 ("zero": 3) implies ZeRO-2's and ZeRO-1's and survives it too. */
+  mem.zero2 = FALSE;
+  mem.zero3 = TRUE;
+  sim_strategy_set_memory(dp, &mem);
+  cr_assert(sim_strategy_get_memory(dp).zero1 && sim_strategy_get_memory(dp).zero2);
+  assert_round_trip(dp, g, m);
 
   /* Uneven device lists and two pipeline stages. */
   g_autoptr(SimStrategy) pipe = sim_strategy_new(g, m);
@@ -757,9 +763,9 @@ Test(strategy_json, errors_name_the_file_and_the_place)
   assert_error(e, SIM_ERROR_UNKNOWN, "memory.precision: unknown value 'fp64'");
   g_error_free(e);
 
-  g_autofree char *zero = g_strdup_printf("\"memory\": {\"zero\": 3}, \"ops\": {%s}", base);
+  g_autofree char *zero = g_strdup_printf("\"memory\": {\"zero\": 4}, \"ops\": {%s}", base);
   e = read_error(zero);
-  assert_error(e, SIM_ERROR_INVALID, "memory.zero: expected an integer from 0 to 2, got 3");
+  assert_error(e, SIM_ERROR_INVALID, "memory.zero: expected an integer from 0 to 3, got 4");
   g_error_free(e);
 
   /* Too large is not "below 1" (it once said so). */
