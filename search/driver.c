@@ -1,7 +1,7 @@
 /* driver.c — runs a search algorithm: the budget (seconds or evaluations), the seed and
  * its random streams, the worker threads, the evaluations (full simulations and delta
  * evaluators over SimSession), the best strategy, the log of improvements, the progress
- * line and Ctrl-C.
+ * line, and the result it fills (result.c); signals.c catches Ctrl-C and runs the watches.
  *
  * Determinism: an algorithm that gives each parallel task its own random stream
  * (search_context_rand_new) and its own share of the evaluations
@@ -12,7 +12,6 @@
 #include "distributed.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
@@ -159,153 +158,6 @@ static GHashTable *parse_options(const SearchAlgorithm *algo, const char *const 
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* Ctrl-C                                                                             */
-
-/* Ctrl-C and SIGTERM: the first asks the searches to stop and the command to wrap up
- * (write the best plan); a second is counted and changes nothing (the plan is still
- * written); a third kills the process as the signal would have. */
-static atomic_int signals_seen;
-static atomic_int signal_first;
-static atomic_int signals_caught;
-static struct sigaction old_int, old_term;
-
-static void on_signal(int sig)
-{
-  int n = atomic_fetch_add(&signals_seen, 1) + 1;
-  int zero = 0;
-  atomic_compare_exchange_strong(&signal_first, &zero, sig);
-  if (n >= 3) {
-    signal(sig, SIG_DFL);
-    raise(sig);
-  }
-}
-
-void search_signals_catch(void)
-{
-  if (atomic_exchange(&signals_caught, 1))
-    return;
-  atomic_store(&signals_seen, 0);
-  atomic_store(&signal_first, 0);
-  struct sigaction action;
-  memset(&action, 0, sizeof action);
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &old_int);
-  sigaction(SIGTERM, &action, &old_term);
-}
-
-void search_signals_release(void)
-{
-  if (!atomic_exchange(&signals_caught, 0))
-    return;
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
-}
-
-int search_signals_seen(void)
-{
-  return atomic_load(&signals_seen);
-}
-
-int search_signals_first(void)
-{
-  return atomic_load(&signal_first);
-}
-
-/* ---------------------------------------------------------------------------------- */
-/* Watches: a thread that cancels a problem's simulations at a deadline or a signal     */
-
-struct _SearchWatch {
-  SearchProblem *problem;
-  atomic_int fired;
-  gint64 deadline_us;
-  gboolean signals;
-  GMutex lock;
-  GCond cond;
-  gboolean quit;
-  GThread *thread;
-};
-
-static void watch_fire(SearchWatch *w)
-{
-  if (!atomic_exchange(&w->fired, 1))
-    atomic_fetch_add(&w->problem->cancel->flag, 1);
-}
-
-static gpointer watch_thread(gpointer data)
-{
-  SearchWatch *w = data;
-  g_mutex_lock(&w->lock);
-  while (!w->quit) {
-    gint64 now = g_get_monotonic_time();
-    if ((w->deadline_us > 0 && now >= w->deadline_us) ||
-        (w->signals && atomic_load(&signals_seen) > 0)) {
-      watch_fire(w);
-      break;
-    }
-    /* Signals are polled every 10 ms; the deadline is met to the microsecond. */
-    gint64 until = now + 10000;
-    if (w->deadline_us > 0 && w->deadline_us < until)
-      until = w->deadline_us;
-    g_cond_wait_until(&w->cond, &w->lock, until);
-  }
-  g_mutex_unlock(&w->lock);
-  return NULL;
-}
-
-SearchWatch *search_watch_new(SearchProblem *p, gint64 deadline_us, gboolean signals)
-{
-  g_return_val_if_fail(p != NULL, NULL);
-  SearchWatch *w = g_new0(SearchWatch, 1);
-  w->problem = search_problem_ref(p);
-  atomic_init(&w->fired, 0);
-  w->deadline_us = deadline_us;
-  w->signals = signals;
-  g_mutex_init(&w->lock);
-  g_cond_init(&w->cond);
-  if (signals && atomic_load(&signals_seen) > 0)
-    watch_fire(w);
-  else if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us)
-    watch_fire(w);
-  else if (deadline_us > 0 || signals)
-    w->thread = g_thread_new("search-watch", watch_thread, w);
-  return w;
-}
-
-gboolean search_watch_fired(const SearchWatch *w)
-{
-  g_return_val_if_fail(w != NULL, FALSE);
-  return atomic_load(&w->fired) != 0;
-}
-
-/* Stops the watch's thread and takes back its cancellation: the problem's simulations
- * run again (except for another watch's that has fired). */
-static void watch_stop(SearchWatch *w)
-{
-  if (w->thread) {
-    g_mutex_lock(&w->lock);
-    w->quit = TRUE;
-    g_cond_signal(&w->cond);
-    g_mutex_unlock(&w->lock);
-    g_thread_join(w->thread);
-    w->thread = NULL;
-  }
-  if (atomic_exchange(&w->fired, 0))
-    atomic_fetch_sub(&w->problem->cancel->flag, 1);
-}
-
-void search_watch_free(SearchWatch *w)
-{
-  if (!w)
-    return;
-  watch_stop(w);
-  search_problem_unref(w->problem);
-  g_mutex_clear(&w->lock);
-  g_cond_clear(&w->cond);
-  g_free(w);
-}
-
-/* ---------------------------------------------------------------------------------- */
 /* The context's queries                                                              */
 
 const SearchProblem *search_context_get_problem(const SearchContext *ctx)
@@ -364,7 +216,7 @@ gboolean search_context_should_stop(const SearchContext *ctx)
   SearchContext *root = ctx->root;
   if (atomic_load(&root->interrupted))
     return TRUE;
-  if (root->handle_sigint && atomic_load(&signals_seen)) {
+  if (root->handle_sigint && search_signals_seen()) {
     atomic_store(&root->interrupted, 1);
     return TRUE;
   }
@@ -883,26 +735,6 @@ double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner
 /* ---------------------------------------------------------------------------------- */
 /* Results                                                                            */
 
-struct _SearchResult {
-  SearchProblem *problem;
-  SimStrategy *best;
-  double time;
-  SimStrategy *expert;
-  double expert_time;
-  gint64 evals;
-  gint64 cut_evals;
-  double elapsed;
-  gboolean interrupted;
-  gboolean abandoned;
-  int expert_plans, expert_simulated;
-  SimStrategy *partial_expert;
-  double partial_time;
-  GArray *improvements;
-  char *log_error;   /* why the log could not be written to its end, or NULL */
-  SearchMeasure *measure;   /* the yardsticks and the plan kept (yardsticks.c), or NULL */
-  double predicted, predicted_simulated;   /* search_context_set_prediction()        */
-};
-
 typedef struct {
   const SearchAlgorithm *algo;
   SearchContext *ctx;
@@ -1013,7 +845,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   }
 
   /* Signals, where the caller has not caught them for the whole command. */
-  gboolean own_signals = o->handle_sigint && !atomic_load(&signals_caught);
+  gboolean own_signals = o->handle_sigint && !search_signals_caught();
   if (own_signals)
     search_signals_catch();
 
@@ -1048,7 +880,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
       abandoned = TRUE;
       break;
     }
-    if (o->handle_sigint && atomic_load(&signals_seen) > 0) {
+    if (o->handle_sigint && search_signals_seen() > 0) {
       /* A signal: the algorithm gets the grace period from now. */
       gint64 cut = g_get_monotonic_time();
       if (deadline_us == 0 || cut < deadline_us)
@@ -1092,10 +924,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   if (abandoned) {
     /* The algorithm keeps its context (and its problem's flag stays set, so its
      * simulations stop at once): the result copies what it has reported. */
-    watch_stop(ctx->watch);
+    search_watch_stop(ctx->watch);
     atomic_store(&ctx->interrupted, 1);
     SearchResult *r = result_from_context(ctx, p, elapsed);
-    r->interrupted = o->handle_sigint && atomic_load(&signals_seen) > 0;
+    r->interrupted = o->handle_sigint && search_signals_seen() > 0;
     r->log_error = g_steal_pointer(&log_error);
     r->abandoned = TRUE;
     return r;
@@ -1121,26 +953,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
 
   SearchResult *r = result_from_context(ctx, p, elapsed);
   r->interrupted = atomic_load(&ctx->interrupted) != 0 && o->handle_sigint &&
-                   atomic_load(&signals_seen) > 0;
+                   search_signals_seen() > 0;
   r->log_error = g_steal_pointer(&log_error);
   context_free(ctx);
   return r;
-}
-
-int search_result_get_expert_progress(const SearchResult *r, int *plans)
-{
-  g_return_val_if_fail(r != NULL, 0);
-  if (plans)
-    *plans = r->expert_plans;
-  return r->expert_simulated;
-}
-
-const SimStrategy *search_result_get_expert(const SearchResult *r, double *time)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  if (time)
-    *time = r->expert ? r->expert_time : INFINITY;
-  return r->expert;
 }
 
 void search_context_keep_partial_expert(SearchContext *ctx, const SimStrategy *s, double cost)
@@ -1157,16 +973,6 @@ void search_context_keep_partial_expert(SearchContext *ctx, const SimStrategy *s
   g_mutex_unlock(&root->lock);
 }
 
-const SimStrategy *search_result_get_expert_best(const SearchResult *r, double *time)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  if (r->expert)
-    return search_result_get_expert(r, time);
-  if (time)
-    *time = r->partial_expert ? r->partial_time : INFINITY;
-  return r->partial_expert;
-}
-
 void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double cost)
 {
   SearchContext *root = ctx->root;
@@ -1180,122 +986,6 @@ void search_context_keep_expert(SearchContext *ctx, const SimStrategy *s, double
   g_mutex_unlock(&root->lock);
 }
 
-void search_result_free(SearchResult *r)
-{
-  if (!r)
-    return;
-  search_problem_unref(r->problem);
-  sim_strategy_free(r->best);
-  sim_strategy_free(r->expert);
-  sim_strategy_free(r->partial_expert);
-  g_array_unref(r->improvements);
-  g_free(r->log_error);
-  search_measure_free(r->measure);
-  g_free(r);
-}
-
-SearchMeasure **search_result_measure_slot(SearchResult *r)
-{
-  return &r->measure;
-}
-
-const char *search_result_get_log_error(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  return r->log_error;
-}
-
-const SimStrategy *search_result_get_strategy(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  return r->best;
-}
-
-double search_result_get_time(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, INFINITY);
-  return r->time;
-}
-
-const SimGraph *search_result_get_graph(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  return r->problem->g;
-}
-
-const SearchProblem *search_result_get_problem(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, NULL);
-  return r->problem;
-}
-
-gint64 search_result_get_evals(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, 0);
-  return r->evals;
-}
-
-gint64 search_result_get_cut_evals(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, 0);
-  return r->cut_evals;
-}
-
-double search_result_get_elapsed(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, 0);
-  return r->elapsed;
-}
-
-gboolean search_result_get_interrupted(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, FALSE);
-  return r->interrupted;
-}
-
-gboolean search_result_get_abandoned(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, FALSE);
-  return r->abandoned;
-}
-
-int search_result_n_improvements(const SearchResult *r)
-{
-  g_return_val_if_fail(r != NULL, 0);
-  return (int)r->improvements->len;
-}
-
-void search_result_get_improvement(const SearchResult *r, int i, double *wall, gint64 *evals,
-                                   double *best)
-{
-  g_return_if_fail(r != NULL && i >= 0 && i < (int)r->improvements->len);
-  const SearchImprovement *imp = &g_array_index(r->improvements, SearchImprovement, i);
-  if (wall)
-    *wall = imp->wall;
-  if (evals)
-    *evals = imp->evals;
-  if (best)
-    *best = imp->best;
-}
-
-double search_result_time_to(const SearchResult *r, double fraction, gint64 *evals)
-{
-  g_return_val_if_fail(r != NULL && fraction > 0 && fraction <= 1, NAN);
-  if (evals)
-    *evals = 0;
-  if (!isfinite(r->time))
-    return NAN;
-  for (guint i = 0; i < r->improvements->len; i++) {
-    const SearchImprovement *imp = &g_array_index(r->improvements, SearchImprovement, i);
-    if (imp->best * fraction <= r->time) {
-      if (evals)
-        *evals = imp->evals;
-      return imp->wall;
-    }
-  }
-  return NAN;
-}
-
 void search_context_set_prediction(SearchContext *ctx, double predicted, double simulated)
 {
   SearchContext *root = ctx->root;
@@ -1305,12 +995,3 @@ void search_context_set_prediction(SearchContext *ctx, double predicted, double 
   g_mutex_unlock(&root->lock);
 }
 
-gboolean search_result_get_prediction(const SearchResult *r, double *predicted,
-                                      double *simulated)
-{
-  if (predicted)
-    *predicted = r->predicted;
-  if (simulated)
-    *simulated = r->predicted_simulated;
-  return !isnan(r->predicted);
-}

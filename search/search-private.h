@@ -416,4 +416,30 @@ void search_measure_free(SearchMeasure *m);
 /* The result's slot for it (driver.c). */
 SearchMeasure **search_result_measure_slot(SearchResult *r);
 
+/* A search's result (result.c), filled by search_run() (driver.c). */
+struct _SearchResult {
+  SearchProblem *problem;
+  SimStrategy *best;
+  double time;
+  SimStrategy *expert;
+  double expert_time;
+  gint64 evals;
+  gint64 cut_evals;
+  double elapsed;
+  gboolean interrupted;
+  gboolean abandoned;
+  int expert_plans, expert_simulated;
+  SimStrategy *partial_expert;
+  double partial_time;
+  GArray *improvements;
+  char *log_error;   /* why the log could not be written to its end, or NULL */
+  SearchMeasure *measure;   /* the yardsticks and the plan kept (yardsticks.c), or NULL */
+  double predicted, predicted_simulated;   /* search_context_set_prediction()        */
+};
+
+/* Signals and watches (signals.c): whether search_signals_catch() holds the signals now;
+ * a watch's thread stopped and its cancellation taken back. */
+gboolean search_signals_caught(void);
+void search_watch_stop(SearchWatch *w);
+
 G_END_DECLS
