@@ -455,6 +455,14 @@ SEARCH_PUBLIC SimStrategy *search_strategy_load(const char *path, const SimGraph
                                                 const SimMachine *m, SimGraph **graph,
                                                 GError **error);
 
+/* The rewrites the substitution search may apply to @g, by name ("merge-linears:q,k,v"),
+ * each covered by a verified rule (transfer full; NULL-terminated). */
+SEARCH_PUBLIC char **search_rewrites_list(const SimGraph *g);
+/* Generates and verifies the set of substitution rules afresh (search/subst-gen.c) and
+ * describes it: its size, how many rules were verified and rejected, per family, and the
+ * time taken; with @rules, one line per rule too (transfer full). */
+SEARCH_PUBLIC char *search_substitution_set_describe(gboolean rules);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchResult, search_result_free)
