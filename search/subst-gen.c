@@ -1434,9 +1434,9 @@ char *search_substitution_set_describe(gboolean rules)
   GString *out = g_string_new(NULL);
   g_string_append_printf(out,
                          "substitution set: %u rules generated over patterns of up to %d "
-                         "operators, %d verified, %d rejected (%d with different outputs, %d "
-                         "not expressible), in %.2f s\n",
-                         s->rules->len, s->max_ops, s->n_verified,
+                         "operators (concatenations of up to %d inputs), %d verified, %d "
+                         "rejected (%d with different outputs, %d not expressible), in %.2f s\n",
+                         s->rules->len, s->max_ops, SPLIT_MAX, s->n_verified,
                          s->n_mismatch + s->n_inexpressible, s->n_mismatch, s->n_inexpressible,
                          s->seconds);
   g_string_append_printf(out, "verification: the CPU executor on random inputs and weights, "
