@@ -340,6 +340,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "attention", 0, 0, G_OPTION_ARG_STRING, &p->attention, "How attention runs: flash (FlashAttention: PyTorch's scaled_dot_product_attention on A100 and H100, Megatron-Core, NeMo), fused (one softmax kernel, scores in memory), unfused (PyTorch's eager path) or megatron (Megatron-LM's fused softmax up to 2,048 keys, else unfused fp32); default: the model's (GPT: megatron, the others: fused)", "K" },
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
     { "zero2", 0, 0, G_OPTION_ARG_NONE, &p->zero2, "Shard optimizer states and gradients over data-parallel replicas (ZeRO-2; the communication is --zero1's)", NULL },
+    { "zero3", 0, 0, G_OPTION_ARG_NONE, &p->zero3, "Shard weights too (ZeRO-3, FSDP's full sharding): all-gathered before every micro-batch's forward and backward, gradients reduce-scattered after each backward", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
@@ -647,8 +648,9 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   }
   if (!parse_precision(p->precision, &o->memory.precision, error))
     return FALSE;
-  o->memory.zero1 = p->zero1 || p->zero2;
-  o->memory.zero2 = p->zero2;
+  o->memory.zero1 = p->zero1 || p->zero2 || p->zero3;
+  o->memory.zero2 = p->zero2 || p->zero3;
+  o->memory.zero3 = p->zero3;
   if (p->allreduce) {
     int v = sim_allreduce_algo_from_name(p->allreduce);
     if (v < 0) {

@@ -98,7 +98,7 @@ SimStrategy *exec_reference_strategy(const SimPlan *plan, SimMachine *m, GError 
   sim_strategy_set_schedule(ref, sched == SIM_SCHEDULE_INTERLEAVED ? SIM_SCHEDULE_1F1B : sched, 1);
   SimMemoryOptions mo = sim_strategy_get_memory(s);
   mo.recompute = SIM_RECOMPUTE_NONE;
-  mo.zero1 = FALSE;
+  mo.zero1 = mo.zero2 = mo.zero3 = FALSE;
   sim_strategy_set_memory(ref, &mo);
   if (!sim_strategy_validate(ref, g, m, error))
     return NULL;

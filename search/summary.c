@@ -20,6 +20,7 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
   SimMemoryOptions mem = sim_strategy_get_memory(s);
   out->recompute = mem.recompute;
   out->zero1 = mem.zero1;
+  out->zero = mem.zero3 ? 3 : mem.zero2 ? 2 : mem.zero1 ? 1 : 0;
   out->bucket_bytes = sim_strategy_get_sync(s).bucket_bytes;
   out->tp = out->dp = 1;
   int n_ops = sim_graph_n_ops(g);
@@ -87,7 +88,9 @@ char *search_plan_summary_text(const SearchPlanSummary *p)
     g_string_append(t, ", SP");
   if (p->recompute != SIM_RECOMPUTE_NONE)
     g_string_append_printf(t, ", recompute %s", sim_recompute_name(p->recompute));
-  if (p->zero1)
+  if (p->zero > 1)
+    g_string_append_printf(t, ", ZeRO-%d", p->zero);
+  else if (p->zero1)
     g_string_append(t, ", ZeRO-1");
   if (p->bucket_bytes > 0)
     g_string_append_printf(t, ", buckets %.0f MiB", (double)p->bucket_bytes / 1048576.0);

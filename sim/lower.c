@@ -1208,6 +1208,12 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
     *fixed = w;
     *shardable = states + w;
   }
+  if (mo->zero1 && mo->zero3) {
+    /* ZeRO-3: and only its part of the weights (the gathered buckets are counted in
+     * build_sync_block()). */
+    *fixed = 0;
+    *shardable = states + 2.0 * w;
+  }
 }
 
 /* One collective of the gradient synchronization, in a block of its own.  Its tasks
@@ -1392,6 +1398,173 @@ static gboolean lowering_cancelled(const SimLowering *lw, int i)
   return (i & 15) == 0 && lw->o.cancel && atomic_load(lw->o.cancel);
 }
 
+/* A bucket of the gradient synchronization: items [i, j) of the list, their bytes per
+ * device, their pipeline stage (the first item's). */
+typedef struct {
+  guint i, j;
+  int64_t bytes;
+  int stage;
+} Bucket;
+
+/* Makes @start wait for the end of the last collective on @it's devices and records
+ * @end as the last one (appended to @ends; @last maps the device list to its index). */
+static void chain_append(SimTaskGraph *tg, int block, GHashTable *last, GArray *ends,
+                         const SyncItem *it, SimTaskRef start, SimTaskRef end)
+{
+  gpointer v;
+  if (sim_bytes_lookup(last, it->devs, sizeof(int) * (size_t)it->n_devs, &v))
+    sim_taskgraph_depend(tg, block, g_array_index(ends, SimTaskRef, GPOINTER_TO_INT(v) - 1),
+                         start);
+  g_array_append_val(ends, end);
+  g_hash_table_replace(last, g_bytes_new(it->devs, sizeof(int) * (size_t)it->n_devs),
+                       GINT_TO_POINTER((int)ends->len));
+}
+
+/* ZeRO-3's working memory on every device: the weights of its largest bucket three times
+ * over, gathered for the compute that uses them, gathered ahead for the next bucket,
+ * and as the whole gradient before its reduce-scatter. */
+static void zero3_gathered_memory(SimLowering *lw, GArray *items, GArray *buckets)
+{
+  int64_t *most = g_new0(int64_t, MAX(lw->n_dev, 1));
+  for (guint b = 0; b < buckets->len; b++) {
+    const Bucket *bk = &g_array_index(buckets, Bucket, b);
+    const SyncItem *it = &g_array_index(items, SyncItem, bk->i);
+    for (int d = 0; d < it->n_devs; d++)
+      most[it->devs[d]] = MAX(most[it->devs[d]], bk->bytes);
+  }
+  for (int d = 0; d < lw->n_dev; d++)
+    lw->tg->static_mem[d] += 3 * most[d];
+  g_free(most);
+}
+
+/* Makes the compute of @pass (forward; backward and its recomputation) of micro-batch
+ * @mb of bucket @bk's ops, and of the ops that use their weights on the same devices,
+ * wait for @end; with @before, makes @before's start wait for that compute instead. */
+static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const Bucket *bk,
+                                int pass, int mb, SimTaskRef end, const SimTaskRef *before)
+{
+  SimTaskGraph *tg = lw->tg;
+  for (guint k = bk->i; k < bk->j; k++) {
+    const SyncItem *it = &g_array_index(items, SyncItem, k);
+    GArray *users = lw->sharers[it->op];
+    for (guint u = 0; u <= (users ? users->len : 0); u++) {
+      int x = u == 0 ? it->op : g_array_index(users, int, u - 1);
+      const OpLay *l = &lw->ops[x];
+      for (int sh = 0; sh < l->n_shards; sh++) {
+        if (l->cidx[sh] < 0)
+          continue;
+        gboolean here = FALSE;
+        for (int d = 0; d < it->n_devs && !here; d++)
+          here = it->devs[d] == l->dev[sh];
+        if (!here)
+          continue;
+        if (pass == P_F) {
+          if (before)
+            sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_F, mb, sh), *before);
+          else
+            sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, P_F, mb, sh));
+          continue;
+        }
+        int first = l->recompute ? P_R : P_B;
+        if (before)
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, mb, sh), *before);
+        else
+          sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, first, mb, sh));
+        if (!before && first != P_B)
+          sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, P_B, mb, sh));
+      }
+    }
+  }
+}
+
+/* Whether an op of @bk recomputes: its recomputation runs ahead of the backward of the
+ * buckets before it, so its gather cannot wait for that backward. */
+static gboolean bucket_recomputes(const SimLowering *lw, GArray *items, const Bucket *bk)
+{
+  for (guint k = bk->i; k < bk->j; k++) {
+    int op = g_array_index(items, SyncItem, k).op;
+    if (lw->ops[op].recompute)
+      return TRUE;
+    GArray *users = lw->sharers[op];
+    for (guint u = 0; users && u < users->len; u++)
+      if (lw->ops[g_array_index(users, int, u)].recompute)
+        return TRUE;
+  }
+  return FALSE;
+}
+
+typedef struct {
+  uint64_t rank;   /* the unit's place on its devices (rank_f, rank_b)               */
+  int pos;         /* the bucket's place in the unit: the order of the compute        */
+  int bucket, prev2, pass, mb;
+} Gather;
+
+static int gather_cmp(const void *a, const void *b)
+{
+  const Gather *x = a, *y = b;
+  if (x->rank != y->rank)
+    return x->rank < y->rank ? -1 : 1;
+  return x->pos - y->pos;
+}
+
+/* ZeRO-3's parameter all-gathers: every bucket before every micro-batch's forward and
+ * again before its backward.  A device set's gathers run one after the other in the order
+ * of the compute that needs them (its units in schedule order, each unit's buckets in
+ * the order of its pass), and each starts once the compute two buckets before it in its
+ * unit is done: the compute of the bucket before it runs while it gathers, as FSDP
+ * prefetches one bucket ahead. */
+static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHashTable *prev)
+{
+  SimTaskGraph *tg = lw->tg;
+  int block = lw->sync_block, M = lw->M;
+  guint nb = buckets->len;
+  /* Runs of buckets on one device set and stage: the buckets of one unit. */
+  GArray *gathers = g_array_new(FALSE, FALSE, sizeof(Gather));
+  for (guint r0 = 0; r0 < nb;) {
+    const Bucket *b0 = &g_array_index(buckets, Bucket, r0);
+    const SyncItem *f0 = &g_array_index(items, SyncItem, b0->i);
+    guint r1 = r0 + 1;
+    while (r1 < nb && g_array_index(buckets, Bucket, r1).stage == b0->stage &&
+           same_devs(f0, &g_array_index(items, SyncItem, g_array_index(buckets, Bucket, r1).i)))
+      r1++;
+    int len = (int)(r1 - r0);
+    for (int mb = 0; mb < M; mb++)
+      for (int pass = P_F; pass <= P_B; pass++)
+        for (int pos = 0; pos < len; pos++) {
+          /* The list is in backward order. */
+          int at = pass == P_B ? pos : len - 1 - pos;
+          int at2 = pass == P_B ? pos - 2 : len + 1 - pos;
+          Gather ga = { .pos = pos, .bucket = (int)r0 + at,
+                        .prev2 = pos >= 2 ? (int)r0 + at2 : -1, .pass = pass, .mb = mb };
+          ga.rank = (pass == P_F ? lw->rank_f : lw->rank_b)[(size_t)b0->stage * M + mb];
+          g_array_append_val(gathers, ga);
+        }
+    r0 = r1;
+  }
+  qsort(gathers->data, gathers->len, sizeof(Gather), gather_cmp);
+  GHashTable *last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                           (GDestroyNotify)g_bytes_unref, NULL);
+  GArray *ends = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+  for (guint k = 0; k < gathers->len; k++) {
+    if (lowering_cancelled(lw, (int)k))
+      break;
+    const Gather *ga = &g_array_index(gathers, Gather, k);
+    const Bucket *bk = &g_array_index(buckets, Bucket, ga->bucket);
+    const SyncItem *first = &g_array_index(items, SyncItem, bk->i);
+    SimTaskRef start, end;
+    sync_collective(lw, prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
+                    first->devs, first->n_devs, (double)bk->bytes, first->op, &start, &end);
+    chain_append(tg, block, last, ends, first, start, end);
+    bucket_compute_deps(lw, block, items, bk, ga->pass, ga->mb, end, NULL);
+    if (ga->prev2 >= 0 && !(ga->pass == P_B && bucket_recomputes(lw, items, bk)))
+      bucket_compute_deps(lw, block, items, &g_array_index(buckets, Bucket, ga->prev2),
+                          ga->pass, ga->mb, end, &start);
+  }
+  g_array_free(ends, TRUE);
+  g_hash_table_destroy(last);
+  g_array_free(gathers, TRUE);
+}
+
 static void build_sync_block(SimLowering *lw)
 {
   SimTaskGraph *tg = lw->tg;
@@ -1469,36 +1642,49 @@ static void build_sync_block(SimLowering *lw)
     in_tie[x] = in_tie[sim_graph_op_weight_owner(lw->g, x)] = 1;
   }
   GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
-  GArray *chain_item = g_array_new(FALSE, FALSE, sizeof(int));
-  guint i = 0;
-  for (int polls = 0; i < items->len; polls++) {
-    /* Cancelled: the rest is not lowered (the caller fails without running it). */
-    if (lowering_cancelled(lw, polls))
-      break;
-    /* A bucket: consecutive items on the same devices, up to the bucket size. */
+  /* The buckets: consecutive items on the same devices, up to the bucket size (under
+   * ZeRO-3 also of one pipeline stage, since its buckets are gathered stage by stage). */
+  gboolean zero3 = s->memory.zero1 && s->memory.zero3;
+  GArray *buckets = g_array_new(FALSE, FALSE, sizeof(Bucket));
+  for (guint i = 0; i < items->len;) {
     SyncItem *first = &g_array_index(items, SyncItem, i);
-    guint j = i + 1;
-    int64_t bytes = first->bytes;
-    while (j < items->len && s->sync.bucket_bytes > 0 && bytes < s->sync.bucket_bytes &&
-           same_devs(first, &g_array_index(items, SyncItem, j))) {
-      bytes += g_array_index(items, SyncItem, j).bytes;
-      j++;
+    Bucket bk = { .i = i, .j = i + 1, .bytes = first->bytes, .stage = lw->ops[first->op].stage };
+    while (bk.j < items->len && s->sync.bucket_bytes > 0 && bk.bytes < s->sync.bucket_bytes &&
+           same_devs(first, &g_array_index(items, SyncItem, bk.j)) &&
+           (!zero3 || lw->ops[g_array_index(items, SyncItem, bk.j).op].stage == bk.stage)) {
+      bk.bytes += g_array_index(items, SyncItem, bk.j).bytes;
+      bk.j++;
     }
+    g_array_append_val(buckets, bk);
+    i = bk.j;
+  }
+  if (zero3)
+    zero3_gathered_memory(lw, items, buckets);
+  /* The last collective on each device set, for the chain (a GBytes of the device list ->
+   * its index in chain_end + 1). */
+  GHashTable *chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                                 (GDestroyNotify)g_bytes_unref, NULL);
+  /* Without ZeRO-3, one reduction of every bucket after the last micro-batch's backward;
+   * with it, one after every micro-batch's backward (micro-batch by micro-batch, the order
+   * in which the backward passes produce them). */
+  int polls = 0;
+  gboolean cancelled = FALSE;
+  for (int rmb = zero3 ? 0 : M - 1; rmb < M && !cancelled; rmb++)
+  for (guint bi = 0; bi < buckets->len; bi++, polls++) {
+    /* Cancelled: the rest is not lowered (the caller fails without running it). */
+    if ((cancelled = lowering_cancelled(lw, polls)))
+      break;
+    const Bucket *bk = &g_array_index(buckets, Bucket, bi);
+    guint i = bk->i, j = bk->j;
+    int64_t bytes = bk->bytes;
+    gboolean last = rmb == M - 1;
+    SyncItem *first = &g_array_index(items, SyncItem, i);
     SimTaskRef start, end;
     sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC,
                     first->devs, first->n_devs, (double)bytes, first->op, &start, &end);
     /* Collectives on the same devices run one after the other, as on one NCCL stream. */
-    for (guint k = chain_item->len; k-- > 0;) {
-      SyncItem *prev = &g_array_index(items, SyncItem, g_array_index(chain_item, int, k));
-      if (same_devs(prev, first)) {
-        sim_taskgraph_depend(tg, block, g_array_index(chain_end, SimTaskRef, k), start);
-        break;
-      }
-    }
-    g_array_append_val(chain_end, end);
-    int first_idx = (int)i;
-    g_array_append_val(chain_item, first_idx);
-    if (lw->record) {
+    chain_append(tg, block, chain_last, chain_end, first, start, end);
+    if (lw->record && last) {
       SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = kind, .tensor = -1,
                        .n_devs = first->n_devs, .n_ops = (int)(j - i) };
       m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
@@ -1512,7 +1698,7 @@ static void build_sync_block(SimLowering *lw)
       const OpLay *l = &lw->ops[it->op];
       for (int m = 0; m < it->n; m++) {
         int sh = it->shards[m];
-        if (in_tie[it->op])
+        if (in_tie[it->op] && last)
           g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
                               GINT_TO_POINTER(chain_end->len));
         if (l->cidx[sh] < 0)
@@ -1520,8 +1706,9 @@ static void build_sync_block(SimLowering *lw)
         if (done)
           sim_taskgraph_depend(tg, block, done[l->dev[sh]], start);
         else
-          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), start);
-        sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
+        if (last)
+          sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
       }
       /* Users of these weights on the same devices add their gradients first. */
       GArray *users = lw->sharers[it->op];
@@ -1536,13 +1723,16 @@ static void build_sync_block(SimLowering *lw)
           if (!here)
             continue;
           if (!done)
-            sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, M - 1, sh), start);
-          sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
+            sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
+          if (last)
+            sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
         }
       }
     }
-    if (s->memory.zero1) {
-      /* Each replica updated its shard of the states; gather the new weights. */
+    /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
+     * the next forward gathers them, but an executor keeps every replica's weights
+     * whole, so a recorded plan gathers them here too). */
+    if (s->memory.zero1 && last && (!zero3 || lw->record)) {
       SimTaskRef gs, ge;
       sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLGATHER,
                       SIM_CLASS_PARAM_SYNC, first->devs, first->n_devs, (double)bytes,
@@ -1564,8 +1754,11 @@ static void build_sync_block(SimLowering *lw)
             sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
       }
     }
-    i = j;
   }
+  if (zero3)
+    zero3_gathers(lw, items, buckets, reuse ? prev_keys : NULL);
+  g_array_free(buckets, TRUE);
+  g_hash_table_destroy(chain_last);
   /* The exchanges between copies of shared weights and their owner: after both sides
    * have their gradients (synchronized among their replicas where they have replicas),
    * before either side updates. */
@@ -1605,7 +1798,6 @@ static void build_sync_block(SimLowering *lw)
   g_hash_table_destroy(prev_keys);
   g_array_free(ties, TRUE);
   g_array_free(chain_end, TRUE);
-  g_array_free(chain_item, TRUE);
   g_free(done);
   g_array_free(items, TRUE);
 }

@@ -145,6 +145,7 @@ typedef enum {
   SIM_UNARY_EXP,
   SIM_UNARY_SILU,
   SIM_UNARY_SCALE,
+  SIM_UNARY_RELU6,     /* min(max(x, 0), 6): MobileNet's clipped ReLU */
   SIM_UNARY_COUNT
 } SimUnaryKind;
 
@@ -794,6 +795,12 @@ typedef struct {
   /* ZeRO-2: with zero1, the gradients sharded too (each replica keeps the part of the
    * reduce-scattered gradients it updates); the communication is zero1's. */
   gboolean zero2;
+  /* ZeRO-3 (FSDP's full sharding): with zero1 and zero2, the weights sharded too.  Each
+   * bucket of weights is all-gathered before every micro-batch's forward and again before
+   * its backward (one bucket ahead of the compute that needs it, as FSDP prefetches), and
+   * its gradients are reduce-scattered after every micro-batch's backward; no all-gather
+   * follows the update. */
+  gboolean zero3;
 } SimMemoryOptions;
 
 SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);

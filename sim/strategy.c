@@ -255,7 +255,7 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
       !a->sync.overlap != !b->sync.overlap)
     return FALSE;
   if (a->memory.recompute != b->memory.recompute || !a->memory.zero1 != !b->memory.zero1 ||
-      !a->memory.zero2 != !b->memory.zero2 ||
+      !a->memory.zero2 != !b->memory.zero2 || !a->memory.zero3 != !b->memory.zero3 ||
       a->memory.precision != b->memory.precision || a->memory.optimizer != b->memory.optimizer)
     return FALSE;
   for (int i = 0; i < a->n_ops; i++) {
@@ -628,8 +628,10 @@ void sim_strategy_set_memory(SimStrategy *s, const SimMemoryOptions *o)
 {
   g_return_if_fail(s != NULL && o != NULL);
   s->memory = *o;
-  s->memory.zero1 = !!o->zero1 || !!o->zero2; /* ZeRO-2 shards what ZeRO-1 does, and more */
-  s->memory.zero2 = !!o->zero2;
+  /* ZeRO-2 shards what ZeRO-1 does, and more; ZeRO-3 what ZeRO-2 does, and more. */
+  s->memory.zero3 = !!o->zero3;
+  s->memory.zero2 = !!o->zero2 || s->memory.zero3;
+  s->memory.zero1 = !!o->zero1 || s->memory.zero2;
 }
 
 SimMemoryOptions sim_strategy_get_memory(const SimStrategy *s)

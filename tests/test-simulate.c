@@ -426,6 +426,45 @@ Test(closed_form, expert_parallelism_divides_the_experts_weights)
   }
 }
 
+/* ZeRO-3 shards the weights too: two 4096 x 4096 linears (fp16 weights, mixed precision,
+ * Adam), data parallel over 4 GPUs, keep (2 + 2 + 12) / 4 = 4 bytes a parameter on every
+ * GPU, plus three copies of the largest bucket of whole weights (gathered for the compute,
+ * gathered ahead for the next bucket, the whole gradient before its reduce-scatter): one
+ * linear's 2 x 4096^2 bytes with a bucket per weight, both linears' with a bucket of
+ * 100 MB. */
+Test(closed_form, zero3_shards_the_weights_and_gathers_a_bucket_at_a_time)
+{
+  const double P = 4096.0 * 4096;
+  g_autoptr(SimMachine) mach = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  for (int big = 0; big < 2; big++) {
+    g_autoptr(SimGraph) g = chain(2, 8, 4096);
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, mach, 4, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimMemoryOptions mo = sim_strategy_get_memory(s);
+    mo.precision = SIM_PRECISION_MIXED_FP16;
+    mo.optimizer = SIM_OPTIMIZER_ADAM;
+    mo.zero3 = TRUE;
+    mo.recompute = SIM_RECOMPUTE_NONE;
+    sim_strategy_set_memory(s, &mo);
+    cr_assert(sim_strategy_get_memory(s).zero1 && sim_strategy_get_memory(s).zero2);
+    SimSyncOptions so = sim_strategy_get_sync(s);
+    so.bucket_bytes = big ? 100 << 20 : 0;
+    sim_strategy_set_sync(s, &so);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
+    cr_assert_not_null(r, "%s", error ? error->message : "");
+    double want = 4 * 2 * P + 3 * (big ? 2 : 1) * 2 * P;
+    for (int d = 0; d < 4; d++) {
+      double got = (double)sim_report_peak_memory(r, d);
+      cr_expect(got >= want && got <= want + (1 << 20),
+                "bucket %s, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations",
+                big ? "100 MB" : "per weight", d, got, want);
+    }
+  }
+}
+
 Test(closed_form, zero1_divides_the_update_among_the_replicas)
 {
   /* Two 4096 x 4096 linears, data parallel over 4 GPUs.  Each GPU computes F + B per
@@ -724,6 +763,107 @@ Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
                        reduced);
     sim_timeline_clear(&tl);
     sim_lowering_free(lw);
+  }
+}
+
+/* ZeRO-3's communication: over d replicas, every micro-batch all-gathers the weights W
+ * before its forward and again before its backward, and reduce-scatters their gradients
+ * after its backward, (d - 1) W bytes on the links each on a ring: 3 M (d - 1) W in all
+ * for M micro-batches, against ZeRO-1's 2 (d - 1) W (one reduce-scatter, one all-gather
+ * after the update).  Two 256 x 256 linears (fp16) over 4 GPUs, 1, 2 and 4 micro-batches,
+ * buckets of one weight and of both. */
+Test(lowering, zero3_gathers_the_weights_twice_a_micro_batch)
+{
+  g_autoptr(SimMachine) m = switch4(100);
+  g_autoptr(SimCostModel) cm = roofline();
+  for (int zero3 = 0; zero3 < 2; zero3++)
+    for (int M = 1; M <= 4; M *= 2)
+      for (int big = 0; big < 2; big++) {
+        g_autoptr(SimGraph) g = chain(2, 16, 256);
+        GError *error = NULL;
+        g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
+        cr_assert_not_null(s, "%s", error ? error->message : "");
+        sim_strategy_set_microbatches(s, M);
+        SimMemoryOptions mo = sim_strategy_get_memory(s);
+        mo.zero1 = TRUE;
+        mo.zero3 = zero3;
+        sim_strategy_set_memory(s, &mo);
+        SimSyncOptions so = sim_strategy_get_sync(s);
+        so.bucket_bytes = big ? 1 << 20 : 0;
+        sim_strategy_set_sync(s, &so);
+        cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+        SimTaskGraph *tg;
+        SimTimeline tl = { 0 };
+        SimLowering *lw;
+        run_lowered(g, m, s, cm, &tg, &tl, &lw);
+        cr_assert_not(tl.deadlock, "zero3 %d, M %d, bucket %d", zero3, M, big);
+        double gathered = 0, reduced = 0;
+        for (int t = 0; t < tg->n_tasks; t++) {
+          const SimTask *task = &tg->task[t];
+          if (task->kind != SIM_TASK_FLOW)
+            continue;
+          if (task->cls == SIM_CLASS_PARAM_SYNC)
+            gathered += task->bytes;
+          else if (task->cls == SIM_CLASS_GRAD_SYNC)
+            reduced += task->bytes;
+        }
+        double W = 2.0 * 256 * 256 * 2, d = 4;
+        double want_g = zero3 ? 2 * M * (d - 1) * W : (d - 1) * W;
+        double want_r = zero3 ? M * (d - 1) * W : (d - 1) * W;
+        cr_expect_float_eq(gathered, want_g, 1e-6, "zero3 %d, M %d, bucket %d: gathered %g",
+                           zero3, M, big, gathered);
+        cr_expect_float_eq(reduced, want_r, 1e-6, "zero3 %d, M %d, bucket %d: reduced %g",
+                           zero3, M, big, reduced);
+        sim_timeline_clear(&tl);
+        sim_lowering_free(lw);
+      }
+}
+
+/* ZeRO-3 under Megatron's plans with pipelines (1F1B and interleaved), tensor
+ * parallelism and recomputation lowers without a deadlock, and its extra communication
+ * never makes an iteration faster than ZeRO-2's (the same compute and memory layout but
+ * for the gathers). */
+Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
+{
+  g_autoptr(SimMachine) m = switch4(25);
+  g_autoptr(SimCostModel) cm = roofline();
+  const struct { int tp, pp, dp, chunks; SimRecompute rc; } cases[] = {
+    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE },
+    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL },
+    { 1, 2, 2, 1, SIM_RECOMPUTE_NONE },
+    { 1, 2, 2, 2, SIM_RECOMPUTE_SELECTIVE },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+    double t[2];
+    for (int z = 0; z < 2; z++) {
+      g_autoptr(SimGraph) g = zoo("llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                           "seq=64,vocab=512,batch=16");
+      SimMegatronOptions mo = sim_megatron_options_default();
+      mo.tp = cases[i].tp;
+      mo.pp = cases[i].pp;
+      mo.dp = cases[i].dp;
+      mo.microbatch_size = 2;
+      mo.memory.recompute = cases[i].rc;
+      if (cases[i].chunks > 1) {
+        mo.schedule = SIM_SCHEDULE_INTERLEAVED;
+        mo.chunks = cases[i].chunks;
+      }
+      mo.memory.zero2 = !z;
+      mo.memory.zero3 = z;
+      mo.sync.bucket_bytes = 1 << 18;
+      GError *error = NULL;
+      g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+      cr_assert_not_null(s, "case %zu: %s", i, error ? error->message : "");
+      SimTaskGraph *tg;
+      SimTimeline tl = { 0 };
+      SimLowering *lw;
+      run_lowered(g, m, s, cm, &tg, &tl, &lw);
+      cr_assert_not(tl.deadlock, "case %zu, zero%d", i, z ? 3 : 2);
+      t[z] = tl.makespan;
+      sim_timeline_clear(&tl);
+      sim_lowering_free(lw);
+    }
+    cr_expect(t[1] >= t[0], "case %zu: ZeRO-3 %g s, ZeRO-2 %g s", i, t[1], t[0]);
   }
 }
 
