@@ -31,9 +31,10 @@
  * Verification.  Each candidate's source pattern is built as a small graph, rewritten
  * by the very code that rewrites real graphs (substitutions.c and the families below),
  * and both graphs are executed forwards by the CPU reference executor (exec/) on random
- * inputs and weights; the weights of a rewritten operator are mapped from the source
- * ones (concatenated for merged operators, stacked and summed for a distributed product,
- * multiplied for a collapsed chain).  The outputs must agree within
+ * inputs (uniform in [-1, 1), then in [-10, 10)) and weights (uniform in [-1, 1)); the
+ * weights of a rewritten operator are mapped from the source ones (concatenated for
+ * merged operators, split by rows for a split linear, stacked and summed for a
+ * distributed product, multiplied for a collapsed chain).  The outputs must agree within
  * max |a - b| <= SUBST_TOLERANCE * max(1, max |b|); rules that fail, or whose rewritten
  * pattern cannot be built, are dropped and counted.  Only verified rules are applied. */
 #include "subst-private.h"
@@ -44,6 +45,10 @@
 
 #define SUBST_MAX_OPS 4
 #define SUBST_TOLERANCE 1e-4
+/* Rules are checked twice, with floating-point inputs uniform in [-1, 1) and in
+ * [-SUBST_INPUT_RANGE, SUBST_INPUT_RANGE): wide enough to tell relu6 from relu and to
+ * take exp past 6, where the narrow range tells exp(relu(x)) from exp(x). */
+#define SUBST_INPUT_RANGE 10.0f
 /* The most inputs of a concatenation a split linear reads (CANDLE-Uno has 7). */
 #define SPLIT_MAX 8
 
@@ -634,7 +639,7 @@ static gboolean map_weight(const WeightMap *wm, const SimGraph *g, int op, int i
 }
 
 /* Runs @g forwards once; returns each tensor's values (fp32; NULL for integer ones). */
-static float **forward(const SimGraph *g, const WeightMap *wm, GError **error)
+static float **forward(const SimGraph *g, const WeightMap *wm, float range, GError **error)
 {
   g_autoptr(ExecBackend) b = exec_backend_new("cpu", error);
   if (!b || !exec_backend_open(b, 1, error))
@@ -659,10 +664,14 @@ static float **forward(const SimGraph *g, const WeightMap *wm, GError **error)
           break;
         g_autofree void *data = g_malloc(8 * (size_t)MAX(n, 1));
         exec_input_values(g, t, 1, 11, data);
+        if (!is_int) {
+          float *f32 = data;
+          for (int64_t k = 0; k < n; k++)
+            f32[k] *= range;
+          vals[t] = g_memdup2(data, 4 * (size_t)MAX(n, 1));
+        }
         ok = exec_backend_buffer_write(b, 0, views[t].buffer, 0, data,
                                        (size_t)n * (is_int ? 8 : 4), error);
-        if (!is_int)
-          vals[t] = g_memdup2(data, 4 * (size_t)MAX(n, 1));
       }
       continue;
     }
@@ -761,45 +770,49 @@ static SubstVerdict compare_rewrite(const SimGraph *src, const char *rewrite,
   }
   int nts = sim_graph_n_tensors(src), ntd = sim_graph_n_tensors(dst);
   WeightMap wm = { rule, src };
-  float **a = forward(src, NULL, &error);
-  float **b = a ? forward(dst, &wm, &error) : NULL;
-  if (!a || !b) {
-    *why = g_strdup_printf("execution: %s", error ? error->message : "failed");
-    g_clear_error(&error);
-    free_values(a, nts);
-    free_values(b, ntd);
-    return SUBST_INEXPRESSIBLE;
-  }
   double worst = 0;
   int outputs = 0;
-  for (int t = 0; t < nts && !*why; t++) {
-    int p = sim_graph_tensor_producer(src, t);
-    if (p < 0 || sim_graph_op_type(src, p) == SIM_OP_INPUT ||
-        sim_graph_tensor_n_consumers(src, t) > 0 || !a[t])
-      continue;
-    int u = tmap[t];
-    SimShape ss = sim_graph_tensor_shape(src, t);
-    if (u < 0 || !b[u]) {
-      *why = g_strdup_printf("output '%s' has no counterpart", sim_graph_tensor_name(src, t));
-      break;
+  static const float ranges[] = { 1.0f, SUBST_INPUT_RANGE };
+  for (gsize ri = 0; ri < G_N_ELEMENTS(ranges) && !*why; ri++) {
+    float **a = forward(src, NULL, ranges[ri], &error);
+    float **b = a ? forward(dst, &wm, ranges[ri], &error) : NULL;
+    if (!a || !b) {
+      *why = g_strdup_printf("execution: %s", error ? error->message : "failed");
+      g_clear_error(&error);
+      free_values(a, nts);
+      free_values(b, ntd);
+      return SUBST_INEXPRESSIBLE;
     }
-    SimShape sd = sim_graph_tensor_shape(dst, u);
-    if (ss.ndim != sd.ndim || memcmp(ss.dims, sd.dims, sizeof(int64_t) * (size_t)ss.ndim)) {
-      *why = g_strdup_printf("output '%s' changes shape", sim_graph_tensor_name(src, t));
-      break;
+    for (int t = 0; t < nts && !*why; t++) {
+      int p = sim_graph_tensor_producer(src, t);
+      if (p < 0 || sim_graph_op_type(src, p) == SIM_OP_INPUT ||
+          sim_graph_tensor_n_consumers(src, t) > 0 || !a[t])
+        continue;
+      int u = tmap[t];
+      SimShape ss = sim_graph_tensor_shape(src, t);
+      if (u < 0 || !b[u]) {
+        *why = g_strdup_printf("output '%s' has no counterpart",
+                               sim_graph_tensor_name(src, t));
+        break;
+      }
+      SimShape sd = sim_graph_tensor_shape(dst, u);
+      if (ss.ndim != sd.ndim || memcmp(ss.dims, sd.dims, sizeof(int64_t) * (size_t)ss.ndim)) {
+        *why = g_strdup_printf("output '%s' changes shape", sim_graph_tensor_name(src, t));
+        break;
+      }
+      int64_t n = sim_shape_numel(&ss);
+      double scale = 1, diff = 0;
+      for (int64_t k = 0; k < n; k++) {
+        scale = MAX(scale, fabs(a[t][k]));
+        double d = fabs((double)a[t][k] - b[u][k]);
+        diff = isnan(d) ? INFINITY : MAX(diff, d);
+      }
+      worst = MAX(worst, diff / scale);
+      outputs++;
     }
-    int64_t n = sim_shape_numel(&ss);
-    double scale = 1, diff = 0;
-    for (int64_t k = 0; k < n; k++) {
-      scale = MAX(scale, fabs(a[t][k]));
-      double d = fabs((double)a[t][k] - b[u][k]);
-      diff = isnan(d) ? INFINITY : MAX(diff, d);
-    }
-    worst = MAX(worst, diff / scale);
-    outputs++;
+    free_values(a, nts);
+    free_values(b, ntd);
   }
-  free_values(a, nts);
-  free_values(b, ntd);
   *error_out = worst;
   if (*why)
     return SUBST_MISMATCH;
@@ -1439,9 +1452,10 @@ char *search_substitution_set_describe(gboolean rules)
                          s->rules->len, s->max_ops, SPLIT_MAX, s->n_verified,
                          s->n_mismatch + s->n_inexpressible, s->n_mismatch, s->n_inexpressible,
                          s->seconds);
-  g_string_append_printf(out, "verification: the CPU executor on random inputs and weights, "
-                              "max |a - b| <= %g max(1, max |b|)\n\n",
-                         SUBST_TOLERANCE);
+  g_string_append_printf(out, "verification: the CPU executor on random inputs in [-1, 1) "
+                              "and in [-%g, %g), weights in [-1, 1), max |a - b| <= %g max(1, "
+                              "max |b|)\n\n",
+                         SUBST_INPUT_RANGE, SUBST_INPUT_RANGE, SUBST_TOLERANCE);
   g_string_append_printf(out, "%-16s %-20s %9s %9s %9s %14s\n", "family", "category",
                          "generated", "verified", "mismatch", "inexpressible");
   for (int f = 0; f < SUBST_N_FAMILIES; f++) {

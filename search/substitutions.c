@@ -350,7 +350,8 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
    * below), then the scores Q K^T. */
   int prev = sim_graph_tensor_producer(g, sim_graph_op_input(g, sm, 0));
   double factor = 0;
-  if (prev >= 0 && sim_graph_op_type(g, prev) == SIM_OP_UNARY && subst_sole_consumer(g, prev) == sm) {
+  if (prev >= 0 && sim_graph_op_type(g, prev) == SIM_OP_UNARY &&
+      subst_sole_consumer(g, prev) == sm) {
     if (subst_attr_int(g, prev, "kind") != SIM_UNARY_SCALE)
       return FALSE;
     g_autoptr(SimAttrs) sa = sim_graph_op_attrs(g, prev);
@@ -361,7 +362,8 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
       return FALSE;
     prev = before;
   }
-  if (prev < 0 || sim_graph_op_type(g, prev) != SIM_OP_MATMUL || !subst_attr_int(g, prev, "trans_b"))
+  if (prev < 0 || sim_graph_op_type(g, prev) != SIM_OP_MATMUL ||
+      !subst_attr_int(g, prev, "trans_b"))
     return FALSE;
   int scores = prev;
   att_add(at, scores);
@@ -375,7 +377,8 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
     probs = next;
     next = subst_sole_consumer(g, next);
   }
-  if (next < 0 || sim_graph_op_type(g, next) != SIM_OP_MATMUL || subst_attr_int(g, next, "trans_b") ||
+  if (next < 0 || sim_graph_op_type(g, next) != SIM_OP_MATMUL ||
+      subst_attr_int(g, next, "trans_b") ||
       sim_graph_tensor_producer(g, sim_graph_op_input(g, next, 0)) != probs)
     return FALSE;
   int weighted = next;
@@ -409,7 +412,8 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
     cur = subst_sole_consumer(g, cur);
   }
   if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_LINEAR ||
-      subst_attr_int(g, cur, "activation") != SIM_UNARY_IDENTITY || !subst_owns_weights_alone(g, cur))
+      subst_attr_int(g, cur, "activation") != SIM_UNARY_IDENTITY ||
+      !subst_owns_weights_alone(g, cur))
     return FALSE;
   at->o = cur;
   att_add(at, cur);
@@ -419,7 +423,8 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
   if (xq.ndim != 3 || xkv.ndim != 3 || xq.dims[2] != xkv.dims[2] || xq.dims[0] != xkv.dims[0])
     return FALSE;
   int64_t width = subst_attr_int(g, at->q, "out_features");
-  if (width != subst_attr_int(g, at->k, "out_features") || width != subst_attr_int(g, at->v, "out_features") ||
+  if (width != subst_attr_int(g, at->k, "out_features") ||
+      width != subst_attr_int(g, at->v, "out_features") ||
       width % at->heads != 0 || subst_attr_int(g, at->o, "out_features") != xq.dims[2])
     return FALSE;
   int64_t bias = subst_attr_int(g, at->q, "bias");
