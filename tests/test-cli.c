@@ -791,9 +791,15 @@ Test(cli, generated_substitutions_are_verified_listed_and_replayed, .timeout = 3
                "--strategy", plan, "--steps", "2", "--check", NULL);
   cr_expect_eq(ex.status, 0, "%s%s", ex.out, ex.err);
   cr_expect(strstr(ex.out, "match (tolerance"), "%s", ex.out);
+  g_autofree char *prefix = g_build_filename(dir, "validate", NULL);
   Run val = run("validate", "--model", "mlp", "--param", params, "--machine", "dgx-a100",
-                "--strategy", plan, NULL);
+                "--strategy", plan, "--out", prefix, NULL);
   cr_expect_eq(val.status, 0, "%s%s", val.out, val.err);
+  static const char *const written[] = { ".csv", "-tasks.csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(written); i++) {
+    g_autofree char *path = g_strconcat(prefix, written[i], NULL);
+    g_unlink(path);
+  }
   run_clear(&set);
   run_clear(&show);
   run_clear(&s);
