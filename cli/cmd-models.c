@@ -278,7 +278,7 @@ static void show_text(const SimGraph *g, const char *name, const SimModelParams 
 static int model_show(int argc, char **argv)
 {
   g_auto(GStrv) params = NULL;
-  gboolean json = FALSE, brief = FALSE, tensors = FALSE;
+  gboolean json = FALSE, brief = FALSE, tensors = FALSE, substitutions = FALSE;
   g_autofree char *rewrites_file = NULL, *save = NULL;
   GOptionEntry entries[] = {
     { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params,
@@ -292,6 +292,9 @@ static int model_show(int argc, char **argv)
       "FILE" },
     { "save", 0, 0, G_OPTION_ARG_FILENAME, &save,
       "Write the model, rewritten if --rewrites is given, as a graph file", "FILE" },
+    { "substitutions", 0, 0, G_OPTION_ARG_NONE, &substitutions,
+      "List the graph rewrites the substitution search may apply (verified rules only)",
+      NULL },
     { NULL, 0, 0, 0, NULL, NULL, NULL },
   };
   g_set_prgname("parasol model show");
@@ -336,6 +339,13 @@ static int model_show(int argc, char **argv)
       return cli_report_error(error);
   }
   g_autoptr(SimModelParams) resolved = resolved_params(name, params);
+  if (substitutions) {
+    g_auto(GStrv) names = search_rewrites_list(g);
+    printf("%u rewrites apply to %s:\n", g_strv_length(names), sim_graph_get_name(g));
+    for (char **it = names; *it; it++)
+      printf("  %s\n", *it);
+    return CLI_EXIT_OK;
+  }
   if (json)
     show_json(g, name, resolved);
   else
@@ -386,12 +396,43 @@ static int model_export(int argc, char **argv)
   return CLI_EXIT_OK;
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* parasol model substitutions                                                         */
+
+static int model_substitutions(int argc, char **argv)
+{
+  gboolean list = FALSE;
+  GOptionEntry entries[] = {
+    { "list", 'l', 0, G_OPTION_ARG_NONE, &list,
+      "Also list every rule with its verdict and its measured error", NULL },
+    { NULL, 0, 0, 0, NULL, NULL, NULL },
+  };
+  g_set_prgname("parasol model substitutions");
+  g_autoptr(GOptionContext) ctx =
+    g_option_context_new("- generate and verify the graph substitutions the search uses");
+  g_option_context_set_description(ctx,
+      "Generates the substitution rules (search/subst-gen.c) over small operator patterns,\n"
+      "runs each source pattern and its rewrite with the CPU executor on random inputs and\n"
+      "weights, and prints the set's size, how many rules were verified and rejected, and\n"
+      "the time taken.  `parasol search --algo subst` applies the verified rules only.\n\n"
+      "Example: parasol model substitutions --list\n");
+  g_option_context_add_main_entries(ctx, entries, NULL);
+  if (!cli_parse_options(ctx, &argc, &argv))
+    return CLI_EXIT_USAGE;
+  if (argc > 1)
+    return cli_usage_error("model substitutions", "unexpected argument '%s'", argv[1]);
+  g_autofree char *text = search_substitution_set_describe(list);
+  fputs(text, stdout);
+  return CLI_EXIT_OK;
+}
+
 static void model_usage(FILE *out)
 {
   fprintf(out, "Usage: parasol model COMMAND [OPTIONS]\n\n"
                "Commands:\n"
                "  show NAME|FILE     operators, tensors, parameter count and FLOPs of a model\n"
-               "  export NAME|FILE   the model as a graph file that --model reads back\n\n"
+               "  export NAME|FILE   the model as a graph file that --model reads back\n"
+               "  substitutions      generate and verify the graph substitutions\n\n"
                "Run 'parasol model COMMAND --help' for the options of a command.\n");
 }
 
@@ -410,6 +451,8 @@ int cmd_model(int argc, char **argv)
     return model_show(argc - 1, argv + 1);
   if (!strcmp(sub, "export"))
     return model_export(argc - 1, argv + 1);
+  if (!strcmp(sub, "substitutions"))
+    return model_substitutions(argc - 1, argv + 1);
   return cli_usage_error("model", "unknown command '%s'; 'parasol model --help' lists them",
                          sub);
 }

@@ -466,6 +466,14 @@ SEARCH_PUBLIC SimStrategy *search_strategy_load(const char *path, const SimGraph
                                                 const SimMachine *m, SimGraph **graph,
                                                 GError **error);
 
+/* The rewrites the substitution search may apply to @g, by name ("merge-linears:q,k,v"),
+ * each covered by a verified rule (transfer full; NULL-terminated). */
+SEARCH_PUBLIC char **search_rewrites_list(const SimGraph *g);
+/* Generates and verifies the set of substitution rules afresh (search/subst-gen.c) and
+ * describes it: its size, how many rules were verified and rejected, per family, and the
+ * time taken; with @rules, one line per rule too (transfer full). */
+SEARCH_PUBLIC char *search_substitution_set_describe(gboolean rules);
+
 /* ---------------------------------------------------------------------------------- */
 /* Searches shared among MPI ranks (docs/distributed.md)                               */
 

@@ -10,7 +10,11 @@
  *                            split (Q, K and V projections: one GEMM, one input gradient);
  *   merge-convs:A,B,..       the same for convolutions (Inception's 1x1 branches);
  *   fuse-attention:SM        Q/K/V projections, scores, softmax SM, weighted sum and output
- *                            projection written out op by op become one attention operator.
+ *                            projection written out op by op become one attention operator;
+ * and the families of subst-gen.c (merge-concat, distribute-linear, transpose-pair,
+ * fold-transpose, unary-pair, collapse-linears).  Every rewrite but fuse-attention applies
+ * only where a rule of the generated set, verified with the CPU executor, covers it
+ * (subst-gen.c); fuse-attention is checked the same way by the tests.
  * A rewrite rebuilds the graph through the public builder, so every shape is checked again.
  *
  * The search ("subst") is best-first over rewritten graphs: it runs an inner algorithm on
@@ -18,7 +22,7 @@
  * graph's best strategy over to the rewrite gives a first time for it, and rewrites slower
  * than alpha times the best so far are pruned (TASO's and Unity's relaxation, alpha > 1,
  * lets a search pass through a slightly worse graph to a better one). */
-#include "search-private.h"
+#include "subst-private.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -26,27 +30,7 @@
 /* ---------------------------------------------------------------------------------- */
 /* Rebuilding a graph                                                                 */
 
-typedef struct Rebuild Rebuild;
-/* Emits the replacement at its anchor, mapping the tensors it replaces. */
-typedef gboolean (*EmitFunc)(Rebuild *rb, GError **error);
-
-struct Rebuild {
-  const SimGraph *g;
-  SimGraph *out;
-  int *tmap;          /* old tensor -> new tensor                                  */
-  int *omap;          /* old op -> new op (-1: gone)                               */
-  gboolean *skip;     /* old ops the replacement stands for                        */
-  int anchor;         /* the old op at whose place the replacement goes            */
-  EmitFunc emit;
-  /* What the rewrites need. */
-  int ops[8];
-  int n_ops;
-  int64_t ival[4];
-  double fval;
-  int unary;
-};
-
-static int *mapped_inputs(Rebuild *rb, int op)
+int *subst_mapped_inputs(SubstRebuild *rb, int op)
 {
   int n = sim_graph_op_n_inputs(rb->g, op);
   int *in = g_new(int, MAX(n, 1));
@@ -55,7 +39,7 @@ static int *mapped_inputs(Rebuild *rb, int op)
   return in;
 }
 
-static void copy_flags(Rebuild *rb, int from, int to)
+void subst_copy_flags(SubstRebuild *rb, int from, int to)
 {
   if (sim_graph_op_is_checkpoint(rb->g, from))
     sim_graph_set_checkpoint(rb->out, to, TRUE);
@@ -63,28 +47,28 @@ static void copy_flags(Rebuild *rb, int from, int to)
     sim_graph_set_selective_recompute(rb->out, to, TRUE);
 }
 
-static void map_outputs(Rebuild *rb, int old_op, int new_op)
+void subst_map_outputs(SubstRebuild *rb, int old_op, int new_op)
 {
   for (int o = 0; o < sim_graph_op_n_outputs(rb->g, old_op); o++)
     rb->tmap[sim_graph_op_output(rb->g, old_op, o)] = sim_graph_op_output(rb->out, new_op, o);
   rb->omap[old_op] = new_op;
 }
 
-static gboolean copy_op(Rebuild *rb, int op, GError **error)
+static gboolean copy_op(SubstRebuild *rb, int op, GError **error)
 {
   g_autoptr(SimAttrs) a = sim_graph_op_attrs(rb->g, op);
-  g_autofree int *in = mapped_inputs(rb, op);
+  g_autofree int *in = subst_mapped_inputs(rb, op);
   int id = sim_graph_add_op(rb->out, sim_graph_op_type(rb->g, op), sim_graph_op_name(rb->g, op),
                             sim_graph_op_n_inputs(rb->g, op), in, a, error);
   if (id < 0)
     return FALSE;
-  map_outputs(rb, op, id);
-  copy_flags(rb, op, id);
+  subst_map_outputs(rb, op, id);
+  subst_copy_flags(rb, op, id);
   return TRUE;
 }
 
 /* Runs the rebuild: every op copied but the skipped ones, the replacement at the anchor. */
-static SimGraph *rebuild(Rebuild *rb, GError **error)
+static SimGraph *rebuild(SubstRebuild *rb, GError **error)
 {
   const SimGraph *g = rb->g;
   int n = sim_graph_n_ops(g);
@@ -112,7 +96,7 @@ static SimGraph *rebuild(Rebuild *rb, GError **error)
   return rb->out;
 }
 
-static void rebuild_init(Rebuild *rb, const SimGraph *g)
+static void rebuild_init(SubstRebuild *rb, const SimGraph *g)
 {
   memset(rb, 0, sizeof *rb);
   rb->g = g;
@@ -127,7 +111,7 @@ static void rebuild_init(Rebuild *rb, const SimGraph *g)
   rb->anchor = -1;
 }
 
-static void rebuild_clear(Rebuild *rb)
+static void rebuild_clear(SubstRebuild *rb)
 {
   g_free(rb->tmap);
   g_free(rb->omap);
@@ -138,7 +122,7 @@ static void rebuild_clear(Rebuild *rb)
 /* Pattern helpers                                                                    */
 
 /* The only consumer of @op's only output, or -1. */
-static int sole_consumer(const SimGraph *g, int op)
+int subst_sole_consumer(const SimGraph *g, int op)
 {
   if (sim_graph_op_n_outputs(g, op) != 1)
     return -1;
@@ -153,7 +137,7 @@ static int sole_consumer(const SimGraph *g, int op)
   return uses == 1 ? c : -1;
 }
 
-static int64_t attr_int(const SimGraph *g, int op, const char *name)
+int64_t subst_attr_int(const SimGraph *g, int op, const char *name)
 {
   g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, op);
   int64_t v = 0;
@@ -162,7 +146,7 @@ static int64_t attr_int(const SimGraph *g, int op, const char *name)
 }
 
 /* Whether @op neither uses another's weights nor lends its own. */
-static gboolean owns_weights_alone(const SimGraph *g, int op)
+gboolean subst_owns_weights_alone(const SimGraph *g, int op)
 {
   if (sim_graph_op_weight_owner(g, op) != op)
     return FALSE;
@@ -172,10 +156,11 @@ static gboolean owns_weights_alone(const SimGraph *g, int op)
   return TRUE;
 }
 
+/* Every activation but the identity; the generated set decides which of them the
+ * kernels fuse exactly (not a scale, whose factor the fused op cannot carry). */
 static gboolean fusable_activation(int kind)
 {
-  return kind == SIM_UNARY_RELU || kind == SIM_UNARY_GELU || kind == SIM_UNARY_SIGMOID ||
-         kind == SIM_UNARY_TANH || kind == SIM_UNARY_SILU || kind == SIM_UNARY_RELU6;
+  return kind != SIM_UNARY_IDENTITY;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -186,16 +171,22 @@ static int fuse_activation_match(const SimGraph *g, int x)
   SimOpType t = sim_graph_op_type(g, x);
   if (t != SIM_OP_LINEAR && t != SIM_OP_CONV2D && t != SIM_OP_BATCHNORM)
     return -1;
-  int u = sole_consumer(g, x);
+  int u = subst_sole_consumer(g, x);
   if (u < 0 || sim_graph_op_type(g, u) != SIM_OP_UNARY)
     return -1;
-  int kind = (int)attr_int(g, u, "kind");
-  if (t == SIM_OP_BATCHNORM)
-    return attr_int(g, x, "relu") == 0 && kind == SIM_UNARY_RELU ? u : -1;
-  return attr_int(g, x, "activation") == SIM_UNARY_IDENTITY && fusable_activation(kind) ? u : -1;
+  int kind = (int)subst_attr_int(g, u, "kind");
+  gboolean free_slot = t == SIM_OP_BATCHNORM
+                         ? subst_attr_int(g, x, "relu") == 0
+                         : subst_attr_int(g, x, "activation") == SIM_UNARY_IDENTITY;
+  if (!free_slot || !fusable_activation(kind))
+    return -1;
+  /* The generated set must have verified the fusion (subst-gen.c). */
+  g_autofree char *id = g_strdup_printf("fuse-activation/%s/%s", sim_op_type_name(t),
+                                        sim_unary_kind_name((SimUnaryKind)kind));
+  return subst_rule_verified(id) ? u : -1;
 }
 
-static gboolean fuse_activation_emit(Rebuild *rb, GError **error)
+static gboolean fuse_activation_emit(SubstRebuild *rb, GError **error)
 {
   int x = rb->ops[0], u = rb->ops[1];
   g_autoptr(SimAttrs) a = sim_graph_op_attrs(rb->g, x);
@@ -204,15 +195,15 @@ static gboolean fuse_activation_emit(Rebuild *rb, GError **error)
                   : sim_attrs_set_string(a, "activation", sim_unary_kind_name(rb->unary), error);
   if (!ok)
     return FALSE;
-  g_autofree int *in = mapped_inputs(rb, x);
+  g_autofree int *in = subst_mapped_inputs(rb, x);
   int id = sim_graph_add_op(rb->out, sim_graph_op_type(rb->g, x), sim_graph_op_name(rb->g, x),
                             sim_graph_op_n_inputs(rb->g, x), in, a, error);
   if (id < 0)
     return FALSE;
-  map_outputs(rb, x, id);
+  subst_map_outputs(rb, x, id);
   rb->tmap[sim_graph_op_output(rb->g, u, 0)] = sim_graph_op_output(rb->out, id, 0);
-  copy_flags(rb, x, id);
-  copy_flags(rb, u, id);
+  subst_copy_flags(rb, x, id);
+  subst_copy_flags(rb, u, id);
   return TRUE;
 }
 
@@ -234,7 +225,7 @@ static gboolean same_conv_shape(const SimGraph *g, int a, int b)
       if (va[k] != vb[k])
         return FALSE;
   }
-  return attr_int(g, a, "groups") == 1 && attr_int(g, b, "groups") == 1;
+  return subst_attr_int(g, a, "groups") == 1 && subst_attr_int(g, b, "groups") == 1;
 }
 
 /* Whether linears (or convolutions) @a and @b can be one operator. */
@@ -245,15 +236,28 @@ static gboolean mergeable(const SimGraph *g, SimOpType type, int a, int b)
   if (sim_graph_op_n_inputs(g, a) != 1 || sim_graph_op_n_inputs(g, b) != 1 ||
       sim_graph_op_input(g, a, 0) != sim_graph_op_input(g, b, 0))
     return FALSE;
-  if (attr_int(g, a, "bias") != attr_int(g, b, "bias") ||
-      attr_int(g, a, "activation") != attr_int(g, b, "activation"))
+  if (subst_attr_int(g, a, "bias") != subst_attr_int(g, b, "bias") ||
+      subst_attr_int(g, a, "activation") != subst_attr_int(g, b, "activation"))
     return FALSE;
-  if (!owns_weights_alone(g, a) || !owns_weights_alone(g, b))
+  if (!subst_owns_weights_alone(g, a) || !subst_owns_weights_alone(g, b))
     return FALSE;
   return type == SIM_OP_LINEAR || same_conv_shape(g, a, b);
 }
 
-static gboolean merge_emit(Rebuild *rb, GError **error)
+/* The largest group of branches one rewrite merges (the generated rules' limit). */
+#define MERGE_MAX 4
+
+/* Whether the generated set verified merging @members ops like @a. */
+static gboolean merge_verified(const SimGraph *g, int a, int members)
+{
+  g_autofree char *id = g_strdup_printf(
+    "merge/%s/n%d/bias%d/%s", sim_op_type_name(sim_graph_op_type(g, a)), members,
+    (int)subst_attr_int(g, a, "bias"),
+    sim_unary_kind_name((SimUnaryKind)subst_attr_int(g, a, "activation")));
+  return subst_rule_verified(id);
+}
+
+static gboolean merge_emit(SubstRebuild *rb, GError **error)
 {
   const SimGraph *g = rb->g;
   int first = rb->ops[0];
@@ -262,7 +266,7 @@ static gboolean merge_emit(Rebuild *rb, GError **error)
   int64_t sizes[SIM_MAX_DIMS], total = 0;
   GString *name = g_string_new(NULL);
   for (int i = 0; i < rb->n_ops; i++) {
-    sizes[i] = attr_int(g, rb->ops[i], width);
+    sizes[i] = subst_attr_int(g, rb->ops[i], width);
     total += sizes[i];
     g_string_append_printf(name, "%s%s", i ? "+" : "", sim_graph_op_name(g, rb->ops[i]));
   }
@@ -271,12 +275,12 @@ static gboolean merge_emit(Rebuild *rb, GError **error)
   g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, first);
   if (!sim_attrs_set_int(a, width, total, error))
     return FALSE;
-  g_autofree int *in = mapped_inputs(rb, first);
+  g_autofree int *in = subst_mapped_inputs(rb, first);
   int id = sim_graph_add_op(rb->out, type, merged_name, 1, in, a, error);
   if (id < 0)
     return FALSE;
   for (int i = 0; i < rb->n_ops; i++)
-    copy_flags(rb, rb->ops[i], id);
+    subst_copy_flags(rb, rb->ops[i], id);
   int out = sim_graph_op_output(rb->out, id, 0);
   SimShape sh = sim_graph_tensor_shape(rb->out, out);
   int axis = type == SIM_OP_LINEAR ? sh.ndim - 1 : 1;
@@ -318,7 +322,7 @@ static int head_source(const SimGraph *g, int t, Attention *at, int *heads)
   *heads = 1;
   if (op >= 0 && sim_graph_op_type(g, op) == SIM_OP_TRANSPOSE) {
     int r = sim_graph_tensor_producer(g, sim_graph_op_input(g, op, 0));
-    if (r < 0 || sim_graph_op_type(g, r) != SIM_OP_RESHAPE || sole_consumer(g, r) != op)
+    if (r < 0 || sim_graph_op_type(g, r) != SIM_OP_RESHAPE || subst_sole_consumer(g, r) != op)
       return -1;
     SimShape sh = sim_graph_tensor_shape(g, sim_graph_op_output(g, r, 0));
     if (sh.ndim != 4)
@@ -327,11 +331,11 @@ static int head_source(const SimGraph *g, int t, Attention *at, int *heads)
     att_add(at, op);
     att_add(at, r);
     op = sim_graph_tensor_producer(g, sim_graph_op_input(g, r, 0));
-    if (op >= 0 && sole_consumer(g, op) != r)
+    if (op >= 0 && subst_sole_consumer(g, op) != r)
       return -1;
   }
   if (op < 0 || sim_graph_op_type(g, op) != SIM_OP_LINEAR ||
-      attr_int(g, op, "activation") != SIM_UNARY_IDENTITY || !owns_weights_alone(g, op))
+      subst_attr_int(g, op, "activation") != SIM_UNARY_IDENTITY || !subst_owns_weights_alone(g, op))
     return -1;
   return op;
 }
@@ -342,30 +346,39 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
   if (sim_graph_op_type(g, sm) != SIM_OP_SOFTMAX)
     return FALSE;
   att_add(at, sm);
-  /* Backwards: optional scale, then the scores Q K^T. */
+  /* Backwards: the scale by 1 / sqrt(head_dim) the attention operator applies (checked
+   * below), then the scores Q K^T. */
   int prev = sim_graph_tensor_producer(g, sim_graph_op_input(g, sm, 0));
-  if (prev >= 0 && sim_graph_op_type(g, prev) == SIM_OP_UNARY && sole_consumer(g, prev) == sm) {
+  double factor = 0;
+  if (prev >= 0 && sim_graph_op_type(g, prev) == SIM_OP_UNARY &&
+      subst_sole_consumer(g, prev) == sm) {
+    if (subst_attr_int(g, prev, "kind") != SIM_UNARY_SCALE)
+      return FALSE;
+    g_autoptr(SimAttrs) sa = sim_graph_op_attrs(g, prev);
+    sim_attrs_get_float(sa, "scale", &factor);
     att_add(at, prev);
     int before = sim_graph_tensor_producer(g, sim_graph_op_input(g, prev, 0));
-    if (before < 0 || sole_consumer(g, before) != prev)
+    if (before < 0 || subst_sole_consumer(g, before) != prev)
       return FALSE;
     prev = before;
   }
-  if (prev < 0 || sim_graph_op_type(g, prev) != SIM_OP_MATMUL || !attr_int(g, prev, "trans_b"))
+  if (prev < 0 || sim_graph_op_type(g, prev) != SIM_OP_MATMUL ||
+      !subst_attr_int(g, prev, "trans_b"))
     return FALSE;
   int scores = prev;
   att_add(at, scores);
   /* Forwards: optional dropout, then P V. */
   int probs = sm;
-  int next = sole_consumer(g, sm);
+  int next = subst_sole_consumer(g, sm);
   if (next >= 0 && sim_graph_op_type(g, next) == SIM_OP_DROPOUT) {
     g_autoptr(SimAttrs) a = sim_graph_op_attrs(g, next);
     sim_attrs_get_float(a, "p", &at->dropout);
     att_add(at, next);
     probs = next;
-    next = sole_consumer(g, next);
+    next = subst_sole_consumer(g, next);
   }
-  if (next < 0 || sim_graph_op_type(g, next) != SIM_OP_MATMUL || attr_int(g, next, "trans_b") ||
+  if (next < 0 || sim_graph_op_type(g, next) != SIM_OP_MATMUL ||
+      subst_attr_int(g, next, "trans_b") ||
       sim_graph_tensor_producer(g, sim_graph_op_input(g, next, 0)) != probs)
     return FALSE;
   int weighted = next;
@@ -380,26 +393,27 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
   /* Each projection feeds only its path into the attention. */
   for (int i = 0; i < 3; i++) {
     int lin = i == 0 ? at->q : i == 1 ? at->k : at->v;
-    if (sole_consumer(g, lin) < 0)
+    if (subst_sole_consumer(g, lin) < 0)
       return FALSE;
     att_add(at, lin);
   }
   if (sim_graph_op_input(g, at->k, 0) != sim_graph_op_input(g, at->v, 0))
     return FALSE;
   /* The heads merged back and the output projection. */
-  int cur = sole_consumer(g, weighted);
+  int cur = subst_sole_consumer(g, weighted);
   if (at->heads > 1) {
     if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_TRANSPOSE)
       return FALSE;
     att_add(at, cur);
-    cur = sole_consumer(g, cur);
+    cur = subst_sole_consumer(g, cur);
     if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_RESHAPE)
       return FALSE;
     att_add(at, cur);
-    cur = sole_consumer(g, cur);
+    cur = subst_sole_consumer(g, cur);
   }
   if (cur < 0 || sim_graph_op_type(g, cur) != SIM_OP_LINEAR ||
-      attr_int(g, cur, "activation") != SIM_UNARY_IDENTITY || !owns_weights_alone(g, cur))
+      subst_attr_int(g, cur, "activation") != SIM_UNARY_IDENTITY ||
+      !subst_owns_weights_alone(g, cur))
     return FALSE;
   at->o = cur;
   att_add(at, cur);
@@ -408,19 +422,34 @@ static gboolean attention_match(const SimGraph *g, int sm, Attention *at)
   SimShape xkv = sim_graph_tensor_shape(g, sim_graph_op_input(g, at->k, 0));
   if (xq.ndim != 3 || xkv.ndim != 3 || xq.dims[2] != xkv.dims[2] || xq.dims[0] != xkv.dims[0])
     return FALSE;
-  int64_t width = attr_int(g, at->q, "out_features");
-  if (width != attr_int(g, at->k, "out_features") || width != attr_int(g, at->v, "out_features") ||
-      width % at->heads != 0 || attr_int(g, at->o, "out_features") != xq.dims[2])
+  int64_t width = subst_attr_int(g, at->q, "out_features");
+  if (width != subst_attr_int(g, at->k, "out_features") ||
+      width != subst_attr_int(g, at->v, "out_features") ||
+      width % at->heads != 0 || subst_attr_int(g, at->o, "out_features") != xq.dims[2])
     return FALSE;
-  int64_t bias = attr_int(g, at->q, "bias");
-  if (bias != attr_int(g, at->k, "bias") || bias != attr_int(g, at->v, "bias") ||
-      bias != attr_int(g, at->o, "bias"))
+  int64_t bias = subst_attr_int(g, at->q, "bias");
+  if (bias != subst_attr_int(g, at->k, "bias") || bias != subst_attr_int(g, at->v, "bias") ||
+      bias != subst_attr_int(g, at->o, "bias"))
     return FALSE;
   at->head_dim = width / at->heads;
+  if (fabs(factor * sqrt((double)at->head_dim) - 1) > 1e-3)
+    return FALSE;
   return TRUE;
 }
 
-static gboolean attention_emit(Rebuild *rb, GError **error)
+gboolean subst_attention_linears(const SimGraph *g, int sm, int *linears)
+{
+  Attention at;
+  if (!attention_match(g, sm, &at))
+    return FALSE;
+  linears[0] = at.q;
+  linears[1] = at.k;
+  linears[2] = at.v;
+  linears[3] = at.o;
+  return TRUE;
+}
+
+static gboolean attention_emit(SubstRebuild *rb, GError **error)
 {
   const SimGraph *g = rb->g;
   int q = rb->ops[0], k = rb->ops[1], o = rb->ops[3], sm = rb->ops[4];
@@ -437,7 +466,7 @@ static gboolean attention_emit(Rebuild *rb, GError **error)
   if (id < 0)
     return FALSE;
   rb->tmap[sim_graph_op_output(g, o, 0)] = sim_graph_op_output(rb->out, id, 0);
-  copy_flags(rb, o, id);
+  subst_copy_flags(rb, o, id);
   return TRUE;
 }
 
@@ -451,7 +480,8 @@ GPtrArray *search_rewrites_find(const SimGraph *g)
   for (int x = 0; x < n; x++)
     if (fuse_activation_match(g, x) >= 0)
       g_ptr_array_add(out, g_strconcat("fuse-activation:", sim_graph_op_name(g, x), NULL));
-  /* Merges: every maximal group of mergeable ops reading one tensor. */
+  /* Merges: every maximal group (up to the set's largest verified size) of mergeable ops
+   * reading one tensor. */
   for (int pass = 0; pass < 2; pass++) {
     SimOpType type = pass == 0 ? SIM_OP_LINEAR : SIM_OP_CONV2D;
     const char *kind = pass == 0 ? "merge-linears:" : "merge-convs:";
@@ -462,14 +492,14 @@ GPtrArray *search_rewrites_find(const SimGraph *g)
       GString *name = g_string_new(kind);
       g_string_append(name, sim_graph_op_name(g, a));
       int members = 1;
-      for (int b = a + 1; b < n && members < SIM_MAX_DIMS; b++) {
+      for (int b = a + 1; b < n && members < MERGE_MAX; b++) {
         if (!used[b] && mergeable(g, type, a, b)) {
           used[b] = TRUE;
           g_string_append_printf(name, ",%s", sim_graph_op_name(g, b));
           members++;
         }
       }
-      if (members > 1)
+      if (members > 1 && merge_verified(g, a, members))
         g_ptr_array_add(out, g_string_free(name, FALSE));
       else
         g_string_free(name, TRUE);
@@ -480,8 +510,22 @@ GPtrArray *search_rewrites_find(const SimGraph *g)
     if (attention_match(g, x, &at))
       g_ptr_array_add(out, g_strconcat("fuse-attention:", sim_graph_op_name(g, x), NULL));
   }
+  subst_gen_find(g, out);
   return out;
 }
+
+char **search_rewrites_list(const SimGraph *g)
+{
+  g_return_val_if_fail(g != NULL, NULL);
+  GPtrArray *names = search_rewrites_find(g);
+  g_ptr_array_set_free_func(names, NULL);
+  g_ptr_array_add(names, NULL);
+  return (char **)g_ptr_array_free(names, FALSE);
+}
+
+#define KINDS                                                                           \
+  "fuse-activation, merge-linears, merge-convs, fuse-attention, merge-concat, "         \
+  "distribute-linear, collapse-linears, transpose-pair, fold-transpose, unary-pair"
 
 static gboolean unknown_op(const SimGraph *g, const char *rewrite, const char *name,
                            GError **error)
@@ -494,17 +538,21 @@ static gboolean unknown_op(const SimGraph *g, const char *rewrite, const char *n
 
 SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **error)
 {
+  return subst_apply(g, rewrite, NULL, error);
+}
+
+SimGraph *subst_apply(const SimGraph *g, const char *rewrite, int **tmap, GError **error)
+{
   g_return_val_if_fail(g != NULL && rewrite != NULL, NULL);
   const char *colon = strchr(rewrite, ':');
   if (!colon) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                "rewrite '%s': expected KIND:OPERATORS with KIND one of fuse-activation, "
-                "merge-linears, merge-convs, fuse-attention", rewrite);
+                "rewrite '%s': expected KIND:OPERATORS with KIND one of %s", rewrite, KINDS);
     return NULL;
   }
   g_autofree char *kind = g_strndup(rewrite, (gsize)(colon - rewrite));
   const char *args = colon + 1;
-  Rebuild rb;
+  SubstRebuild rb;
   rebuild_init(&rb, g);
   SimGraph *out = NULL;
   if (!strcmp(kind, "fuse-activation")) {
@@ -516,7 +564,7 @@ SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **
     }
     rb.ops[0] = x;
     rb.ops[1] = u;
-    rb.unary = (int)attr_int(g, u, "kind");
+    rb.unary = (int)subst_attr_int(g, u, "kind");
     rb.anchor = x;
     rb.skip[x] = rb.skip[u] = TRUE;
     rb.emit = fuse_activation_emit;
@@ -525,13 +573,14 @@ SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **
     g_auto(GStrv) names = g_strsplit(args, ",", -1);
     for (char **it = names; *it; it++) {
       int x = sim_graph_op_by_name(g, *it);
-      if (x < 0 || rb.n_ops >= SIM_MAX_DIMS || (rb.n_ops > 0 && !mergeable(g, type, rb.ops[0], x))) {
+      if (x < 0 || rb.n_ops >= MERGE_MAX || (rb.n_ops > 0 && !mergeable(g, type, rb.ops[0], x))) {
         unknown_op(g, rewrite, *it, error);
         goto done;
       }
       rb.ops[rb.n_ops++] = x;
     }
-    if (rb.n_ops < 2 || sim_graph_op_type(g, rb.ops[0]) != type) {
+    if (rb.n_ops < 2 || sim_graph_op_type(g, rb.ops[0]) != type ||
+        !merge_verified(g, rb.ops[0], rb.n_ops)) {
       unknown_op(g, rewrite, args, error);
       goto done;
     }
@@ -560,7 +609,7 @@ SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **
     rb.ops[4] = sm;
     rb.ival[0] = at.heads;
     rb.ival[1] = at.head_dim;
-    rb.ival[2] = attr_int(g, at.q, "bias");
+    rb.ival[2] = subst_attr_int(g, at.q, "bias");
     rb.fval = at.dropout;
     /* At the output projection's place: every input of the attention is made before it,
      * and every reader of its output comes after it. */
@@ -569,12 +618,20 @@ SimGraph *search_rewrite_apply(const SimGraph *g, const char *rewrite, GError **
       rb.skip[at.ops[i]] = TRUE;
     rb.emit = attention_emit;
   } else {
-    g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
-                "unknown rewrite '%s'; expected fuse-activation, merge-linears, merge-convs or "
-                "fuse-attention", kind);
-    goto done;
+    int r = subst_gen_prepare(&rb, kind, args, error);
+    if (r == 0)
+      goto done;
+    if (r < 0) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_UNKNOWN,
+                  "unknown rewrite '%s'; expected %s", kind, KINDS);
+      goto done;
+    }
   }
   out = rebuild(&rb, error);
+  if (out && tmap) {
+    *tmap = rb.tmap;
+    rb.tmap = NULL;
+  }
 done:
   rebuild_clear(&rb);
   return out;

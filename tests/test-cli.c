@@ -716,7 +716,7 @@ Test(cli, a_plan_found_with_graph_rewrites_runs_in_simulate_and_exec)
     " {\"name\": \"q\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
     " {\"name\": \"k\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
     " {\"name\": \"v\", \"type\": \"linear\", \"inputs\": [\"relu1\"], \"attrs\": {\"out_features\": 32, \"bias\": false}},\n"
-    " {\"name\": \"qk\", \"type\": \"binary\", \"inputs\": [\"q\", \"k\"], \"attrs\": {\"kind\": \"add\"}},\n"
+    " {\"name\": \"qk\", \"type\": \"binary\", \"inputs\": [\"q\", \"k\"], \"attrs\": {\"kind\": \"mul\"}},\n"
     " {\"name\": \"qkv\", \"type\": \"binary\", \"inputs\": [\"qk\", \"v\"], \"attrs\": {\"kind\": \"add\"}},\n"
     " {\"name\": \"labels\", \"type\": \"input\", \"inputs\": [], \"attrs\": {\"shape\": [16], \"dtype\": \"int32\"}},\n"
     " {\"name\": \"loss\", \"type\": \"cross_entropy\", \"inputs\": [\"qkv\", \"labels\"]}\n"
@@ -758,6 +758,55 @@ Test(cli, a_plan_found_with_graph_rewrites_runs_in_simulate_and_exec)
   run_clear(&ex);
   g_unlink(plan);
   g_unlink(model);
+  g_rmdir(dir);
+}
+
+Test(cli, generated_substitutions_are_verified_listed_and_replayed, .timeout = 300)
+{
+  /* The set: its size, verified and rejected counts and build time on one line. */
+  Run set = run("model", "substitutions", NULL);
+  cr_assert_eq(set.status, 0, "%s%s", set.out, set.err);
+  unsigned total = 0, ops = 0, verified = 0, rejected = 0;
+  cr_assert_eq(sscanf(set.out, "substitution set: %u rules generated over patterns of up to %u "
+                               "operators%*[^,], %u verified, %u rejected",
+                      &total, &ops, &verified, &rejected), 4, "%s", set.out);
+  cr_assert(verified > 0 && rejected > 0 && verified + rejected == total, "%s", set.out);
+  /* Unity's MLP: its towers' last layers, added, become one linear (a rewrite of the
+   * generated set); the plan that carries it replays in simulate, exec and validate. */
+  static const char *const params = "batch=8,layers=2,hidden=32,input=16,classes=16";
+  Run show = run("model", "show", "mlp", "--param", params, "--substitutions", NULL);
+  cr_assert_eq(show.status, 0, "%s", show.err);
+  cr_assert(strstr(show.out, "distribute-linear:add1"), "%s", show.out);
+  g_autofree char *dir = g_dir_make_tmp("parasol-cli-XXXXXX", NULL);
+  g_autofree char *plan = g_build_filename(dir, "plan.json", NULL);
+  Run s = run("search", "--model", "mlp", "--param", params, "--machine", "dgx-a100",
+              "--algo", "subst", "--opt", "inner=data-parallel", "--opt", "graphs=4",
+              "--budget", "300evals", "--threads", "1", "--own", "--quiet", "--out", plan, NULL);
+  cr_assert_eq(s.status, 0, "%s%s", s.out, s.err);
+  cr_assert(strstr(s.out, "rewrites            distribute-linear:add1"), "%s", s.out);
+  Run sim = run("simulate", "--model", "mlp", "--param", params, "--machine", "dgx-a100",
+                "--strategy", plan, NULL);
+  cr_expect_eq(sim.status, 0, "%s%s", sim.out, sim.err);
+  Run ex = run("exec", "--model", "mlp", "--param", params, "--machine", "dgx-a100",
+               "--strategy", plan, "--steps", "2", "--check", NULL);
+  cr_expect_eq(ex.status, 0, "%s%s", ex.out, ex.err);
+  cr_expect(strstr(ex.out, "match (tolerance"), "%s", ex.out);
+  g_autofree char *prefix = g_build_filename(dir, "validate", NULL);
+  Run val = run("validate", "--model", "mlp", "--param", params, "--machine", "dgx-a100",
+                "--strategy", plan, "--out", prefix, NULL);
+  cr_expect_eq(val.status, 0, "%s%s", val.out, val.err);
+  static const char *const written[] = { ".csv", "-tasks.csv", ".gp", ".png" };
+  for (gsize i = 0; i < G_N_ELEMENTS(written); i++) {
+    g_autofree char *path = g_strconcat(prefix, written[i], NULL);
+    g_unlink(path);
+  }
+  run_clear(&set);
+  run_clear(&show);
+  run_clear(&s);
+  run_clear(&sim);
+  run_clear(&ex);
+  run_clear(&val);
+  g_unlink(plan);
   g_rmdir(dir);
 }
 

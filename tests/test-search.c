@@ -805,7 +805,8 @@ Test(search, bad_arguments_give_clear_errors)
 /* ---------------------------------------------------------------------------------- */
 /* Substitutions                                                                      */
 
-/* x -> fc1 -> relu -> {q, k, v} (three linears reading one tensor) -> sum -> loss. */
+/* x -> fc1 -> relu -> {q, k, v} (three linears reading one tensor) -> q * k + v -> loss
+ * (a product, so that no distribute-linear rewrite competes with merging q, k and v). */
 static SimGraph *rewritable_graph(void)
 {
   SimGraph *g = sim_graph_new("rewritable");
@@ -816,7 +817,7 @@ static SimGraph *rewritable_graph(void)
   int q = sim_graph_linear(g, "q", h, 512, FALSE, SIM_UNARY_IDENTITY);
   int k = sim_graph_linear(g, "k", h, 512, FALSE, SIM_UNARY_IDENTITY);
   int v = sim_graph_linear(g, "v", h, 512, FALSE, SIM_UNARY_IDENTITY);
-  int s = sim_graph_binary(g, "qk", q, k, SIM_BINARY_ADD);
+  int s = sim_graph_binary(g, "qk", q, k, SIM_BINARY_MUL);
   s = sim_graph_binary(g, "qkv", s, v, SIM_BINARY_ADD);
   int64_t ls[1] = { 64 };
   int labels = sim_graph_input(g, "labels", SIM_DTYPE_INT32, 1, ls);
@@ -878,8 +879,13 @@ static SimGraph *unfused_attention_graph(void)
     heads[i] = sim_graph_transpose(g, tn, p, perm);
   }
   int sc = sim_graph_matmul(g, "scores", heads[0], heads[1], TRUE);
-  sc = sim_graph_unary(g, "scale", sc, SIM_UNARY_SCALE);
-  sc = sim_graph_softmax(g, "probs", sc);
+  /* By 1 / sqrt(hd), as the attention operator scales its scores. */
+  g_autoptr(SimAttrs) sa = sim_attrs_new(SIM_OP_UNARY);
+  cr_assert(sim_attrs_set_string(sa, "kind", "scale", NULL));
+  cr_assert(sim_attrs_set_float(sa, "scale", 1.0 / 8, NULL));
+  int scale = sim_graph_add_op(g, SIM_OP_UNARY, "scale", 1, &sc, sa, NULL);
+  cr_assert_geq(scale, 0);
+  sc = sim_graph_softmax(g, "probs", sim_graph_op_output(g, scale, 0));
   int o = sim_graph_matmul(g, "context", sc, heads[2], FALSE);
   int perm[4] = { 0, 2, 1, 3 };
   o = sim_graph_transpose(g, "context.t", o, perm);
