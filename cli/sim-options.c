@@ -699,10 +699,16 @@ gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimM
   } else if (!p->dp) {
     /* As Megatron derives it: the GPUs that tensor and pipeline parallelism leave. */
     int mp = o.tp * o.pp * o.cp;
-    if (mp > n_dev || n_dev % mp) {
+    if ((mp > n_dev || n_dev % mp) && o.cp > 1) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                   "tp %d x pp %d x cp %d = %d GPUs do not divide the machine's %d; give --dp "
                   "to use fewer", o.tp, o.pp, o.cp, mp, n_dev);
+      return FALSE;
+    }
+    if (mp > n_dev || n_dev % mp) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "tp %d x pp %d = %d GPUs do not divide the machine's %d; give --dp to use "
+                  "fewer", o.tp, o.pp, mp, n_dev);
       return FALSE;
     }
     o.dp = n_dev / mp;
