@@ -28,6 +28,8 @@ typedef struct {
   gint64 evals;
   double t95;
   GArray *points;   /* double pairs: wall, best */
+  int index;        /* in the order of the runs: algorithm, then seed */
+  GString *rows;    /* its lines of the CSV */
 } Run;
 
 static int compare_doubles(const void *a, const void *b)
@@ -42,6 +44,75 @@ static double median(double *v, int n)
     return NAN;
   qsort(v, (size_t)n, sizeof(double), compare_doubles);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Under mpirun the runs are divided among the ranks by index (docs/distributed.md): rank 0
+ * gets the others' (their figures, improvements and CSV lines as text, doubles in hex)
+ * and puts every run in its place, in the order one process makes them. */
+static gboolean gather_runs(GPtrArray *algos, int seeds, Run *runs, int *n_runs, GError **error)
+{
+  g_autoptr(GString) t = g_string_new(NULL);
+  for (int i = 0; i < *n_runs; i++) {
+    Run *r = &runs[i];
+    g_string_append_printf(t, "%d %a %a %" G_GINT64_FORMAT " %a %u %" G_GSIZE_FORMAT "\n",
+                           r->index, r->final, r->elapsed, r->evals, r->t95, r->points->len,
+                           r->rows->len);
+    for (guint k = 0; k < r->points->len; k++)
+      g_string_append_printf(t, "%a ", g_array_index(r->points, double, k));
+    g_string_append_c(t, '\n');
+    g_string_append_len(t, r->rows->str, (gssize)r->rows->len);
+  }
+  g_auto(GStrv) all = search_mpi_gather_text(t->str);
+  if (search_mpi_rank() > 0)
+    return TRUE;
+  if (!all) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED, "%s", search_mpi_note()
+                ? search_mpi_note() : "the runs of the other ranks did not come");
+    return FALSE;
+  }
+  int total = (int)algos->len * seeds;
+  g_autofree Run *placed = g_new0(Run, total);
+  for (int rank = 1; all[rank]; rank++) {
+    char *at = all[rank];
+    while (*at) {
+      Run r = { 0 };
+      guint np;
+      gsize rows;
+      char *end;
+      r.index = (int)strtol(at, &end, 10);
+      r.final = g_ascii_strtod(end, &end);
+      r.elapsed = g_ascii_strtod(end, &end);
+      r.evals = g_ascii_strtoll(end, &end, 10);
+      r.t95 = g_ascii_strtod(end, &end);
+      np = (guint)g_ascii_strtoull(end, &end, 10);
+      rows = (gsize)g_ascii_strtoull(end, &end, 10);
+      if (r.index < 0 || r.index >= total || *end != '\n')
+        break;
+      r.algo = g_ptr_array_index(algos, r.index / seeds);
+      r.seed = (guint64)(r.index % seeds + 1);
+      r.points = g_array_new(FALSE, FALSE, sizeof(double));
+      for (guint k = 0; k < np; k++) {
+        double v = g_ascii_strtod(end, &end);
+        g_array_append_val(r.points, v);
+      }
+      end = strchr(end, '\n');
+      if (!end || strlen(end + 1) < rows) {
+        g_array_unref(r.points);
+        break;
+      }
+      r.rows = g_string_new_len(end + 1, (gssize)rows);
+      at = end + 1 + rows;
+      placed[r.index] = r;
+    }
+  }
+  for (int i = 0; i < *n_runs; i++)
+    placed[runs[i].index] = runs[i];
+  int n = 0;
+  for (int i = 0; i < total; i++)
+    if (placed[i].points)
+      runs[n++] = placed[i];
+  *n_runs = n;
+  return TRUE;
 }
 
 /* Whether @a reads option @key ("key=value"), or the algorithm its "inner" option names
@@ -258,8 +329,10 @@ int cmd_compare(int argc, char **argv)
   }
   if (!so.budget)
     so.budget = g_strdup(COMPARE_DEFAULT_BUDGET);
-  if (!cli_search_setup(&so, &error))
+  if (!cli_search_setup(&so, &error) || !search_mpi_start(&error))
     goto fail;
+  /* Under mpirun each run is one rank's alone. */
+  search_mpi_set_shared(FALSE);
   {
     g_auto(GStrv) names = g_strsplit(algos_text ? algos_text : "mcmc,dp,beam", ",", -1);
     for (char **it = names; *it; it++) {
@@ -338,6 +411,9 @@ int cmd_compare(int argc, char **argv)
   for (guint a = 0; a < algos->len && !search_signals_seen(); a++) {
     for (int k = 1; k <= seeds && !search_signals_seen(); k++) {
       const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
+      int index = (int)a * seeds + k - 1;
+      if (index % search_mpi_size() != search_mpi_rank())
+        continue;
       ro.seed = (guint64)k;
       g_autoptr(GPtrArray) mine = g_ptr_array_new();
       for (char **it = so.opts; it && *it; it++)
@@ -356,25 +432,35 @@ int cmd_compare(int argc, char **argv)
       run->evals = search_result_get_evals(r);
       run->t95 = search_result_time_to(r, 0.95, NULL);
       run->points = g_array_new(FALSE, FALSE, sizeof(double));
+      run->index = index;
+      run->rows = g_string_new(NULL);
       char b[G_ASCII_DTOSTR_BUF_SIZE];
       for (int i = 0; i < search_result_n_improvements(r); i++) {
         double wall, best;
         gint64 evals;
         search_result_get_improvement(r, i, &wall, &evals, &best);
-        fprintf(csv, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k, wall, evals,
-                g_ascii_formatd(b, sizeof b, "%.9g", best));
+        g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name,
+                               k, wall, evals, g_ascii_formatd(b, sizeof b, "%.9g", best));
         g_array_append_val(run->points, wall);
         g_array_append_val(run->points, best);
       }
       /* The final row carries the line to the end of the search. */
-      fprintf(csv, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k, run->elapsed,
-              run->evals, isfinite(run->final) ? g_ascii_formatd(b, sizeof b, "%.9g", run->final) : "");
+      g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k,
+                             run->elapsed, run->evals,
+                             isfinite(run->final) ? g_ascii_formatd(b, sizeof b, "%.9g", run->final)
+                                                  : "");
       if (isfinite(run->final)) {
         g_array_append_val(run->points, run->elapsed);
         g_array_append_val(run->points, run->final);
       }
     }
   }
+  if (search_mpi_size() > 1 && !gather_runs(algos, seeds, runs, &n_runs, &error))
+    goto fail;
+  if (search_mpi_rank() > 0)
+    goto done;
+  for (int i = 0; i < n_runs; i++)
+    fputs(runs[i].rows->str, csv);
   {
     gboolean bad = ferror(csv) != 0;
     int e = bad ? EIO : 0;
@@ -464,8 +550,10 @@ done:
     fclose(csv);
   if (csv_tmp)
     g_unlink(csv_tmp);
-  for (int i = 0; i < n_runs; i++)
+  for (int i = 0; i < n_runs; i++) {
     g_array_unref(runs[i].points);
+    g_string_free(runs[i].rows, TRUE);
+  }
   g_free(runs);
   /* The problem borrows the graph and machine: it goes first. */
   g_clear_pointer(&problem, search_problem_unref);

@@ -181,7 +181,7 @@ int cmd_search(int argc, char **argv)
     status = cli_usage_error("search", "unexpected argument '%s'", argv[1]);
     goto done;
   }
-  if (!cli_search_setup(&so, &error))
+  if (!cli_search_setup(&so, &error) || !search_mpi_start(&error))
     goto fail;
   if (list) {
     cli_search_print_algorithms(stdout);
@@ -212,8 +212,10 @@ int cmd_search(int argc, char **argv)
       !cli_make_parent(out, &error) || !cli_check_output(out, &error) ||
       !cli_check_output(plot, &error))
     goto fail;
-  ro.log_path = log;
-  ro.progress = !quiet && !json;
+  /* Under mpirun the ranks share the search (docs/distributed.md); rank 0 writes. */
+  gboolean writer = search_mpi_rank() == 0;
+  ro.log_path = writer ? log : NULL;
+  ro.progress = !quiet && !json && writer;
   ro.handle_sigint = TRUE;
   /* The budget in seconds bounds the whole command: the search gets SEARCH_SHARE of what
    * the loading left, the yardsticks and the report the rest, and whatever is running at
@@ -225,6 +227,10 @@ int cmd_search(int argc, char **argv)
   }
   if (!(result = search_run(algo, problem, &ro, &error)))
     goto fail;
+  if (!writer)
+    goto done;
+  if (search_mpi_note())
+    g_printerr("parasol search: %s\n", search_mpi_note());
 
   best = search_result_get_strategy(result);
   bp = search_result_get_problem(result);
@@ -322,6 +328,19 @@ int cmd_search(int argc, char **argv)
     json_builder_add_int_value(b, (gint64)ro.seed);
     json_builder_set_member_name(b, "threads");
     json_builder_add_int_value(b, ro.threads);
+    json_builder_set_member_name(b, "ranks");
+    json_builder_add_int_value(b, search_mpi_size());
+    {
+      gint64 exchanges;
+      double in_exchanges, cpu;
+      search_mpi_stats(&exchanges, &in_exchanges, &cpu);
+      json_builder_set_member_name(b, "exchanges");
+      json_builder_add_int_value(b, exchanges);
+      json_builder_set_member_name(b, "exchange_s");
+      json_builder_add_double_value(b, in_exchanges);
+      json_builder_set_member_name(b, "exchange_cpu_s");
+      json_builder_add_double_value(b, cpu);
+    }
     json_builder_set_member_name(b, "elapsed_s");
     json_builder_add_double_value(b, elapsed);
     json_builder_set_member_name(b, "evals");
@@ -367,6 +386,12 @@ int cmd_search(int argc, char **argv)
     add_time(b, "search_speedup_over_expert",
              isfinite(search_time) ? expert_time / search_time : NAN);
     add_plan(b, &summary);
+    /* The algorithm's own cost model against the simulator, where it has one to say. */
+    double predicted = NAN, pred_sim = NAN;
+    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
+      add_time(b, "model_predicted_s", predicted);
+      add_time(b, "model_simulated_s", pred_sim);
+    }
     if (pb.vocab_padded) {
       /* As simulate --json says it (cli_problem_load() padded the model's vocabulary). */
       json_builder_set_member_name(b, "vocab_padding");
@@ -405,6 +430,13 @@ int cmd_search(int argc, char **argv)
            search_result_get_interrupted(result) ? ", " : "",
            search_result_get_interrupted(result) ? cli_signal_text(search_signals_first())
                                                  : "");
+    if (search_mpi_size() > 1) {
+      gint64 exchanges;
+      double in_exchanges;
+      search_mpi_stats(&exchanges, &in_exchanges, NULL);
+      printf("  ranks               %d (MPI), %" G_GINT64_FORMAT " exchanges, %.2f s in them on "
+             "rank 0\n", search_mpi_size(), exchanges, in_exchanges);
+    }
     if (cut > 0)
       printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
              "past the cost the search could keep\n", cut, 100.0 * cut / evals);
@@ -421,6 +453,17 @@ int cmd_search(int argc, char **argv)
       for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
         printf(" %s", sim_strategy_rewrite(best, i));
       printf("\n");
+    }
+    double predicted = NAN, pred_sim = NAN;
+    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
+      g_autofree char *t_p = cli_format_time(predicted);
+      g_autofree char *t_s = cli_format_time(pred_sim);
+      if (isfinite(pred_sim))
+        printf("  cost model          %s predicted for its plan, %s simulated (%+.0f%%)\n", t_p,
+               t_s, 100.0 * (predicted - pred_sim) / pred_sim);
+      else
+        printf("  cost model          %s predicted for its plan, which does not fit when "
+               "simulated\n", t_p);
     }
     g_autofree char *s_dp = speedup_text(dp_raw, best_time);
     g_autofree char *s_ex = speedup_text(expert_time, best_time);

@@ -264,7 +264,7 @@ PcuStatus pcu_convert(PcuContext *ctx, void *dst, int dst_dtype, const void *src
                       int64_t n, bool accumulate);
 
 /* The unary functions of the catalogue (SimUnaryKind numbers). */
-enum { U_IDENTITY, U_RELU, U_GELU, U_SIGMOID, U_TANH, U_EXP, U_SILU, U_SCALE };
+enum { U_IDENTITY, U_RELU, U_GELU, U_SIGMOID, U_TANH, U_EXP, U_SILU, U_SCALE, U_RELU6 };
 
 __device__ __forceinline__ float unary_f(int kind, float x, float scale)
 {
@@ -278,6 +278,7 @@ __device__ __forceinline__ float unary_f(int kind, float x, float scale)
   case U_EXP: return expf(x);
   case U_SILU: return x / (1.f + expf(-x));
   case U_SCALE: return scale * x;
+  case U_RELU6: return fminf(fmaxf(x, 0.f), 6.f);
   default: return x;
   }
 }
@@ -299,6 +300,7 @@ __device__ __forceinline__ float unary_df(int kind, float x, float y, float scal
     return s * (1.f + x * (1.f - s));
   }
   case U_SCALE: return scale;
+  case U_RELU6: return x > 0.f && x < 6.f ? 1.f : 0.f;
   default: return 1.f;
   }
 }

@@ -14,6 +14,8 @@
  * thousands of measured sizes short. */
 #include "profile-private.h"
 
+#include "json-read.h"
+
 #include <json-glib/json-glib.h>
 #include <math.h>
 #include <string.h>
@@ -800,103 +802,37 @@ gboolean profile_db_save(const ProfileDb *db, const char *path, GError **error)
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                             */
 
-typedef struct {
-  const char *file;
-  GError **error;
-} Reader;
-
-static gboolean fail(Reader *rd, const char *path, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
-
-static gboolean fail(Reader *rd, const char *path, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_set_error(rd->error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s: %s: %s", rd->file, path, msg);
-  return FALSE;
-}
-
-static gboolean is_number(JsonNode *n)
-{
-  if (!n || !JSON_NODE_HOLDS_VALUE(n))
-    return FALSE;
-  GType t = json_node_get_value_type(n);
-  return t == G_TYPE_INT64 || t == G_TYPE_DOUBLE;
-}
-
-static gboolean read_number(Reader *rd, JsonNode *n, const char *path, double min, double *out)
-{
-  if (!is_number(n))
-    return fail(rd, path, "expected a number");
-  double v = json_node_get_double(n);
-  if (!isfinite(v) || v < min)
-    return fail(rd, path, "expected a number of at least %g, got %g", min, v);
-  *out = v;
-  return TRUE;
-}
-
-static gboolean read_int(Reader *rd, JsonNode *n, const char *path, int64_t min, int64_t *out)
-{
-  if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_INT64)
-    return fail(rd, path, "expected an integer");
-  int64_t v = json_node_get_int(n);
-  if (v < min)
-    return fail(rd, path, "expected an integer of at least %" G_GINT64_FORMAT ", got %"
-                G_GINT64_FORMAT, min, v);
-  *out = v;
-  return TRUE;
-}
-
-static gboolean read_string(Reader *rd, JsonNode *n, const char *path, const char **out)
-{
-  if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
-    return fail(rd, path, "expected a string");
-  *out = json_node_get_string(n);
-  return TRUE;
-}
-
-static gboolean check_keys(Reader *rd, JsonObject *o, const char *path,
-                           const char *const *allowed)
-{
-  g_autoptr(GList) members = json_object_get_members(o);
-  for (GList *l = members; l; l = l->next) {
-    gboolean ok = FALSE;
-    for (int i = 0; allowed[i] && !ok; i++)
-      ok = !strcmp(l->data, allowed[i]);
-    if (!ok)
-      return fail(rd, path, "unknown key '%s'", (const char *)l->data);
-  }
-  return TRUE;
-}
+/* The shared reader (sim/json-read.h), every error of which is PROFILE_ERROR_PARSE. */
+typedef SimJsonReader Reader;
 
 static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel *k)
 {
   if (!JSON_NODE_HOLDS_ARRAY(n) || json_array_get_length(json_node_get_array(n)) != 9)
-    return fail(rd, path, "expected [kind, dtype, batch, m, n, k, steps, flops, bytes]");
+    return sim_json_fail(rd, 0, path,
+                         "expected [kind, dtype, batch, m, n, k, steps, flops, bytes]");
   JsonArray *a = json_node_get_array(n);
   const char *kind = NULL, *dtype = NULL;
   g_autofree char *p0 = g_strdup_printf("%s[0]", path);
   g_autofree char *p1 = g_strdup_printf("%s[1]", path);
-  if (!read_string(rd, json_array_get_element(a, 0), p0, &kind) ||
-      !read_string(rd, json_array_get_element(a, 1), p1, &dtype))
+  if (!sim_json_string(rd, json_array_get_element(a, 0), p0, &kind) ||
+      !sim_json_string(rd, json_array_get_element(a, 1), p1, &dtype))
     return FALSE;
   int kk = profile_kernel_kind_from_name(kind);
   if (kk < 0)
-    return fail(rd, p0, "unknown kernel kind '%s'", kind);
+    return sim_json_fail(rd, 0, p0, "unknown kernel kind '%s'", kind);
   int dt = sim_dtype_from_name(dtype);
   if (dt < 0)
-    return fail(rd, p1, "unknown dtype '%s'", dtype);
+    return sim_json_fail(rd, 0, p1, "unknown dtype '%s'", dtype);
   int64_t v[5];
   for (int i = 0; i < 5; i++) {
     g_autofree char *pi = g_strdup_printf("%s[%d]", path, i + 2);
-    if (!read_int(rd, json_array_get_element(a, (guint)i + 2), pi, 0, &v[i]))
+    if (!sim_json_int(rd, json_array_get_element(a, (guint)i + 2), pi, 0, G_MAXINT64, &v[i]))
       return FALSE;
   }
   double f[2];
   for (int i = 0; i < 2; i++) {
     g_autofree char *pi = g_strdup_printf("%s[%d]", path, i + 7);
-    if (!read_number(rd, json_array_get_element(a, (guint)i + 7), pi, 0.0, &f[i]))
+    if (!sim_json_number(rd, json_array_get_element(a, (guint)i + 7), pi, 0.0, TRUE, &f[i]))
       return FALSE;
   }
   *k = (SimKernel){
@@ -916,7 +852,8 @@ static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel
 static gboolean read_times(Reader *rd, const char *path, double median, double mn, double mx)
 {
   if (mn > median || median > mx)
-    return fail(rd, path, "expected min <= median <= max, got %g, %g, %g", mn, median, mx);
+    return sim_json_fail(rd, 0, path, "expected min <= median <= max, got %g, %g, %g", mn, median,
+                         mx);
   return TRUE;
 }
 
@@ -924,10 +861,10 @@ static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path
 {
   static const char *const keys[] = { "gpu", "key", "pass", "median", "min", "max",
                                       "repetitions", "flops", "bytes", "kernels", NULL };
-  if (!JSON_NODE_HOLDS_OBJECT(n))
-    return fail(rd, path, "expected an object");
-  JsonObject *o = json_node_get_object(n);
-  if (!check_keys(rd, o, path, keys))
+  JsonObject *o;
+  if (!sim_json_object(rd, n, path, &o))
+    return FALSE;
+  if (!sim_json_check_keys(rd, o, path, keys))
     return FALSE;
   ProfileOpEntry e = { 0 };
   const char *pass = NULL;
@@ -939,48 +876,49 @@ static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path
   g_autofree char *pmin = g_strdup_printf("%s.min", path);
   g_autofree char *pmax = g_strdup_printf("%s.max", path);
   g_autofree char *pr = g_strdup_printf("%s.repetitions", path);
-  if (!read_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
-      !read_string(rd, json_object_get_member(o, "key"), pk, &e.key) ||
-      !read_string(rd, json_object_get_member(o, "pass"), pp, &pass) ||
-      !read_number(rd, json_object_get_member(o, "median"), pm, 0.0, &e.median))
+  if (!sim_json_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
+      !sim_json_string(rd, json_object_get_member(o, "key"), pk, &e.key) ||
+      !sim_json_string(rd, json_object_get_member(o, "pass"), pp, &pass) ||
+      !sim_json_number(rd, json_object_get_member(o, "median"), pm, 0.0, TRUE, &e.median))
     return FALSE;
   int p = profile_pass_from_name(pass);
   if (p < 0)
-    return fail(rd, pp, "unknown pass '%s'; expected forward, backward or update", pass);
+    return sim_json_fail(rd, 0, pp, "unknown pass '%s'; expected forward, backward or update",
+                         pass);
   e.pass = (SimPass)p;
   e.min = e.max = e.median;
   if (json_object_has_member(o, "min") &&
-      !read_number(rd, json_object_get_member(o, "min"), pmin, 0.0, &e.min))
+      !sim_json_number(rd, json_object_get_member(o, "min"), pmin, 0.0, TRUE, &e.min))
     return FALSE;
   if (json_object_has_member(o, "max") &&
-      !read_number(rd, json_object_get_member(o, "max"), pmax, 0.0, &e.max))
+      !sim_json_number(rd, json_object_get_member(o, "max"), pmax, 0.0, TRUE, &e.max))
     return FALSE;
   if (!read_times(rd, path, e.median, e.min, e.max))
     return FALSE;
   if (json_object_has_member(o, "repetitions") &&
-      !read_int(rd, json_object_get_member(o, "repetitions"), pr, 1, &reps))
+      !sim_json_int(rd, json_object_get_member(o, "repetitions"), pr, 1, G_MAXINT64, &reps))
     return FALSE;
   e.repetitions = (int)MIN(reps, G_MAXINT);
   if (json_object_has_member(o, "flops")) {
     g_autofree char *pf = g_strdup_printf("%s.flops", path);
-    if (!read_number(rd, json_object_get_member(o, "flops"), pf, 0.0, &e.flops))
+    if (!sim_json_number(rd, json_object_get_member(o, "flops"), pf, 0.0, TRUE, &e.flops))
       return FALSE;
   }
   if (json_object_has_member(o, "bytes")) {
     g_autofree char *pb = g_strdup_printf("%s.bytes", path);
-    if (!read_number(rd, json_object_get_member(o, "bytes"), pb, 0.0, &e.bytes))
+    if (!sim_json_number(rd, json_object_get_member(o, "bytes"), pb, 0.0, TRUE, &e.bytes))
       return FALSE;
   }
   SimKernel kernels[SIM_MAX_KERNELS];
   if (json_object_has_member(o, "kernels")) {
     JsonNode *kn = json_object_get_member(o, "kernels");
     g_autofree char *pks = g_strdup_printf("%s.kernels", path);
-    if (!JSON_NODE_HOLDS_ARRAY(kn))
-      return fail(rd, pks, "expected an array");
-    JsonArray *ka = json_node_get_array(kn);
+    JsonArray *ka;
+    if (!sim_json_array(rd, kn, pks, &ka))
+      return FALSE;
     guint nk = json_array_get_length(ka);
     if (nk > SIM_MAX_KERNELS)
-      return fail(rd, pks, "%u kernels; at most %d", nk, SIM_MAX_KERNELS);
+      return sim_json_fail(rd, 0, pks, "%u kernels; at most %d", nk, SIM_MAX_KERNELS);
     for (guint i = 0; i < nk; i++) {
       g_autofree char *pi = g_strdup_printf("%s[%u]", pks, i);
       if (!read_kernel(rd, json_array_get_element(ka, i), pi, &kernels[i]))
@@ -996,10 +934,10 @@ static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path
 static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *path)
 {
   static const char *const keys[] = { "gpu", "kind", "gpus", "source", "points", NULL };
-  if (!JSON_NODE_HOLDS_OBJECT(n))
-    return fail(rd, path, "expected an object");
-  JsonObject *o = json_node_get_object(n);
-  if (!check_keys(rd, o, path, keys))
+  JsonObject *o;
+  if (!sim_json_object(rd, n, path, &o))
+    return FALSE;
+  if (!sim_json_check_keys(rd, o, path, keys))
     return FALSE;
   ProfileCollEntry e = { 0 };
   const char *kind = NULL;
@@ -1009,28 +947,28 @@ static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *
   g_autofree char *pn = g_strdup_printf("%s.gpus", path);
   g_autofree char *ps = g_strdup_printf("%s.source", path);
   g_autofree char *pp = g_strdup_printf("%s.points", path);
-  if (!read_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
-      !read_string(rd, json_object_get_member(o, "kind"), pk, &kind) ||
-      !read_int(rd, json_object_get_member(o, "gpus"), pn, 1, &gpus))
+  if (!sim_json_string(rd, json_object_get_member(o, "gpu"), pg, &e.gpu) ||
+      !sim_json_string(rd, json_object_get_member(o, "kind"), pk, &kind) ||
+      !sim_json_int(rd, json_object_get_member(o, "gpus"), pn, 1, G_MAXINT64, &gpus))
     return FALSE;
   int k = profile_coll_kind_from_name(kind);
   if (k < 0)
-    return fail(rd, pk, "unknown collective '%s'; expected all-reduce, all-gather, "
-                "reduce-scatter or send-recv", kind);
+    return sim_json_fail(rd, 0, pk, "unknown collective '%s'; expected all-reduce, all-gather, "
+                         "reduce-scatter or send-recv", kind);
   e.kind = (ProfileCollKind)k;
   e.n_gpus = (int)MIN(gpus, G_MAXINT);
   if (json_object_has_member(o, "source") &&
-      !read_string(rd, json_object_get_member(o, "source"), ps, &e.source))
+      !sim_json_string(rd, json_object_get_member(o, "source"), ps, &e.source))
     return FALSE;
   JsonNode *pts = json_object_get_member(o, "points");
   if (!pts || !JSON_NODE_HOLDS_ARRAY(pts))
-    return fail(rd, pp, "expected an array of [bytes, median, min, max, repetitions]");
+    return sim_json_fail(rd, 0, pp, "expected an array of [bytes, median, min, max, repetitions]");
   JsonArray *a = json_node_get_array(pts);
   for (guint i = 0; i < json_array_get_length(a); i++) {
     g_autofree char *pi = g_strdup_printf("%s[%u]", pp, i);
     JsonNode *pn2 = json_array_get_element(a, i);
     if (!JSON_NODE_HOLDS_ARRAY(pn2) || json_array_get_length(json_node_get_array(pn2)) != 5)
-      return fail(rd, pi, "expected [bytes, median, min, max, repetitions]");
+      return sim_json_fail(rd, 0, pi, "expected [bytes, median, min, max, repetitions]");
     JsonArray *v = json_node_get_array(pn2);
     int64_t reps = 0;
     g_autofree char *p0 = g_strdup_printf("%s[0]", pi);
@@ -1038,11 +976,11 @@ static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *
     g_autofree char *p2 = g_strdup_printf("%s[2]", pi);
     g_autofree char *p3 = g_strdup_printf("%s[3]", pi);
     g_autofree char *p4 = g_strdup_printf("%s[4]", pi);
-    if (!read_number(rd, json_array_get_element(v, 0), p0, 1.0, &e.bytes) ||
-        !read_number(rd, json_array_get_element(v, 1), p1, 0.0, &e.median) ||
-        !read_number(rd, json_array_get_element(v, 2), p2, 0.0, &e.min) ||
-        !read_number(rd, json_array_get_element(v, 3), p3, 0.0, &e.max) ||
-        !read_int(rd, json_array_get_element(v, 4), p4, 1, &reps) ||
+    if (!sim_json_number(rd, json_array_get_element(v, 0), p0, 1.0, TRUE, &e.bytes) ||
+        !sim_json_number(rd, json_array_get_element(v, 1), p1, 0.0, TRUE, &e.median) ||
+        !sim_json_number(rd, json_array_get_element(v, 2), p2, 0.0, TRUE, &e.min) ||
+        !sim_json_number(rd, json_array_get_element(v, 3), p3, 0.0, TRUE, &e.max) ||
+        !sim_json_int(rd, json_array_get_element(v, 4), p4, 1, G_MAXINT64, &reps) ||
         !read_times(rd, pi, e.median, e.min, e.max))
       return FALSE;
     e.repetitions = (int)MIN(reps, G_MAXINT);
@@ -1054,82 +992,52 @@ static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *
 ProfileDb *profile_db_from_json(const char *text, const char *filename, GError **error)
 {
   g_return_val_if_fail(text != NULL, NULL);
-  Reader rd = { .file = filename ? filename : "<profile>", .error = error };
+  Reader rd = { .file = filename ? filename : "<profile>", .error = error,
+                .domain = PROFILE_ERROR, .code = PROFILE_ERROR_PARSE };
   g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) pe = NULL;
-  if (!sim_json_load(parser, text, -1, &pe)) {
-    const char *msg = pe->message;
-    if (g_str_has_prefix(msg, "<data>:"))
-      msg += strlen("<data>:");
-    g_set_error(error, PROFILE_ERROR, PROFILE_ERROR_PARSE, "%s:%s", rd.file, msg);
-    return NULL;
-  }
-  JsonNode *root = json_parser_get_root(parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
-    fail(&rd, "(top level)", "expected an object");
-    return NULL;
-  }
-  JsonObject *o = json_node_get_object(root);
+  JsonObject *o = sim_json_read_root(&rd, parser, text, "parasol-profile");
   static const char *const keys[] = { "format", "version", "description", "sources", "devices",
                                       "ops", "collectives", NULL };
-  const char *format = NULL;
-  int64_t version = 0;
-  if (!check_keys(&rd, o, "(top level)", keys) ||
-      !read_string(&rd, json_object_get_member(o, "format"), "format", &format))
+  if (!o || !sim_json_check_format(&rd, o, "parasol-profile", 1) ||
+      !sim_json_check_keys(&rd, o, "", keys))
     return NULL;
-  if (strcmp(format, "parasol-profile")) {
-    fail(&rd, "format", "expected \"parasol-profile\", got \"%s\"", format);
-    return NULL;
-  }
-  if (!read_int(&rd, json_object_get_member(o, "version"), "version", 1, &version))
-    return NULL;
-  if (version != 1) {
-    fail(&rd, "version", "version %" G_GINT64_FORMAT " is not supported; expected 1", version);
-    return NULL;
-  }
   g_autoptr(ProfileDb) db = profile_db_new();
   if (json_object_has_member(o, "description")) {
     const char *d = NULL;
-    if (!read_string(&rd, json_object_get_member(o, "description"), "description", &d))
+    if (!sim_json_string(&rd, json_object_get_member(o, "description"), "description", &d))
       return NULL;
     profile_db_set_description(db, d);
   }
   if (json_object_has_member(o, "sources")) {
     JsonNode *n = json_object_get_member(o, "sources");
-    if (!JSON_NODE_HOLDS_ARRAY(n)) {
-      fail(&rd, "sources", "expected an array of strings");
+    JsonArray *a;
+    if (!sim_json_array(&rd, n, "sources", &a))
       return NULL;
-    }
-    JsonArray *a = json_node_get_array(n);
     for (guint i = 0; i < json_array_get_length(a); i++) {
       g_autofree char *p = g_strdup_printf("sources[%u]", i);
       const char *s = NULL;
-      if (!read_string(&rd, json_array_get_element(a, i), p, &s))
+      if (!sim_json_string(&rd, json_array_get_element(a, i), p, &s))
         return NULL;
       profile_db_add_source(db, s);
     }
   }
   if (json_object_has_member(o, "devices")) {
     JsonNode *n = json_object_get_member(o, "devices");
-    if (!JSON_NODE_HOLDS_OBJECT(n)) {
-      fail(&rd, "devices", "expected an object of device notes");
+    JsonObject *devs;
+    if (!sim_json_object(&rd, n, "devices", &devs))
       return NULL;
-    }
-    JsonObject *devs = json_node_get_object(n);
     g_autoptr(GList) names = json_object_get_members(devs);
     for (GList *l = names; l; l = l->next) {
       g_autofree char *p = g_strdup_printf("devices.%s", (const char *)l->data);
       JsonNode *dn = json_object_get_member(devs, l->data);
-      if (!JSON_NODE_HOLDS_OBJECT(dn)) {
-        fail(&rd, p, "expected an object of strings");
+      JsonObject *notes;
+      if (!sim_json_object(&rd, dn, p, &notes))
         return NULL;
-      }
-      JsonObject *notes = json_node_get_object(dn);
       g_autoptr(GList) nn = json_object_get_members(notes);
       for (GList *m = nn; m; m = m->next) {
         g_autofree char *pm = g_strdup_printf("%s.%s", p, (const char *)m->data);
         const char *v = NULL;
-        if (!read_string(&rd, json_object_get_member(notes, m->data), pm, &v))
+        if (!sim_json_string(&rd, json_object_get_member(notes, m->data), pm, &v))
           return NULL;
         profile_db_set_device_note(db, l->data, m->data, v);
       }
@@ -1137,11 +1045,9 @@ ProfileDb *profile_db_from_json(const char *text, const char *filename, GError *
   }
   if (json_object_has_member(o, "ops")) {
     JsonNode *n = json_object_get_member(o, "ops");
-    if (!JSON_NODE_HOLDS_ARRAY(n)) {
-      fail(&rd, "ops", "expected an array");
+    JsonArray *a;
+    if (!sim_json_array(&rd, n, "ops", &a))
       return NULL;
-    }
-    JsonArray *a = json_node_get_array(n);
     for (guint i = 0; i < json_array_get_length(a); i++) {
       g_autofree char *p = g_strdup_printf("ops[%u]", i);
       if (!read_op(&rd, db, json_array_get_element(a, i), p))
@@ -1150,11 +1056,9 @@ ProfileDb *profile_db_from_json(const char *text, const char *filename, GError *
   }
   if (json_object_has_member(o, "collectives")) {
     JsonNode *n = json_object_get_member(o, "collectives");
-    if (!JSON_NODE_HOLDS_ARRAY(n)) {
-      fail(&rd, "collectives", "expected an array");
+    JsonArray *a;
+    if (!sim_json_array(&rd, n, "collectives", &a))
       return NULL;
-    }
-    JsonArray *a = json_node_get_array(n);
     for (guint i = 0; i < json_array_get_length(a); i++) {
       g_autofree char *p = g_strdup_printf("collectives[%u]", i);
       if (!read_series(&rd, db, json_array_get_element(a, i), p))

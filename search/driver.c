@@ -9,6 +9,7 @@
  * The best is then the same too, because strategies of equal time are ordered by a key
  * (stream, index in the stream) rather than by which thread reported first. */
 #include "search-private.h"
+#include "distributed.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -795,6 +796,7 @@ static SearchContext *context_new(const SearchAlgorithm *algo, SearchProblem *p)
   ctx->deadline = G_MAXDOUBLE;
   ctx->eval_limit = G_MAXINT64;
   ctx->current = INFINITY;
+  ctx->predicted = ctx->predicted_simulated = NAN;
   atomic_init(&ctx->evals, 0);
   atomic_init(&ctx->cut_evals, 0);
   atomic_init(&ctx->interrupted, 0);
@@ -844,7 +846,7 @@ SearchContext *search_context_new_share(SearchContext *ctx, double share)
     evals = MAX(1, (gint64)((double)left * share));
   else if (ctx->deadline < G_MAXDOUBLE)
     seconds = MAX(1e-3, (ctx->deadline - search_context_elapsed(ctx)) * share);
-  if (search_context_should_stop(ctx))
+  if (search_dist_should_stop(ctx))
     return NULL;
   return search_context_new_inner(ctx, ctx->algo, (SearchProblem *)ctx->problem, evals,
                                   seconds);
@@ -898,6 +900,7 @@ struct _SearchResult {
   GArray *improvements;
   char *log_error;   /* why the log could not be written to its end, or NULL */
   SearchMeasure *measure;   /* the yardsticks and the plan kept (yardsticks.c), or NULL */
+  double predicted, predicted_simulated;   /* search_context_set_prediction()        */
 };
 
 typedef struct {
@@ -940,6 +943,8 @@ static SearchResult *result_from_context(SearchContext *ctx, SearchProblem *p, d
   r->expert_simulated = ctx->expert_simulated;
   r->partial_expert = ctx->partial_expert ? sim_strategy_copy(ctx->partial_expert) : NULL;
   r->partial_time = ctx->partial_cost;
+  r->predicted = ctx->predicted;
+  r->predicted_simulated = ctx->predicted_simulated;
   g_mutex_unlock(&ctx->lock);
   r->evals = atomic_load(&ctx->evals);
   r->cut_evals = atomic_load(&ctx->cut_evals);
@@ -1025,6 +1030,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   /* The algorithm runs on a thread of its own; one that is still running a grace period
    * past the deadline (a plugin that never asks whether to stop) is left to itself, and
    * the result is the best it reported. */
+  /* A search shared among MPI ranks (distributed.c) is never left behind: its exchanges
+   * give up on their own past the deadline. */
+  search_dist_begin(ctx);
+  gboolean shared = search_dist_on(ctx);
   RunThread rt = { .algo = algo, .ctx = ctx };
   g_mutex_init(&rt.lock);
   g_cond_init(&rt.cond);
@@ -1035,7 +1044,7 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
   g_mutex_lock(&rt.lock);
   while (!rt.done) {
     gint64 until = g_get_monotonic_time() + 50000;
-    if (deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
+    if (!shared && deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
       abandoned = TRUE;
       break;
     }
@@ -1052,6 +1061,8 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     g_thread_unref(thread);
   else
     g_thread_join(thread);
+  if (!abandoned)
+    search_dist_end(ctx);
   gboolean ok = rt.ok;
   GError *run_error = rt.error;
   double elapsed = search_context_elapsed(ctx);
@@ -1283,4 +1294,23 @@ double search_result_time_to(const SearchResult *r, double fraction, gint64 *eva
     }
   }
   return NAN;
+}
+
+void search_context_set_prediction(SearchContext *ctx, double predicted, double simulated)
+{
+  SearchContext *root = ctx->root;
+  g_mutex_lock(&root->lock);
+  root->predicted = predicted;
+  root->predicted_simulated = simulated;
+  g_mutex_unlock(&root->lock);
+}
+
+gboolean search_result_get_prediction(const SearchResult *r, double *predicted,
+                                      double *simulated)
+{
+  if (predicted)
+    *predicted = r->predicted;
+  if (simulated)
+    *simulated = r->predicted_simulated;
+  return !isnan(r->predicted);
 }

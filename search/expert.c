@@ -5,6 +5,7 @@
  * TP/PP/DP split).  The algorithms of baselines.c and the searches call it; it calls the
  * local search of local.c. */
 #include "search-private.h"
+#include "distributed.h"
 
 #include <string.h>
 
@@ -160,7 +161,15 @@ typedef struct {
   double *cost;           /* per candidate: its time, +inf if it does not fit or lost */
   uint8_t *fit;           /* per candidate: it fitted as it was                       */
   gboolean ladder;        /* the round's plans get the memory ladder when they do not fit */
+  int8_t *step;           /* per candidate: the step of the ladder it took, -1 none   */
 } ExpertRound;
+
+/* What a task of a round found, sent to the other ranks (distributed.h). */
+typedef struct {
+  double cost;
+  int8_t fit;
+  int8_t step;
+} ExpertOutcome;
 
 /* One plan bounded by @bound: its cost (+inf when it does not fit or is slower than
  * @bound); whether it fits (or, stopped early, had not overflowed) goes to @fit. */
@@ -217,11 +226,30 @@ static void expert_round_task(int k, gpointer data)
       if (vfit) {
         sim_strategy_free(*s);
         *s = g_steal_pointer(&v);
+        r->step[i] = (int8_t)step;
         break;
       }
     }
   }
   r->cost[i] = c;
+}
+
+/* The plan that task @k of a round run on another rank settled on, built here (not
+ * simulated) from what that rank sent. */
+static void expert_round_rebuild(ExpertRound *r, int k, const ExpertOutcome *o)
+{
+  int i = r->round[k];
+  SimStrategy **s = (SimStrategy **)&g_ptr_array_index(r->cands, i);
+  const SearchProblem *p = search_context_get_problem(r->ctx);
+  r->cost[i] = o->cost;
+  r->fit[i] = (uint8_t)o->fit;
+  r->step[i] = o->step;
+  if (!*s && !search_megatron_cannot_fit(p, &r->opts[i]))
+    *s = search_megatron_plan(p, &r->opts[i]);
+  if (*s && o->step >= 0) {
+    SimMemoryOptions m = search_memory_step(sim_strategy_get_memory(*s), o->step);
+    sim_strategy_set_memory(*s, &m);
+  }
 }
 
 /* Simulates the candidates @idx in rounds, lowering *@best_cost (and *@best, the index)
@@ -232,21 +260,37 @@ static int expert_rounds(SearchContext *ctx, GPtrArray *cands, const SimMegatron
 {
   int threads = MAX(1, search_context_get_threads(ctx));
   int simulated = 0;
+  g_autofree int8_t *step = g_new(int8_t, MAX(cands->len, 1));
+  memset(step, -1, MAX(cands->len, 1));
   /* Under a deadline in seconds the first round is the most promising plan alone: on a
    * large machine (or a busy one) it ends sooner than two plans sharing the cores, and its
    * time bounds the rounds after it. */
   gboolean timed = ctx->deadline < G_MAXDOUBLE;
   for (guint at = 0, width = timed ? 1 : (guint)threads;
-       at < idx->len && !search_context_should_stop(ctx); at += width, width = (guint)threads) {
+       at < idx->len && !search_dist_should_stop(ctx); at += width, width = (guint)threads) {
     int n = (int)MIN(width, idx->len - at);
     ExpertRound r = { .ctx = ctx, .cands = cands, .opts = opts,
                       .round = &g_array_index(idx, int, at),
-                      .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder };
-    search_context_parallel(ctx, n, expert_round_task, &r);
+                      .bound = *best_cost, .cost = costs, .fit = fit, .ladder = ladder,
+                      .step = step };
+    search_dist_parallel(ctx, n, expert_round_task, &r);
+    /* Shared among MPI ranks, each rank has the plans it ran; the others' come over. */
+    if (search_dist_on(ctx)) {
+      g_autofree ExpertOutcome *out = g_new0(ExpertOutcome, n);
+      for (int k = 0; k < n; k++) {
+        int i = r.round[k];
+        out[k] = (ExpertOutcome){ costs[i], (int8_t)fit[i], step[i] };
+      }
+      search_dist_share(ctx, n, out, sizeof *out, sizeof *out);
+      for (int k = 0; k < n; k++)
+        if (!search_dist_mine(ctx, k))
+          expert_round_rebuild(&r, k, &out[k]);
+      search_dist_sync(ctx);
+    }
     /* A round that a deadline or a signal cut short (its simulations cancelled) counts
      * none of its plans as simulated, nor do they compete. */
-    if (search_context_should_stop(ctx) && ctx->root->watch &&
-        search_watch_fired(ctx->root->watch))
+    if (search_dist_any(ctx, search_context_should_stop(ctx) && ctx->root->watch &&
+                               search_watch_fired(ctx->root->watch)))
       break;
     simulated += n;
     if (track) {
@@ -463,7 +507,7 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
   simulated +=
     expert_rounds(ctx, cands, o, variants, FALSE, costs, fit, &best_cost, &best, track);
   /* Every candidate simulated: the yardstick `parasol search` reports. */
-  gboolean done = !search_context_should_stop(ctx);
+  gboolean done = !search_dist_should_stop(ctx);
   if (complete)
     *complete = done;
   if (stages == 0 && done && best >= 0)
@@ -671,7 +715,9 @@ static gboolean refine_round(SearchContext *ctx, const SimMegatronOptions *cand,
     r.cost[n] = INFINITY;
     n++;
   }
-  search_context_parallel(ctx, n, refine_task, &r);
+  search_dist_parallel(ctx, n, refine_task, &r);
+  search_dist_share(ctx, n, r.cost, sizeof r.cost[0], sizeof r.cost[0]);
+  search_dist_sync(ctx);
   int best = -1;
   for (int i = 0; i < n; i++)
     if (r.cost[i] < *cost * (1 - REFINE_GAIN) && (best < 0 || r.cost[i] < r.cost[best]))
@@ -705,7 +751,7 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
    * whole budget.  Otherwise each round simulates them all (steepest descent). */
   gboolean timed = ctx->deadline < G_MAXDOUBLE;
   int width = MAX(1, search_context_get_threads(ctx));
-  while (timed && !search_context_should_stop(ctx)) {
+  while (timed && !search_dist_should_stop(ctx)) {
     SimMegatronOptions cand[REFINE_MAX];
     int m = refine_neighbours(p, &cur, cand);
     GArray *order = g_array_new(FALSE, FALSE, sizeof(int));
@@ -716,7 +762,7 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
       if (search_megatron_cannot_fit(p, &cand[g_array_index(order, int, k)]))
         g_array_remove_index(order, k);
     gboolean moved = FALSE;
-    for (guint at = 0; at < order->len && !moved && !search_context_should_stop(ctx);
+    for (guint at = 0; at < order->len && !moved && !search_dist_should_stop(ctx);
          at += (guint)width) {
       int n_idx = (int)MIN((guint)width, order->len - at);
       moved = refine_round(ctx, cand, &g_array_index(order, int, at), n_idx, key, &cur, s,
@@ -728,7 +774,7 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
     if (!moved)
       break;
   }
-  while (!timed && !search_context_should_stop(ctx)) {
+  while (!timed && !search_dist_should_stop(ctx)) {
     SimMegatronOptions cand[REFINE_MAX];
     int m = refine_neighbours(p, &cur, cand);
     int all[REFINE_MAX];

@@ -20,8 +20,12 @@
  *
  * Several chains run on the worker threads, each with its own random stream and its own
  * share of the evaluation budget.  They meet after every epoch: a chain that did not
- * improve during the epoch restarts from the best strategy found so far. */
+ * improve during the epoch restarts from the best strategy found so far.  Under MPI the
+ * chains are divided among the ranks by index, and the ranks exchange their best at the
+ * end of every epoch (distributed.h): an epoch is a number of steps, so the exchanges
+ * fall at the same evaluations however many ranks there are. */
 #include "search-private.h"
+#include "distributed.h"
 
 #include <string.h>
 
@@ -41,6 +45,8 @@ typedef struct {
   const SearchProblem *p;
   Chain *chains;
   int n_chains;
+  const SimStrategy *restart;   /* the best so far, for restart()                   */
+  double restart_cost;
   int epoch;
   double beta;
   double propagate;
@@ -240,6 +246,27 @@ static void chain_epoch(int i, gpointer data)
   }
 }
 
+/* Between epochs: chain @i, unless it improved (or is done, or at the best), restarts
+ * from the best strategy found so far. */
+static void restart(int i, gpointer data)
+{
+  Mcmc *m = data;
+  Chain *c = &m->chains[i];
+  if (c->done || c->improved || c->cur <= m->restart_cost)
+    return;
+  gint64 used = c->used + search_evaluator_get_evals(c->ev);
+  if (c->share > 0 && used >= c->share)
+    return;
+  SearchEvaluator *ev = search_evaluator_new(m->ctx, m->restart, (guint32)i, NULL);
+  if (!ev)
+    return;
+  search_evaluator_free(c->ev);
+  c->used = used;
+  c->ev = ev;
+  search_evaluator_set_limit(ev, c->share > 0 ? c->share - used : 0);
+  c->cur = search_penalized(ev, search_evaluator_run(ev));
+}
+
 /* The best expert plan with a pipeline found within a share @share of what is left of
  * the budget, or NULL. */
 static SimStrategy *pipelined_expert(Mcmc *m, double share, double *cost, gboolean *complete,
@@ -395,34 +422,26 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   if (!ok)
     goto out;
 
-  while (!search_context_should_stop(ctx)) {
-    search_context_parallel(ctx, m.n_chains, chain_epoch, &m);
+  while (!search_dist_should_stop(ctx)) {
+    /* Under MPI each rank runs its chains, then the ranks exchange which are done, the
+     * evaluations and the best. */
+    search_dist_parallel(ctx, m.n_chains, chain_epoch, &m);
+    search_dist_share(ctx, m.n_chains, &m.chains[0].done, sizeof(Chain), sizeof(gboolean));
+    search_dist_sync(ctx);
     gboolean all_done = TRUE;
     for (int i = 0; i < m.n_chains; i++)
       all_done = all_done && m.chains[i].done;
     if (all_done)
       break;
-    /* Restarts from the best so far, chain by chain in order. */
+    /* Restarts from the best so far, each chain where it runs. */
     g_autoptr(SimStrategy) best = NULL;
-    double best_cost = search_context_get_best(ctx, &best);
+    m.restart_cost = search_context_get_best(ctx, &best);
     if (!best)
       continue;
-    for (int i = 0; i < m.n_chains; i++) {
-      Chain *c = &m.chains[i];
-      if (c->done || c->improved || c->cur <= best_cost)
-        continue;
-      gint64 used = c->used + search_evaluator_get_evals(c->ev);
-      if (c->share > 0 && used >= c->share)
-        continue;
-      SearchEvaluator *ev = search_evaluator_new(ctx, best, (guint32)i, NULL);
-      if (!ev)
-        continue;
-      search_evaluator_free(c->ev);
-      c->used = used;
-      c->ev = ev;
-      search_evaluator_set_limit(ev, c->share > 0 ? c->share - used : 0);
-      c->cur = search_penalized(ev, search_evaluator_run(ev));
-    }
+    m.restart = best;
+    search_dist_parallel(ctx, m.n_chains, restart, &m);
+    search_dist_sync(ctx);
+    m.restart = NULL;
   }
 
 out:

@@ -199,6 +199,13 @@ SEARCH_PUBLIC double search_context_evaluate(SearchContext *ctx, const SimStrate
 /* Reports the cost of the algorithm's current state (for the log and progress line). */
 SEARCH_PUBLIC void search_context_set_current(SearchContext *ctx, double cost);
 
+/* Records what the algorithm's own cost model predicted for the plan it proposes
+ * (seconds per iteration) and what the simulator found for that plan (+inf: it does not
+ * fit), for the report: the gap between an analytic model and the simulator.  The last
+ * call counts. */
+SEARCH_PUBLIC void search_context_set_prediction(SearchContext *ctx, double predicted,
+                                                 double simulated);
+
 /* Runs @fn(@i, @data) for i in [0, @n) on the context's worker threads and waits for
  * all.  Each task must use its own evaluators and random streams; what it computes must
  * not depend on the order tasks run in. */
@@ -384,6 +391,9 @@ SEARCH_PUBLIC int search_result_get_expert_progress(const SearchResult *r, int *
 SEARCH_PUBLIC const SimStrategy *search_result_get_expert_best(const SearchResult *r,
                                                                double *time);
 SEARCH_PUBLIC double search_result_get_elapsed(const SearchResult *r);
+/* The figures of search_context_set_prediction(); FALSE (NAN) when the algorithm set none. */
+SEARCH_PUBLIC gboolean search_result_get_prediction(const SearchResult *r, double *predicted,
+                                                    double *simulated);
 /* Whether the search stopped on Ctrl-C or SIGTERM. */
 SEARCH_PUBLIC gboolean search_result_get_interrupted(const SearchResult *r);
 /* Why the log (SearchRunOptions.log_path) could not be written to its end, or NULL. */
@@ -455,6 +465,29 @@ SEARCH_PUBLIC SimGraph *search_rewrite_graph(const SimGraph *g, const char *cons
 SEARCH_PUBLIC SimStrategy *search_strategy_load(const char *path, const SimGraph *g,
                                                 const SimMachine *m, SimGraph **graph,
                                                 GError **error);
+
+/* ---------------------------------------------------------------------------------- */
+/* Searches shared among MPI ranks (docs/distributed.md)                               */
+
+/* Starts MPI where mpirun started this process among others (nothing otherwise, or when
+ * it is already started); an error where this build has no MPI.  After it, search_run()
+ * shares the searches of the algorithms that divide their work (mcmc, expert) among the
+ * ranks, every rank calling it alike: the same seed, --threads and evaluation budget give
+ * the same plan on any number of ranks, and every rank returns it. */
+SEARCH_PUBLIC gboolean search_mpi_start(GError **error);
+SEARCH_PUBLIC int search_mpi_rank(void);   /* 0 without MPI */
+SEARCH_PUBLIC int search_mpi_size(void);   /* 1 without MPI */
+/* Whether search_run() shares its search (default TRUE); FALSE: each rank searches alone,
+ * as `parasol compare` runs its runs, one per rank. */
+SEARCH_PUBLIC void search_mpi_set_shared(gboolean shared);
+/* Collective: on rank 0, the @text of every rank in rank order (NULL-terminated, transfer
+ * full); NULL on the others, or where a rank was lost.  Without MPI, { @text }. */
+SEARCH_PUBLIC char **search_mpi_gather_text(const char *text);
+/* The exchanges of this process's shared searches so far, the seconds spent in them
+ * (waiting for the other ranks included) and the CPU seconds that took (may be NULL). */
+SEARCH_PUBLIC void search_mpi_stats(gint64 *exchanges, double *seconds, double *cpu_seconds);
+/* What went wrong across ranks (a signal on another rank, a rank lost), or NULL. */
+SEARCH_PUBLIC const char *search_mpi_note(void);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchProblem, search_problem_unref)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SearchEvaluator, search_evaluator_free)

@@ -1,6 +1,7 @@
 /* registry.c — algorithms by name: the built-ins, registered in one list, and plugins
  * loaded from shared objects through GModule (docs/extending.md). */
 #include "search-private.h"
+#include "parasol-config.h"
 
 #include <gmodule.h>
 #include <string.h>
@@ -76,6 +77,9 @@ void search_register_builtins(void)
     &search_algo_megatron,
     &search_algo_beam,
     &search_algo_subst,
+#if PARASOL_HAVE_GLPK
+    &search_algo_alpa,
+#endif
   };
   for (gsize i = 0; i < G_N_ELEMENTS(builtins); i++) {
     GError *error = NULL;

@@ -119,6 +119,9 @@ struct _SearchContext {
   guint64 best_key;
   SimStrategy *best;
   SearchProblem *best_problem;
+
+  /* Root only: search_context_set_prediction()'s figures (NAN: none). */
+  double predicted, predicted_simulated;
 };
 
 /* Records one evaluation of @s (on @p) with cost @cost; @key orders equal costs.  NAN: an
@@ -338,6 +341,59 @@ SimGraph *search_rewrite_apply(const SimGraph *g, const char *name, GError **err
 SimStrategy *search_strategy_transfer(const SearchProblem *from, const SimStrategy *s,
                                       const SearchProblem *to);
 
+/* Alpa's intra-stage integer linear program (alpa.c; built with GLPK only).  Variable v
+ * chooses one of k[v] candidates at a cost unary[v][i]; a pair (u, v) adds pair[p][i x
+ * k[v] + j] when u takes i and v takes j; with memory rows, the bytes mem[v][i x
+ * n_devices + d] of every choice on device d sum to at most @capacity. */
+typedef struct {
+  int n;
+  int *k;
+  double **unary;
+  GArray *pu, *pv;            /* int: the ends of each pair                             */
+  GPtrArray *pair;            /* double[k[u] x k[v]] per pair                           */
+  int n_devices;
+  double capacity;
+  double **mem;               /* NULL without memory rows                               */
+} SearchIlp;
+
+typedef enum {
+  SEARCH_ILP_OPTIMAL,         /* proven optimal                                         */
+  SEARCH_ILP_FEASIBLE,        /* the best integer solution found by the time limit      */
+  SEARCH_ILP_INFEASIBLE,      /* no choice fits in memory                               */
+  SEARCH_ILP_UNKNOWN,         /* none found by the time limit                           */
+} SearchIlpStatus;
+
+/* A program over @n variables with @k candidates each, costs zero; memory rows for
+ * @n_devices devices of @capacity bytes when both are positive. */
+SearchIlp *search_ilp_new(int n, const int *k, int n_devices, double capacity);
+void search_ilp_free(SearchIlp *ilp);
+void search_ilp_add_pair(SearchIlp *ilp, int u, int v, const double *cost);
+/* The objective of @choice, and whether it fits in memory. */
+double search_ilp_cost(const SearchIlp *ilp, const int *choice, gboolean *fits);
+/* Solves with GLPK (Alpa's linearization: edge variables tied to both ends' choices by
+ * equalities) within @seconds; the choice goes to @choice and its objective to @objective
+ * when a solution was found (+inf otherwise). */
+SearchIlpStatus search_ilp_solve(const SearchIlp *ilp, double seconds, int *choice,
+                                 double *objective);
+/* The program of one pipeline stage: the ops @ops on a submesh of @mesh devices (the
+ * problem's first), @mb micro-batches, at most @max_cands candidates each (their
+ * configuration indices go to @cands[v], transfer full). */
+SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, const int *ops,
+                                 int n_ops, int mesh, int mb, int max_cands, GArray **cands);
+
+/* Alpa's inter-stage dynamic program: layers 0..@L-1 cut into consecutive stages, stage
+ * s on a submesh of mesh[plan->mesh[s]] devices, the submeshes covering @N devices
+ * exactly, minimizing sum_s t_s + (@mb - 1) max_s t_s where t_s = @lat[(first x L + last)
+ * x n_meshes + mesh index] (+inf: no such stage).  FALSE when no slicing is feasible. */
+#define SEARCH_ALPA_MAX_STAGES 64
+typedef struct {
+  int S;
+  int first[SEARCH_ALPA_MAX_STAGES], last[SEARCH_ALPA_MAX_STAGES], mesh[SEARCH_ALPA_MAX_STAGES];
+  double predicted;           /* the objective                                         */
+} SearchAlpaPlan;
+gboolean search_alpa_dp(const double *lat, int L, const int *mesh, int n_meshes, int N, int mb,
+                        SearchAlpaPlan *plan);
+
 /* The built-in algorithms. */
 extern const SearchAlgorithm search_algo_data_parallel;
 extern const SearchAlgorithm search_algo_expert;
@@ -350,6 +406,7 @@ extern const SearchAlgorithm search_algo_dp;
 extern const SearchAlgorithm search_algo_pipeline;
 extern const SearchAlgorithm search_algo_beam;
 extern const SearchAlgorithm search_algo_subst;
+extern const SearchAlgorithm search_algo_alpa;   /* with GLPK only */
 
 /* What search_result_measure() keeps in a result (yardsticks.c). */
 typedef struct _SearchMeasure SearchMeasure;

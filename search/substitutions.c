@@ -175,7 +175,7 @@ static gboolean owns_weights_alone(const SimGraph *g, int op)
 static gboolean fusable_activation(int kind)
 {
   return kind == SIM_UNARY_RELU || kind == SIM_UNARY_GELU || kind == SIM_UNARY_SIGMOID ||
-         kind == SIM_UNARY_TANH || kind == SIM_UNARY_SILU;
+         kind == SIM_UNARY_TANH || kind == SIM_UNARY_SILU || kind == SIM_UNARY_RELU6;
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -21,10 +21,10 @@
  * true.  The writer prints one op per line, and writing what was read gives the same
  * text back. */
 #include "sim-private.h"
+#include "json-read.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,30 +140,13 @@ gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error)
 /* Reading                                                                             */
 
 typedef struct {
-  const char *filename;
+  SimJsonReader j;      /* the shared reader (json-read.h) */
   SimGraph *g;
   GHashTable *tensors;  /* tensor name -> tensor id + 1 */
-  GError **error;
   /* With --param batch=N: dimension 0 of every input and reshape, a multiple of the
    * file's batch @batch_from, is scaled to @batch_to (0: as written). */
   int64_t batch_from, batch_to;
 } Reader;
-
-static const char *json_type_phrase(JsonNode *n)
-{
-  if (!n || JSON_NODE_HOLDS_NULL(n))
-    return "null";
-  if (JSON_NODE_HOLDS_OBJECT(n))
-    return "an object";
-  if (JSON_NODE_HOLDS_ARRAY(n))
-    return "an array";
-  GType t = json_node_get_value_type(n);
-  if (t == G_TYPE_STRING)
-    return "a string";
-  if (t == G_TYPE_BOOLEAN)
-    return "a boolean";
-  return "a number";
-}
 
 static gboolean holds(JsonNode *n, GType t)
 {
@@ -189,9 +172,9 @@ static gboolean read_attr(SimAttrs *a, const char *name, JsonNode *v, GError **e
     for (guint j = 0; j < n; j++) {
       JsonNode *e = json_array_get_element(arr, j);
       if (!holds(e, G_TYPE_INT64)) {
+        g_autofree char *got = sim_json_describe(e);
         g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                    "attribute '%s': element %u is %s, not an integer", name, j,
-                    json_type_phrase(e));
+                    "attribute '%s': element %u is %s, not an integer", name, j, got);
         return FALSE;
       }
       if (j < SIM_MAX_DIMS)
@@ -199,8 +182,8 @@ static gboolean read_attr(SimAttrs *a, const char *name, JsonNode *v, GError **e
     }
     return sim_attrs_set_ints(a, name, (int)n, vals, error);
   }
-  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "attribute '%s' is %s", name,
-              json_type_phrase(v));
+  g_autofree char *got = sim_json_describe(v);
+  g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID, "attribute '%s' is %s", name, got);
   return FALSE;
 }
 
@@ -222,19 +205,6 @@ static int resolve_tensor(Reader *r, const char *ref)
   return sim_graph_op_output(r->g, op, (int)i);
 }
 
-static gboolean reader_fail(Reader *r, int code, const char *place, const char *fmt, ...)
-  G_GNUC_PRINTF(4, 5);
-
-static gboolean reader_fail(Reader *r, int code, const char *place, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  sim_set_error_at(r->error, code, r->filename, place, "%s", msg);
-  return FALSE;
-}
-
 /* Scales dimension 0 of an input's or a reshape's "shape" from the file's batch to the
  * one asked for: the graph's convention is that dimension 0 of every tensor holds the
  * samples (sim_graph_batch_size() in sim/graph.c), or samples times tokens where a
@@ -249,7 +219,7 @@ static gboolean rebatch(Reader *r, SimAttrs *attrs, const char *place)
   if (!v || v->n < 1 || v->i[0] == -1)
     return TRUE;
   if (v->i[0] % r->batch_from != 0)
-    return reader_fail(r, SIM_ERROR_INVALID, place,
+    return sim_json_fail(&r->j, SIM_ERROR_INVALID, place,
                        "dimension 0 of \"shape\" is %" G_GINT64_FORMAT ", not a multiple of "
                        "the batch %" G_GINT64_FORMAT ", so --param batch cannot scale it",
                        v->i[0], r->batch_from);
@@ -260,51 +230,41 @@ static gboolean rebatch(Reader *r, SimAttrs *attrs, const char *place)
 static gboolean read_op(Reader *r, guint index, JsonNode *node)
 {
   g_autofree char *place = g_strdup_printf("ops[%u]", index);
-  if (!node || !JSON_NODE_HOLDS_OBJECT(node))
-    return reader_fail(r, SIM_ERROR_PARSE, place, "expected an object, found %s",
-                       json_type_phrase(node));
-  JsonObject *o = json_node_get_object(node);
+  JsonObject *o;
+  if (!sim_json_object(&r->j, node, place, &o))
+    return FALSE;
 
   const char *name = NULL;
   if (json_object_has_member(o, "name")) {
-    JsonNode *n = json_object_get_member(o, "name");
-    if (!holds(n, G_TYPE_STRING))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"name\" is %s, not a string",
-                         json_type_phrase(n));
-    name = json_node_get_string(n);
+    g_autofree char *pn = sim_json_place_key(place, "name");
+    if (!sim_json_string(&r->j, json_object_get_member(o, "name"), pn, &name))
+      return FALSE;
     g_free(place);
     place = g_strdup_printf("ops[%u] ('%s')", index, name);
   }
 
+  /* "shape" and "dtype" may stand beside "attrs" in an input op. */
   static const char *const known[] = {
     "name", "type", "inputs", "attrs", "outputs", "checkpoint", "selective_recompute",
-    "shares_weights_of",
-    "shape", "dtype",
+    "shares_weights_of", "shape", "dtype", NULL,
   };
-  g_autoptr(GList) members = json_object_get_members(o);
-  for (GList *it = members; it; it = it->next) {
-    gboolean ok = FALSE;
-    for (gsize k = 0; k < G_N_ELEMENTS(known); k++)
-      ok = ok || strcmp(it->data, known[k]) == 0;
-    if (!ok)
-      return reader_fail(r, SIM_ERROR_PARSE, place,
-                         "unknown key \"%s\" (an op has name, type, inputs, attrs, outputs, "
-                         "checkpoint, selective_recompute, shares_weights_of)",
-                         (const char *)it->data);
-  }
+  if (!sim_json_check_keys(&r->j, o, place, known))
+    return FALSE;
 
   JsonNode *tn = json_object_get_member(o, "type");
-  if (!holds(tn, G_TYPE_STRING))
-    return reader_fail(r, SIM_ERROR_PARSE, place, "\"type\" is %s, expected an op type name",
-                       tn ? json_type_phrase(tn) : "missing");
-  const char *tname = json_node_get_string(tn);
+  g_autofree char *ptype = sim_json_place_key(place, "type");
+  if (!tn)
+    return sim_json_missing(&r->j, place, "type", "an op type name");
+  const char *tname;
+  if (!sim_json_string(&r->j, tn, ptype, &tname))
+    return FALSE;
   int type = sim_op_type_from_name(tname);
   if (type < 0) {
     GString *all = g_string_new(NULL);
     for (int t = 0; t < SIM_OP_COUNT; t++)
       g_string_append_printf(all, "%s%s", t ? ", " : "", sim_op_type_name(t));
-    reader_fail(r, SIM_ERROR_UNKNOWN, place, "unknown op type '%s' (known: %s)", tname,
-                all->str);
+    sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, place, "unknown op type '%s' (known: %s)", tname,
+                  all->str);
     g_string_free(all, TRUE);
     return FALSE;
   }
@@ -313,23 +273,21 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   int n_inputs = 0;
   g_autofree int *inputs = NULL;
   if (json_object_has_member(o, "inputs")) {
-    JsonNode *in = json_object_get_member(o, "inputs");
-    if (!in || !JSON_NODE_HOLDS_ARRAY(in))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"inputs\" is %s, not an array",
-                         json_type_phrase(in));
-    JsonArray *arr = json_node_get_array(in);
+    g_autofree char *pin = sim_json_place_key(place, "inputs");
+    JsonArray *arr;
+    if (!sim_json_array(&r->j, json_object_get_member(o, "inputs"), pin, &arr))
+      return FALSE;
     n_inputs = (int)json_array_get_length(arr);
     inputs = g_new(int, MAX(n_inputs, 1));
     for (int j = 0; j < n_inputs; j++) {
-      JsonNode *e = json_array_get_element(arr, j);
-      if (!holds(e, G_TYPE_STRING))
-        return reader_fail(r, SIM_ERROR_PARSE, place, "inputs[%d] is %s, not a tensor name",
-                           j, json_type_phrase(e));
-      const char *ref = json_node_get_string(e);
+      g_autofree char *pj = sim_json_place_index(pin, (guint)j);
+      const char *ref;
+      if (!sim_json_string(&r->j, json_array_get_element(arr, (guint)j), pj, &ref))
+        return FALSE;
       inputs[j] = resolve_tensor(r, ref);
       if (inputs[j] < 0)
-        return reader_fail(r, SIM_ERROR_UNKNOWN, place,
-                           "inputs[%d] names tensor '%s', which no earlier op makes", j, ref);
+        return sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, place,
+                             "inputs[%d] names tensor '%s', which no earlier op makes", j, ref);
     }
   }
 
@@ -337,25 +295,24 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   g_autoptr(SimAttrs) attrs = sim_attrs_new(type);
   g_autoptr(GError) err = NULL;
   if (json_object_has_member(o, "attrs")) {
-    JsonNode *an = json_object_get_member(o, "attrs");
-    if (!an || !JSON_NODE_HOLDS_OBJECT(an))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"attrs\" is %s, not an object",
-                         json_type_phrase(an));
-    JsonObject *ao = json_node_get_object(an);
+    g_autofree char *pa = sim_json_place_key(place, "attrs");
+    JsonObject *ao;
+    if (!sim_json_object(&r->j, json_object_get_member(o, "attrs"), pa, &ao))
+      return FALSE;
     g_autoptr(GList) names = json_object_get_members(ao);
     for (GList *it = names; it; it = it->next)
       if (!read_attr(attrs, it->data, json_object_get_member(ao, it->data), &err))
-        return reader_fail(r, err->code, place, "%s", err->message);
+        return sim_json_fail(&r->j, err->code, place, "%s", err->message);
   }
   static const char *const beside[] = { "shape", "dtype" };
   for (gsize k = 0; k < G_N_ELEMENTS(beside); k++) {
     if (!json_object_has_member(o, beside[k]))
       continue;
     if (type != SIM_OP_INPUT)
-      return reader_fail(r, SIM_ERROR_PARSE, place,
-                         "\"%s\" beside \"attrs\" is for input ops only", beside[k]);
+      return sim_json_fail(&r->j, SIM_ERROR_PARSE, place,
+                           "\"%s\" beside \"attrs\" is for input ops only", beside[k]);
     if (!read_attr(attrs, beside[k], json_object_get_member(o, beside[k]), &err))
-      return reader_fail(r, err->code, place, "%s", err->message);
+      return sim_json_fail(&r->j, err->code, place, "%s", err->message);
   }
 
   /* Flags. */
@@ -364,24 +321,22 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   for (int k = 0; k < 2; k++) {
     if (!json_object_has_member(o, flag_names[k]))
       continue;
-    JsonNode *f = json_object_get_member(o, flag_names[k]);
-    if (!holds(f, G_TYPE_BOOLEAN))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"%s\" is %s, not a boolean",
-                         flag_names[k], json_type_phrase(f));
-    flags[k] = json_node_get_boolean(f);
+    g_autofree char *pf = sim_json_place_key(place, flag_names[k]);
+    if (!sim_json_bool(&r->j, json_object_get_member(o, flag_names[k]), pf, &flags[k]))
+      return FALSE;
   }
 
   JsonArray *outputs = NULL;
   if (json_object_has_member(o, "outputs")) {
-    JsonNode *on = json_object_get_member(o, "outputs");
-    if (!on || !JSON_NODE_HOLDS_ARRAY(on))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"outputs\" is %s, not an array",
-                         json_type_phrase(on));
-    outputs = json_node_get_array(on);
-    for (guint j = 0; j < json_array_get_length(outputs); j++)
-      if (!holds(json_array_get_element(outputs, j), G_TYPE_STRING))
-        return reader_fail(r, SIM_ERROR_PARSE, place, "outputs[%u] is %s, not a name", j,
-                           json_type_phrase(json_array_get_element(outputs, j)));
+    g_autofree char *pout = sim_json_place_key(place, "outputs");
+    if (!sim_json_array(&r->j, json_object_get_member(o, "outputs"), pout, &outputs))
+      return FALSE;
+    for (guint j = 0; j < json_array_get_length(outputs); j++) {
+      g_autofree char *pj = sim_json_place_index(pout, j);
+      const char *out_name;
+      if (!sim_json_string(&r->j, json_array_get_element(outputs, j), pj, &out_name))
+        return FALSE;
+    }
   }
 
   if (r->batch_to > 0 && (type == SIM_OP_INPUT || type == SIM_OP_RESHAPE) &&
@@ -392,40 +347,40 @@ static gboolean read_op(Reader *r, guint index, JsonNode *node)
   int op = sim_graph_add_op(r->g, type, name, n_inputs, inputs, attrs, &err);
   if (op < 0) {
     g_autofree char *short_place = g_strdup_printf("ops[%u]", index);
-    return reader_fail(r, err->code, short_place, "%s", err->message);
+    return sim_json_fail(&r->j, err->code, short_place, "%s", err->message);
   }
   SimOp *o_op = sim_graph_op_get(r->g, op);
   o_op->checkpoint = flags[0];
   o_op->selective_recompute = flags[1];
   if (json_object_has_member(o, "shares_weights_of")) {
-    JsonNode *wn = json_object_get_member(o, "shares_weights_of");
-    if (!holds(wn, G_TYPE_STRING))
-      return reader_fail(r, SIM_ERROR_PARSE, place, "\"shares_weights_of\" is %s, not an op name",
-                         json_type_phrase(wn));
-    int owner = sim_graph_op_by_name(r->g, json_node_get_string(wn));
+    g_autofree char *pw = sim_json_place_key(place, "shares_weights_of");
+    const char *owner_name;
+    if (!sim_json_string(&r->j, json_object_get_member(o, "shares_weights_of"), pw,
+                         &owner_name))
+      return FALSE;
+    int owner = sim_graph_op_by_name(r->g, owner_name);
     if (owner < 0)
-      return reader_fail(r, SIM_ERROR_UNKNOWN, place,
-                         "\"shares_weights_of\": no earlier op is named '%s'",
-                         json_node_get_string(wn));
+      return sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, place,
+                           "\"shares_weights_of\": no earlier op is named '%s'", owner_name);
     if (!sim_graph_share_weights(r->g, op, owner, &err))
-      return reader_fail(r, err->code, place, "%s", err->message);
+      return sim_json_fail(&r->j, err->code, place, "%s", err->message);
   }
 
   if (outputs && (int)json_array_get_length(outputs) != o_op->n_outputs)
-    return reader_fail(r, SIM_ERROR_INVALID, place, "\"outputs\" names %u tensors but the op "
-                       "makes %d", json_array_get_length(outputs), o_op->n_outputs);
+    return sim_json_fail(&r->j, SIM_ERROR_INVALID, place, "\"outputs\" names %u tensors but the "
+                         "op makes %d", json_array_get_length(outputs), o_op->n_outputs);
   for (int j = 0; j < o_op->n_outputs; j++) {
     SimTensor *t = sim_graph_tensor_get(r->g, o_op->outputs[j]);
     if (outputs) {
       const char *tname2 = json_array_get_string_element(outputs, j);
       if (!*tname2)
-        return reader_fail(r, SIM_ERROR_INVALID, place, "outputs[%d] is an empty name", j);
+        return sim_json_fail(&r->j, SIM_ERROR_INVALID, place, "outputs[%d] is an empty name", j);
       g_free(t->name);
       t->name = g_strdup(tname2);
     }
     if (g_hash_table_contains(r->tensors, t->name))
-      return reader_fail(r, SIM_ERROR_INVALID, place,
-                         "tensor name '%s' is already taken by an earlier op", t->name);
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, place,
+                           "tensor name '%s' is already taken by an earlier op", t->name);
     g_hash_table_insert(r->tensors, g_strdup(t->name), GINT_TO_POINTER(t->id + 1));
   }
   return TRUE;
@@ -463,83 +418,34 @@ static SimGraph *graph_from_json(const char *text, const char *filename, int64_t
 {
   g_return_val_if_fail(text != NULL, NULL);
   const char *fname = filename ? filename : "<graph>";
+  SimJsonReader jr = { .file = fname, .error = error };
   g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) err = NULL;
-  if (!sim_json_load(parser, text, -1, &err)) {
-    /* json-glib says "<data>:LINE:COLUMN: Parse error: ..."; the file's name replaces
-     * "<data>". */
-    const char *msg = err->message;
-    if (g_str_has_prefix(msg, "<data>:"))
-      g_set_error(error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s", fname, msg + strlen("<data>:"));
-    else
-      sim_set_error_at(error, SIM_ERROR_PARSE, fname, NULL, "%s", msg);
+  JsonObject *o = sim_json_read_root(&jr, parser, text, GRAPH_FORMAT);
+  if (!o || !sim_json_check_format(&jr, o, GRAPH_FORMAT, GRAPH_VERSION))
     return NULL;
-  }
-  JsonNode *root = json_parser_get_root(parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, fname, NULL,
-                     "expected a JSON object with \"format\": \"%s\"", GRAPH_FORMAT);
-    return NULL;
-  }
-  JsonObject *o = json_node_get_object(root);
-  JsonNode *fmt = json_object_get_member(o, "format");
-  if (!holds(fmt, G_TYPE_STRING) || strcmp(json_node_get_string(fmt), GRAPH_FORMAT) != 0) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "format",
-                     "expected \"%s\", found %s%s%s", GRAPH_FORMAT,
-                     holds(fmt, G_TYPE_STRING) ? "\"" : "",
-                     holds(fmt, G_TYPE_STRING) ? json_node_get_string(fmt)
-                                               : (fmt ? json_type_phrase(fmt) : "nothing"),
-                     holds(fmt, G_TYPE_STRING) ? "\"" : "");
-    return NULL;
-  }
-  JsonNode *ver = json_object_get_member(o, "version");
-  if (!holds(ver, G_TYPE_INT64) || json_node_get_int(ver) != GRAPH_VERSION) {
-    g_autofree char *found = holds(ver, G_TYPE_INT64)
-                               ? g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(ver))
-                               : g_strdup(ver ? json_type_phrase(ver) : "nothing");
-    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "version",
-                     "this parasol reads version %d, found %s", GRAPH_VERSION, found);
-    return NULL;
-  }
   /* A misspelt key would otherwise leave its value at the default without a word. */
   static const char *const top_keys[] = { "format", "version", "name", "tokens_per_sample",
                                           "ops", NULL };
-  g_autoptr(GList) top = json_object_get_members(o);
-  for (GList *it = top; it; it = it->next)
-    if (!g_strv_contains(top_keys, it->data)) {
-      sim_set_error_at(error, SIM_ERROR_PARSE, fname, it->data,
-                       "unknown key; a graph has format, version, name, tokens_per_sample, "
-                       "ops");
-      return NULL;
-    }
+  if (!sim_json_check_keys(&jr, o, "", top_keys))
+    return NULL;
   const char *name = "graph";
   JsonNode *nn = json_object_get_member(o, "name");
-  if (nn) {
-    if (!holds(nn, G_TYPE_STRING)) {
-      sim_set_error_at(error, SIM_ERROR_PARSE, fname, "name", "expected a string, found %s",
-                       json_type_phrase(nn));
-      return NULL;
-    }
-    name = json_node_get_string(nn);
-  }
+  if (nn && !sim_json_string(&jr, nn, "name", &name))
+    return NULL;
   int64_t tokens = 1;
   JsonNode *tk = json_object_get_member(o, "tokens_per_sample");
-  if (tk) {
-    if (!holds(tk, G_TYPE_INT64) || json_node_get_int(tk) < 1) {
-      sim_set_error_at(error, SIM_ERROR_PARSE, fname, "tokens_per_sample",
-                       "expected a positive integer");
-      return NULL;
-    }
-    tokens = json_node_get_int(tk);
-  }
+  if (tk && !sim_json_int(&jr, tk, "tokens_per_sample", 1, G_MAXINT64, &tokens))
+    return NULL;
   JsonNode *ops = json_object_get_member(o, "ops");
-  if (!ops || !JSON_NODE_HOLDS_ARRAY(ops)) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, fname, "ops", "expected an array of ops, found %s",
-                     ops ? json_type_phrase(ops) : "nothing");
+  JsonArray *arr;
+  if (!ops) {
+    sim_json_missing(&jr, "", "ops", "an array of ops");
     return NULL;
   }
+  if (!sim_json_array(&jr, ops, "ops", &arr))
+    return NULL;
 
-  if (json_array_get_length(json_node_get_array(ops)) == 0) {
+  if (json_array_get_length(arr) == 0) {
     sim_set_error_at(error, SIM_ERROR_INVALID, fname, "ops",
                      "the graph has no ops; expected at least an input");
     return NULL;
@@ -547,14 +453,12 @@ static SimGraph *graph_from_json(const char *text, const char *filename, int64_t
   g_autoptr(SimGraph) g = sim_graph_new(name);
   g->tokens_per_sample = tokens;
   Reader r = {
-    .filename = fname,
+    .j = jr,
     .g = g,
     .tensors = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
-    .error = error,
     .batch_from = batch_from,
     .batch_to = batch_to,
   };
-  JsonArray *arr = json_node_get_array(ops);
   gboolean ok = TRUE;
   for (guint i = 0; ok && i < json_array_get_length(arr); i++)
     ok = read_op(&r, i, json_array_get_element(arr, i));

@@ -9,10 +9,10 @@
  * prediction on that machine quietly wrong.
  */
 #include "sim-private.h"
+#include "json-read.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 /* Units of the keys: a value read from KEY_GBps is multiplied by GBPS, and so on.  The
@@ -40,121 +40,29 @@
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                             */
 
-typedef struct {
-  const char *file;
-  GError **error;
-} Reader;
+/* The shared reader (json-read.h) with the machine file's adapters: integers that fit an
+ * int, numbers scaled to the simulator's units, members looked up by key. */
+typedef SimJsonReader Reader;
 
-static gboolean fail(Reader *r, int code, const char *place, const char *fmt, ...)
-  G_GNUC_PRINTF(4, 5);
-
-static gboolean fail(Reader *r, int code, const char *place, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  sim_set_error_at(r->error, code, r->file, place, "%s", msg);
-  return FALSE;
-}
-
-static char *join(const char *path, const char *key)
-{
-  return *path ? g_strdup_printf("%s.%s", path, key) : g_strdup(key);
-}
-
-static char *index_path(const char *path, int i)
-{
-  return g_strdup_printf("%s[%d]", path, i);
-}
-
-/* What a value is, for "expected X, got Y". */
-static char *describe(JsonNode *n)
-{
-  if (!n || JSON_NODE_HOLDS_NULL(n))
-    return g_strdup("null");
-  if (JSON_NODE_HOLDS_OBJECT(n))
-    return g_strdup("an object");
-  if (JSON_NODE_HOLDS_ARRAY(n))
-    return g_strdup("an array");
-  GType t = json_node_get_value_type(n);
-  if (t == G_TYPE_INT64)
-    return g_strdup_printf("%" G_GINT64_FORMAT, json_node_get_int(n));
-  if (t == G_TYPE_DOUBLE) {
-    char buf[G_ASCII_DTOSTR_BUF_SIZE];
-    return g_strdup(g_ascii_formatd(buf, sizeof buf, "%g", json_node_get_double(n)));
-  }
-  if (t == G_TYPE_BOOLEAN)
-    return g_strdup(json_node_get_boolean(n) ? "true" : "false");
-  const char *s = json_node_get_string(n);
-  if (s && strlen(s) > 40)
-    return g_strdup_printf("\"%.40s...\"", s);
-  return g_strdup_printf("\"%s\"", s ? s : "");
-}
-
-static gboolean is_number(JsonNode *n)
-{
-  if (!n || !JSON_NODE_HOLDS_VALUE(n))
-    return FALSE;
-  GType t = json_node_get_value_type(n);
-  return t == G_TYPE_INT64 || t == G_TYPE_DOUBLE;
-}
-
-/* Rejects keys outside @allowed (NULL-terminated), naming the first unknown one. */
-static gboolean check_keys(Reader *r, JsonObject *o, const char *path,
-                           const char *const *allowed)
-{
-  g_autoptr(GList) members = json_object_get_members(o);
-  for (GList *l = members; l; l = l->next) {
-    const char *key = l->data;
-    if (g_strv_contains(allowed, key))
-      continue;
-    g_autofree char *where = join(path, key);
-    g_autofree char *list = g_strjoinv(", ", (char **)allowed);
-    return fail(r, SIM_ERROR_PARSE, where, "unknown key; expected one of %s", list);
-  }
-  return TRUE;
-}
 
 static JsonObject *get_object(Reader *r, JsonNode *n, const char *path)
 {
-  if (n && JSON_NODE_HOLDS_OBJECT(n))
-    return json_node_get_object(n);
-  g_autofree char *got = describe(n);
-  fail(r, SIM_ERROR_PARSE, path, "expected an object, got %s", got);
-  return NULL;
+  JsonObject *o = NULL;
+  return sim_json_object(r, n, path, &o) ? o : NULL;
 }
 
 static JsonArray *get_array(Reader *r, JsonNode *n, const char *path)
 {
-  if (n && JSON_NODE_HOLDS_ARRAY(n))
-    return json_node_get_array(n);
-  g_autofree char *got = describe(n);
-  fail(r, SIM_ERROR_PARSE, path, "expected an array, got %s", got);
-  return NULL;
-}
-
-static gboolean missing(Reader *r, const char *path, const char *key, const char *what)
-{
-  g_autofree char *where = join(path, key);
-  return fail(r, SIM_ERROR_PARSE, where, "missing; expected %s", what);
+  JsonArray *a = NULL;
+  return sim_json_array(r, n, path, &a) ? a : NULL;
 }
 
 /* An integer in [min, max] at @where. */
 static gboolean node_int(Reader *r, JsonNode *n, const char *where, int min, int max, int *out)
 {
-  g_autofree char *expect = max == G_MAXINT
-                              ? g_strdup_printf("an integer >= %d", min)
-                              : g_strdup_printf("an integer from %d to %d", min, max);
-  double v = is_number(n) ? json_node_get_double(n) : NAN;
-  if (!isfinite(v) || v != floor(v)) {
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_PARSE, where, "expected %s, got %s", expect, got);
-  }
-  if (v < min || v > max) {
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_INVALID, where, "expected %s, got %s", expect, got);
-  }
+  int64_t v;
+  if (!sim_json_int(r, n, where, min, max, &v))
+    return FALSE;
   *out = (int)v;
   return TRUE;
 }
@@ -168,9 +76,9 @@ static gboolean member_int(Reader *r, JsonObject *o, const char *path, const cha
     if (!required)
       return TRUE;
     g_autofree char *what = g_strdup_printf("an integer >= %d", min);
-    return missing(r, path, key, what);
+    return sim_json_missing(r, path, key, what);
   }
-  g_autofree char *where = join(path, key);
+  g_autofree char *where = sim_json_place_key(path, key);
   return node_int(r, n, where, min, max, out);
 }
 
@@ -178,16 +86,9 @@ static gboolean member_int(Reader *r, JsonObject *o, const char *path, const cha
 static gboolean node_number(Reader *r, JsonNode *n, const char *where, gboolean allow_zero,
                             double scale, double *out)
 {
-  const char *expect = allow_zero ? "a number >= 0" : "a positive number";
-  if (!is_number(n)) {
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_PARSE, where, "expected %s, got %s", expect, got);
-  }
-  double v = json_node_get_double(n);
-  if (!isfinite(v) || v < 0 || (!allow_zero && v == 0)) {
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_INVALID, where, "expected %s, got %s", expect, got);
-  }
+  double v;
+  if (!sim_json_number(r, n, where, 0.0, allow_zero, &v))
+    return FALSE;
   *out = v * scale;
   return TRUE;
 }
@@ -198,9 +99,10 @@ static gboolean member_number(Reader *r, JsonObject *o, const char *path, const 
 {
   JsonNode *n = json_object_get_member(o, key);
   if (!n)
-    return required ? missing(r, path, key, allow_zero ? "a number >= 0" : "a positive number")
+    return required ? sim_json_missing(r, path, key,
+                                       allow_zero ? "a number >= 0" : "a positive number")
                     : TRUE;
-  g_autofree char *where = join(path, key);
+  g_autofree char *where = sim_json_place_key(path, key);
   return node_number(r, n, where, allow_zero, scale, out);
 }
 
@@ -214,15 +116,16 @@ static gboolean member_bandwidth(Reader *r, JsonObject *o, const char *path, con
   gboolean has_bytes = json_object_has_member(o, k_bytes);
   gboolean has_bits = json_object_has_member(o, k_bits);
   if (has_bytes && has_bits) {
-    g_autofree char *where = join(path, k_bits);
-    return fail(r, SIM_ERROR_PARSE, where, "give either %s or %s, not both", k_bytes, k_bits);
+    g_autofree char *where = sim_json_place_key(path, k_bits);
+    return sim_json_fail(r, SIM_ERROR_PARSE, where, "give either %s or %s, not both", k_bytes,
+                         k_bits);
   }
   if (!has_bytes && !has_bits) {
     if (!required)
       return TRUE;
     g_autofree char *what =
       g_strdup_printf("a positive number (or %s in gigabits per second)", k_bits);
-    return missing(r, path, k_bytes, what);
+    return sim_json_missing(r, path, k_bytes, what);
   }
   if (has_bits)
     return member_number(r, o, path, k_bits, TRUE, FALSE, GBITPS, out);
@@ -236,9 +139,9 @@ static gboolean member_latency(Reader *r, JsonObject *o, const char *path, const
   if (!member_number(r, o, path, key, FALSE, TRUE, USEC, out))
     return FALSE;
   if (*out > 1.0) {
-    g_autofree char *where = join(path, key);
-    return fail(r, SIM_ERROR_INVALID, where, "%g us is more than the 1000000 us (1 s) a "
-                "latency may be", *out / USEC);
+    g_autofree char *where = sim_json_place_key(path, key);
+    return sim_json_fail(r, SIM_ERROR_INVALID, where, "%g us is more than the 1000000 us (1 s) a "
+                         "latency may be", *out / USEC);
   }
   return TRUE;
 }
@@ -249,13 +152,13 @@ static gboolean member_text(Reader *r, JsonObject *o, const char *path, const ch
 {
   JsonNode *n = json_object_get_member(o, key);
   if (!n)
-    return required ? missing(r, path, key, "a string") : TRUE;
+    return required ? sim_json_missing(r, path, key, "a string") : TRUE;
   if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING ||
       (!allow_empty && !*json_node_get_string(n))) {
-    g_autofree char *where = join(path, key);
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_PARSE, where, "expected a %sstring, got %s",
-                allow_empty ? "" : "non-empty ", got);
+    g_autofree char *where = sim_json_place_key(path, key);
+    g_autofree char *got = sim_json_describe(n);
+    return sim_json_fail(r, SIM_ERROR_PARSE, where, "expected a %sstring, got %s",
+                         allow_empty ? "" : "non-empty ", got);
   }
   *out = json_node_get_string(n);
   return TRUE;
@@ -288,7 +191,8 @@ static const SimDeviceSpec *lookup_device(Reader *r, JsonNode *n, const char *wh
   const SimDeviceSpec *spec = sim_device_library_lookup(name);
   if (!spec) {
     g_autofree char *known = library_device_names();
-    fail(r, SIM_ERROR_UNKNOWN, where, "unknown GPU type '%s'; known types: %s", name, known);
+    sim_json_fail(r, SIM_ERROR_UNKNOWN, where, "unknown GPU type '%s'; known types: %s", name,
+                  known);
   }
   return spec;
 }
@@ -300,17 +204,17 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
     "memory_bandwidth_Gbps", "memory_GiB", "sm_count", "launch_overhead_us", "source",
     "matmul_fraction", "matmul_fraction_fp8", NULL,
   };
-  if (!check_keys(r, o, path, keys))
+  if (!sim_json_check_keys(r, o, path, keys))
     return NULL;
 
   SimDeviceSpec spec = { .launch_overhead = DEFAULT_LAUNCH_OVERHEAD };
   gboolean has_base = json_object_has_member(o, "base");
   if (has_base) {
     JsonNode *b = json_object_get_member(o, "base");
-    g_autofree char *where = join(path, "base");
+    g_autofree char *where = sim_json_place_key(path, "base");
     if (!JSON_NODE_HOLDS_VALUE(b) || json_node_get_value_type(b) != G_TYPE_STRING) {
-      g_autofree char *got = describe(b);
-      fail(r, SIM_ERROR_PARSE, where, "expected the name of a library GPU, got %s", got);
+      g_autofree char *got = sim_json_describe(b);
+      sim_json_fail(r, SIM_ERROR_PARSE, where, "expected the name of a library GPU, got %s", got);
       return NULL;
     }
     const SimDeviceSpec *base = lookup_device(r, b, where);
@@ -338,9 +242,9 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
   /* Without a base every figure must be given; int32 and int64 follow fp32 as in the
    * library (devices.c). */
   JsonNode *pn = json_object_get_member(o, "peak_TFLOPS");
-  g_autofree char *ppath = join(path, "peak_TFLOPS");
+  g_autofree char *ppath = sim_json_place_key(path, "peak_TFLOPS");
   if (!pn && !has_base) {
-    missing(r, path, "peak_TFLOPS", "an object of peak dense TFLOP/s per dtype");
+    sim_json_missing(r, path, "peak_TFLOPS", "an object of peak dense TFLOP/s per dtype");
     return NULL;
   }
   if (pn) {
@@ -349,7 +253,7 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
       return NULL;
     static const char *const pkeys[] = { "fp32", "fp16", "bf16", "fp8", "int32", "int64",
                                          "tf32", NULL };
-    if (!check_keys(r, po, ppath, pkeys))
+    if (!sim_json_check_keys(r, po, ppath, pkeys))
       return NULL;
     if (!member_number(r, po, ppath, "fp32", !has_base, FALSE, TFLOPS, &spec.peak_flops[0]))
       return NULL;
@@ -374,15 +278,15 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
                      &spec.matmul_fraction_fp8))
     return NULL;
   if (spec.matmul_fraction > 1 || spec.matmul_fraction_fp8 > 1) {
-    g_autofree char *where = join(path, spec.matmul_fraction > 1 ? "matmul_fraction"
+    g_autofree char *where = sim_json_place_key(path, spec.matmul_fraction > 1 ? "matmul_fraction"
                                                                  : "matmul_fraction_fp8");
-    fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
+    sim_json_fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
     return NULL;
   }
   if (gib > MAX_MEMORY_GIB) {
-    g_autofree char *where = join(path, "memory_GiB");
-    fail(r, SIM_ERROR_INVALID, where, "%g GiB is more than the %d GiB a GPU may have", gib,
-         MAX_MEMORY_GIB);
+    g_autofree char *where = sim_json_place_key(path, "memory_GiB");
+    sim_json_fail(r, SIM_ERROR_INVALID, where, "%g GiB is more than the %d GiB a GPU may have", gib,
+                  MAX_MEMORY_GIB);
     return NULL;
   }
   spec.mem_capacity = (int64_t)llround(gib * GIB);
@@ -393,8 +297,8 @@ static gboolean parse_gpu(Reader *r, JsonObject *node, const char *path, SimMach
 {
   JsonNode *n = json_object_get_member(node, "gpu");
   if (!n)
-    return missing(r, path, "gpu", "a GPU type name or a spec object");
-  g_autofree char *where = join(path, "gpu");
+    return sim_json_missing(r, path, "gpu", "a GPU type name or a spec object");
+  g_autofree char *where = sim_json_place_key(path, "gpu");
   if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
     d->spec = lookup_device(r, n, where);
     d->spec_inline = FALSE;
@@ -402,9 +306,9 @@ static gboolean parse_gpu(Reader *r, JsonObject *node, const char *path, SimMach
     d->spec = parse_inline_gpu(r, json_node_get_object(n), where);
     d->spec_inline = TRUE;
   } else {
-    g_autofree char *got = describe(n);
-    return fail(r, SIM_ERROR_PARSE, where, "expected a GPU type name or a spec object, got %s",
-                got);
+    g_autofree char *got = sim_json_describe(n);
+    return sim_json_fail(r, SIM_ERROR_PARSE, where,
+                         "expected a GPU type name or a spec object, got %s", got);
   }
   return d->spec != NULL;
 }
@@ -418,40 +322,43 @@ static gboolean parse_pairs(Reader *r, JsonObject *f, const char *path, SimMachi
 {
   JsonNode *pn = json_object_get_member(f, "pairs");
   if (!pn)
-    return missing(r, path, "pairs", "an array of [gpu, gpu, links]");
-  g_autofree char *ppath = join(path, "pairs");
+    return sim_json_missing(r, path, "pairs", "an array of [gpu, gpu, links]");
+  g_autofree char *ppath = sim_json_place_key(path, "pairs");
   JsonArray *pa = get_array(r, pn, ppath);
   if (!pa)
     return FALSE;
   int n = (int)json_array_get_length(pa);
   if (n == 0)
-    return fail(r, SIM_ERROR_INVALID, ppath, "expected at least one pair of GPUs, got none");
+    return sim_json_fail(r, SIM_ERROR_INVALID, ppath,
+                         "expected at least one pair of GPUs, got none");
   d->n_pairs = n;
   d->pairs = g_new0(SimNvlinkPair, n);
   /* seen[a * gpus + b] is the pair index + 1, to name the earlier pair in errors. */
   g_autofree int *seen = g_new0(int, (size_t)d->gpus * d->gpus);
   for (int i = 0; i < n; i++) {
-    g_autofree char *ipath = index_path(ppath, i);
+    g_autofree char *ipath = sim_json_place_index(ppath, i);
     JsonArray *e = get_array(r, json_array_get_element(pa, i), ipath);
     if (!e)
       return FALSE;
     int len = (int)json_array_get_length(e);
     if (len != 2 && len != 3)
-      return fail(r, SIM_ERROR_PARSE, ipath, "expected [gpu, gpu] or [gpu, gpu, links], got %d "
-                  "elements", len);
+      return sim_json_fail(r, SIM_ERROR_PARSE, ipath, "expected [gpu, gpu] or [gpu, gpu, links], "
+                           "got %d elements", len);
     int v[3] = { 0, 0, 1 };
     for (int k = 0; k < len; k++) {
-      g_autofree char *kpath = index_path(ipath, k);
+      g_autofree char *kpath = sim_json_place_index(ipath, k);
       if (!node_int(r, json_array_get_element(e, k), kpath, k < 2 ? 0 : 1,
                     k < 2 ? d->gpus - 1 : 64, &v[k]))
         return FALSE;
     }
     if (v[0] == v[1])
-      return fail(r, SIM_ERROR_INVALID, ipath, "expected two different GPUs, got %d twice", v[0]);
+      return sim_json_fail(r, SIM_ERROR_INVALID, ipath, "expected two different GPUs, got %d twice",
+                           v[0]);
     int a = MIN(v[0], v[1]), b = MAX(v[0], v[1]);
     if (seen[a * d->gpus + b])
-      return fail(r, SIM_ERROR_INVALID, ipath, "GPUs %d and %d are already paired at %s[%d]",
-                  a, b, ppath, seen[a * d->gpus + b] - 1);
+      return sim_json_fail(r, SIM_ERROR_INVALID, ipath,
+                           "GPUs %d and %d are already paired at %s[%d]", a, b, ppath,
+                           seen[a * d->gpus + b] - 1);
     seen[a * d->gpus + b] = i + 1;
     d->pairs[i] = (SimNvlinkPair){ a, b, v[2] };
   }
@@ -464,7 +371,7 @@ static gboolean parse_fabric(Reader *r, JsonObject *node, const char *path, SimM
   d->fabric = SIM_FABRIC_PCIE;
   if (!fn)
     return TRUE;
-  g_autofree char *fpath = join(path, "fabric");
+  g_autofree char *fpath = sim_json_place_key(path, "fabric");
   JsonObject *f = get_object(r, fn, fpath);
   if (!f)
     return FALSE;
@@ -476,22 +383,22 @@ static gboolean parse_fabric(Reader *r, JsonObject *node, const char *path, SimM
     if (!strcmp(type, fabric_names[i]))
       kind = i;
   if (kind < 0) {
-    g_autofree char *where = join(fpath, "type");
+    g_autofree char *where = sim_json_place_key(fpath, "type");
     g_autofree char *known = g_strjoinv(", ", (char **)fabric_names);
-    return fail(r, SIM_ERROR_UNKNOWN, where, "unknown fabric '%s'; known fabrics: %s", type,
-                known);
+    return sim_json_fail(r, SIM_ERROR_UNKNOWN, where, "unknown fabric '%s'; known fabrics: %s",
+                         type, known);
   }
   d->fabric = kind;
   switch (d->fabric) {
   case SIM_FABRIC_PCIE: {
     static const char *const keys[] = { "type", NULL };
-    return check_keys(r, f, fpath, keys);
+    return sim_json_check_keys(r, f, fpath, keys);
   }
   case SIM_FABRIC_NVSWITCH: {
     static const char *const keys[] = { "type", "bandwidth_GBps", "bandwidth_Gbps",
                                         "latency_us", NULL };
     d->fabric_latency = DEFAULT_NVSWITCH_LATENCY;
-    return check_keys(r, f, fpath, keys) &&
+    return sim_json_check_keys(r, f, fpath, keys) &&
            member_bandwidth(r, f, fpath, "bandwidth", TRUE, &d->fabric_bandwidth) &&
            member_latency(r, f, fpath, "latency_us", &d->fabric_latency);
   }
@@ -499,7 +406,7 @@ static gboolean parse_fabric(Reader *r, JsonObject *node, const char *path, SimM
     static const char *const keys[] = { "type", "link_bandwidth_GBps", "link_bandwidth_Gbps",
                                         "latency_us", "pairs", NULL };
     d->fabric_latency = DEFAULT_NVLINK_LATENCY;
-    return check_keys(r, f, fpath, keys) &&
+    return sim_json_check_keys(r, f, fpath, keys) &&
            member_bandwidth(r, f, fpath, "link_bandwidth", TRUE, &d->fabric_bandwidth) &&
            member_latency(r, f, fpath, "latency_us", &d->fabric_latency) &&
            parse_pairs(r, f, fpath, d);
@@ -514,34 +421,35 @@ static gboolean parse_switch_list(Reader *r, JsonArray *sa, const char *spath, S
 {
   int n = (int)json_array_get_length(sa);
   if (n == 0)
-    return fail(r, SIM_ERROR_INVALID, spath, "expected at least one PCIe switch, got none");
+    return sim_json_fail(r, SIM_ERROR_INVALID, spath,
+                         "expected at least one PCIe switch, got none");
   d->n_switches = n;
   d->switches = g_new0(SimPcieSwitchDesc, n);
   for (int g = 0; g < d->gpus; g++)
     d->gpu_switch[g] = -1;
   for (int s = 0; s < n; s++) {
-    g_autofree char *ipath = index_path(spath, s);
+    g_autofree char *ipath = sim_json_place_index(spath, s);
     JsonObject *so = get_object(r, json_array_get_element(sa, s), ipath);
     if (!so)
       return FALSE;
     static const char *const keys[] = { "gpus", "socket", "parent", NULL };
-    if (!check_keys(r, so, ipath, keys))
+    if (!sim_json_check_keys(r, so, ipath, keys))
       return FALSE;
     SimPcieSwitchDesc *sw = &d->switches[s];
     sw->parent = -1;
     sw->socket = 0;
     if (json_object_has_member(so, "socket") && json_object_has_member(so, "parent")) {
-      g_autofree char *where = join(ipath, "parent");
-      return fail(r, SIM_ERROR_PARSE, where, "give either socket or parent, not both");
+      g_autofree char *where = sim_json_place_key(ipath, "parent");
+      return sim_json_fail(r, SIM_ERROR_PARSE, where, "give either socket or parent, not both");
     }
     if (!member_int(r, so, ipath, "socket", FALSE, 0, d->sockets - 1, &sw->socket))
       return FALSE;
     if (json_object_has_member(so, "parent")) {
       /* Parents come earlier in the list, which rules out cycles. */
       if (s == 0) {
-        g_autofree char *where = join(ipath, "parent");
-        return fail(r, SIM_ERROR_INVALID, where, "expected the index of an earlier switch, but "
-                    "this is the first one");
+        g_autofree char *where = sim_json_place_key(ipath, "parent");
+        return sim_json_fail(r, SIM_ERROR_INVALID, where, "expected the index of an earlier "
+                             "switch, but this is the first one");
       }
       if (!member_int(r, so, ipath, "parent", FALSE, 0, s - 1, &sw->parent))
         return FALSE;
@@ -549,25 +457,25 @@ static gboolean parse_switch_list(Reader *r, JsonArray *sa, const char *spath, S
     JsonNode *gn = json_object_get_member(so, "gpus");
     if (!gn)
       continue;
-    g_autofree char *gpath = join(ipath, "gpus");
+    g_autofree char *gpath = sim_json_place_key(ipath, "gpus");
     JsonArray *ga = get_array(r, gn, gpath);
     if (!ga)
       return FALSE;
     for (guint k = 0; k < json_array_get_length(ga); k++) {
-      g_autofree char *kpath = index_path(gpath, (int)k);
+      g_autofree char *kpath = sim_json_place_index(gpath, (int)k);
       int gpu = 0;
       if (!node_int(r, json_array_get_element(ga, k), kpath, 0, d->gpus - 1, &gpu))
         return FALSE;
       if (d->gpu_switch[gpu] >= 0)
-        return fail(r, SIM_ERROR_INVALID, kpath, "GPU %d is already on switch %d", gpu,
-                    d->gpu_switch[gpu]);
+        return sim_json_fail(r, SIM_ERROR_INVALID, kpath, "GPU %d is already on switch %d", gpu,
+                             d->gpu_switch[gpu]);
       d->gpu_switch[gpu] = s;
     }
   }
   for (int g = 0; g < d->gpus; g++)
     if (d->gpu_switch[g] < 0)
-      return fail(r, SIM_ERROR_INVALID, spath, "GPU %d is on no switch; every GPU of the node "
-                  "needs one", g);
+      return sim_json_fail(r, SIM_ERROR_INVALID, spath, "GPU %d is on no switch; every GPU of the "
+                           "node needs one", g);
   return TRUE;
 }
 
@@ -575,8 +483,8 @@ static gboolean parse_pcie(Reader *r, JsonObject *node, const char *path, SimMac
 {
   JsonNode *pn = json_object_get_member(node, "pcie");
   if (!pn)
-    return missing(r, path, "pcie", "an object with at least bandwidth_GBps");
-  g_autofree char *ppath = join(path, "pcie");
+    return sim_json_missing(r, path, "pcie", "an object with at least bandwidth_GBps");
+  g_autofree char *ppath = sim_json_place_key(path, "pcie");
   JsonObject *p = get_object(r, pn, ppath);
   if (!p)
     return FALSE;
@@ -587,7 +495,7 @@ static gboolean parse_pcie(Reader *r, JsonObject *node, const char *path, SimMac
   d->pcie_latency = DEFAULT_PCIE_LATENCY;
   d->intersocket_latency = DEFAULT_INTERSOCKET_LATENCY;
   d->sockets = 1;
-  if (!check_keys(r, p, ppath, keys) ||
+  if (!sim_json_check_keys(r, p, ppath, keys) ||
       !member_bandwidth(r, p, ppath, "bandwidth", TRUE, &d->pcie_bandwidth) ||
       !member_latency(r, p, ppath, "latency_us", &d->pcie_latency) ||
       !member_int(r, p, ppath, "sockets", FALSE, 1, 8, &d->sockets))
@@ -599,7 +507,7 @@ static gboolean parse_pcie(Reader *r, JsonObject *node, const char *path, SimMac
 
   d->gpu_switch = g_new0(int, d->gpus);
   JsonNode *sn = json_object_get_member(p, "switches");
-  g_autofree char *spath = join(ppath, "switches");
+  g_autofree char *spath = sim_json_place_key(ppath, "switches");
   if (sn && JSON_NODE_HOLDS_ARRAY(sn))
     return parse_switch_list(r, json_node_get_array(sn), spath, d);
   int n = 1;
@@ -619,13 +527,13 @@ static gboolean parse_nics(Reader *r, JsonObject *node, const char *path, SimMac
   JsonNode *nn = json_object_get_member(node, "nics");
   if (!nn)
     return TRUE;
-  g_autofree char *npath = join(path, "nics");
+  g_autofree char *npath = sim_json_place_key(path, "nics");
   JsonObject *o = get_object(r, nn, npath);
   if (!o)
     return FALSE;
   static const char *const keys[] = { "count", "bandwidth_Gbps", "bandwidth_GBps", "switches",
                                       NULL };
-  if (!check_keys(r, o, npath, keys) ||
+  if (!sim_json_check_keys(r, o, npath, keys) ||
       !member_int(r, o, npath, "count", TRUE, 1, 128, &d->n_nics) ||
       !member_bandwidth(r, o, npath, "bandwidth", TRUE, &d->nic_bandwidth))
     return FALSE;
@@ -636,15 +544,15 @@ static gboolean parse_nics(Reader *r, JsonObject *node, const char *path, SimMac
       d->nic_switch[k] = k * d->n_switches / d->n_nics;
     return TRUE;
   }
-  g_autofree char *spath = join(npath, "switches");
+  g_autofree char *spath = sim_json_place_key(npath, "switches");
   JsonArray *sa = get_array(r, sn, spath);
   if (!sa)
     return FALSE;
   if ((int)json_array_get_length(sa) != d->n_nics)
-    return fail(r, SIM_ERROR_INVALID, spath, "expected the switch of each of the %d NICs, got %u "
-                "entries", d->n_nics, json_array_get_length(sa));
+    return sim_json_fail(r, SIM_ERROR_INVALID, spath, "expected the switch of each of the %d "
+                         "NICs, got %u entries", d->n_nics, json_array_get_length(sa));
   for (int k = 0; k < d->n_nics; k++) {
-    g_autofree char *kpath = index_path(spath, k);
+    g_autofree char *kpath = sim_json_place_index(spath, k);
     if (!node_int(r, json_array_get_element(sa, k), kpath, 0, d->n_switches - 1,
                   &d->nic_switch[k]))
       return FALSE;
@@ -656,12 +564,12 @@ static gboolean parse_node(Reader *r, JsonObject *root, SimMachineDesc *d)
 {
   JsonNode *nn = json_object_get_member(root, "node");
   if (!nn)
-    return missing(r, "", "node", "an object describing one node");
+    return sim_json_missing(r, "", "node", "an object describing one node");
   JsonObject *node = get_object(r, nn, "node");
   if (!node)
     return FALSE;
   static const char *const keys[] = { "gpu", "gpus", "fabric", "pcie", "nics", NULL };
-  return check_keys(r, node, "node", keys) && parse_gpu(r, node, "node", d) &&
+  return sim_json_check_keys(r, node, "node", keys) && parse_gpu(r, node, "node", d) &&
          member_int(r, node, "node", "gpus", TRUE, 1, MAX_GPUS_PER_NODE, &d->gpus) &&
          parse_fabric(r, node, "node", d) && parse_pcie(r, node, "node", d) &&
          parse_nics(r, node, "node", d);
@@ -680,8 +588,8 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
   d->network = SIM_NETWORK_NONE;
   if (!nn) {
     if (d->count > 1)
-      return fail(r, SIM_ERROR_PARSE, "network", "missing; a machine of %d nodes needs a network "
-                  "between them", d->count);
+      return sim_json_fail(r, SIM_ERROR_PARSE, "network", "missing; a machine of %d nodes needs a "
+                           "network between them", d->count);
     return TRUE;
   }
   JsonObject *o = get_object(r, nn, "network");
@@ -695,11 +603,12 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
     if (!strcmp(type, network_names[i]))
       kind = i;
   if (kind < 0)
-    return fail(r, SIM_ERROR_UNKNOWN, "network.type", "unknown network '%s'; known networks: "
-                "single-switch, fat-tree, rail-optimized", type);
+    return sim_json_fail(r, SIM_ERROR_UNKNOWN, "network.type", "unknown network '%s'; known "
+                         "networks: single-switch, fat-tree, rail-optimized", type);
   d->network = kind;
   if (d->n_nics == 0)
-    return fail(r, SIM_ERROR_PARSE, "node.nics", "missing; nodes need NICs to reach the network");
+    return sim_json_fail(r, SIM_ERROR_PARSE, "node.nics",
+                         "missing; nodes need NICs to reach the network");
 
   static const char *const single_keys[] = { "type", "latency_us", NULL };
   static const char *const tree_keys[] = {
@@ -711,7 +620,7 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
   d->oversubscription = 1.0;
   d->nodes_per_leaf = 0;
   d->spines = 0;
-  if (!check_keys(r, o, "network", d->network == SIM_NETWORK_SINGLE_SWITCH ? single_keys
+  if (!sim_json_check_keys(r, o, "network", d->network == SIM_NETWORK_SINGLE_SWITCH ? single_keys
                                                                           : tree_keys) ||
       !member_latency(r, o, "network", "latency_us", &d->network_latency))
     return FALSE;
@@ -728,8 +637,8 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
     if (!node_number(r, on, "network.oversubscription", FALSE, 1.0, &v))
       return FALSE;
     if (v < 1.0)
-      return fail(r, SIM_ERROR_INVALID, "network.oversubscription", "expected a factor >= 1 "
-                  "(1 is full bisection), got %g", v);
+      return sim_json_fail(r, SIM_ERROR_INVALID, "network.oversubscription", "expected a factor "
+                           ">= 1 (1 is full bisection), got %g", v);
     d->oversubscription = v;
   }
   return TRUE;
@@ -753,15 +662,6 @@ void sim_machine_desc_free(SimMachineDesc *d)
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimMachineDesc, sim_machine_desc_free)
 
-/* json-glib says "<data>:3:7: Parse error: ..."; the file's name replaces "<data>". */
-static void report_syntax_error(Reader *r, const GError *e)
-{
-  const char *msg = e->message;
-  if (g_str_has_prefix(msg, "<data>:"))
-    msg += strlen("<data>:");
-  g_set_error(r->error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s", r->file, msg);
-}
-
 SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
                                        int count_override, GError **error)
 {
@@ -770,39 +670,13 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
   Reader *r = &rd;
 
   g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) syntax = NULL;
-  if (!sim_json_load(parser, text, -1, &syntax)) {
-    report_syntax_error(r, syntax);
+  JsonObject *root = sim_json_read_root(r, parser, text, "parasol-machine");
+  if (!root || !sim_json_check_format(r, root, "parasol-machine", 1))
     return NULL;
-  }
-  JsonNode *rn = json_parser_get_root(parser);
-  if (!rn || !JSON_NODE_HOLDS_OBJECT(rn)) {
-    g_autofree char *got = describe(rn);
-    fail(r, SIM_ERROR_PARSE, NULL, "expected a JSON object (\"format\": \"parasol-machine\"), "
-         "got %s", rn ? got : "nothing");
-    return NULL;
-  }
-  JsonObject *root = json_node_get_object(rn);
-
-  const char *format = NULL;
-  int version = 0;
-  if (!member_string(r, root, "", "format", TRUE, &format))
-    return NULL;
-  if (strcmp(format, "parasol-machine") != 0) {
-    fail(r, SIM_ERROR_PARSE, "format", "expected \"parasol-machine\", got \"%s\"", format);
-    return NULL;
-  }
-  if (!member_int(r, root, "", "version", TRUE, 0, G_MAXINT, &version))
-    return NULL;
-  if (version != 1) {
-    fail(r, SIM_ERROR_PARSE, "version", "expected 1, got %d (this parasol reads version 1)",
-         version);
-    return NULL;
-  }
   static const char *const keys[] = {
     "format", "version", "name", "description", "node", "count", "network", NULL,
   };
-  if (!check_keys(r, root, "", keys))
+  if (!sim_json_check_keys(r, root, "", keys))
     return NULL;
 
   g_autoptr(SimMachineDesc) d = g_new0(SimMachineDesc, 1);
@@ -823,8 +697,8 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
   if (!parse_node(r, root, d))
     return NULL;
   if ((int64_t)d->count * d->gpus > MAX_DEVICES) {
-    fail(r, SIM_ERROR_INVALID, "count", "%d nodes of %d GPUs exceed the %d GPUs a machine may "
-         "have", d->count, d->gpus, MAX_DEVICES);
+    sim_json_fail(r, SIM_ERROR_INVALID, "count", "%d nodes of %d GPUs exceed the %d GPUs a "
+                  "machine may have", d->count, d->gpus, MAX_DEVICES);
     return NULL;
   }
   if (!parse_network(r, root, d))

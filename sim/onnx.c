@@ -56,6 +56,9 @@ typedef struct {
   SimDType dtype;            /* V_LEAF: the dtype of an input op made from it        */
   gboolean data_only;        /* V_LEAF: computed from constants (a mask, positions):
                               * an input where used, never a weight                */
+  gboolean buffer;           /* V_LEAF: a module's buffer (rotary tables), which the
+                              * exporter named (parasol.buffers): an input where used
+                              * as data, where a parameter would be learned          */
   int tensor;                /* V_TENSOR                                             */
   int pad[2];                /* V_TENSOR: padding of H and W still to apply (Pad)    */
 } Value;
@@ -70,6 +73,7 @@ typedef struct {
   const SimModelParams *params;
   GHashTable *used_params;   /* symbolic dimension names bound                       */
   int64_t tokens;
+  GHashTable *buffers;       /* names listed by the "parasol.buffers" metadata       */
   GError **error;
 } Importer;
 
@@ -329,7 +333,51 @@ static gboolean built(Importer *im, const Onnx__NodeProto *n, int t)
   return fail(im, n, SIM_ERROR_INVALID, "%s", err ? err->message : "cannot be built");
 }
 
-/* Input @i of node @n as a tensor of the graph: a leaf becomes an input op. */
+/* Whether leaf @v is a learned tensor: neither computed from constants nor a buffer. */
+static gboolean is_learned(const Value *v)
+{
+  return v->kind == V_LEAF && !v->data_only && !v->buffer;
+}
+
+/* An op name not yet taken, from @name. */
+static char *free_name(Importer *im, const char *name)
+{
+  char *oname = g_strdup(name);
+  for (int k = 2; sim_graph_op_by_name(im->g, oname) >= 0; k++) {
+    g_free(oname);
+    oname = g_strdup_printf("%s#%d", name, k);
+  }
+  return oname;
+}
+
+/* Learned tensor @v (named @name) used as data, as a ViT's class token and position
+ * embedding are: an embedding whose table is the tensor, its rows all dimensions but the
+ * last, read by ids of shape @lead, so that the output is @lead with the last dimension
+ * added.  Its parameters are the tensor's; its gradient is summed over the ids. */
+static int learned_tensor(Importer *im, const Onnx__NodeProto *n, const char *name,
+                          const Value *v, const SimShape *lead)
+{
+  int64_t rows = 1, width = v->shape.ndim ? v->shape.dims[v->shape.ndim - 1] : 1;
+  for (int d = 0; d + 1 < v->shape.ndim; d++)
+    rows *= v->shape.dims[d];
+  if (lead->ndim + 1 > SIM_MAX_DIMS) {
+    fail(im, n, SIM_ERROR_INVALID, "learned tensor '%s' has too many dimensions", name);
+    return -1;
+  }
+  g_autofree char *base = g_strdup_printf("%s/rows", name);
+  g_autofree char *ids_name = free_name(im, base);
+  int ids = sim_graph_input(im->g, ids_name, SIM_DTYPE_INT64, lead->ndim, lead->dims);
+  if (!built(im, n, ids))
+    return -1;
+  g_autofree char *oname = free_name(im, name);
+  int t = sim_graph_embedding(im->g, oname, ids, rows, width);
+  if (!built(im, n, t))
+    return -1;
+  return t;
+}
+
+/* Input @i of node @n as a tensor of the graph: a leaf used as data becomes an input op,
+ * or an embedding if it is learned (learned_tensor()). */
 static gboolean tensor_of(Importer *im, const Onnx__NodeProto *n, int i, int *out)
 {
   const char *name = (size_t)i < n->n_input ? n->input[i] : NULL;
@@ -347,15 +395,22 @@ static gboolean tensor_of(Importer *im, const Onnx__NodeProto *n, int i, int *ou
   if (v->kind == V_CONST && v->shape.ndim == 0)
     return fail(im, n, SIM_ERROR_INVALID, "input %d ('%s') is a scalar constant, which this "
                 "operator cannot take as data", i, name);
+  if (is_learned(v)) {
+    SimShape lead = v->shape;
+    lead.ndim = MAX(v->shape.ndim - 1, 1);
+    if (v->shape.ndim <= 1)
+      lead.dims[0] = 1;
+    int t = learned_tensor(im, n, name, v, &lead);
+    if (t < 0)
+      return FALSE;
+    set_tensor(im, name, t);
+    *out = t;
+    return TRUE;
+  }
   /* A constant used as data (positions, a mask) is an input of its shape: its values do
    * not change the work. */
   SimDType dtype = v->kind == V_CONST ? (v->is_int ? SIM_DTYPE_INT64 : SIM_DTYPE_FP32) : v->dtype;
-  g_autofree char *oname = NULL;
-  oname = g_strdup(name);
-  for (int k = 2; sim_graph_op_by_name(im->g, oname) >= 0; k++) {
-    g_free(oname);
-    oname = g_strdup_printf("%s#%d", name, k);
-  }
+  g_autofree char *oname = free_name(im, name);
   int t = sim_graph_input(im->g, oname, dtype, v->shape.ndim, v->shape.dims);
   if (!built(im, n, t))
     return FALSE;
@@ -888,8 +943,6 @@ static gboolean spatial_attrs(Importer *im, const Onnx__NodeProto *n, Value *in,
   if (auto_pad && strcmp(auto_pad, "NOTSET") != 0)
     return fail(im, n, SIM_ERROR_INVALID, "auto_pad %s is not supported; export with explicit "
                 "pads", auto_pad);
-  if (attr_int(n, "ceil_mode", 0) != 0)
-    return fail(im, n, SIM_ERROR_INVALID, "ceil_mode 1 is not supported");
   int nk = attr_ints(n, "kernel_shape", k, 4);
   if (kernel && nk != 2 && nk != 0)
     return fail(im, n, SIM_ERROR_INVALID, "a %d-dimensional kernel; only 2-D is supported", nk);
@@ -1616,11 +1669,21 @@ static gboolean import_node(Importer *im, int index)
     int k[2], s[2], p[2];
     if (!spatial_attrs(im, n, x, k, s, p, NULL))
       return FALSE;
+    /* count_include_pad changes what an average divides by, not the work. */
     g_autofree char *name = op_name(im, n, index, NULL);
-    int t = sim_graph_pool2d(im->g, name, x->tensor, op[0] == 'M' ? SIM_POOL_MAX : SIM_POOL_AVG,
-                             k[0], k[1], s[0], s[1], p[0], p[1]);
-    if (!built(im, n, t))
-      return FALSE;
+    g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_POOL2D);
+    g_autoptr(GError) err = NULL;
+    int64_t kernel[2] = { k[0], k[1] }, stride[2] = { s[0], s[1] }, pad[2] = { p[0], p[1] };
+    int opid = -1;
+    if (sim_attrs_set_string(a, "kind", op[0] == 'M' ? "max" : "avg", &err) &&
+        sim_attrs_set_ints(a, "kernel", 2, kernel, &err) &&
+        sim_attrs_set_ints(a, "stride", 2, stride, &err) &&
+        sim_attrs_set_ints(a, "padding", 2, pad, &err) &&
+        sim_attrs_set_int(a, "ceil_mode", attr_int(n, "ceil_mode", 0) != 0, &err))
+      opid = sim_graph_add_op(im->g, SIM_OP_POOL2D, name, 1, &x->tensor, a, &err);
+    if (opid < 0)
+      return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
+    int t = sim_graph_op_output(im->g, opid, 0);
     set_tensor(im, out, t);
     return TRUE;
   }
@@ -1792,6 +1855,23 @@ static gboolean import_node(Importer *im, int index)
     value_set(im, out, &v);
     return TRUE;
   }
+  if (!strcmp(op, "Where") && n->n_input == 3 && all_const(im, n, 0, 2)) {
+    /* Shape arithmetic: expand(n, -1, -1) exports a Where over the target shape. */
+    Value *c = value_get(im, n->input[0]), *a = value_get(im, n->input[1]),
+          *b = value_get(im, n->input[2]);
+    int64_t nc = const_numel(c), na = const_numel(a), nb = const_numel(b);
+    int64_t nr = MAX(nc, MAX(na, nb));
+    if ((nc != nr && nc != 1) || (na != nr && na != 1) || (nb != nr && nb != 1))
+      return fail(im, n, SIM_ERROR_INVALID, "constant operands of %" G_GINT64_FORMAT ", %"
+                  G_GINT64_FORMAT " and %" G_GINT64_FORMAT " values", nc, na, nb);
+    Value r = *(na == nr ? a : nb == nr ? b : c);
+    r.is_int = a->is_int && b->is_int;
+    for (int64_t i = 0; i < nr; i++)
+      r.data[i] = c->data[nc == 1 ? 0 : i] != 0 ? a->data[na == 1 ? 0 : i]
+                                                 : b->data[nb == 1 ? 0 : i];
+    value_set(im, out, &r);
+    return TRUE;
+  }
   Value *w1 = n->n_input == 3 ? value_get(im, n->input[1]) : NULL;
   Value *w2 = n->n_input == 3 ? value_get(im, n->input[2]) : NULL;
   gboolean ta = w1 && w1->kind == V_TENSOR, tb = w2 && w2->kind == V_TENSOR;
@@ -1826,6 +1906,35 @@ static gboolean import_node(Importer *im, int index)
     if (opid < 0)
       return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
     set_tensor(im, out, sim_graph_op_output(im->g, opid, 0));
+    return TRUE;
+  }
+  if (!strcmp(op, "Expand") && is_learned(in0)) {
+    /* A learned tensor stretched over the batch (a ViT's class token,
+     * class_token.expand(n, -1, -1)): the embedding of learned_tensor() read by ids of the
+     * stretched shape. */
+    int64_t dims[SIM_MAX_DIMS];
+    int nd = 0;
+    if (!const_ints(im, n, 1, dims, &nd, SIM_MAX_DIMS))
+      return FALSE;
+    SimShape a = in0->shape, r = { .ndim = MAX(a.ndim, nd) };
+    for (int d = 0; d < r.ndim; d++) {
+      int64_t x = d - (r.ndim - a.ndim) >= 0 ? a.dims[d - (r.ndim - a.ndim)] : 1;
+      int64_t y = d - (r.ndim - nd) >= 0 ? dims[d - (r.ndim - nd)] : 1;
+      r.dims[d] = MAX(x, y);
+    }
+    if (a.ndim < 1 || r.dims[r.ndim - 1] != a.dims[a.ndim - 1])
+      return fail(im, n, SIM_ERROR_INVALID, "a learned tensor is stretched only along "
+                  "other dimensions than its last");
+    SimShape lead = r;
+    lead.ndim = r.ndim - 1;
+    if (lead.ndim == 0) {
+      lead.ndim = 1;
+      lead.dims[0] = 1;
+    }
+    int t = learned_tensor(im, n, n->input[0], in0, &lead);
+    if (t < 0)
+      return FALSE;
+    set_tensor(im, out, t);
     return TRUE;
   }
   if ((!strcmp(op, "Trilu") || !strcmp(op, "Where") || !strcmp(op, "Expand") ||
@@ -1898,6 +2007,31 @@ static gboolean import_node(Importer *im, int index)
                                            ['M'] = SIM_BINARY_MUL, ['D'] = SIM_BINARY_DIV };
     g_autofree char *name = op_name(im, n, index, NULL);
     int t = sim_graph_binary(im->g, name, a, b, kinds[(unsigned char)op[0]]);
+    if (!built(im, n, t))
+      return FALSE;
+    set_tensor(im, out, t);
+    return TRUE;
+  }
+  if (!strcmp(op, "Clip")) {
+    /* torch.nn.ReLU6 (MobileNet) is Clip to [0, 6]; the bounds are inputs from opset 11,
+     * attributes before. */
+    int x;
+    if (!tensor_of(im, n, 0, &x))
+      return FALSE;
+    double lo = attr_float(n, "min", -INFINITY), hi = attr_float(n, "max", INFINITY);
+    if ((n->n_input > 1 && *n->input[1] && !is_scalar_const(im, n->input[1], &lo)) ||
+        (n->n_input > 2 && *n->input[2] && !is_scalar_const(im, n->input[2], &hi)))
+      return fail(im, n, SIM_ERROR_INVALID, "the bounds must be scalar constants");
+    SimUnaryKind kind;
+    if (lo == 0 && hi == 6)
+      kind = SIM_UNARY_RELU6;
+    else if (lo == 0 && isinf(hi) && hi > 0)
+      kind = SIM_UNARY_RELU;
+    else
+      return fail(im, n, SIM_ERROR_INVALID, "clips to [%g, %g]; only [0, 6] (ReLU6) and "
+                  "[0, inf) (ReLU) are supported", lo, hi);
+    g_autofree char *name = op_name(im, n, index, NULL);
+    int t = sim_graph_unary(im->g, name, x, kind);
     if (!built(im, n, t))
       return FALSE;
     set_tensor(im, out, t);
@@ -1981,7 +2115,7 @@ static const char *const supported_ops[] = {
   "Transpose", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad",
   "BatchNormalization", "LayerNormalization", "Gemm", "MatMul", "Relu", "Gelu", "Sigmoid",
   "Tanh", "Exp", "Erf", "Softmax", "Dropout", "Range", "ConstantOfShape", "Trilu", "Where",
-  "Expand", "Not", "Neg", "Pow", "Sqrt",
+  "Expand", "Not", "Neg", "Pow", "Sqrt", "Clip",
   /* Only inside RMSNorm (fuse_pointwise()), which --check, reading types, does not see. */
   "ReduceMean", "Reciprocal", NULL,
 };
@@ -2042,15 +2176,15 @@ static Onnx__ModelProto *read_model(const char *path, GError **error)
 
 /* Whether graph input @name is data rather than a weight that export_params=False left
  * as an input: it has a symbolic dimension, or a node takes it as its first input where
- * a weight never comes (weights come first only to Transpose, Gather, Identity, Cast and
- * the arithmetic that may add a learned tensor). */
+ * a weight never comes (weights come first only to Transpose, Gather, Identity, Cast, and
+ * the arithmetic, concatenation and Expand that may take a learned tensor). */
 static gboolean is_data_input(Importer *im, const char *name, gboolean symbolic)
 {
   if (symbolic)
     return TRUE;
   static const char *const weight_first[] = { "Transpose", "Gather", "Identity", "Cast", "Add",
                                               "Mul", "Sub", "Div", "Concat", "Unsqueeze",
-                                              "Reshape", "Slice", "Split", NULL };
+                                              "Reshape", "Slice", "Split", "Expand", NULL };
   GArray *c = g_hash_table_lookup(im->consumers, name);
   for (guint i = 0; c && i < c->len; i++) {
     const Onnx__NodeProto *n = im->graph->node[g_array_index(c, int, i)];
@@ -2068,6 +2202,7 @@ static gboolean bind_inputs(Importer *im)
     Value v;
     if (!tensor_value(im, gr->initializer[i], &v, NULL))
       return FALSE;
+    v.buffer = g_hash_table_contains(im->buffers, gr->initializer[i]->name);
     value_set(im, gr->initializer[i]->name, &v);
   }
   for (size_t i = 0; i < gr->n_input; i++) {
@@ -2088,7 +2223,8 @@ static gboolean bind_inputs(Importer *im)
                        "%zu dimensions; at most %d are supported", sp->n_dim, SIM_MAX_DIMS);
       return FALSE;
     }
-    Value v = { .kind = V_LEAF, .dtype = dtype_of(tp->tensor_type->elem_type) };
+    Value v = { .kind = V_LEAF, .dtype = dtype_of(tp->tensor_type->elem_type),
+                .buffer = g_hash_table_contains(im->buffers, in->name) };
     v.shape.ndim = (int)sp->n_dim;
     gboolean symbolic = FALSE;
     for (size_t d = 0; d < sp->n_dim; d++) {
@@ -2160,8 +2296,19 @@ SimGraph *sim_onnx_import(const char *path, const SimModelParams *params, GError
     .params = params,
     .used_params = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
     .tokens = 1,
+    .buffers = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL),
     .error = error,
   };
+  /* tools/torch2parasol.py names the module's buffers, which a file cannot tell from
+   * parameters when both are graph inputs or initializers. */
+  for (size_t i = 0; i < m->n_metadata_props; i++)
+    if (!g_strcmp0(m->metadata_props[i]->key, "parasol.buffers") &&
+        m->metadata_props[i]->value) {
+      g_auto(GStrv) names = g_strsplit(m->metadata_props[i]->value, ",", -1);
+      for (char **it = names; *it; it++)
+        if (**it)
+          g_hash_table_add(im.buffers, g_strdup(*it));
+    }
   for (size_t i = 0; i < gr->n_node; i++)
     for (size_t j = 0; j < gr->node[i]->n_input; j++) {
       const char *name = gr->node[i]->input[j];
@@ -2232,6 +2379,7 @@ SimGraph *sim_onnx_import(const char *path, const SimModelParams *params, GError
   g_hash_table_unref(im.values);
   g_hash_table_unref(im.consumers);
   g_hash_table_unref(im.used_params);
+  g_hash_table_unref(im.buffers);
   g_free(im.skip);
   onnx__model_proto__free_unpacked(m, NULL);
   if (!ok) {

@@ -145,6 +145,7 @@ typedef enum {
   SIM_UNARY_EXP,
   SIM_UNARY_SILU,
   SIM_UNARY_SCALE,
+  SIM_UNARY_RELU6,     /* min(max(x, 0), 6): MobileNet's clipped ReLU */
   SIM_UNARY_COUNT
 } SimUnaryKind;
 

@@ -37,10 +37,10 @@
  * Without "stages" all operators form one stage on the devices they use; with several
  * stages every operator names its "stage". */
 #include "sim-private.h"
+#include "json-read.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 #define BYTES_PER_MB 1048576.0
@@ -166,128 +166,12 @@ gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                            */
 
+/* The shared reader (json-read.h), and what the checks need of the model and machine. */
 typedef struct {
-  const char *filename;
+  SimJsonReader j;
   const SimGraph *g;
   int n_devices;
-  GError **error;
 } Reader;
-
-static gboolean fail(Reader *r, int code, const char *place, const char *fmt, ...)
-  G_GNUC_PRINTF(4, 5);
-
-static gboolean fail(Reader *r, int code, const char *place, const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  sim_set_error_at(r->error, code, r->filename, place, "%s", msg);
-  return FALSE;
-}
-
-static char *place_key(const char *parent, const char *key)
-{
-  return parent && *parent ? g_strdup_printf("%s.%s", parent, key) : g_strdup(key);
-}
-
-static const char *node_kind(JsonNode *n)
-{
-  switch (JSON_NODE_TYPE(n)) {
-  case JSON_NODE_OBJECT: return "an object";
-  case JSON_NODE_ARRAY: return "an array";
-  case JSON_NODE_NULL: return "null";
-  case JSON_NODE_VALUE:
-    switch (json_node_get_value_type(n)) {
-    case G_TYPE_BOOLEAN: return "a boolean";
-    case G_TYPE_STRING: return "a string";
-    default: return "a number";
-    }
-  }
-  return "a value";
-}
-
-static gboolean check_keys(Reader *r, JsonObject *o, const char *place,
-                           const char *const *allowed)
-{
-  g_autoptr(GList) members = json_object_get_members(o);
-  for (GList *l = members; l; l = l->next) {
-    const char *key = l->data;
-    if (g_strv_contains(allowed, key))
-      continue;
-    g_autofree char *list = g_strjoinv(", ", (char **)allowed);
-    g_autofree char *p = place_key(place, key);
-    return fail(r, SIM_ERROR_PARSE, p, "unknown key; expected one of: %s", list);
-  }
-  return TRUE;
-}
-
-static gboolean get_int(Reader *r, JsonNode *n, const char *place, int64_t lo, int64_t hi,
-                        int64_t *out)
-{
-  if (!JSON_NODE_HOLDS_VALUE(n))
-    return fail(r, SIM_ERROR_PARSE, place, "expected an integer, found %s", node_kind(n));
-  GType t = json_node_get_value_type(n);
-  int64_t v;
-  if (t == G_TYPE_INT64) {
-    v = json_node_get_int(n);
-  } else if (t == G_TYPE_DOUBLE) {
-    double d = json_node_get_double(n);
-    if (d != floor(d) || fabs(d) > 9.0e15)
-      return fail(r, SIM_ERROR_PARSE, place, "expected an integer, found %g", d);
-    v = (int64_t)d;
-  } else {
-    return fail(r, SIM_ERROR_PARSE, place, "expected an integer, found %s", node_kind(n));
-  }
-  if (v < lo || v > hi) {
-    if (hi == G_MAXINT && v < lo)
-      return fail(r, SIM_ERROR_INVALID, place, "%" G_GINT64_FORMAT " is below %" G_GINT64_FORMAT,
-                  v, lo);
-    return fail(r, SIM_ERROR_INVALID, place,
-                "%" G_GINT64_FORMAT " is out of range; expected %" G_GINT64_FORMAT
-                "..%" G_GINT64_FORMAT, v, lo, hi);
-  }
-  *out = v;
-  return TRUE;
-}
-
-static gboolean get_bool(Reader *r, JsonNode *n, const char *place, gboolean *out)
-{
-  if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_BOOLEAN)
-    return fail(r, SIM_ERROR_PARSE, place, "expected true or false, found %s", node_kind(n));
-  *out = json_node_get_boolean(n);
-  return TRUE;
-}
-
-static gboolean get_string(Reader *r, JsonNode *n, const char *place, const char **out)
-{
-  if (!JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
-    return fail(r, SIM_ERROR_PARSE, place, "expected a string, found %s", node_kind(n));
-  *out = json_node_get_string(n);
-  return TRUE;
-}
-
-static gboolean get_enum(Reader *r, JsonNode *n, const char *place, int (*from_name)(const char *),
-                         const char *valid, int *out)
-{
-  const char *name;
-  if (!get_string(r, n, place, &name))
-    return FALSE;
-  int v = from_name(name);
-  if (v < 0)
-    return fail(r, SIM_ERROR_UNKNOWN, place, "unknown value '%s'; expected one of: %s", name,
-                valid);
-  *out = v;
-  return TRUE;
-}
-
-static gboolean get_object(Reader *r, JsonNode *n, const char *place, JsonObject **out)
-{
-  if (!JSON_NODE_HOLDS_OBJECT(n))
-    return fail(r, SIM_ERROR_PARSE, place, "expected an object, found %s", node_kind(n));
-  *out = json_node_get_object(n);
-  return TRUE;
-}
 
 /* A device list: [d0, d1, ...] or {"start": s, "count": n, "stride": k}. */
 static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *out)
@@ -297,16 +181,17 @@ static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *o
     JsonArray *a = json_node_get_array(n);
     guint len = json_array_get_length(a);
     if (len == 0)
-      return fail(r, SIM_ERROR_INVALID, place, "the device list is empty");
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, place, "the device list is empty");
     for (guint i = 0; i < len; i++) {
       g_autofree char *p = g_strdup_printf("%s[%u]", place, i);
       int64_t v;
-      if (!get_int(r, json_array_get_element(a, i), p, G_MININT, G_MAXINT, &v))
+      if (!sim_json_int(&r->j, json_array_get_element(a, i), p, G_MININT, G_MAXINT, &v))
         return FALSE;
       if (v < 0 || v >= r->n_devices)
-        return fail(r, SIM_ERROR_INVALID, p,
-                    "device %" G_GINT64_FORMAT " does not exist; the machine has devices 0..%d",
-                    v, r->n_devices - 1);
+        return sim_json_fail(&r->j, SIM_ERROR_INVALID, p,
+                             "device %" G_GINT64_FORMAT " does not exist; the machine has "
+                             "devices 0..%d",
+                             v, r->n_devices - 1);
       int d = (int)v;
       g_array_append_val(out, d);
     }
@@ -315,40 +200,40 @@ static gboolean get_devices(Reader *r, JsonNode *n, const char *place, GArray *o
   if (JSON_NODE_HOLDS_OBJECT(n)) {
     JsonObject *o = json_node_get_object(n);
     static const char *const keys[] = { "start", "count", "stride", NULL };
-    if (!check_keys(r, o, place, keys))
+    if (!sim_json_check_keys(&r->j, o, place, keys))
       return FALSE;
     int64_t start = 0, count = 0, stride = 1;
     JsonNode *m;
-    g_autofree char *ps = place_key(place, "start");
-    g_autofree char *pc = place_key(place, "count");
-    g_autofree char *pk = place_key(place, "stride");
+    g_autofree char *ps = sim_json_place_key(place, "start");
+    g_autofree char *pc = sim_json_place_key(place, "count");
+    g_autofree char *pk = sim_json_place_key(place, "stride");
     if (!(m = json_object_get_member(o, "start")))
-      return fail(r, SIM_ERROR_PARSE, place, "missing \"start\"");
-    if (!get_int(r, m, ps, G_MININT, G_MAXINT, &start))
+      return sim_json_fail(&r->j, SIM_ERROR_PARSE, place, "missing \"start\"");
+    if (!sim_json_int(&r->j, m, ps, G_MININT, G_MAXINT, &start))
       return FALSE;
     if (!(m = json_object_get_member(o, "count")))
-      return fail(r, SIM_ERROR_PARSE, place, "missing \"count\"");
+      return sim_json_fail(&r->j, SIM_ERROR_PARSE, place, "missing \"count\"");
     /* No operator has a million shards; the bound keeps a typo from allocating gigabytes. */
-    if (!get_int(r, m, pc, 1, 1 << 20, &count))
+    if (!sim_json_int(&r->j, m, pc, 1, 1 << 20, &count))
       return FALSE;
     if ((m = json_object_get_member(o, "stride")) &&
-        !get_int(r, m, pk, G_MININT, G_MAXINT, &stride))
+        !sim_json_int(&r->j, m, pk, G_MININT, G_MAXINT, &stride))
       return FALSE;
     for (int64_t i = 0; i < count; i++) {
       int64_t d = start + i * stride;
       if (d < 0 || d >= r->n_devices)
-        return fail(r, SIM_ERROR_INVALID, place,
-                    "device %" G_GINT64_FORMAT " (entry %" G_GINT64_FORMAT
-                    ") does not exist; the machine has devices 0..%d",
-                    d, i, r->n_devices - 1);
+        return sim_json_fail(&r->j, SIM_ERROR_INVALID, place,
+                             "device %" G_GINT64_FORMAT " (entry %" G_GINT64_FORMAT
+                             ") does not exist; the machine has devices 0..%d",
+                             d, i, r->n_devices - 1);
       int di = (int)d;
       g_array_append_val(out, di);
     }
     return TRUE;
   }
-  return fail(r, SIM_ERROR_PARSE, place,
-              "expected a list of devices or {\"start\", \"count\", \"stride\"}, found %s",
-              node_kind(n));
+  g_autofree char *got = sim_json_describe(n);
+  return sim_json_fail(&r->j, SIM_ERROR_PARSE, place, "expected a list of devices or {\"start\", "
+                       "\"count\", \"stride\"}, got %s", got);
 }
 
 /* A parsed per-operator entry, before it is applied to an operator. */
@@ -362,10 +247,10 @@ typedef struct {
 static gboolean read_entry(Reader *r, JsonNode *n, const char *place, int n_stages, Entry *e)
 {
   JsonObject *o = NULL;
-  if (!get_object(r, n, place, &o))
+  if (!sim_json_object(&r->j, n, place, &o))
     return FALSE;
   static const char *const keys[] = { "degrees", "replicas", "devices", "stage", NULL };
-  if (!check_keys(r, o, place, keys))
+  if (!sim_json_check_keys(&r->j, o, place, keys))
     return FALSE;
   JsonNode *m;
   e->degrees = NULL;
@@ -373,30 +258,30 @@ static gboolean read_entry(Reader *r, JsonNode *n, const char *place, int n_stag
   e->stage = -1;
   g_array_set_size(e->devices, 0);
   if ((m = json_object_get_member(o, "degrees"))) {
-    g_autofree char *p = place_key(place, "degrees");
-    if (!get_object(r, m, p, &e->degrees))
+    g_autofree char *p = sim_json_place_key(place, "degrees");
+    if (!sim_json_object(&r->j, m, p, &e->degrees))
       return FALSE;
   }
   if ((m = json_object_get_member(o, "replicas"))) {
-    g_autofree char *p = place_key(place, "replicas");
+    g_autofree char *p = sim_json_place_key(place, "replicas");
     int64_t v;
-    if (!get_int(r, m, p, 1, r->n_devices, &v))
+    if (!sim_json_int(&r->j, m, p, 1, r->n_devices, &v))
       return FALSE;
     e->replicas = (int)v;
   }
   if (!(m = json_object_get_member(o, "devices")))
-    return fail(r, SIM_ERROR_PARSE, place, "missing \"devices\"");
-  g_autofree char *pd = place_key(place, "devices");
+    return sim_json_fail(&r->j, SIM_ERROR_PARSE, place, "missing \"devices\"");
+  g_autofree char *pd = sim_json_place_key(place, "devices");
   if (!get_devices(r, m, pd, e->devices))
     return FALSE;
   if ((m = json_object_get_member(o, "stage"))) {
-    g_autofree char *p = place_key(place, "stage");
+    g_autofree char *p = sim_json_place_key(place, "stage");
     int64_t v;
-    if (!get_int(r, m, p, 0, G_MAXINT, &v))
+    if (!sim_json_int(&r->j, m, p, 0, G_MAXINT, &v))
       return FALSE;
     if (v >= n_stages)
-      return fail(r, SIM_ERROR_INVALID, p, "stage %" G_GINT64_FORMAT
-                  " does not exist; the strategy has stages 0..%d", v, n_stages - 1);
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, p, "stage %" G_GINT64_FORMAT
+                           " does not exist; the strategy has stages 0..%d", v, n_stages - 1);
     e->stage = (int)v;
   }
   return TRUE;
@@ -427,14 +312,14 @@ static gboolean apply_entry(Reader *r, SimStrategy *s, int op, const Entry *e, c
         GString *names = g_string_new(NULL);
         for (int k = 0; k < info.ndims; k++)
           g_string_append_printf(names, k ? ", %s" : "%s", info.dims[k].name);
-        fail(r, SIM_ERROR_UNKNOWN, dplace,
-             "op '%s' (%s) has no dimension '%s'; its dimensions are: %s", info.name,
-             sim_op_type_name(info.type), dim, names->str);
+        sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, dplace,
+                      "op '%s' (%s) has no dimension '%s'; its dimensions are: %s", info.name,
+                      sim_op_type_name(info.type), dim, names->str);
         g_string_free(names, TRUE);
         return FALSE;
       }
       int64_t v;
-      if (!get_int(r, json_object_get_member(e->degrees, dim), dplace, 1, G_MAXINT, &v))
+      if (!sim_json_int(&r->j, json_object_get_member(e->degrees, dim), dplace, 1, G_MAXINT, &v))
         return FALSE;
       c.degree[d] = (int)v;
     }
@@ -447,27 +332,26 @@ static gboolean apply_entry(Reader *r, SimStrategy *s, int op, const Entry *e, c
   if ((int)e->devices->len != c.n_shards) {
     g_autofree char *p = g_strdup_printf("%s.devices", place);
     if (c.replicas > 1)
-      return fail(r, SIM_ERROR_INVALID, p,
-                  "op '%s' (%s): %u devices for %d shards (the product of the degrees) x %d "
-                  "replicas", info.name, sim_op_type_name(info.type), e->devices->len, coords,
-                  c.replicas);
-    return fail(r, SIM_ERROR_INVALID, p,
-                "op '%s' (%s): %u devices for %d shards (the product of the degrees)",
-                info.name, sim_op_type_name(info.type), e->devices->len, coords);
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, p, "op '%s' (%s): %u devices for %d shards "
+                           "(the product of the degrees) x %d replicas", info.name,
+                           sim_op_type_name(info.type), e->devices->len, coords, c.replicas);
+    return sim_json_fail(&r->j, SIM_ERROR_INVALID, p,
+                         "op '%s' (%s): %u devices for %d shards (the product of the degrees)",
+                         info.name, sim_op_type_name(info.type), e->devices->len, coords);
   }
   g_autofree char *where = NULL;
   g_autoptr(GError) local = NULL;
   if (!sim_strategy_check_config(&info, &c, s->microbatches, r->n_devices, &where, &local)) {
     g_autofree char *p = where ? g_strdup_printf("%s.%s", place, where) : g_strdup(place);
-    return fail(r, local->code, p, "%s", local->message);
+    return sim_json_fail(&r->j, local->code, p, "%s", local->message);
   }
 
   int stage = e->stage;
   if (stage < 0) {
     if (n_stages > 1) {
-      return fail(r, SIM_ERROR_INVALID, place,
-                  "op '%s' (%s) has no \"stage\", but the strategy has %d stages", info.name,
-                  sim_op_type_name(info.type), n_stages);
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, place,
+                           "op '%s' (%s) has no \"stage\", but the strategy has %d stages",
+                           info.name, sim_op_type_name(info.type), n_stages);
     }
     stage = 0;
   }
@@ -482,32 +366,31 @@ static gboolean apply_entry(Reader *r, SimStrategy *s, int op, const Entry *e, c
 static gboolean read_sync(Reader *r, JsonNode *n, SimStrategy *s)
 {
   JsonObject *o = NULL;
-  if (!get_object(r, n, "sync", &o))
+  if (!sim_json_object(&r->j, n, "sync", &o))
     return FALSE;
   static const char *const keys[] = { "algorithm", "bucket_MB", "overlap", NULL };
-  if (!check_keys(r, o, "sync", keys))
+  if (!sim_json_check_keys(&r->j, o, "sync", keys))
     return FALSE;
   JsonNode *m;
   int v;
   if ((m = json_object_get_member(o, "algorithm"))) {
-    if (!get_enum(r, m, "sync.algorithm", sim_allreduce_algo_from_name, "ring, tree, hierarchical",
-                  &v))
+    if (!sim_json_enum(&r->j, m, "sync.algorithm", sim_allreduce_algo_from_name,
+                       "ring, tree, hierarchical", &v))
       return FALSE;
     s->sync.algorithm = v;
   }
   if ((m = json_object_get_member(o, "bucket_MB"))) {
-    if (!JSON_NODE_HOLDS_VALUE(m) || (json_node_get_value_type(m) != G_TYPE_INT64 &&
-                                      json_node_get_value_type(m) != G_TYPE_DOUBLE))
-      return fail(r, SIM_ERROR_PARSE, "sync.bucket_MB", "expected a number, found %s",
-                  node_kind(m));
-    double mb = json_node_get_double(m);
-    if (!(mb >= 0.0) || mb > 1.0e9)
-      return fail(r, SIM_ERROR_INVALID, "sync.bucket_MB",
-                  "%g is not a bucket size; expected 0 (no buckets) or a positive number", mb);
+    double mb;
+    if (!sim_json_number(&r->j, m, "sync.bucket_MB", 0.0, TRUE, &mb))
+      return FALSE;
+    if (mb > 1.0e9)
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, "sync.bucket_MB",
+                           "%g is not a bucket size; expected 0 (no buckets) or a positive number",
+                           mb);
     s->sync.bucket_bytes = (int64_t)llround(mb * BYTES_PER_MB);
   }
   if ((m = json_object_get_member(o, "overlap")) &&
-      !get_bool(r, m, "sync.overlap", &s->sync.overlap))
+      !sim_json_bool(&r->j, m, "sync.overlap", &s->sync.overlap))
     return FALSE;
   return TRUE;
 }
@@ -515,113 +398,83 @@ static gboolean read_sync(Reader *r, JsonNode *n, SimStrategy *s)
 static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
 {
   JsonObject *o = NULL;
-  if (!get_object(r, n, "memory", &o))
+  if (!sim_json_object(&r->j, n, "memory", &o))
     return FALSE;
   static const char *const keys[] = { "recompute", "zero", "precision", "optimizer", NULL };
-  if (!check_keys(r, o, "memory", keys))
+  if (!sim_json_check_keys(&r->j, o, "memory", keys))
     return FALSE;
   JsonNode *m;
   int v;
   if ((m = json_object_get_member(o, "recompute"))) {
-    if (!get_enum(r, m, "memory.recompute", sim_recompute_from_name, "none, selective, full", &v))
+    if (!sim_json_enum(&r->j, m, "memory.recompute", sim_recompute_from_name,
+                       "none, selective, full", &v))
       return FALSE;
     s->memory.recompute = v;
   }
   if ((m = json_object_get_member(o, "zero"))) {
     int64_t z;
-    if (!get_int(r, m, "memory.zero", 0, 3, &z))
+    if (!sim_json_int(&r->j, m, "memory.zero", 0, 3, &z))
       return FALSE;
     s->memory.zero1 = z >= 1;
     s->memory.zero2 = z >= 2;
     s->memory.zero3 = z == 3;
   }
   if ((m = json_object_get_member(o, "precision"))) {
-    if (!get_enum(r, m, "memory.precision", sim_precision_from_name,
-                  "fp32, mixed-fp16, mixed-bf16", &v))
+    if (!sim_json_enum(&r->j, m, "memory.precision", sim_precision_from_name,
+                       "fp32, mixed-fp16, mixed-bf16", &v))
       return FALSE;
     s->memory.precision = v;
   }
   if ((m = json_object_get_member(o, "optimizer"))) {
-    if (!get_enum(r, m, "memory.optimizer", sim_optimizer_from_name, "adam, sgd", &v))
+    if (!sim_json_enum(&r->j, m, "memory.optimizer", sim_optimizer_from_name, "adam, sgd", &v))
       return FALSE;
     s->memory.optimizer = v;
   }
   return TRUE;
 }
 
-/* json-glib reports "<data>:LINE:COL: Parse error: WHAT"; we say "FILE:LINE:COL: WHAT". */
-static void parse_error(Reader *r, const GError *e)
-{
-  const char *msg = e->message;
-  if (g_str_has_prefix(msg, "<data>:"))
-    msg += strlen("<data>:");
-  g_autofree char *where = NULL;
-  const char *rest = strstr(msg, ": ");
-  if (rest && rest > msg && g_ascii_isdigit(msg[0])) {
-    where = g_strndup(msg, (gsize)(rest - msg));
-    msg = rest + 2;
-    if (g_str_has_prefix(msg, "Parse error: "))
-      msg += strlen("Parse error: ");
-  }
-  const char *file = r->filename ? r->filename : "<strategy>";
-  if (where)
-    g_set_error(r->error, SIM_ERROR, SIM_ERROR_PARSE, "%s:%s: %s", file, where, msg);
-  else
-    g_set_error(r->error, SIM_ERROR, SIM_ERROR_PARSE, "%s: %s", file, msg);
-}
-
 static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
 {
   static const char *const keys[] = { "format", "version", "model", "microbatches", "schedule",
                                       "chunks", "sync", "memory", "sequence_parallel",
-                                      "pipeline_scatter_gather", "context_parallel", "rewrites", "stages", "default", "ops", NULL };
-  if (!check_keys(r, root, "", keys))
+                                      "pipeline_scatter_gather", "context_parallel", "rewrites",
+                                      "stages", "default", "ops", NULL };
+  if (!sim_json_check_format(&r->j, root, "parasol-strategy", 1) ||
+      !sim_json_check_keys(&r->j, root, "", keys))
     return FALSE;
 
   JsonNode *m;
   const char *str;
   int64_t v;
   int e;
-  if (!(m = json_object_get_member(root, "format")))
-    return fail(r, SIM_ERROR_PARSE, NULL, "missing \"format\": \"parasol-strategy\"");
-  if (!get_string(r, m, "format", &str))
-    return FALSE;
-  if (strcmp(str, "parasol-strategy") != 0)
-    return fail(r, SIM_ERROR_PARSE, "format", "'%s' is not a strategy; expected "
-                "\"parasol-strategy\"", str);
-  if (!(m = json_object_get_member(root, "version")))
-    return fail(r, SIM_ERROR_PARSE, NULL, "missing \"version\"");
-  if (!get_int(r, m, "version", G_MININT, G_MAXINT, &v))
-    return FALSE;
-  if (v != 1)
-    return fail(r, SIM_ERROR_PARSE, "version", "version %" G_GINT64_FORMAT
-                " is not supported; this parasol reads version 1", v);
-  if ((m = json_object_get_member(root, "model")) && !get_string(r, m, "model", &str))
+  if ((m = json_object_get_member(root, "model")) && !sim_json_string(&r->j, m, "model", &str))
     return FALSE;
 
   if ((m = json_object_get_member(root, "microbatches"))) {
-    if (!get_int(r, m, "microbatches", 1, G_MAXINT, &v))
+    if (!sim_json_int(&r->j, m, "microbatches", 1, G_MAXINT, &v))
       return FALSE;
     int64_t batch = sim_graph_batch_size(r->g);
     if (batch > 0 && batch % v != 0)
-      return fail(r, SIM_ERROR_INVALID, "microbatches",
-                  "the batch of %" G_GINT64_FORMAT " samples does not split into %"
-                  G_GINT64_FORMAT " micro-batches", batch, v);
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, "microbatches",
+                           "the batch of %" G_GINT64_FORMAT " samples does not split into %"
+                           G_GINT64_FORMAT " micro-batches", batch, v);
     s->microbatches = (int)v;
   }
   SimSchedule sched = SIM_SCHEDULE_1F1B;
   int64_t chunks = 1;
   if ((m = json_object_get_member(root, "schedule"))) {
-    if (!get_enum(r, m, "schedule", sim_schedule_from_name, "1f1b, gpipe, interleaved", &e))
+    if (!sim_json_enum(&r->j, m, "schedule", sim_schedule_from_name, "1f1b, gpipe, interleaved",
+                       &e))
       return FALSE;
     sched = e;
   }
   if ((m = json_object_get_member(root, "chunks")) &&
-      !get_int(r, m, "chunks", 1, G_MAXINT, &chunks))
+      !sim_json_int(&r->j, m, "chunks", 1, G_MAXINT, &chunks))
     return FALSE;
   if (chunks > 1 && sched != SIM_SCHEDULE_INTERLEAVED)
-    return fail(r, SIM_ERROR_INVALID, "chunks", "%" G_GINT64_FORMAT " model chunks per device "
-                "group need the interleaved schedule, not %s", chunks, sim_schedule_name(sched));
+    return sim_json_fail(&r->j, SIM_ERROR_INVALID, "chunks",
+                         "%" G_GINT64_FORMAT " model chunks per device group need the "
+                         "interleaved schedule, not %s", chunks, sim_schedule_name(sched));
   sim_strategy_set_schedule(s, sched, (int)chunks);
 
   if ((m = json_object_get_member(root, "sync")) && !read_sync(r, m, s))
@@ -629,25 +482,24 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   if ((m = json_object_get_member(root, "memory")) && !read_memory(r, m, s))
     return FALSE;
   if ((m = json_object_get_member(root, "sequence_parallel")) &&
-      !get_bool(r, m, "sequence_parallel", &s->sequence_parallel))
+      !sim_json_bool(&r->j, m, "sequence_parallel", &s->sequence_parallel))
     return FALSE;
   if ((m = json_object_get_member(root, "pipeline_scatter_gather")) &&
-      !get_bool(r, m, "pipeline_scatter_gather", &s->scatter_gather))
+      !sim_json_bool(&r->j, m, "pipeline_scatter_gather", &s->scatter_gather))
     return FALSE;
   if ((m = json_object_get_member(root, "context_parallel"))) {
     int64_t cp;
-    if (!get_int(r, m, "context_parallel", 1, G_MAXINT, &cp))
+    if (!sim_json_int(&r->j, m, "context_parallel", 1, G_MAXINT, &cp))
       return FALSE;
     s->cp = (int)cp;
   }
   if ((m = json_object_get_member(root, "rewrites"))) {
-    if (!JSON_NODE_HOLDS_ARRAY(m))
-      return fail(r, SIM_ERROR_PARSE, "rewrites", "expected a list of names, found %s",
-                  node_kind(m));
-    JsonArray *a = json_node_get_array(m);
+    JsonArray *a;
+    if (!sim_json_array(&r->j, m, "rewrites", &a))
+      return FALSE;
     for (guint i = 0; i < json_array_get_length(a); i++) {
       g_autofree char *p = g_strdup_printf("rewrites[%u]", i);
-      if (!get_string(r, json_array_get_element(a, i), p, &str))
+      if (!sim_json_string(&r->j, json_array_get_element(a, i), p, &str))
         return FALSE;
       sim_strategy_add_rewrite(s, str);
     }
@@ -656,24 +508,23 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   /* Stages come before the operators, which refer to them. */
   g_autoptr(GPtrArray) stage_devs = g_ptr_array_new_with_free_func((GDestroyNotify)g_array_unref);
   if ((m = json_object_get_member(root, "stages"))) {
-    if (!JSON_NODE_HOLDS_ARRAY(m))
-      return fail(r, SIM_ERROR_PARSE, "stages", "expected a list of stages, found %s",
-                  node_kind(m));
-    JsonArray *a = json_node_get_array(m);
+    JsonArray *a;
+    if (!sim_json_array(&r->j, m, "stages", &a))
+      return FALSE;
     if (json_array_get_length(a) == 0)
-      return fail(r, SIM_ERROR_INVALID, "stages", "the list of stages is empty");
+      return sim_json_fail(&r->j, SIM_ERROR_INVALID, "stages", "the list of stages is empty");
     for (guint i = 0; i < json_array_get_length(a); i++) {
       g_autofree char *p = g_strdup_printf("stages[%u]", i);
       JsonObject *o = NULL;
-      if (!get_object(r, json_array_get_element(a, i), p, &o))
+      if (!sim_json_object(&r->j, json_array_get_element(a, i), p, &o))
         return FALSE;
       static const char *const skeys[] = { "devices", NULL };
-      if (!check_keys(r, o, p, skeys))
+      if (!sim_json_check_keys(&r->j, o, p, skeys))
         return FALSE;
       JsonNode *dn = json_object_get_member(o, "devices");
       if (!dn)
-        return fail(r, SIM_ERROR_PARSE, p, "missing \"devices\"");
-      g_autofree char *pd = place_key(p, "devices");
+        return sim_json_fail(&r->j, SIM_ERROR_PARSE, p, "missing \"devices\"");
+      g_autofree char *pd = sim_json_place_key(p, "devices");
       GArray *devs = g_array_new(FALSE, FALSE, sizeof(int));
       g_ptr_array_add(stage_devs, devs);
       if (!get_devices(r, dn, pd, devs))
@@ -681,8 +532,8 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
       for (guint j = 0; j < devs->len; j++)
         for (guint k = 0; k < j; k++)
           if (g_array_index(devs, int, j) == g_array_index(devs, int, k))
-            return fail(r, SIM_ERROR_INVALID, pd, "device %d is listed twice",
-                        g_array_index(devs, int, j));
+            return sim_json_fail(&r->j, SIM_ERROR_INVALID, pd, "device %d is listed twice",
+                                 g_array_index(devs, int, j));
     }
   }
   int n_stages = stage_devs->len ? (int)stage_devs->len : 1;
@@ -694,16 +545,16 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   Entry entry = { .devices = devbuf };
   if ((m = json_object_get_member(root, "ops"))) {
     JsonObject *ops;
-    if (!get_object(r, m, "ops", &ops))
+    if (!sim_json_object(&r->j, m, "ops", &ops))
       return FALSE;
     g_autoptr(GList) members = json_object_get_members(ops);
     for (GList *l = members; l; l = l->next) {
       const char *name = l->data;
-      g_autofree char *p = place_key("ops", name);
+      g_autofree char *p = sim_json_place_key("ops", name);
       int op = sim_graph_op_by_name(r->g, name);
       if (op < 0)
-        return fail(r, SIM_ERROR_UNKNOWN, p, "no such operator in model '%s'",
-                    sim_graph_get_name(r->g));
+        return sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, p, "no such operator in model '%s'",
+                             sim_graph_get_name(r->g));
       if (!read_entry(r, json_object_get_member(ops, name), p, n_stages, &entry) ||
           !apply_entry(r, s, op, &entry, p, TRUE, n_stages))
         return FALSE;
@@ -725,8 +576,9 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
             found = strcmp(sim_graph_op_dim_name(r->g, i, d), l->data) == 0;
         if (!found) {
           g_autofree char *p = g_strdup_printf("default.degrees.%s", (const char *)l->data);
-          ok = fail(r, SIM_ERROR_UNKNOWN, p, "no operator of model '%s' has a dimension '%s'",
-                    sim_graph_get_name(r->g), (const char *)l->data);
+          ok = sim_json_fail(&r->j, SIM_ERROR_UNKNOWN, p,
+                             "no operator of model '%s' has a dimension '%s'",
+                             sim_graph_get_name(r->g), (const char *)l->data);
         }
       }
     }
@@ -735,10 +587,9 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
     if (seen[i])
       continue;
     if (!have_default) {
-      ok = fail(r, SIM_ERROR_INVALID, "ops",
-                "no configuration for op '%s' (%s), and no \"default\" for the operators "
-                "not listed", sim_graph_op_name(r->g, i),
-                sim_op_type_name(sim_graph_op_type(r->g, i)));
+      ok = sim_json_fail(&r->j, SIM_ERROR_INVALID, "ops", "no configuration for op '%s' (%s), and "
+                         "no \"default\" for the operators not listed", sim_graph_op_name(r->g, i),
+                         sim_op_type_name(sim_graph_op_type(r->g, i)));
       break;
     }
     ok = apply_entry(r, s, i, &def, "default", FALSE, n_stages);
@@ -773,7 +624,7 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
   g_autofree int *op_stage = g_memdup2(s->op_stage, sizeof(int) * (gsize)MAX(n_ops, 1));
   g_autoptr(GError) local = NULL;
   if (!sim_strategy_set_stages(s, n_stages, op_stage, sd, sn, &local))
-    return fail(r, local->code, "stages", "%s", local->message);
+    return sim_json_fail(&r->j, local->code, "stages", "%s", local->message);
   return TRUE;
 }
 
@@ -809,23 +660,16 @@ static SimStrategy *from_text(const char *text, const char *filename, const SimG
                               const SimMachine *m, SimGraphRewriteFunc rewrite, gpointer data,
                               SimGraph **graph, GError **error)
 {
-  Reader r = { .filename = filename, .g = g, .n_devices = sim_machine_n_devices(m),
-               .error = error };
+  Reader r = { .j = { .file = filename ? filename : "<strategy>", .error = error },
+               .g = g, .n_devices = sim_machine_n_devices(m) };
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) local = NULL;
-  if (!sim_json_load(parser, text, -1, &local)) {
-    parse_error(&r, local);
+  JsonObject *root = sim_json_read_root(&r.j, parser, text, "parasol-strategy");
+  if (!root)
     return NULL;
-  }
-  JsonNode *root = json_parser_get_root(parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
-    fail(&r, SIM_ERROR_PARSE, NULL, "expected a JSON object with \"format\": "
-         "\"parasol-strategy\"");
-    return NULL;
-  }
   g_autoptr(SimGraph) rewritten = NULL;
   if (rewrite) {
-    g_autoptr(GPtrArray) names = document_rewrites(json_node_get_object(root));
+    g_autoptr(GPtrArray) names = document_rewrites(root);
     rewritten = names ? rewrite(g, (const char *const *)names->pdata, data, error)
                       : sim_graph_copy(g);
     if (!rewritten) {
@@ -835,10 +679,10 @@ static SimStrategy *from_text(const char *text, const char *filename, const SimG
     r.g = g = rewritten;
   }
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
-  if (!read_document(&r, json_node_get_object(root), s))
+  if (!read_document(&r, root, s))
     return NULL;
   if (!sim_strategy_validate(s, g, m, &local)) {
-    fail(&r, local->code, NULL, "%s", local->message);
+    sim_json_fail(&r.j, local->code, NULL, "%s", local->message);
     return NULL;
   }
   if (graph)
@@ -890,35 +734,26 @@ char **sim_strategy_file_rewrites(const char *path, GError **error)
   g_autofree char *text = read_strategy_file(path, error);
   if (!text)
     return NULL;
+  SimJsonReader r = { .file = path, .error = error };
   g_autoptr(JsonParser) parser = json_parser_new();
-  g_autoptr(GError) local = NULL;
-  if (!sim_json_load(parser, text, -1, &local)) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, path, NULL, "%s", local->message);
+  JsonObject *root = sim_json_read_root(&r, parser, text, "parasol-strategy");
+  if (!root)
     return NULL;
-  }
-  JsonNode *root = json_parser_get_root(parser);
-  if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, path, NULL,
-                     "expected a JSON object with \"format\": \"parasol-strategy\"");
-    return NULL;
-  }
   GPtrArray *names = g_ptr_array_new_with_free_func(g_free);
-  JsonNode *m = json_object_get_member(json_node_get_object(root), "rewrites");
-  if (m && !JSON_NODE_HOLDS_ARRAY(m)) {
-    sim_set_error_at(error, SIM_ERROR_PARSE, path, "rewrites", "expected a list of names");
+  JsonNode *m = json_object_get_member(root, "rewrites");
+  JsonArray *a = NULL;
+  if (m && !sim_json_array(&r, m, "rewrites", &a)) {
     g_ptr_array_unref(names);
     return NULL;
   }
-  JsonArray *a = m ? json_node_get_array(m) : NULL;
   for (guint i = 0; a && i < json_array_get_length(a); i++) {
-    JsonNode *el = json_array_get_element(a, i);
-    if (!JSON_NODE_HOLDS_VALUE(el) || json_node_get_value_type(el) != G_TYPE_STRING) {
-      g_autofree char *place = g_strdup_printf("rewrites[%u]", i);
-      sim_set_error_at(error, SIM_ERROR_PARSE, path, place, "expected a rewrite's name");
+    g_autofree char *place = sim_json_place_index("rewrites", i);
+    const char *name;
+    if (!sim_json_string(&r, json_array_get_element(a, i), place, &name)) {
       g_ptr_array_unref(names);
       return NULL;
     }
-    g_ptr_array_add(names, g_strdup(json_node_get_string(el)));
+    g_ptr_array_add(names, g_strdup(name));
   }
   g_ptr_array_set_free_func(names, NULL);
   g_ptr_array_add(names, NULL);

@@ -447,12 +447,12 @@ Test(json, errors)
                     "model.json:3:");
   assert_json_error("[1, 2]", SIM_ERROR_PARSE, "model.json: expected a JSON object");
   assert_json_error("{\"format\": \"parasol-strategy\", \"version\": 1, \"ops\": []}",
-                    SIM_ERROR_PARSE, "model.json: format: expected \"parasol-graph\", found "
+                    SIM_ERROR_PARSE, "model.json: format: expected \"parasol-graph\", got "
                                      "\"parasol-strategy\"");
   assert_json_error("{\"format\": \"parasol-graph\", \"version\": 2, \"ops\": []}",
-                    SIM_ERROR_PARSE, "model.json: version: this parasol reads version 1, found 2");
+                    SIM_ERROR_PARSE, "model.json: version: expected 1, got 2");
   assert_json_error("{\"format\": \"parasol-graph\", \"version\": 1}", SIM_ERROR_PARSE,
-                    "model.json: ops: expected an array of ops");
+                    "model.json: ops: missing; expected an array of ops");
   assert_json_error(HEAD "{\"name\": \"fc\", \"type\": \"linaer\", \"inputs\": [\"x\"]}]}",
                     SIM_ERROR_UNKNOWN, "model.json: ops[1] ('fc'): unknown op type 'linaer'");
   assert_json_error(HEAD "{\"name\": \"fc\", \"type\": \"linear\", \"inputs\": [\"y\"], "
@@ -484,14 +484,14 @@ Test(json, errors)
                          "\"attrs\": {\"kind\": \"relu\"}, \"outputs\": [\"x\"]}]}",
                     SIM_ERROR_INVALID, "ops[1] ('u'): tensor name 'x' is already taken");
   assert_json_error(HEAD "{\"name\": \"u\", \"type\": \"unary\", \"inptus\": [\"x\"]}]}",
-                    SIM_ERROR_PARSE, "ops[1] ('u'): unknown key \"inptus\"");
+                    SIM_ERROR_PARSE, "ops[1] ('u').inptus: unknown key");
   assert_json_error(HEAD "{\"name\": \"u\", \"type\": \"unary\", \"inputs\": [\"x\"], "
                          "\"attrs\": {\"kind\": \"relu\"}, \"checkpoint\": 1}]}",
-                    SIM_ERROR_PARSE, "ops[1] ('u'): \"checkpoint\" is a number, not a boolean");
+                    SIM_ERROR_PARSE, "ops[1] ('u').checkpoint: expected true or false, got 1");
   assert_json_error(HEAD "{\"name\": \"u\", \"type\": \"unary\", \"inputs\": [\"x\"], "
                          "\"attrs\": {\"kind\": \"relu\"}, \"outputs\": [\"a\", \"b\"]}]}",
                     SIM_ERROR_INVALID, "ops[1] ('u'): \"outputs\" names 2 tensors but the op makes 1");
-  assert_json_error(HEAD "42]}", SIM_ERROR_PARSE, "ops[1]: expected an object, found a number");
+  assert_json_error(HEAD "42]}", SIM_ERROR_PARSE, "ops[1]: expected an object, got 42");
   assert_json_error("{\"format\": \"parasol-graph\", \"version\": 1, \"ops\": []}",
                     SIM_ERROR_INVALID, "model.json: ops: the graph has no ops");
   /* A tensor too large to count its bytes in 64 bits with its gradients and optimizer
@@ -502,6 +502,6 @@ Test(json, errors)
                                        "[4, 1000000000000000], more than 2^48 elements");
   assert_json_error(HEAD "{\"name\": \"r\", \"type\": \"reshape\", \"inputs\": [\"x\"], "
                          "\"attrs\": {\"shape\": [4, 8.5]}}]}",
-                    SIM_ERROR_INVALID, "ops[1] ('r'): attribute 'shape': element 1 is a number, "
+                    SIM_ERROR_INVALID, "ops[1] ('r'): attribute 'shape': element 1 is 8.5, "
                                        "not an integer");
 }

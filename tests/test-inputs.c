@@ -314,7 +314,7 @@ Test(inputs, a_graph_with_an_unknown_key_is_refused)
              "\"tokens_per_sampel\": 4, \"ops\": [{\"name\": \"x\", \"type\": \"input\", "
              "\"inputs\": [], \"attrs\": {\"shape\": [8, 16]}}]}", -1);
   expect_refused(run_sh(d, "$P model show $D/g.json"),
-                 "g.json: tokens_per_sampel: unknown key; a graph has format, version, name, "
+                 "g.json: tokens_per_sampel: unknown key; expected one of: format, version, name, "
                  "tokens_per_sample, ops");
   rm_dir(d);
 }

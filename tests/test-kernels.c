@@ -395,6 +395,64 @@ static void onnx_pool(const char *test, SimPoolKind kind)
 Test(onnx, maxpool_strides) { onnx_pool("test_maxpool_2d_strides", SIM_POOL_MAX); }
 Test(onnx, averagepool_strides) { onnx_pool("test_averagepool_2d_strides", SIM_POOL_AVG); }
 
+/* ceil_mode: a 3 x 3 window with stride 2 over 4 x 4 gives 2 x 2, the last windows running
+ * past the end; an average divides by the positions inside. */
+static void onnx_pool_ceil(const char *test, const char *kind)
+{
+  Tensor x, y;
+  onnx_tensor(test, "input", 0, &x);
+  onnx_tensor(test, "output", 0, &y);
+  int id;
+  SimGraph *g = graph_from(&x, 1, &id);
+  g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_POOL2D);
+  cr_assert(sim_attrs_set_string(a, "kind", kind, NULL) &&
+            sim_attrs_set_ints(a, "kernel", 2, (int64_t[]){ 3, 3 }, NULL) &&
+            sim_attrs_set_ints(a, "stride", 2, (int64_t[]){ 2, 2 }, NULL) &&
+            sim_attrs_set_int(a, "ceil_mode", 1, NULL));
+  GError *error = NULL;
+  cr_assert_geq(sim_graph_add_op(g, SIM_OP_POOL2D, "op", 1, &id, a, &error), 0, "%s",
+                error ? error->message : "");
+  SimShape ys = sim_graph_tensor_shape(g, sim_graph_op_output(g, 1, 0));
+  cr_assert_eq(ys.dims[2], 2);
+  cr_assert_eq(ys.dims[3], 2);
+  Op o;
+  op_init(&o, g);
+  put_tensor(&o, &o.in[0], &x);
+  op_run(&o, EXEC_KERNEL_FORWARD);
+  expect_output(&o, 0, &y);
+  op_free(&o);
+  tensor_clear(&x);
+  tensor_clear(&y);
+}
+
+Test(onnx, maxpool_ceil) { onnx_pool_ceil("test_maxpool_2d_ceil", "max"); }
+Test(onnx, averagepool_ceil) { onnx_pool_ceil("test_averagepool_2d_ceil", "avg"); }
+
+/* ReLU6 (ONNX's Clip to [0, 6]) and its gradient, which passes only inside (0, 6). */
+Test(kernels, relu6)
+{
+  SimGraph *g = sim_graph_new("t");
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 1, (int64_t[]){ 6 });
+  sim_graph_unary(g, "op", x, SIM_UNARY_RELU6);
+  Op o;
+  op_init(&o, g);
+  const float in[6] = { -2, 0.5f, 3, 5.75f, 6.5f, 10 };
+  const float want[6] = { 0, 0.5f, 3, 5.75f, 6, 6 }, dwant[6] = { 0, 1, 1, 1, 0, 0 };
+  put(&o, &o.in[0], in);
+  op_run(&o, EXEC_KERNEL_FORWARD);
+  float y[6], dx[6];
+  get(&o, &o.out[0], y);
+  fill(&o, &o.out_grad[0], 1);
+  fill(&o, &o.in_grad[0], 0);
+  op_run(&o, EXEC_KERNEL_BACKWARD);
+  get(&o, &o.in_grad[0], dx);
+  for (int k = 0; k < 6; k++) {
+    cr_expect_eq(y[k], want[k], "relu6(%g) = %g", in[k], y[k]);
+    cr_expect_eq(dx[k], dwant[k], "relu6'(%g) = %g", in[k], dx[k]);
+  }
+  op_free(&o);
+}
+
 /* Batch norm in training mode: the batch's own statistics (epsilon 1e-5). */
 Test(onnx, batchnorm_training)
 {

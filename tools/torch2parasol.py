@@ -33,9 +33,15 @@ def export_onnx(module, inputs, path, dynamic=None, input_names=None, opset=17):
     """Writes @module applied to @inputs (a tuple) as ONNX without weights.
 
     The module is exported in training mode, so batch normalization stays an operator
-    (eval mode folds it into the convolutions) and dropout is kept.  @dynamic maps an
-    input dimension to a symbolic name ({0: "batch"}) for every input, or is a dict of
-    such dicts by input name.
+    (eval mode folds it into the convolutions) and dropout is kept.  Stochastic depth
+    (torchvision.ops.StochasticDepth, whose random draw has no ONNX export) is exported
+    as the identity it is at inference: its per-sample mask and product are left out.
+    @dynamic maps an input dimension to a symbolic name ({0: "batch"}) for every input,
+    or is a dict of such dicts by input name.
+
+    The module's buffers that the file holds (rotary tables, for instance) are listed in
+    the model's metadata under "parasol.buffers", so that the importer counts a learned
+    tensor used as data (a ViT's class token) as parameters and a buffer not.
     """
     import torch
 
@@ -44,14 +50,37 @@ def export_onnx(module, inputs, path, dynamic=None, input_names=None, opset=17):
     if dynamic and all(isinstance(k, int) for k in dynamic):
         dynamic = {n: dict(dynamic) for n in names}
     module.train()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(inputs), path, export_params=False,
-                          training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, opset_version=opset,
-                          input_names=names, output_names=["output"],
-                          dynamic_axes=dynamic or {})
+    drops = [m for m in module.modules() if type(m).__name__ == "StochasticDepth"]
+    kept = [m.p for m in drops]
+    try:
+        for m in drops:
+            m.p = 0.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(inputs), path, export_params=False,
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, opset_version=opset,
+                              input_names=names, output_names=["output"],
+                              dynamic_axes=dynamic or {})
+    finally:
+        for m, p in zip(drops, kept):
+            m.p = p
+    mark_buffers(path, [n for n, _ in module.named_buffers()])
     return sum(p.numel() for p in module.parameters())
+
+
+def mark_buffers(path, buffers):
+    """Lists in ONNX file @path's metadata ("parasol.buffers") which of its graph inputs and
+    initializers are among @buffers."""
+    import onnx
+
+    model = onnx.load(path)
+    held = [v.name for v in model.graph.input] + [t.name for t in model.graph.initializer]
+    named = sorted(set(held) & set(buffers))
+    props = {p.key: p.value for p in model.metadata_props}
+    props["parasol.buffers"] = ",".join(named)
+    onnx.helper.set_model_props(model, props)
+    onnx.save(model, path)
 
 
 def torchvision_model(name, batch, image):
@@ -62,6 +91,9 @@ def torchvision_model(name, batch, image):
     if name == "inception_v3":
         # The zoo's Inception-v3, like most training recipes' figures, is without the
         # auxiliary classifier; init_weights=False skips scipy's truncated normal.
+        kwargs.update(aux_logits=False, init_weights=False)
+    elif name == "googlenet":
+        # Likewise; its auxiliary classifiers' pooling to 4 x 4 has no ONNX export.
         kwargs.update(aux_logits=False, init_weights=False)
     module = getattr(torchvision.models, name)(**kwargs)
     size = image or (299 if name == "inception_v3" else 224)

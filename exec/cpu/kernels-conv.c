@@ -158,13 +158,17 @@ gboolean cpu_kernel_pool2d(const ExecKernelArgs *a, GError **error)
   float *dx = !fwd && cpu_has(&a->in_grad[0]) ? cpu_f32(&a->in_grad[0]) : NULL;
   if (!fwd && !dx)
     return TRUE;
-  float inv = 1.0f / (float)(ks[0] * ks[1]);
   for (int64_t b = a->lo[0]; b < a->hi[0]; b++)
     for (int64_t c = a->lo[1]; c < a->hi[1]; c++)
       for (int64_t ho = a->lo[2]; ho < a->hi[2]; ho++)
         for (int64_t wo = a->lo[3]; wo < a->hi[3]; wo++) {
           float best = -INFINITY, sum = 0;
           int64_t bh = -1, bw = -1;
+          /* Averages divide by the window's positions inside the input and its padding,
+           * as PyTorch's do: all of them but where ceil_mode runs a window past the end. */
+          int64_t h0 = ho * st[0] - pd[0], w0 = wo * st[1] - pd[1];
+          float inv = 1.0f / (float)((MIN(h0 + ks[0], H + pd[0]) - h0) *
+                                     (MIN(w0 + ks[1], Wd + pd[1]) - w0));
           for (int64_t i = 0; i < ks[0]; i++) {
             int64_t hi = ho * st[0] + i - pd[0];
             if (hi < 0 || hi >= H)

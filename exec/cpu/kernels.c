@@ -94,6 +94,8 @@ float cpu_act(SimUnaryKind k, float x, float scale)
     return x * sigmoid(x);
   case SIM_UNARY_SCALE:
     return x * scale;
+  case SIM_UNARY_RELU6:
+    return x > 0 ? (x < 6 ? x : 6) : 0;
   default:
     return x;
   }
@@ -123,6 +125,8 @@ float cpu_act_grad(SimUnaryKind k, float x, float scale)
   }
   case SIM_UNARY_SCALE:
     return scale;
+  case SIM_UNARY_RELU6:
+    return x > 0 && x < 6 ? 1.0f : 0.0f;
   default:
     return 1.0f;
   }

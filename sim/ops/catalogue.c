@@ -69,7 +69,7 @@ const char *sim_dim_role_name(SimDimRole r)
 }
 
 const char *const sim_unary_kind_names[] = {
-  "identity", "relu", "gelu", "sigmoid", "tanh", "exp", "silu", "scale", NULL,
+  "identity", "relu", "gelu", "sigmoid", "tanh", "exp", "silu", "scale", "relu6", NULL,
 };
 
 const char *sim_unary_kind_name(SimUnaryKind k)
@@ -106,16 +106,17 @@ double sim_unary_flops(SimUnaryKind k, gboolean backward)
   /* Arithmetic per element, counting a transcendental (exp, tanh) as 4 operations as the
    * GPU's special-function units deliver them at about a quarter of the FMA rate.
    * GELU is PyTorch's tanh approximation 0.5x(1 + tanh(0.798(x + 0.0447x^3))); its
-   * derivative re-evaluates the tanh.  SiLU is x * sigmoid(x). */
+   * derivative re-evaluates the tanh.  SiLU is x * sigmoid(x).  ReLU6 is two comparisons
+   * forward (a max and a min) and two backward (the gradient passes inside (0, 6)). */
   static const double fwd[SIM_UNARY_COUNT] = {
     [SIM_UNARY_IDENTITY] = 0, [SIM_UNARY_RELU] = 1, [SIM_UNARY_GELU] = 8,
     [SIM_UNARY_SIGMOID] = 4,  [SIM_UNARY_TANH] = 4, [SIM_UNARY_EXP] = 4,
-    [SIM_UNARY_SILU] = 5,     [SIM_UNARY_SCALE] = 1,
+    [SIM_UNARY_SILU] = 5,     [SIM_UNARY_SCALE] = 1, [SIM_UNARY_RELU6] = 2,
   };
   static const double bwd[SIM_UNARY_COUNT] = {
     [SIM_UNARY_IDENTITY] = 0, [SIM_UNARY_RELU] = 1, [SIM_UNARY_GELU] = 12,
     [SIM_UNARY_SIGMOID] = 3,  [SIM_UNARY_TANH] = 3, [SIM_UNARY_EXP] = 1,
-    [SIM_UNARY_SILU] = 8,     [SIM_UNARY_SCALE] = 1,
+    [SIM_UNARY_SILU] = 8,     [SIM_UNARY_SCALE] = 1, [SIM_UNARY_RELU6] = 2,
   };
   g_return_val_if_fail(k >= 0 && k < SIM_UNARY_COUNT, 0.0);
   return backward ? bwd[k] : fwd[k];

@@ -264,7 +264,7 @@ const SimOpClass sim_op_conv2d_class = {
 /* ---------------------------------------------------------------------------------- */
 /* Pool2d                                                                              */
 
-enum { P_KIND, P_KERNEL, P_STRIDE, P_PADDING };
+enum { P_KIND, P_KERNEL, P_STRIDE, P_PADDING, P_CEIL };
 
 static const char *const pool_kind_names[] = { "max", "avg", NULL };
 
@@ -273,7 +273,21 @@ static const SimAttrSpec pool_attrs[] = {
   [P_KERNEL] = { "kernel", SIM_ATTR_INTS, 0, NULL, TRUE },
   [P_STRIDE] = { "stride", SIM_ATTR_INTS, 0, NULL, FALSE },
   [P_PADDING] = { "padding", SIM_ATTR_INTS, 0, NULL, FALSE },
+  [P_CEIL] = { "ceil_mode", SIM_ATTR_BOOL, 0, NULL, FALSE },
 };
+
+/* The output size of pooling: with @ceil (PyTorch's ceil_mode) a last window that starts
+ * inside the input or its left padding counts even where it runs past the right end. */
+static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t p, gboolean ceil)
+{
+  int64_t span = in + 2 * p - k;
+  if (span < 0)
+    return 0;
+  if (!ceil)
+    return span / s + 1;
+  int64_t n = (span + s - 1) / s + 1;
+  return (n - 1) * s >= in + p ? n - 1 : n;
+}
 
 enum { PB, PC, PH, PW, PKH, PKW };
 
@@ -301,8 +315,9 @@ static gboolean pool_infer(SimOp *op, GError **error)
     return FALSE;
   }
   const SimShape *x = &op->in_shape[0];
-  int64_t ho = out_size(x->dims[2], k[0], s[0], p[0], 1);
-  int64_t wo = out_size(x->dims[3], k[1], s[1], p[1], 1);
+  gboolean ceil = op->attrs[P_CEIL].i[0] != 0;
+  int64_t ho = pool_out_size(x->dims[2], k[0], s[0], p[0], ceil);
+  int64_t wo = pool_out_size(x->dims[3], k[1], s[1], p[1], ceil);
   if (ho < 1 || wo < 1) {
     g_autofree char *xs = sim_shape_to_string(x);
     sim_op_set_error(op, error, SIM_ERROR_INVALID,

@@ -57,7 +57,8 @@ static const SimAttrSpec unary_attrs[] = {
 
 /* Which tensor the backward pass of each function reads besides the incoming gradient:
  * PyTorch keeps the output of relu, sigmoid, tanh and exp (their derivatives are
- * functions of it), the input of gelu and silu, and nothing for a scale. */
+ * functions of it), the input of gelu, silu and relu6 (hardtanh's backward), and nothing
+ * for a scale. */
 static gboolean unary_saves(SimUnaryKind k)
 {
   return k != SIM_UNARY_IDENTITY && k != SIM_UNARY_SCALE;
@@ -91,7 +92,7 @@ static int64_t unary_saved(const SimOp *op, const int64_t *extent)
 const SimOpClass sim_op_unary_class = {
   .type = SIM_OP_UNARY,
   .name = "unary",
-  .description = "element-wise function: relu, gelu, sigmoid, tanh, exp, silu, scale",
+  .description = "element-wise function: relu, gelu, sigmoid, tanh, exp, silu, scale, relu6",
   .attrs = unary_attrs,
   .n_attrs = G_N_ELEMENTS(unary_attrs),
   .min_inputs = 1,

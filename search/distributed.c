@@ -1,0 +1,507 @@
+/* distributed.c — one search shared among MPI ranks (distributed.h, docs/distributed.md).
+ *
+ * MPI starts only when a command asks (search_mpi_start) and mpirun started more than one
+ * process; the exchanges go over a copy of MPI_COMM_WORLD whose errors return to the
+ * caller.  Each exchange is a non-blocking collective completed by polling, so that a
+ * rank waiting for the others still notices a signal: it then waits a short grace for
+ * them (mpirun passes Ctrl-C to every rank, and they all come to the exchange) and, if
+ * they do not come, gives the sharing up (a rank was lost) and ends the search with what
+ * it has.  With a budget in seconds the wait also ends a grace past the deadline. */
+#include "distributed.h"
+#include "parasol-config.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if PARASOL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* How long a rank that saw a signal, or whose deadline passed, waits for the others at an
+ * exchange before it gives the sharing up.  After a signal the wait is short: where a
+ * rank died, mpirun sends the others SIGTERM and, a little later, SIGKILL, and rank 0
+ * must have written its plan by then. */
+#define SIGNAL_GIVE_UP_US G_GINT64_CONSTANT(500000)
+#define DEADLINE_GIVE_UP_US G_GINT64_CONSTANT(1000000)
+
+static struct {
+  gboolean started;          /* MPI initialized here, more than one rank              */
+  gboolean finished;
+  int rank, size;
+  gboolean sharing;          /* search_run() shares its search (search_mpi_set_shared) */
+  SearchContext *root;       /* the search shared now, or NULL                        */
+  gboolean lost;             /* the sharing was given up                              */
+  gint64 task_evals;         /* counted by this rank's tasks since the last sync      */
+  gint64 task_cut;
+  int local_threads;
+  gint64 exchanges;
+  gint64 exchange_us;
+  gint64 exchange_cpu_ns;    /* CPU time of the thread waiting in them                */
+  char *note;
+#if PARASOL_HAVE_MPI
+  MPI_Comm comm;
+#endif
+} dist = { .rank = 0, .size = 1, .sharing = TRUE };
+
+int search_mpi_rank(void)
+{
+  return dist.rank;
+}
+
+int search_mpi_size(void)
+{
+  return dist.size;
+}
+
+void search_mpi_set_shared(gboolean shared)
+{
+  dist.sharing = shared;
+}
+
+const char *search_mpi_note(void)
+{
+  return dist.note;
+}
+
+void search_mpi_stats(gint64 *exchanges, double *seconds, double *cpu_seconds)
+{
+  if (exchanges)
+    *exchanges = dist.exchanges;
+  if (seconds)
+    *seconds = (double)dist.exchange_us / 1e6;
+  if (cpu_seconds)
+    *cpu_seconds = (double)dist.exchange_cpu_ns / 1e9;
+}
+
+/* The number of processes mpirun (Open MPI, MPICH/Hydra, Slurm's PMI) started, 1 if none. */
+static int launched_size(void)
+{
+  const char *vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS" };
+  for (guint i = 0; i < G_N_ELEMENTS(vars); i++) {
+    const char *v = g_getenv(vars[i]);
+    if (v && atoi(v) > 0)
+      return atoi(v);
+  }
+  return 1;
+}
+
+static void note(const char *fmt, ...) G_GNUC_PRINTF(1, 2) G_GNUC_UNUSED;
+static void note(const char *fmt, ...)
+{
+  if (dist.note)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  dist.note = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+}
+
+#if PARASOL_HAVE_MPI
+
+static gint64 thread_cpu_ns(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (gint64)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void finish(void)
+{
+  if (!dist.started || dist.finished)
+    return;
+  dist.finished = TRUE;
+  /* After a lost rank MPI_Finalize would wait for it: the process ends without it. */
+  if (dist.lost)
+    return;
+  MPI_Comm_free(&dist.comm);
+  MPI_Finalize();
+}
+
+gboolean search_mpi_start(GError **error)
+{
+  if (dist.started || launched_size() <= 1)
+    return TRUE;
+  int inited = 0, provided = 0;
+  MPI_Initialized(&inited);
+  if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED, "MPI_Init_thread failed");
+    return FALSE;
+  }
+  if (inited)
+    MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED,
+                "this MPI supports only single-threaded programs; a shared search calls MPI "
+                "from its search thread (MPI_THREAD_SERIALIZED or better is needed)");
+    return FALSE;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &dist.comm);
+  MPI_Comm_set_errhandler(dist.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(dist.comm, &dist.rank);
+  MPI_Comm_size(dist.comm, &dist.size);
+  dist.started = TRUE;
+  atexit(finish);
+  return TRUE;
+}
+
+/* Gives the sharing up: the search goes on (and ends) with what this rank has. */
+static void give_up(const char *why)
+{
+  dist.lost = TRUE;
+  note("rank %d gave the sharing up: %s; the search ended with the best found by this rank "
+       "and the exchanges before", dist.rank, why);
+  if (dist.root)
+    atomic_store(&dist.root->interrupted, 1);
+}
+
+/* Completes @req, polling: FALSE (the sharing given up) on an error, or when a signal came
+ * or the deadline passed and the others do not come within GIVE_UP_US. */
+static gboolean wait_for(MPI_Request *req)
+{
+  gint64 t0 = g_get_monotonic_time(), cpu0 = thread_cpu_ns();
+  gint64 since = 0;   /* when a signal or the deadline was first seen waiting */
+  for (int spins = 0;; spins++) {
+    int done = 0;
+    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      give_up("an exchange failed");
+      return FALSE;
+    }
+    if (done) {
+      dist.exchange_us += g_get_monotonic_time() - t0;
+      dist.exchange_cpu_ns += thread_cpu_ns() - cpu0;
+      return TRUE;
+    }
+    gint64 now = g_get_monotonic_time();
+    SearchContext *root = dist.root;
+    gboolean late = search_signals_seen() > 0 ||
+                    (root && root->deadline < G_MAXDOUBLE &&
+                     now >= root->t0 + (gint64)(root->deadline * 1e6));
+    if (late && since == 0)
+      since = now;
+    if (since > 0 &&
+        now - since > (search_signals_seen() ? SIGNAL_GIVE_UP_US : DEADLINE_GIVE_UP_US)) {
+      give_up(search_signals_seen() ? "the other ranks did not come to an exchange after a "
+                                      "signal"
+                                    : "the other ranks did not come to an exchange by the "
+                                      "deadline");
+      return FALSE;
+    }
+    /* Short waits first (an exchange usually completes within microseconds), then sleeps. */
+    if (spins > 64)
+      g_usleep(spins > 1024 ? 1000 : 100);
+  }
+}
+
+static gboolean allreduce(const void *in, void *out, int n, MPI_Datatype type, MPI_Op op)
+{
+  MPI_Request req;
+  if (MPI_Iallreduce(in, out, n, type, op, dist.comm, &req) != MPI_SUCCESS) {
+    give_up("an exchange failed");
+    return FALSE;
+  }
+  return wait_for(&req);
+}
+
+static gboolean allgather(const void *in, void *out, int bytes)
+{
+  MPI_Request req;
+  if (MPI_Iallgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, dist.comm, &req) != MPI_SUCCESS) {
+    give_up("an exchange failed");
+    return FALSE;
+  }
+  return wait_for(&req);
+}
+
+static gboolean bcast(void *buf, int n, MPI_Datatype type, int from)
+{
+  MPI_Request req;
+  if (MPI_Ibcast(buf, n, type, from, dist.comm, &req) != MPI_SUCCESS) {
+    give_up("an exchange failed");
+    return FALSE;
+  }
+  return wait_for(&req);
+}
+
+char **search_mpi_gather_text(const char *text)
+{
+  if (!dist.started || dist.lost || dist.size <= 1) {
+    char **one = g_new0(char *, 2);
+    one[0] = g_strdup(text);
+    return one;
+  }
+  int len = (int)strlen(text) + 1;
+  g_autofree int *lens = g_new0(int, dist.size);
+  g_autofree int *at = g_new0(int, dist.size);
+  MPI_Request req;
+  if (MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, dist.comm, &req) != MPI_SUCCESS ||
+      !wait_for(&req))
+    return NULL;
+  int total = 0;
+  for (int r = 0; r < dist.size; r++) {
+    at[r] = total;
+    total += lens[r];
+  }
+  g_autofree char *all = g_malloc(MAX(total, 1));
+  if (MPI_Igatherv(text, len, MPI_CHAR, all, lens, at, MPI_CHAR, 0, dist.comm, &req) !=
+        MPI_SUCCESS || !wait_for(&req))
+    return NULL;
+  if (dist.rank != 0)
+    return NULL;
+  char **out = g_new0(char *, dist.size + 1);
+  for (int r = 0; r < dist.size; r++)
+    out[r] = g_strdup(all + at[r]);
+  return out;
+}
+
+#else /* !PARASOL_HAVE_MPI */
+
+gboolean search_mpi_start(GError **error)
+{
+  if (launched_size() <= 1)
+    return TRUE;
+  g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+              "started by mpirun with %d processes, but this parasol was built without MPI "
+              "(meson option mpi, docs/distributed.md); run it alone", launched_size());
+  return FALSE;
+}
+
+char **search_mpi_gather_text(const char *text)
+{
+  char **one = g_new0(char *, 2);
+  one[0] = g_strdup(text);
+  return one;
+}
+
+#endif
+
+/* ---------------------------------------------------------------------------------- */
+/* A shared search                                                                    */
+
+/* The algorithms that divide their work among ranks: their every decision that leads to an
+ * exchange is agreed.  The others run whole on every rank. */
+static gboolean divides_work(const SearchAlgorithm *a)
+{
+  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert");
+}
+
+void search_dist_begin(SearchContext *root)
+{
+  dist.root = NULL;
+  if (!dist.started || dist.lost || !dist.sharing || dist.size <= 1 ||
+      !divides_work(root->algo) || *search_problem_get_rewrites(root->problem))
+    return;
+  dist.root = root;
+  dist.task_evals = dist.task_cut = 0;
+  dist.local_threads = MAX(1, (root->threads + dist.size - 1) / dist.size);
+}
+
+gboolean search_dist_on(const SearchContext *ctx)
+{
+  return dist.root && !dist.lost && ctx->root == dist.root &&
+         ctx->problem == dist.root->problem;
+}
+
+gboolean search_dist_mine(const SearchContext *ctx, int i)
+{
+  return !search_dist_on(ctx) || i % dist.size == dist.rank;
+}
+
+typedef struct {
+  const int *tasks;
+  int n;
+  atomic_int next;
+  void (*fn)(int i, gpointer data);
+  gpointer data;
+} Owned;
+
+static gpointer owned_worker(gpointer data)
+{
+  Owned *o = data;
+  for (;;) {
+    int k = atomic_fetch_add(&o->next, 1);
+    if (k >= o->n)
+      break;
+    o->fn(o->tasks[k], o->data);
+  }
+  return NULL;
+}
+
+void search_dist_parallel(SearchContext *ctx, int n, void (*fn)(int i, gpointer data),
+                          gpointer data)
+{
+  if (!search_dist_on(ctx)) {
+    search_context_parallel(ctx, n, fn, data);
+    return;
+  }
+  SearchContext *root = ctx->root;
+  g_autofree int *tasks = g_new(int, MAX(n, 1));
+  int mine = 0;
+  for (int i = dist.rank; i < n; i += dist.size)
+    tasks[mine++] = i;
+  gint64 e0 = atomic_load(&root->evals), c0 = atomic_load(&root->cut_evals);
+  Owned o = { .tasks = tasks, .n = mine, .fn = fn, .data = data };
+  atomic_init(&o.next, 0);
+  int workers = MIN(dist.local_threads, mine);
+  GThread **threads = g_new(GThread *, MAX(workers - 1, 1));
+  for (int w = 0; w < workers - 1; w++)
+    threads[w] = g_thread_new("search-worker", owned_worker, &o);
+  owned_worker(&o);
+  for (int w = 0; w < workers - 1; w++)
+    g_thread_join(threads[w]);
+  g_free(threads);
+  dist.task_evals += atomic_load(&root->evals) - e0;
+  dist.task_cut += atomic_load(&root->cut_evals) - c0;
+}
+
+#if PARASOL_HAVE_MPI
+
+void search_dist_share(const SearchContext *ctx, int n, void *base, size_t stride, size_t size)
+{
+  if (!search_dist_on(ctx) || n <= 0)
+    return;
+  /* Every rank contributes its tasks' bytes and zeros elsewhere: or'ed, each task's. */
+  g_autofree uint8_t *in = g_malloc0((gsize)n * size);
+  g_autofree uint8_t *out = g_malloc0((gsize)n * size);
+  for (int i = dist.rank; i < n; i += dist.size)
+    memcpy(in + (size_t)i * size, (uint8_t *)base + (size_t)i * stride, size);
+  if (!allreduce(in, out, (int)((size_t)n * size), MPI_BYTE, MPI_BOR))
+    return;
+  for (int i = 0; i < n; i++)
+    if (i % dist.size != dist.rank)
+      memcpy((uint8_t *)base + (size_t)i * stride, out + (size_t)i * size, size);
+}
+
+typedef struct {
+  double cost;
+  guint64 key;
+} Best;
+
+/* @c's best becomes the best of the ranks' (the smallest cost, then key, then rank). */
+static void exchange_best(SearchContext *c)
+{
+  SearchContext *root = c->root;
+  Best me;
+  g_mutex_lock(&root->lock);
+  me.cost = c->best_cost;
+  me.key = c->best ? c->best_key : G_MAXUINT64;
+  g_autofree char *json = c->best && c->best_problem == c->problem
+                            ? sim_strategy_to_json(c->best, c->problem->g) : NULL;
+  g_mutex_unlock(&root->lock);
+  g_autofree Best *all = g_new(Best, dist.size);
+  if (!allgather(&me, all, (int)sizeof me))
+    return;
+  int w = -1;
+  gboolean same = TRUE;
+  for (int r = 0; r < dist.size; r++) {
+    if (r > 0 && (all[r].cost != all[0].cost || all[r].key != all[0].key))
+      same = FALSE;
+    if (isfinite(all[r].cost) &&
+        (w < 0 || all[r].cost < all[w].cost ||
+         (all[r].cost == all[w].cost && all[r].key < all[w].key)))
+      w = r;
+  }
+  if (w < 0 || same)
+    return;
+  int len = dist.rank == w && json ? (int)strlen(json) + 1 : 0;
+  if (!bcast(&len, 1, MPI_INT, w) || len == 0)
+    return;
+  g_autofree char *text = dist.rank == w ? g_steal_pointer(&json) : g_malloc(len);
+  if (!bcast(text, len, MPI_CHAR, w))
+    return;
+  if (me.cost == all[w].cost && me.key == all[w].key)
+    return;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *from = g_strdup_printf("the best plan of rank %d", w);
+  g_autoptr(SimStrategy) s = sim_strategy_from_json(text, from, c->problem->g, c->problem->m,
+                                                    &error);
+  if (!s) {
+    give_up(error->message);
+    return;
+  }
+  search_context_record(c, c->problem, s, all[w].cost, all[w].key);
+}
+
+void search_dist_sync(SearchContext *ctx)
+{
+  if (!search_dist_on(ctx))
+    return;
+  SearchContext *root = ctx->root;
+  gint64 mine[2] = { dist.task_evals, dist.task_cut }, sum[2];
+  if (!allreduce(mine, sum, 2, MPI_INT64_T, MPI_SUM))
+    return;
+  atomic_fetch_add(&root->evals, sum[0] - mine[0]);
+  atomic_fetch_add(&root->cut_evals, sum[1] - mine[1]);
+  dist.task_evals = dist.task_cut = 0;
+  exchange_best(ctx);
+  if (ctx != root && search_dist_on(ctx))
+    exchange_best(root);
+  dist.exchanges++;
+}
+
+gboolean search_dist_any(const SearchContext *ctx, gboolean local)
+{
+  if (!search_dist_on(ctx))
+    return local;
+  int in = local ? 1 : 0, out = 0;
+  if (!allreduce(&in, &out, 1, MPI_INT, MPI_MAX))
+    return TRUE;
+  return out != 0;
+}
+
+gboolean search_dist_should_stop(const SearchContext *ctx)
+{
+  if (!search_dist_on(ctx))
+    return search_context_should_stop(ctx);
+  SearchContext *root = ctx->root;
+  /* [0]: this context stops; [1]: the whole search stops here (a signal, the deadline),
+   * with the signal and the rank (signal << 16 | rank). */
+  int sig = search_signals_first();
+  gboolean whole = atomic_load(&root->interrupted) || search_signals_seen() > 0 ||
+                   (root->watch && search_watch_fired(root->watch)) ||
+                   search_context_should_stop(root);
+  int in[3] = { search_context_should_stop(ctx) ? 1 : 0, whole ? 1 : 0,
+                sig > 0 ? (sig << 16) | dist.rank : 0 };
+  int out[3] = { 0, 0, 0 };
+  if (!allreduce(in, out, 3, MPI_INT, MPI_MAX))
+    return TRUE;
+  if (out[1] && !whole)
+    atomic_store(&root->interrupted, 1);
+  if (out[2] && !sig)
+    note("%s on rank %d: every rank stopped and the best plan of them all was kept",
+         (out[2] >> 16) == SIGTERM ? "SIGTERM" : (out[2] >> 16) == SIGINT ? "SIGINT"
+                                                                         : "a signal",
+         out[2] & 0xffff);
+  return out[0] != 0 || out[1] != 0;
+}
+
+#else /* !PARASOL_HAVE_MPI */
+
+void search_dist_share(const SearchContext *ctx, int n, void *base, size_t stride, size_t size)
+{
+}
+
+void search_dist_sync(SearchContext *ctx)
+{
+}
+
+gboolean search_dist_any(const SearchContext *ctx, gboolean local)
+{
+  return local;
+}
+
+gboolean search_dist_should_stop(const SearchContext *ctx)
+{
+  return search_context_should_stop(ctx);
+}
+
+#endif
+
+void search_dist_end(SearchContext *root)
+{
+  if (search_dist_on(root))
+    search_dist_sync(root);
+  dist.root = NULL;
+}

@@ -1,0 +1,132 @@
+#!/bin/sh
+# mpi.sh: searches and comparisons shared among MPI ranks (docs/distributed.md), run with
+# mpirun --oversubscribe on this machine.
+#  - With an evaluation budget, a seed and --threads, mcmc and expert write the same plan
+#    byte for byte, and report the same evaluations and iteration time, alone and on 2 and
+#    4 ranks; 2 and 4 ranks report that they shared the search (exchanges).
+#  - compare divides its runs over 3 ranks: each run ends (the CSV's last line for it) with
+#    the evaluations and best time of the same run made by a single process (the lines
+#    before depend on how its threads were timed, alone as on the ranks).
+#  - SIGTERM to rank 1 alone stops every rank: rank 0 says so, writes a plan, exits 0.
+#  - SIGKILL of rank 1: mpirun ends the job; rank 0 writes its plan first.
+# PARASOL names the program, MPIRUN mpirun.
+set -u
+P=${PARASOL:-build/cli/parasol}
+MPIRUN=${MPIRUN:-mpirun}
+# CI runs as root, which Open MPI refuses without these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Several ranks on few cores, polling in their exchanges: yield the cores rather than spin.
+export OMPI_MCA_mpi_yield_when_idle=1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+bad=0
+fail() {
+  echo "FAIL: $*"
+  bad=$((bad + 1))
+}
+run() {  # run NP ARGS...: parasol alone (NP 1) or under mpirun
+  np=$1
+  shift
+  if [ "$np" = 1 ]; then
+    "$P" "$@"
+  else
+    "$MPIRUN" --oversubscribe -np "$np" "$P" "$@"
+  fi
+}
+field() {  # field FILE KEY: a top-level member of a JSON file
+  python3 -c "import json,sys; print(repr(json.load(open(sys.argv[1]))[sys.argv[2]]))" "$1" "$2"
+}
+
+MODEL="--model gpt --param layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16"
+for algo in mcmc expert; do
+  for np in 1 2 4; do
+    if ! run "$np" search --algo "$algo" $MODEL --machine dgx-a100 --budget 1200evals \
+           --threads 4 --seed 7 --own -q --json --out "$dir/$algo-$np.json" \
+           >"$dir/$algo-$np.out" 2>"$dir/$algo-$np.err"; then
+      fail "$algo on $np ranks: $(tail -c 400 "$dir/$algo-$np.err")"
+      continue
+    fi
+    [ "$(field "$dir/$algo-$np.out" ranks)" = "$np" ] ||
+      fail "$algo on $np ranks: the report says $(field "$dir/$algo-$np.out" ranks) ranks"
+  done
+  for np in 2 4; do
+    [ -f "$dir/$algo-$np.json" ] || continue
+    cmp -s "$dir/$algo-1.json" "$dir/$algo-$np.json" ||
+      fail "$algo: the plan of $np ranks differs from one process's"
+    for key in evals iteration_time_s search_iteration_time_s; do
+      a=$(field "$dir/$algo-1.out" $key)
+      b=$(field "$dir/$algo-$np.out" $key)
+      [ "$a" = "$b" ] || fail "$algo: $key $b on $np ranks, $a alone"
+    done
+  done
+  echo "$algo: the same plan alone and on 2 and 4 ranks"
+done
+# The shared search did exchange (the text report counts the exchanges).
+run 2 search --algo mcmc $MODEL --machine dgx-a100 --budget 600evals --threads 2 --own \
+    >"$dir/text.out" 2>/dev/null || fail "mcmc on 2 ranks, text report"
+grep -Eq '^  ranks +2 \(MPI\), [1-9][0-9]* exchanges' "$dir/text.out" ||
+  fail "mcmc on 2 ranks: no exchanges reported: $(grep ranks "$dir/text.out")"
+
+# compare: the runs divided over 3 ranks, the same CSV but for wall_s.
+for np in 1 3; do
+  run "$np" compare --algos mcmc,expert,dp --seeds 2 $MODEL --machine dgx-a100 \
+      --budget 300evals --threads 2 -q --json --out "$dir/cmp-$np" \
+      >"$dir/cmp-$np.out" 2>"$dir/cmp-$np.err" ||
+    fail "compare on $np ranks: $(tail -c 400 "$dir/cmp-$np.err")"
+  awk -F, 'NR > 1 { last[$1 "," $2] = $4 "," $5 } END { for (k in last) print k "," last[k] }' \
+      "$dir/cmp-$np.csv" 2>/dev/null | sort >"$dir/cmp-$np.rows"
+done
+[ "$(wc -l <"$dir/cmp-1.rows")" = 6 ] || fail "compare alone: not 6 runs in its CSV"
+cmp -s "$dir/cmp-1.rows" "$dir/cmp-3.rows" ||
+  fail "compare: the runs of 3 ranks differ from one process's: $(diff "$dir/cmp-1.rows" "$dir/cmp-3.rows" | head -5)"
+echo "compare: the same runs alone and on 3 ranks"
+
+# rank_pid MPIRUN_PID RANK: the process of that rank.
+rank_pid() {
+  for c in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$c"
+      return
+    fi
+  done
+}
+# A signal to rank 1 alone, then its death: rank 0 writes the plan each time.
+for sig in TERM KILL; do
+  rm -f "$dir/sig.json"
+  "$MPIRUN" --oversubscribe -np 2 "$P" search $MODEL --machine dgx-a100 --budget 60s -q \
+            --out "$dir/sig.json" >"$dir/sig.out" 2>"$dir/sig.err" &
+  mp=$!
+  pid=""
+  # Until rank 1 has started (at most 30 s), then into the search.
+  for _ in $(seq 60); do
+    sleep 0.5
+    pid=$(rank_pid "$mp" 1)
+    [ -n "$pid" ] && break
+  done
+  sleep 3
+  if [ -z "$pid" ]; then
+    fail "SIG$sig: no rank 1 found"
+    kill "$mp" 2>/dev/null
+    wait "$mp"
+    continue
+  fi
+  kill -"$sig" "$pid"
+  wait "$mp"
+  status=$?
+  [ -s "$dir/sig.json" ] || fail "SIG$sig to rank 1: no plan written: $(tail -c 400 "$dir/sig.err")"
+  if [ "$sig" = TERM ]; then
+    [ "$status" = 0 ] || fail "SIGTERM to rank 1: status $status"
+    grep -q "SIGTERM on rank 1" "$dir/sig.err" ||
+      fail "SIGTERM to rank 1: not reported: $(tail -c 400 "$dir/sig.err")"
+  else
+    grep -q "gave the sharing up" "$dir/sig.err" ||
+      fail "SIGKILL of rank 1: not reported: $(tail -c 400 "$dir/sig.err")"
+  fi
+  echo "SIG$sig of rank 1: rank 0 wrote its plan"
+done
+
+if [ "$bad" -gt 0 ]; then
+  echo "$bad failures"
+  exit 1
+fi
+echo "all passed"
