@@ -49,7 +49,7 @@ static double median(double *v, int n)
 /* Under mpirun the runs are divided among the ranks by index (docs/distributed.md): rank 0
  * gets the others' (their figures, improvements and CSV lines as text, doubles in hex)
  * and puts every run in its place, in the order one process makes them. */
-static gboolean gather_runs(GPtrArray *algos, int seeds, Run *runs, int *n_runs, GError **error)
+static void gather_runs(GPtrArray *algos, int seeds, Run *runs, int *n_runs)
 {
   g_autoptr(GString) t = g_string_new(NULL);
   for (int i = 0; i < *n_runs; i++) {
@@ -64,11 +64,12 @@ static gboolean gather_runs(GPtrArray *algos, int seeds, Run *runs, int *n_runs,
   }
   g_auto(GStrv) all = search_mpi_gather_text(t->str);
   if (search_mpi_rank() > 0)
-    return TRUE;
+    return;
   if (!all) {
-    g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED, "%s", search_mpi_note()
-                ? search_mpi_note() : "the runs of the other ranks did not come");
-    return FALSE;
+    /* A rank lost, or a signal while waiting for the others: rank 0's runs are kept. */
+    g_printerr("parasol compare: %s; the results are rank 0's runs only\n",
+               search_mpi_note() ? search_mpi_note() : "the other ranks' runs did not come");
+    return;
   }
   int total = (int)algos->len * seeds;
   g_autofree Run *placed = g_new0(Run, total);
@@ -112,7 +113,6 @@ static gboolean gather_runs(GPtrArray *algos, int seeds, Run *runs, int *n_runs,
     if (placed[i].points)
       runs[n++] = placed[i];
   *n_runs = n;
-  return TRUE;
 }
 
 /* Whether @a reads option @key ("key=value"), or the algorithm its "inner" option names
@@ -455,8 +455,8 @@ int cmd_compare(int argc, char **argv)
       }
     }
   }
-  if (search_mpi_size() > 1 && !gather_runs(algos, seeds, runs, &n_runs, &error))
-    goto fail;
+  if (search_mpi_size() > 1)
+    gather_runs(algos, seeds, runs, &n_runs);
   if (search_mpi_rank() > 0)
     goto done;
   for (int i = 0; i < n_runs; i++)

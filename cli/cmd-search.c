@@ -229,6 +229,8 @@ int cmd_search(int argc, char **argv)
     goto fail;
   if (!writer)
     goto done;
+  /* What rank 0 simulates from here (the yardsticks) it simulates alone. */
+  search_mpi_set_shared(FALSE);
   if (search_mpi_note())
     g_printerr("parasol search: %s\n", search_mpi_note());
 
@@ -458,9 +460,10 @@ int cmd_search(int argc, char **argv)
     if (search_result_get_prediction(result, &predicted, &pred_sim)) {
       g_autofree char *t_p = cli_format_time(predicted);
       g_autofree char *t_s = cli_format_time(pred_sim);
+      double gap = 100.0 * (predicted - pred_sim) / pred_sim;
       if (isfinite(pred_sim))
-        printf("  cost model          %s predicted for its plan, %s simulated (%+.0f%%)\n", t_p,
-               t_s, 100.0 * (predicted - pred_sim) / pred_sim);
+        printf("  cost model          %s predicted for its plan, %s simulated (%.0f%% %s)\n",
+               t_p, t_s, fabs(gap), gap >= 0 ? "over" : "under");
       else
         printf("  cost model          %s predicted for its plan, which does not fit when "
                "simulated\n", t_p);

@@ -48,6 +48,8 @@ gboolean profile_work_is_compute(const SimWork *w);
 
 /* The median of @n values (sorts them). */
 double profile_median(double *v, int n);
+/* strcmp() of two char * held in an array, for qsort() and g_ptr_array_sort() (db.c). */
+int profile_compare_strings(const void *a, const void *b);
 
 /* The CUDA part (profile/cuda), or stand-ins that fail when the build has none. */
 ProfileRunner *profile_cuda_runner_new(int device, const char *device_name, GError **error);

@@ -463,7 +463,8 @@ static GArray *stage_cands(const SearchProblem *p, SearchEstimate *e, int op, in
 }
 
 SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, const int *ops,
-                                 int n_ops, int mesh, int mb, int max_cands, GArray **cands)
+                                 int n_ops, int mesh, int mb, int max_cands, GArray **cands,
+                                 gboolean (*stop)(gpointer data), gpointer data)
 {
   g_autofree int *k = g_new(int, MAX(n_ops, 1));
   g_autofree int *var_of = g_new(int, MAX(p->n_ops, 1));
@@ -490,6 +491,11 @@ SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, cons
       }
     }
   for (int ed = 0; ed < search_estimate_n_edges(e); ed++) {
+    /* Pricing the edges of a large submesh takes a while: the search may stop meanwhile. */
+    if (stop && stop(data)) {
+      search_ilp_free(ilp);
+      return NULL;
+    }
     int a, b;
     search_estimate_edge_ends(e, ed, &a, &b);
     int u = var_of[a], v = var_of[b];
@@ -649,8 +655,17 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
   int n = (int)opsa->len;
   gint64 t0 = g_get_monotonic_time();
   GArray **cands = g_new0(GArray *, MAX(n, 1));
+  AlpaStop stop = { al };
   SearchIlp *ilp = search_alpa_stage_ilp(p, al->e, (const int *)opsa->data, n, al->mesh[m], mb,
-                                         al->max_cands, cands);
+                                         al->max_cands, cands, alpa_should_stop, &stop);
+  if (!ilp) {
+    /* Stopped while it was being built: the stage stays unsolved. */
+    for (int v = 0; v < n; v++)
+      g_array_unref(cands[v]);
+    g_free(cands);
+    g_array_unref(opsa);
+    return;
+  }
   if (st->done && st->unbound && st->n_ops == n && same_cands(st->cands, cands, n)) {
     /* The same program with more room for activations (more micro-batches): the optimum
      * that memory did not bind stands, its latency per micro-batch scales. */
@@ -676,7 +691,6 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
     double left = al->ilp_deadline - search_context_elapsed(al->ctx);
     seconds = MIN(seconds, MAX(0.2, share * left / MAX(remaining, 1)));
   }
-  AlpaStop stop = { al };
   StopHook hook = { alpa_should_stop, &stop, .shortcut = al->shortcut };
   double obj = INFINITY;
   gint64 t1 = g_get_monotonic_time();

@@ -4,7 +4,9 @@
  * step tries every candidate configuration of the next operator in each of the k best
  * partial strategies, simulates the results (delta simulation) and keeps the k best.  The
  * partial strategies of a step are simulated on the worker threads, each with its share of
- * the evaluations.  The best strategy is then refined by local search. */
+ * the evaluations (and divided among MPI ranks, distributed.h).  The best strategy is then
+ * refined by local search. */
+#include "distributed.h"
 #include "search-private.h"
 
 #include <string.h>
@@ -113,7 +115,7 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     }
   }
 
-  for (int op = 0; op < n && !search_context_should_stop(ctx); op++) {
+  for (int op = 0; op < n && !search_dist_should_stop(ctx); op++) {
     int total = search_problem_n_configs(p, op);
     if (total <= 1)
       continue;
@@ -138,7 +140,12 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     for (int b = 0; b < n_beam; b++)
       if (left != G_MAXINT64)
         st.shares[b] = MAX(1, left / n_beam + (b < left % n_beam ? 1 : 0));
-    search_context_parallel(ctx, n_beam, step_task, &st);
+    /* Under MPI the partial strategies are divided among the ranks, which then hold every
+     * row of costs and the evaluations of all (distributed.h). */
+    search_dist_parallel(ctx, n_beam, step_task, &st);
+    search_dist_share(ctx, n_beam, st.costs, (size_t)nc * sizeof(double),
+                      (size_t)nc * sizeof(double));
+    search_dist_sync(ctx);
 
     GArray *trials = g_array_new(FALSE, FALSE, sizeof(Trial));
     for (int b = 0; b < n_beam; b++)
@@ -184,7 +191,7 @@ static gboolean beam_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     }
   }
 
-  if (polish && !search_context_should_stop(ctx)) {
+  if (polish && !search_dist_should_stop(ctx)) {
     GArray **lists = g_new(GArray *, MAX(n, 1));
     for (int op = 0; op < n; op++)
       lists[op] = search_polish_candidates(p, e, op, max_cands);

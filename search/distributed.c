@@ -108,6 +108,8 @@ static gint64 thread_cpu_ns(void)
   return (gint64)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+static gboolean wait_for(MPI_Request *req);
+
 static void finish(void)
 {
   if (!dist.started || dist.finished)
@@ -115,6 +117,11 @@ static void finish(void)
   dist.finished = TRUE;
   /* After a lost rank MPI_Finalize would wait for it: the process ends without it. */
   if (dist.lost)
+    return;
+  /* The ranks that finish first (all but rank 0, which writes the results) wait here,
+   * asleep, rather than in MPI_Finalize, which polls. */
+  MPI_Request req;
+  if (MPI_Ibarrier(dist.comm, &req) != MPI_SUCCESS || !wait_for(&req))
     return;
   MPI_Comm_free(&dist.comm);
   MPI_Finalize();
@@ -191,7 +198,7 @@ static gboolean wait_for(MPI_Request *req)
     }
     /* Short waits first (an exchange usually completes within microseconds), then sleeps. */
     if (spins > 64)
-      g_usleep(spins > 1024 ? 1000 : 100);
+      g_usleep(spins > 4096 ? 10000 : spins > 1024 ? 1000 : 100);
   }
 }
 
@@ -284,7 +291,8 @@ char **search_mpi_gather_text(const char *text)
  * exchange is agreed.  The others run whole on every rank. */
 static gboolean divides_work(const SearchAlgorithm *a)
 {
-  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert");
+  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert") || !strcmp(a->name, "beam") ||
+         !strcmp(a->name, "megatron");
 }
 
 void search_dist_begin(SearchContext *root)

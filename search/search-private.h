@@ -377,9 +377,11 @@ SearchIlpStatus search_ilp_solve(const SearchIlp *ilp, double seconds, int *choi
                                  double *objective);
 /* The program of one pipeline stage: the ops @ops on a submesh of @mesh devices (the
  * problem's first), @mb micro-batches, at most @max_cands candidates each (their
- * configuration indices go to @cands[v], transfer full). */
+ * configuration indices go to @cands[v], transfer full).  NULL when @stop (may be NULL)
+ * returned TRUE while it was being built. */
 SearchIlp *search_alpa_stage_ilp(const SearchProblem *p, SearchEstimate *e, const int *ops,
-                                 int n_ops, int mesh, int mb, int max_cands, GArray **cands);
+                                 int n_ops, int mesh, int mb, int max_cands, GArray **cands,
+                                 gboolean (*stop)(gpointer data), gpointer data);
 
 /* Alpa's inter-stage dynamic program: layers 0..@L-1 cut into consecutive stages, stage
  * s on a submesh of mesh[plan->mesh[s]] devices, the submeshes covering @N devices

@@ -23,7 +23,10 @@
  * operator's activation; RMSNorm written out (Pow, ReduceMean, Add, Sqrt, a reciprocal,
  * Mul by x and by the weight) becomes one rmsnorm and GELU's tanh approximation written out
  * one GELU (fuse_pointwise()); a SwiGLU MLP becomes one gated_mlp (fuse_swiglu()); Pad before a pooling or convolution becomes its padding;
- * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; masks and
+ * Flatten is a reshape; GlobalAveragePool a pooling over the whole image; Clip to [0, 6]
+ * a relu6; 1-D convolutions and poolings 1 x k windows between reshapes (as_2d());
+ * a learned tensor used as data (a ViT's class token) an embedding of its rows
+ * (learned_tensor()); Expand of a computed tensor copies joined by a concat; masks and
  * positions computed from constants are inputs of their shape.  An operator outside
  * this mapping is an error that names the node and its type; sim_onnx_check() lists the
  * operator types the importer does not know (docs/import.md). */
@@ -400,6 +403,16 @@ static gboolean tensor_of(Importer *im, const Onnx__NodeProto *n, int i, int *ou
     lead.ndim = MAX(v->shape.ndim - 1, 1);
     if (v->shape.ndim <= 1)
       lead.dims[0] = 1;
+    /* Added to (or joined with) a batch of samples, it is read once per sample, as its
+     * broadcast is: the operator then splits over the samples as the others do. */
+    for (size_t j = 0; v->shape.ndim >= 2 && v->shape.dims[0] == 1 && j < n->n_input; j++) {
+      Value *o = (int)j == i ? NULL : value_get(im, n->input[j]);
+      if (o && o->kind == V_TENSOR) {
+        SimShape os = sim_graph_tensor_shape(im->g, o->tensor);
+        if (os.ndim == v->shape.ndim && os.dims[0] > 1)
+          lead.dims[0] = os.dims[0];
+      }
+    }
     int t = learned_tensor(im, n, name, v, &lead);
     if (t < 0)
       return FALSE;
@@ -944,11 +957,24 @@ static gboolean spatial_attrs(Importer *im, const Onnx__NodeProto *n, Value *in,
     return fail(im, n, SIM_ERROR_INVALID, "auto_pad %s is not supported; export with explicit "
                 "pads", auto_pad);
   int nk = attr_ints(n, "kernel_shape", k, 4);
-  if (kernel && nk != 2 && nk != 0)
-    return fail(im, n, SIM_ERROR_INVALID, "a %d-dimensional kernel; only 2-D is supported", nk);
+  gboolean one = in->kind == V_TENSOR && sim_graph_tensor_shape(im->g, in->tensor).ndim == 3;
+  if (kernel && nk != (one ? 1 : 2) && nk != 0)
+    return fail(im, n, SIM_ERROR_INVALID, "a %d-dimensional kernel over a tensor of rank %d; "
+                "only 1-D and 2-D are supported", nk, one ? 3 : 4);
   attr_ints(n, "strides", s, 4);
   int np = attr_ints(n, "pads", p, 8);
   attr_ints(n, "dilations", d, 4);
+  if (one) {
+    /* A 1-D window over [n, c, length] is a 1 x k window over [n, c, 1, length]. */
+    if (np == 2 && p[0] != p[1])
+      return fail(im, n, SIM_ERROR_INVALID, "asymmetric pads [%" G_GINT64_FORMAT ", %"
+                  G_GINT64_FORMAT "] are not supported", p[0], p[1]);
+    k[1] = k[0], k[0] = 1;
+    s[1] = s[0], s[0] = 1;
+    p[1] = p[3] = p[0], p[0] = p[2] = 0;
+    d[1] = d[0], d[0] = 1;
+    np = 4;
+  }
   if (np == 4 && (p[0] != p[2] || p[1] != p[3]))
     return fail(im, n, SIM_ERROR_INVALID, "asymmetric pads [%" G_GINT64_FORMAT ", %"
                 G_GINT64_FORMAT ", %" G_GINT64_FORMAT ", %" G_GINT64_FORMAT "] are not "
@@ -962,6 +988,35 @@ static gboolean spatial_attrs(Importer *im, const Onnx__NodeProto *n, Value *in,
       dilation[i] = (int)d[i];
   }
   return TRUE;
+}
+
+/* A tensor [n, c, length] as [n, c, 1, length] for the 2-D operators (Conv1d,
+ * MaxPool1d); 4-D tensors pass unchanged.  -1 on error. */
+static int as_2d(Importer *im, const Onnx__NodeProto *n, int index, int x)
+{
+  SimShape s = sim_graph_tensor_shape(im->g, x);
+  if (s.ndim == 4)
+    return x;
+  if (s.ndim != 3) {
+    fail(im, n, SIM_ERROR_INVALID, "the input has rank %d; 1-D and 2-D windows take [n, c, "
+         "length] or [n, c, h, w]", s.ndim);
+    return -1;
+  }
+  g_autofree char *name = op_name(im, n, index, "/2d");
+  int t = sim_graph_reshape(im->g, name, x, 4,
+                            (int64_t[]){ s.dims[0], s.dims[1], 1, s.dims[2] });
+  return built(im, n, t) ? t : -1;
+}
+
+/* The output @y of a 2-D operator back to [n, c, length] where its input @x had rank 3. */
+static int from_2d(Importer *im, const Onnx__NodeProto *n, int index, int x, int y)
+{
+  if (y < 0 || sim_graph_tensor_shape(im->g, x).ndim == 4)
+    return y;
+  SimShape s = sim_graph_tensor_shape(im->g, y);
+  g_autofree char *name = op_name(im, n, index, "/1d");
+  int t = sim_graph_reshape(im->g, name, y, 3, (int64_t[]){ s.dims[0], s.dims[1], s.dims[3] });
+  return built(im, n, t) ? t : -1;
 }
 
 static gboolean padded_tensor(Importer *im, const Onnx__NodeProto *n, Value **v)
@@ -1149,9 +1204,10 @@ static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
   if (!result || strcmp(gr->node[result_node]->op_type, "Constant") == 0)
     goto out;
   /* Queries, keys and values [b, s, E] in the order the module reads them; a square
-   * [s, s] mask. */
+   * [s, s] mask; a key padding mask [b, s_kv]. */
   int qkv[3], nq = 0;
   gboolean causal = FALSE;
+  SimShape padding = { .ndim = 0 };
   for (guint k = 0; k < data->len; k++) {
     Value *v = value_get(im, data->pdata[k]);
     SimShape sh = shape_of(im, v);
@@ -1159,6 +1215,8 @@ static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
       qkv[nq++] = v->tensor;
     } else if (sh.ndim == 2 && sh.dims[0] == sh.dims[1]) {
       causal = TRUE;
+    } else if (sh.ndim == 2 && padding.ndim == 0) {
+      padding = sh;
     } else {
       goto out;
     }
@@ -1171,6 +1229,10 @@ static gboolean fuse_attention(Importer *im, int index, gboolean *fused)
     qkv[2] = qkv[1];
   SimShape q = sim_graph_tensor_shape(im->g, qkv[0]), kv = sim_graph_tensor_shape(im->g, qkv[1]);
   if (q.dims[0] != kv.dims[0])
+    goto out;
+  /* A key padding mask hides keys of each sample; the kernels compute the scores of all
+   * of them all the same, so the work is the unmasked attention's. */
+  if (padding.ndim && (padding.dims[0] != q.dims[0] || padding.dims[1] != kv.dims[1]))
     goto out;
   if (causal && q.dims[1] != kv.dims[1])
     causal = FALSE;
@@ -1640,11 +1702,13 @@ static gboolean import_node(Importer *im, int index)
     Value *w = leaf_input(im, n, 1, "filter");
     if (!w)
       return FALSE;
-    if (w->shape.ndim != 4)
-      return fail(im, n, SIM_ERROR_INVALID, "only 2-D convolutions (a filter of rank 4) are "
-                  "supported");
-    SimConvParams p = sim_conv_params(w->shape.dims[0], (int)w->shape.dims[2],
-                                      (int)w->shape.dims[3]);
+    if (w->shape.ndim != 4 && w->shape.ndim != 3)
+      return fail(im, n, SIM_ERROR_INVALID, "only 1-D and 2-D convolutions (a filter of rank 3 "
+                  "or 4) are supported");
+    /* Conv1d is a 1 x k convolution over [n, c, 1, length], with the same weights. */
+    gboolean one = w->shape.ndim == 3;
+    SimConvParams p = sim_conv_params(w->shape.dims[0], one ? 1 : (int)w->shape.dims[2],
+                                      (int)w->shape.dims[one ? 2 : 3]);
     int kernel[2];
     if (!spatial_attrs(im, n, x, kernel, p.stride, p.padding, p.dilation))
       return FALSE;
@@ -1654,8 +1718,13 @@ static gboolean import_node(Importer *im, int index)
       return FALSE;
     const char *after = fold_relu(im, out, &p.activation);
     g_autofree char *name = op_name(im, n, index, NULL);
-    int t = sim_graph_conv2d(im->g, name, x->tensor, &p);
+    int x2 = as_2d(im, n, index, x->tensor);
+    if (x2 < 0)
+      return FALSE;
+    int t = sim_graph_conv2d(im->g, name, x2, &p);
     if (!built(im, n, t))
+      return FALSE;
+    if ((t = from_2d(im, n, index, x->tensor, t)) < 0)
       return FALSE;
     set_tensor(im, after, t);
     return TRUE;
@@ -1674,31 +1743,33 @@ static gboolean import_node(Importer *im, int index)
     g_autoptr(SimAttrs) a = sim_attrs_new(SIM_OP_POOL2D);
     g_autoptr(GError) err = NULL;
     int64_t kernel[2] = { k[0], k[1] }, stride[2] = { s[0], s[1] }, pad[2] = { p[0], p[1] };
-    int opid = -1;
+    int opid = -1, x2 = as_2d(im, n, index, x->tensor);
+    if (x2 < 0)
+      return FALSE;
     if (sim_attrs_set_string(a, "kind", op[0] == 'M' ? "max" : "avg", &err) &&
         sim_attrs_set_ints(a, "kernel", 2, kernel, &err) &&
         sim_attrs_set_ints(a, "stride", 2, stride, &err) &&
         sim_attrs_set_ints(a, "padding", 2, pad, &err) &&
         sim_attrs_set_int(a, "ceil_mode", attr_int(n, "ceil_mode", 0) != 0, &err))
-      opid = sim_graph_add_op(im->g, SIM_OP_POOL2D, name, 1, &x->tensor, a, &err);
+      opid = sim_graph_add_op(im->g, SIM_OP_POOL2D, name, 1, &x2, a, &err);
     if (opid < 0)
       return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
-    int t = sim_graph_op_output(im->g, opid, 0);
+    int t = from_2d(im, n, index, x->tensor, sim_graph_op_output(im->g, opid, 0));
+    if (t < 0)
+      return FALSE;
     set_tensor(im, out, t);
     return TRUE;
   }
   if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
-    int x;
-    if (!tensor_of(im, n, 0, &x))
+    int x0, x;
+    if (!tensor_of(im, n, 0, &x0) || (x = as_2d(im, n, index, x0)) < 0)
       return FALSE;
     SimShape s = sim_graph_tensor_shape(im->g, x);
-    if (s.ndim != 4)
-      return fail(im, n, SIM_ERROR_INVALID, "only images [n, c, h, w] are supported");
     int kh = (int)s.dims[2], kw = (int)s.dims[3];
     g_autofree char *name = op_name(im, n, index, NULL);
     int t = sim_graph_pool2d(im->g, name, x, op[6] == 'A' ? SIM_POOL_AVG : SIM_POOL_MAX, kh, kw,
                              kh, kw, 0, 0);
-    if (!built(im, n, t))
+    if (!built(im, n, t) || (t = from_2d(im, n, index, x0, t)) < 0)
       return FALSE;
     set_tensor(im, out, t);
     return TRUE;
@@ -1906,6 +1977,47 @@ static gboolean import_node(Importer *im, int index)
     if (opid < 0)
       return fail(im, n, SIM_ERROR_INVALID, "%s", err->message);
     set_tensor(im, out, sim_graph_op_output(im->g, opid, 0));
+    return TRUE;
+  }
+  if (!strcmp(op, "Expand") && in0->kind == V_TENSOR) {
+    /* A computed tensor stretched along dimensions of size 1 (the keys and values of
+     * grouped-query attention, x[:, :, None].expand(...) then a reshape): copies of it
+     * joined along each such dimension, the copy that the reshape after it makes. */
+    int64_t dims[SIM_MAX_DIMS];
+    int nd = 0;
+    if (!const_ints(im, n, 1, dims, &nd, SIM_MAX_DIMS))
+      return FALSE;
+    int t = in0->tensor;
+    SimShape a = sim_graph_tensor_shape(im->g, t);
+    if (nd > a.ndim) {
+      int64_t lead[SIM_MAX_DIMS];
+      int extra = nd - a.ndim;
+      for (int d = 0; d < nd; d++)
+        lead[d] = d < extra ? 1 : a.dims[d - extra];
+      g_autofree char *name = op_name(im, n, index, "/rank");
+      t = sim_graph_reshape(im->g, name, t, nd, lead);
+      if (!built(im, n, t))
+        return FALSE;
+      a = sim_graph_tensor_shape(im->g, t);
+    }
+    for (int d = 0; d < a.ndim; d++) {
+      int64_t want = d - (a.ndim - nd) >= 0 ? dims[d - (a.ndim - nd)] : 1;
+      if (want == a.dims[d] || want == 1 || want == -1)
+        continue;
+      if (a.dims[d] != 1 || want > 64)
+        return fail(im, n, SIM_ERROR_INVALID, "dimension %d of size %" G_GINT64_FORMAT
+                    " cannot stretch to %" G_GINT64_FORMAT " (only size 1, to at most 64)",
+                    d, a.dims[d], want);
+      int copies[64];
+      for (int64_t c = 0; c < want; c++)
+        copies[c] = t;
+      g_autofree char *name = op_name(im, n, index, NULL);
+      g_autofree char *uname = free_name(im, name);
+      t = sim_graph_concat(im->g, uname, d, (int)want, copies);
+      if (!built(im, n, t))
+        return FALSE;
+    }
+    set_tensor(im, out, t);
     return TRUE;
   }
   if (!strcmp(op, "Expand") && is_learned(in0)) {

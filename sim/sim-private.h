@@ -225,6 +225,8 @@ typedef struct {
 } SimOpClass;
 
 const SimOpClass *sim_op_class(SimOpType type);
+/* The index of attribute @name in @c's specification, or -1 (sim/attrs.c). */
+int sim_op_class_attr_index(const SimOpClass *c, const char *name);
 
 /* Helpers for classes. */
 int64_t sim_op_attr_int(const SimOp *op, const char *name);
@@ -232,6 +234,20 @@ double sim_op_attr_float(const SimOp *op, const char *name);
 const SimAttrValue *sim_op_attr(const SimOp *op, const char *name);
 /* The product of @extent over the dimensions of the iteration space. */
 int64_t sim_extent_volume(const SimOp *op, const int64_t *extent);
+/* The length of tensor dimension @m spans for a shard of extents @extent, at most the
+ * dimension's @size. */
+static inline int64_t sim_map_dim_len(const SimDimMap *m, int64_t size,
+                                      const int64_t *extent)
+{
+  if (m->dim < 0)
+    return size;
+  if (extent[m->dim] <= 0 || (m->kdim >= 0 && extent[m->kdim] <= 0))
+    return 0;
+  int64_t len = (extent[m->dim] - 1) * m->stride + 1;
+  if (m->kdim >= 0)
+    len += (extent[m->kdim] - 1) * m->dilation;
+  return MIN(len, size);
+}
 /* The number of elements of @map's tensor touched by a shard of extents @extent: the
  * product over mapped dimensions of the extent (identity maps) or of the projected range,
  * and of the full size for unmapped dimensions. */

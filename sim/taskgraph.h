@@ -233,6 +233,9 @@ void sim_taskgraph_block_reserve(SimTaskGraph *tg, int block, int n_tasks, int n
  * a task added to a block that was filled before, or a block cleared, ends the sharing
  * (every block gets its own array again), which costs time, not correctness. */
 void sim_taskgraph_share_tasks(SimTaskGraph *tg);
+/* Ends the sharing: every block takes its tasks into its own array (the assembly does
+ * when blocks were freed; taskgraph-assemble.c). */
+void sim_taskgraph_unshare_tasks(SimTaskGraph *tg);
 /* A block's tasks and their number, shared or not. */
 static inline guint sim_block_n_tasks(const SimTaskBlock *b)
 {

@@ -21,6 +21,7 @@ if [ -z "$pc" ]; then
   exit 1
 fi
 for f in include/parasol/parasol.h include/parasol/parasol-sim.h \
+         include/parasol/parasol-sim-core.h include/parasol/parasol-sim-plan.h \
          include/parasol/parasol-search.h include/parasol/parasol-profile.h \
          include/parasol/parasol-exec.h bin/parasol; do
   if [ -z "$(find "$root" -path "*/$f")" ]; then

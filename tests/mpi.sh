@@ -1,9 +1,10 @@
 #!/bin/sh
 # mpi.sh: searches and comparisons shared among MPI ranks (docs/distributed.md), run with
 # mpirun --oversubscribe on this machine.
-#  - With an evaluation budget, a seed and --threads, mcmc and expert write the same plan
+#  - With an evaluation budget, a seed and --threads, mcmc, expert, beam and megatron write the same plan
 #    byte for byte, and report the same evaluations and iteration time, alone and on 2 and
 #    4 ranks; 2 and 4 ranks report that they shared the search (exchanges).
+#  - With a budget of one evaluation rank 0 simulates the yardsticks alone, and finishes.
 #  - compare divides its runs over 3 ranks: each run ends (the CSV's last line for it) with
 #    the evaluations and best time of the same run made by a single process (the lines
 #    before depend on how its threads were timed, alone as on the ranks).
@@ -38,7 +39,7 @@ field() {  # field FILE KEY: a top-level member of a JSON file
 }
 
 MODEL="--model gpt --param layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16"
-for algo in mcmc expert; do
+for algo in mcmc expert beam megatron; do
   for np in 1 2 4; do
     if ! run "$np" search --algo "$algo" $MODEL --machine dgx-a100 --budget 1200evals \
            --threads 4 --seed 7 --own -q --json --out "$dir/$algo-$np.json" \
@@ -61,6 +62,13 @@ for algo in mcmc expert; do
   done
   echo "$algo: the same plan alone and on 2 and 4 ranks"
 done
+# A budget too small for the expert plans: rank 0 simulates them alone afterwards, as the
+# yardstick, while the other ranks wait for it to finish.
+timeout 300 "$MPIRUN" --oversubscribe -np 2 "$P" search --algo mcmc $MODEL --machine dgx-a100 \
+    --budget 1evals -q --json >"$dir/tiny.out" 2>"$dir/tiny.err" ||
+  fail "mcmc on 2 ranks with 1 evaluation: status $?: $(tail -c 400 "$dir/tiny.err")"
+[ "$(field "$dir/tiny.out" expert_complete)" = True ] ||
+  fail "mcmc on 2 ranks with 1 evaluation: the expert yardstick was not simulated"
 # The shared search did exchange (the text report counts the exchanges).
 run 2 search --algo mcmc $MODEL --machine dgx-a100 --budget 600evals --threads 2 --own \
     >"$dir/text.out" 2>/dev/null || fail "mcmc on 2 ranks, text report"
@@ -83,9 +91,10 @@ echo "compare: the same runs alone and on 3 ranks"
 
 # rank_pid MPIRUN_PID RANK: the process of that rank.
 rank_pid() {
-  for c in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$c"
+  for d in /proc/[0-9]*; do
+    [ "$(awk '/^PPid:/ { print $2 }' "$d/status" 2>/dev/null)" = "$1" ] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "${d#/proc/}"
       return
     fi
   done

@@ -172,7 +172,8 @@ static int check_model_stages(const char *model, const char *params, int width)
     for (int mesh = 2; mesh <= 4; mesh *= 2)
       for (int mb = 1; mb <= 2; mb++) {
         GArray *cands[16];
-        SearchIlp *ilp = search_alpa_stage_ilp(f.p, e, ops + at, width, mesh, mb, 3, cands);
+        SearchIlp *ilp = search_alpa_stage_ilp(f.p, e, ops + at, width, mesh, mb, 3, cands,
+                                               NULL, NULL);
         g_autofree char *what = g_strdup_printf("%s ops %d.. on %d devices, %d micro-batches",
                                                 model, ops[at], mesh, mb);
         check_against_enumeration(ilp, what);

@@ -195,7 +195,7 @@ Test(graph, the_reader_refuses_unknown_keys_naming_file_and_place)
   g_autofree char *op = write_temp(dir, "op.json",
     "{\"format\": \"parasol-graph\", \"version\": 1, \"ops\": [{\"name\": \"x\", "
     "\"type\": \"input\", \"attrs\": {\"shape\": [4, 8]}, \"chekpoint\": true}]}");
-  expect_refused(run("model", "show", op, NULL), "chekpoint: unknown key");
+  expect_refused(run("model", "show", op, NULL), "op.json: ops[0] ('x').chekpoint: unknown key");
   g_autofree char *attr = write_temp(dir, "attr.json",
     "{\"format\": \"parasol-graph\", \"version\": 1, \"ops\": [{\"name\": \"x\", "
     "\"type\": \"input\", \"attrs\": {\"shape\": [4, 8], \"dtpye\": \"fp16\"}}]}");
@@ -497,4 +497,89 @@ Test(onnx, written_out_patterns_become_one_operator_and_others_are_refused)
   g_autofree char *bad = onnx_file("reducemean.onnx");
   expect_refused(run("model", "show", bad, "-p", "batch=2", NULL),
                  "node '/ReduceMean' (ReduceMean): operator ReduceMean is not supported");
+}
+
+/* tests/data/onnx/make-vision.py: a 1-D CNN.  Conv1d is a 1 x k conv2d between reshapes
+ * with the same weights: (16 x 5 x 32 + 32) + 2 x 32 (batch norm) + 64 x 16 x 3 (two groups,
+ * no bias) + (64 x 10 + 10) = 6,378 parameters, and at batch 1 the multiply-adds of
+ * 32 x 100 x 16 x 5 + 64 x 23 x 16 x 3 + 10 x 64 = 327,296: MaxPool1d(3, 2, ceil_mode)
+ * takes 100 positions to 50 (49 without ceil mode), the strided, dilated convolution those
+ * to (50 - 4 - 1) / 2 + 1 = 23.  ReLU6 (a Clip to [0, 6]) is a relu6 unary. */
+Test(onnx, conv1d_ceil_mode_pooling_and_relu6)
+{
+  need_onnx();
+  g_autofree char *f = onnx_file("conv1d.onnx");
+  cr_expect_eq(model_parameters(f, "batch=1"), 6378);
+  Run r = run("model", "export", f, "-p", "batch=1", NULL);
+  expect_ok(&r, "export");
+  cr_expect(strstr(r.out, "\"kind\": \"relu6\"") != NULL, "%s", r.out);
+  cr_expect(strstr(r.out, "\"ceil_mode\": true") != NULL, "%s", r.out);
+  run_clear(&r);
+  Run s = run("model", "show", f, "-p", "batch=1", NULL);
+  expect_ok(&s, "show");
+  cr_expect(strstr(s.out, "[1, 32, 1, 50]") != NULL, "%s", s.out);
+  cr_expect(strstr(s.out, "[1, 64, 23]") != NULL, "%s", s.out);
+  /* The multiply-adds: conv2d and linear FLOPs are 2 per multiply-add. */
+  cr_expect(strstr(s.out, "c1/Conv                  conv2d     [1, 32, 1, 100]          2592"
+                          "        512.00 k") != NULL, "%s", s.out);
+  cr_expect(strstr(s.out, "c2/Conv                  conv2d     [1, 64, 1, 23]           3072"
+                          "        141.31 k") != NULL, "%s", s.out);
+  run_clear(&s);
+  cr_expect_gt(predicted(f, "batch=64"), 0);
+}
+
+/* tests/data/onnx/make-vision.py: torchvision's VisionTransformer at 32 x 32, patches of 8,
+ * one layer of width 32.  Its class token (1 x 1 x 32, expanded over the batch) and
+ * position embedding (1 x 17 x 32, added to the patches) are learned tensors used as
+ * data: embeddings of their rows, so the parameters are PyTorch's 15,690 = 6,176 (patch
+ * convolution) + 32 + 544 + 3 x 64 (layer norms) + 4,224 (attention) + 2,112 + 2,080
+ * (MLP) + 330 (head); they split over the samples, so data and pipeline parallel plans
+ * run. */
+Test(onnx, vit_class_token_and_position_embedding_are_parameters)
+{
+  need_onnx();
+  g_autofree char *f = onnx_file("vit-tiny.onnx");
+  cr_expect_eq(model_parameters(f, "batch=2"), 15690);
+  Run r = run("model", "show", f, "-p", "batch=16", NULL);
+  expect_ok(&r, "show");
+  cr_expect_eq(ops_of_type(r.out, "embedding"), 2, "%s", r.out);
+  cr_expect(strstr(r.out, "[16, 1, 32]") && strstr(r.out, "[16, 17, 32]"), "%s", r.out);
+  cr_expect_eq(ops_of_type(r.out, "attention"), 1, "%s", r.out);
+  run_clear(&r);
+  cr_expect_gt(predicted(f, "batch=16"), 0);
+  Run p = run("simulate", "-m", f, "-p", "batch=16", "-x", "dgx-a100", "--pp", "2", "--json",
+              NULL);
+  expect_ok(&p, "simulate --pp 2");
+  cr_expect_gt(json_number(p.out, "iteration_time_s"), 0);
+  run_clear(&p);
+}
+
+/* tests/data/onnx/make-attention.py: grouped-query attention written out (4 query heads of
+ * 16 over 2 key and value heads, repeated by expand and reshape) keeps its projections'
+ * 64 x 64 + 2 x (64 x 32) + 64 x 64 = 12,288 parameters; each expand is a concat of 2
+ * copies, the copy PyTorch's reshape makes, and the score products run over the 4 heads:
+ * 2 x 4 x 8 x 8 x 16 = 8,192 FLOPs each at batch 1 and sequence 8.  A
+ * MultiheadAttention under a key padding mask [batch, seq] is one attention operator with
+ * its 3 x 64 x 64 + 3 x 64 + 64 x 64 + 64 = 16,640 parameters. */
+Test(onnx, grouped_query_attention_and_key_padding_mask)
+{
+  need_onnx();
+  g_autofree char *g = onnx_file("gqa.onnx");
+  cr_expect_eq(model_parameters(g, "batch=1,seq=8"), 12288);
+  Run r = run("model", "show", g, "-p", "batch=1,seq=8", NULL);
+  expect_ok(&r, "show");
+  cr_expect_eq(ops_of_type(r.out, "concat"), 2, "%s", r.out);
+  cr_expect(strstr(r.out, "[1, 2, 2, 8, 16]") != NULL, "%s", r.out);
+  cr_expect(strstr(r.out, "matmul     [1, 4, 8, 8]                 0          8.19 k") != NULL,
+            "%s", r.out);
+  run_clear(&r);
+  cr_expect_gt(predicted(g, "batch=16,seq=128"), 0);
+  g_autofree char *m = onnx_file("padding-mask.onnx");
+  cr_expect_eq(model_parameters(m, "batch=4,seq=16"), 16640);
+  Run s = run("model", "show", m, "-p", "batch=4,seq=16", NULL);
+  expect_ok(&s, "show");
+  cr_expect_eq(ops_of_type(s.out, "attention"), 1, "%s", s.out);
+  cr_expect_eq(ops_of_type(s.out, "input"), 2, "%s", s.out);
+  run_clear(&s);
+  cr_expect_gt(predicted(m, "batch=16,seq=128"), 0);
 }

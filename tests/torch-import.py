@@ -4,11 +4,23 @@ by `parasol import` keep PyTorch's parameter count exactly, and the torchvision 
 zoo also has (ResNet-50, Inception-v3) predict the zoo's iteration time within 2% under
 data parallelism over a DGX A100; the others' data-parallel plans simulate.
 
+The torchvision models (also MobileNetV2, SqueezeNet 1.0, GoogLeNet, EfficientNet-B0,
+ViT-B/16, AlexNet, VGG-16 and DenseNet-121) have the multiply-adds per image that torchvision publishes for them within 2%:
+the "GFLOPS" column of https://pytorch.org/vision/stable/models.html (the multiply-adds of
+convolutions, linear layers and matrix products, at 224 x 224, 299 x 299 for
+Inception-v3), here half the forward FLOPs of parasol's conv2d, linear, matmul and
+attention operators at batch 1.  Each also simulates a two-stage pipeline over two
+DGX A100 (--pp 2) and is searched (parasol search, 50 evaluations), the search's plan no
+slower than data parallelism.
+
 The modules are made here with random weights (nothing is downloaded): torchvision's
-resnet50 and inception_v3, a torch.nn.TransformerEncoder, and a small module of
-embedding, layer norm, SiLU and a linear layer, a TransformerDecoder, GPT-style models, and
+classification models, a torch.nn.TransformerEncoder, and a small module of
+embedding, layer norm, SiLU and a linear layer, a TransformerDecoder, GPT-style models,
 a LLaMA-style decoder (RMSNorm, rotary attention, SwiGLU, GPT-2's tanh GELU:
-tests/data/onnx/make-llama.py).
+tests/data/onnx/make-llama.py), grouped-query attention written out and a
+MultiheadAttention under a key padding mask (tests/data/onnx/make-attention.py), a small
+ViT and a 1-D CNN whose multiply-adds must equal those counted from PyTorch's shapes
+(tests/data/onnx/make-vision.py).
 
 Exit status 0 when all agree, 1 otherwise, 77 (skipped) when torch, torchvision or onnx
 cannot be imported or parasol was built without ONNX support.
@@ -39,6 +51,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import torch2parasol  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "data", "onnx"))
 make_llama = __import__("make-llama")
+make_vision = __import__("make-vision")
+make_attention = __import__("make-attention")
 
 
 class Small(torch.nn.Module):
@@ -134,11 +148,60 @@ class HandGPT(torch.nn.Module):
         return self.head(x)
 
 
+def torch_macs(module, inputs):
+    """Multiply-adds of @module's Conv1d, Conv2d and Linear layers on @inputs, counted from
+    the shapes PyTorch computes (output elements x inputs per output)."""
+    total = [0]
+
+    def hook(m, _, out):
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)):
+            per = m.in_channels // m.groups
+            for k in m.kernel_size:
+                per *= k
+            total[0] += out.numel() * per
+        elif isinstance(m, torch.nn.Linear):
+            total[0] += out.numel() * m.in_features
+
+    hooks = [m.register_forward_hook(hook) for m in module.modules()]
+    with torch.no_grad():
+        module.eval()(*inputs)
+    for h in hooks:
+        h.remove()
+    return total[0]
+
+
 def parasol_json(parasol, *args):
     out = subprocess.run([parasol] + list(args) + ["--json"], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError("parasol %s: %s" % (" ".join(args), out.stderr.strip()))
     return json.loads(out.stdout)
+
+
+# torchvision's published multiply-adds per image, in billions (see the docstring).
+PUBLISHED_GMACS = {"resnet-50": 4.09, "inception-v3": 5.71, "mobilenet-v2": 0.30,
+                   "squeezenet-1.0": 0.82, "googlenet": 1.50, "efficientnet-b0": 0.39,
+                   "vit-b-16": 17.56, "alexnet": 0.71, "vgg-16": 15.47, "densenet-121": 2.83}
+MAC_OPS = ("conv2d", "linear", "matmul", "attention", "gated_mlp")
+
+
+def check_vision(parasol, name, path):
+    """The multiply-adds against torchvision's figure, --pp 2 and a short search; returns
+    (ok, text)."""
+    show = parasol_json(parasol, "model", "show", path, "--param", "batch=1")
+    gmacs = sum(o["forward_flops"] for o in show["operators"] if o["type"] in MAC_OPS) / 2e9
+    want = PUBLISHED_GMACS[name]
+    ok = abs(gmacs / want - 1) <= 0.02
+    text = "; %.3f GMACs, torchvision %.2f (%+.1f%%)" % (gmacs, want, (gmacs / want - 1) * 100)
+    pp = parasol_json(parasol, "simulate", "-m", path, "-p", "batch=256", "-x", "dgx-a100:2",
+                      "--pp", "2")["iteration_time_s"]
+    text += "; --pp 2 on 2 x dgx-a100: %.4f ms" % (pp * 1e3)
+    ok = ok and pp > 0
+    s = parasol_json(parasol, "search", "-m", path, "-p", "batch=256", "-x", "dgx-a100",
+                     "-b", "50evals", "-q")
+    text += "; search %.4f ms (data parallel %.4f ms)" % (s["iteration_time_s"] * 1e3,
+                                                         s["data_parallel_s"] * 1e3)
+    ok = ok and 0 < s["iteration_time_s"] <= s["data_parallel_s"]
+    return ok, text
 
 
 def main():
@@ -165,13 +228,22 @@ def main():
          "batch=16,seq=128"),
         ("llama",) + make_llama.example() + ("batch=16,seq=128",),
     ]
+    cases.append(("conv1d",) + make_vision.conv1d() + ("batch=64",))
+    cases.append(("vit-tiny",) + make_vision.vit_tiny() + ("batch=64",))
+    cases.append(("gqa",) + make_attention.gqa() + ("batch=16,seq=128",))
+    cases.append(("padding-mask",) + make_attention.padding_mask() + ("batch=16,seq=128",))
+    for name, tv in (("mobilenet-v2", "mobilenet_v2"), ("squeezenet-1.0", "squeezenet1_0"),
+                     ("googlenet", "googlenet"), ("efficientnet-b0", "efficientnet_b0"),
+                     ("vit-b-16", "vit_b_16"), ("alexnet", "alexnet"), ("vgg-16", "vgg16"),
+                     ("densenet-121", "densenet121")):
+        cases.append((name,) + torch2parasol.torchvision_model(tv, 2, 0) + ("batch=256",))
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, module, inputs, dynamic, params in cases:
             path = os.path.join(tmp, name + ".onnx")
             want = torch2parasol.export_onnx(module, inputs, path, dynamic)
             got = parasol_json(parasol, "model", "show", path, "--param", params)["parameters"]
-            line = "%-13s parameters: PyTorch %d, imported %d" % (name, want, got)
+            line = "%-15s parameters: PyTorch %d, imported %d" % (name, want, got)
             ok = got == want
             if name in ("resnet-50", "inception-v3"):
                 t = parasol_json(parasol, "simulate", "-m", path, "-p", params, "-x",
@@ -187,6 +259,19 @@ def main():
                                  "dgx-a100")["iteration_time_s"]
                 line += "; data parallel on dgx-a100 at %s: %.4f ms" % (params, t * 1e3)
                 ok = ok and t > 0
+            if name == "conv1d":
+                # The 1-D layers are 2-D ones of height 1: the same multiply-adds, counted
+                # from PyTorch's shapes at batch 1.
+                show = parasol_json(parasol, "model", "show", path, "--param", "batch=1")
+                macs = sum(o["forward_flops"] for o in show["operators"]
+                           if o["type"] in MAC_OPS) / 2
+                want_macs = torch_macs(module, (inputs[0][:1],))
+                line += "; %d multiply-adds, PyTorch's shapes %d" % (macs, want_macs)
+                ok = ok and macs == want_macs
+            if name in PUBLISHED_GMACS:
+                vok, text = check_vision(parasol, name, path)
+                ok = ok and vok
+                line += text
             print(("ok    " if ok else "FAIL  ") + line)
             failed += not ok
     return 1 if failed else 0

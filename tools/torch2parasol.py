@@ -18,7 +18,7 @@ From Python:
     export_onnx(module, (x,), "model.onnx", dynamic={0: "batch"})
 
 Prints the module's parameter count as PyTorch counts it, which the imported graph must
-equal (`parasol model show`).  Needs torch, and onnx only to check the file (Debian:
+equal (`parasol model show`).  Needs torch, and onnx to list the buffers in the file (Debian:
 python3-torch, python3-torchvision, python3-onnx).
 """
 import argparse

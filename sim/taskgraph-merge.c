@@ -1,0 +1,474 @@
+/* taskgraph-merge.c — the exact accelerations of an assembled task graph: a collective's
+ * ring phase lowered as one flow per rank run as the ring's one flow where that is exact
+ * (SimOptions.merge_rings), and chains of compute tasks merged into one task
+ * (SimOptions.merge_chains). */
+#include "taskgraph.h"
+#include "collective.h"
+#include "network.h"
+#include "base.h"
+
+#include <string.h>
+
+#define RING_MAX 64
+
+typedef struct {
+  int32_t head, key; /* read as an array of two */
+} RingCand;
+
+/* A collective's ring phase lowered as one flow per rank (SIM_DETAIL_FLOWS) runs as the
+ * whole ring's one flow (what SIM_DETAIL_COLLECTIVE lowers) when that is exact: the ranks'
+ * flows start together (one join point releases them, and they release one task), carry
+ * the same bytes after the same latency, over routes whose links are all distinct, of one
+ * capacity, and no other flow of the graph crosses those links but the flows of rings over
+ * the same ranks in the same order, which are all merged too.  Each link then carries one
+ * flow of every ring under way, so every rank's flow moves at the rate the whole ring's
+ * flow does, and ends when it ends.  Marks the flows that go in @gone (the first of each
+ * ring becomes the whole flow, the task its flows released waits for it alone); returns
+ * how many went. */
+static int merge_rings(SimTaskGraph *tg, SimMachine *m, const SimCollParams *cp, uint8_t *gone)
+{
+  int n = tg->n_tasks, nl = sim_machine_n_links(m);
+  SimTask *task = tg->task;
+  const int32_t *succ = tg->succ;
+  SimKeyIndex sigs;
+  sim_key_index_init(&sigs, RING_MAX * sizeof(int32_t));
+  int32_t *owner = g_new(int32_t, MAX(nl, 1)); /* -1 free, >= 0 a ring's key, -2 shared */
+  int32_t *stamp = g_new0(int32_t, MAX(nl, 1));
+  for (int l = 0; l < nl; l++)
+    owner[l] = -1;
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(RingCand));
+  uint8_t *member = sim_large_alloc((size_t)n);
+  memset(member, 0, (size_t)n);
+  int32_t key[RING_MAX], next[RING_MAX];
+  int32_t st = 0;
+  for (int h = 0; h < n; h++) {
+    if (!tg->group_head[h])
+      continue;
+    const SimTask *ht = &task[h];
+    int k = ht->n_succ;
+    const int32_t *mem = succ + ht->succ_off;
+    if (k < 2 || k > RING_MAX)
+      continue;
+    const SimTask *f0 = &task[mem[0]];
+    const SimRoute *r0 = f0->n_links ? NULL : sim_machine_route_info(m, f0->device, f0->peer);
+    gboolean ok = r0 != NULL && r0->n_links > 0;
+    double cap = ok ? sim_coll_link_capacity(m, cp, r0->links[0]) : 0;
+    st++;
+    for (int i = 0; ok && i < k; i++) {
+      const SimTask *f = &task[mem[i]];
+      const SimRoute *r = f->n_links ? NULL : sim_machine_route_info(m, f->device, f->peer);
+      ok = r && f->cls != SIM_CLASS_TRANSFER && f->bytes == f0->bytes &&
+           f->duration == f0->duration && f->cls == f0->cls &&
+           f->coll == f0->coll && r->latency == r0->latency && r->n_links > 0;
+      for (int j = 0; ok && j < r->n_links; j++) {
+        int l = r->links[j];
+        ok = stamp[l] != st && sim_coll_link_capacity(m, cp, l) == cap;
+        stamp[l] = st;
+      }
+      /* The ring: each rank sends to the next, every rank once. */
+      for (int j = 0; ok && j < i; j++)
+        ok = task[mem[j]].device != f->device && task[mem[j]].peer != f->peer;
+    }
+    if (!ok)
+      continue;
+    /* Follow the ring from its smallest device: its key, the devices in ring order. */
+    int lo = 0;
+    for (int i = 0; i < k; i++) {
+      if (task[mem[i]].device < task[mem[lo]].device)
+        lo = i;
+      next[i] = -1;
+      for (int j = 0; j < k; j++)
+        if (task[mem[j]].device == task[mem[i]].peer)
+          next[i] = j;
+      ok = ok && next[i] >= 0;
+    }
+    int at = lo, len = 0;
+    while (ok && len < k) {
+      key[len++] = task[mem[at]].device;
+      at = next[at];
+      ok = at != lo || len == k;
+    }
+    if (!ok || at != lo)
+      continue;
+    for (int i = k; i < RING_MAX; i++)
+      key[i] = -1;
+    gboolean added;
+    int32_t id = (int32_t)sim_key_index_get(&sigs, key, &added);
+    RingCand c = { h, id };
+    g_array_append_val(cand, c);
+    for (int i = 0; i < k; i++) {
+      member[mem[i]] = 1;
+      const SimRoute *r = sim_machine_route_info(m, task[mem[i]].device, task[mem[i]].peer);
+      for (int j = 0; j < r->n_links; j++) {
+        int l = r->links[j];
+        owner[l] = owner[l] == -1 || owner[l] == id ? id : -2;
+      }
+    }
+  }
+  g_free(stamp);
+  int gone_n = 0;
+  if (cand->len) {
+    /* Every other flow's links are shared. */
+    for (int t = 0; t < n; t++) {
+      const SimTask *f = &task[t];
+      if (f->kind != SIM_TASK_FLOW || member[t])
+        continue;
+      if (f->n_links) {
+        const int32_t *links = tg->extra + f->links_off;
+        for (int j = 0; j < f->n_links; j++)
+          owner[links[j]] = -2;
+      } else if (f->device != f->peer) {
+        const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+        for (int j = 0; j < r->n_links; j++)
+          owner[r->links[j]] = -2;
+      }
+    }
+    /* The rings whose links are all their own, and room in extra for each key's links
+     * and members once. */
+    int n_keys = (int)sigs.n;
+    int32_t *seg = g_new(int32_t, MAX(n_keys, 1));
+    for (int i = 0; i < n_keys; i++)
+      seg[i] = -1;
+    size_t base = tg->cap_extra, add = 0;
+    GArray *keep = g_array_new(FALSE, FALSE, sizeof(RingCand));
+    for (guint c = 0; c < cand->len; c++) {
+      const int32_t *cd = &g_array_index(cand, RingCand, c).head;
+      const SimTask *ht = &task[cd[0]];
+      const int32_t *mem = succ + ht->succ_off;
+      gboolean ok = TRUE;
+      for (int i = 0; ok && i < ht->n_succ; i++) {
+        const SimRoute *r = sim_machine_route_info(m, task[mem[i]].device, task[mem[i]].peer);
+        for (int j = 0; ok && j < r->n_links; j++)
+          ok = owner[r->links[j]] == cd[1];
+      }
+      if (!ok)
+        continue;
+      g_array_append_vals(keep, cd, 1);
+      if (seg[cd[1]] < 0) {
+        seg[cd[1]] = (int32_t)(base + add);
+        for (int i = 0; i < ht->n_succ; i++)
+          add += (size_t)sim_machine_route_info(m, task[mem[i]].device, task[mem[i]].peer)->n_links;
+        add += (size_t)ht->n_succ;
+      }
+    }
+    if (keep->len) {
+      int32_t *extra = sim_large_alloc((base + add) * sizeof(int32_t));
+      if (base)
+        memcpy(extra, tg->extra, base * sizeof(int32_t));
+      for (int i = 0; i < n_keys; i++)
+        seg[i] = -1 - seg[i]; /* not written yet */
+      for (guint c = 0; c < keep->len; c++) {
+        const int32_t *cd = &g_array_index(keep, RingCand, c).head;
+        SimTask *ht = &task[cd[0]];
+        const int32_t *mem = succ + ht->succ_off;
+        int k = ht->n_succ;
+        int32_t off = seg[cd[1]] < 0 ? -1 - seg[cd[1]] : seg[cd[1]];
+        int32_t n_links = 0;
+        /* The links in ring order, from the key's first device. */
+        const int32_t *kd = (const int32_t *)(void *)(sigs.keys + (size_t)cd[1] * sigs.key_size);
+        for (int i = 0; i < k; i++) {
+          const SimRoute *r = sim_machine_route_info(m, kd[i], kd[(i + 1) % k]);
+          if (seg[cd[1]] < 0)
+            memcpy(extra + off + n_links, r->links, (size_t)r->n_links * sizeof(int32_t));
+          n_links += r->n_links;
+        }
+        if (seg[cd[1]] < 0) {
+          memcpy(extra + off + n_links, kd, (size_t)k * sizeof(int32_t));
+          seg[cd[1]] = off;
+        }
+        /* The first flow becomes the ring's; the others go, and the task they released
+         * waits for it alone. */
+        SimTask *f = &task[mem[0]];
+        double lat = sim_machine_route_info(m, f->device, f->peer)->latency;
+        f->n_links = (uint16_t)n_links;
+        f->n_members = (uint16_t)k;
+        f->links_off = off;
+        f->duration += lat;
+        f->device = kd[0];
+        f->peer = kd[1 % k];
+        int32_t sink = task[mem[0]].n_succ ? succ[task[mem[0]].succ_off] : -1;
+        for (int i = 1; i < k; i++) {
+          gone[mem[i]] = 1;
+          gone_n++;
+        }
+        if (sink >= 0)
+          tg->n_pred[sink] -= k - 1;
+        tg->group_head[cd[0]] = 0;
+      }
+      g_free(tg->extra);
+      tg->extra = extra;
+      tg->cap_extra = base + add;
+    }
+    g_array_free(keep, TRUE);
+    g_free(seg);
+  }
+  g_free(member);
+  g_free(owner);
+  g_array_free(cand, TRUE);
+  sim_key_index_free(&sigs);
+  return gone_n;
+}
+
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m)
+{
+  int n = tg->n_tasks, nl = sim_machine_n_links(m);
+  const SimTask *task = tg->task;
+  int32_t *owner = g_new(int32_t, MAX(nl, 1)); /* -1 free, >= 0 a ring's key, -2 shared */
+  for (int l = 0; l < nl; l++)
+    owner[l] = -1;
+  SimKeyIndex sigs;
+  sim_key_index_init(&sigs, RING_MAX * sizeof(int32_t));
+  int32_t key[RING_MAX];
+  gboolean any = FALSE;
+  /* Each whole flow's key: its members in ring order from the smallest. */
+  for (int t = 0; t < n; t++) {
+    const SimTask *f = &task[t];
+    if (f->kind != SIM_TASK_FLOW)
+      continue;
+    int32_t id = -2;
+    const int32_t *links = NULL;
+    int n_links = 0;
+    if (f->n_links) {
+      any = TRUE;
+      links = tg->extra + f->links_off;
+      n_links = f->n_links;
+      int k = f->n_members;
+      if (k <= RING_MAX) {
+        const int32_t *mem = links + n_links;
+        int lo = 0;
+        for (int i = 1; i < k; i++)
+          if (mem[i] < mem[lo])
+            lo = i;
+        for (int i = 0; i < RING_MAX; i++)
+          key[i] = i < k ? mem[(lo + i) % k] : -1;
+        gboolean added;
+        id = (int32_t)sim_key_index_get(&sigs, key, &added);
+      }
+    } else if (f->device != f->peer) {
+      const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+      links = r->links;
+      n_links = r->n_links;
+    }
+    for (int j = 0; j < n_links; j++) {
+      int l = links[j];
+      owner[l] = id >= 0 && (owner[l] == -1 || owner[l] == id) ? id : -2;
+    }
+  }
+  gboolean ok = TRUE;
+  for (int t = 0; any && ok && t < n; t++) {
+    const SimTask *f = &task[t];
+    if (f->kind != SIM_TASK_FLOW || !f->n_links)
+      continue;
+    const int32_t *links = tg->extra + f->links_off;
+    for (int j = 0; ok && j < f->n_links; j++)
+      ok = owner[links[j]] >= 0;
+  }
+  sim_key_index_free(&sigs);
+  g_free(owner);
+  return ok;
+}
+
+/* ---- chains of compute tasks -------------------------------------------------------- */
+
+/* Two steps, both exact for the engine's timeline while the host never holds a kernel
+ * back (no host times, no blocking sends: see simulate.c).
+ *
+ * Implied edges go: a compute task's dependency on an earlier task of its own stream
+ * (a backward on its forward, a residual's add on the layer's input) is already kept by
+ * the stream, which starts a task only after the one before it has ended; without the
+ * edge the task may be ready sooner, but it starts when the stream reaches it, as before.
+ *
+ * Then a run of compute tasks that follow each other on a stream, where every task but
+ * the last has no successor left and every task but the first waits for nothing, runs as
+ * one task of their summed duration: the engine starts each at the instant the one
+ * before ends.  The memory the run takes is charged at its start with the most it needs
+ * at any of its tasks' starts (a device's memory changes only as its own stream's tasks
+ * start and end), and what it keeps, at its end.  Runs keep to one class and one
+ * micro-batch, so that reports (time by class on the critical path, compute per device)
+ * stay what they were. */
+int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                               SimMachine *m, const SimCollParams *cp)
+{
+  int n = tg->n_tasks, nd = tg->n_devices;
+  if (n == 0)
+    return 0;
+  SimTask *task = tg->task;
+  int32_t *succ = tg->succ;
+  uint8_t *gone = sim_large_alloc((size_t)n);
+  memset(gone, 0, (size_t)n);
+  int n_rings = m ? merge_rings(tg, m, cp, gone) : 0;
+  succ = tg->succ;
+  /* Stream positions; the edges that go are marked -1, those that stay counted per task. */
+  int32_t *pos = sim_large_alloc((size_t)n * sizeof(int32_t));
+  memset(pos, 0xff, (size_t)n * sizeof(int32_t));
+  for (int32_t k = 0; k < tg->stream_off[nd]; k++)
+    pos[tg->stream[k]] = k;
+#define IMPLIED(u, v) (pos[u] >= 0 && pos[v] > pos[u] && task[u].device == task[v].device)
+  int32_t *n_out = sim_large_alloc((size_t)n * sizeof(int32_t));
+  size_t n_dropped = 0;
+  for (int u = 0; u < n; u++) {
+    int32_t *su = succ + task[u].succ_off;
+    int32_t kept = 0;
+    for (int k = 0; k < task[u].n_succ; k++) {
+      if (IMPLIED(u, su[k])) {
+        tg->n_pred[su[k]]--;
+        su[k] = -1;
+        n_dropped++;
+      } else {
+        kept++;
+      }
+    }
+    n_out[u] = kept;
+  }
+#undef IMPLIED
+  int merged = 0;
+  GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
+  GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
+  for (int d = 0; d < nd; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    int32_t head = -1, tail = -1;
+    double dur = 0;
+    int64_t peak = 0, net = 0; /* bytes above the run's start: the most, and at its end */
+    uint32_t kernels = 0;
+    int32_t first_step = -1;
+    for (int32_t k = lo; k <= hi; k++) {
+      int32_t t = k < hi ? tg->stream[k] : -1;
+      const SimTask *c = t >= 0 ? &task[t] : NULL;
+      gboolean joins = chains && c && tail >= 0 && n_out[tail] == 0 && tg->n_pred[t] == 0 &&
+                       c->cls == task[head].cls && c->mb == task[head].mb;
+      if (joins) {
+        if (tail == head) {
+          first_step = (int32_t)durs->len;
+          g_array_append_val(durs, task[head].duration);
+        }
+        g_array_append_val(durs, c->duration);
+        if (steps) {
+          if (tail == head) {
+            g_assert(steps->len == durs->len - 2);
+            SimChainStep first = { 0, task[head].mem_alloc, task[head].mem_free, 0 };
+            g_array_append_val(steps, first);
+          }
+          SimChainStep st = { dur, c->mem_alloc, c->mem_free, 0 };
+          g_array_append_val(steps, st);
+        }
+        peak = MAX(peak, net + c->mem_alloc);
+        net += c->mem_alloc - c->mem_free;
+        dur += c->duration;
+        kernels += c->n_kernels;
+        gone[t] = 1;
+        merged++;
+        tail = t;
+        continue;
+      }
+      if (head >= 0 && tail != head) {
+        /* The run's successors are its last task's: the head takes them over below. */
+        SimTask *h = &task[head];
+        h->duration = dur;
+        h->mem_alloc = peak;
+        h->mem_free = peak - net;
+        h->n_kernels = (uint16_t)MIN(kernels, G_MAXUINT16);
+        h->succ_off = task[tail].succ_off;
+        h->n_succ = task[tail].n_succ;
+        n_out[head] = n_out[tail];
+        h->peer = first_step;
+        double *lastd = &g_array_index(durs, double, durs->len - 1);
+        *lastd = -*lastd;
+        if (*lastd == 0)
+          *lastd = -0.0;
+        if (steps)
+          g_array_index(steps, SimChainStep, steps->len - 1).last = 1;
+      }
+      head = tail = c ? t : -1;
+      if (c) {
+        dur = c->duration;
+        peak = c->mem_alloc;
+        net = c->mem_alloc - c->mem_free;
+        kernels = c->n_kernels;
+      }
+    }
+  }
+  if (!merged && !n_dropped && !n_rings) {
+    if (steps)
+      g_array_free(steps, TRUE);
+    g_array_free(durs, TRUE);
+    g_free(pos);
+    g_free(n_out);
+    g_free(gone);
+    return 0;
+  }
+  /* New ids in the old order; the successor lists rebuilt with them and without the
+   * implied edges.  A merged task's only predecessor was the one before it, which is
+   * merged too or the head, so no list that stays names a merged task. */
+  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
+  int m_ = 0;
+  size_t n_succ = 0;
+  for (int t = 0; t < n; t++) {
+    map[t] = gone[t] ? -1 : m_++;
+    if (!gone[t])
+      n_succ += (size_t)n_out[t];
+  }
+  int32_t *nsucc = sim_large_alloc(MAX(n_succ, 1) * sizeof(int32_t));
+  int32_t off = 0;
+  for (int t = 0; t < n; t++) {
+    if (gone[t])
+      continue;
+    SimTask x = task[t];
+    /* A run's list is its last task's. */
+    const int32_t *su = succ + x.succ_off;
+    int32_t kept = 0;
+    for (int k = 0; k < x.n_succ; k++) {
+      int32_t v = su[k];
+      if (v < 0 || gone[v])
+        continue; /* an implied edge, or a ring's flow that its whole flow replaces */
+      nsucc[off + kept++] = map[v];
+    }
+    x.succ_off = off;
+    x.n_succ = kept;
+    off += kept;
+    int32_t i = map[t];
+    task[i] = x;
+    tg->n_pred[i] = tg->n_pred[t];
+    tg->group_head[i] = tg->group_head[t];
+  }
+  g_free(tg->succ);
+  tg->succ = nsucc;
+  tg->cap_succ = MAX(n_succ, 1);
+  tg->n_succ_total = (int)n_succ;
+  int32_t w = 0;
+  for (int d = 0; d < nd; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    tg->stream_off[d] = w;
+    for (int32_t k = lo; k < hi; k++)
+      if (!gone[tg->stream[k]])
+        tg->stream[w++] = map[tg->stream[k]];
+  }
+  tg->stream_off[nd] = w;
+  tg->n_tasks = m_;
+  tg->n_succ_total = (int)off;
+  /* Tasks whose only predecessors were earlier on their stream now wait for nothing. */
+  int n_roots = 0;
+  for (int t = 0; t < m_; t++)
+    n_roots += tg->n_pred[t] == 0;
+  if ((size_t)n_roots > tg->cap_roots) {
+    g_free(tg->roots);
+    tg->roots = g_new(int32_t, n_roots);
+    tg->cap_roots = (size_t)n_roots;
+  }
+  tg->n_roots = 0;
+  for (int t = 0; t < m_; t++)
+    if (tg->n_pred[t] == 0)
+      tg->roots[tg->n_roots++] = t;
+  g_free(map);
+  g_free(pos);
+  g_free(n_out);
+  g_free(gone);
+  g_free(tg->chain_dur);
+  tg->n_chain_dur = durs->len;
+  tg->chain_dur = (double *)(void *)g_array_free(durs, FALSE);
+  if (steps) {
+    g_free(tg->chain);
+    tg->n_chain = steps->len;
+    tg->chain = (SimChainStep *)(void *)g_array_free(steps, FALSE);
+  }
+  return merged + n_rings;
+}
