@@ -53,6 +53,8 @@ static gboolean parse_count(const char *name, const char *value, gpointer data, 
     p->pp = (int)v;
   else if (g_str_equal(name, "--ep"))
     p->ep = (int)v;
+  else if (g_str_equal(name, "--cp"))
+    p->cp = (int)v;
   else if (g_str_equal(name, "--microbatches"))
     p->microbatches = (int)v;
   else if (g_str_equal(name, "--microbatch-size"))
@@ -328,6 +330,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "dp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Data-parallel degree (default: the GPUs --tp and --pp leave, as Megatron derives it)", "N" },
     { "tp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Tensor-parallel degree (inside a node)", "N" },
     { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
+    { "cp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Context-parallel degree: every layer's sequence split over this many ranks, attention as a ring passing keys and values (docs/llm.md)", "N" },
     { "ep", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Expert-parallel degree: mixture-of-experts layers split their experts over this many data-parallel replicas (must divide --dp)", "N" },
     { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
     { "microbatch-size", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per micro-batch per replica", "N" },
@@ -604,6 +607,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->tp = p->tp > 0 ? p->tp : 1;
   o->pp = p->pp > 0 ? p->pp : 1;
   o->ep = p->ep > 0 ? p->ep : 1;
+  o->cp = p->cp > 0 ? p->cp : 1;
   o->microbatches = p->microbatches;
   if (p->microbatch_size > 0)
     o->microbatch_size = p->microbatch_size;
@@ -678,7 +682,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
 
 gboolean cli_plan_has_degrees(const CliPlanOptions *p)
 {
-  return p->dp || p->tp || p->pp || p->ep || p->microbatches || p->microbatch_size;
+  return p->dp || p->tp || p->pp || p->ep || p->cp || p->microbatches || p->microbatch_size;
 }
 
 gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,
@@ -694,7 +698,13 @@ gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimM
     o.dp = n_dev;
   } else if (!p->dp) {
     /* As Megatron derives it: the GPUs that tensor and pipeline parallelism leave. */
-    int mp = o.tp * o.pp;
+    int mp = o.tp * o.pp * o.cp;
+    if ((mp > n_dev || n_dev % mp) && o.cp > 1) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "tp %d x pp %d x cp %d = %d GPUs do not divide the machine's %d; give --dp "
+                  "to use fewer", o.tp, o.pp, o.cp, mp, n_dev);
+      return FALSE;
+    }
     if (mp > n_dev || n_dev % mp) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                   "tp %d x pp %d = %d GPUs do not divide the machine's %d; give --dp to use "

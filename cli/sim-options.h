@@ -7,6 +7,7 @@
 typedef struct {
   int dp, tp, pp, microbatches;
   int ep;                       /* expert-parallel degree (--ep); 0: none               */
+  int cp;                       /* context-parallel degree (--cp); 0: none              */
   gint64 microbatch_size, global_batch;
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;

@@ -27,6 +27,7 @@
 #include "collective.h"
 #include "base.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -133,6 +134,84 @@ static double work_time(SimLowering *lw, const SimDeviceSpec *spec, const SimWor
 }
 
 static void zero1_update_share(SimLowering *lw, OpLay *l, const SimRegion *wr, int reps);
+
+/* The iteration dimension of @op named @name, or -1. */
+static int dim_named(const SimOp *op, const char *name)
+{
+  for (int d = 0; d < op->space.ndims; d++)
+    if (!strcmp(op->space.dims[d].name, name))
+      return d;
+  return -1;
+}
+
+/* The time of @pass's attention kernels (FlashAttention's) in @l's op on @spec with
+ * extents @ext, as a share of @t, the op's time: the part that ring attention overlaps
+ * with passing keys and values. */
+static double attention_core_time(SimLowering *lw, int x, const SimDeviceSpec *spec,
+                                  const int64_t *ext, SimPass pass, double t)
+{
+  SimWork wk = { 0 };
+  sim_graph_op_work(lw->g, x, ext, pass, &wk);
+  double all = 0, core = 0;
+  for (int k = 0; k < wk.n; k++) {
+    double tk = sim_cost_model_kernel_time(lw->cost, spec, &wk.k[k]);
+    all += tk;
+    if (wk.k[k].kind == SIM_KERNEL_ATTENTION)
+      core += tk;
+  }
+  return all > 0 ? t * core / all : 0;
+}
+
+/* Context parallelism (sim_strategy_set_context_parallel()): a self-attention op whose
+ * query positions are split n ways reads only its own positions of the keys and values,
+ * and runs as a ring (Liu et al. 2023, Ring Attention; Megatron-Core's context
+ * parallelism): in n steps each shard computes its queries against one block of keys and
+ * values while it passes that block on to the next shard of the ring, so that the
+ * attention kernels of a pass take (n - 1) max(core / n, block / bandwidth) + core / n
+ * instead of core.  The block is the shard's keys and values (b s 2 kv_heads hd
+ * elements); the backward passes the keys and values and their gradients, twice the
+ * bytes.  The ring's bytes are priced on the bandwidth between neighbours, not put on the
+ * links (no contention with other traffic); the projections of K and V are priced for
+ * the whole sequence (the cost model's shard of query positions computes them all),
+ * which overstates them by (n - 1) / n of their FLOPs.  Executors (recorded plans) keep
+ * the whole-sequence reads, which compute the same values. */
+static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
+                           const SimOpConfig *c, int reps)
+{
+  int sd = dim_named(op, "s"), hd = dim_named(op, "h"), ed = dim_named(op, "e");
+  if (sd < 0 || hd < 0 || ed < 0 || c->degree[sd] <= 1 || op->n_inputs != 3 ||
+      op->inputs[0] != op->inputs[1] || op->inputs[1] != op->inputs[2])
+    return;
+  int n = c->degree[sd], nd = op->space.ndims;
+  int stride = 1;
+  for (int d = sd + 1; d < nd; d++)
+    stride *= MAX(c->degree[d], 1);
+  int coords[SIM_MAX_ITER];
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER], ext[SIM_MAX_ITER];
+  for (int sh = 0; sh < l->n_shards; sh++) {
+    /* Keys and values at the shard's own positions: the region of its queries. */
+    for (int i = 1; i < 3; i++)
+      l->in_reg[sh * op->n_inputs + i] = l->in_reg[sh * op->n_inputs];
+    int idx = sh / reps;
+    sim_config_shard_coords(c, nd, idx, coords);
+    sim_config_shard_range(op, c, coords, lw->M_size, lo, hi);
+    for (int d = 0; d < nd; d++)
+      ext[d] = hi[d] - lo[d];
+    int next = (idx + ((coords[sd] + 1) % n - coords[sd]) * stride) * reps + sh % reps;
+    double bw = sim_machine_bandwidth(lw->m, l->dev[sh], l->dev[next]);
+    double block = (double)ext[0] * ext[sd] * 2.0 * ext[hd] * ext[ed] *
+                   sim_dtype_size(op->in_dtype[0]);
+    double step = isfinite(bw) && bw > 0 ? block / bw : 0;
+    const SimDeviceSpec *spec = sim_machine_device_spec(lw->m, l->dev[sh]);
+    double old_f = l->t_f[sh];
+    double core = attention_core_time(lw, x, spec, ext, SIM_PASS_FORWARD, l->t_f[sh]);
+    l->t_f[sh] += (n - 1) * MAX(core / n, step) + core / n - core;
+    core = attention_core_time(lw, x, spec, ext, SIM_PASS_BACKWARD, l->t_b[sh]);
+    l->t_b[sh] += (n - 1) * MAX(core / n, 2 * step) + core / n - core;
+    if (l->t_r[sh] == old_f)
+      l->t_r[sh] = l->t_f[sh];
+  }
+}
 
 static void lay_op(SimLowering *lw, int x)
 {
@@ -275,6 +354,8 @@ static void lay_op(SimLowering *lw, int x)
     zero1_update_share(lw, l, wr, reps);
     g_free(wr);
   }
+  if (lw->s->cp > 1 && !lw->record && op->type == SIM_OP_ATTENTION)
+    ring_attention(lw, l, x, op, c, reps);
 }
 
 /* ---- task references ---------------------------------------------------------------- */

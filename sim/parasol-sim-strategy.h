@@ -86,6 +86,14 @@ SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chun
 /* Whether the tensor-parallel ranks split the sequence outside their GEMMs (Megatron's
  * sequence parallelism). */
 SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
+/* Context parallelism (ring attention) over @cp ranks: every self-attention operator whose
+ * query positions are split reads only its own positions of the keys and values and
+ * receives the others' keys and values around the ring of the shards that split its
+ * positions (sim/lower.c); 0 or 1: none (a shard of query positions then reads the whole
+ * key and value input, the way an operator split by position reads its inputs).  The
+ * Megatron builder sets it with SimMegatronOptions.cp. */
+SIM_PUBLIC void sim_strategy_set_context_parallel(SimStrategy *s, int cp);
+SIM_PUBLIC int sim_strategy_get_context_parallel(const SimStrategy *s);
 
 typedef struct {
   SimAllreduceAlgo algorithm;
@@ -179,6 +187,11 @@ typedef struct {
    * @dp data-parallel replicas (consecutive ones) and its samples over dp / ep; 0 or 1:
    * none.  Must divide dp and every such op's experts. */
   int ep;
+  /* Context parallelism: every op's positions (its first attribute dimension) split over
+   * cp ranks between the tensor- and the data-parallel ones (Megatron's order: tp, cp,
+   * dp, pp), ops without positions that divide repeated on each; attention as a ring
+   * (sim_strategy_set_context_parallel()).  0 or 1: none.  Not with ep. */
+  int cp;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

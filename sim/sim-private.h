@@ -498,6 +498,8 @@ struct _SimStrategy {
    * an activation (or gradient) each send 1/n of it to the next stage, whose ranks
    * all-gather the parts. */
   gboolean scatter_gather;
+  /* Context parallelism (sim_strategy_set_context_parallel()): 0 or 1 none. */
+  int cp;
   /* Graph rewrites the strategy was found with (names of substitutions, in order); the
    * search applies them to the model before the configurations refer to it. */
   GPtrArray *rewrites;

@@ -77,6 +77,7 @@ SimMegatronOptions sim_megatron_options_default(void)
     .memory = { .recompute = SIM_RECOMPUTE_NONE, .zero1 = FALSE,
                 .precision = SIM_PRECISION_MIXED_FP16, .optimizer = SIM_OPTIMIZER_ADAM },
     .ep = 1,
+    .cp = 1,
   };
 }
 
@@ -310,11 +311,23 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
                 "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
     return FALSE;
   }
-  int64_t need = (int64_t)o->dp * o->tp * o->pp;
-  if (need > sim_machine_n_devices(m)) {
+  if (o->cp < 0 || (o->cp > 1 && o->ep > 1)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "dp %d x tp %d x pp %d = %" G_GINT64_FORMAT " devices, but machine '%s' has %d",
-                o->dp, o->tp, o->pp, need, sim_machine_get_name(m), sim_machine_n_devices(m));
+                "cp %d: the context-parallel degree must be at least 1%s", o->cp,
+                o->ep > 1 ? ", and is not modelled with expert parallelism (ep)" : "");
+    return FALSE;
+  }
+  int64_t need = (int64_t)o->dp * o->tp * o->pp * MAX(o->cp, 1);
+  if (need > sim_machine_n_devices(m)) {
+    if (o->cp > 1)
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "dp %d x tp %d x pp %d x cp %d = %" G_GINT64_FORMAT " devices, but machine "
+                  "'%s' has %d", o->dp, o->tp, o->pp, o->cp, need, sim_machine_get_name(m),
+                  sim_machine_n_devices(m));
+    else
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "dp %d x tp %d x pp %d = %" G_GINT64_FORMAT " devices, but machine '%s' has %d",
+                  o->dp, o->tp, o->pp, need, sim_machine_get_name(m), sim_machine_n_devices(m));
     return FALSE;
   }
   if (o->schedule < SIM_SCHEDULE_GPIPE || o->schedule > SIM_SCHEDULE_INTERLEAVED) {
@@ -349,7 +362,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   if (!check_options(g, m, o, error))
     return NULL;
 
-  const int dp = o->dp, tp = o->tp, pp = o->pp;
+  const int dp = o->dp, tp = o->tp, pp = o->pp, cp = MAX(o->cp, 1);
   const int chunks = o->schedule == SIM_SCHEDULE_INTERLEAVED ? o->chunks : 1;
   const int n_ops = sim_graph_n_ops(g);
   const char *model = sim_graph_get_name(g);
@@ -469,14 +482,16 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   /* Ranks: tensor fastest, then data, then pipeline (Megatron's order: its data-parallel
    * groups stride by tp inside a block of dp * tp ranks per stage, its pipeline groups by
    * the world size over pp), so a tensor-parallel group is tp consecutive devices, inside
-   * one node when tp divides its size, and a stage holds dp * tp consecutive devices. */
-#define RANK(d, p, t) ((p) * (dp * tp) + (d) * tp + (t))
+   * one node when tp divides its size, and a stage holds dp * tp consecutive devices.
+   * Context parallelism sits between tensor and data parallelism (Megatron-Core's order):
+   * d counts dp * cp, context rank c of replica r being d = r cp + c. */
+#define RANK(d, p, t) ((p) * (dp * cp * tp) + (d) * tp + (t))
 
   g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
   g_autofree TpRole *role = g_new0(TpRole, MAX(n_ops, 1));
   if (tp > 1)
     assign_tp_roles(g, o->sequence_parallel, role);
-  g_autofree int *devices = g_new(int, (gsize)dp * tp);
+  g_autofree int *devices = g_new(int, (gsize)dp * cp * tp);
 
   for (int op = 0; op < n_ops; op++) {
     const SimStrategyOpInfo *info = &s->layout->ops[op];
@@ -544,21 +559,45 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
     int p = op_stage[op] % pp;
     gboolean split = (x > 0 && x < SIM_MAX_ITER && degrees[x] > 1) || expert_split;
     int replicas = split ? 1 : tp;
-    for (int d = 0; d < dp; d++)
-      for (int t = 0; t < tp; t++)
-        devices[d * tp + t] = RANK(d, p, t);
+    /* Context parallelism splits the positions further (chunk c of the sequence, split
+     * tp ways inside it under sequence parallelism); an op without positions that
+     * divide runs on every context rank. */
+    gboolean cp_split = FALSE;
+    if (cp > 1) {
+      int sd = first_dim_with_role(sim_graph_op_get(g, op), SIM_ROLE_ATTRIBUTE);
+      if (sd > 0 && sd < info->ndims && info->dims[sd].splittable &&
+          info->dims[sd].size % ((int64_t)degrees[sd] * cp) == 0) {
+        degrees[sd] *= cp;
+        cp_split = TRUE;
+      } else {
+        replicas *= cp;
+      }
+      /* Shards in row-major order of their coordinates, copies fastest: the context
+       * coordinate comes after the tensor one where the tensor split is on an earlier
+       * dimension or the op is repeated over the context ranks. */
+      gboolean t_first = split && (!cp_split || x < sd);
+      int n = 0;
+      for (int d = 0; d < dp; d++)
+        for (int a = 0; a < (t_first ? tp : cp); a++)
+          for (int b = 0; b < (t_first ? cp : tp); b++)
+            devices[n++] = t_first ? RANK(d * cp + b, p, a) : RANK(d * cp + a, p, b);
+    } else {
+      for (int d = 0; d < dp; d++)
+        for (int t = 0; t < tp; t++)
+          devices[d * tp + t] = RANK(d, p, t);
+    }
     if (!sim_strategy_set_op_replicated(s, op, degrees, replicas, devices, error))
       return NULL;
   }
 
   /* Stage c runs on the devices of pipeline rank c % pp: every (data, tensor) pair. */
-  g_autofree int *groups_flat = g_new(int, (gsize)n_chunks * dp * tp);
+  g_autofree int *groups_flat = g_new(int, (gsize)n_chunks * dp * cp * tp);
   g_autofree const int **groups = g_new(const int *, n_chunks);
   g_autofree int *group_n = g_new(int, n_chunks);
   for (int c = 0; c < n_chunks; c++) {
-    int *grp = groups_flat + (gsize)c * dp * tp;
+    int *grp = groups_flat + (gsize)c * dp * cp * tp;
     int n = 0;
-    for (int d = 0; d < dp; d++)
+    for (int d = 0; d < dp * cp; d++)
       for (int t = 0; t < tp; t++)
         grp[n++] = RANK(d, c % pp, t);
     groups[c] = grp;
@@ -574,6 +613,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   sim_strategy_set_memory(s, &o->memory);
   sim_strategy_set_sequence_parallel(s, o->sequence_parallel);
   sim_strategy_set_scatter_gather(s, o->scatter_gather);
+  sim_strategy_set_context_parallel(s, cp);
   if (!sim_strategy_validate(s, g, m, error))
     return NULL;
   return g_steal_pointer(&s);

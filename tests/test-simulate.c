@@ -867,6 +867,61 @@ Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
   }
 }
 
+/* Context parallelism over 2 GPUs: every op holds its own positions, so with the ring
+ * no activation moves between the GPUs (the keys and values travel in the ring, priced
+ * with the attention), while without it (the same splits, context_parallel 1) each
+ * attention shard gathers the half of its key and value input it lacks; the gradients are
+ * all-reduced over the context ranks exactly as a data-parallel pair's are. */
+Test(lowering, context_parallelism_keeps_activations_local_and_reduces_over_its_ranks)
+{
+  g_autoptr(SimMachine) m = switch4(100);
+  g_autoptr(SimCostModel) cm = roofline();
+  double moved[2], synced[2];
+  for (int k = 0; k < 3; k++) {
+    g_autoptr(SimGraph) g = zoo("llama", "layers=2,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                         "seq=64,vocab=512,batch=4");
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = k < 2 ? 1 : 2;
+    mo.cp = k < 2 ? 2 : 1;
+    mo.microbatch_size = 2;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    if (k == 1)
+      sim_strategy_set_context_parallel(s, 1);
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    double transfer = 0, sync = 0;
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *task = &tg->task[t];
+      if (task->kind != SIM_TASK_FLOW)
+        continue;
+      if (task->cls == SIM_CLASS_TRANSFER)
+        transfer += task->bytes;
+      else if (task->cls == SIM_CLASS_GRAD_SYNC)
+        sync += task->bytes;
+    }
+    if (k < 2) {
+      moved[k] = transfer;
+      synced[k] = sync;
+    } else {
+      cr_expect_float_eq(synced[0], sync, 1e-6, "cp 2: %g gradient bytes, dp 2: %g",
+                         synced[0], sync);
+    }
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+  cr_expect_eq(moved[0], 0, "ring: %g bytes of activations moved", moved[0]);
+  /* Forward, each of the two attention layers' two shards receives the other's 2 x 32
+   * positions of the 256-wide fp32 input. */
+  double half = 2.0 * 32 * 256 * 4;
+  cr_expect(moved[1] >= 2 * 2 * half, "whole reads: %g bytes moved, expected at least %g",
+            moved[1], 2 * 2 * half);
+}
+
 /* The same with random splits and devices: the MLP tower's first layer split p ways on
  * random distinct devices, everything else q ways on devices 0 .. q - 1 (p, q among 16,
  * 24, 32, 48 and 64, so that either side has many groups of holders).  Forward, the first

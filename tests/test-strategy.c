@@ -587,6 +587,62 @@ Test(strategy_json, round_trips_megatron)
   cr_assert_not(sim_strategy_equal(s, sg));
 }
 
+/* Context parallelism in Megatron's order (tp, cp, dp, pp): with tp 2, cp 2, dp 2 a
+ * stage's ranks are 8 consecutive devices, replica r's on 4 r .. 4 r + 3; the attention
+ * shard of positions chunk c and heads t sits on 4 r + 2 c + t, a sequence-parallel
+ * norm's chunk k (chunk k / 2 of the context split, part k % 2 of it) on 4 r + k.  The
+ * degree is written ("context_parallel": 2), read back, and makes another strategy. */
+Test(strategy_json, context_parallel_places_position_chunks_between_tensor_and_data_ranks)
+{
+  g_autoptr(SimGraph) g = zoo("llama", "layers=2,hidden=256,heads=4,kv_heads=2,ffn=512,seq=64,"
+                                       "vocab=512,batch=8");
+  g_autoptr(SimMachine) m = machine("dgx-a100");
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.dp = 2;
+  o.tp = 2;
+  o.cp = 2;
+  o.microbatch_size = 1;
+  o.sequence_parallel = TRUE;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  cr_assert_eq(sim_strategy_get_context_parallel(s), 2);
+  int checked = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    SimOpType t = sim_graph_op_type(g, op);
+    if (t != SIM_OP_ATTENTION && t != SIM_OP_RMSNORM)
+      continue;
+    int sd = dim_named(g, op, "s"), hd = t == SIM_OP_ATTENTION ? dim_named(g, op, "h") : -1;
+    const int *deg = sim_strategy_op_degrees(s, op);
+    int n;
+    const int *devs = sim_strategy_op_devices(s, op, &n);
+    cr_assert_eq(deg[0], 2, "op %d: %d replicas", op, deg[0]);
+    cr_assert_eq(deg[sd], t == SIM_OP_ATTENTION ? 2 : 4, "op %d: %d position chunks", op,
+                 deg[sd]);
+    cr_assert_eq(n, 8);
+    for (int sh = 0; sh < n; sh++) {
+      int r, k;
+      if (t == SIM_OP_ATTENTION) {
+        cr_assert_eq(deg[hd], 2);
+        r = sh / 4;
+        k = (sh / 2) % 2 * 2 + sh % 2; /* 2 c + t */
+      } else {
+        r = sh / 4;
+        k = sh % 4;
+      }
+      cr_expect_eq(devs[sh], 4 * r + k, "op %d shard %d on %d", op, sh, devs[sh]);
+    }
+    checked++;
+  }
+  cr_assert(checked >= 3);
+  g_autofree char *text = sim_strategy_to_json(s, g);
+  cr_assert(strstr(text, "\"context_parallel\": 2"), "%s", text);
+  assert_round_trip(s, g, m);
+  g_autoptr(SimStrategy) flat = sim_strategy_copy(s);
+  sim_strategy_set_context_parallel(flat, 1);
+  cr_assert_not(sim_strategy_equal(s, flat));
+}
+
 Test(strategy_json, writes_compact_device_ranges)
 {
   g_autoptr(SimGraph) g = tiny_graph(8);

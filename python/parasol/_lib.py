@@ -76,7 +76,8 @@ class SimMegatronOptions(Structure):
     _fields_ = [("dp", c_int), ("tp", c_int), ("pp", c_int), ("microbatches", c_int),
                 ("microbatch_size", c_int64), ("schedule", c_int), ("chunks", c_int),
                 ("sequence_parallel", gboolean), ("scatter_gather", gboolean),
-                ("sync", SimSyncOptions), ("memory", SimMemoryOptions), ("ep", c_int)]
+                ("sync", SimSyncOptions), ("memory", SimMemoryOptions), ("ep", c_int),
+                ("cp", c_int)]
 
 
 RUN_FUNC = CFUNCTYPE(gboolean, c_void_p, c_void_p, GErrorPP)
