@@ -1,0 +1,146 @@
+/* lower-private.h — what the lowering's files share: lower.c (operator layouts, task
+ * references, the pipeline schedule, the lowering itself), lower-tensors.c (a tensor's
+ * reductions and transfers, expert parallelism's all-to-all) and lower-sync.c (the gradient
+ * synchronization: buckets, ZeRO, their collectives).  lower.c's header comment describes
+ * the whole. */
+#pragma once
+
+#include "lower.h"
+#include "taskgraph.h"
+#include "collective.h"
+#include "base.h"
+
+typedef struct {
+  gboolean is_input;       /* data sources have no tasks                             */
+  int n_shards, n_in, n_out;
+  const int *dev;          /* the strategy's device of every shard                   */
+  int *cidx;               /* index among the simulated shards, or -1                 */
+  int n_sim;
+  SimRegion *in_reg;       /* [shard * n_in + i], in micro-batch coordinates           */
+  SimRegion *out_reg;      /* [shard * n_out + j]                                     */
+  gboolean *out_partial;   /* per output: shards hold partial sums                     */
+  gboolean *in_partial;    /* per input: gradients computed by shards are partial      */
+  double *t_f, *t_b, *t_r, *t_u;
+  int64_t *a_f, *a_r;      /* bytes kept by forward, by recompute, per shard            */
+  int64_t *w_elems;        /* weight elements per shard                                */
+  gboolean recompute;
+  gboolean has_weights;
+  uint16_t k_f, k_b, k_r;      /* kernels per pass, for the host's issue time         */
+  int stage;
+  int block;
+  uint32_t pos_b, pos_r;   /* places in the backward order                             */
+} OpLay;
+
+struct _SimLowering {
+  const SimGraph *g;
+  SimMachine *m;
+  const SimStrategy *s;
+  SimCostModel *cost;
+  SimOptions o;
+  SimCollParams cp;
+  uint8_t *simulated;
+  int n_ops, n_dev;
+  /* M: the micro-batches lowered; M_size: the strategy's, which set each one's size.  They
+   * differ only where the steady state of a schedule is extrapolated (sim/steady.c). */
+  int M, M_size;
+  OpLay *ops;
+  int *tensor_block;
+  int sync_block;
+  /* The collectives of the gradient synchronization, a block each, in the order of the
+   * last build, and a key describing each (a rebuild reuses the blocks of collectives it
+   * finds unchanged). */
+  GArray *coll_blocks;        /* int                                                    */
+  struct OpSync *op_sync;     /* per op: its synchronization items, kept between builds */
+  GHashTable *coll_keys;      /* GBytes key -> block + 1                                */
+  GArray **sharers;           /* per op: the ops that use its weights, or NULL          */
+  uint64_t *rank_f, *rank_b;  /* [stage * M + mb]: place of the unit on its device      */
+  uint64_t rank_update;
+  int *seg;
+  int last_checkpoint;
+  SimTaskGraph *tg;
+  gboolean record;            /* record what tasks mean, for executors                  */
+  gboolean fold_violated;
+  double model_flops;
+  SimKeyIndex regions;        /* scratch: lower_group_holders() numbers distinct regions       */
+  SimKeyIndex transfers;      /* scratch: a tensor's transfers already made (deliver())  */
+  /* Scratch: the factor on the bytes of the flows and reductions being built, below 1
+   * where expert parallelism moves only the routed tokens (routed_fraction()). */
+  double byte_scale;
+};
+
+/* A set of shards that hold the same region of a tensor. */
+
+typedef struct {
+  SimRegion region;
+  int *members;    /* shard indices */
+  int n;
+  int *devs;       /* their distinct devices, in shard order */
+  int n_devs;
+  gboolean any_sim;
+} Holders;
+
+/* What lower_group_holders() compares: a region and a tag. */
+
+typedef struct {
+  SimRegion r;
+  int tag;
+} RegionKey;
+
+/* The key of a transfer: source, destination and region.  Consumers on one device that
+ * need the same data from another share one transfer (the activation crosses a stage
+ * boundary once); in the backward pass the gradients they produce on one device add up
+ * there and cross once. */
+
+typedef struct {
+  int src, dst, ndim;
+  int64_t lo[SIM_MAX_DIMS], hi[SIM_MAX_DIMS];
+} TransferKey;
+
+/* A transfer made for one micro-batch and pass of a tensor: which of them (see
+ * lower_build_tensor_block()) and the transfer. */
+
+typedef struct {
+  int which;
+  int scaled;      /* built under a byte scale: not shared with unscaled transfers */
+  TransferKey tk;
+} SentKey;
+
+/* What one op adds to the synchronization (its items, its exchanges with the owner of
+ * weights it shares, its weights' memory per device); it depends on the op's layout, its
+ * owner's and its users', so a delta rebuild recomputes it for those only. */
+struct OpSync {
+  gboolean valid;
+  GArray *items;       /* SyncItem */
+  GArray *ties;        /* SyncItem */
+  GArray *mem;         /* MemAdd   */
+};
+
+enum { P_F, P_B, P_R };
+
+static inline SimTaskRef ref_compute(const SimLowering *lw, const OpLay *l, int pass, int mb,
+                                     int sh)
+{
+  int base = pass == P_F ? 0 : pass == P_B ? 1 : 2;
+  return (SimTaskRef){ l->block, (base * lw->M + mb) * l->n_sim + l->cidx[sh] };
+}
+
+static inline SimTaskRef ref_update(const SimLowering *lw, const OpLay *l, int sh)
+{
+  int base = l->recompute ? 3 : 2;
+  return (SimTaskRef){ l->block, base * lw->M * l->n_sim + l->cidx[sh] };
+}
+
+/* lower.c */
+int64_t lower_region_bytes(const SimRegion *r, SimDType dt);
+
+/* lower-tensors.c */
+GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *regs, int stride,
+                            int offset, const int *tags);
+void lower_holders_free(GArray *groups);
+void lower_zero1_update_share(SimLowering *lw, OpLay *l, const SimRegion *wr, int reps);
+void lower_build_tensor_block(SimLowering *lw, int t);
+
+/* lower-sync.c */
+void lower_op_sync_invalidate(SimLowering *lw, int x);
+gboolean lower_lowering_cancelled(const SimLowering *lw, int i);
+void lower_build_sync_block(SimLowering *lw);

@@ -1,0 +1,711 @@
+/* lower-sync.c — the gradient synchronization that the lowering (lower.c) makes: every
+ * op's weight gradients in buckets, all-reduced (or reduce-scattered and all-gathered under
+ * ZeRO) over the shards that share them, ZeRO-3's parameter gathers, each collective in a
+ * block of its own that a rebuild reuses when unchanged.
+ */
+#include "lower-private.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- gradient synchronization ---------------------------------------------------------- */
+
+typedef struct {
+  int op;
+  int *shards;
+  int n;
+  int *devs;
+  int n_devs;
+  int64_t bytes;     /* gradient bytes per device */
+} SyncItem;
+
+typedef struct {
+  int32_t dev;
+  int64_t bytes;
+} MemAdd;
+
+static void sync_items_clear(GArray *a)
+{
+  for (guint k = 0; k < a->len; k++) {
+    SyncItem *it = &g_array_index(a, SyncItem, k);
+    g_free(it->shards);
+    g_free(it->devs);
+  }
+  g_array_set_size(a, 0);
+}
+
+void lower_op_sync_invalidate(SimLowering *lw, int x)
+{
+  struct OpSync *os = &lw->op_sync[x];
+  os->valid = FALSE;
+  if (os->items) {
+    sync_items_clear(os->items);
+    sync_items_clear(os->ties);
+    g_array_set_size(os->mem, 0);
+  }
+}
+
+static gboolean same_devs(const SyncItem *a, const SyncItem *b)
+{
+  if (a->n_devs != b->n_devs)
+    return FALSE;
+  return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
+}
+
+typedef struct {
+  int group;   /* the rank of the item's device set, by first appearance */
+  int index;
+} ItemOrder;
+
+static int item_order_cmp(const void *a, const void *b)
+{
+  const ItemOrder *x = a, *y = b;
+  if (x->group != y->group)
+    return x->group < y->group ? -1 : 1;
+  return x->index - y->index;
+}
+
+/* Orders @items by device set, each set's items in their own order: every process
+ * buckets its own gradients (PyTorch DDP, Megatron), so a bucket is a run of one device
+ * set's items, whatever the items of other device sets between them. */
+static void group_items_by_devices(GArray *items)
+{
+  guint n = items->len;
+  if (n < 2)
+    return;
+  GHashTable *rank = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                           (GDestroyNotify)g_bytes_unref, NULL);
+  ItemOrder *ord = g_new(ItemOrder, n);
+  gboolean sorted = TRUE;
+  for (guint i = 0; i < n; i++) {
+    const SyncItem *it = &g_array_index(items, SyncItem, i);
+    size_t len = sizeof(int) * (size_t)it->n_devs;
+    gpointer v;
+    if (!sim_bytes_lookup(rank, it->devs, len, &v)) {
+      v = GINT_TO_POINTER(g_hash_table_size(rank));
+      g_hash_table_insert(rank, g_bytes_new(it->devs, len), v);
+    }
+    ord[i] = (ItemOrder){ GPOINTER_TO_INT(v), (int)i };
+    sorted = sorted && (i == 0 || ord[i].group >= ord[i - 1].group);
+  }
+  if (!sorted) {
+    qsort(ord, n, sizeof *ord, item_order_cmp);
+    SyncItem *copy = g_memdup2(items->data, sizeof(SyncItem) * n);
+    for (guint i = 0; i < n; i++)
+      g_array_index(items, SyncItem, i) = copy[ord[i].index];
+    g_free(copy);
+  }
+  g_free(ord);
+  g_hash_table_destroy(rank);
+}
+
+/* Bytes of weights, gradients and optimizer states per parameter (Rajbhandari et al.,
+ * ZeRO, 2020: 2 + 2 + 12 for mixed-precision Adam), and how much of it shards. */
+static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
+                        double *shardable)
+{
+  int w = sim_dtype_size(wdt);
+  gboolean mixed = SIM_PRECISION_IS_MIXED(mo->precision);
+  double states = mo->optimizer == SIM_OPTIMIZER_ADAM ? 8 : 4; /* moments or momentum */
+  if (mixed)
+    states += 4; /* fp32 master weights */
+  *fixed = 2.0 * w;   /* weights and their gradients */
+  *shardable = states;
+  if (mo->zero1 && mo->zero2) {
+    /* ZeRO-2: each replica keeps the gradients of the part it updates. */
+    *fixed = w;
+    *shardable = states + w;
+  }
+  if (mo->zero1 && mo->zero3) {
+    /* ZeRO-3: and only its part of the weights (the gathered buckets are counted in
+     * lower_build_sync_block()). */
+    *fixed = 0;
+    *shardable = states + 2.0 * w;
+  }
+}
+
+/* One collective of the gradient synchronization, in a block of its own.  Its tasks
+ * depend on nothing but the key (what, over which devices, how many bytes, for which
+ * op), so when the synchronization is rebuilt for a delta simulation, a collective whose
+ * key the previous build had keeps that build's block untouched.  @prev holds the
+ * previous build's keys; the reused ones are taken out of it. */
+static void sync_collective(SimLowering *lw, GHashTable *prev, GHashTable *keys, SimCollKind kind,
+                            SimTaskClass cls, const int *devs, int n, double bytes, int op,
+                            SimTaskRef *start, SimTaskRef *end)
+{
+  SimTaskGraph *tg = lw->tg;
+  size_t len = 4 * sizeof(int32_t) + sizeof(double) + (size_t)n * sizeof(int32_t);
+  uint8_t *k = g_malloc(len);
+  int32_t head[4] = { kind, cls, op, n };
+  memcpy(k, head, sizeof head);
+  memcpy(k + sizeof head, &bytes, sizeof bytes);
+  for (int i = 0; i < n; i++) {
+    int32_t d = devs[i];
+    memcpy(k + sizeof head + sizeof bytes + (size_t)i * sizeof d, &d, sizeof d);
+  }
+  GBytes *key = g_bytes_new_take(k, len);
+  int block = -1;
+  gpointer old_key, val;
+  if (prev && g_hash_table_steal_extended(prev, key, &old_key, &val)) {
+    block = GPOINTER_TO_INT(val) - 1;
+    g_bytes_unref(old_key);
+    *start = (SimTaskRef){ block, 0 };
+    *end = (SimTaskRef){ block, 1 };
+  } else {
+    block = sim_taskgraph_block_new(tg);
+    SimCollective coll = { .kind = kind, .algo = lw->s->sync.algorithm, .detail = lw->o.detail,
+                           .params = &lw->cp, .cls = cls, .devices = devs, .n = n, .bytes = bytes,
+                           .op = op, .mb = -1 };
+    sim_collective_lower(tg, block, lw->m, &coll, start, end);
+    g_assert(start->index == 0 && end->index == 1);
+  }
+  g_array_append_val(lw->coll_blocks, block);
+  if (!g_hash_table_contains(keys, key))
+    g_hash_table_insert(keys, key, GINT_TO_POINTER(block + 1));
+  else
+    g_bytes_unref(key); /* a twin in this build: its block is not offered for reuse */
+}
+
+/* Frees the previous build's collective blocks that were not reused and lays the blocks
+ * out for assembly: every other block in slot order, then the collectives in the order
+ * this build made them, which a fresh lowering would give too. */
+static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
+{
+  SimTaskGraph *tg = lw->tg;
+  guint nb = tg->blocks->len;
+  uint8_t *mark = g_new0(uint8_t, MAX(nb, 1));
+  for (guint i = 0; i < lw->coll_blocks->len; i++)
+    mark[g_array_index(lw->coll_blocks, int, i)] = 1;
+  for (guint i = 0; i < old_blocks->len; i++) {
+    int b = g_array_index(old_blocks, int, i);
+    if (!mark[b])
+      sim_taskgraph_block_free(tg, b);
+  }
+  if (!tg->order)
+    tg->order = g_array_new(FALSE, FALSE, sizeof(int));
+  g_array_set_size(tg->order, 0);
+  for (guint i = 0; i < nb; i++)
+    if (!mark[i] && sim_taskgraph_block(tg, (int)i)->live)
+      g_array_append_val(tg->order, i);
+  g_array_append_vals(tg->order, lw->coll_blocks->data, lw->coll_blocks->len);
+  g_free(mark);
+}
+
+/* Computes op @x's share of the synchronization into @os (see struct OpSync). */
+static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpSync *os)
+{
+  const SimStrategy *s = lw->s;
+  const OpLay *l = &lw->ops[x];
+  if (l->is_input || !l->has_weights)
+    return;
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  double fixed, shardable;
+  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+  int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
+  /* A table with sparse gradients keeps its weights alone: its gradient holds the looked
+   * up rows only, and recommenders step such tables with plain SGD in the table's own
+   * precision (no master copy, no moments).  Replicas exchange those rows, not the
+   * table (the gradient's rows, as dense as the lookups make them). */
+  int64_t full[SIM_MAX_ITER], sparse_width = 0;
+  int64_t sparse_rows = sim_embedding_sparse_rows(op, sim_op_extent(op, NULL, full),
+                                                  &sparse_width);
+  if (sparse_rows >= 0) {
+    fixed = (double)wbytes;
+    shardable = 0;
+  }
+  gboolean sharer = op->weight_owner != x;
+  const OpLay *ol = sharer ? &lw->ops[op->weight_owner] : NULL;
+  /* Which shards hold weights of their own: all of an owner's; of a user of another
+   * op's weights, those on devices where the owner has no shard (the gradients of the
+   * others add up in the owner's buffer).  Those copies keep their weights, synchronize
+   * among their data-parallel peers, and then exchange gradients with the owner's copy,
+   * as Megatron's first and last pipeline stages do for the tied embedding. */
+  uint8_t *own = g_new(uint8_t, l->n_shards);
+  if (sharer) {
+    memset(owner_dev, 0, (size_t)lw->n_dev);
+    for (int sh = 0; sh < ol->n_shards; sh++)
+      owner_dev[ol->dev[sh]] = 1;
+  }
+  int n_own = 0;
+  for (int sh = 0; sh < l->n_shards; sh++)
+    n_own += own[sh] = !sharer || !owner_dev[l->dev[sh]];
+  if (n_own == 0) {
+    g_free(own);
+    return;
+  }
+  /* Shards that hold the same region of the first weight share its gradient. */
+  SimRegion *wr = g_new(SimRegion, l->n_shards);
+  const SimOpConfig *c = &s->ops[x];
+  int reps = c->replicas > 1 ? c->replicas : 1;
+  int coords[SIM_MAX_ITER];
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
+  /* Copies of a replicated shard compute the same gradient: each copy synchronizes
+   * with its own data-parallel peers only, as every tensor-parallel rank of Megatron
+   * all-reduces its own layer-norm gradients.  Shards without weights of their own get
+   * a tag of their own and stay out of every group. */
+  int *tag = g_new(int, l->n_shards);
+  for (int sh = 0; sh < l->n_shards; sh++) {
+    sim_config_shard_coords(c, op->space.ndims, sh / reps, coords);
+    sim_config_shard_range(op, c, coords, lw->M_size, lo, hi);
+    sim_map_project(sim_space_weight_map(op, 0), &op->w_shape[0], lo, hi, &wr[sh]);
+    tag[sh] = own[sh] ? sh % reps : reps + sh;
+  }
+  GArray *groups = lower_group_holders(&lw->regions, l, wr, 1, 0, tag);
+  g_free(tag);
+  /* The weights of users on the owner's devices beyond the shared ones (a tied
+   * decoder's own bias) travel with the owner's gradients. */
+  int64_t extra = 0;
+  GArray *users = lw->sharers[x];
+  for (guint u = 0; !sharer && users && u < users->len; u++) {
+    const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+    if (ul->n_shards && l->n_shards)
+      extra += MAX(0, ul->w_elems[0] - l->w_elems[0]);
+  }
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    if (!own[h->members[0]])
+      continue;
+    int nrep = h->n_devs;
+    for (int i = 0; i < h->n; i++) {
+      int sh = h->members[i];
+      double per = fixed + (s->memory.zero1 && nrep > 1 ? shardable / nrep : shardable);
+      MemAdd ma = { l->dev[sh], (int64_t)(per * (double)l->w_elems[sh]) };
+      g_array_append_val(os->mem, ma);
+    }
+    if (nrep <= 1 || !h->any_sim)
+      continue;
+    SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
+    it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
+    it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
+    it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
+    if (sparse_rows >= 0)
+      it.bytes = MIN(it.bytes, sparse_rows * sparse_width * wbytes);
+    g_array_append_val(os->items, it);
+  }
+  if (sharer)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      int osh = sh % ol->n_shards;
+      if (!own[sh] || (l->cidx[sh] < 0 && ol->cidx[osh] < 0))
+        continue;
+      SyncItem it = { .op = x, .n = 1, .n_devs = 2 };
+      it.shards = g_memdup2(&sh, sizeof(int));
+      int devs[2] = { ol->dev[osh], l->dev[sh] };
+      it.devs = g_memdup2(devs, sizeof devs);
+      it.bytes = ol->w_elems[osh] * wbytes;
+      g_array_append_val(os->ties, it);
+    }
+  lower_holders_free(groups);
+  g_free(wr);
+  g_free(own);
+}
+
+/* Whether the simulation was cancelled (SimOptions.cancel): the lowering then stops where
+ * it is, and its caller fails with SIM_ERROR_CANCELLED without running it. */
+gboolean lower_lowering_cancelled(const SimLowering *lw, int i)
+{
+  return (i & 15) == 0 && lw->o.cancel && atomic_load(lw->o.cancel);
+}
+
+/* A bucket of the gradient synchronization: items [i, j) of the list, their bytes per
+ * device, their pipeline stage (the first item's). */
+typedef struct {
+  guint i, j;
+  int64_t bytes;
+  int stage;
+} Bucket;
+
+/* Makes @start wait for the end of the last collective on @it's devices and records
+ * @end as the last one (appended to @ends; @last maps the device list to its index). */
+static void chain_append(SimTaskGraph *tg, int block, GHashTable *last, GArray *ends,
+                         const SyncItem *it, SimTaskRef start, SimTaskRef end)
+{
+  gpointer v;
+  if (sim_bytes_lookup(last, it->devs, sizeof(int) * (size_t)it->n_devs, &v))
+    sim_taskgraph_depend(tg, block, g_array_index(ends, SimTaskRef, GPOINTER_TO_INT(v) - 1),
+                         start);
+  g_array_append_val(ends, end);
+  g_hash_table_replace(last, g_bytes_new(it->devs, sizeof(int) * (size_t)it->n_devs),
+                       GINT_TO_POINTER((int)ends->len));
+}
+
+/* ZeRO-3's working memory on every device: the weights of its largest bucket three times
+ * over, gathered for the compute that uses them, gathered ahead for the next bucket,
+ * and as the whole gradient before its reduce-scatter. */
+static void zero3_gathered_memory(SimLowering *lw, GArray *items, GArray *buckets)
+{
+  int64_t *most = g_new0(int64_t, MAX(lw->n_dev, 1));
+  for (guint b = 0; b < buckets->len; b++) {
+    const Bucket *bk = &g_array_index(buckets, Bucket, b);
+    const SyncItem *it = &g_array_index(items, SyncItem, bk->i);
+    for (int d = 0; d < it->n_devs; d++)
+      most[it->devs[d]] = MAX(most[it->devs[d]], bk->bytes);
+  }
+  for (int d = 0; d < lw->n_dev; d++)
+    lw->tg->static_mem[d] += 3 * most[d];
+  g_free(most);
+}
+
+/* Makes the compute of @pass (forward; backward and its recomputation) of micro-batch
+ * @mb of bucket @bk's ops, and of the ops that use their weights on the same devices,
+ * wait for @end; with @before, makes @before's start wait for that compute instead. */
+static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const Bucket *bk,
+                                int pass, int mb, SimTaskRef end, const SimTaskRef *before)
+{
+  SimTaskGraph *tg = lw->tg;
+  for (guint k = bk->i; k < bk->j; k++) {
+    const SyncItem *it = &g_array_index(items, SyncItem, k);
+    GArray *users = lw->sharers[it->op];
+    for (guint u = 0; u <= (users ? users->len : 0); u++) {
+      int x = u == 0 ? it->op : g_array_index(users, int, u - 1);
+      const OpLay *l = &lw->ops[x];
+      for (int sh = 0; sh < l->n_shards; sh++) {
+        if (l->cidx[sh] < 0)
+          continue;
+        gboolean here = FALSE;
+        for (int d = 0; d < it->n_devs && !here; d++)
+          here = it->devs[d] == l->dev[sh];
+        if (!here)
+          continue;
+        if (pass == P_F) {
+          if (before)
+            sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_F, mb, sh), *before);
+          else
+            sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, P_F, mb, sh));
+          continue;
+        }
+        int first = l->recompute ? P_R : P_B;
+        if (before)
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, mb, sh), *before);
+        else
+          sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, first, mb, sh));
+        if (!before && first != P_B)
+          sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, P_B, mb, sh));
+      }
+    }
+  }
+}
+
+/* Whether an op of @bk recomputes: its recomputation runs ahead of the backward of the
+ * buckets before it, so its gather cannot wait for that backward. */
+static gboolean bucket_recomputes(const SimLowering *lw, GArray *items, const Bucket *bk)
+{
+  for (guint k = bk->i; k < bk->j; k++) {
+    int op = g_array_index(items, SyncItem, k).op;
+    if (lw->ops[op].recompute)
+      return TRUE;
+    GArray *users = lw->sharers[op];
+    for (guint u = 0; users && u < users->len; u++)
+      if (lw->ops[g_array_index(users, int, u)].recompute)
+        return TRUE;
+  }
+  return FALSE;
+}
+
+typedef struct {
+  uint64_t rank;   /* the unit's place on its devices (rank_f, rank_b)               */
+  int pos;         /* the bucket's place in the unit: the order of the compute        */
+  int bucket, prev2, pass, mb;
+} Gather;
+
+static int gather_cmp(const void *a, const void *b)
+{
+  const Gather *x = a, *y = b;
+  if (x->rank != y->rank)
+    return x->rank < y->rank ? -1 : 1;
+  return x->pos - y->pos;
+}
+
+/* ZeRO-3's parameter all-gathers: every bucket before every micro-batch's forward and
+ * again before its backward.  A device set's gathers run one after the other in the order
+ * of the compute that needs them (its units in schedule order, each unit's buckets in
+ * the order of its pass), and each starts once the compute two buckets before it in its
+ * unit is done: the compute of the bucket before it runs while it gathers, as FSDP
+ * prefetches one bucket ahead. */
+static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHashTable *prev)
+{
+  SimTaskGraph *tg = lw->tg;
+  int block = lw->sync_block, M = lw->M;
+  guint nb = buckets->len;
+  /* Runs of buckets on one device set and stage: the buckets of one unit. */
+  GArray *gathers = g_array_new(FALSE, FALSE, sizeof(Gather));
+  for (guint r0 = 0; r0 < nb;) {
+    const Bucket *b0 = &g_array_index(buckets, Bucket, r0);
+    const SyncItem *f0 = &g_array_index(items, SyncItem, b0->i);
+    guint r1 = r0 + 1;
+    while (r1 < nb && g_array_index(buckets, Bucket, r1).stage == b0->stage &&
+           same_devs(f0, &g_array_index(items, SyncItem, g_array_index(buckets, Bucket, r1).i)))
+      r1++;
+    int len = (int)(r1 - r0);
+    for (int mb = 0; mb < M; mb++)
+      for (int pass = P_F; pass <= P_B; pass++)
+        for (int pos = 0; pos < len; pos++) {
+          /* The list is in backward order. */
+          int at = pass == P_B ? pos : len - 1 - pos;
+          int at2 = pass == P_B ? pos - 2 : len + 1 - pos;
+          Gather ga = { .pos = pos, .bucket = (int)r0 + at,
+                        .prev2 = pos >= 2 ? (int)r0 + at2 : -1, .pass = pass, .mb = mb };
+          ga.rank = (pass == P_F ? lw->rank_f : lw->rank_b)[(size_t)b0->stage * M + mb];
+          g_array_append_val(gathers, ga);
+        }
+    r0 = r1;
+  }
+  qsort(gathers->data, gathers->len, sizeof(Gather), gather_cmp);
+  GHashTable *last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                           (GDestroyNotify)g_bytes_unref, NULL);
+  GArray *ends = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+  for (guint k = 0; k < gathers->len; k++) {
+    if (lower_lowering_cancelled(lw, (int)k))
+      break;
+    const Gather *ga = &g_array_index(gathers, Gather, k);
+    const Bucket *bk = &g_array_index(buckets, Bucket, ga->bucket);
+    const SyncItem *first = &g_array_index(items, SyncItem, bk->i);
+    SimTaskRef start, end;
+    sync_collective(lw, prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
+                    first->devs, first->n_devs, (double)bk->bytes, first->op, &start, &end);
+    chain_append(tg, block, last, ends, first, start, end);
+    bucket_compute_deps(lw, block, items, bk, ga->pass, ga->mb, end, NULL);
+    if (ga->prev2 >= 0 && !(ga->pass == P_B && bucket_recomputes(lw, items, bk)))
+      bucket_compute_deps(lw, block, items, &g_array_index(buckets, Bucket, ga->prev2),
+                          ga->pass, ga->mb, end, &start);
+  }
+  g_array_free(ends, TRUE);
+  g_hash_table_destroy(last);
+  g_array_free(gathers, TRUE);
+}
+
+void lower_build_sync_block(SimLowering *lw)
+{
+  SimTaskGraph *tg = lw->tg;
+  if (lw->sync_block < 0)
+    lw->sync_block = sim_taskgraph_block_new(tg);
+  else
+    sim_taskgraph_block_clear(tg, lw->sync_block);
+  int block = lw->sync_block;
+  memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  /* The previous build's collectives, offered for reuse unless meanings are recorded
+   * (executors build once) or collectives are numbered for folding. */
+  GArray *old_blocks = lw->coll_blocks;
+  GHashTable *prev_keys = lw->coll_keys;
+  gboolean reuse = !lw->record && !tg->track_collectives;
+  lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
+  lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                        (GDestroyNotify)g_bytes_unref, NULL);
+  const SimStrategy *s = lw->s;
+  int M = lw->M;
+
+  /* Items in backward order: later operators' gradients are ready first.  Each op's
+   * share comes from its cache, recomputed where the op or its weight partners changed. */
+  GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
+  for (int x = lw->n_ops - 1; x >= 0; x--) {
+    if (lower_lowering_cancelled(lw, x))
+      break;
+    struct OpSync *os = &lw->op_sync[x];
+    if (!os->valid) {
+      if (!os->items) {
+        os->items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+        os->ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+        os->mem = g_array_new(FALSE, FALSE, sizeof(MemAdd));
+      }
+      op_sync_build(lw, x, owner_dev, os);
+      os->valid = TRUE;
+    }
+    for (guint k = 0; k < os->mem->len; k++) {
+      const MemAdd *ma = &g_array_index(os->mem, MemAdd, k);
+      tg->static_mem[ma->dev] += ma->bytes;
+    }
+    /* Shallow copies: the cache keeps owning the shard and device lists. */
+    g_array_append_vals(items, os->items->data, os->items->len);
+    g_array_append_vals(ties, os->ties->data, os->ties->len);
+  }
+  g_free(owner_dev);
+  group_items_by_devices(items);
+
+  /* Without overlap, a device's synchronization waits for its whole backward pass. */
+  SimTaskRef *done = NULL;
+  if (!s->sync.overlap && items->len) {
+    done = g_new(SimTaskRef, lw->n_dev);
+    for (int d = 0; d < lw->n_dev; d++) {
+      SimTask nop = sim_task_nop();
+      done[d] = sim_taskgraph_add(tg, block, &nop);
+    }
+    for (int x = 0; x < lw->n_ops; x++) {
+      const OpLay *l = &lw->ops[x];
+      if (l->is_input)
+        continue;
+      for (int sh = 0; sh < l->n_shards; sh++)
+        if (l->cidx[sh] >= 0)
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), done[l->dev[sh]]);
+    }
+  }
+
+  SimCollKind kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE;
+  /* Where each shard's synchronization ends, for the exchanges between weight copies
+   * (recorded for the ops those exchanges involve). */
+  GHashTable *sync_end = g_hash_table_new(g_direct_hash, g_direct_equal);
+  uint8_t *in_tie = g_new0(uint8_t, MAX(lw->n_ops, 1));
+  for (guint k = 0; k < ties->len; k++) {
+    int x = g_array_index(ties, SyncItem, k).op;
+    in_tie[x] = in_tie[sim_graph_op_weight_owner(lw->g, x)] = 1;
+  }
+  GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+  /* The buckets: consecutive items on the same devices, up to the bucket size (under
+   * ZeRO-3 also of one pipeline stage, since its buckets are gathered stage by stage). */
+  gboolean zero3 = s->memory.zero1 && s->memory.zero3;
+  GArray *buckets = g_array_new(FALSE, FALSE, sizeof(Bucket));
+  for (guint i = 0; i < items->len;) {
+    SyncItem *first = &g_array_index(items, SyncItem, i);
+    Bucket bk = { .i = i, .j = i + 1, .bytes = first->bytes, .stage = lw->ops[first->op].stage };
+    while (bk.j < items->len && s->sync.bucket_bytes > 0 && bk.bytes < s->sync.bucket_bytes &&
+           same_devs(first, &g_array_index(items, SyncItem, bk.j)) &&
+           (!zero3 || lw->ops[g_array_index(items, SyncItem, bk.j).op].stage == bk.stage)) {
+      bk.bytes += g_array_index(items, SyncItem, bk.j).bytes;
+      bk.j++;
+    }
+    g_array_append_val(buckets, bk);
+    i = bk.j;
+  }
+  if (zero3)
+    zero3_gathered_memory(lw, items, buckets);
+  /* The last collective on each device set, for the chain (a GBytes of the device list ->
+   * its index in chain_end + 1). */
+  GHashTable *chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                                 (GDestroyNotify)g_bytes_unref, NULL);
+  /* Without ZeRO-3, one reduction of every bucket after the last micro-batch's backward;
+   * with it, one after every micro-batch's backward (micro-batch by micro-batch, the order
+   * in which the backward passes produce them). */
+  int polls = 0;
+  gboolean cancelled = FALSE;
+  for (int rmb = zero3 ? 0 : M - 1; rmb < M && !cancelled; rmb++)
+  for (guint bi = 0; bi < buckets->len; bi++, polls++) {
+    /* Cancelled: the rest is not lowered (the caller fails without running it). */
+    if ((cancelled = lower_lowering_cancelled(lw, polls)))
+      break;
+    const Bucket *bk = &g_array_index(buckets, Bucket, bi);
+    guint i = bk->i, j = bk->j;
+    int64_t bytes = bk->bytes;
+    gboolean last = rmb == M - 1;
+    SyncItem *first = &g_array_index(items, SyncItem, i);
+    SimTaskRef start, end;
+    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC,
+                    first->devs, first->n_devs, (double)bytes, first->op, &start, &end);
+    /* Collectives on the same devices run one after the other, as on one NCCL stream. */
+    chain_append(tg, block, chain_last, chain_end, first, start, end);
+    if (lw->record && last) {
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = kind, .tensor = -1,
+                       .n_devs = first->n_devs, .n_ops = (int)(j - i) };
+      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+      m.ops = g_new(int32_t, j - i);
+      for (guint k = i; k < j; k++)
+        m.ops[k - i] = g_array_index(items, SyncItem, k).op;
+      sim_taskgraph_sem_add(tg, end.block, &m);
+    }
+    for (guint k = i; k < j; k++) {
+      SyncItem *it = &g_array_index(items, SyncItem, k);
+      const OpLay *l = &lw->ops[it->op];
+      for (int m = 0; m < it->n; m++) {
+        int sh = it->shards[m];
+        if (in_tie[it->op] && last)
+          g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
+                              GINT_TO_POINTER(chain_end->len));
+        if (l->cidx[sh] < 0)
+          continue;
+        if (done)
+          sim_taskgraph_depend(tg, block, done[l->dev[sh]], start);
+        else
+          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
+        if (last)
+          sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
+      }
+      /* Users of these weights on the same devices add their gradients first. */
+      GArray *users = lw->sharers[it->op];
+      for (guint u = 0; users && u < users->len; u++) {
+        const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+        for (int sh = 0; sh < ul->n_shards; sh++) {
+          if (ul->cidx[sh] < 0)
+            continue;
+          gboolean here = FALSE;
+          for (int dd = 0; dd < it->n_devs && !here; dd++)
+            here = it->devs[dd] == ul->dev[sh];
+          if (!here)
+            continue;
+          if (!done)
+            sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
+          if (last)
+            sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
+        }
+      }
+    }
+    /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
+     * the next forward gathers them, but an executor keeps every replica's weights
+     * whole, so a recorded plan gathers them here too). */
+    if (s->memory.zero1 && last && (!zero3 || lw->record)) {
+      SimTaskRef gs, ge;
+      sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLGATHER,
+                      SIM_CLASS_PARAM_SYNC, first->devs, first->n_devs, (double)bytes,
+                      first->op, &gs, &ge);
+      if (lw->record) {
+        SimTaskSem m = { .index = ge.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
+                         .n_devs = first->n_devs, .n_ops = (int)(j - i) };
+        m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+        m.ops = g_new(int32_t, j - i);
+        for (guint k = i; k < j; k++)
+          m.ops[k - i] = g_array_index(items, SyncItem, k).op;
+        sim_taskgraph_sem_add(tg, ge.block, &m);
+      }
+      for (guint k = i; k < j; k++) {
+        SyncItem *it = &g_array_index(items, SyncItem, k);
+        const OpLay *l = &lw->ops[it->op];
+        for (int m = 0; m < it->n; m++)
+          if (l->cidx[it->shards[m]] >= 0)
+            sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
+      }
+    }
+  }
+  if (zero3)
+    zero3_gathers(lw, items, buckets, reuse ? prev_keys : NULL);
+  g_array_free(buckets, TRUE);
+  g_hash_table_destroy(chain_last);
+  /* The exchanges between copies of shared weights and their owner: after both sides
+   * have their gradients (synchronized among their replicas where they have replicas),
+   * before either side updates. */
+  for (guint k = 0; k < ties->len; k++) {
+    SyncItem *it = &g_array_index(ties, SyncItem, k);
+    const OpLay *l = &lw->ops[it->op];
+    int owner = sim_graph_op_weight_owner(lw->g, it->op);
+    const OpLay *ol = &lw->ops[owner];
+    int sh = it->shards[0], osh = sh % ol->n_shards;
+    SimTaskRef start, end;
+    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLREDUCE,
+                    SIM_CLASS_GRAD_SYNC, it->devs, 2, (double)it->bytes, it->op, &start, &end);
+    if (lw->record) {
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = SIM_COLL_ALLREDUCE,
+                       .tensor = -1, .n_devs = 2, .n_ops = 1 };
+      m.devs = g_memdup2(it->devs, sizeof(int) * 2);
+      m.ops = g_memdup2(&it->op, sizeof(int32_t));
+      sim_taskgraph_sem_add(tg, end.block, &m);
+    }
+    const OpLay *side[2] = { ol, l };
+    int side_op[2] = { owner, it->op }, side_sh[2] = { osh, sh };
+    for (int q = 0; q < 2; q++) {
+      const OpLay *sl = side[q];
+      if (sl->cidx[side_sh[q]] < 0)
+        continue;
+      gpointer e = g_hash_table_lookup(sync_end, GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
+      SimTaskRef before = e ? g_array_index(chain_end, SimTaskRef, GPOINTER_TO_INT(e) - 1)
+                            : ref_compute(lw, sl, P_B, M - 1, side_sh[q]);
+      sim_taskgraph_depend(tg, block, before, start);
+      sim_taskgraph_depend(tg, block, end, ref_update(lw, sl, side_sh[q]));
+    }
+  }
+  g_hash_table_destroy(sync_end);
+  g_free(in_tie);
+  sync_collectives_done(lw, old_blocks);
+  g_array_free(old_blocks, TRUE);
+  g_hash_table_destroy(prev_keys);
+  g_array_free(ties, TRUE);
+  g_array_free(chain_end, TRUE);
+  g_free(done);
+  g_array_free(items, TRUE);
+}

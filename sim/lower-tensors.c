@@ -1,0 +1,698 @@
+/* lower-tensors.c — the blocks of the tensors that the lowering (lower.c) makes: partial
+ * sums reduced among their holders, the pieces each consumer shard needs sent as flows
+ * (or scattered and gathered across pipeline stages), expert parallelism as an all-to-all.
+ */
+#include "lower-private.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- tensors: reductions and transfers ------------------------------------------------ */
+
+/* Groups the shards of @l by their region (@regs[sh * stride + offset]) and, where @tags
+ * is not NULL, by their tag as well. */
+GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *regs,
+                             int stride, int offset, const int *tags)
+{
+  int ns = l->n_shards;
+  GArray *groups = g_array_sized_new(FALSE, TRUE, sizeof(Holders), (guint)MAX(ns, 1));
+  /* Shards with equal regions are usually few and far apart; a hash on the region keeps
+   * this linear. */
+  sim_key_index_clear(seen);
+  int *count = g_new0(int, 2 * (size_t)MAX(ns, 1));
+  int *gid = count + ns;
+  for (int sh = 0; sh < ns; sh++) {
+    RegionKey key;
+    /* Only the region's own dimensions count: the rest of the struct is not defined. */
+    memset(&key, 0, sizeof key);
+    const SimRegion *src = &regs[sh * stride + offset];
+    key.r.ndim = src->ndim;
+    for (int d = 0; d < src->ndim; d++) {
+      key.r.lo[d] = src->lo[d];
+      key.r.hi[d] = src->hi[d];
+    }
+    key.tag = tags ? tags[sh] : 0;
+    gboolean added;
+    gid[sh] = (int)sim_key_index_get(seen, &key, &added);
+    if (added) {
+      Holders h = { .region = key.r };
+      g_array_append_val(groups, h);
+    }
+    count[gid[sh]]++;
+  }
+  /* Every group's members, then every group's devices, in one allocation that the first
+   * group's members start (lower_holders_free()). */
+  int *pool = g_new(int, 2 * (size_t)MAX(ns, 1));
+  for (guint k = 0, off = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    h->members = pool + off;
+    h->devs = pool + ns + off;
+    off += (guint)count[k];
+  }
+  for (int sh = 0; sh < ns; sh++) {
+    Holders *h = &g_array_index(groups, Holders, gid[sh]);
+    h->members[h->n++] = sh;
+    gboolean dup = FALSE;
+    for (int k = 0; k < h->n_devs; k++)
+      dup |= h->devs[k] == l->dev[sh];
+    if (!dup)
+      h->devs[h->n_devs++] = l->dev[sh];
+    if (l->cidx[sh] >= 0)
+      h->any_sim = TRUE;
+  }
+  g_free(count);
+  if (!groups->len)
+    g_free(pool);
+  return groups;
+}
+
+void lower_holders_free(GArray *groups)
+{
+  if (groups->len)
+    g_free(g_array_index(groups, Holders, 0).members);
+  g_array_free(groups, TRUE);
+}
+
+/* With sharded optimizer states (ZeRO-1) the devices that hold the same region of the
+ * weights divide its update: each of n steps 1/n of the states, in 1/n of the time (the
+ * smaller step's launch included: microseconds against the milliseconds of a large
+ * step).  The groups are those of the gradient synchronization (op_sync_build): shards
+ * with equal regions of the first weight, each copy of a replicated shard on its own. */
+void lower_zero1_update_share(SimLowering *lw, OpLay *l, const SimRegion *wr, int reps)
+{
+  int *tag = g_new(int, l->n_shards);
+  for (int sh = 0; sh < l->n_shards; sh++)
+    tag[sh] = sh % reps;
+  GArray *groups = lower_group_holders(&lw->regions, l, wr, 1, 0, tag);
+  for (guint k = 0; k < groups->len; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    if (h->n_devs > 1)
+      for (int i = 0; i < h->n; i++)
+        l->t_u[h->members[i]] /= h->n_devs;
+  }
+  lower_holders_free(groups);
+  g_free(tag);
+}
+
+/* Where one group's data is ready in one micro-batch and pass: either each member's own
+ * compute task, or the end of the reduction over the group. */
+typedef struct {
+  gboolean reduced;
+  SimTaskRef end;
+} Ready;
+
+/* Makes the reductions of @groups (partial sums over the shards of op @l) for micro-batch
+ * @mb of pass @pass (a compute pass of @l) and returns where each group is ready. */
+static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef at, int tensor,
+                         gboolean grad, const SimRegion *region, const int *devs, int n_devs)
+{
+  if (!lw->record)
+    return;
+  SimTaskSem m = { .index = at.index, .kind = kind, .grad = grad, .tensor = tensor,
+                   .n_devs = n_devs };
+  if (region)
+    m.region = *region;
+  m.devs = g_memdup2(devs, sizeof(int) * (size_t)MAX(n_devs, 1));
+  sim_taskgraph_sem_add(lw->tg, block, &m);
+}
+
+static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
+                          gboolean partial, int pass, int mb, SimDType dt, int tensor,
+                          Ready *ready)
+{
+  for (guint k = 0; k < groups->len; k++) {
+    Holders *h = &g_array_index(groups, Holders, k);
+    ready[k].reduced = FALSE;
+    if (!partial || h->n <= 1 || !h->any_sim)
+      continue;
+    ready[k].reduced = TRUE;
+    if (block < 0)
+      continue; /* only asked which groups reduce */
+    SimTaskRef start;
+    if (h->n_devs > 1) {
+      SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
+                             .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
+                             .devices = h->devs, .n = h->n_devs,
+                             .bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale,
+                             .op = -1, .mb = mb };
+      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &ready[k].end);
+    } else {
+      /* Partial sums on one device add up where they are. */
+      SimTask nop = sim_task_nop();
+      start = ready[k].end = sim_taskgraph_add(lw->tg, block, &nop);
+    }
+    record_group(lw, block, SIM_SEM_REDUCE, ready[k].end, tensor, pass == P_B, &h->region,
+                 h->devs, h->n_devs);
+    for (int i = 0; i < h->n; i++)
+      if (l->cidx[h->members[i]] >= 0)
+        sim_taskgraph_depend(lw->tg, block, ref_compute(lw, l, pass, mb, h->members[i]), start);
+  }
+}
+
+static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int pass, int mb,
+                            int sh)
+{
+  return r->reduced ? r->end : ref_compute(lw, l, pass, mb, sh);
+}
+
+/* Sends what the shards of @dst_op need (@need[sh]) from @groups of @src_op, for one
+ * micro-batch: a dependency where a holder is on the same device, a flow otherwise.
+ * @src_pass produced the data, @dst_pass consumes it. */
+static void transfer_key(TransferKey *k, int src, int dst, const SimRegion *r)
+{
+  memset(k, 0, sizeof *k);
+  k->src = src;
+  k->dst = dst;
+  k->ndim = r->ndim;
+  for (int d = 0; d < r->ndim; d++) {
+    k->lo[d] = r->lo[d];
+    k->hi[d] = r->hi[d];
+  }
+}
+
+/* One piece of data a consumer shard needs from a group of holders: which holder sends
+ * it (or holds it on the consumer's own device) and the region.  The pieces are the same
+ * in every micro-batch, so they are worked out once. */
+typedef struct {
+  int c, k, holder;
+  gboolean local;
+  SimRegion inter;
+  /* Scatter-gather (SimStrategy.scatter_gather): the piece is one of the sg_n parts that
+   * the consumers of pieces [sg_base, sg_base + sg_n) each receive from a holder and pass
+   * on to the others; sg_n == 0 for a piece sent whole.  A piece of a consumer shard that
+   * is folded away (sim FALSE) sends nothing and stands for its part. */
+  int sg_n, sg_base;
+  gboolean sim;
+  SimRegion part;
+} Piece;
+
+/* TRUE if the boxes @a and @b (of one rank) overlap: the quick test that spares most
+ * pairs of plan_pieces' all-pairs scan the full intersection. */
+static inline gboolean boxes_overlap(const SimRegion *a, const SimRegion *b)
+{
+  for (int d = 0; d < a->ndim; d++)
+    if (MIN(a->hi[d], b->hi[d]) <= MAX(a->lo[d], b->lo[d]))
+      return FALSE;
+  return a->ndim == b->ndim;
+}
+
+/* Megatron's scatter-gather across pipeline stages: the consumer shards of another stage
+ * that need the same region from one group of several holders (tensor-parallel ranks that
+ * all hold the activation) each receive one part of it, cut along its longest dimension,
+ * from one holder, and take the other parts from each other.  Returns the pieces with
+ * every such group laid out consecutively, its parts in order; the others first, as
+ * plan_pieces() made them. */
+static GArray *scatter_gather(GArray *groups, GArray *in)
+{
+  guint n = in->len;
+  GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), n);
+  uint8_t *taken = g_new0(uint8_t, MAX(n, 1));
+  int *members = g_new(int, MAX(n, 1));
+  for (guint a = 0; a < n; a++) {
+    const Piece *p = &g_array_index(in, Piece, a);
+    const Holders *h = &g_array_index(groups, Holders, p->k);
+    if (taken[a] || p->local || h->n < 2)
+      continue;
+    int m = 0;
+    for (guint b = a; b < n; b++) {
+      const Piece *q = &g_array_index(in, Piece, b);
+      if (!taken[b] && !q->local && q->k == p->k && sim_region_equal(&q->inter, &p->inter))
+        members[m++] = (int)b;
+    }
+    int dim = 0;
+    for (int d = 1; d < p->inter.ndim; d++)
+      if (p->inter.hi[d] - p->inter.lo[d] > p->inter.hi[dim] - p->inter.lo[dim])
+        dim = d;
+    int64_t ext = p->inter.hi[dim] - p->inter.lo[dim];
+    if (m < 2 || ext < m)
+      continue;
+    guint base = out->len;
+    for (int i = 0; i < m; i++) {
+      taken[members[i]] = 1;
+      Piece q = g_array_index(in, Piece, members[i]);
+      q.sg_n = m;
+      q.sg_base = (int)base;
+      q.holder = h->members[i % h->n];
+      q.part = q.inter;
+      q.part.lo[dim] = q.inter.lo[dim] + ext * i / m;
+      q.part.hi[dim] = q.inter.lo[dim] + ext * (i + 1) / m;
+      g_array_append_val(out, q);
+    }
+  }
+  /* The pieces sent whole go first, in their order; the groups' places move by as many. */
+  GArray *res = g_array_sized_new(FALSE, FALSE, sizeof(Piece), n);
+  for (guint a = 0; a < n; a++)
+    if (!taken[a] && g_array_index(in, Piece, a).sim)
+      g_array_append_val(res, g_array_index(in, Piece, a));
+  guint shift = res->len;
+  for (guint i = 0; i < out->len; i++) {
+    Piece q = g_array_index(out, Piece, i);
+    q.sg_base += (int)shift;
+    g_array_append_val(res, q);
+  }
+  g_free(taken);
+  g_free(members);
+  g_array_free(out, TRUE);
+  g_array_free(in, TRUE);
+  return res;
+}
+
+/* Which groups of holders a box can overlap, without testing every group: the groups
+ * sorted by where their regions start along one dimension (the one where most of them
+ * start at different places), and the longest extent along it.  A group that overlaps a
+ * box starts before the box ends and after the box's start less that extent, so its
+ * candidates are one run of the sorted groups. */
+typedef struct {
+  int dim;           /* -1: no index (few groups, or regions of different ranks) */
+  int ndim;
+  int64_t longest;
+  int *by_lo;        /* group ids, by region.lo[dim] */
+  int64_t *lo;       /* region.lo[dim] in that order */
+} GroupIndex;
+
+/* Below this many groups every group is tested (the index costs more than it saves). */
+#define GROUP_INDEX_MIN 16
+
+typedef struct {
+  int64_t lo;
+  int id;
+} GroupStart;
+
+static int group_start_cmp(const void *a, const void *b)
+{
+  const GroupStart *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->id - y->id;
+}
+
+static void group_index_init(GroupIndex *ix, const GArray *groups)
+{
+  memset(ix, 0, sizeof *ix);
+  ix->dim = -1;
+  guint n = groups->len;
+  if (n < GROUP_INDEX_MIN)
+    return;
+  ix->ndim = g_array_index(groups, Holders, 0).region.ndim;
+  for (guint k = 1; k < n; k++)
+    if (g_array_index(groups, Holders, k).region.ndim != ix->ndim)
+      return;
+  if (ix->ndim <= 0)
+    return;
+  /* The dimension with the most distinct starts, counted in an open-addressed set. */
+  guint cap = 1;
+  while (cap < 2 * n)
+    cap <<= 1;
+  int64_t *set = g_new(int64_t, cap);
+  uint8_t *used = g_new(uint8_t, cap);
+  guint best = 0;
+  for (int d = 0; d < ix->ndim; d++) {
+    memset(used, 0, cap);
+    guint distinct = 0;
+    for (guint k = 0; k < n; k++) {
+      int64_t x = g_array_index(groups, Holders, k).region.lo[d];
+      guint h = (guint)(((uint64_t)x * G_GUINT64_CONSTANT(0x9e3779b97f4a7c15)) >> 32) & (cap - 1);
+      while (used[h] && set[h] != x)
+        h = (h + 1) & (cap - 1);
+      if (!used[h]) {
+        used[h] = 1;
+        set[h] = x;
+        distinct++;
+      }
+    }
+    if (distinct > best) {
+      best = distinct;
+      ix->dim = d;
+    }
+  }
+  g_free(set);
+  g_free(used);
+  GroupStart *gs = g_new(GroupStart, n);
+  for (guint k = 0; k < n; k++) {
+    const SimRegion *r = &g_array_index(groups, Holders, k).region;
+    gs[k] = (GroupStart){ r->lo[ix->dim], (int)k };
+    ix->longest = MAX(ix->longest, r->hi[ix->dim] - r->lo[ix->dim]);
+  }
+  qsort(gs, n, sizeof *gs, group_start_cmp);
+  ix->by_lo = g_new(int, n);
+  ix->lo = g_new(int64_t, n);
+  for (guint k = 0; k < n; k++) {
+    ix->by_lo[k] = gs[k].id;
+    ix->lo[k] = gs[k].lo;
+  }
+  g_free(gs);
+}
+
+static void group_index_clear(GroupIndex *ix)
+{
+  g_free(ix->by_lo);
+  g_free(ix->lo);
+}
+
+/* The first position in @ix whose start is at least @x. */
+static guint group_index_lower(const GroupIndex *ix, guint n, int64_t x)
+{
+  guint a = 0, b = n;
+  while (a < b) {
+    guint m = a + (b - a) / 2;
+    if (ix->lo[m] < x)
+      a = m + 1;
+    else
+      b = m;
+  }
+  return a;
+}
+
+/* The groups of holders that @box may overlap, in rising order, into @cand; returns how
+ * many.  Every group whose region overlaps the box is among them (the caller tests each). */
+static guint group_candidates(const GroupIndex *ix, const GArray *groups, const SimRegion *box,
+                              GArray *cand)
+{
+  g_array_set_size(cand, 0);
+  guint n = groups->len;
+  if (ix->dim < 0 || box->ndim != ix->ndim) {
+    for (guint k = 0; k < n; k++)
+      g_array_append_val(cand, k);
+    return n;
+  }
+  int64_t lo = box->lo[ix->dim], hi = box->hi[ix->dim];
+  /* Overlap along the dimension: start < hi and start + extent > lo, so start > lo - longest. */
+  guint a = group_index_lower(ix, n, lo - ix->longest + 1);
+  guint b = group_index_lower(ix, n, hi);
+  for (guint p = a; p < b; p++)
+    g_array_append_val(cand, ix->by_lo[p]);
+  qsort(cand->data, cand->len, sizeof(int), sim_int_cmp);
+  return cand->len;
+}
+
+/* @may_sg: scatter-gather is allowed for this direction (see lower_build_tensor_block()). */
+static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
+                           const OpLay *dst, const SimRegion *need, gboolean may_sg)
+{
+  /* Scatter-gather needs every consumer shard of a group, folded away or not. */
+  gboolean sg = may_sg && lw->s->scatter_gather && src->stage != dst->stage;
+  /* Most consumer shards take one piece. */
+  GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
+  GroupIndex ix;
+  group_index_init(&ix, groups);
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int c = 0; c < dst->n_shards; c++) {
+    if (dst->cidx[c] < 0 && !sg)
+      continue;
+    int dev = dst->dev[c];
+    guint n_cand = group_candidates(&ix, groups, &need[c], cand);
+    for (guint j = 0; j < n_cand; j++) {
+      guint k = (guint)g_array_index(cand, int, j);
+      Holders *h = &g_array_index(groups, Holders, k);
+      if (!boxes_overlap(&need[c], &h->region))
+        continue;
+      Piece p = { .c = c, .k = (int)k, .holder = -1, .sim = dst->cidx[c] >= 0 };
+      if (!sim_region_intersect(&need[c], &h->region, &p.inter))
+        continue;
+      for (int i = 0; i < h->n && p.holder < 0; i++)
+        if (src->dev[h->members[i]] == dev)
+          p.holder = h->members[i];
+      p.local = p.holder >= 0;
+      if (!p.local)
+        p.holder = h->members[c % h->n];
+      g_array_append_val(out, p);
+    }
+  }
+  group_index_clear(&ix);
+  g_array_free(cand, TRUE);
+  if (sg)
+    out = scatter_gather(groups, out);
+  /* Data from a device that is folded away breaks the folding.  (The pieces of groups come
+   * after all others, so dropping others moves each group by the number dropped.) */
+  guint kept = 0;
+  for (guint i = 0; i < out->len; i++) {
+    Piece p = g_array_index(out, Piece, i);
+    if (p.sim && !ready[p.k].reduced && src->cidx[p.holder] < 0) {
+      lw->fold_violated = TRUE;
+      if (!p.sg_n)
+        continue;
+    }
+    if (p.sg_n)
+      p.sg_base -= (int)(i - kept);
+    g_array_index(out, Piece, kept++) = p;
+  }
+  g_array_set_size(out, kept);
+  return out;
+}
+
+/* A flow of @region from device @sdev to @dev after @from, before @to: made once per
+ * transfer key (micro-batch, pass, devices, region), later users only wait for it.
+ * @relay: the region is passed on from a device that received it (scatter-gather).
+ * Returns the flow. */
+static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
+                       const SimRegion *region, SimTaskRef from, SimTaskRef to, SimDType dt,
+                       int tensor_op, int tensor, gboolean grad, gboolean relay, int mb)
+{
+  SentKey key;
+  memset(&key, 0, sizeof key);
+  key.which = which;
+  key.scaled = lw->byte_scale != 1.0;
+  transfer_key(&key.tk, sdev, dev, region);
+  gboolean added;
+  guint k = sim_key_index_get(&lw->transfers, &key, &added);
+  if (!added) {
+    SimTaskRef fr = { block, lw->transfers.value[k] };
+    sim_taskgraph_depend(lw->tg, block, from, fr);
+    sim_taskgraph_depend(lw->tg, block, fr, to);
+    return fr;
+  }
+  SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev,
+                            (double)lower_region_bytes(region, dt) * lw->byte_scale, tensor_op, mb);
+  SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+  lw->transfers.value[k] = fr.index;
+  if (lw->record) {
+    SimTaskSem m = { .index = fr.index, .kind = SIM_SEM_COPY, .grad = grad, .relay = relay,
+                     .tensor = tensor, .region = *region };
+    sim_taskgraph_sem_add(lw->tg, block, &m);
+  }
+  sim_taskgraph_depend(lw->tg, block, from, fr);
+  sim_taskgraph_depend(lw->tg, block, fr, to);
+  return fr;
+}
+
+/* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
+ * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
+ * scatter-gathered piece sends its part from its holder, then every consumer of the group
+ * passes its part on to the others (a consumer folded away passes its part on when the
+ * representative has its own: their timelines are the same). */
+static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
+                    const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
+                    int tensor_op, int tensor, int which)
+{
+  gboolean grad = dst_pass == P_B;
+  SimTaskRef *got = NULL;
+  for (guint i = 0; i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    if (!p->sim)
+      continue;
+    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
+    SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb, p->holder);
+    if (p->local) {
+      sim_taskgraph_depend(lw->tg, block, from, to);
+      continue;
+    }
+    SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],
+                         p->sg_n ? &p->part : &p->inter, from, to, dt, tensor_op, tensor, grad,
+                         FALSE, mb);
+    if (p->sg_n) {
+      if (!got)
+        got = g_new(SimTaskRef, pieces->len);
+      got[i] = fr;
+    }
+  }
+  for (guint i = 0; got && i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    if (!p->sg_n || !p->sim)
+      continue;
+    SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
+    int dev = dst->dev[p->c];
+    for (int j = 0; j < p->sg_n; j++) {
+      const Piece *q = &g_array_index(pieces, Piece, p->sg_base + j);
+      if (q == p)
+        continue;
+      SimTaskRef arrived = q->sim ? got[p->sg_base + j] : got[i];
+      int qdev = dst->dev[q->c];
+      if (qdev == dev)
+        sim_taskgraph_depend(lw->tg, block, arrived, to);
+      else
+        send(lw, block, which, qdev, dev, &q->part, arrived, to, dt, tensor_op, tensor, grad,
+             TRUE, mb);
+    }
+  }
+  g_free(got);
+}
+
+/* Expert parallelism as an all-to-all.  A mixture-of-experts op whose experts are split
+ * ep ways (and not their width) reads, in the plan's regions, every token of its sample
+ * range on each of the ep shards and sums their partial outputs; what Megatron-Core and
+ * DeepSpeed move is only each token's rows for its k experts (dispatch) and their
+ * results (combine), an all-to-all.  Of the tokens a device sends to another, only those
+ * routed there travel: k of the E experts, E / ep of them on that device, so the fraction
+ * k / ep of them (capped at 1), times the load of the busiest shard (the imbalance, or
+ * the capacity factor when there is one).  The transfers into the op (the tokens forward,
+ * the output's gradient backward) carry that fraction of their bytes; the reductions of
+ * its partial outputs (forward) and of its input's partial gradients (backward), ring
+ * all-reduces of 2 (ep - 1) / ep of the region each, carry half of it, which makes
+ * (ep - 1) / ep of the region times the fraction: the all-to-all's bytes (with every
+ * token on every device, a reduce-scatter's).  FALSE for any other op or layout. */
+static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
+{
+  const SimOp *o = sim_graph_op_get(lw->g, op);
+  if (o->type != SIM_OP_MOE)
+    return FALSE;
+  const int *deg = sim_strategy_op_degrees(lw->s, op);
+  int ep = deg[2];
+  if (ep <= 1 || deg[3] > 1)
+    return FALSE;
+  double k = (double)sim_op_attr_int(o, "top_k");
+  double c = sim_op_attr_float(o, "capacity_factor");
+  double load = c > 0 ? c : sim_op_attr_float(o, "imbalance");
+  *fraction = MIN(1.0, k * load / ep);
+  return TRUE;
+}
+
+void lower_build_tensor_block(SimLowering *lw, int t)
+{
+  const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
+  int px = ten->producer;
+  const OpLay *pl = &lw->ops[px];
+  if (lw->tensor_block[t] < 0)
+    lw->tensor_block[t] = sim_taskgraph_block_new(lw->tg);
+  else
+    sim_taskgraph_block_clear(lw->tg, lw->tensor_block[t]);
+  int block = lw->tensor_block[t];
+  if (pl->is_input)
+    return;
+  int M = lw->M, j = ten->producer_slot;
+  SimDType dt = ten->dtype;
+  GArray *pgroups = lower_group_holders(&lw->regions, pl, pl->out_reg, pl->n_out, j, NULL);
+  int ng = (int)pgroups->len;
+  gboolean ppartial = pl->out_partial[j];
+  if (ten->consumers->len == 0) {
+    /* An output nothing reads (the loss) still combines its partial values (a loss over
+     * split classes needs the global maximum and sum), and the backward pass starts from
+     * the combined result. */
+    if (ppartial) {
+      Ready *r = g_new(Ready, ng);
+      for (int mb = 0; mb < M; mb++) {
+        reduce_groups(lw, block, pl, pgroups, TRUE, P_F, mb, dt, t, r);
+        for (int k = 0; k < ng; k++) {
+          Holders *h = &g_array_index(pgroups, Holders, k);
+          if (!r[k].reduced)
+            continue;
+          for (int i = 0; i < h->n; i++)
+            if (pl->cidx[h->members[i]] >= 0)
+              sim_taskgraph_depend(lw->tg, block, r[k].end,
+                                   ref_compute(lw, pl, P_B, mb, h->members[i]));
+        }
+      }
+      g_free(r);
+    }
+    lower_holders_free(pgroups);
+    return;
+  }
+
+  /* The producer's partial sums are reduced once per micro-batch, for all consumers;
+   * where consumers in the same stage recompute, the recomputation reduces again. */
+  gboolean any_recomputed = FALSE;
+  for (guint ci = 0; ci < ten->consumers->len; ci++) {
+    const OpLay *cl = &lw->ops[g_array_index(ten->consumers, int, ci)];
+    any_recomputed |= pl->recompute && cl->recompute && pl->stage == cl->stage;
+  }
+  Ready *pready_f = g_new(Ready, (size_t)M * ng);
+  Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
+  double p_routed = 1.0;
+  gboolean p_experts = routed_fraction(lw, px, &p_routed);
+  lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
+  for (int mb = 0; mb < M; mb++) {
+    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng);
+    if (pready_r)
+      reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, t,
+                    pready_r + (size_t)mb * ng);
+  }
+  lw->byte_scale = 1.0;
+  SimRegion *pneed = g_new(SimRegion, pl->n_shards);
+  for (int p = 0; p < pl->n_shards; p++)
+    pneed[p] = pl->out_reg[p * pl->n_out + j];
+  /* Transfers already made, per micro-batch and pass (forward, recompute, backward:
+   * which = 3 mb + pass), made when first needed. */
+  sim_key_index_clear(&lw->transfers);
+  /* Gradients are scatter-gathered only where every consumer sits in one other stage: the
+   * producer's ranks then hold nothing of the gradient but what they receive, so a part
+   * passed on from one to another is exactly the part received (Megatron's stage
+   * boundaries). */
+  int cstage = lw->ops[g_array_index(ten->consumers, int, 0)].stage;
+  gboolean bwd_sg = cstage != pl->stage;
+  for (guint ci = 1; ci < ten->consumers->len; ci++)
+    bwd_sg &= lw->ops[g_array_index(ten->consumers, int, ci)].stage == cstage;
+
+  for (guint ci = 0; ci < ten->consumers->len; ci++) {
+    int cx = g_array_index(ten->consumers, int, ci);
+    if (ci > 0 && cx == g_array_index(ten->consumers, int, ci - 1))
+      continue; /* a consumer reading the tensor twice is served once */
+    const OpLay *cl = &lw->ops[cx];
+    const SimOp *cop = sim_graph_op_get(lw->g, cx);
+    /* What each consumer shard needs: the box around every input slot reading t. */
+    SimRegion *need = g_new(SimRegion, cl->n_shards);
+    gboolean cpartial = FALSE;
+    for (int c = 0; c < cl->n_shards; c++) {
+      gboolean first = TRUE;
+      for (int i = 0; i < cop->n_inputs; i++) {
+        if (cop->inputs[i] != t)
+          continue;
+        const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
+        if (first) {
+          need[c] = *r;
+          first = FALSE;
+        } else {
+          for (int d = 0; d < r->ndim; d++) {
+            need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
+            need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
+          }
+        }
+        cpartial |= cl->in_partial[i];
+      }
+    }
+    gboolean recomputed = pl->recompute && cl->recompute && pl->stage == cl->stage;
+    GArray *cgroups = lower_group_holders(&lw->regions, cl, need, 1, 0, NULL);
+    int ncg = (int)cgroups->len;
+    Ready *cready = g_new(Ready, ncg);
+    /* Whether a group is reduced is the same in every micro-batch: the first one's
+     * readiness tells the pieces where the data comes from. */
+    reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
+    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
+    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
+    /* An expert-parallel consumer receives only its routed tokens and sends back their
+     * gradients (the tokens, input 0; not the router's logits); an expert-parallel
+     * producer receives only its tokens' output gradients (routed_fraction()). */
+    double c_routed = 1.0;
+    gboolean c_experts = cop->inputs[0] == t && routed_fraction(lw, cx, &c_routed);
+    for (int mb = 0; mb < M; mb++) {
+      lw->byte_scale = c_routed;
+      deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
+              mb * 3);
+      if (recomputed)
+        deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
+                mb * 3 + 1);
+      /* Backward: the consumer's gradient of its input, reduced where partial, goes to
+       * the producer shards whose output region it overlaps. */
+      lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
+      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
+      lw->byte_scale = p_routed;
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
+      lw->byte_scale = 1.0;
+    }
+    g_array_free(fwd, TRUE);
+    g_array_free(bwd, TRUE);
+    lower_holders_free(cgroups);
+    g_free(cready);
+    g_free(need);
+  }
+  g_free(pneed);
+  lower_holders_free(pgroups);
+  g_free(pready_f);
+  g_free(pready_r);
+}
