@@ -128,4 +128,19 @@ void subst_gen_find(const SimGraph *g, GPtrArray *out);
  * (@error set); -1: not a generated family. */
 int subst_gen_prepare(SubstRebuild *rb, const char *kind, const char *args, GError **error);
 
+#define SUBST_MAX_OPS 4
+#define SUBST_TOLERANCE 1e-4
+/* Rules are checked twice, with floating-point inputs uniform in [-1, 1) and in
+ * [-SUBST_INPUT_RANGE, SUBST_INPUT_RANGE): wide enough to tell relu6 from relu and to
+ * take exp past 6, where the narrow range tells exp(relu(x)) from exp(x). */
+#define SUBST_INPUT_RANGE 10.0f
+/* The most inputs of a concatenation a split linear reads (CANDLE-Uno has 7). */
+#define SPLIT_MAX 8
+
+/* The rule being verified on this thread (subst-gen.c): it alone decides the rewrites
+ * of its own pattern meanwhile. */
+extern GPrivate subst_forced_key;
+/* Rule @r's source pattern and the name of the rewrite that applies it (subst-gen.c). */
+SimGraph *subst_source_pattern(const SubstRule *r, char **rewrite);
+
 G_END_DECLS
