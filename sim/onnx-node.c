@@ -9,24 +9,16 @@
 #include <math.h>
 #include <string.h>
 
-gboolean onnx_import_node(Importer *im, int index)
-{
-  const Onnx__NodeProto *n = im->graph->node[index];
-  const char *op = n->op_type;
-  if (!op || !*op) {
-    g_autofree char *place = g_strdup_printf("node %d", index);
-    sim_set_error_at(im->error, SIM_ERROR_PARSE, im->filename, place, "no operator type");
-    return FALSE;
-  }
-  if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
-    return onnx_fail(im, n, SIM_ERROR_UNKNOWN, "operator of domain '%s' is not supported",
-                n->domain);
-  const char *out = n->n_output ? n->output[0] : NULL;
-  Value *in0 = n->n_input ? onnx_value_get(im, n->input[0]) : NULL;
-  if (n->n_input && *n->input[0] && !in0)
-    return onnx_fail(im, n, SIM_ERROR_INVALID, "input '%s' is not made by an earlier node",
-                n->input[0]);
+/* The steps of onnx_import_node(), tried in order: each sets *@done and returns whether the
+ * node was imported where it knows the node, and leaves *@done FALSE otherwise. */
 
+/* Constants and shape arithmetic: the values the importer evaluates itself (Constant, Identity
+ * and Cast, Shape, Size, arithmetic and Unsqueeze, Squeeze, Concat and Gather of constants),
+ * after the pointwise patterns that start at a Pow or a Mul. */
+static gboolean node_values(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                            const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   if (!strcmp(op, "Pow") || !strcmp(op, "Mul")) {
     gboolean fused = FALSE;
     if (!onnx_fuse_pointwise(im, index, &fused))
@@ -198,6 +190,16 @@ gboolean onnx_import_node(Importer *im, int index)
     onnx_value_set(im, out, &v);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Embeddings and changes of layout: Gather from a weight, Gather and Slice, Split, Reshape and
+ * Flatten, Transpose. */
+static gboolean node_layout(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                            const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   Value *ix = n->n_input > 1 ? onnx_value_get(im, n->input[1]) : NULL;
   if (!strcmp(op, "Gather") && in0->kind == V_LEAF && !in0->data_only && ix &&
       !(ix->kind == V_CONST && onnx_const_numel(ix) == 1)) {
@@ -437,6 +439,15 @@ gboolean onnx_import_node(Importer *im, int index)
     onnx_set_tensor(im, out, t);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Layers: convolutions, poolings, Pad, batch and layer normalization, Gemm and MatMul. */
+static gboolean node_layers(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                            const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   if (!strcmp(op, "Conv")) {
     Value *x;
     if (!onnx_padded_tensor(im, n, &x))
@@ -612,6 +623,16 @@ gboolean onnx_import_node(Importer *im, int index)
     onnx_set_tensor(im, out, t);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Element-wise operators and what masks and positions are made of: GELU written out, Range,
+ * ConstantOfShape, Where, Neg, Expand, Trilu, Equal, Not, the binary operators and Clip. */
+static gboolean node_elementwise(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                                 const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   const char *gelu_out = !strcmp(op, "Div") && in0 && in0->kind == V_TENSOR
                            ? onnx_fold_gelu(im, n->input[0]) : NULL;
   if (gelu_out) {
@@ -891,6 +912,15 @@ gboolean onnx_import_node(Importer *im, int index)
     onnx_set_tensor(im, out, t);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Activations (SiLU found as x times its sigmoid), Softmax and Dropout. */
+static gboolean node_activations(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                                 const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   static const struct { const char *onnx; SimUnaryKind kind; } unaries[] = {
     { "Relu", SIM_UNARY_RELU }, { "Gelu", SIM_UNARY_GELU }, { "Sigmoid", SIM_UNARY_SIGMOID },
     { "Tanh", SIM_UNARY_TANH }, { "Exp", SIM_UNARY_EXP },
@@ -957,6 +987,39 @@ gboolean onnx_import_node(Importer *im, int index)
     }
     onnx_set_tensor(im, out, t);
     return TRUE;
+  }
+  *done = FALSE;
+  return TRUE;
+}
+
+gboolean onnx_import_node(Importer *im, int index)
+{
+  const Onnx__NodeProto *n = im->graph->node[index];
+  const char *op = n->op_type;
+  if (!op || !*op) {
+    g_autofree char *place = g_strdup_printf("node %d", index);
+    sim_set_error_at(im->error, SIM_ERROR_PARSE, im->filename, place, "no operator type");
+    return FALSE;
+  }
+  if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
+    return onnx_fail(im, n, SIM_ERROR_UNKNOWN, "operator of domain '%s' is not supported",
+                n->domain);
+  const char *out = n->n_output ? n->output[0] : NULL;
+  Value *in0 = n->n_input ? onnx_value_get(im, n->input[0]) : NULL;
+  if (n->n_input && *n->input[0] && !in0)
+    return onnx_fail(im, n, SIM_ERROR_INVALID, "input '%s' is not made by an earlier node",
+                n->input[0]);
+
+
+  static gboolean (*const steps[])(Importer *, const Onnx__NodeProto *, int, const char *,
+                                   const char *, Value *, gboolean *) = {
+    node_values, node_layout, node_layers, node_elementwise, node_activations,
+  };
+  for (size_t k = 0; k < G_N_ELEMENTS(steps); k++) {
+    gboolean done = FALSE;
+    gboolean ok = steps[k](im, n, index, op, out, in0, &done);
+    if (done)
+      return ok;
   }
   return onnx_fail(im, n, SIM_ERROR_UNKNOWN, "operator %s is not supported by the importer "
               "(parasol import --check lists every unsupported node)", op);
