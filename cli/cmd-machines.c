@@ -178,7 +178,8 @@ static void print_spec(const SimDeviceSpec *s)
   printf("             source: %s\n", s->source);
 }
 
-static void print_matrix(SimMachine *m, const char *title, double (*metric)(SimMachine *, int, int),
+static void print_matrix(const SimMachine *m, const char *title,
+                         double (*metric)(const SimMachine *, int, int),
                          double scale, const char *fmt)
 {
   int n = matrix_size(m);
@@ -214,7 +215,7 @@ static void print_matrix(SimMachine *m, const char *title, double (*metric)(SimM
   }
 }
 
-static void show_text(SimMachine *m, gboolean all_links)
+static void show_text(const SimMachine *m, gboolean all_links)
 {
   const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
   int n_nodes = sim_machine_n_nodes(m), per_node = sim_machine_node_n_devices(m, 0);
@@ -287,7 +288,7 @@ static void add_link_json(JsonBuilder *b, const SimMachine *m, int l)
 }
 
 /* A row of bandwidths (GB/s) from @src to @n devices from @first; null for itself. */
-static void add_row_json(JsonBuilder *b, SimMachine *m, int src, int first, int n)
+static void add_row_json(JsonBuilder *b, const SimMachine *m, int src, int first, int n)
 {
   json_builder_begin_array(b);
   for (int d = first; d < first + n; d++) {
@@ -299,7 +300,7 @@ static void add_row_json(JsonBuilder *b, SimMachine *m, int src, int first, int 
   json_builder_end_array(b);
 }
 
-static void show_json(SimMachine *m, gboolean all_links)
+static void show_json(const SimMachine *m, gboolean all_links)
 {
   const SimDeviceSpec *s = sim_machine_device_spec(m, 0);
   g_autoptr(JsonBuilder) b = json_builder_new();

@@ -726,7 +726,8 @@ gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimM
   return TRUE;
 }
 
-SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error)
+SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, const SimMachine *m,
+                            GError **error)
 {
   SimMegatronOptions o;
   return cli_plan_resolve(p, g, m, &o, error) ? sim_strategy_megatron(g, m, &o, error) : NULL;

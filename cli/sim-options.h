@@ -74,7 +74,8 @@ gboolean cli_plan_has_degrees(const CliPlanOptions *p);
 /* The strategy the flags describe: Megatron-style when any of --dp/--tp/--pp/
  * --microbatch-size/--microbatches is given (without --dp, data parallel over the GPUs
  * that tp x pp leave, as Megatron derives it), else data parallel over every GPU. */
-SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, SimMachine *m, GError **error);
+SimStrategy *cli_plan_build(const CliPlanOptions *p, SimGraph *g, const SimMachine *m,
+                            GError **error);
 /* The Megatron options of cli_plan_build()'s strategy. */
 gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,
                           SimMegatronOptions *out, GError **error);

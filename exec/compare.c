@@ -87,7 +87,7 @@ gboolean exec_run_compare(ExecRun *run, ExecRun *reference, ExecDiff *out, GErro
   return TRUE;
 }
 
-SimStrategy *exec_reference_strategy(const SimPlan *plan, SimMachine *m, GError **error)
+SimStrategy *exec_reference_strategy(const SimPlan *plan, const SimMachine *m, GError **error)
 {
   const SimGraph *g = sim_plan_get_graph(plan);
   const SimStrategy *s = sim_plan_get_strategy(plan);

@@ -448,7 +448,7 @@ EXEC_PUBLIC gboolean exec_run_compare(ExecRun *run, ExecRun *reference, ExecDiff
                                       GError **error);
 /* A one-device strategy for @plan's graph with the plan's micro-batches, optimizer and
  * precision: the reference a parallel strategy is checked against (transfer full). */
-EXEC_PUBLIC SimStrategy *exec_reference_strategy(const SimPlan *plan, SimMachine *m,
+EXEC_PUBLIC SimStrategy *exec_reference_strategy(const SimPlan *plan, const SimMachine *m,
                                                  GError **error);
 
 /* ---------------------------------------------------------------------------------- */

@@ -59,7 +59,7 @@ typedef struct _SearchProblem SearchProblem;
  * uses every device, allows every kind of parallelism, counts a strategy that does not
  * fit in device memory as infeasible, and gives its strategies the default options of
  * sim_megatron_options_default() (mixed precision, Adam, overlapped ring all-reduce). */
-SEARCH_PUBLIC SearchProblem *search_problem_new(const SimGraph *g, SimMachine *m,
+SEARCH_PUBLIC SearchProblem *search_problem_new(const SimGraph *g, const SimMachine *m,
                                                 SimCostModel *cost);
 SEARCH_PUBLIC SearchProblem *search_problem_ref(SearchProblem *p);
 SEARCH_PUBLIC void search_problem_unref(SearchProblem *p);
@@ -76,7 +76,7 @@ SEARCH_PUBLIC gboolean search_problem_set_devices(SearchProblem *p, const int *d
                                                   GError **error);
 
 SEARCH_PUBLIC const SimGraph *search_problem_get_graph(const SearchProblem *p);
-SEARCH_PUBLIC SimMachine *search_problem_get_machine(const SearchProblem *p);
+SEARCH_PUBLIC const SimMachine *search_problem_get_machine(const SearchProblem *p);
 SEARCH_PUBLIC SimCostModel *search_problem_get_cost(const SearchProblem *p);
 SEARCH_PUBLIC SimOptions search_problem_get_sim_options(const SearchProblem *p);
 SEARCH_PUBLIC gboolean search_problem_get_memory_limit(const SearchProblem *p);

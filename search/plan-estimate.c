@@ -41,7 +41,7 @@ static int n_layers(const SimGraph *g)
 }
 
 /* The slowest link on the route from device @a to @b (bytes/s); @def without one. */
-static double route_bandwidth(SimMachine *m, int a, int b, double def)
+static double route_bandwidth(const SimMachine *m, int a, int b, double def)
 {
   int n = 0;
   const int *links = sim_machine_route(m, a, b, &n);
@@ -55,7 +55,7 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
                                 gboolean *fits)
 {
   const SimGraph *g = p->g;
-  SimMachine *m = p->m;
+  const SimMachine *m = p->m;
   if (fits)
     *fits = TRUE;
   int t = MAX(o->tp, 1), pp = MAX(o->pp, 1), d = MAX(o->dp, 1);

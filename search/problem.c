@@ -70,7 +70,7 @@ static void configs_clear(SearchProblem *p)
   g_clear_pointer(&p->configs, g_free);
 }
 
-SearchProblem *search_problem_new(const SimGraph *g, SimMachine *m, SimCostModel *cost)
+SearchProblem *search_problem_new(const SimGraph *g, const SimMachine *m, SimCostModel *cost)
 {
   g_return_val_if_fail(g != NULL && m != NULL && cost != NULL, NULL);
   SearchProblem *p = g_new0(SearchProblem, 1);
@@ -192,7 +192,7 @@ const SimGraph *search_problem_get_graph(const SearchProblem *p)
   return p->g;
 }
 
-SimMachine *search_problem_get_machine(const SearchProblem *p)
+const SimMachine *search_problem_get_machine(const SearchProblem *p)
 {
   g_return_val_if_fail(p != NULL, NULL);
   return p->m;

@@ -25,7 +25,7 @@ struct _SearchProblem {
   const SimGraph *g;
   SimGraph *own_graph;        /* set when the problem owns its graph (a rewrite)        */
   int n_ops;
-  SimMachine *m;
+  const SimMachine *m;
   SimCostModel *cost;
   SimOptions sim;
   SimSyncOptions sync;

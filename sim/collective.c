@@ -53,7 +53,7 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
 typedef struct {
   SimTaskGraph *tg;
   int block;
-  SimMachine *m;
+  const SimMachine *m;
   SimDetail detail;
   const SimCollParams *cp;
   SimTaskClass cls;
@@ -114,7 +114,7 @@ static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chu
  * a different NIC: the nodes' NICs all carry a share of the traffic. */
 /* How many channels a ring over @dev runs as (see ring()): the ranks a node holds in a
  * row, when every node holds as many, or 1. */
-static int channel_count(SimMachine *m, const int *dev, int n)
+static int channel_count(const SimMachine *m, const int *dev, int n)
 {
   int g = 1;
   while (g < n && sim_machine_device_node(m, dev[g]) == sim_machine_device_node(m, dev[0]))
@@ -129,7 +129,7 @@ static int channel_count(SimMachine *m, const int *dev, int n)
 
 /* The channels of a ring over @dev (see ring()): their number, and in @order (n per
  * channel, freed by the caller) each channel's ranks in ring order. */
-static int ring_channels(SimMachine *m, const int *dev, int n, int **order)
+static int ring_channels(const SimMachine *m, const int *dev, int n, int **order)
 {
   int g = channel_count(m, dev, n);
   int *o = *order = g_new(int, (size_t)g * n);
@@ -253,10 +253,11 @@ typedef struct {
                   * link latency plus one step latency per edge, over both trees        */
 } Trees;
 
-static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
+static gboolean by_node(const SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
                         int *per_node);
 
-static void trees_build(Trees *t, SimMachine *m, const SimCollParams *cp, const int *dev, int n)
+static void trees_build(Trees *t, const SimMachine *m, const SimCollParams *cp, const int *dev,
+                        int n)
 {
   int *groups = NULL, nn = 0, g = 0;
   gboolean nodes = by_node(m, dev, n, &groups, &nn, &g);
@@ -368,7 +369,7 @@ static void tree_allreduce(Ctx *c, const int *dev, int n, double bytes, SimTaskR
 }
 
 /* Groups @dev by node; returns FALSE unless every node holds the same number of them. */
-static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
+static gboolean by_node(const SimMachine *m, const int *dev, int n, int **groups, int *n_nodes,
                         int *per_node)
 {
   GHashTable *idx = g_hash_table_new(g_direct_hash, g_direct_equal);
@@ -412,7 +413,7 @@ static gboolean by_node(SimMachine *m, const int *dev, int n, int **groups, int 
  * of a group size the table holds: the fixed cost that makes the ring's time on an idle
  * network the measured one.  The measurement includes the per-step costs, so the ring then
  * runs without them.  FALSE when the table does not apply. */
-static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const int *devices,
+static gboolean table_fixed_cost(const SimMachine *m, const SimCollParams *cp, const int *devices,
                                  int n, double bytes, double *fixed)
 {
   if (!cp->allreduce_table || n < 2 || bytes <= 0)
@@ -436,7 +437,7 @@ static gboolean table_fixed_cost(SimMachine *m, const SimCollParams *cp, const i
   return TRUE;
 }
 
-static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
+static void lower(SimTaskGraph *tg, int block, const SimMachine *m, SimCollKind kind,
                   SimAllreduceAlgo algo, SimDetail detail, const SimCollParams *cp,
                   SimTaskClass cls, const int *devices, int n, double bytes, int op, int mb,
                   gboolean bare, SimTaskRef *start, SimTaskRef *end)
@@ -516,14 +517,14 @@ static void lower(SimTaskGraph *tg, int block, SimMachine *m, SimCollKind kind,
   }
 }
 
-void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, const SimCollective *c,
+void sim_collective_lower(SimTaskGraph *tg, int block, const SimMachine *m, const SimCollective *c,
                           SimTaskRef *start, SimTaskRef *end)
 {
   lower(tg, block, m, c->kind, c->algo, c->detail, c->params, c->cls, c->devices, c->n,
         c->bytes, c->op, c->mb, FALSE, start, end);
 }
 
-void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m,
+void sim_collective_lower_bare(SimTaskGraph *tg, int block, const SimMachine *m,
                                const SimCollective *c, SimTaskRef *start, SimTaskRef *end)
 {
   lower(tg, block, m, c->kind, c->algo, c->detail, c->params, c->cls, c->devices, c->n,
@@ -537,7 +538,7 @@ typedef struct {
   double bytes;
 } Edge;
 
-static double load_time(SimMachine *m, const SimCollParams *cp, const GArray *edges)
+static double load_time(const SimMachine *m, const SimCollParams *cp, const GArray *edges)
 {
   int nl = sim_machine_n_links(m);
   double *load = g_new0(double, MAX(nl, 1));
@@ -557,7 +558,7 @@ static double load_time(SimMachine *m, const SimCollParams *cp, const GArray *ed
 
 /* A ring's steps over @dev (@n ranks, @per_hop bytes on every hop) added to @edges; returns
  * the largest hop latency. */
-static double ring_edges(SimMachine *m, const int *dev, int n, double per_hop, GArray *edges)
+static double ring_edges(const SimMachine *m, const int *dev, int n, double per_hop, GArray *edges)
 {
   double lat = 0;
   for (int i = 0; i < n; i++) {
@@ -568,7 +569,7 @@ static double ring_edges(SimMachine *m, const int *dev, int n, double per_hop, G
   return lat;
 }
 
-double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
+double sim_collective_time(const SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
                            const SimCollParams *cp, const int *devices, int n, double bytes)
 {
   if (n <= 1 || bytes <= 0)

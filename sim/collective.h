@@ -47,12 +47,12 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
  * one flow each where that is exact (see merge_rings() in taskgraph.c); @chains FALSE
  * merges only those. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                               SimMachine *m, const SimCollParams *cp);
+                               const SimMachine *m, const SimCollParams *cp);
 
 /* Whether every flow of @tg that crosses several links as a whole (a ring's one flow) keeps
  * to links that no other flow crosses, except whole flows over the same ranks in the same
  * ring order (see whole_node_rings). */
-gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m);
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m);
 
 /* One collective to lower: @kind over @devices (n of them, in ring order) moving @bytes
  * (the full buffer size per device), with @algo for all-reduces, at @detail, for
@@ -71,18 +71,18 @@ typedef struct {
 
 /* Appends collective @c to @block.  Returns the references of its start and end join
  * points: make the producers precede *start and the consumers follow *end. */
-void sim_collective_lower(SimTaskGraph *tg, int block, SimMachine *m, const SimCollective *c,
+void sim_collective_lower(SimTaskGraph *tg, int block, const SimMachine *m, const SimCollective *c,
                           SimTaskRef *start, SimTaskRef *end);
 
 /* The same, without join points where the collective is one flow (SIM_DETAIL_COLLECTIVE,
  * a ring of one channel): *start is then its fixed cost's delay or the flow, *end the
  * flow.  A third fewer tasks for the tensor-parallel reductions of large models. */
-void sim_collective_lower_bare(SimTaskGraph *tg, int block, SimMachine *m,
+void sim_collective_lower_bare(SimTaskGraph *tg, int block, const SimMachine *m,
                                const SimCollective *c, SimTaskRef *start, SimTaskRef *end);
 
 /* The analytic duration of a collective without contention: what the FLOWS level yields
  * on an idle machine (used by tests and by search heuristics). */
-double sim_collective_time(SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
+double sim_collective_time(const SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,
                            const SimCollParams *cp, const int *devices, int n, double bytes);
 
 G_END_DECLS

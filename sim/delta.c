@@ -16,7 +16,7 @@
 
 struct _SimSession {
   const SimGraph *g;
-  SimMachine *m;
+  const SimMachine *m;
   SimStrategy *s;
   SimCostModel *cost;
   SimCostModel *own_cost;
@@ -67,7 +67,7 @@ static void build_from_scratch(SimSession *ss)
   sim_engine_set_host_times(ss->e, &ss->o);
 }
 
-SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimSession *sim_session_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, GError **error)
 {
   if (!sim_strategy_validate(s, g, m, error))

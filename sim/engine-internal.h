@@ -82,7 +82,7 @@ static inline double key_time(uint64_t k)
 }
 
 struct _SimEngine {
-  SimMachine *machine;
+  const SimMachine *machine;
   SimNet *net;
   Event *heap;
   int n_heap, cap_heap;

@@ -50,7 +50,7 @@ void sim_engine_group_sched_free(gpointer p)
   g_free(gs);
 }
 
-SimEngine *sim_engine_new(SimMachine *m, const SimCollParams *cp)
+SimEngine *sim_engine_new(const SimMachine *m, const SimCollParams *cp)
 {
   SimEngine *e = g_new0(SimEngine, 1);
   e->machine = m;

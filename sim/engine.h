@@ -24,7 +24,7 @@ typedef struct {
 typedef struct _SimEngine SimEngine;
 
 /* Transfers run at the links' capacity under @cp (NULL: their full bandwidth). */
-SimEngine *sim_engine_new(SimMachine *m, const SimCollParams *cp);
+SimEngine *sim_engine_new(const SimMachine *m, const SimCollParams *cp);
 /* The host's time to issue one kernel (SimOptions.host_kernel_time); 0 by default. */
 void sim_engine_set_host_kernel_time(SimEngine *e, double seconds);
 /* The host's time between two steps of a device's schedule (SimOptions.host_step_time):

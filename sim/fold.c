@@ -35,7 +35,7 @@ static int first_compute_op(const SimGraph *g)
 /* Data-parallel replicas: every operator splits its sample dimension D ways, and the
  * shards of replica r sit on devices that one one-to-one map (of the same device kind)
  * carries from replica 0's. */
-gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
+gboolean fold_replicas(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f)
 {
   int nd = f->nd, x0 = first_compute_op(g);
   if (x0 < 0 || s->ops[x0].degree[0] <= 1)
@@ -91,7 +91,7 @@ gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, F
 /* Tensor-parallel ranks: inside replica 0, every operator of a stage spreads its shards
  * over the same set of devices of one kind, one shard per device, the first shard of each
  * on the same device, which stands for the others. */
-gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f)
+gboolean fold_ranks(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f)
 {
   int nd = f->nd, S = s->n_stages, D = f->D > 1 ? f->D : 1;
   int *rep = g_new(int, S);
@@ -308,7 +308,7 @@ typedef struct {
 /* Extends the link map of one symmetry with a pair's route @r1 of @n1 links (marked in
  * @mark by the caller) against its image's, from @pa to @pb, which it marks; FALSE if they
  * do not fit. */
-static gboolean map_route(SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
+static gboolean map_route(const SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
                           uint8_t *mark)
 {
   int n2;
@@ -332,7 +332,7 @@ static gboolean map_route(SimMachine *m, const int *r1, int n1, int pa, int pb, 
 
 /* Whether a whole collective's flow is a ring: its links are its members' routes in
  * ring order. */
-static gboolean ring_links_match(SimMachine *m, const SimTaskBlock *blk, const SimTask *t)
+static gboolean ring_links_match(const SimMachine *m, const SimTaskBlock *blk, const SimTask *t)
 {
   const int32_t *links = &g_array_index(blk->extra, int32_t, t->links_off);
   const int32_t *mem = links + t->n_links;
@@ -347,7 +347,7 @@ static gboolean ring_links_match(SimMachine *m, const SimTaskBlock *blk, const S
   return pos == t->n_links;
 }
 
-gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
+gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
                             gboolean ranks)
 {
   int nl = sim_machine_n_links(m), nd = f->nd;

@@ -24,10 +24,10 @@ typedef struct {
 } Fold;
 
 void fold_clear(Fold *f);
-gboolean fold_replicas(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f);
-gboolean fold_ranks(const SimGraph *g, SimMachine *m, const SimStrategy *s, Fold *f);
+gboolean fold_replicas(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f);
+gboolean fold_ranks(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f);
 int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k);
-gboolean add_shadows(SimTaskGraph *tg, SimMachine *m, const Fold *f, gboolean replicas,
+gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
                      gboolean ranks);
 
 G_END_DECLS

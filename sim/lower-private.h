@@ -33,7 +33,7 @@ typedef struct {
 
 struct _SimLowering {
   const SimGraph *g;
-  SimMachine *m;
+  const SimMachine *m;
   const SimStrategy *s;
   SimCostModel *cost;
   SimOptions o;

@@ -461,7 +461,7 @@ static void order_backward(SimLowering *lw)
 
 /* ---- the lowering ------------------------------------------------------------------------ */
 
-SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimLowering *sim_lowering_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const uint8_t *simulated)
 {

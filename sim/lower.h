@@ -12,7 +12,7 @@ typedef struct _SimLowering SimLowering;
  * for all) names the devices whose compute tasks are built: the representatives when
  * symmetric devices are folded.  The strategy is read, not copied: it must outlive the
  * lowering, and sim_lowering_update_op() must follow any change to it. */
-SimLowering *sim_lowering_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimLowering *sim_lowering_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const uint8_t *simulated);
 /* Makes the lowering record what copies, reductions and synchronizations mean (for

@@ -87,7 +87,7 @@ const char *sim_link_kind_name(SimLinkKind k)
 /* ---------------------------------------------------------------------------------- */
 /* Expansion                                                                           */
 
-static int add_vertex(SimMachine *m, SimVertexKind kind, int node, int device, char *name)
+static int add_vertex(const SimMachine *m, SimVertexKind kind, int node, int device, char *name)
 {
   SimVertex v = {
     .kind = kind,
@@ -102,7 +102,7 @@ static int add_vertex(SimMachine *m, SimVertexKind kind, int node, int device, c
 
 /* Link names read "node3/gpu2->nvswitch": the destination loses the node prefix when both
  * ends are in the same node. */
-static int add_link(SimMachine *m, SimLinkKind kind, int src, int dst, double bandwidth,
+static int add_link(const SimMachine *m, SimLinkKind kind, int src, int dst, double bandwidth,
                     double latency)
 {
   SimVertex *s = vertex_at(m, src);
@@ -124,7 +124,7 @@ static int add_link(SimMachine *m, SimLinkKind kind, int src, int dst, double ba
   return id;
 }
 
-static void add_duplex(SimMachine *m, SimLinkKind kind, int a, int b, double bandwidth,
+static void add_duplex(const SimMachine *m, SimLinkKind kind, int a, int b, double bandwidth,
                        double latency, int *ab, int *ba)
 {
   int x = add_link(m, kind, a, b, bandwidth, latency);
@@ -577,9 +577,12 @@ static SimRoute *compute_route(const Machine *mm, int src, int dst)
 static const int no_links[1] = { 0 };
 static const SimRoute empty_route = { 0, (int *)no_links, INFINITY, 0.0 };
 
-/* A device to itself has an empty route: no links, unlimited bandwidth, no latency. */
-static const SimRoute *get_route(SimMachine *m, int src, int dst)
+/* A device to itself has an empty route: no links, unlimited bandwidth, no latency.
+ * The cache of routes is filled on first use under route_lock: a machine is constant to
+ * every caller, and only this function writes the cache (hence the cast). */
+static const SimRoute *get_route(const SimMachine *cm, int src, int dst)
 {
+  SimMachine *m = (SimMachine *)cm;
   if (src == dst)
     return &empty_route;
   gsize idx = (gsize)src * (gsize)m->n_devices + (gsize)dst;
@@ -604,12 +607,12 @@ static const SimRoute *get_route(SimMachine *m, int src, int dst)
 #define CHECK_DEVICE(m, d, val) \
   g_return_val_if_fail((m) != NULL && (d) >= 0 && (d) < (m)->n_devices, (val))
 
-const SimRoute *sim_machine_route_info(SimMachine *m, int src, int dst)
+const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst)
 {
   return get_route(m, src, dst);
 }
 
-const int *sim_machine_route(SimMachine *m, int src, int dst, int *n_links)
+const int *sim_machine_route(const SimMachine *m, int src, int dst, int *n_links)
 {
   CHECK_DEVICE(m, src, NULL);
   CHECK_DEVICE(m, dst, NULL);
@@ -619,14 +622,14 @@ const int *sim_machine_route(SimMachine *m, int src, int dst, int *n_links)
   return r->links;
 }
 
-double sim_machine_bandwidth(SimMachine *m, int src, int dst)
+double sim_machine_bandwidth(const SimMachine *m, int src, int dst)
 {
   CHECK_DEVICE(m, src, 0);
   CHECK_DEVICE(m, dst, 0);
   return get_route(m, src, dst)->bandwidth;
 }
 
-double sim_machine_latency(SimMachine *m, int src, int dst)
+double sim_machine_latency(const SimMachine *m, int src, int dst)
 {
   CHECK_DEVICE(m, src, 0);
   CHECK_DEVICE(m, dst, 0);

@@ -74,7 +74,7 @@ typedef struct {
 } Memory;
 
 struct _SimNet {
-  SimMachine *machine;
+  const SimMachine *machine;
   int n_links;
   Link *link;
   Flow *flow;
@@ -326,7 +326,7 @@ static int route_id(SimNet *net, const int *links, int n_links)
   return n;
 }
 
-SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp)
+SimNet *sim_net_new(const SimMachine *m, const SimCollParams *cp)
 {
   SimNet *net = g_new0(SimNet, 1);
   net->machine = m;

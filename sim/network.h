@@ -12,7 +12,7 @@ typedef struct _SimNet SimNet;
 typedef void (*SimNetRescheduleFunc)(void *user, int flow_task, double end_time);
 
 /* Links carry flows at sim_coll_link_capacity() (@cp NULL: their full bandwidth). */
-SimNet *sim_net_new(SimMachine *m, const SimCollParams *cp);
+SimNet *sim_net_new(const SimMachine *m, const SimCollParams *cp);
 void sim_net_free(SimNet *net);
 void sim_net_reset(SimNet *net);
 /* The net remembers the rates of the components it solves, across runs too, in at most

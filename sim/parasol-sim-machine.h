@@ -71,10 +71,10 @@ SIM_PUBLIC double sim_machine_link_latency(const SimMachine *m, int link);   /* 
 SIM_PUBLIC const char *sim_machine_link_name(const SimMachine *m, int link);
 /* The route from device @src to device @dst as directed link ids (transfer none; valid
  * while the machine lives).  @src == @dst gives zero links. */
-SIM_PUBLIC const int *sim_machine_route(SimMachine *m, int src, int dst, int *n_links);
+SIM_PUBLIC const int *sim_machine_route(const SimMachine *m, int src, int dst, int *n_links);
 /* Bottleneck bandwidth (bytes/s) and summed latency (s) of the route. */
-SIM_PUBLIC double sim_machine_bandwidth(SimMachine *m, int src, int dst);
-SIM_PUBLIC double sim_machine_latency(SimMachine *m, int src, int dst);
+SIM_PUBLIC double sim_machine_bandwidth(const SimMachine *m, int src, int dst);
+SIM_PUBLIC double sim_machine_latency(const SimMachine *m, int src, int dst);
 SIM_PUBLIC char *sim_machine_to_json(const SimMachine *m);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(SimMachine, sim_machine_free)

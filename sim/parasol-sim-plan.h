@@ -57,7 +57,7 @@ typedef struct {
 } SimPlanTask;
 
 /* Lowers @s for execution.  @cost may be NULL (the roofline model). */
-SIM_PUBLIC SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SIM_PUBLIC SimPlan *sim_plan_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                                  SimCostModel *cost, GError **error);
 SIM_PUBLIC void sim_plan_free(SimPlan *p);
 SIM_PUBLIC int sim_plan_n_tasks(const SimPlan *p);

@@ -97,7 +97,7 @@ typedef struct _SimReport SimReport;
 
 /* Simulates one training iteration.  Returns NULL with @error set on invalid input; an
  * out-of-memory strategy still yields a report, whose sim_report_fits() is FALSE. */
-SIM_PUBLIC SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SIM_PUBLIC SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                                    SimCostModel *cost, const SimOptions *o, GError **error);
 /* The plan of @o with the largest micro-batch that fits in device memory, for a plan
  * whose one micro-batch per replica does not: micro-batches of half, a quarter, ... of
@@ -105,7 +105,7 @@ SIM_PUBLIC SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimSt
  * sim_strategy_megatron() and simulated with @so, until one fits (strategy-build.c).
  * Returns NULL when none fits; else the strategy, its report in @report and its
  * micro-batch size in @microbatch_size. */
-SIM_PUBLIC SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, SimMachine *m,
+SIM_PUBLIC SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, const SimMachine *m,
                                                   const SimMegatronOptions *o,
                                                   SimCostModel *cost, const SimOptions *so,
                                                   SimReport **report, int64_t *microbatch_size);
@@ -170,7 +170,7 @@ typedef struct {
  * ends cut, overflowed, when a device first holds more than its memory.  Up to the bound
  * the run is sim_simulate()'s, so a run that is not cut has its time and memory.  FALSE with @error
  * for a strategy that is not valid or whose schedule cannot run. */
-SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                                        SimCostModel *cost, const SimOptions *o, double bound,
                                        SimBrief *out, GError **error);
 
@@ -178,7 +178,7 @@ SIM_PUBLIC gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const S
  * After sim_session_set_op() changes some operators, sim_session_run() re-lowers and
  * re-simulates only what the changes touch.  Results equal those of sim_simulate(). */
 typedef struct _SimSession SimSession;
-SIM_PUBLIC SimSession *sim_session_new(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SIM_PUBLIC SimSession *sim_session_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                                        SimCostModel *cost, const SimOptions *o, GError **error);
 SIM_PUBLIC void sim_session_free(SimSession *ss);
 SIM_PUBLIC gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees,

@@ -14,7 +14,7 @@
 
 struct _SimPlan {
   const SimGraph *g;
-  SimMachine *m;
+  const SimMachine *m;
   SimStrategy *s;
   SimCostModel *cost;
   SimCostModel *own_cost;
@@ -97,7 +97,8 @@ static void find_sources(SimPlan *p)
   g_free(pred_off);
 }
 
-SimPlan *sim_plan_new(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *cost,
+SimPlan *sim_plan_new(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
+                      SimCostModel *cost,
                       GError **error)
 {
   if (!sim_strategy_validate(s, g, m, error))

@@ -89,7 +89,7 @@ static SimDType graph_compute_dtype(const SimGraph *g)
 }
 
 /* The busiest links, by bytes carried (@link_bytes: per link), most used first. */
-static void report_links(SimReport *r, SimMachine *m, const double *link_bytes)
+static void report_links(SimReport *r, const SimMachine *m, const double *link_bytes)
 {
   int nl = sim_machine_n_links(m);
   GArray *uses = g_array_new(FALSE, FALSE, sizeof(SimLinkUse));
@@ -112,7 +112,7 @@ static void report_links(SimReport *r, SimMachine *m, const double *link_bytes)
   g_array_free(uses, TRUE);
 }
 
-SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
                             const char *folding, const SimOptions *o, double model_flops)
 {

@@ -16,7 +16,7 @@ typedef struct {
 struct _SimReport {
   char *model;
   char *machine_name;
-  SimMachine *machine;        /* for traces: valid while the machine lives            */
+  const SimMachine *machine;        /* for traces: valid while the machine lives            */
   int n_devices;
   int n_ops;
   char **op_names;            /* n_ops, for traces                                     */
@@ -50,7 +50,7 @@ struct _SimReport {
 
 /* Builds a report from a finished run.  @rep_of maps every device to the simulated device
  * whose timeline stands for it (NULL: itself). */
-SimReport *sim_report_build(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
                             const char *folding, const SimOptions *o, double model_flops);
 

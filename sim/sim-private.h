@@ -370,7 +370,7 @@ struct _SimMachine {
 
 /* The cached route from @src to @dst (links, bottleneck, latency), valid while the
  * machine lives: one lookup where the public functions take several. */
-const SimRoute *sim_machine_route_info(SimMachine *m, int src, int dst);
+const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst);
 
 /* Device specs that are not in the library (from a machine file) live as long as the
  * process: the loader interns them here. */

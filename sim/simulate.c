@@ -80,7 +80,7 @@ typedef struct {
 
 /* Lowers @s with the folding of try @t (see lower_folded()); NULL when that folding is not
  * exact for it. */
-static SimLowering *lower_try(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                               const Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
                               uint8_t *mask, int count)
@@ -118,7 +118,7 @@ static int fewest_microbatches(const SimStrategy *s)
 }
 
 /* Lowers @s folded where that is exact; @count: the micro-batches to lower (0: all). */
-static Lowered lower_folded(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
                             int count)
 {
@@ -199,7 +199,8 @@ typedef struct {
 } OneShot;
 
 /* @count: the micro-batches to simulate (0: all). */
-static gboolean one_shot_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimStrategy *s,
+static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
+                             const SimStrategy *s,
                              SimCostModel *cost, const SimOptions *opts, double bound, int count,
                              GError **error)
 {
@@ -274,7 +275,7 @@ static void one_shot_clear(OneShot *os)
 /* The steady state (sim/steady.c): a run of st->count micro-batches, checked.  Returns 1
  * with the run in @os and its period in @period, 0 where the run does not repeat itself
  * exactly (the caller simulates every micro-batch), -1 on an error. */
-static int steady_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimStrategy *s,
+static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                       SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
                       double *period, GError **error)
 {
@@ -291,7 +292,7 @@ static int steady_run(OneShot *os, const SimGraph *g, SimMachine *m, const SimSt
 
 /* The report of @s from its steady state: two runs, of st->count micro-batches and of one
  * period more, tell what a period adds to every figure.  1, 0 or -1 as steady_run(). */
-static int steady_report(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+static int steady_report(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                          SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
                          SimReport **out, GError **error)
 {
@@ -340,7 +341,7 @@ static int steady_report(const SimGraph *g, SimMachine *m, const SimStrategy *s,
   return 1;
 }
 
-SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                         SimCostModel *cost, const SimOptions *o, GError **error)
 {
   g_return_val_if_fail(g && m && s, NULL);
@@ -363,7 +364,7 @@ SimReport *sim_simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s,
 }
 
 /* Fills @out from the finished run @os of @s (its time: @time). */
-static void brief_from_run(const OneShot *os, SimMachine *m, double time, SimBrief *out)
+static void brief_from_run(const OneShot *os, const SimMachine *m, double time, SimBrief *out)
 {
   out->time = time;
   out->fits = TRUE;
@@ -379,7 +380,7 @@ static void brief_from_run(const OneShot *os, SimMachine *m, double time, SimBri
   out->overflowed = !out->fits;
 }
 
-gboolean sim_simulate_brief(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, double bound,
                             SimBrief *out, GError **error)
 {

@@ -619,7 +619,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   return g_steal_pointer(&s);
 }
 
-SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, SimMachine *m,
+SimStrategy *sim_strategy_megatron_fit(const SimGraph *g, const SimMachine *m,
                                        const SimMegatronOptions *o, SimCostModel *cost,
                                        const SimOptions *so, SimReport **report,
                                        int64_t *microbatch_size)

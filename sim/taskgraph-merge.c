@@ -25,7 +25,8 @@ typedef struct {
  * flow does, and ends when it ends.  Marks the flows that go in @gone (the first of each
  * ring becomes the whole flow, the task its flows released waits for it alone); returns
  * how many went. */
-static int merge_rings(SimTaskGraph *tg, SimMachine *m, const SimCollParams *cp, uint8_t *gone)
+static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParams *cp,
+                       uint8_t *gone)
 {
   int n = tg->n_tasks, nl = sim_machine_n_links(m);
   SimTask *task = tg->task;
@@ -209,7 +210,7 @@ static int merge_rings(SimTaskGraph *tg, SimMachine *m, const SimCollParams *cp,
   return gone_n;
 }
 
-gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m)
+gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m)
 {
   int n = tg->n_tasks, nl = sim_machine_n_links(m);
   const SimTask *task = tg->task;
@@ -287,7 +288,7 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, SimMachine *m)
  * micro-batch, so that reports (time by class on the critical path, compute per device)
  * stay what they were. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                               SimMachine *m, const SimCollParams *cp)
+                               const SimMachine *m, const SimCollParams *cp)
 {
   int n = tg->n_tasks, nd = tg->n_devices;
   if (n == 0)

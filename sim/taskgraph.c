@@ -331,7 +331,7 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
 }
 
 SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
-                                       SimMachine *m, const int *members, int n, double bytes,
+                                       const SimMachine *m, const int *members, int n, double bytes,
                                        double latency, int op, int mb, int coll)
 {
   SimTaskBlock *b = sim_taskgraph_block(tg, block);

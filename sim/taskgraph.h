@@ -278,7 +278,7 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
 /* The same for a ring over @members: the links of each member's route to the next, in
  * ring order, read from @m. */
 SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
-                                       SimMachine *m, const int *members, int n, double bytes,
+                                       const SimMachine *m, const int *members, int n, double bytes,
                                        double latency, int op, int mb, int coll);
 /* The links and members of a collective's flow, after assembly. */
 static inline const int32_t *sim_task_links(const SimTaskGraph *tg, const SimTask *t)

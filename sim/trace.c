@@ -101,7 +101,7 @@ gboolean sim_report_write_trace_devices(const SimReport *r, const char *path, co
       close(fd);
     return FALSE;
   }
-  SimMachine *m = r->machine;
+  const SimMachine *m = r->machine;
   int nodes = sim_machine_n_nodes(m);
   int net_pid = nodes;
   gboolean first = TRUE;
