@@ -42,7 +42,11 @@
  * Departures from the paper: layers are clustered by compute alone (Alpa's clustering also
  * minimizes the bytes between layers); submeshes are one-dimensional blocks; the stage
  * latency is the full-batch ILP optimum divided by B rather than a profile of one
- * micro-batch; activations crossing stages are left to the simulator. */
+ * micro-batch; activations crossing stages are left to the simulator.
+ *
+ * One file of about a thousand lines: the stage programs, the stage dynamic program and the
+ * search that runs them share the stage cache and the budget's split, and are read together
+ * against the paper. */
 #include "search-private.h"
 
 #include <glpk.h>

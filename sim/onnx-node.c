@@ -1,5 +1,7 @@
 /* onnx-node.c — one ONNX node as parasol operators, constants or values (onnx.c
- * describes the mapping; onnx-fuse.c folds the patterns that span several nodes). */
+ * describes the mapping; onnx-fuse.c folds the patterns that span several nodes).  About
+ * a thousand lines because it is one table of cases, an operator type each, tried in
+ * order: splitting it by type would scatter the order that decides which case wins. */
 #include "parasol-config.h"
 
 #if PARASOL_HAVE_ONNX
