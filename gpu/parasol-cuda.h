@@ -7,7 +7,7 @@
  * CUDA C++ compiled by nvcc (ops.cu, conv.cu, kernels.cu, context.cu).  The C side that
  * knows the graph (desc.c) fills the structs from a SimGraph.
  *
- * Semantics are those of ExecKernelArgs (exec/parasol-exec.h): a kernel call runs one
+ * Semantics are those of ExecKernelArgs (include/parasol-exec.h): a kernel call runs one
  * operator on one shard, whose iteration range is [lo, hi); every tensor is a view of a
  * device buffer (a box of the tensor and strides), and the region of each tensor the
  * shard reads or writes is given.  Forward writes the output region, or adds into it when

@@ -32,7 +32,7 @@ __version__ = "0.1.0"
 _FP32, _FP16, _BF16 = 0, 1, 2
 PRECISIONS = {"mixed-fp16": _FP16, "mixed-bf16": _BF16, "fp32": _FP32, "tf32": _FP32,
               "fp8": _BF16}
-# SimPrecision values (sim/parasol-sim.h).
+# SimPrecision values (include/parasol-sim.h).
 _SIM_PRECISION = {"fp32": 0, "mixed-fp16": 1, "mixed-bf16": 2, "tf32": 3, "fp8": 4}
 DEFAULT_MODEL = "gpt"
 DEFAULT_MACHINE = "dgx-a100"

@@ -52,7 +52,7 @@ class SimModelParam(Structure):
 
 
 class SearchConfig(Structure):
-    """One parallel configuration of an operator (search/parasol-search.h)."""
+    """One parallel configuration of an operator (include/parasol-search.h)."""
     _fields_ = [("degree", c_int * 8), ("start", c_int), ("n", c_int)]
 
 
