@@ -338,6 +338,15 @@ static gboolean emit_distribute(SubstRebuild *rb, GError **error)
   return TRUE;
 }
 
+/* Ops @first and @last of the pattern became op @id of the rewritten graph: it keeps both
+ * ops' flags and stands for @last's output. */
+static void pair_becomes(SubstRebuild *rb, int first, int last, int id)
+{
+  subst_copy_flags(rb, first, id);
+  subst_copy_flags(rb, last, id);
+  rb->tmap[sim_graph_op_output(rb->g, last, 0)] = sim_graph_op_output(rb->out, id, 0);
+}
+
 static gboolean emit_collapse(SubstRebuild *rb, GError **error)
 {
   const SimGraph *g = rb->g;
@@ -348,9 +357,7 @@ static gboolean emit_collapse(SubstRebuild *rb, GError **error)
   int id = sim_graph_add_op(rb->out, SIM_OP_LINEAR, name, 1, in, la, error);
   if (id < 0)
     return FALSE;
-  subst_copy_flags(rb, a, id);
-  subst_copy_flags(rb, b, id);
-  rb->tmap[sim_graph_op_output(g, b, 0)] = sim_graph_op_output(rb->out, id, 0);
+  pair_becomes(rb, a, b, id);
   return TRUE;
 }
 
@@ -379,9 +386,7 @@ static gboolean emit_transpose_pair(SubstRebuild *rb, GError **error)
   int id = sim_graph_add_op(rb->out, SIM_OP_TRANSPOSE, sim_graph_op_name(g, b), 1, &x, ta, error);
   if (id < 0)
     return FALSE;
-  subst_copy_flags(rb, a, id);
-  subst_copy_flags(rb, b, id);
-  rb->tmap[sim_graph_op_output(g, b, 0)] = sim_graph_op_output(rb->out, id, 0);
+  pair_becomes(rb, a, b, id);
   return TRUE;
 }
 
@@ -396,9 +401,7 @@ static gboolean emit_fold_transpose(SubstRebuild *rb, GError **error)
   int id = sim_graph_add_op(rb->out, SIM_OP_MATMUL, sim_graph_op_name(g, mm), 2, in, a, error);
   if (id < 0)
     return FALSE;
-  subst_copy_flags(rb, t, id);
-  subst_copy_flags(rb, mm, id);
-  rb->tmap[sim_graph_op_output(g, mm, 0)] = sim_graph_op_output(rb->out, id, 0);
+  pair_becomes(rb, t, mm, id);
   return TRUE;
 }
 
