@@ -218,6 +218,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * once the graph is whole; the rare plan where some does is lowered again without. */
   cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
                         !opts->keep_timeline;
+  double t0 = (double)g_get_monotonic_time();
   os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
@@ -232,6 +233,8 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     sim_taskgraph_assemble(tg);
   }
   sim_taskgraph_release_blocks(tg);
+  double t1 = (double)g_get_monotonic_time();
+  int lowered = tg->n_tasks;
   /* A merged run of compute tasks starts each where the one before ends only while the
    * host never holds a kernel back; a kept timeline shows every task.  A bounded run
    * merges as the unbounded one does, so that a run the bound does not cut is the
@@ -248,7 +251,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   else if (!opts->keep_timeline && (chains || opts->merge_rings))
     sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
                                opts->merge_rings ? m : NULL, &cp);
-  g_debug("simulate: %d tasks after merging", tg->n_tasks);
+  double t2 = (double)g_get_monotonic_time();
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);
@@ -256,6 +259,9 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   sim_engine_run(os->e, tg, &os->tl);
+  g_debug("simulate: %d tasks lowered and assembled in %.3f s, %d after merging (%.3f s), "
+          "run in %.3f s", lowered, (t1 - t0) / 1e6, tg->n_tasks, (t2 - t1) / 1e6,
+          ((double)g_get_monotonic_time() - t2) / 1e6);
   if (os->tl.cut && isinf(os->tl.makespan))
     goto cancelled;
   if (os->tl.deadlock) {
@@ -358,7 +364,8 @@ SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrateg
   OneShot os;
   SimReport *r = NULL;
   SimSteady st;
-  if (sim_steady_plan(s, &opts, &st)) {
+  for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
+       plan = sim_steady_plan_later(s, &opts, &st)) {
     /* one_shot_run() validates the strategy: an invalid one fails here as below. */
     int rc = steady_report(g, m, s, cost, &opts, &st, &r, error);
     if (rc != 0)
@@ -400,7 +407,8 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
   opts.keep_timeline = FALSE;
   OneShot os;
   SimSteady st;
-  if (sim_steady_plan(s, &opts, &st)) {
+  for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
+       plan = sim_steady_plan_later(s, &opts, &st)) {
     /* The run of a few micro-batches is bounded as the whole run would be: it takes no
      * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
      * its warm-up, which the whole run shares) the whole run would be cut too, later. */
