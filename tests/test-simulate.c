@@ -2169,6 +2169,33 @@ static void expect_same_report(const SimReport *a, const SimReport *b, const cha
                        classes[k]);
 }
 
+/* @a has @b's memory verdict, communication, overlap and idle time per GPU (to 1e-9 of
+ * the iteration) and busiest links with their bytes (to a relative 1e-9). */
+static void expect_same_traffic(const SimReport *a, const SimReport *b, const char *what)
+{
+  double t = sim_report_iteration_time(b);
+  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
+  for (int d = 0; d < sim_report_n_devices(a); d++) {
+    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
+                       "%s: GPU %d communication", what, d);
+    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
+                       "%s: GPU %d overlap", what, d);
+    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
+                       "%s: GPU %d idle", what, d);
+  }
+  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
+  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
+  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
+  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
+  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
+  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
+  for (guint i = 0; i < json_array_get_length(la); i++) {
+    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
+    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
+    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
+  }
+}
+
 static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
                               const char *what);
@@ -2193,6 +2220,7 @@ static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrateg
   g_autoptr(SimReport) b = sim_simulate(g, m, s, c, &off, &error);
   cr_assert_not_null(b);
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   if (expect_fewer)
     cr_assert_lt(sim_report_n_tasks(a), sim_report_n_tasks(b), "%s: nothing merged", what);
   else
@@ -2328,27 +2356,8 @@ static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   cr_assert_not_null(b, "%s: %s", what, error ? error->message : "");
   cr_assert_null(sim_report_steady(b));
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   double t = sim_report_iteration_time(b);
-  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
-  for (int d = 0; d < sim_report_n_devices(a); d++) {
-    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
-                       "%s: GPU %d communication", what, d);
-    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
-                       "%s: GPU %d overlap", what, d);
-    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
-                       "%s: GPU %d idle", what, d);
-  }
-  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
-  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
-  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
-  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
-  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
-  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
-  for (guint i = 0; i < json_array_get_length(la); i++) {
-    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
-    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
-    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
-  }
   SimBrief br;
   cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
   cr_assert_eq(br.time, sim_report_iteration_time(a), "%s: brief %.17g, report %.17g", what,
@@ -2448,9 +2457,10 @@ static SimMachine *machine_with_memory(const SimMachine *m, double bytes)
   return out;
 }
 
-/* A brief run (what searches run) also takes in the rings that a stream waits for alone
- * between two of its tasks, and lets merged runs span classes (sim/taskgraph-merge.c,
- * absorbable_rings()): it runs fewer tasks than the report and predicts the report's
+/* A ring that a stream waits for alone between two of its tasks becomes a step of their
+ * merged run (sim/taskgraph-merge.c, absorbable_rings()): the report is the unmerged one's
+ * figure for figure (check_merged_with()).  A brief run (what searches run) also lets
+ * merged runs span classes: it runs fewer tasks than the report and predicts the report's
  * iteration time (to a relative 1e-12: the engine merges events within that of an instant,
  * so a task may start that much sooner than the sum of the durations before it), the same
  * largest ratio of memory to capacity and the same memory verdict; bounded below the
@@ -2493,6 +2503,10 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
     cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
     SimOptions o = sim_options_default();
     o.steady_state = FALSE; /* one run each, so that their tasks compare */
+    /* The report, which takes the rings in too, against the one that merges nothing:
+     * every figure, communication and links' bytes included. */
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    check_merged_with(g, m, s, c, &o, TRUE, what);
     g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
     cr_assert_not_null(r);
     double t = sim_report_iteration_time(r), ratio = 0;
