@@ -556,6 +556,12 @@ void sim_json_append_string(GString *s, const char *str);
 /* The names of the parameters given, in order; NULL-terminated (g_strfreev). */
 char **sim_model_params_names(const SimModelParams *p);
 
+/* The shared JSON reader (base/json-read.h) of a libsim file: SIM_ERROR, with
+ * SIM_ERROR_PARSE, SIM_ERROR_INVALID and SIM_ERROR_UNKNOWN for its checks. */
+#define SIM_JSON_READER(file_, error_)                                                    \
+  { .file = (file_), .error = (error_), .domain = SIM_ERROR, .parse = SIM_ERROR_PARSE,    \
+    .invalid = SIM_ERROR_INVALID, .unknown = SIM_ERROR_UNKNOWN }
+
 /* Utilities shared by the JSON readers: errors that name file and place. */
 void sim_set_error_at(GError **error, int code, const char *filename, const char *place,
                       const char *fmt, ...) G_GNUC_PRINTF(5, 6);
