@@ -48,6 +48,11 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
  * merges only those. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
                                const SimMachine *m, const SimCollParams *cp);
+/* The same for a run that reports only its time and memory (sim_simulate_brief()): runs
+ * may also span classes, and a ring that the stream waits for alone between two of its
+ * tasks joins them (see absorbable_rings() in taskgraph-merge.c). */
+int sim_taskgraph_merge_chains_brief(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                                     const SimMachine *m, const SimCollParams *cp);
 
 /* Whether every flow of @tg that crosses several links as a whole (a ring's one flow) keeps
  * to links that no other flow crosses, except whole flows over the same ranks in the same

@@ -198,11 +198,12 @@ typedef struct {
   SimCostModel *own_cost;
 } OneShot;
 
-/* @count: the micro-batches to simulate (0: all). */
+/* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
+ * time and memory (sim_simulate_brief()). */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
                              const SimStrategy *s,
                              SimCostModel *cost, const SimOptions *opts, double bound, int count,
-                             GError **error)
+                             gboolean brief, GError **error)
 {
   memset(os, 0, sizeof *os);
   if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
@@ -238,9 +239,16 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * over memory) is cut by the same rule, at a lower bound of the same iteration. */
   gboolean chains = opts->merge_chains && opts->host_kernel_time <= 0 &&
                    opts->host_step_time <= 0 && !opts->blocking_sends;
-  if (!opts->keep_timeline && (chains || opts->merge_rings))
+  /* A brief run also lets runs span classes and takes in the rings a stream waits for
+   * alone; that needs the engine's groups of flows (engine-groups.c), whose schedule
+   * gives such a ring's time. */
+  if (!opts->keep_timeline && brief && chains && opts->merge_rings &&
+      !g_getenv("PARASOL_NO_FLOW_GROUPS"))
+    sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
+  else if (!opts->keep_timeline && (chains || opts->merge_rings))
     sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
                                opts->merge_rings ? m : NULL, &cp);
+  g_debug("simulate: %d tasks after merging", tg->n_tasks);
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);
@@ -279,7 +287,7 @@ static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const
                       SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
                       double *period, GError **error)
 {
-  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, error)) {
+  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, error)) {
     one_shot_clear(os);
     return -1;
   }
@@ -356,7 +364,7 @@ SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrateg
     if (rc != 0)
       return r;
   }
-  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, error))
+  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, FALSE, error))
     r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl, os.lo.rep_of,
                          os.lo.folding, &opts, sim_lowering_model_flops(os.lo.lw));
   one_shot_clear(&os);
@@ -378,6 +386,7 @@ static void brief_from_run(const OneShot *os, const SimMachine *m, double time, 
       out->fits = FALSE;
   }
   out->overflowed = !out->fits;
+  out->n_tasks = sim_lowering_taskgraph(os->lo.lw)->n_tasks;
 }
 
 gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
@@ -395,7 +404,7 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
     /* The run of a few micro-batches is bounded as the whole run would be: it takes no
      * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
      * its warm-up, which the whole run shares) the whole run would be cut too, later. */
-    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, error)) {
+    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, TRUE, error)) {
       one_shot_clear(&os);
       return FALSE;
     }
@@ -414,7 +423,7 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
     }
     one_shot_clear(&os);
   }
-  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, error);
+  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, TRUE, error);
   if (ok) {
     brief_from_run(&os, m, os.tl.makespan, out);
     out->cut = os.tl.cut;
