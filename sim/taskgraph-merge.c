@@ -525,7 +525,8 @@ static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out
  * micro-batch, so that reports (time by class on the critical path, compute per device)
  * stay what they were. */
 static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                        const SimMachine *m, const SimCollParams *cp, gboolean brief)
+                        const SimMachine *m, const SimCollParams *cp, gboolean absorb,
+                        gboolean brief)
 {
   int n = tg->n_tasks, nd = tg->n_devices;
   if (n == 0)
@@ -563,11 +564,15 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
    * next task, and how long it takes (see absorbable_rings()). */
   int32_t *ring_at = NULL;
   double *ring_time = NULL;
-  if (brief && chains && m)
+  if (absorb && chains && m)
     absorbable_rings(tg, m, cp, n_out, gone, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
+  /* The rings taken in, for reports (a brief run needs only their time). */
+  GArray *step_ring = ring_at && !brief ? g_array_new(FALSE, FALSE, sizeof(int32_t)) : NULL;
+  GArray *rings = step_ring ? g_array_new(FALSE, FALSE, sizeof(SimTask)) : NULL;
+  const int32_t none = -1;
   for (int d = 0; d < nd; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
     int32_t head = -1, tail = -1;
@@ -587,6 +592,8 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
         if (tail == head) {
           first_step = (int32_t)durs->len;
           g_array_append_val(durs, task[head].duration);
+          if (step_ring)
+            g_array_append_val(step_ring, none);
         }
         if (steps && tail == head) {
           g_assert(steps->len == durs->len - 1);
@@ -596,6 +603,11 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
         if (ring >= 0) {
           double rt = ring_time[k - 1];
           g_array_append_val(durs, rt);
+          if (step_ring) {
+            int32_t idx = (int32_t)rings->len;
+            g_array_append_val(step_ring, idx);
+            g_array_append_val(rings, task[ring]);
+          }
           if (steps) {
             SimChainStep st = { dur, 0, 0, 0 };
             g_array_append_val(steps, st);
@@ -607,6 +619,8 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
           gone[succ[task[ring].succ_off]] = 1;
         }
         g_array_append_val(durs, c->duration);
+        if (step_ring)
+          g_array_append_val(step_ring, none);
         if (steps) {
           SimChainStep st = { dur, c->mem_alloc, c->mem_free, 0 };
           g_array_append_val(steps, st);
@@ -650,6 +664,10 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   g_free(ring_at);
   g_free(ring_time);
   if (!merged && !n_dropped && !n_rings) {
+    if (step_ring) {
+      g_array_free(step_ring, TRUE);
+      g_array_free(rings, TRUE);
+    }
     if (steps)
       g_array_free(steps, TRUE);
     g_array_free(durs, TRUE);
@@ -665,6 +683,17 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   g_free(tg->chain_dur);
   tg->n_chain_dur = durs->len;
   tg->chain_dur = (double *)(void *)g_array_free(durs, FALSE);
+  g_clear_pointer(&tg->chain_ring, g_free);
+  g_clear_pointer(&tg->rings, g_free);
+  tg->n_rings = 0;
+  if (step_ring && rings->len) {
+    tg->n_rings = rings->len;
+    tg->rings = (SimTask *)(void *)g_array_free(rings, FALSE);
+    tg->chain_ring = (int32_t *)(void *)g_array_free(step_ring, FALSE);
+  } else if (step_ring) {
+    g_array_free(rings, TRUE);
+    g_array_free(step_ring, TRUE);
+  }
   if (steps) {
     g_free(tg->chain);
     tg->n_chain = steps->len;
@@ -674,13 +703,13 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
 }
 
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                               const SimMachine *m, const SimCollParams *cp)
+                               const SimMachine *m, const SimCollParams *cp, gboolean absorb)
 {
-  return merge_chains(tg, chains, keep_steps, m, cp, FALSE);
+  return merge_chains(tg, chains, keep_steps, m, cp, absorb, FALSE);
 }
 
 int sim_taskgraph_merge_chains_brief(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
                                      const SimMachine *m, const SimCollParams *cp)
 {
-  return merge_chains(tg, chains, keep_steps, m, cp, TRUE);
+  return merge_chains(tg, chains, keep_steps, m, cp, TRUE, TRUE);
 }

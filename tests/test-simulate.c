@@ -2534,3 +2534,49 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
                        i, b.time, bp.time);
   }
 }
+
+/* A deep pipeline's compared periods start 8 micro-batches after its warm-up
+ * (sim_steady_plan() in sim/steady.c): with 16 stages, 16 + 8 + 3 periods + 16 of the
+ * cool-down = 43 micro-batches simulated (44 for the report's second run), and every figure
+ * is what simulating all 96 gives (check_steady()).  GPT of 16 layers over two DGX A100
+ * nodes, one layer a stage, 1F1B with and without full recomputation, and TP 2 with 8
+ * stages interleaved over 2 chunks (a period of 8 micro-batches: 16 + 8 + 24 + 16 = 64 of
+ * 96). */
+Test(accel, a_deep_pipeline_repeats_itself_soon_after_its_warm_up)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=16,hidden=256,heads=8,seq=128,vocab=1024,batch=96");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    const char *steady;
+  } plans[] = {
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, "43 and 44 of 96" },
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, "43 and 44 of 96" },
+    { 2, 8, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_NONE, "64 and 72 of 96" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = 1;
+    mo.microbatches = 96;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    cr_assert(check_steady(g, m, s, c, what), "%s: the steady state was not used", what);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    cr_assert_not_null(r);
+    cr_assert(strstr(sim_report_steady(r), plans[i].steady), "%s: %s", what,
+              sim_report_steady(r));
+  }
+}
