@@ -6,7 +6,11 @@
  * direction and 1 us per link (2 us per GPU-to-GPU route), so that transfers are plain
  * arithmetic: bytes / (100 GB/s x e) + 2 us, where e is the achieved fraction of link
  * bandwidth (sim_coll_params_default); compute times come from the cost model itself,
- * which these tests take as given. */
+ * which these tests take as given.
+ *
+ * About 2,500 lines: tests/meson.build builds one program per module, and this is the
+ * simulator's whole iteration; its suites (closed forms, memory, lowering, folding, delta,
+ * brief runs) share the machines and models defined here. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
