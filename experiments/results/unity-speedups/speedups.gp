@@ -9,7 +9,7 @@ set logscale y 2
 set datafile missing 'NaN'
 set key top left
 set xtics rotate by -30
-set title 'speedup over data parallelism, 24 V100 (summit:4)'
+set title 'speedup over data parallelism, 48 V100 (summit:8)'
 set ylabel 'speedup over data parallel'
 plot 'speedups.dat' index 0 using 2:xtic(1) title 'joint', '' index 0 using 3 title 'parallelization alone', '' index 0 using 4 title 'substitutions, then parallelization'
 set output 'search-time.png'
