@@ -346,15 +346,19 @@ static void zero3_gathered_memory(SimLowering *lw, GArray *items, GArray *bucket
 }
 
 /* Makes the compute of @pass (forward; backward and its recomputation) of micro-batch
- * @mb of bucket @bk's ops, and of the ops that use their weights on the same devices,
- * wait for @end; with @before, makes @before's start wait for that compute instead. */
+ * @mb of bucket @bk's ops wait for @end, and in the forward pass that of the ops that
+ * use their weights on the same devices (an output layer tied to the embedding: the
+ * gather before the first layer's forward serves it, and its weights stay gathered until
+ * its backward, which runs before the embedding's backward gather, as FSDP keeps weights
+ * shared across its units gathered); with @before, makes @before's start wait for the
+ * bucket's own compute instead (users elsewhere in the pass do not hold a prefetch back). */
 static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const Bucket *bk,
                                 int pass, int mb, SimTaskRef end, const SimTaskRef *before)
 {
   SimTaskGraph *tg = lw->tg;
   for (guint k = bk->i; k < bk->j; k++) {
     const SyncItem *it = &g_array_index(items, SyncItem, k);
-    GArray *users = lw->sharers[it->op];
+    GArray *users = pass == P_F && !before ? lw->sharers[it->op] : NULL;
     for (guint u = 0; u <= (users ? users->len : 0); u++) {
       int x = u == 0 ? it->op : g_array_index(users, int, u - 1);
       const OpLay *l = &lw->ops[x];
