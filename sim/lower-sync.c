@@ -467,6 +467,16 @@ static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHash
     sync_collective(lw, prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
                     first->devs, first->n_devs, (double)bk->bytes, first->op, &start, &end);
     chain_append(tg, block, last, ends, first, start, end);
+    if (lw->record) {
+      /* An executor shards the weights between steps too: every gather is carried out. */
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
+                       .n_devs = first->n_devs, .n_ops = (int)(bk->j - bk->i) };
+      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+      m.ops = g_new(int32_t, bk->j - bk->i);
+      for (guint q = bk->i; q < bk->j; q++)
+        m.ops[q - bk->i] = g_array_index(items, SyncItem, q).op;
+      sim_taskgraph_sem_add(tg, end.block, &m);
+    }
     bucket_compute_deps(lw, block, items, bk, ga->pass, ga->mb, end, NULL);
     if (ga->prev2 >= 0 && !(ga->pass == P_B && bucket_recomputes(lw, items, bk)))
       bucket_compute_deps(lw, block, items, &g_array_index(buckets, Bucket, ga->prev2),
@@ -596,7 +606,7 @@ void lower_build_sync_block(SimLowering *lw)
                     first->devs, first->n_devs, (double)bytes, first->op, &start, &end);
     /* Collectives on the same devices run one after the other, as on one NCCL stream. */
     chain_append(tg, block, chain_last, chain_end, first, start, end);
-    if (lw->record && last) {
+    if (lw->record && (last || zero3)) {
       SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = kind, .tensor = -1,
                        .n_devs = first->n_devs, .n_ops = (int)(j - i) };
       m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
@@ -642,9 +652,8 @@ void lower_build_sync_block(SimLowering *lw)
       }
     }
     /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
-     * the next forward gathers them, but an executor keeps every replica's weights
-     * whole, so a recorded plan gathers them here too). */
-    if (s->memory.zero1 && last && (!zero3 || lw->record)) {
+     * the next step's forward gathers them, recorded plans included). */
+    if (s->memory.zero1 && last && !zero3) {
       SimTaskRef gs, ge;
       sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLGATHER,
                       SIM_CLASS_PARAM_SYNC, first->devs, first->n_devs, (double)bytes,
