@@ -796,6 +796,25 @@ Test(exec, gpt_context_and_tensor_parallel)
   }
 }
 
+/* Context and expert parallelism together on the mixture: cp 2, dp 2 with the experts
+ * over both replicas (ep 2), each expert group exchanging the tokens of one context
+ * rank; then with tp 2 splitting every expert's width as well. */
+Test(exec, moe_context_and_expert_parallel)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  for (int tp = 1; tp <= 2; tp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = 2;
+    o.dp = 2;
+    o.ep = 2;
+    o.tp = tp;
+    o.sequence_parallel = tp > 1;
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    check(g, m, s, SIM_OPTIMIZER_ADAM);
+  }
+}
+
 static void set_zero3(SimStrategy *s)
 {
   SimMemoryOptions mo = sim_strategy_get_memory(s);
