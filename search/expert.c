@@ -785,8 +785,10 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     }
   }
   /* Context parallelism: the devices traded between it and tensor, pipeline or data
-   * parallelism, both ways (models with self-attention, whose sequence may split). */
-  if ((p->kinds & SEARCH_KIND_ATTRIBUTE) && has_attention(p->g)) {
+   * parallelism, both ways (models with self-attention, whose sequence may split, over
+   * long sequences as the expert rules take them, or a plan that has it already). */
+  if ((p->kinds & SEARCH_KIND_ATTRIBUTE) && has_attention(p->g) &&
+      (o->cp > 1 || search_long_context(p->g))) {
     gboolean may[3] = { may_tp, may_pp, may_dp };
     for (int k = 0; k < 6; k++) {
       int other = k / 2, d[3] = { o->tp, o->pp, o->dp }, cp = MAX(o->cp, 1);
