@@ -436,6 +436,13 @@ typedef struct {
   const char *kept;              /* "search", "data-parallel", "expert"; NULL: none     */
 } SearchYardsticks;
 
+/* The data-parallel yardstick alone: data parallelism over every device, simulated until
+ * @deadline_us (as below) unless a signal was caught.  TRUE with its iteration time and
+ * whether it fits in device memory (either may be NULL); FALSE, @time +inf, when it was
+ * not simulated. */
+SEARCH_PUBLIC gboolean search_problem_measure_data_parallel(SearchProblem *p,
+                                                            gint64 deadline_us, double *time,
+                                                            gboolean *fits);
 /* Whether a search by @algo on @p gives way to a faster yardstick: a search does, the
  * fixed plans (data-parallel, expert, owt) do not, nor does a search from which some
  * kinds of parallelism were kept (SearchKinds), which the yardsticks do not heed. */

@@ -6,7 +6,11 @@
  * direction and 1 us per link (2 us per GPU-to-GPU route), so that transfers are plain
  * arithmetic: bytes / (100 GB/s x e) + 2 us, where e is the achieved fraction of link
  * bandwidth (sim_coll_params_default); compute times come from the cost model itself,
- * which these tests take as given. */
+ * which these tests take as given.
+ *
+ * About 2,500 lines: tests/meson.build builds one program per module, and this is the
+ * simulator's whole iteration; its suites (closed forms, memory, lowering, folding, delta,
+ * brief runs) share the machines and models defined here. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -2175,6 +2179,33 @@ static void expect_same_report(const SimReport *a, const SimReport *b, const cha
                        classes[k]);
 }
 
+/* @a has @b's memory verdict, communication, overlap and idle time per GPU (to 1e-9 of
+ * the iteration) and busiest links with their bytes (to a relative 1e-9). */
+static void expect_same_traffic(const SimReport *a, const SimReport *b, const char *what)
+{
+  double t = sim_report_iteration_time(b);
+  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
+  for (int d = 0; d < sim_report_n_devices(a); d++) {
+    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
+                       "%s: GPU %d communication", what, d);
+    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
+                       "%s: GPU %d overlap", what, d);
+    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
+                       "%s: GPU %d idle", what, d);
+  }
+  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
+  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
+  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
+  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
+  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
+  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
+  for (guint i = 0; i < json_array_get_length(la); i++) {
+    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
+    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
+    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
+  }
+}
+
 static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
                               const char *what);
@@ -2199,6 +2230,7 @@ static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrateg
   g_autoptr(SimReport) b = sim_simulate(g, m, s, c, &off, &error);
   cr_assert_not_null(b);
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   if (expect_fewer)
     cr_assert_lt(sim_report_n_tasks(a), sim_report_n_tasks(b), "%s: nothing merged", what);
   else
@@ -2334,27 +2366,8 @@ static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   cr_assert_not_null(b, "%s: %s", what, error ? error->message : "");
   cr_assert_null(sim_report_steady(b));
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   double t = sim_report_iteration_time(b);
-  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
-  for (int d = 0; d < sim_report_n_devices(a); d++) {
-    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
-                       "%s: GPU %d communication", what, d);
-    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
-                       "%s: GPU %d overlap", what, d);
-    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
-                       "%s: GPU %d idle", what, d);
-  }
-  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
-  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
-  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
-  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
-  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
-  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
-  for (guint i = 0; i < json_array_get_length(la); i++) {
-    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
-    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
-    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
-  }
   SimBrief br;
   cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
   cr_assert_eq(br.time, sim_report_iteration_time(a), "%s: brief %.17g, report %.17g", what,
@@ -2431,4 +2444,159 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
   }
   g_rand_free(rng);
   cr_log_info("steady state used by %d of %d random plans", used, n);
+}
+
+/* @m with GPUs of @bytes of memory each: its description with the GPU given inline. */
+static SimMachine *machine_with_memory(const SimMachine *m, double bytes)
+{
+  g_autofree char *text = sim_machine_to_json(m);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  cr_assert(json_parser_load_from_data(parser, text, -1, NULL));
+  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
+  JsonObject *node = json_object_get_object_member(desc, "node");
+  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
+  JsonObject *spec = json_object_new();
+  json_object_set_string_member(spec, "name", "small");
+  json_object_set_string_member(spec, "base", gpu);
+  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
+  json_object_set_object_member(node, "gpu", spec);
+  g_autofree char *small = json_to_string(json_parser_get_root(parser), FALSE);
+  GError *error = NULL;
+  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
+  cr_assert_not_null(out, "%s", error ? error->message : "");
+  return out;
+}
+
+/* A ring that a stream waits for alone between two of its tasks becomes a step of their
+ * merged run (sim/taskgraph-merge.c, absorbable_rings()): the report is the unmerged one's
+ * figure for figure (check_merged_with()).  A brief run (what searches run) also lets
+ * merged runs span classes: it runs fewer tasks than the report and predicts the report's
+ * iteration time (to a relative 1e-12: the engine merges events within that of an instant,
+ * so a task may start that much sooner than the sum of the durations before it), the same
+ * largest ratio of memory to capacity and the same memory verdict; bounded below the
+ * iteration it is cut past the bound, and asked to stop at the first overflow on GPUs too
+ * small for the plan it stops, overflowed, where the run without merging does.  GPT over
+ * two DGX A100 nodes under Megatron plans whose tensor-parallel rings keep to NVSwitch
+ * links of their own, with every schedule and recomputation. */
+Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, dp, mbs, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    gboolean takes; /* rings taken in: not where folded replicas' or groups' rings (their
+                     * shadows) ride the same join points */
+  } plans[] = {
+    { 8, 2, 1, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, TRUE },
+    { 8, 2, 1, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, TRUE },
+    { 8, 2, 1, 4, 1, SIM_SCHEDULE_GPIPE, SIM_RECOMPUTE_SELECTIVE, TRUE },
+    { 4, 2, 2, 8, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_NONE, FALSE },
+    { 2, 4, 2, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, TRUE },
+    { 8, 1, 2, 4, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, FALSE },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = plans[i].dp;
+    mo.microbatches = plans[i].mbs;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    SimOptions o = sim_options_default();
+    o.steady_state = FALSE; /* one run each, so that their tasks compare */
+    /* The report, which takes the rings in too, against the one that merges nothing:
+     * every figure, communication and links' bytes included. */
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    check_merged_with(g, m, s, c, &o, TRUE, what);
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    cr_assert_not_null(r);
+    double t = sim_report_iteration_time(r), ratio = 0;
+    for (int d = 0; d < sim_report_n_devices(r); d++)
+      ratio = MAX(ratio, (double)sim_report_peak_memory(r, d) /
+                           (double)sim_machine_device_spec(m, d)->mem_capacity);
+    SimBrief b;
+    cr_assert(sim_simulate_brief(g, m, s, c, &o, INFINITY, &b, &error));
+    cr_assert_float_eq(b.time, t, 1e-12 * t, "plan %zu: brief %.17g, report %.17g", i, b.time, t);
+    cr_assert_not(b.cut);
+    cr_assert_eq(b.fits, sim_report_fits(r));
+    cr_assert_eq(b.max_ratio, ratio, "plan %zu", i);
+    cr_assert_leq(b.n_tasks, sim_report_n_tasks(r));
+    if (plans[i].takes)
+      cr_assert_lt(b.n_tasks, sim_report_n_tasks(r), "plan %zu: no ring taken in", i);
+    /* Bounded below the iteration: cut past the bound, at a lower bound of it. */
+    cr_assert(sim_simulate_brief(g, m, s, c, &o, 0.7 * t, &b, &error));
+    cr_assert(b.cut, "plan %zu", i);
+    cr_assert(b.time > 0.7 * t && b.time <= t * (1 + 1e-12), "plan %zu: %.17g", i, b.time);
+    /* On GPUs a little smaller than its peak, asked to stop at the first overflow: it
+     * stops where the run without any merging does. */
+    int64_t peak = 0;
+    for (int d = 0; d < sim_report_n_devices(r); d++)
+      peak = MAX(peak, sim_report_peak_memory(r, d));
+    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97);
+    SimOptions so = o, plain = o;
+    so.stop_at_overflow = plain.stop_at_overflow = TRUE;
+    plain.merge_chains = plain.merge_rings = FALSE;
+    SimBrief bp;
+    cr_assert(sim_simulate_brief(g, small, s, c, &so, INFINITY, &b, &error));
+    cr_assert(sim_simulate_brief(g, small, s, c, &plain, INFINITY, &bp, &error));
+    cr_assert(b.overflowed && b.cut && !b.fits, "plan %zu", i);
+    cr_assert(bp.overflowed && bp.cut, "plan %zu", i);
+    cr_assert_float_eq(b.time, bp.time, 1e-12 * t, "plan %zu: stopped at %.17g, unmerged at %.17g",
+                       i, b.time, bp.time);
+  }
+}
+
+/* A deep pipeline's compared periods start 8 micro-batches after its warm-up
+ * (sim_steady_plan() in sim/steady.c): with 16 stages, 16 + 8 + 3 periods + 16 of the
+ * cool-down = 43 micro-batches simulated (44 for the report's second run), and every figure
+ * is what simulating all 96 gives (check_steady()).  GPT of 16 layers over two DGX A100
+ * nodes, one layer a stage, 1F1B with and without full recomputation, and TP 2 with 8
+ * stages interleaved over 2 chunks (a period of 8 micro-batches: 16 + 8 + 24 + 16 = 64 of
+ * 96). */
+Test(accel, a_deep_pipeline_repeats_itself_soon_after_its_warm_up)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=16,hidden=256,heads=8,seq=128,vocab=1024,batch=96");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    const char *steady;
+  } plans[] = {
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, "43 and 44 of 96" },
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, "43 and 44 of 96" },
+    { 2, 8, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_NONE, "64 and 72 of 96" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = 1;
+    mo.microbatches = 96;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    cr_assert(check_steady(g, m, s, c, what), "%s: the steady state was not used", what);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    cr_assert_not_null(r);
+    cr_assert(strstr(sim_report_steady(r), plans[i].steady), "%s: %s", what,
+              sim_report_steady(r));
+  }
 }

@@ -1,5 +1,8 @@
 /* test-strategy.c — strategies: lifecycle, per-operator configurations, shard ranges,
- * validation, the JSON format and its errors, and the data-parallel and Megatron builders. */
+ * validation, the JSON format and its errors, and the data-parallel and Megatron builders.
+ *
+ * About 1,200 lines: one program per module (tests/meson.build); the file format's
+ * errors and the builders share the fixtures below. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <string.h>
