@@ -815,6 +815,24 @@ Test(exec, moe_context_and_expert_parallel)
   }
 }
 
+/* A ZeRO-3 plan gathers weights before every micro-batch's forward and backward and
+ * reduce-scatters after every backward: at least 2 M gathers and M reduce-scatters. */
+static void expect_zero3_plan(const SimGraph *g, SimMachine *m, const SimStrategy *s)
+{
+  GError *error = NULL;
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  int gathers = 0, scatters = 0, M = sim_plan_microbatches(plan);
+  for (int i = 0; i < sim_plan_n_tasks(plan); i++) {
+    SimPlanTask t;
+    sim_plan_task(plan, i, &t);
+    gathers += t.kind == SIM_PLAN_GATHER_PARAMS;
+    scatters += t.kind == SIM_PLAN_SYNC && t.sharded;
+  }
+  cr_assert_geq(gathers, 2 * M, "%d gathers, %d micro-batches", gathers, M);
+  cr_assert_geq(scatters, M, "%d reduce-scatters, %d micro-batches", scatters, M);
+}
+
 static void set_zero3(SimStrategy *s)
 {
   SimMemoryOptions mo = sim_strategy_get_memory(s);
@@ -830,6 +848,8 @@ Test(exec, gpt_zero3)
   g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
   sim_strategy_set_microbatches(s, 2);
   set_zero3(s);
+  cover_devices(s, g);
+  expect_zero3_plan(g, m, s);
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
@@ -847,6 +867,7 @@ Test(exec, llama_megatron_zero3_recompute)
   o.memory.zero1 = o.memory.zero2 = o.memory.zero3 = TRUE;
   o.memory.recompute = SIM_RECOMPUTE_FULL;
   g_autoptr(SimStrategy) s = megatron(g, m, &o);
+  expect_zero3_plan(g, m, s);
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
@@ -860,6 +881,7 @@ Test(exec, llama_context_parallel_zero3)
   o.dp = 2;
   o.memory.zero1 = o.memory.zero2 = o.memory.zero3 = TRUE;
   g_autoptr(SimStrategy) s = megatron(g, m, &o);
+  expect_zero3_plan(g, m, s);
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
