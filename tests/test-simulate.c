@@ -1295,6 +1295,25 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
   g_rand_free(rng);
 }
 
+/* Sequence parallelism folds the tensor-parallel ranks: a rank that takes a piece of the
+ * sequence from a rank folded away waits for its own shard of the producer, whose timeline
+ * the other's is (lower-tensors.c, stand_in()), and the folded run predicts what the full
+ * one does (check_fold_at()): GPT with TP 8 and TP 4 over two DGX A100 nodes, with and
+ * without pipelines and recomputation, flows per rank and whole collectives. */
+Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  fold_sequence_parallel = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 1, 8, 2, 4, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_FULL, "tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_sequence_parallel = FALSE;
+}
+
 /* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
  * scatter-gathered or not; fails the test if the builder refuses it. */
 static SimStrategy *megatron_plan(SimGraph *g, SimMachine *m, int tp, int pp, int dp, int mbs,
