@@ -22,6 +22,7 @@
 #include "collective.h"
 #include "lower.h"
 #include "engine.h"
+#include "machine-memory.h"
 
 static const char *switch4_json =
   "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"switch4\","
@@ -1300,6 +1301,25 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
   g_rand_free(rng);
 }
 
+/* Sequence parallelism folds the tensor-parallel ranks: a rank that takes a piece of the
+ * sequence from a rank folded away waits for its own shard of the producer, whose timeline
+ * the other's is (lower-tensors.c, stand_in()), and the folded run predicts what the full
+ * one does (check_fold_at()): GPT with TP 8 and TP 4 over two DGX A100 nodes, with and
+ * without pipelines and recomputation, flows per rank and whole collectives. */
+Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  fold_sequence_parallel = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 1, 8, 2, 4, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_FULL, "tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_sequence_parallel = FALSE;
+}
+
 /* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
  * scatter-gathered or not; fails the test if the builder refuses it. */
 static SimStrategy *megatron_plan(SimGraph *g, SimMachine *m, int tp, int pp, int dp, int mbs,
@@ -2446,27 +2466,6 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
   cr_log_info("steady state used by %d of %d random plans", used, n);
 }
 
-/* @m with GPUs of @bytes of memory each: its description with the GPU given inline. */
-static SimMachine *machine_with_memory(const SimMachine *m, double bytes)
-{
-  g_autofree char *text = sim_machine_to_json(m);
-  g_autoptr(JsonParser) parser = json_parser_new();
-  cr_assert(json_parser_load_from_data(parser, text, -1, NULL));
-  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
-  JsonObject *node = json_object_get_object_member(desc, "node");
-  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
-  JsonObject *spec = json_object_new();
-  json_object_set_string_member(spec, "name", "small");
-  json_object_set_string_member(spec, "base", gpu);
-  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
-  json_object_set_object_member(node, "gpu", spec);
-  g_autofree char *small = json_to_string(json_parser_get_root(parser), FALSE);
-  GError *error = NULL;
-  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
-  cr_assert_not_null(out, "%s", error ? error->message : "");
-  return out;
-}
-
 /* A ring that a stream waits for alone between two of its tasks becomes a step of their
  * merged run (sim/taskgraph-merge.c, absorbable_rings()): the report is the unmerged one's
  * figure for figure (check_merged_with()).  A brief run (what searches run) also lets
@@ -2541,7 +2540,8 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
     int64_t peak = 0;
     for (int d = 0; d < sim_report_n_devices(r); d++)
       peak = MAX(peak, sim_report_peak_memory(r, d));
-    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97);
+    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97, &error);
+    cr_assert_not_null(small, "%s", error ? error->message : "");
     SimOptions so = o, plain = o;
     so.stop_at_overflow = plain.stop_at_overflow = TRUE;
     plain.merge_chains = plain.merge_rings = FALSE;
