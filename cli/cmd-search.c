@@ -39,7 +39,8 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_set_member_name(b, "plan");
   json_builder_begin_object(b);
   const struct { const char *name; gint64 v; } ints[] = {
-    { "tp", p->tp }, { "pp", p->pp }, { "dp", p->dp }, { "microbatches", p->microbatches },
+    { "tp", p->tp }, { "cp", p->cp }, { "pp", p->pp }, { "dp", p->dp }, { "ep", p->ep },
+    { "microbatches", p->microbatches },
     { "microbatch_size", p->microbatch_size }, { "chunks", p->chunks },
     { "bucket_bytes", p->bucket_bytes },
   };

@@ -346,15 +346,19 @@ static void zero3_gathered_memory(SimLowering *lw, GArray *items, GArray *bucket
 }
 
 /* Makes the compute of @pass (forward; backward and its recomputation) of micro-batch
- * @mb of bucket @bk's ops, and of the ops that use their weights on the same devices,
- * wait for @end; with @before, makes @before's start wait for that compute instead. */
+ * @mb of bucket @bk's ops wait for @end, and in the forward pass that of the ops that
+ * use their weights on the same devices (an output layer tied to the embedding: the
+ * gather before the first layer's forward serves it, and its weights stay gathered until
+ * its backward, which runs before the embedding's backward gather, as FSDP keeps weights
+ * shared across its units gathered); with @before, makes @before's start wait for the
+ * bucket's own compute instead (users elsewhere in the pass do not hold a prefetch back). */
 static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const Bucket *bk,
                                 int pass, int mb, SimTaskRef end, const SimTaskRef *before)
 {
   SimTaskGraph *tg = lw->tg;
   for (guint k = bk->i; k < bk->j; k++) {
     const SyncItem *it = &g_array_index(items, SyncItem, k);
-    GArray *users = lw->sharers[it->op];
+    GArray *users = pass == P_F && !before ? lw->sharers[it->op] : NULL;
     for (guint u = 0; u <= (users ? users->len : 0); u++) {
       int x = u == 0 ? it->op : g_array_index(users, int, u - 1);
       const OpLay *l = &lw->ops[x];
@@ -463,6 +467,16 @@ static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHash
     sync_collective(lw, prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
                     first->devs, first->n_devs, (double)bk->bytes, first->op, &start, &end);
     chain_append(tg, block, last, ends, first, start, end);
+    if (lw->record) {
+      /* An executor shards the weights between steps too: every gather is carried out. */
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
+                       .n_devs = first->n_devs, .n_ops = (int)(bk->j - bk->i) };
+      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+      m.ops = g_new(int32_t, bk->j - bk->i);
+      for (guint q = bk->i; q < bk->j; q++)
+        m.ops[q - bk->i] = g_array_index(items, SyncItem, q).op;
+      sim_taskgraph_sem_add(tg, end.block, &m);
+    }
     bucket_compute_deps(lw, block, items, bk, ga->pass, ga->mb, end, NULL);
     if (ga->prev2 >= 0 && !(ga->pass == P_B && bucket_recomputes(lw, items, bk)))
       bucket_compute_deps(lw, block, items, &g_array_index(buckets, Bucket, ga->prev2),
@@ -597,7 +611,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
                   first->n_devs, (double)bytes, first->op, &start, &end);
   /* Collectives on the same devices run one after the other, as on one NCCL stream. */
   chain_append(tg, block, sb->chain_last, sb->chain_end, first, start, end);
-  if (lw->record && last)
+  if (lw->record && (last || zero3))
     record_bucket(sb, end, (SimTaskSem){ .kind = SIM_SEM_SYNC, .coll = sb->kind }, first, i, j);
   for (guint k = i; k < j; k++) {
     SyncItem *it = &g_array_index(sb->items, SyncItem, k);
@@ -636,9 +650,8 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
     }
   }
   /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
-   * the next forward gathers them, but an executor keeps every replica's weights
-   * whole, so a recorded plan gathers them here too). */
-  if (s->memory.zero1 && last && (!zero3 || lw->record)) {
+   * the next step's forward gathers them, recorded plans included). */
+  if (s->memory.zero1 && last && !zero3) {
     SimTaskRef gs, ge;
     sync_collective(lw, sb->prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
                     first->devs, first->n_devs, (double)bytes, first->op, &gs, &ge);

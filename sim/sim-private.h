@@ -350,6 +350,7 @@ typedef struct {
   int *links;
   double bandwidth;       /* bottleneck                                                */
   double latency;         /* sum over hops                                            */
+  int src, dst;           /* its devices (machine.c's cache of larger machines checks them) */
 } SimRoute;
 
 struct _SimMachine {
@@ -366,6 +367,10 @@ struct _SimMachine {
    * of up to 4,096 GPUs: at most 128 MiB of address space, touched where used); NULL
    * for larger ones. */
   SimRoute **route_table;
+  /* For larger machines: the routes last looked up, by a hash of (src, dst), each entry
+   * overwritten by the next route of the same hash and read without the lock (a route
+   * never changes once made). */
+  SimRoute **route_cache;
   char *json;             /* the description it was loaded from, for round trips        */
 };
 

@@ -311,10 +311,9 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
                 "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
     return FALSE;
   }
-  if (o->cp < 0 || (o->cp > 1 && o->ep > 1)) {
+  if (o->cp < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "cp %d: the context-parallel degree must be at least 1%s", o->cp,
-                o->ep > 1 ? ", and is not modelled with expert parallelism (ep)" : "");
+                "cp %d: the context-parallel degree must be at least 1", o->cp);
     return FALSE;
   }
   int64_t need = (int64_t)o->dp * o->tp * o->pp * MAX(o->cp, 1);
@@ -580,11 +579,23 @@ static gboolean place_op(SimStrategy *s, const SimGraph *g, const SimMegatronOpt
      * dimension or the op is repeated over the context ranks. */
     gboolean t_first = split && (!cp_split || x < sd);
     int n = 0;
-    for (int d = 0; d < dp; d++)
-      for (int a = 0; a < (t_first ? tp : cp); a++)
-        for (int b = 0; b < (t_first ? cp : tp); b++)
-          devices[n++] = t_first ? megatron_rank(dp, cp, tp, d * cp + b, p, a)
-                                 : megatron_rank(dp, cp, tp, d * cp + a, p, b);
+    if (expert_split && cp_split) {
+      /* Shard (sample group i, positions c, experts j, width t) on context rank c of
+       * replica i ep + j: each expert group exchanges tokens among the replicas of one
+       * context rank. */
+      int ep = o->ep, tw = x > 0 && x < SIM_MAX_ITER && degrees[x] > 1 ? tp : 1;
+      for (int i = 0; i < dp / ep; i++)
+        for (int c = 0; c < cp; c++)
+          for (int j = 0; j < ep; j++)
+            for (int t = 0; t < tw; t++)
+              devices[n++] = megatron_rank(dp, cp, tp, (i * ep + j) * cp + c, p, t);
+    } else {
+      for (int d = 0; d < dp; d++)
+        for (int a = 0; a < (t_first ? tp : cp); a++)
+          for (int b = 0; b < (t_first ? cp : tp); b++)
+            devices[n++] = t_first ? megatron_rank(dp, cp, tp, d * cp + b, p, a)
+                                   : megatron_rank(dp, cp, tp, d * cp + a, p, b);
+    }
   } else {
     for (int d = 0; d < dp; d++)
       for (int t = 0; t < tp; t++)

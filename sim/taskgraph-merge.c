@@ -407,11 +407,13 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     if (!(prev && prev->n_links == f->n_links && prev->bytes == f->bytes &&
           prev->duration == f->duration &&
           !memcmp(sim_task_links(tg, prev), links, (size_t)f->n_links * sizeof(int32_t)))) {
-      double end = INFINITY, start = f->duration;
-      sim_net_reset(net);
+      /* The net is left empty after each ring (removing the flow and settling), as a
+       * reset would leave it, without a reset's pass over every link. */
+      double end = INFINITY, start = f->duration, ignored;
       int slot = sim_net_add(net, 0, (const int *)links, f->n_links, f->bytes, start);
       sim_net_update(net, start, ring_end, &end);
       sim_net_remove(net, slot, end);
+      sim_net_update(net, end, ring_end, &ignored);
       prev = f;
       prev_time = end;
     }

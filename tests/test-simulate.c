@@ -825,24 +825,30 @@ Test(lowering, zero3_gathers_the_weights_twice_a_micro_batch)
 }
 
 /* ZeRO-3 under Megatron's plans with pipelines (1F1B and interleaved), tensor
- * parallelism and recomputation lowers without a deadlock, and its extra communication
+ * parallelism and recomputation, and with weights tied, lowers without a deadlock, and its extra communication
  * never makes an iteration faster than ZeRO-2's (the same compute and memory layout but
  * for the gathers). */
 Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
 {
   g_autoptr(SimMachine) m = switch4(25);
   g_autoptr(SimCostModel) cm = roofline();
-  const struct { int tp, pp, dp, chunks; SimRecompute rc; } cases[] = {
-    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE },
-    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL },
-    { 1, 2, 2, 1, SIM_RECOMPUTE_NONE },
-    { 1, 2, 2, 2, SIM_RECOMPUTE_SELECTIVE },
+  /* GPT's output layer shares the embedding's weights: on one stage its forward uses the
+   * first bucket gathered, its backward comes before that bucket's backward gather. */
+  const struct { int tp, pp, dp, chunks; SimRecompute rc; gboolean tied; } cases[] = {
+    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE, FALSE },
+    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL, FALSE },
+    { 1, 2, 2, 1, SIM_RECOMPUTE_NONE, FALSE },
+    { 1, 2, 2, 2, SIM_RECOMPUTE_SELECTIVE, FALSE },
+    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE, TRUE },
+    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL, TRUE },
   };
   for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
     double t[2];
     for (int z = 0; z < 2; z++) {
-      g_autoptr(SimGraph) g = zoo("llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,"
-                                           "seq=64,vocab=512,batch=16");
+      g_autoptr(SimGraph) g =
+        cases[i].tied ? zoo("gpt", "layers=4,hidden=256,heads=4,seq=64,vocab=512,batch=16")
+                      : zoo("llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                     "seq=64,vocab=512,batch=16");
       SimMegatronOptions mo = sim_megatron_options_default();
       mo.tp = cases[i].tp;
       mo.pp = cases[i].pp;
@@ -1293,6 +1299,25 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
   fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
   fold_bucket_bytes = 0;
   g_rand_free(rng);
+}
+
+/* Sequence parallelism folds the tensor-parallel ranks: a rank that takes a piece of the
+ * sequence from a rank folded away waits for its own shard of the producer, whose timeline
+ * the other's is (lower-tensors.c, stand_in()), and the folded run predicts what the full
+ * one does (check_fold_at()): GPT with TP 8 and TP 4 over two DGX A100 nodes, with and
+ * without pipelines and recomputation, flows per rank and whole collectives. */
+Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  fold_sequence_parallel = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 1, 8, 2, 4, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_FULL, "tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_sequence_parallel = FALSE;
 }
 
 /* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
