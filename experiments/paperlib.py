@@ -30,8 +30,8 @@ def add_common_args(ap):
                     help="the parasol program (default: build/cli/parasol)")
     ap.add_argument("--out", help="output folder")
     ap.add_argument("--quick", action="store_true",
-                    help="seconds per search and fewer GPU counts (the run committed under "
-                         "experiments/results/)")
+                    help="seconds per search and fewer GPU counts (the committed results "
+                         "under experiments/results/ are the default runs)")
     ap.add_argument("--smoke", action="store_true",
                     help="with --quick: one model and one GPU count, evaluation budgets, "
                          "to check that the script works (the test suite's mode)")
