@@ -291,8 +291,12 @@ char **search_mpi_gather_text(const char *text)
  * exchange is agreed.  The others run whole on every rank. */
 static gboolean divides_work(const SearchAlgorithm *a)
 {
-  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert") || !strcmp(a->name, "beam") ||
-         !strcmp(a->name, "megatron");
+  static const char *const divide[] = { "mcmc", "expert", "beam", "megatron", "dp", "optcnn",
+                                         "pipeline" };
+  for (guint i = 0; i < G_N_ELEMENTS(divide); i++)
+    if (!strcmp(a->name, divide[i]))
+      return TRUE;
+  return FALSE;
 }
 
 void search_dist_begin(SearchContext *root)

@@ -591,6 +591,12 @@ gint64 search_evaluator_get_evals(const SearchEvaluator *ev)
   return ev->n;
 }
 
+void search_evaluator_set_runs(SearchEvaluator *ev, gint64 runs)
+{
+  g_return_if_fail(ev != NULL && runs >= 0);
+  ev->n = runs;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Worker threads                                                                     */
 
