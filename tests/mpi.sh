@@ -2,9 +2,9 @@
 # mpi.sh: searches and comparisons shared among MPI ranks (docs/distributed.md), run with
 # mpirun --oversubscribe on this machine.
 #  - With an evaluation budget, a seed and --threads, mcmc, expert, beam, megatron, dp,
-#    optcnn and pipeline write the same plan byte for byte, and report the same evaluations
-#    and iteration time, alone and on 2 and 4 ranks; 2 and 4 ranks report that they shared
-#    the search (exchanges).
+#    optcnn, pipeline and alpa write the same plan byte for byte, and report the same
+#    evaluations and iteration time, alone and on 2 and 4 ranks; 2 and 4 ranks report that
+#    they shared the search (exchanges).
 #  - With a budget of one evaluation rank 0 simulates the yardsticks alone, and finishes.
 #  - compare divides its runs over 3 ranks: each run ends (the CSV's last line for it) with
 #    the evaluations and best time of the same run made by a single process (the lines
@@ -42,7 +42,10 @@ field() {  # field FILE KEY: a top-level member of a JSON file
 }
 
 MODEL="--model gpt --param layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16"
-for algo in mcmc expert beam megatron dp optcnn pipeline; do
+# alpa where this build has it (GLPK).
+algos="mcmc expert beam megatron dp optcnn pipeline"
+"$P" search --list 2>/dev/null | grep -q '^alpa ' && algos="$algos alpa"
+for algo in $algos; do
   for np in 1 2 4; do
     if ! run "$np" search --algo "$algo" $MODEL --machine dgx-a100 --budget 1200evals \
            --threads 4 --seed 7 --own -q --json --out "$dir/$algo-$np.json" \
