@@ -1,8 +1,9 @@
 /* distributed.h — one search shared among MPI ranks (distributed.c, docs/distributed.md).
  *
  * The work of a shared search is divided by task index, never by timing: in a round of
- * parallel tasks (MCMC chains, expert plans, neighbours of the Megatron refinement) task i
- * runs on rank i mod ranks, on that rank's share of the --threads workers.  After each
+ * parallel tasks (MCMC chains, expert plans, neighbours of the Megatron refinement, the
+ * trials of an operator in the local search, alpa's stage programs) task i runs on rank
+ * i mod ranks, on that rank's share of the --threads workers.  After each
  * round the ranks exchange what the tasks found (search_dist_share), the evaluations they
  * counted and their best strategies (search_dist_sync), so that every rank holds what one
  * process would: the same plan for the same seed, threads and evaluation budget however
