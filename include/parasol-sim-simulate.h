@@ -162,6 +162,8 @@ typedef struct {
   gboolean fits;      /* every device within its memory (as far as the run went)         */
   gboolean overflowed;/* some device over its memory by the end of the run, cut or not   */
   double max_ratio;   /* the largest ratio of peak memory to capacity                    */
+  int64_t n_tasks;    /* the tasks the engine ran, after the exact accelerations
+                       * (docs/scale.md): the short run's where the steady state served */
 } SimBrief;
 
 /* sim_simulate() without the report, folding as it does, with the engine stopping at the

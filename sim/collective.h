@@ -37,17 +37,24 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
 
 /* After the last assembly: runs of compute tasks of one class and micro-batch that follow
  * each other on a stream, each the only successor of the one before and waiting for
- * nothing else, become one task each (taskgraph.c).  The engine's timeline is then the
- * unmerged one's, its merged tasks spanning their runs, provided that the host never
+ * nothing else, become one task each (taskgraph-merge.c).  The engine's timeline is then
+ * the unmerged one's, its merged tasks spanning their runs, provided that the host never
  * delays a kernel (no host times, no blocking sends: see simulate.c).  Renumbers the
  * tasks; returns how many were merged into the task before them.  @keep_steps keeps each
  * run's steps (SimTaskGraph.chain), for an engine that stops at the first task over
  * memory, which then stops when the unmerged run would.  With @m (links at their
  * capacities under @cp), the rings of collectives lowered as a flow per rank first become
- * one flow each where that is exact (see merge_rings() in taskgraph.c); @chains FALSE
- * merges only those. */
+ * one flow each where that is exact (see merge_rings() in taskgraph-merge.c); @chains
+ * FALSE merges only those.  With @absorb (and @chains and @m) a ring that a stream waits
+ * for alone between two of its tasks of one class becomes a step of their run
+ * (absorbable_rings() in taskgraph-merge.c), kept in SimTaskGraph.rings for the report;
+ * only where the engine runs groups of flows. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                               const SimMachine *m, const SimCollParams *cp);
+                               const SimMachine *m, const SimCollParams *cp, gboolean absorb);
+/* The same for a run that reports only its time and memory (sim_simulate_brief()): runs
+ * may also span classes, and rings are taken in without keeping them. */
+int sim_taskgraph_merge_chains_brief(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                                     const SimMachine *m, const SimCollParams *cp);
 
 /* Whether every flow of @tg that crosses several links as a whole (a ring's one flow) keeps
  * to links that no other flow crosses, except whole flows over the same ranks in the same

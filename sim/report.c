@@ -112,6 +112,61 @@ static void report_links(SimReport *r, const SimMachine *m, const double *link_b
   g_array_free(uses, TRUE);
 }
 
+/* A merged run @t that took in rings (SimTaskGraph.rings): its steps, each as the engine
+ * timed it from the run's start, the tasks' into the compute intervals of its device, the
+ * rings' into the communication intervals of their members (folded devices aside). */
+static void ring_steps(const SimTaskGraph *tg, const SimTimeline *tl, int32_t t,
+                       GArray **cint, GArray **mint, const int *rep_of)
+{
+  const SimTask *k = &tg->task[t];
+  double at = tl->start[t];
+  Interval run = { at, at };
+  for (size_t i = (size_t)k->peer;; i++) {
+    double end = at + fabs(tg->chain_dur[i]);
+    if (tg->chain_ring[i] >= 0) {
+      if (run.b > run.a)
+        g_array_append_val(cint[k->device], run);
+      Interval iv = { at, end };
+      const SimTask *r = &tg->rings[tg->chain_ring[i]];
+      const int32_t *mem = sim_task_members(tg, r);
+      for (int j = 0; j < r->n_members && iv.b > iv.a; j++) {
+        int d = mem[j];
+        if (rep_of && rep_of[d] != d)
+          continue;
+        if (!mint[d])
+          mint[d] = g_array_new(FALSE, FALSE, sizeof(Interval));
+        g_array_append_val(mint[d], iv);
+      }
+      run.a = run.b = end;
+    } else {
+      run.b = end;
+    }
+    at = end;
+    if (signbit(tg->chain_dur[i]))
+      break;
+  }
+  /* The engine ends the run at the sum of its steps, as here. */
+  run.b = tl->end[t];
+  if (run.b > run.a)
+    g_array_append_val(cint[k->device], run);
+}
+
+/* Adds the time of the rings merged run @t took in to their class in @crit; returns it. */
+static double ring_time_by_class(const SimTaskGraph *tg, int32_t t, double *crit)
+{
+  double sum = 0;
+  for (size_t i = (size_t)tg->task[t].peer;; i++) {
+    if (tg->chain_ring[i] >= 0) {
+      double d = fabs(tg->chain_dur[i]);
+      crit[tg->rings[tg->chain_ring[i]].cls] += d;
+      sum += d;
+    }
+    if (signbit(tg->chain_dur[i]))
+      break;
+  }
+  return sum;
+}
+
 SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             const SimTaskGraph *tg, const SimTimeline *tl, const int *rep_of,
                             const char *folding, const SimOptions *o, double model_flops)
@@ -157,6 +212,10 @@ SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStr
       int32_t t = tg->stream[i];
       if (tl->start[t] < 0)
         continue;
+      if (tg->n_rings && tg->task[t].peer >= 0) {
+        ring_steps(tg, tl, t, cint, mint, rep_of);
+        continue;
+      }
       Interval iv = { tl->start[t], tl->end[t] };
       g_array_append_val(cint[d], iv);
     }
@@ -248,7 +307,10 @@ SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStr
     const SimTask *k = &tg->task[t];
     double len = tl->end[t] - tl->start[t];
     if (k->kind == SIM_TASK_COMPUTE || k->kind == SIM_TASK_FLOW || k->kind == SIM_TASK_DELAY) {
-      r->crit[k->cls] += len;
+      /* A merged run's rings count as what they are. */
+      double rings = tg->n_rings && k->kind == SIM_TASK_COMPUTE && k->peer >= 0
+                     ? ring_time_by_class(tg, t, r->crit) : 0;
+      r->crit[k->cls] += len - rings;
       covered += len;
     }
   }

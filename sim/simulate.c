@@ -198,11 +198,35 @@ typedef struct {
   SimCostModel *own_cost;
 } OneShot;
 
-/* @count: the micro-batches to simulate (0: all). */
+/* The bytes of the rings that merged runs took in (SimTaskGraph.rings), on their links,
+ * as the engine counts a group's: each link of a ring carries its bytes once. */
+static void add_ring_bytes(const SimTaskGraph *tg, SimTimeline *tl)
+{
+  if (!tg->n_rings || !tl->link_bytes)
+    return;
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *k = &tg->task[t];
+    if (k->kind != SIM_TASK_COMPUTE || k->peer < 0 || tl->end[t] < 0)
+      continue;
+    for (size_t i = (size_t)k->peer;; i++) {
+      if (tg->chain_ring[i] >= 0) {
+        const SimTask *r = &tg->rings[tg->chain_ring[i]];
+        const int32_t *links = sim_task_links(tg, r);
+        for (int j = 0; j < r->n_links; j++)
+          tl->link_bytes[links[j]] += r->bytes;
+      }
+      if (signbit(tg->chain_dur[i]))
+        break;
+    }
+  }
+}
+
+/* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
+ * time and memory (sim_simulate_brief()). */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
                              const SimStrategy *s,
                              SimCostModel *cost, const SimOptions *opts, double bound, int count,
-                             GError **error)
+                             gboolean brief, GError **error)
 {
   memset(os, 0, sizeof *os);
   if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
@@ -217,6 +241,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * once the graph is whole; the rare plan where some does is lowered again without. */
   cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
                         !opts->keep_timeline;
+  double t0 = (double)g_get_monotonic_time();
   os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
@@ -231,6 +256,8 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     sim_taskgraph_assemble(tg);
   }
   sim_taskgraph_release_blocks(tg);
+  double t1 = (double)g_get_monotonic_time();
+  int lowered = tg->n_tasks;
   /* A merged run of compute tasks starts each where the one before ends only while the
    * host never holds a kernel back; a kept timeline shows every task.  A bounded run
    * merges as the unbounded one does, so that a run the bound does not cut is the
@@ -238,9 +265,16 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * over memory) is cut by the same rule, at a lower bound of the same iteration. */
   gboolean chains = opts->merge_chains && opts->host_kernel_time <= 0 &&
                    opts->host_step_time <= 0 && !opts->blocking_sends;
-  if (!opts->keep_timeline && (chains || opts->merge_rings))
+  /* Rings a stream waits for alone become steps of its runs where the engine runs groups
+   * of flows (engine-groups.c), whose schedule gives their time; a brief run also lets
+   * runs span classes. */
+  gboolean absorb = chains && opts->merge_rings && !g_getenv("PARASOL_NO_FLOW_GROUPS");
+  if (!opts->keep_timeline && brief && absorb)
+    sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
+  else if (!opts->keep_timeline && (chains || opts->merge_rings))
     sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
-                               opts->merge_rings ? m : NULL, &cp);
+                               opts->merge_rings ? m : NULL, &cp, absorb);
+  double t2 = (double)g_get_monotonic_time();
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
   sim_engine_set_bound(os->e, bound);
@@ -248,6 +282,10 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   sim_engine_run(os->e, tg, &os->tl);
+  add_ring_bytes(tg, &os->tl);
+  g_debug("simulate: %d tasks lowered and assembled in %.3f s, %d after merging (%.3f s), "
+          "run in %.3f s", lowered, (t1 - t0) / 1e6, tg->n_tasks, (t2 - t1) / 1e6,
+          ((double)g_get_monotonic_time() - t2) / 1e6);
   if (os->tl.cut && isinf(os->tl.makespan))
     goto cancelled;
   if (os->tl.deadlock) {
@@ -279,7 +317,7 @@ static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const
                       SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
                       double *period, GError **error)
 {
-  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, error)) {
+  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, error)) {
     one_shot_clear(os);
     return -1;
   }
@@ -350,13 +388,14 @@ SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrateg
   OneShot os;
   SimReport *r = NULL;
   SimSteady st;
-  if (sim_steady_plan(s, &opts, &st)) {
+  for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
+       plan = sim_steady_plan_later(s, &opts, &st)) {
     /* one_shot_run() validates the strategy: an invalid one fails here as below. */
     int rc = steady_report(g, m, s, cost, &opts, &st, &r, error);
     if (rc != 0)
       return r;
   }
-  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, error))
+  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, FALSE, error))
     r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl, os.lo.rep_of,
                          os.lo.folding, &opts, sim_lowering_model_flops(os.lo.lw));
   one_shot_clear(&os);
@@ -378,6 +417,7 @@ static void brief_from_run(const OneShot *os, const SimMachine *m, double time, 
       out->fits = FALSE;
   }
   out->overflowed = !out->fits;
+  out->n_tasks = sim_lowering_taskgraph(os->lo.lw)->n_tasks;
 }
 
 gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
@@ -391,11 +431,12 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
   opts.keep_timeline = FALSE;
   OneShot os;
   SimSteady st;
-  if (sim_steady_plan(s, &opts, &st)) {
+  for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
+       plan = sim_steady_plan_later(s, &opts, &st)) {
     /* The run of a few micro-batches is bounded as the whole run would be: it takes no
      * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
      * its warm-up, which the whole run shares) the whole run would be cut too, later. */
-    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, error)) {
+    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, TRUE, error)) {
       one_shot_clear(&os);
       return FALSE;
     }
@@ -414,7 +455,7 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
     }
     one_shot_clear(&os);
   }
-  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, error);
+  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, TRUE, error);
   if (ok) {
     brief_from_run(&os, m, os.tl.makespan, out);
     out->cut = os.tl.cut;

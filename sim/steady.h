@@ -18,6 +18,9 @@ typedef struct {
  * how: FALSE where it may not (switched off, a kept timeline, GPipe, too few
  * micro-batches to gain). */
 gboolean sim_steady_plan(const SimStrategy *s, const SimOptions *o, SimSteady *out);
+/* The plan to try after @st's run did not repeat itself: the periods compared start later
+ * (see steady.c).  FALSE where none is left. */
+gboolean sim_steady_plan_later(const SimStrategy *s, const SimOptions *o, SimSteady *st);
 /* TRUE, with the time one period takes, where the run of st->count micro-batches repeats
  * itself exactly from one period to the next in its middle. */
 gboolean sim_steady_period(const SimTaskGraph *tg, const SimTimeline *tl, const SimSteady *st,

@@ -7,6 +7,7 @@
 #include "network.h"
 #include "base.h"
 
+#include <math.h>
 #include <string.h>
 
 #define RING_MAX 64
@@ -269,6 +270,170 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
   return ok;
 }
 
+/* Where the network says a ring alone ends. */
+static void ring_end(void *user, int flow_task, double end)
+{
+  *(double *)user = end;
+}
+
+/* ---- rings the stream waits for (brief runs) ---------------------------------------- */
+
+/* The one successor @t has left (its implied edges are marked -1). */
+static int32_t only_succ(const SimTaskGraph *tg, int32_t t)
+{
+  const int32_t *su = tg->succ + tg->task[t].succ_off;
+  for (int k = 0; k < tg->task[t].n_succ; k++)
+    if (su[k] >= 0)
+      return su[k];
+  return -1;
+}
+
+/* The ring that join point @j1 releases alone as a group, when the ring releases (through
+ * a join point) only @b, which waits for nothing else: its id, else -1. */
+static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const uint8_t *gone)
+{
+  const SimTask *task = tg->task;
+  if (j1 < 0 || task[j1].kind != SIM_TASK_NOP || tg->n_pred[j1] != 1 ||
+      task[j1].n_succ != 1 || !tg->group_head[j1])
+    return -1;
+  int32_t r = tg->succ[task[j1].succ_off];
+  const SimTask *f = &task[r];
+  if (gone[r] || f->kind != SIM_TASK_FLOW || !f->n_links || tg->n_pred[r] != 1 ||
+      f->n_succ != 1)
+    return -1;
+  int32_t j2 = tg->succ[f->succ_off];
+  if (task[j2].kind != SIM_TASK_NOP || tg->n_pred[j2] != 1 || task[j2].n_succ != 1 ||
+      tg->succ[task[j2].succ_off] != b)
+    return -1;
+  return r;
+}
+
+/* The ring R between two consecutive tasks A and B of a device's stream when the stream
+ * waits for it alone: A's one successor is a join point that releases R alone, as a group
+ * (SimTaskGraph.group_head), R (a whole ring's one flow) releases a join point whose one
+ * successor is B, and B waits for nothing else.  The engine then starts R's group when A
+ * ends and B when the group's schedule ends, and nothing else runs on the device meanwhile
+ * (its next task is B); where no other flow ever crosses R's links but such rings of the
+ * same stream, which the stream runs one at a time, R's group always runs undisturbed and
+ * ends the time its schedule gives after A's end: a step of the stream of that duration,
+ * to the bit (the engine adds it to A's end, as a merged run adds its steps).  Which
+ * class the time is of is lost, so only brief runs, which report time and memory, take
+ * it.  Sets @ring_at (per stream position: R between that task and the next, or -1) and
+ * @ring_time (R's duration there); both NULL where no ring qualifies. */
+static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
+                             const SimCollParams *cp, const int32_t *n_out, const uint8_t *gone,
+                             int32_t **ring_at, double **ring_time)
+{
+  *ring_at = NULL;
+  *ring_time = NULL;
+  int n = tg->n_tasks, nd = tg->n_devices, nl = sim_machine_n_links(m);
+  const SimTask *task = tg->task;
+  const int32_t *succ = tg->succ;
+  int32_t ns = tg->stream_off[nd];
+  int32_t *at = sim_large_alloc(MAX((size_t)ns, 1) * sizeof(int32_t));
+  int32_t *dev = sim_large_alloc((size_t)n * sizeof(int32_t)); /* a candidate's stream */
+  memset(dev, 0xff, (size_t)n * sizeof(int32_t));
+  int n_cand = 0;
+  for (int d = 0; d < nd; d++)
+    for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
+      at[k] = -1;
+      if (k + 1 >= tg->stream_off[d + 1])
+        continue;
+      int32_t a = tg->stream[k], b = tg->stream[k + 1];
+      if (tg->n_pred[b] != 1)
+        continue;
+      const int32_t *sa = succ + task[a].succ_off;
+      for (int i = 0; i < task[a].n_succ; i++) {
+        int32_t r = ring_before(tg, sa[i], b, gone);
+        if (r < 0)
+          continue;
+        /* A ring the stream waits for alone; it joins the stream where @a waits for
+         * nothing else. */
+        at[k] = n_out[a] == 1 ? r : -1;
+        dev[r] = d;
+        n_cand++;
+        break;
+      }
+    }
+  if (n_cand == 0) {
+    g_free(at);
+    g_free(dev);
+    return;
+  }
+  /* Links that only candidates of one stream cross: their owner, else -2. */
+  int32_t *owner = g_new(int32_t, MAX(nl, 1));
+  for (int l = 0; l < nl; l++)
+    owner[l] = -1;
+  for (int t = 0; t < n; t++) {
+    const SimTask *f = &task[t];
+    if (gone[t] || f->kind != SIM_TASK_FLOW)
+      continue;
+    const int32_t *links = NULL;
+    int k = 0;
+    if (f->n_links) {
+      links = sim_task_links(tg, f);
+      k = f->n_links;
+    } else if (f->device != f->peer) {
+      const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+      links = r->links;
+      k = r->n_links;
+    }
+    for (int j = 0; j < k; j++) {
+      int l = links[j];
+      owner[l] = dev[t] >= 0 && (owner[l] == -1 || owner[l] == dev[t]) ? dev[t] : -2;
+    }
+  }
+  /* Each qualifying ring's schedule alone, as the engine's group schedule works it out
+   * (engine-groups.c): it starts moving bytes its latency after its release and ends when
+   * the network says; consecutive rings are mostly alike. */
+  double *time = sim_large_alloc(MAX((size_t)ns, 1) * sizeof(double));
+  SimNet *net = sim_net_new(m, cp);
+  const SimTask *prev = NULL;
+  double prev_time = 0;
+  int kept = 0;
+  for (int32_t k = 0; k < ns; k++) {
+    int32_t r = at[k];
+    if (r < 0)
+      continue;
+    const SimTask *f = &task[r];
+    const int32_t *links = sim_task_links(tg, f);
+    gboolean mine = TRUE;
+    for (int j = 0; mine && j < f->n_links; j++)
+      mine = owner[links[j]] == dev[r];
+    if (!mine) {
+      at[k] = -1;
+      continue;
+    }
+    if (!(prev && prev->n_links == f->n_links && prev->bytes == f->bytes &&
+          prev->duration == f->duration &&
+          !memcmp(sim_task_links(tg, prev), links, (size_t)f->n_links * sizeof(int32_t)))) {
+      double end = INFINITY, start = f->duration;
+      sim_net_reset(net);
+      int slot = sim_net_add(net, 0, (const int *)links, f->n_links, f->bytes, start);
+      sim_net_update(net, start, ring_end, &end);
+      sim_net_remove(net, slot, end);
+      prev = f;
+      prev_time = end;
+    }
+    if (!isfinite(prev_time)) {
+      at[k] = -1;
+      continue;
+    }
+    time[k] = prev_time;
+    kept++;
+  }
+  sim_net_free(net);
+  g_free(owner);
+  g_free(dev);
+  if (kept == 0) {
+    g_free(at);
+    g_free(time);
+    return;
+  }
+  *ring_at = at;
+  *ring_time = time;
+}
+
 /* ---- chains of compute tasks -------------------------------------------------------- */
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel
@@ -287,8 +452,9 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
  * start and end), and what it keeps, at its end.  Runs keep to one class and one
  * micro-batch, so that reports (time by class on the critical path, compute per device)
  * stay what they were. */
-int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
-                               const SimMachine *m, const SimCollParams *cp)
+static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                        const SimMachine *m, const SimCollParams *cp, gboolean absorb,
+                        gboolean brief)
 {
   int n = tg->n_tasks, nd = tg->n_devices;
   if (n == 0)
@@ -322,9 +488,19 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
     n_out[u] = kept;
   }
 #undef IMPLIED
+  /* For a brief run: at each stream position, the ring the stream waits for before its
+   * next task, and how long it takes (see absorbable_rings()). */
+  int32_t *ring_at = NULL;
+  double *ring_time = NULL;
+  if (absorb && chains && m)
+    absorbable_rings(tg, m, cp, n_out, gone, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
+  /* The rings taken in, for reports (a brief run needs only their time). */
+  GArray *step_ring = ring_at && !brief ? g_array_new(FALSE, FALSE, sizeof(int32_t)) : NULL;
+  GArray *rings = step_ring ? g_array_new(FALSE, FALSE, sizeof(SimTask)) : NULL;
+  const int32_t none = -1;
   for (int d = 0; d < nd; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
     int32_t head = -1, tail = -1;
@@ -335,20 +511,45 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
     for (int32_t k = lo; k <= hi; k++) {
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
-      gboolean joins = chains && c && tail >= 0 && n_out[tail] == 0 && tg->n_pred[t] == 0 &&
-                       c->cls == task[head].cls && c->mb == task[head].mb;
-      if (joins) {
+      gboolean same = c && tail >= 0 && c->mb == task[head].mb &&
+                      (brief || c->cls == task[head].cls);
+      gboolean joins = chains && same && n_out[tail] == 0 && tg->n_pred[t] == 0;
+      /* A ring between the two, which the stream waits for alone: a step of its own. */
+      int32_t ring = ring_at && same && k > lo ? ring_at[k - 1] : -1;
+      if (joins || ring >= 0) {
         if (tail == head) {
           first_step = (int32_t)durs->len;
           g_array_append_val(durs, task[head].duration);
+          if (step_ring)
+            g_array_append_val(step_ring, none);
+        }
+        if (steps && tail == head) {
+          g_assert(steps->len == durs->len - 1);
+          SimChainStep first = { 0, task[head].mem_alloc, task[head].mem_free, 0 };
+          g_array_append_val(steps, first);
+        }
+        if (ring >= 0) {
+          double rt = ring_time[k - 1];
+          g_array_append_val(durs, rt);
+          if (step_ring) {
+            int32_t idx = (int32_t)rings->len;
+            g_array_append_val(step_ring, idx);
+            g_array_append_val(rings, task[ring]);
+          }
+          if (steps) {
+            SimChainStep st = { dur, 0, 0, 0 };
+            g_array_append_val(steps, st);
+          }
+          dur += rt;
+          /* The join points around the ring, and the ring, go with it. */
+          gone[only_succ(tg, tail)] = 1;
+          gone[ring] = 1;
+          gone[succ[task[ring].succ_off]] = 1;
         }
         g_array_append_val(durs, c->duration);
+        if (step_ring)
+          g_array_append_val(step_ring, none);
         if (steps) {
-          if (tail == head) {
-            g_assert(steps->len == durs->len - 2);
-            SimChainStep first = { 0, task[head].mem_alloc, task[head].mem_free, 0 };
-            g_array_append_val(steps, first);
-          }
           SimChainStep st = { dur, c->mem_alloc, c->mem_free, 0 };
           g_array_append_val(steps, st);
         }
@@ -388,7 +589,13 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
       }
     }
   }
+  g_free(ring_at);
+  g_free(ring_time);
   if (!merged && !n_dropped && !n_rings) {
+    if (step_ring) {
+      g_array_free(step_ring, TRUE);
+      g_array_free(rings, TRUE);
+    }
     if (steps)
       g_array_free(steps, TRUE);
     g_array_free(durs, TRUE);
@@ -466,10 +673,33 @@ int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_
   g_free(tg->chain_dur);
   tg->n_chain_dur = durs->len;
   tg->chain_dur = (double *)(void *)g_array_free(durs, FALSE);
+  g_clear_pointer(&tg->chain_ring, g_free);
+  g_clear_pointer(&tg->rings, g_free);
+  tg->n_rings = 0;
+  if (step_ring && rings->len) {
+    tg->n_rings = rings->len;
+    tg->rings = (SimTask *)(void *)g_array_free(rings, FALSE);
+    tg->chain_ring = (int32_t *)(void *)g_array_free(step_ring, FALSE);
+  } else if (step_ring) {
+    g_array_free(rings, TRUE);
+    g_array_free(step_ring, TRUE);
+  }
   if (steps) {
     g_free(tg->chain);
     tg->n_chain = steps->len;
     tg->chain = (SimChainStep *)(void *)g_array_free(steps, FALSE);
   }
   return merged + n_rings;
+}
+
+int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                               const SimMachine *m, const SimCollParams *cp, gboolean absorb)
+{
+  return merge_chains(tg, chains, keep_steps, m, cp, absorb, FALSE);
+}
+
+int sim_taskgraph_merge_chains_brief(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
+                                     const SimMachine *m, const SimCollParams *cp)
+{
+  return merge_chains(tg, chains, keep_steps, m, cp, TRUE, TRUE);
 }

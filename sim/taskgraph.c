@@ -162,6 +162,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   g_free(tg->roots);
   g_free(tg->chain);
   g_free(tg->chain_dur);
+  g_free(tg->chain_ring);
+  g_free(tg->rings);
   g_free(tg->stream_off);
   free_sorted(tg);
   if (tg->coll_devs)

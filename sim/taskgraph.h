@@ -199,6 +199,11 @@ typedef struct {
    * (to the bit) its tasks would one after the other. */
   double *chain_dur;
   size_t n_chain_dur;
+  /* Per step (indexed as @chain_dur): the ring a merged run took in there (an index into
+   * @rings, whose links and members stay in @extra), or -1 for a task's step. */
+  int32_t *chain_ring;
+  SimTask *rings;
+  size_t n_rings;
 } SimTaskGraph;
 
 /* One task of a merged run, for a run that stops at the first task over memory: where it

@@ -4,7 +4,8 @@
  * that its peak resident memory is its own (getrusage of the child).  Run it with
  *   meson test -C build --benchmark --suite bench --verbose
  * or directly: build/tests/bench-sim [--quick | --scale [--quick | --16k] | --engine |
- * --delta [--quick]]; --scale --16k runs only the 16,384-GPU case.
+ * --delta [--quick] | --scale-one ROW MODE]; --scale --16k runs only the 16,384-GPU case;
+ * --scale-one runs one row of the --scale table in this process (for perf).
  * --scale prints only the table of large runs: Megatron-LM's weak-scaling configurations
  * (Narayanan et al., SC'21, table 1), GPT-3 175B on 1,024 A100 and a 405B-class model on
  * 16,384 GPUs, each with the exact accelerations of docs/scale.md and without them. */
@@ -149,6 +150,69 @@ typedef struct {
 
 enum { SCALE_PLAIN, SCALE_REPORT, SCALE_BRIEF };
 
+/* Megatron-LM's weak-scaling table (SC'21, table 1): model, GPUs (DGX A100 nodes of 8),
+ * TP, PP, global batch; micro-batches of one sample, 1F1B, full recomputation as
+ * Megatron ran it.  Then GPT-3 175B on 1,024 A100 and a 405B-class run (126 layers, h
+ * 16,384, 128 heads) on 16,384 GPUs, TP 8, PP 16, DP 128, 2,048 sequences. */
+static const ScaleCase cases[] = {
+  { "megatron-1.7b, 32 GPUs, TP1 PP1", "megatron-1.7b", "", 4, 1, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-3.6b, 64 GPUs, TP2 PP1", "megatron-3.6b", "", 8, 2, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-7.5b, 128 GPUs, TP4 PP1", "megatron-7.5b", "", 16, 4, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-18.4b, 256 GPUs, TP8 PP1", "megatron-18.4b", "", 32, 8, 1, 1024, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-39.1b, 512 GPUs, TP8 PP2", "megatron-39.1b", "", 64, 8, 2, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-76.1b, 1,024 GPUs, TP8 PP4", "megatron-76.1b", "", 128, 8, 4, 1792, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-145.6b, 1,536 GPUs, TP8 PP8", "megatron-145.6b", "", 192, 8, 8, 2304, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-310.1b, 1,920 GPUs, TP8 PP16", "megatron-310.1b", "", 240, 8, 16, 2160, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-529.6b, 2,520 GPUs, TP8 PP35", "megatron-529.6b", "", 315, 8, 35, 2520, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "megatron-1t, 3,072 GPUs, TP8 PP64", "megatron-1t", "", 384, 8, 64, 3072, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "gpt3-175b, 1,024 GPUs, TP8 PP16 DP8", "gpt3-175b", "vocab=51200", 128, 8, 16, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+  { "405B-class, 16,384 GPUs, TP8 PP16 DP128", "gpt", "layers=126,hidden=16384,heads=128,seq=2048,vocab=128256", 2048, 8, 16, 2048, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
+};
+/* The simulation of @c in @mode, in this process: its wall time, prediction, task count,
+ * steady state and folding. */
+static ScaleResult scale_body(const ScaleCase *c, int mode)
+{
+  g_autofree char *params = g_strdup_printf("%s%sbatch=%" G_GINT64_FORMAT, c->params,
+                                            *c->params ? "," : "", c->batch);
+  double t0 = now();
+  g_autoptr(SimGraph) g = model(c->model, params, SIM_DTYPE_FP16);
+  g_autofree char *mname = g_strdup_printf("dgx-a100:%d", c->nodes);
+  g_autoptr(SimMachine) m = machine(mname);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = c->tp;
+  mo.pp = c->pp;
+  mo.dp = c->nodes * 8 / (c->tp * c->pp);
+  mo.microbatch_size = 1;
+  mo.schedule = c->sched;
+  mo.chunks = c->chunks;
+  mo.memory.recompute = c->rc;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  if (!s)
+    g_error("%s", error->message);
+  SimOptions o = sim_options_default();
+  o.merge_chains = o.merge_rings = o.steady_state = mode != SCALE_PLAIN;
+  ScaleResult out = { 0 };
+  out.ok = TRUE;
+  if (mode == SCALE_BRIEF) {
+    SimBrief b;
+    if (!sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error))
+      g_error("%s", error->message);
+    out.seconds = now() - t0;
+    out.iteration = b.time;
+  } else {
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+    if (!r)
+      g_error("%s", error->message);
+    out.seconds = now() - t0;
+    out.iteration = sim_report_iteration_time(r);
+    out.tasks = sim_report_n_tasks(r);
+    out.steady = sim_report_steady(r) != NULL;
+    g_strlcpy(out.folding, sim_report_folding(r), sizeof out.folding);
+  }
+  return out;
+}
+
 /* One simulation of @c in a child process (SCALE_PLAIN: a report without the
  * accelerations; SCALE_REPORT: with them; SCALE_BRIEF: with them, the brief simulation a
  * search runs): its wall time, the child's peak resident memory, its prediction. */
@@ -166,44 +230,7 @@ static ScaleResult scale_child(const ScaleCase *c, int mode)
     /* A run that needs more memory than this machine should spare fails alone. */
     struct rlimit lim = { (rlim_t)16 << 30, (rlim_t)16 << 30 };
     setrlimit(RLIMIT_AS, &lim);
-    g_autofree char *params = g_strdup_printf("%s%sbatch=%" G_GINT64_FORMAT, c->params,
-                                              *c->params ? "," : "", c->batch);
-    double t0 = now();
-    g_autoptr(SimGraph) g = model(c->model, params, SIM_DTYPE_FP16);
-    g_autofree char *mname = g_strdup_printf("dgx-a100:%d", c->nodes);
-    g_autoptr(SimMachine) m = machine(mname);
-    SimMegatronOptions mo = sim_megatron_options_default();
-    mo.tp = c->tp;
-    mo.pp = c->pp;
-    mo.dp = c->nodes * 8 / (c->tp * c->pp);
-    mo.microbatch_size = 1;
-    mo.schedule = c->sched;
-    mo.chunks = c->chunks;
-    mo.memory.recompute = c->rc;
-    GError *error = NULL;
-    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
-    if (!s)
-      g_error("%s", error->message);
-    SimOptions o = sim_options_default();
-    o.merge_chains = o.merge_rings = o.steady_state = mode != SCALE_PLAIN;
-    ScaleResult out = { 0 };
-    out.ok = TRUE;
-    if (mode == SCALE_BRIEF) {
-      SimBrief b;
-      if (!sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, &error))
-        g_error("%s", error->message);
-      out.seconds = now() - t0;
-      out.iteration = b.time;
-    } else {
-      g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
-      if (!r)
-        g_error("%s", error->message);
-      out.seconds = now() - t0;
-      out.iteration = sim_report_iteration_time(r);
-      out.tasks = sim_report_n_tasks(r);
-      out.steady = sim_report_steady(r) != NULL;
-      g_strlcpy(out.folding, sim_report_folding(r), sizeof out.folding);
-    }
+    ScaleResult out = scale_body(c, mode);
     if (write(fds[1], &out, sizeof out) != (ssize_t)sizeof out)
       _exit(1);
     _exit(0);
@@ -225,24 +252,7 @@ static ScaleResult scale_child(const ScaleCase *c, int mode)
 
 static void scale_table(void)
 {
-  /* Megatron-LM's weak-scaling table (SC'21, table 1): model, GPUs (DGX A100 nodes of 8),
-   * TP, PP, global batch; micro-batches of one sample, 1F1B, full recomputation as
-   * Megatron ran it.  Then GPT-3 175B on 1,024 A100 and a 405B-class run (126 layers, h
-   * 16,384, 128 heads) on 16,384 GPUs, TP 8, PP 16, DP 128, 2,048 sequences. */
-  const ScaleCase cases[] = {
-    { "megatron-1.7b, 32 GPUs, TP1 PP1", "megatron-1.7b", "", 4, 1, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-3.6b, 64 GPUs, TP2 PP1", "megatron-3.6b", "", 8, 2, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-7.5b, 128 GPUs, TP4 PP1", "megatron-7.5b", "", 16, 4, 1, 512, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-18.4b, 256 GPUs, TP8 PP1", "megatron-18.4b", "", 32, 8, 1, 1024, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-39.1b, 512 GPUs, TP8 PP2", "megatron-39.1b", "", 64, 8, 2, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-76.1b, 1,024 GPUs, TP8 PP4", "megatron-76.1b", "", 128, 8, 4, 1792, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-145.6b, 1,536 GPUs, TP8 PP8", "megatron-145.6b", "", 192, 8, 8, 2304, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-310.1b, 1,920 GPUs, TP8 PP16", "megatron-310.1b", "", 240, 8, 16, 2160, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-529.6b, 2,520 GPUs, TP8 PP35", "megatron-529.6b", "", 315, 8, 35, 2520, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "megatron-1t, 3,072 GPUs, TP8 PP64", "megatron-1t", "", 384, 8, 64, 3072, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "gpt3-175b, 1,024 GPUs, TP8 PP16 DP8", "gpt3-175b", "vocab=51200", 128, 8, 16, 1536, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-    { "405B-class, 16,384 GPUs, TP8 PP16 DP128", "gpt", "layers=126,hidden=16384,heads=128,seq=2048,vocab=128256", 2048, 8, 16, 2048, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL },
-  };
+
   printf("| configuration | tasks | report: wall (CPU) time | report: peak memory | brief: wall "
          "(CPU) time | brief: peak memory | plain: tasks | plain: wall (CPU) time | plain: peak "
          "memory | speed-up in CPU time (report, brief) | prediction | rel. diff (report, brief) "
@@ -443,8 +453,29 @@ static void delta_scaling(void)
   }
 }
 
+/* One row of the table (--scale-one ROW MODE, MODE brief, report or plain) in this
+ * process, for profiling it: perf record build/tests/bench-sim --scale-one 10 brief. */
+static int scale_one(const char *row, const char *mode)
+{
+  char *end;
+  long i = strtol(row, &end, 10);
+  int md = !strcmp(mode, "brief") ? SCALE_BRIEF : !strcmp(mode, "report") ? SCALE_REPORT
+         : !strcmp(mode, "plain") ? SCALE_PLAIN : -1;
+  if (*end || i < 0 || i >= (long)G_N_ELEMENTS(cases) || md < 0) {
+    fprintf(stderr, "bench-sim: --scale-one expects a row 0-%d and brief, report or plain\n",
+            (int)G_N_ELEMENTS(cases) - 1);
+    return 2;
+  }
+  ScaleResult r = scale_body(&cases[i], md);
+  printf("%s (%s): %.3f s, prediction %.17g s, %" G_GINT64_FORMAT " tasks\n", cases[i].label,
+         mode, r.seconds, r.iteration, r.tasks);
+  return 0;
+}
+
 int main(int argc, char **argv)
 {
+  if (argc == 4 && !strcmp(argv[1], "--scale-one"))
+    return scale_one(argv[2], argv[3]);
   static const char *const known[] = { "--quick", "--engine", "--16k", "--scale",
                                        "--delta-scaling", "--delta" };
   for (int i = 1; i < argc; i++) {
@@ -457,7 +488,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-sim: unknown option %s\n", argv[i]);
       fprintf(help ? stdout : stderr,
               "usage: bench-sim [--quick] | --scale [--16k] | --engine | --delta | "
-              "--delta-scaling\n");
+              "--delta-scaling | --scale-one ROW brief|report|plain\n");
       return help ? 0 : 2;
     }
   }

@@ -2426,3 +2426,153 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
   g_rand_free(rng);
   cr_log_info("steady state used by %d of %d random plans", used, n);
 }
+
+/* @m with GPUs of @bytes of memory each: its description with the GPU given inline. */
+static SimMachine *machine_with_memory(const SimMachine *m, double bytes)
+{
+  g_autofree char *text = sim_machine_to_json(m);
+  g_autoptr(JsonParser) parser = json_parser_new();
+  cr_assert(json_parser_load_from_data(parser, text, -1, NULL));
+  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
+  JsonObject *node = json_object_get_object_member(desc, "node");
+  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
+  JsonObject *spec = json_object_new();
+  json_object_set_string_member(spec, "name", "small");
+  json_object_set_string_member(spec, "base", gpu);
+  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
+  json_object_set_object_member(node, "gpu", spec);
+  g_autofree char *small = json_to_string(json_parser_get_root(parser), FALSE);
+  GError *error = NULL;
+  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
+  cr_assert_not_null(out, "%s", error ? error->message : "");
+  return out;
+}
+
+/* A brief run (what searches run) also takes in the rings that a stream waits for alone
+ * between two of its tasks, and lets merged runs span classes (sim/taskgraph-merge.c,
+ * absorbable_rings()): it runs fewer tasks than the report and predicts the report's
+ * iteration time (to a relative 1e-12: the engine merges events within that of an instant,
+ * so a task may start that much sooner than the sum of the durations before it), the same
+ * largest ratio of memory to capacity and the same memory verdict; bounded below the
+ * iteration it is cut past the bound, and asked to stop at the first overflow on GPUs too
+ * small for the plan it stops, overflowed, where the run without merging does.  GPT over
+ * two DGX A100 nodes under Megatron plans whose tensor-parallel rings keep to NVSwitch
+ * links of their own, with every schedule and recomputation. */
+Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, dp, mbs, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    gboolean takes; /* rings taken in: not where folded replicas' or groups' rings (their
+                     * shadows) ride the same join points */
+  } plans[] = {
+    { 8, 2, 1, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, TRUE },
+    { 8, 2, 1, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, TRUE },
+    { 8, 2, 1, 4, 1, SIM_SCHEDULE_GPIPE, SIM_RECOMPUTE_SELECTIVE, TRUE },
+    { 4, 2, 2, 8, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_NONE, FALSE },
+    { 2, 4, 2, 8, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, TRUE },
+    { 8, 1, 2, 4, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, FALSE },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = plans[i].dp;
+    mo.microbatches = plans[i].mbs;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    SimOptions o = sim_options_default();
+    o.steady_state = FALSE; /* one run each, so that their tasks compare */
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    cr_assert_not_null(r);
+    double t = sim_report_iteration_time(r), ratio = 0;
+    for (int d = 0; d < sim_report_n_devices(r); d++)
+      ratio = MAX(ratio, (double)sim_report_peak_memory(r, d) /
+                           (double)sim_machine_device_spec(m, d)->mem_capacity);
+    SimBrief b;
+    cr_assert(sim_simulate_brief(g, m, s, c, &o, INFINITY, &b, &error));
+    cr_assert_float_eq(b.time, t, 1e-12 * t, "plan %zu: brief %.17g, report %.17g", i, b.time, t);
+    cr_assert_not(b.cut);
+    cr_assert_eq(b.fits, sim_report_fits(r));
+    cr_assert_eq(b.max_ratio, ratio, "plan %zu", i);
+    cr_assert_leq(b.n_tasks, sim_report_n_tasks(r));
+    if (plans[i].takes)
+      cr_assert_lt(b.n_tasks, sim_report_n_tasks(r), "plan %zu: no ring taken in", i);
+    /* Bounded below the iteration: cut past the bound, at a lower bound of it. */
+    cr_assert(sim_simulate_brief(g, m, s, c, &o, 0.7 * t, &b, &error));
+    cr_assert(b.cut, "plan %zu", i);
+    cr_assert(b.time > 0.7 * t && b.time <= t * (1 + 1e-12), "plan %zu: %.17g", i, b.time);
+    /* On GPUs a little smaller than its peak, asked to stop at the first overflow: it
+     * stops where the run without any merging does. */
+    int64_t peak = 0;
+    for (int d = 0; d < sim_report_n_devices(r); d++)
+      peak = MAX(peak, sim_report_peak_memory(r, d));
+    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97);
+    SimOptions so = o, plain = o;
+    so.stop_at_overflow = plain.stop_at_overflow = TRUE;
+    plain.merge_chains = plain.merge_rings = FALSE;
+    SimBrief bp;
+    cr_assert(sim_simulate_brief(g, small, s, c, &so, INFINITY, &b, &error));
+    cr_assert(sim_simulate_brief(g, small, s, c, &plain, INFINITY, &bp, &error));
+    cr_assert(b.overflowed && b.cut && !b.fits, "plan %zu", i);
+    cr_assert(bp.overflowed && bp.cut, "plan %zu", i);
+    cr_assert_float_eq(b.time, bp.time, 1e-12 * t, "plan %zu: stopped at %.17g, unmerged at %.17g",
+                       i, b.time, bp.time);
+  }
+}
+
+/* A deep pipeline's compared periods start 8 micro-batches after its warm-up
+ * (sim_steady_plan() in sim/steady.c): with 16 stages, 16 + 8 + 3 periods + 16 of the
+ * cool-down = 43 micro-batches simulated (44 for the report's second run), and every figure
+ * is what simulating all 96 gives (check_steady()).  GPT of 16 layers over two DGX A100
+ * nodes, one layer a stage, 1F1B with and without full recomputation, and TP 2 with 8
+ * stages interleaved over 2 chunks (a period of 8 micro-batches: 16 + 8 + 24 + 16 = 64 of
+ * 96). */
+Test(accel, a_deep_pipeline_repeats_itself_soon_after_its_warm_up)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=16,hidden=256,heads=8,seq=128,vocab=1024,batch=96");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    const char *steady;
+  } plans[] = {
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, "43 and 44 of 96" },
+    { 1, 16, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, "43 and 44 of 96" },
+    { 2, 8, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_NONE, "64 and 72 of 96" },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = 1;
+    mo.microbatches = 96;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    cr_assert(check_steady(g, m, s, c, what), "%s: the steady state was not used", what);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    cr_assert_not_null(r);
+    cr_assert(strstr(sim_report_steady(r), plans[i].steady), "%s: %s", what,
+              sim_report_steady(r));
+  }
+}
