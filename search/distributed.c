@@ -391,6 +391,11 @@ gboolean search_dist_on(const SearchContext *ctx)
          ctx->problem == dist.root->problem;
 }
 
+int search_dist_threads(const SearchContext *ctx)
+{
+  return search_dist_on(ctx) ? dist.local_threads : MAX(1, ctx->threads);
+}
+
 gboolean search_dist_mine(const SearchContext *ctx, int i)
 {
   return !search_dist_on(ctx) || i % dist.size == dist.rank;

@@ -27,6 +27,9 @@ void search_dist_end(SearchContext *root);
 gboolean search_dist_on(const SearchContext *ctx);
 /* Whether this rank runs task @i of a round. */
 gboolean search_dist_mine(const SearchContext *ctx, int i);
+/* The most threads search_dist_parallel() runs tasks on here: this rank's share of the
+ * context's threads (all of them when not shared). */
+int search_dist_threads(const SearchContext *ctx);
 /* Runs the tasks of [0, @n) this rank owns on its share of the context's threads (all of
  * them, on all threads, when not shared). */
 void search_dist_parallel(SearchContext *ctx, int n, void (*fn)(int i, gpointer data),

@@ -294,19 +294,21 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
 /* The polish's rounds                                                                */
 
 /* The trials of an operator (its candidates alone, or with the producers only it reads)
- * are a round: each is simulated on an evaluator of the pool that holds the current plan,
+ * are a round: each is simulated on an evaluator of the pool that holds the current plan
+ * (as main has it, replicated shards included, and put back so after each trial),
  * on the search's threads, or divided among MPI ranks (distributed.h).  The round keeps
  * the fastest that beats the plan, the first on a tie, as trying them one after the other
  * would: a trial's time depends on nothing but the plan and the trial, and its tie key on
  * its place in the round.  Only the bounds the simulations stop at depend on the threads'
- * timing, and a trial stopped at its bound is slower than one that was not. */
+ * timing: a trial is bounded by the plan and by the trials before it that are done, never
+ * by a later one, so the first of the fastest always runs to its end. */
 typedef struct {
   SearchContext *ctx;
-  SearchEvaluator *main;  /* the plan; the moves kept are made on it                 */
+  SearchEvaluator *main;  /* the plan; the moves kept are made on it, no trial runs  */
   guint32 stream;
   GMutex lock;
-  GPtrArray *all;         /* the other evaluators (SearchEvaluator*), made on demand */
-  GPtrArray *idle;        /* those not in use, main among them                       */
+  GPtrArray *all;         /* the trials' evaluators (SearchEvaluator*)               */
+  GPtrArray *idle;        /* those not in use                                        */
 } Pool;
 
 typedef struct {
@@ -319,12 +321,11 @@ typedef struct {
   const SearchProblem *p;
   int op;
   const int *cfg;         /* the trials' configurations of op                        */
-  const Saved *orig;      /* op's configuration in the plan                           */
+  const SimStrategy *plan;/* main's, unchanged during the round                        */
   GArray *group;          /* NULL: op alone; else the producers moved along            */
-  const Saved *saved;     /* their configurations in the plan                          */
   gint64 base;            /* trial k runs as the evaluator's run base + k + 1         */
-  double best;            /* the bound: the best time seen here so far                */
-  TrialOut *out;
+  double best;            /* the plan's time, then the trial kept's                   */
+  TrialOut *out;          /* written under the pool's lock                            */
 } Round;
 
 static void pool_init(Pool *pool, SearchContext *ctx, SearchEvaluator *main, guint32 stream)
@@ -335,7 +336,6 @@ static void pool_init(Pool *pool, SearchContext *ctx, SearchEvaluator *main, gui
   g_mutex_init(&pool->lock);
   pool->all = g_ptr_array_new_with_free_func((GDestroyNotify)search_evaluator_free);
   pool->idle = g_ptr_array_new();
-  g_ptr_array_add(pool->idle, main);
 }
 
 /* Drops the other evaluators (after the plan changed as a whole). */
@@ -344,7 +344,6 @@ static void pool_reset(Pool *pool, SearchEvaluator *main)
   g_ptr_array_set_size(pool->idle, 0);
   g_ptr_array_set_size(pool->all, 0);
   pool->main = main;
-  g_ptr_array_add(pool->idle, main);
 }
 
 static void pool_clear(Pool *pool)
@@ -354,7 +353,7 @@ static void pool_clear(Pool *pool)
   g_mutex_clear(&pool->lock);
 }
 
-/* Brings the other evaluators to the plan: each op that differs from main's. */
+/* Brings the trials' evaluators to the plan: each op that differs from main's. */
 static void pool_sync(Pool *pool, int n)
 {
   const SimStrategy *want = search_evaluator_get_strategy(pool->main);
@@ -368,11 +367,28 @@ static void pool_sync(Pool *pool, int n)
       const int *vb = sim_strategy_op_devices(have, op, &nb);
       if (memcmp(da, db, sizeof(int) * SEARCH_MAX_DIMS) != 0 || na != nb ||
           memcmp(va, vb, sizeof(int) * (gsize)na) != 0)
-        search_evaluator_set_op(ev, op, da, va);
+        search_evaluator_copy_op(ev, op, want);
     }
   }
 }
 
+/* Before a round (no trial running): as many evaluators as @workers threads take, copies
+ * of the plan. */
+static void pool_grow(Pool *pool, int workers)
+{
+  while ((int)pool->all->len < workers) {
+    SearchEvaluator *ev = search_evaluator_new(pool->ctx,
+                                               search_evaluator_get_strategy(pool->main),
+                                               pool->stream, NULL);
+    if (!ev)
+      break;
+    g_ptr_array_add(pool->all, ev);
+    g_ptr_array_add(pool->idle, ev);
+  }
+}
+
+/* An evaluator holding the plan, or NULL (none could be made): a trial changes it and
+ * puts it back as it was. */
 static SearchEvaluator *pool_take(Pool *pool)
 {
   g_mutex_lock(&pool->lock);
@@ -380,16 +396,6 @@ static SearchEvaluator *pool_take(Pool *pool)
                                                                      pool->idle->len - 1)
                                         : NULL;
   g_mutex_unlock(&pool->lock);
-  if (ev)
-    return ev;
-  /* No evaluator free: a new one on the plan, which no one changes during a round. */
-  ev = search_evaluator_new(pool->ctx, search_evaluator_get_strategy(pool->main), pool->stream,
-                            NULL);
-  if (ev) {
-    g_mutex_lock(&pool->lock);
-    g_ptr_array_add(pool->all, ev);
-    g_mutex_unlock(&pool->lock);
-  }
   return ev;
 }
 
@@ -416,7 +422,6 @@ static void round_task(int k, gpointer data)
   Round *r = data;
   Pool *pool = r->pool;
   const SearchProblem *p = r->p;
-  r->out[k].cost = r->out[k].raw = INFINITY;
   if (round_late(pool->ctx))
     return;
   SearchEvaluator *ev = pool_take(pool);
@@ -435,21 +440,25 @@ static void round_task(int k, gpointer data)
     run = moved;
   }
   if (run && search_evaluator_set_config(ev, r->op, c)) {
+    /* Bounded by the plan and the trials before this one that are done, never by a later
+     * one: the first of the fastest is then never stopped at its bound, and is offered as
+     * the best before any other of its time (by its key), as in turn. */
     g_mutex_lock(&pool->lock);
     double bound = r->best;
+    for (int j = 0; j < k; j++)
+      bound = MIN(bound, r->out[j].cost);
     g_mutex_unlock(&pool->lock);
     search_evaluator_set_runs(ev, r->base + k);
     double raw = search_evaluator_run_bounded(ev, bound);
-    r->out[k].raw = raw;
-    r->out[k].cost = search_penalized(ev, raw);
+    double cost = search_penalized(ev, raw);
     g_mutex_lock(&pool->lock);
-    r->best = MIN(r->best, r->out[k].cost);
+    r->out[k].raw = raw;
+    r->out[k].cost = cost;
     g_mutex_unlock(&pool->lock);
   }
-  search_evaluator_set_op(ev, r->op, r->orig->degree, r->orig->devices);
+  search_evaluator_copy_op(ev, r->op, r->plan);
   for (guint g = 0; r->group && g < r->group->len; g++)
-    search_evaluator_set_op(ev, g_array_index(r->group, int, g), r->saved[g].degree,
-                            r->saved[g].devices);
+    search_evaluator_copy_op(ev, g_array_index(r->group, int, g), r->plan);
   pool_give(pool, ev);
 }
 
@@ -460,9 +469,13 @@ static int run_round(Round *r, int m, int n_ops)
 {
   Pool *pool = r->pool;
   SearchContext *ctx = pool->ctx;
+  pool_grow(pool, MIN(search_dist_threads(ctx), m));
   pool_sync(pool, n_ops);
+  r->plan = search_evaluator_get_strategy(pool->main);
   r->base = search_evaluator_get_evals(pool->main);
   r->out = g_new(TrialOut, MAX(m, 1));
+  for (int k = 0; k < m; k++)
+    r->out[k].cost = r->out[k].raw = INFINITY;
   double bound = r->best;
   search_dist_parallel(ctx, m, round_task, r);
   search_dist_share(ctx, m, r->out, sizeof(TrialOut), sizeof(TrialOut));
@@ -527,11 +540,8 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         stop = TRUE;
         break;
       }
-      Saved orig;
-      save_op(search_evaluator_get_strategy(ev), op, &orig);
-      g_autofree int *orig_devices = orig.devices;
       int orig_idx = search_problem_config_of(p, search_evaluator_get_strategy(ev), op);
-      Round r = { .pool = &pool, .p = p, .op = op, .cfg = cfg, .orig = &orig, .best = cur };
+      Round r = { .pool = &pool, .p = p, .op = op, .cfg = cfg, .best = cur };
       int m = round_trials(ctx, p, cands, op, orig_idx, cfg);
       int k = run_round(&r, m, n);
       if (k >= 0) {
@@ -553,11 +563,7 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         stop = TRUE;
         break;
       }
-      Saved *saved = g_new(Saved, group->len);
-      for (guint g = 0; g < group->len; g++)
-        save_op(search_evaluator_get_strategy(ev), g_array_index(group, int, g), &saved[g]);
       r.group = group;
-      r.saved = saved;
       m = round_trials(ctx, p, cands, op, orig_idx, cfg);
       k = run_round(&r, m, n);
       if (k >= 0) {
@@ -573,7 +579,6 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
         improved = TRUE;
       }
       end_round(&r, k);
-      saved_free_all(saved, group->len);
     }
     /* Resource splits at every op where branches meet: one after the other, the same on
      * every rank. */
