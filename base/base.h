@@ -1,7 +1,8 @@
-/* base.h — libbase, the small utilities the simulator's engine, network solver and
- * lowering share: a stack of ints, memory for large flat arrays (alloc.c), hashing of
- * byte strings and an index of fixed-size byte keys (keyindex.c).  Depends on GLib
- * only. */
+/* base.h — libbase, the small utilities the libraries share: a stack of ints, memory for
+ * large flat arrays (alloc.c), hashing of byte strings and an index of fixed-size byte
+ * keys (keyindex.c), which the simulator's engine, network solver and lowering use.  The
+ * library's other headers: heap.h (the min-heap) and json-read.h (the JSON reader of
+ * parasol's files).  Depends on GLib (and json-glib for the reader) only. */
 #pragma once
 
 #include <glib.h>

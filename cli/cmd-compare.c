@@ -196,66 +196,114 @@ static void add_time(JsonBuilder *b, const char *name, double t)
     json_builder_add_null_value(b);
 }
 
+/* One algorithm's runs summed up, as the table and --json give them. */
+typedef struct {
+  double best;       /* the best final time of its runs; +inf when none is feasible */
+  double median;     /* the median of the feasible final times; NAN when none        */
+  double median_95;  /* the median time to 95% of the runs that reached it; NAN: none */
+  double evals_per_s;
+} AlgoSummary;
+
+static void summarize(const SearchAlgorithm *algo, const Run *runs, int n_runs, AlgoSummary *out)
+{
+  double finals[1000], t95[1000];
+  int nf = 0, nt = 0;
+  double best = INFINITY, evals = 0, wall = 0;
+  for (int i = 0; i < n_runs; i++) {
+    if (runs[i].algo != algo)
+      continue;
+    if (isfinite(runs[i].final))
+      finals[nf++] = runs[i].final;
+    if (!isnan(runs[i].t95))
+      t95[nt++] = runs[i].t95;
+    best = MIN(best, runs[i].final);
+    evals += (double)runs[i].evals;
+    wall += runs[i].elapsed;
+  }
+  out->best = best;
+  out->median = median(finals, nf);
+  out->median_95 = median(t95, nt);
+  out->evals_per_s = wall > 0 ? evals / wall : 0.0;
+}
+
+/* What the command was asked and what it holds: the options, the problem, the runs and
+ * the files it writes. */
+typedef struct {
+  char *model, *machine, *algos_text, *prefix;
+  char **params;
+  int seeds;
+  gboolean quiet, json;
+  CliPlanOptions plan;
+  CliSearchOptions so;
+
+  CliProblem pb;
+  SearchProblem *problem;
+  GPtrArray *algos;            /* the SearchAlgorithm of each --algos name, in order       */
+  SearchRunOptions ro;
+  gint64 t_start, cmd_deadline;
+  Run *runs;                   /* the runs made, in the order of their index               */
+  int n_runs, total_runs;
+  char *csv_path, *gp_path, *png_path;
+  char *csv_tmp;               /* the CSV being written, renamed to csv_path when complete */
+  FILE *csv;
+  double dp_time;              /* the data-parallel yardstick; +inf when not simulated     */
+} Compare;
+
+/* What the functions below return to go on (any other value is the exit status, with the
+ * error already printed). */
+#define GO_ON (-1)
+
 /* The summary as --json prints it: the problem, the data-parallel yardstick and, per
  * algorithm, the text's columns and every run (times in seconds, null for none). */
-static void print_json(const CliProblem *pb, const char *budget, int seeds, double dp_time,
-                       GPtrArray *algos, const Run *runs, int n_runs)
+static void print_json(const Compare *c)
 {
   g_autoptr(JsonBuilder) b = json_builder_new();
   json_builder_begin_object(b);
   json_builder_set_member_name(b, "model");
-  json_builder_add_string_value(b, sim_graph_get_name(pb->graph));
+  json_builder_add_string_value(b, sim_graph_get_name(c->pb.graph));
   json_builder_set_member_name(b, "machine");
-  json_builder_add_string_value(b, sim_machine_get_name(pb->machine));
+  json_builder_add_string_value(b, sim_machine_get_name(c->pb.machine));
   json_builder_set_member_name(b, "gpus");
-  json_builder_add_int_value(b, sim_machine_n_devices(pb->machine));
+  json_builder_add_int_value(b, sim_machine_n_devices(c->pb.machine));
   json_builder_set_member_name(b, "budget");
-  json_builder_add_string_value(b, budget);
+  json_builder_add_string_value(b, c->so.budget);
   json_builder_set_member_name(b, "seeds");
-  json_builder_add_int_value(b, seeds);
-  add_time(b, "data_parallel_s", dp_time);
+  json_builder_add_int_value(b, c->seeds);
+  add_time(b, "data_parallel_s", c->dp_time);
   json_builder_set_member_name(b, "algorithms");
   json_builder_begin_array(b);
-  for (guint a = 0; a < algos->len; a++) {
-    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
-    double finals[1000], t95[1000];
-    int nf = 0, nt = 0;
-    double best = INFINITY, evals = 0, wall = 0;
+  for (guint a = 0; a < c->algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(c->algos, a);
     json_builder_begin_object(b);
     json_builder_set_member_name(b, "algorithm");
     json_builder_add_string_value(b, algo->name);
     json_builder_set_member_name(b, "runs");
     json_builder_begin_array(b);
-    for (int i = 0; i < n_runs; i++) {
-      if (runs[i].algo != algo)
+    for (int i = 0; i < c->n_runs; i++) {
+      const Run *r = &c->runs[i];
+      if (r->algo != algo)
         continue;
-      if (isfinite(runs[i].final))
-        finals[nf++] = runs[i].final;
-      if (!isnan(runs[i].t95))
-        t95[nt++] = runs[i].t95;
-      best = MIN(best, runs[i].final);
-      evals += (double)runs[i].evals;
-      wall += runs[i].elapsed;
       json_builder_begin_object(b);
       json_builder_set_member_name(b, "seed");
-      json_builder_add_int_value(b, (gint64)runs[i].seed);
-      add_time(b, "best_s", runs[i].final);
+      json_builder_add_int_value(b, (gint64)r->seed);
+      add_time(b, "best_s", r->final);
       json_builder_set_member_name(b, "evals");
-      json_builder_add_int_value(b, runs[i].evals);
+      json_builder_add_int_value(b, r->evals);
       json_builder_set_member_name(b, "elapsed_s");
-      json_builder_add_double_value(b, runs[i].elapsed);
-      add_time(b, "to_95_s", isnan(runs[i].t95) ? INFINITY : runs[i].t95);
+      json_builder_add_double_value(b, r->elapsed);
+      add_time(b, "to_95_s", isnan(r->t95) ? INFINITY : r->t95);
       json_builder_end_object(b);
     }
     json_builder_end_array(b);
-    add_time(b, "best_s", best);
-    add_time(b, "median_s", median(finals, nf));
+    AlgoSummary sum;
+    summarize(algo, c->runs, c->n_runs, &sum);
+    add_time(b, "best_s", sum.best);
+    add_time(b, "median_s", sum.median);
     add_time(b, "speedup_over_data_parallel",
-             isfinite(best) && isfinite(dp_time) ? dp_time / best : INFINITY);
-    double m95 = median(t95, nt);
-    add_time(b, "median_to_95_s", isnan(m95) ? INFINITY : m95);
+             isfinite(sum.best) && isfinite(c->dp_time) ? c->dp_time / sum.best : INFINITY);
+    add_time(b, "median_to_95_s", isnan(sum.median_95) ? INFINITY : sum.median_95);
     json_builder_set_member_name(b, "evals_per_s");
-    json_builder_add_double_value(b, wall > 0 ? evals / wall : 0.0);
+    json_builder_add_double_value(b, sum.evals_per_s);
     json_builder_end_object(b);
   }
   json_builder_end_array(b);
@@ -268,25 +316,39 @@ static void print_json(const CliProblem *pb, const char *budget, int seeds, doub
   printf("%s\n", text);
 }
 
-int cmd_compare(int argc, char **argv)
+/* The summary as a table: per algorithm over its seeds. */
+static void print_table(const Compare *c)
 {
-  g_autofree char *model = NULL, *machine = NULL, *algos_text = NULL, *prefix = NULL;
-  g_auto(GStrv) params = NULL;
-  int seeds = 3;
-  gboolean quiet = FALSE, json = FALSE;
-  g_auto(CliPlanOptions) plan;
-  cli_plan_options_init(&plan);
-  CliSearchOptions so;
-  cli_search_options_init(&so);
+  printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(c->pb.graph),
+         sim_machine_get_name(c->pb.machine), sim_machine_n_devices(c->pb.machine),
+         c->so.budget, c->seeds, c->seeds == 1 ? "" : "s");
+  printf("%-14s %12s %12s %10s %12s %10s\n", "algorithm", "best", "median", "vs dp", "to 95% (s)",
+         "evals/s");
+  for (guint a = 0; a < c->algos->len; a++) {
+    const SearchAlgorithm *algo = g_ptr_array_index(c->algos, a);
+    AlgoSummary sum;
+    summarize(algo, c->runs, c->n_runs, &sum);
+    g_autofree char *tb = isfinite(sum.best) ? cli_format_time(sum.best) : g_strdup("none");
+    g_autofree char *tm = isfinite(sum.median) ? cli_format_time(sum.median) : g_strdup("none");
+    g_autofree char *sp = isfinite(sum.best) && isfinite(c->dp_time)
+                            ? g_strdup_printf("%.2fx", c->dp_time / sum.best) : g_strdup("n/a");
+    printf("%-14s %12s %12s %10s %12.2f %10.0f\n", algo->name, tb, tm, sp,
+           isnan(sum.median_95) ? 0.0 : sum.median_95, sum.evals_per_s);
+  }
+}
+
+/* Parses the command line into @c. */
+static int parse_options(Compare *c, int argc, char **argv)
+{
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
-    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
-    { "algos", 'A', 0, G_OPTION_ARG_STRING, &algos_text, "Algorithms, comma-separated (default mcmc,dp,beam)", "LIST" },
-    { "seeds", 'k', 0, G_OPTION_ARG_INT, &seeds, "Seeds per algorithm: 1..K (default 3)", "K" },
-    { "out", 0, 0, G_OPTION_ARG_FILENAME, &prefix, "Write PREFIX.csv, PREFIX.gp and PREFIX.png (default compare)", "PREFIX" },
-    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress lines", NULL },
-    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the summary and every run as JSON", NULL },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &c->model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &c->params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &c->machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
+    { "algos", 'A', 0, G_OPTION_ARG_STRING, &c->algos_text, "Algorithms, comma-separated (default mcmc,dp,beam)", "LIST" },
+    { "seeds", 'k', 0, G_OPTION_ARG_INT, &c->seeds, "Seeds per algorithm: 1..K (default 3)", "K" },
+    { "out", 0, 0, G_OPTION_ARG_FILENAME, &c->prefix, "Write PREFIX.csv, PREFIX.gp and PREFIX.png (default compare)", "PREFIX" },
+    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &c->quiet, "No progress lines", NULL },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &c->json, "Print the summary and every run as JSON", NULL },
     { NULL },
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new("- compare search algorithms");
@@ -299,265 +361,274 @@ int cmd_compare(int argc, char **argv)
     "number of runs.  Ctrl-C or\n"
     "SIGTERM ends the run under way, skips the others and writes what was done.");
   /* The search options (--budget, --seed, ...) in the main group: plain --help shows them. */
-  g_option_context_set_main_group(ctx, cli_search_option_group(&so));
+  g_option_context_set_main_group(ctx, cli_search_option_group(&c->so));
   g_option_context_add_main_entries(ctx, entries, NULL);
-  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
-  if (!cli_parse_options(ctx, &argc, &argv)) {
-    cli_search_options_clear(&so);
+  g_option_context_add_group(ctx, cli_plan_option_group(&c->plan));
+  if (!cli_parse_options(ctx, &argc, &argv))
     return CLI_EXIT_USAGE;
-  }
-  int status = CLI_EXIT_OK;
-  GError *error = NULL;
-  CliProblem pb = { 0 };
-  g_autoptr(SearchProblem) problem = NULL;
-  g_autoptr(GPtrArray) algos = g_ptr_array_new();
-  Run *runs = NULL;
-  int n_runs = 0;
-  FILE *csv = NULL;
-  g_autofree char *csv_path = NULL, *gp_path = NULL, *png_path = NULL;
-  g_autofree char *csv_tmp = NULL;
-  g_autofree char *title = NULL;
-  gint64 t_start = g_get_monotonic_time(), cmd_deadline = 0;
+  if (argc > 1)
+    return cli_usage_error("compare", "unexpected argument '%s'", argv[1]);
+  if (c->seeds < 1 || c->seeds > 1000)
+    return cli_usage_error("compare", "--seeds %d: expected 1 to 1000", c->seeds);
+  if (!c->so.budget)
+    c->so.budget = g_strdup(COMPARE_DEFAULT_BUDGET);
+  return GO_ON;
+}
 
-  if (argc > 1) {
-    status = cli_usage_error("compare", "unexpected argument '%s'", argv[1]);
-    goto done;
-  }
-  if (seeds < 1 || seeds > 1000) {
-    status = cli_usage_error("compare", "--seeds %d: expected 1 to 1000", seeds);
-    goto done;
-  }
-  if (!so.budget)
-    so.budget = g_strdup(COMPARE_DEFAULT_BUDGET);
-  if (!cli_search_setup(&so, &error) || !search_mpi_start(&error))
-    goto fail;
+/* The algorithms, the run options and the problem. */
+static int load(Compare *c)
+{
+  GError *error = NULL;
+  if (!cli_search_setup(&c->so, &error) || !search_mpi_start(&error))
+    return cli_report_error(error);
   /* Under mpirun each run is one rank's alone. */
   search_mpi_set_shared(FALSE);
-  {
-    g_auto(GStrv) names = g_strsplit(algos_text ? algos_text : "mcmc,dp,beam", ",", -1);
-    for (char **it = names; *it; it++) {
-      char *name = g_strstrip(*it);
-      if (!*name)
-        continue;
-      const SearchAlgorithm *a = cli_search_lookup(name, &error);
-      if (!a)
-        goto fail;
-      g_ptr_array_add(algos, (gpointer)a);
-    }
+  g_auto(GStrv) names = g_strsplit(c->algos_text ? c->algos_text : "mcmc,dp,beam", ",", -1);
+  for (char **it = names; *it; it++) {
+    char *name = g_strstrip(*it);
+    if (!*name)
+      continue;
+    const SearchAlgorithm *a = cli_search_lookup(name, &error);
+    if (!a)
+      return cli_report_error(error);
+    g_ptr_array_add(c->algos, (gpointer)a);
   }
-  if (algos->len == 0) {
-    status = cli_usage_error("compare", "--algos names no algorithm");
-    goto done;
-  }
-  SearchRunOptions ro;
-  if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
-    goto fail;
-  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE, &plan,
-                        &error))
-    goto fail;
-  if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
-    goto fail;
+  if (c->algos->len == 0)
+    return cli_usage_error("compare", "--algos names no algorithm");
+  if (!cli_search_check_plan(&c->plan, &error) ||
+      !cli_search_run_options(&c->so, &c->ro, &error) ||
+      !cli_problem_load(&c->pb, c->model ? c->model : CLI_DEFAULT_MODEL, c->params,
+                        c->machine ? c->machine : CLI_DEFAULT_MACHINE, &c->plan, &error) ||
+      !(c->problem = cli_search_problem(&c->pb, &c->plan, &c->so, &error)))
+    return cli_report_error(error);
+  return GO_ON;
+}
 
-  const char *base = prefix ? prefix : "compare";
-  csv_path = g_strconcat(base, ".csv", NULL);
-  gp_path = g_strconcat(base, ".gp", NULL);
-  png_path = g_strconcat(base, ".png", NULL);
-  if (!cli_make_parent(csv_path, &error) || !cli_check_output(csv_path, &error) ||
-      !cli_check_output(gp_path, &error) || !cli_check_output(png_path, &error))
-    goto fail;
-  /* The CSV is written beside its name and renamed at the end: an earlier run's file stays
-   * whole until this one is complete. */
-  csv_tmp = g_strconcat(csv_path, ".XXXXXX", NULL);
-  int csv_fd = g_mkstemp(csv_tmp);
+/* The output files' names, checked, and the CSV opened beside its name with its header:
+ * it is renamed at the end, so that an earlier run's file stays whole until this one is
+ * complete. */
+static int open_outputs(Compare *c)
+{
+  GError *error = NULL;
+  const char *base = c->prefix ? c->prefix : "compare";
+  c->csv_path = g_strconcat(base, ".csv", NULL);
+  c->gp_path = g_strconcat(base, ".gp", NULL);
+  c->png_path = g_strconcat(base, ".png", NULL);
+  if (!cli_make_parent(c->csv_path, &error) || !cli_check_output(c->csv_path, &error) ||
+      !cli_check_output(c->gp_path, &error) || !cli_check_output(c->png_path, &error))
+    return cli_report_error(error);
+  c->csv_tmp = g_strconcat(c->csv_path, ".XXXXXX", NULL);
+  int csv_fd = g_mkstemp(c->csv_tmp);
   if (csv_fd >= 0)
     fchmod(csv_fd, 0644);
-  if (csv_fd < 0 || !(csv = fdopen(csv_fd, "w"))) {
+  if (csv_fd < 0 || !(c->csv = fdopen(csv_fd, "w"))) {
     int e = errno;
     if (csv_fd >= 0)
       close(csv_fd);
-    g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path, g_strerror(e));
-    g_clear_pointer(&csv_tmp, g_free);
-    goto fail;
+    g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", c->csv_path,
+                g_strerror(e));
+    g_clear_pointer(&c->csv_tmp, g_free);
+    return cli_report_error(error);
   }
-  fprintf(csv, "algo,seed,wall_s,evals,best_s\n");
+  fprintf(c->csv, "algo,seed,wall_s,evals,best_s\n");
+  return GO_ON;
+}
 
-  /* Options go to the algorithms that read them; one that none reads is a mistake. */
-  for (char **it = so.opts; it && *it; it++) {
+/* Options go to the algorithms that read them; one that none reads is a mistake. */
+static int check_algorithm_options(const Compare *c)
+{
+  char **opts = c->so.opts;
+  for (char **it = opts; it && *it; it++) {
     gboolean known = FALSE;
-    for (guint a = 0; a < algos->len && !known; a++)
-      known = algo_knows(g_ptr_array_index(algos, a), *it, so.opts);
-    if (!known) {
-      status = cli_usage_error("compare", "--opt %s: none of the algorithms has that option; "
-                               "'parasol search --list' shows their options", *it);
-      goto done;
-    }
+    for (guint a = 0; a < c->algos->len && !known; a++)
+      known = algo_knows(g_ptr_array_index(c->algos, a), *it, opts);
+    if (!known)
+      return cli_usage_error("compare", "--opt %s: none of the algorithms has that option; "
+                             "'parasol search --list' shows their options", *it);
   }
-  /* A budget in seconds is each run's: the command ends within as many budgets as it has
-   * runs, each search taking COMPARE_SHARE of its budget and leaving the rest to the
-   * data-parallel yardstick and the figure.  Ctrl-C or SIGTERM ends the run under way
-   * (its best so far is kept) and skips the others; the table and figure are of the runs
-   * made. */
+  return GO_ON;
+}
+
+/* Run @index: @algo with seed @k and the options it reads.  FALSE with @error when the
+ * search could not start. */
+static gboolean run_one(Compare *c, const SearchAlgorithm *algo, int k, int index,
+                        GError **error)
+{
+  c->ro.seed = (guint64)k;
+  g_autoptr(GPtrArray) mine = g_ptr_array_new();
+  for (char **it = c->so.opts; it && *it; it++)
+    if (algo_knows(algo, *it, c->so.opts))
+      g_ptr_array_add(mine, *it);
+  g_ptr_array_add(mine, NULL);
+  c->ro.options = (const char *const *)mine->pdata;
+  g_autoptr(SearchResult) r = search_run(algo, c->problem, &c->ro, error);
+  c->ro.options = NULL;
+  if (!r)
+    return FALSE;
+  Run *run = &c->runs[c->n_runs++];
+  run->algo = algo;
+  run->seed = (guint64)k;
+  run->final = search_result_get_time(r);
+  run->elapsed = search_result_get_elapsed(r);
+  run->evals = search_result_get_evals(r);
+  run->t95 = search_result_time_to(r, 0.95, NULL);
+  run->points = g_array_new(FALSE, FALSE, sizeof(double));
+  run->index = index;
+  run->rows = g_string_new(NULL);
+  char b[G_ASCII_DTOSTR_BUF_SIZE];
+  for (int i = 0; i < search_result_n_improvements(r); i++) {
+    double wall, best;
+    gint64 evals;
+    search_result_get_improvement(r, i, &wall, &evals, &best);
+    g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k,
+                           wall, evals, g_ascii_formatd(b, sizeof b, "%.9g", best));
+    g_array_append_val(run->points, wall);
+    g_array_append_val(run->points, best);
+  }
+  /* The final row carries the line to the end of the search. */
+  g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k,
+                         run->elapsed, run->evals,
+                         isfinite(run->final) ? g_ascii_formatd(b, sizeof b, "%.9g", run->final)
+                                              : "");
+  if (isfinite(run->final)) {
+    g_array_append_val(run->points, run->elapsed);
+    g_array_append_val(run->points, run->final);
+  }
+  return TRUE;
+}
+
+/* Every algorithm with every seed (under mpirun, this rank's share, then rank 0 gathers
+ * the others').  A budget in seconds is each run's: the command ends within as many
+ * budgets as it has runs, each search taking COMPARE_SHARE of its budget and leaving the
+ * rest to the data-parallel yardstick and the figure.  Ctrl-C or SIGTERM ends the run
+ * under way (its best so far is kept) and skips the others; the table and figure are of
+ * the runs made. */
+static int run_all(Compare *c)
+{
   search_signals_catch();
-  ro.handle_sigint = TRUE;
-  ro.progress = !quiet;
-  int total_runs = (int)algos->len * seeds;
-  if (ro.time_budget > 0 || ro.eval_budget == 0) {
-    double per_run = ro.time_budget > 0 ? ro.time_budget : 60.0;
-    cmd_deadline = t_start + (gint64)(per_run * total_runs * 1e6);
-    ro.time_budget = per_run * COMPARE_SHARE;
-    ro.deadline_us = cmd_deadline;
+  c->ro.handle_sigint = TRUE;
+  c->ro.progress = !c->quiet;
+  c->total_runs = (int)c->algos->len * c->seeds;
+  if (c->ro.time_budget > 0 || c->ro.eval_budget == 0) {
+    double per_run = c->ro.time_budget > 0 ? c->ro.time_budget : 60.0;
+    c->cmd_deadline = c->t_start + (gint64)(per_run * c->total_runs * 1e6);
+    c->ro.time_budget = per_run * COMPARE_SHARE;
+    c->ro.deadline_us = c->cmd_deadline;
   }
-  runs = g_new0(Run, algos->len * (gsize)seeds);
-  for (guint a = 0; a < algos->len && !search_signals_seen(); a++) {
-    for (int k = 1; k <= seeds && !search_signals_seen(); k++) {
-      const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
-      int index = (int)a * seeds + k - 1;
+  c->runs = g_new0(Run, c->algos->len * (gsize)c->seeds);
+  for (guint a = 0; a < c->algos->len && !search_signals_seen(); a++) {
+    for (int k = 1; k <= c->seeds && !search_signals_seen(); k++) {
+      int index = (int)a * c->seeds + k - 1;
       if (index % search_mpi_size() != search_mpi_rank())
         continue;
-      ro.seed = (guint64)k;
-      g_autoptr(GPtrArray) mine = g_ptr_array_new();
-      for (char **it = so.opts; it && *it; it++)
-        if (algo_knows(algo, *it, so.opts))
-          g_ptr_array_add(mine, *it);
-      g_ptr_array_add(mine, NULL);
-      ro.options = (const char *const *)mine->pdata;
-      g_autoptr(SearchResult) r = search_run(algo, problem, &ro, &error);
-      if (!r)
-        goto fail;
-      Run *run = &runs[n_runs++];
-      run->algo = algo;
-      run->seed = (guint64)k;
-      run->final = search_result_get_time(r);
-      run->elapsed = search_result_get_elapsed(r);
-      run->evals = search_result_get_evals(r);
-      run->t95 = search_result_time_to(r, 0.95, NULL);
-      run->points = g_array_new(FALSE, FALSE, sizeof(double));
-      run->index = index;
-      run->rows = g_string_new(NULL);
-      char b[G_ASCII_DTOSTR_BUF_SIZE];
-      for (int i = 0; i < search_result_n_improvements(r); i++) {
-        double wall, best;
-        gint64 evals;
-        search_result_get_improvement(r, i, &wall, &evals, &best);
-        g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name,
-                               k, wall, evals, g_ascii_formatd(b, sizeof b, "%.9g", best));
-        g_array_append_val(run->points, wall);
-        g_array_append_val(run->points, best);
-      }
-      /* The final row carries the line to the end of the search. */
-      g_string_append_printf(run->rows, "%s,%d,%.3f,%" G_GINT64_FORMAT ",%s\n", algo->name, k,
-                             run->elapsed, run->evals,
-                             isfinite(run->final) ? g_ascii_formatd(b, sizeof b, "%.9g", run->final)
-                                                  : "");
-      if (isfinite(run->final)) {
-        g_array_append_val(run->points, run->elapsed);
-        g_array_append_val(run->points, run->final);
-      }
+      GError *error = NULL;
+      if (!run_one(c, g_ptr_array_index(c->algos, a), k, index, &error))
+        return cli_report_error(error);
     }
   }
   if (search_mpi_size() > 1)
-    gather_runs(algos, seeds, runs, &n_runs);
-  if (search_mpi_rank() > 0)
-    goto done;
-  for (int i = 0; i < n_runs; i++)
-    fputs(runs[i].rows->str, csv);
-  {
-    gboolean bad = ferror(csv) != 0;
-    int e = bad ? EIO : 0;
-    if (fclose(csv) != 0 && !bad) {
-      bad = TRUE;
-      e = errno;
-    }
-    csv = NULL;
-    if (bad || g_rename(csv_tmp, csv_path) != 0) {
-      if (!bad)
-        e = errno;
-      g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", csv_path,
-                  g_strerror(e));
-      goto fail;
-    }
-    g_clear_pointer(&csv_tmp, g_free);
-  }
+    gather_runs(c->algos, c->seeds, c->runs, &c->n_runs);
+  return GO_ON;
+}
 
-  double dp_time = INFINITY;
-  gboolean dp_done = FALSE;
-  if (!search_signals_seen()) {
-    g_autoptr(SearchWatch) watch = search_watch_new(problem, cmd_deadline, TRUE);
-    g_autoptr(SimStrategy) dp = search_problem_data_parallel(problem, NULL);
-    g_autoptr(SimReport) r = NULL;
-    if (dp && search_problem_simulate(problem, dp, &r, NULL) >= 0 && r) {
-      dp_time = sim_report_iteration_time(r);
-      dp_done = TRUE;
-    }
+/* The runs' lines into the CSV, which then takes its name. */
+static int finish_csv(Compare *c)
+{
+  for (int i = 0; i < c->n_runs; i++)
+    fputs(c->runs[i].rows->str, c->csv);
+  gboolean bad = ferror(c->csv) != 0;
+  int e = bad ? EIO : 0;
+  if (fclose(c->csv) != 0 && !bad) {
+    bad = TRUE;
+    e = errno;
   }
+  c->csv = NULL;
+  if (bad || g_rename(c->csv_tmp, c->csv_path) != 0) {
+    if (!bad)
+      e = errno;
+    GError *error = NULL;
+    g_set_error(&error, SIM_ERROR, SIM_ERROR_IO, "cannot write %s: %s", c->csv_path,
+                g_strerror(e));
+    return cli_report_error(error);
+  }
+  g_clear_pointer(&c->csv_tmp, g_free);
+  return GO_ON;
+}
+
+/* The data-parallel yardstick, the summary and the figure. */
+static int report(Compare *c)
+{
+  c->dp_time = INFINITY;
+  gboolean dp_done = search_problem_measure_data_parallel(c->problem, c->cmd_deadline,
+                                                          &c->dp_time, NULL);
   if (search_signals_seen())
     g_printerr("parasol compare: %s; %d of %d runs made (the last one stopped early)\n",
-               cli_signal_text(search_signals_first()),
-               n_runs, total_runs);
+               cli_signal_text(search_signals_first()), c->n_runs, c->total_runs);
   else if (!dp_done)
     g_printerr("parasol compare: data parallelism not simulated within the budget\n");
+  if (c->json)
+    print_json(c);
+  else
+    print_table(c);
+  g_autofree char *title = g_strdup_printf("%s on %s", sim_graph_get_name(c->pb.graph),
+                                           sim_machine_get_name(c->pb.machine));
+  GError *error = NULL;
+  if (!write_plot(c->gp_path, c->png_path, title, c->runs, c->n_runs, c->algos, c->dp_time,
+                  &error))
+    return cli_report_error(error);
+  cli_run_gnuplot("compare", c->csv_path, c->gp_path, c->png_path);
+  return GO_ON;
+}
 
-  /* The summary: per algorithm over its seeds. */
-  if (json) {
-    print_json(&pb, so.budget, seeds, dp_time, algos, runs, n_runs);
-    goto plot;
-  }
-  printf("model %s on %s (%d GPUs), budget %s, %d seed%s\n", sim_graph_get_name(pb.graph),
-         sim_machine_get_name(pb.machine), sim_machine_n_devices(pb.machine),
-         so.budget, seeds, seeds == 1 ? "" : "s");
-  printf("%-14s %12s %12s %10s %12s %10s\n", "algorithm", "best", "median", "vs dp", "to 95% (s)",
-         "evals/s");
-  for (guint a = 0; a < algos->len; a++) {
-    const SearchAlgorithm *algo = g_ptr_array_index(algos, a);
-    double finals[1000], t95[1000];
-    int nf = 0, nt = 0;
-    double best = INFINITY, evals = 0, wall = 0;
-    for (int i = 0; i < n_runs; i++) {
-      if (runs[i].algo != algo)
-        continue;
-      if (isfinite(runs[i].final))
-        finals[nf++] = runs[i].final;
-      if (!isnan(runs[i].t95))
-        t95[nt++] = runs[i].t95;
-      best = MIN(best, runs[i].final);
-      evals += (double)runs[i].evals;
-      wall += runs[i].elapsed;
-    }
-    g_autofree char *tb = isfinite(best) ? cli_format_time(best) : g_strdup("none");
-    double med = median(finals, nf);
-    g_autofree char *tm = isfinite(med) ? cli_format_time(med) : g_strdup("none");
-    g_autofree char *sp = isfinite(best) && isfinite(dp_time)
-                            ? g_strdup_printf("%.2fx", dp_time / best) : g_strdup("n/a");
-    double m95 = median(t95, nt);
-    printf("%-14s %12s %12s %10s %12.2f %10.0f\n", algo->name, tb, tm, sp, isnan(m95) ? 0.0 : m95,
-           wall > 0 ? evals / wall : 0.0);
-  }
-
-plot:
-  title = g_strdup_printf("%s on %s", sim_graph_get_name(pb.graph),
-                                           sim_machine_get_name(pb.machine));
-  if (!write_plot(gp_path, png_path, title, runs, n_runs, algos, dp_time, &error))
-    goto fail;
-  cli_run_gnuplot("compare", csv_path, gp_path, png_path);
-  goto done;
-
-fail:
-  status = cli_report_error(error);
-done:
+static void compare_clear(Compare *c)
+{
   /* The signals stay caught until the process ends: a second one while it exits would
-   * otherwise kill it after the plan was written, with the signal's status. */
-  if (csv)
-    fclose(csv);
-  if (csv_tmp)
-    g_unlink(csv_tmp);
-  for (int i = 0; i < n_runs; i++) {
-    g_array_unref(runs[i].points);
-    g_string_free(runs[i].rows, TRUE);
+   * otherwise kill it after the files were written, with the signal's status. */
+  if (c->csv)
+    fclose(c->csv);
+  if (c->csv_tmp)
+    g_unlink(c->csv_tmp);
+  for (int i = 0; i < c->n_runs; i++) {
+    g_array_unref(c->runs[i].points);
+    g_string_free(c->runs[i].rows, TRUE);
   }
-  g_free(runs);
+  g_free(c->runs);
   /* The problem borrows the graph and machine: it goes first. */
-  g_clear_pointer(&problem, search_problem_unref);
-  cli_problem_clear(&pb);
-  cli_search_options_clear(&so);
-  return status;
+  g_clear_pointer(&c->problem, search_problem_unref);
+  cli_problem_clear(&c->pb);
+  g_ptr_array_unref(c->algos);
+  g_free(c->csv_path);
+  g_free(c->gp_path);
+  g_free(c->png_path);
+  g_free(c->csv_tmp);
+  g_free(c->model);
+  g_free(c->machine);
+  g_free(c->algos_text);
+  g_free(c->prefix);
+  g_strfreev(c->params);
+  cli_plan_options_clear(&c->plan);
+  cli_search_options_clear(&c->so);
+}
+
+int cmd_compare(int argc, char **argv)
+{
+  Compare c = { .seeds = 3, .algos = g_ptr_array_new(), .t_start = g_get_monotonic_time() };
+  cli_plan_options_init(&c.plan);
+  cli_search_options_init(&c.so);
+  int status = parse_options(&c, argc, argv);
+  if (status == GO_ON)
+    status = load(&c);
+  if (status == GO_ON)
+    status = open_outputs(&c);
+  if (status == GO_ON)
+    status = check_algorithm_options(&c);
+  if (status == GO_ON)
+    status = run_all(&c);
+  /* Under mpirun rank 0 writes. */
+  if (status == GO_ON && search_mpi_rank() == 0)
+    status = finish_csv(&c);
+  if (status == GO_ON && search_mpi_rank() == 0)
+    status = report(&c);
+  compare_clear(&c);
+  return status == GO_ON ? CLI_EXIT_OK : status;
 }

@@ -7,6 +7,85 @@
 #include <json-glib/json-glib.h>
 #include <math.h>
 
+/* The run's header: the model, machine, devices and back end (and Adam's epsilon of a
+ * checked run), as text or as the start of the --json object @jb. */
+static void print_header(const CliExec *e, JsonBuilder *jb)
+{
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "model");
+    json_builder_add_string_value(jb, sim_graph_get_name(e->pb.graph));
+    json_builder_set_member_name(jb, "machine");
+    json_builder_add_string_value(jb, sim_machine_get_name(e->pb.machine));
+    json_builder_set_member_name(jb, "devices");
+    json_builder_add_int_value(jb, cli_exec_devices_used(e->plan));
+    json_builder_set_member_name(jb, "backend");
+    json_builder_add_string_value(jb, exec_backend_get_name(e->backend));
+    if (e->check_eps > 0) {
+      json_builder_set_member_name(jb, "adam_eps");
+      json_builder_add_double_value(jb, e->check_eps);
+    }
+    json_builder_set_member_name(jb, "steps");
+    json_builder_begin_array(jb);
+    return;
+  }
+  printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e->pb.graph),
+         sim_machine_get_name(e->pb.machine), cli_exec_devices_used(e->plan),
+         exec_backend_get_name(e->backend));
+  if (e->check_eps > 0)
+    printf("Adam's epsilon %g for the check (--adam-eps to choose): with 1e-8, weights whose "
+           "gradient is rounding noise move by the learning rate in that noise's direction\n",
+           e->check_eps);
+}
+
+/* Step @step's loss and time, a line of text or an element of @jb's "steps". */
+static void print_step(const CliExec *e, JsonBuilder *jb, int step)
+{
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "step");
+    json_builder_add_int_value(jb, step);
+    json_builder_set_member_name(jb, "loss");
+    json_builder_add_double_value(jb, exec_run_loss(e->run));
+    json_builder_set_member_name(jb, "time_s");
+    json_builder_add_double_value(jb, exec_run_step_time(e->run));
+    json_builder_end_object(jb);
+    return;
+  }
+  g_autofree char *t = cli_format_time(exec_run_step_time(e->run));
+  printf("%-6d %14.8f %12s\n", step, exec_run_loss(e->run), t);
+}
+
+/* --check: the largest relative errors against one device after @steps steps; whether
+ * they are all within @tolerance. */
+static gboolean print_check(const ExecDiff *d, JsonBuilder *jb, int steps, double tolerance)
+{
+  gboolean ok = d->loss <= tolerance && d->grads <= tolerance && d->weights <= tolerance;
+  if (jb) {
+    json_builder_set_member_name(jb, "check");
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "loss");
+    json_builder_add_double_value(jb, d->loss);
+    json_builder_set_member_name(jb, "gradients");
+    json_builder_add_double_value(jb, d->grads);
+    json_builder_set_member_name(jb, "weights");
+    json_builder_add_double_value(jb, d->weights);
+    json_builder_set_member_name(jb, "worst");
+    json_builder_add_string_value(jb, d->worst);
+    json_builder_set_member_name(jb, "tolerance");
+    json_builder_add_double_value(jb, tolerance);
+    json_builder_set_member_name(jb, "match");
+    json_builder_add_boolean_value(jb, ok);
+    json_builder_end_object(jb);
+  } else {
+    printf("\nagainst one device after %d steps (max relative error):\n", steps);
+    printf("  loss      %.3g\n  gradients %.3g\n  weights   %.3g\n  worst     %s\n", d->loss,
+           d->grads, d->weights, d->worst);
+    printf("%s (tolerance %g)\n", ok ? "match" : "MISMATCH", tolerance);
+  }
+  return ok;
+}
+
 int cmd_exec(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *trace = NULL;
@@ -82,31 +161,7 @@ int cmd_exec(int argc, char **argv)
   if (check && !cli_exec_setup_reference(&ref, &e, &eo, &error))
     goto fail;
   jb = json ? json_builder_new() : NULL;
-  if (jb) {
-    json_builder_begin_object(jb);
-    json_builder_set_member_name(jb, "model");
-    json_builder_add_string_value(jb, sim_graph_get_name(e.pb.graph));
-    json_builder_set_member_name(jb, "machine");
-    json_builder_add_string_value(jb, sim_machine_get_name(e.pb.machine));
-    json_builder_set_member_name(jb, "devices");
-    json_builder_add_int_value(jb, cli_exec_devices_used(e.plan));
-    json_builder_set_member_name(jb, "backend");
-    json_builder_add_string_value(jb, exec_backend_get_name(e.backend));
-    if (e.check_eps > 0) {
-      json_builder_set_member_name(jb, "adam_eps");
-      json_builder_add_double_value(jb, e.check_eps);
-    }
-    json_builder_set_member_name(jb, "steps");
-    json_builder_begin_array(jb);
-  } else {
-    printf("%s on %s, %d devices, back end %s\n", sim_graph_get_name(e.pb.graph),
-           sim_machine_get_name(e.pb.machine), cli_exec_devices_used(e.plan),
-           exec_backend_get_name(e.backend));
-  }
-  if (e.check_eps > 0 && !jb)
-    printf("Adam's epsilon %g for the check (--adam-eps to choose): with 1e-8, weights whose "
-           "gradient is rounding noise move by the learning rate in that noise's direction\n",
-           e.check_eps);
+  print_header(&e, jb);
   if (dump_dir && !(dump = exec_dump_new(e.run, dump_dir, &error)))
     goto fail;
   if (!jb)
@@ -118,19 +173,7 @@ int cmd_exec(int argc, char **argv)
       goto fail;
     if (dump && !exec_dump_step(dump, e.run, &error))
       goto fail;
-    if (jb) {
-      json_builder_begin_object(jb);
-      json_builder_set_member_name(jb, "step");
-      json_builder_add_int_value(jb, k + 1);
-      json_builder_set_member_name(jb, "loss");
-      json_builder_add_double_value(jb, exec_run_loss(e.run));
-      json_builder_set_member_name(jb, "time_s");
-      json_builder_add_double_value(jb, exec_run_step_time(e.run));
-      json_builder_end_object(jb);
-      continue;
-    }
-    g_autofree char *t = cli_format_time(exec_run_step_time(e.run));
-    printf("%-6d %14.8f %12s\n", k + 1, exec_run_loss(e.run), t);
+    print_step(&e, jb, k + 1);
   }
   if (jb)
     json_builder_end_array(jb);
@@ -144,30 +187,7 @@ int cmd_exec(int argc, char **argv)
     ExecDiff d;
     if (!exec_run_compare(e.run, ref.run, &d, &error))
       goto fail;
-    gboolean ok = d.loss <= tolerance && d.grads <= tolerance && d.weights <= tolerance;
-    if (jb) {
-      json_builder_set_member_name(jb, "check");
-      json_builder_begin_object(jb);
-      json_builder_set_member_name(jb, "loss");
-      json_builder_add_double_value(jb, d.loss);
-      json_builder_set_member_name(jb, "gradients");
-      json_builder_add_double_value(jb, d.grads);
-      json_builder_set_member_name(jb, "weights");
-      json_builder_add_double_value(jb, d.weights);
-      json_builder_set_member_name(jb, "worst");
-      json_builder_add_string_value(jb, d.worst);
-      json_builder_set_member_name(jb, "tolerance");
-      json_builder_add_double_value(jb, tolerance);
-      json_builder_set_member_name(jb, "match");
-      json_builder_add_boolean_value(jb, ok);
-      json_builder_end_object(jb);
-    } else {
-      printf("\nagainst one device after %d steps (max relative error):\n", eo.steps);
-      printf("  loss      %.3g\n  gradients %.3g\n  weights   %.3g\n  worst     %s\n", d.loss,
-             d.grads, d.weights, d.worst);
-      printf("%s (tolerance %g)\n", ok ? "match" : "MISMATCH", tolerance);
-    }
-    if (!ok)
+    if (!print_check(&d, jb, eo.steps, tolerance))
       status = CLI_EXIT_FAILURE;
   }
   if (jb) {

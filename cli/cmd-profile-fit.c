@@ -21,6 +21,139 @@ static void print_params(const char *title, const SimRooflineParams *p, const gb
     printf("  %-10s %.4f%s\n", names[i], v[i], fitted && !fitted[i] ? "  (no entries: kept)" : "");
 }
 
+/* The fitted roofline efficiencies and their errors, as members of @jb. */
+static void add_roofline(JsonBuilder *jb, const ProfileCalibration *cal)
+{
+  json_builder_set_member_name(jb, "roofline");
+  json_builder_begin_object(jb);
+  const char *names[] = { "gemm_efficiency", "conv_efficiency", "memory_efficiency",
+                          "gather_efficiency", "recurrent_efficiency" };
+  double v[] = { cal->params.gemm_efficiency, cal->params.conv_efficiency,
+                 cal->params.memory_efficiency, cal->params.gather_efficiency,
+                 cal->params.recurrent_efficiency };
+  for (int i = 0; i < 5; i++) {
+    json_builder_set_member_name(jb, names[i]);
+    json_builder_add_double_value(jb, v[i]);
+  }
+  json_builder_set_member_name(jb, "entries");
+  json_builder_add_int_value(jb, cal->n_entries);
+  json_builder_set_member_name(jb, "mean_abs_error_before");
+  json_builder_add_double_value(jb, cal->mean_abs_error_before);
+  json_builder_set_member_name(jb, "mean_abs_error_after");
+  json_builder_add_double_value(jb, cal->mean_abs_error_after);
+  json_builder_set_member_name(jb, "worst_error_after");
+  json_builder_add_double_value(jb, cal->worst_error_after);
+  json_builder_end_object(jb);
+}
+
+/* The @worst entries of @gpu that the fitted roofline model misjudges most: they show
+ * which kernels it gets wrong. */
+static void print_worst_entries(const ProfileDb *db, const char *gpu, const SimDeviceSpec *dev,
+                                const SimRooflineParams *params, int worst)
+{
+  int n = profile_db_n_ops(db);
+  g_autofree double *res = g_new(double, MAX(n, 1));
+  g_autofree int *idx = g_new(int, MAX(n, 1));
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(profile_db_op(db, i)->gpu, gpu))
+      continue;
+    double r = profile_calibration_residual(db, i, dev, params);
+    if (isnan(r))
+      continue;
+    res[k] = r;
+    idx[k++] = i;
+  }
+  for (int a = 0; a < MIN(worst, k); a++) {
+    int best = a;
+    for (int b = a + 1; b < k; b++)
+      if (fabs(res[b]) > fabs(res[best]))
+        best = b;
+    double tr = res[a];
+    res[a] = res[best];
+    res[best] = tr;
+    int ti = idx[a];
+    idx[a] = idx[best];
+    idx[best] = ti;
+    const ProfileOpEntry *e = profile_db_op(db, idx[a]);
+    g_autofree char *ts = cli_format_time(e->median);
+    printf("  %+6.1f%%  %-8s %10s  %s\n", 100 * (exp(res[a]) - 1), sim_pass_name(e->pass),
+           ts, e->key);
+  }
+}
+
+/* The roofline fit as text: the default and fitted efficiencies, the errors before and
+ * after, and the worst-fitting entries. */
+static void print_roofline(const ProfileDb *db, const char *gpu, const SimDeviceSpec *dev,
+                           const ProfileCalibration *cal, int worst)
+{
+  SimRooflineParams def = sim_roofline_params_default();
+  printf("roofline fit for %s on %s (%d entries)\n", gpu, dev->vendor_name, cal->n_entries);
+  print_params("default efficiencies:", &def, NULL);
+  print_params("fitted efficiencies:", &cal->params, cal->fitted);
+  printf("mean |error|  %.1f%% before, %.1f%% after (worst %.1f%%)\n",
+         100 * cal->mean_abs_error_before, 100 * cal->mean_abs_error_after,
+         100 * cal->worst_error_after);
+  printf("rms log error %.3f before, %.3f after\n", cal->rms_log_before, cal->rms_log_after);
+  print_worst_entries(db, gpu, dev, &cal->params, worst);
+}
+
+/* Fits the ring model of each collective that @gpu has entries of, on the link between
+ * devices 0 and 1 of @m, and prints it (as members of @jb where not NULL); TRUE when any
+ * was fitted. */
+static gboolean fit_collectives(const ProfileDb *db, const char *gpu, const SimMachine *m,
+                                JsonBuilder *jb)
+{
+  gboolean any = FALSE;
+  for (int k = 0; k < PROFILE_COLL_COUNT; k++) {
+    ProfileCollFit fit;
+    g_autoptr(GError) ferr = NULL;
+    double bw = m && sim_machine_n_devices(m) > 1 ? sim_machine_bandwidth(m, 0, 1) : 0;
+    double lat = m && sim_machine_n_devices(m) > 1 ? sim_machine_latency(m, 0, 1) : 0;
+    gboolean have = FALSE;
+    for (int i = 0; i < profile_db_n_collectives(db) && !have; i++) {
+      const ProfileCollEntry *e = profile_db_collective(db, i);
+      have = e->kind == (ProfileCollKind)k && !strcmp(e->gpu, gpu);
+    }
+    if (!have)
+      continue;
+    if (!(bw > 0)) {
+      g_printerr("parasol: collective entries need --machine with 2 or more devices for "
+                 "their link bandwidth\n");
+      break;
+    }
+    if (!profile_db_fit_collective(db, gpu, (ProfileCollKind)k, bw, lat, &fit, &ferr)) {
+      g_printerr("parasol: %s\n", ferr->message);
+      continue;
+    }
+    any = TRUE;
+    if (jb) {
+      json_builder_set_member_name(jb, profile_coll_kind_name((ProfileCollKind)k));
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "bandwidth_efficiency");
+      json_builder_add_double_value(jb, fit.bandwidth_efficiency);
+      json_builder_set_member_name(jb, "step_latency_us");
+      json_builder_add_double_value(jb, fit.step_latency * 1e6);
+      json_builder_set_member_name(jb, "points");
+      json_builder_add_int_value(jb, fit.n_points);
+      json_builder_set_member_name(jb, "mean_abs_error");
+      json_builder_add_double_value(jb, fit.mean_abs_error);
+      json_builder_set_member_name(jb, "worst_error");
+      json_builder_add_double_value(jb, fit.worst_error);
+      json_builder_end_object(jb);
+    } else {
+      printf("%s ring fit for %s (%d points, links of %.0f GB/s and %.2f us): bandwidth "
+             "efficiency %.3f, step latency %.2f us; mean |error| %.1f%%, worst %.1f%%\n",
+             profile_coll_kind_name((ProfileCollKind)k), gpu, fit.n_points, bw / 1e9, lat * 1e6,
+             fit.bandwidth_efficiency, fit.step_latency * 1e6, 100 * fit.mean_abs_error,
+             100 * fit.worst_error);
+      printf("  simulate with --coll-efficiency %.3f --coll-latency-us %.2f\n",
+             fit.bandwidth_efficiency, fit.step_latency * 1e6);
+    }
+  }
+  return any;
+}
+
 int cli_profile_calibrate(int argc, char **argv)
 {
   g_autofree char *db_path = NULL, *gpu = NULL, *machine = NULL;
@@ -72,114 +205,13 @@ int cli_profile_calibrate(int argc, char **argv)
   g_autoptr(GError) cerr = NULL;
   if (profile_calibrate_roofline(db, gpu, dev, NULL, &cal, &cerr)) {
     any = TRUE;
-    if (json) {
-      json_builder_set_member_name(jb, "roofline");
-      json_builder_begin_object(jb);
-      const char *names[] = { "gemm_efficiency", "conv_efficiency", "memory_efficiency",
-                              "gather_efficiency", "recurrent_efficiency" };
-      double v[] = { cal.params.gemm_efficiency, cal.params.conv_efficiency,
-                     cal.params.memory_efficiency, cal.params.gather_efficiency,
-                     cal.params.recurrent_efficiency };
-      for (int i = 0; i < 5; i++) {
-        json_builder_set_member_name(jb, names[i]);
-        json_builder_add_double_value(jb, v[i]);
-      }
-      json_builder_set_member_name(jb, "entries");
-      json_builder_add_int_value(jb, cal.n_entries);
-      json_builder_set_member_name(jb, "mean_abs_error_before");
-      json_builder_add_double_value(jb, cal.mean_abs_error_before);
-      json_builder_set_member_name(jb, "mean_abs_error_after");
-      json_builder_add_double_value(jb, cal.mean_abs_error_after);
-      json_builder_set_member_name(jb, "worst_error_after");
-      json_builder_add_double_value(jb, cal.worst_error_after);
-      json_builder_end_object(jb);
-    } else {
-      SimRooflineParams def = sim_roofline_params_default();
-      printf("roofline fit for %s on %s (%d entries)\n", gpu, dev->vendor_name, cal.n_entries);
-      print_params("default efficiencies:", &def, NULL);
-      print_params("fitted efficiencies:", &cal.params, cal.fitted);
-      printf("mean |error|  %.1f%% before, %.1f%% after (worst %.1f%%)\n",
-             100 * cal.mean_abs_error_before, 100 * cal.mean_abs_error_after,
-             100 * cal.worst_error_after);
-      printf("rms log error %.3f before, %.3f after\n", cal.rms_log_before, cal.rms_log_after);
-      /* The worst-fitting entries show which kernels the model misjudges. */
-      int n = profile_db_n_ops(db);
-      g_autofree double *res = g_new(double, MAX(n, 1));
-      g_autofree int *idx = g_new(int, MAX(n, 1));
-      int k = 0;
-      for (int i = 0; i < n; i++) {
-        if (strcmp(profile_db_op(db, i)->gpu, gpu))
-          continue;
-        double r = profile_calibration_residual(db, i, dev, &cal.params);
-        if (isnan(r))
-          continue;
-        res[k] = r;
-        idx[k++] = i;
-      }
-      for (int a = 0; a < MIN(worst, k); a++) {
-        int best = a;
-        for (int b = a + 1; b < k; b++)
-          if (fabs(res[b]) > fabs(res[best]))
-            best = b;
-        double tr = res[a];
-        res[a] = res[best];
-        res[best] = tr;
-        int ti = idx[a];
-        idx[a] = idx[best];
-        idx[best] = ti;
-        const ProfileOpEntry *e = profile_db_op(db, idx[a]);
-        g_autofree char *ts = cli_format_time(e->median);
-        printf("  %+6.1f%%  %-8s %10s  %s\n", 100 * (exp(res[a]) - 1), sim_pass_name(e->pass),
-               ts, e->key);
-      }
-    }
+    if (json)
+      add_roofline(jb, &cal);
+    else
+      print_roofline(db, gpu, dev, &cal, worst);
   }
-  for (int k = 0; k < PROFILE_COLL_COUNT; k++) {
-    ProfileCollFit fit;
-    g_autoptr(GError) ferr = NULL;
-    double bw = m && sim_machine_n_devices(m) > 1 ? sim_machine_bandwidth(m, 0, 1) : 0;
-    double lat = m && sim_machine_n_devices(m) > 1 ? sim_machine_latency(m, 0, 1) : 0;
-    gboolean have = FALSE;
-    for (int i = 0; i < profile_db_n_collectives(db) && !have; i++) {
-      const ProfileCollEntry *e = profile_db_collective(db, i);
-      have = e->kind == (ProfileCollKind)k && !strcmp(e->gpu, gpu);
-    }
-    if (!have)
-      continue;
-    if (!(bw > 0)) {
-      g_printerr("parasol: collective entries need --machine with 2 or more devices for "
-                 "their link bandwidth\n");
-      break;
-    }
-    if (!profile_db_fit_collective(db, gpu, (ProfileCollKind)k, bw, lat, &fit, &ferr)) {
-      g_printerr("parasol: %s\n", ferr->message);
-      continue;
-    }
+  if (fit_collectives(db, gpu, m, json ? jb : NULL))
     any = TRUE;
-    if (json) {
-      json_builder_set_member_name(jb, profile_coll_kind_name((ProfileCollKind)k));
-      json_builder_begin_object(jb);
-      json_builder_set_member_name(jb, "bandwidth_efficiency");
-      json_builder_add_double_value(jb, fit.bandwidth_efficiency);
-      json_builder_set_member_name(jb, "step_latency_us");
-      json_builder_add_double_value(jb, fit.step_latency * 1e6);
-      json_builder_set_member_name(jb, "points");
-      json_builder_add_int_value(jb, fit.n_points);
-      json_builder_set_member_name(jb, "mean_abs_error");
-      json_builder_add_double_value(jb, fit.mean_abs_error);
-      json_builder_set_member_name(jb, "worst_error");
-      json_builder_add_double_value(jb, fit.worst_error);
-      json_builder_end_object(jb);
-    } else {
-      printf("%s ring fit for %s (%d points, links of %.0f GB/s and %.2f us): bandwidth "
-             "efficiency %.3f, step latency %.2f us; mean |error| %.1f%%, worst %.1f%%\n",
-             profile_coll_kind_name((ProfileCollKind)k), gpu, fit.n_points, bw / 1e9, lat * 1e6,
-             fit.bandwidth_efficiency, fit.step_latency * 1e6, 100 * fit.mean_abs_error,
-             100 * fit.worst_error);
-      printf("  simulate with --coll-efficiency %.3f --coll-latency-us %.2f\n",
-             fit.bandwidth_efficiency, fit.step_latency * 1e6);
-    }
-  }
   json_builder_end_object(jb);
   if (!any) {
     g_printerr("parasol: %s\n", cerr ? cerr->message : "nothing to fit");

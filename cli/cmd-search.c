@@ -39,7 +39,8 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_set_member_name(b, "plan");
   json_builder_begin_object(b);
   const struct { const char *name; gint64 v; } ints[] = {
-    { "tp", p->tp }, { "pp", p->pp }, { "dp", p->dp }, { "microbatches", p->microbatches },
+    { "tp", p->tp }, { "cp", p->cp }, { "pp", p->pp }, { "dp", p->dp }, { "ep", p->ep },
+    { "microbatches", p->microbatches },
     { "microbatch_size", p->microbatch_size }, { "chunks", p->chunks },
     { "bucket_bytes", p->bucket_bytes },
   };
@@ -117,28 +118,49 @@ static gboolean write_search_plot(const char *gp, const char *png, const char *c
   return ok;
 }
 
-int cmd_search(int argc, char **argv)
-{
-  g_autofree char *model = NULL, *machine = NULL, *algo_name = NULL, *out = NULL, *log = NULL;
-  g_autofree char *plot = NULL, *plot_stem = NULL;
-  g_auto(GStrv) params = NULL;
-  gboolean json = FALSE, list = FALSE, quiet = FALSE, own = FALSE;
-  g_auto(CliPlanOptions) plan;
-  cli_plan_options_init(&plan);
+/* What the command was asked and what it holds: the options, the problem, the search's
+ * result, the plan kept and its report. */
+typedef struct {
+  char *model, *machine, *algo_name, *out, *log, *plot;
+  char **params;
+  gboolean json, list, quiet, own;
+  CliPlanOptions plan;
   CliSearchOptions so;
-  cli_search_options_init(&so);
+
+  gint64 t_start;
+  gint64 cmd_deadline;           /* the end of the command's budget (0: an evaluation budget) */
+  char *plot_stem;               /* --plot without ".png"                                  */
+  CliProblem pb;
+  SearchProblem *problem;
+  const SearchAlgorithm *algo;
+  SearchRunOptions ro;
+  SearchResult *result;
+  gboolean fallback;             /* the search gives way to a faster yardstick             */
+  const SearchYardsticks *y;     /* once measured                                          */
+  const SimStrategy *best;       /* the plan kept, for the problem bp                      */
+  const SearchProblem *bp;
+  double best_time;
+  SimReport *report;             /* of the plan kept, where it was simulated in time       */
+} Search;
+
+/* What the functions below return to go on (any other value is the exit status, with the
+ * error already printed). */
+#define GO_ON (-1)
+
+static int parse_options(Search *s, int argc, char **argv)
+{
   GOptionEntry entries[] = {
-    { "model", 'm', 0, G_OPTION_ARG_STRING, &model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
-    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &params, "Model parameter k=v (repeatable)", "K=V" },
-    { "machine", 'x', 0, G_OPTION_ARG_STRING, &machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
-    { "algo", 'a', 0, G_OPTION_ARG_STRING, &algo_name, "Search algorithm (default mcmc; --list shows them)", "NAME" },
-    { "out", 0, 0, G_OPTION_ARG_FILENAME, &out, "Write the best strategy (for parasol simulate --strategy)", "FILE" },
-    { "log", 0, 0, G_OPTION_ARG_FILENAME, &log, "Write every improvement as CSV (wall_s, evals, best_s, current_s)", "FILE" },
-    { "plot", 0, 0, G_OPTION_ARG_FILENAME, &plot, "Draw the improvement log to this PNG with gnuplot (its script beside it, .gp; the log, .csv, unless --log names one)", "FILE" },
-    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print the result as JSON", NULL },
-    { "list", 0, 0, G_OPTION_ARG_NONE, &list, "List the search algorithms and their options", NULL },
-    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &quiet, "No progress line", NULL },
-    { "own", 0, 0, G_OPTION_ARG_NONE, &own, "Write and report the algorithm's own best even where the data-parallel or expert plan is faster (searches keep the faster plan by default; the fixed plans data-parallel, expert and owt always keep their own)", NULL },
+    { "model", 'm', 0, G_OPTION_ARG_STRING, &s->model, "Zoo model or graph file (default " CLI_DEFAULT_MODEL ")", "M" },
+    { "param", 'p', 0, G_OPTION_ARG_STRING_ARRAY, &s->params, "Model parameter k=v (repeatable)", "K=V" },
+    { "machine", 'x', 0, G_OPTION_ARG_STRING, &s->machine, "Library machine (dgx-a100:4) or file (default " CLI_DEFAULT_MACHINE ")", "X" },
+    { "algo", 'a', 0, G_OPTION_ARG_STRING, &s->algo_name, "Search algorithm (default mcmc; --list shows them)", "NAME" },
+    { "out", 0, 0, G_OPTION_ARG_FILENAME, &s->out, "Write the best strategy (for parasol simulate --strategy)", "FILE" },
+    { "log", 0, 0, G_OPTION_ARG_FILENAME, &s->log, "Write every improvement as CSV (wall_s, evals, best_s, current_s)", "FILE" },
+    { "plot", 0, 0, G_OPTION_ARG_FILENAME, &s->plot, "Draw the improvement log to this PNG with gnuplot (its script beside it, .gp; the log, .csv, unless --log names one)", "FILE" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &s->json, "Print the result as JSON", NULL },
+    { "list", 0, 0, G_OPTION_ARG_NONE, &s->list, "List the search algorithms and their options", NULL },
+    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &s->quiet, "No progress line", NULL },
+    { "own", 0, 0, G_OPTION_ARG_NONE, &s->own, "Write and report the algorithm's own best even where the data-parallel or expert plan is faster (searches keep the faster plan by default; the fixed plans data-parallel, expert and owt always keep their own)", NULL },
     { NULL },
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new("- find a fast parallelization strategy");
@@ -153,384 +175,479 @@ int cmd_search(int argc, char **argv)
     "and the output says so (--own keeps the search's; so does --allow with fewer than all\n"
     "kinds of parallelism).");
   /* The search options (--budget, --seed, ...) in the main group: plain --help shows them. */
-  g_option_context_set_main_group(ctx, cli_search_option_group(&so));
+  g_option_context_set_main_group(ctx, cli_search_option_group(&s->so));
   g_option_context_add_main_entries(ctx, entries, NULL);
-  g_option_context_add_group(ctx, cli_plan_option_group(&plan));
-  if (!cli_parse_options(ctx, &argc, &argv)) {
-    cli_search_options_clear(&so);
+  g_option_context_add_group(ctx, cli_plan_option_group(&s->plan));
+  if (!cli_parse_options(ctx, &argc, &argv))
     return CLI_EXIT_USAGE;
-  }
-  gint64 t_start = g_get_monotonic_time();
-  int status = CLI_EXIT_OK;
-  GError *error = NULL;
-  CliProblem pb = { 0 };
-  g_autoptr(SearchProblem) problem = NULL;
-  g_autoptr(SearchResult) result = NULL;
-  g_autoptr(SimReport) report = NULL;
-  const SearchAlgorithm *algo = NULL;
-  gboolean fallback = FALSE, yardstick_cut = FALSE, dp_done = FALSE;
-  const SimStrategy *best = NULL;
-  const SearchProblem *bp = NULL;
-  double search_time = INFINITY;
-  const char *kept = NULL;
-  int expert_plans = 0, expert_simulated = 0;
-  /* The end of the command's budget in seconds (0: an evaluation budget, no end). */
-  gint64 cmd_deadline = 0;
+  if (argc > 1)
+    return cli_usage_error("search", "unexpected argument '%s'", argv[1]);
+  return GO_ON;
+}
 
-  if (argc > 1) {
-    status = cli_usage_error("search", "unexpected argument '%s'", argv[1]);
-    goto done;
-  }
-  if (!cli_search_setup(&so, &error) || !search_mpi_start(&error))
-    goto fail;
-  if (list) {
+/* The algorithm, the run options and the problem, and the outputs checked; --list prints
+ * the algorithms and stops. */
+static int load(Search *s)
+{
+  GError *error = NULL;
+  if (!cli_search_setup(&s->so, &error) || !search_mpi_start(&error))
+    return cli_report_error(error);
+  if (s->list) {
     cli_search_print_algorithms(stdout);
-    goto done;
+    return CLI_EXIT_OK;
   }
-  if (!(algo = cli_search_lookup(algo_name ? algo_name : "mcmc", &error)))
-    goto fail;
-  SearchRunOptions ro;
-  if (!cli_search_check_plan(&plan, &error) || !cli_search_run_options(&so, &ro, &error))
-    goto fail;
+  if (!(s->algo = cli_search_lookup(s->algo_name ? s->algo_name : "mcmc", &error)) ||
+      !cli_search_check_plan(&s->plan, &error) ||
+      !cli_search_run_options(&s->so, &s->ro, &error))
+    return cli_report_error(error);
   /* From here a signal stops the command, which still writes the best plan found. */
   search_signals_catch();
-  if (ro.time_budget > 0 || ro.eval_budget == 0)
-    cmd_deadline = t_start + (gint64)((ro.time_budget > 0 ? ro.time_budget : 60.0) * 1e6);
-  if (!cli_problem_load(&pb, model ? model : CLI_DEFAULT_MODEL, params, machine ? machine : CLI_DEFAULT_MACHINE, &plan,
-                        &error))
-    goto fail;
-  if (!(problem = cli_search_problem(&pb, &plan, &so, &error)))
-    goto fail;
-  if (plot) {
-    plot_stem = g_str_has_suffix(plot, ".png") ? g_strndup(plot, strlen(plot) - 4)
-                                               : g_strdup(plot);
-    if (!log)
-      log = g_strconcat(plot_stem, ".csv", NULL);
+  if (s->ro.time_budget > 0 || s->ro.eval_budget == 0)
+    s->cmd_deadline =
+      s->t_start + (gint64)((s->ro.time_budget > 0 ? s->ro.time_budget : 60.0) * 1e6);
+  if (!cli_problem_load(&s->pb, s->model ? s->model : CLI_DEFAULT_MODEL, s->params,
+                        s->machine ? s->machine : CLI_DEFAULT_MACHINE, &s->plan, &error) ||
+      !(s->problem = cli_search_problem(&s->pb, &s->plan, &s->so, &error)))
+    return cli_report_error(error);
+  if (s->plot) {
+    s->plot_stem = g_str_has_suffix(s->plot, ".png") ? g_strndup(s->plot, strlen(s->plot) - 4)
+                                                     : g_strdup(s->plot);
+    if (!s->log)
+      s->log = g_strconcat(s->plot_stem, ".csv", NULL);
   }
   /* The folders the outputs go to are made where missing. */
-  if (!cli_make_parent(log, &error) || !cli_make_parent(plot, &error) ||
-      !cli_make_parent(out, &error) || !cli_check_output(out, &error) ||
-      !cli_check_output(plot, &error))
-    goto fail;
-  /* Under mpirun the ranks share the search (docs/distributed.md); rank 0 writes. */
+  if (!cli_make_parent(s->log, &error) || !cli_make_parent(s->plot, &error) ||
+      !cli_make_parent(s->out, &error) || !cli_check_output(s->out, &error) ||
+      !cli_check_output(s->plot, &error))
+    return cli_report_error(error);
+  return GO_ON;
+}
+
+/* The search.  Under mpirun the ranks share it (docs/distributed.md) and rank 0 alone goes
+ * on: the others stop here. */
+static int run(Search *s)
+{
   gboolean writer = search_mpi_rank() == 0;
-  ro.log_path = writer ? log : NULL;
-  ro.progress = !quiet && !json && writer;
-  ro.handle_sigint = TRUE;
+  s->ro.log_path = writer ? s->log : NULL;
+  s->ro.progress = !s->quiet && !s->json && writer;
+  s->ro.handle_sigint = TRUE;
   /* The budget in seconds bounds the whole command: the search gets SEARCH_SHARE of what
    * the loading left, the yardsticks and the report the rest, and whatever is running at
    * the end of it is cancelled. */
-  if (cmd_deadline > 0) {
-    double left = (double)(cmd_deadline - g_get_monotonic_time()) / 1e6;
-    ro.time_budget = MAX(1e-3, left * SEARCH_SHARE);
-    ro.deadline_us = cmd_deadline;
+  if (s->cmd_deadline > 0) {
+    double left = (double)(s->cmd_deadline - g_get_monotonic_time()) / 1e6;
+    s->ro.time_budget = MAX(1e-3, left * SEARCH_SHARE);
+    s->ro.deadline_us = s->cmd_deadline;
   }
-  if (!(result = search_run(algo, problem, &ro, &error)))
-    goto fail;
+  GError *error = NULL;
+  if (!(s->result = search_run(s->algo, s->problem, &s->ro, &error)))
+    return cli_report_error(error);
   if (!writer)
-    goto done;
+    return CLI_EXIT_OK;
   /* What rank 0 simulates from here (the yardsticks) it simulates alone. */
   search_mpi_set_shared(FALSE);
   if (search_mpi_note())
     g_printerr("parasol search: %s\n", search_mpi_note());
-
-  best = search_result_get_strategy(result);
-  bp = search_result_get_problem(result);
-  double elapsed = search_result_get_elapsed(result);
-  gint64 evals = search_result_get_evals(result);
-  gint64 cut = search_result_get_cut_evals(result);
-  double rate = elapsed > 0 ? (double)evals / elapsed : 0;
-  if (search_result_get_interrupted(result))
+  if (search_result_get_interrupted(s->result))
     g_printerr("parasol search: %s; keeping the best strategy found so far\n",
                cli_signal_text(search_signals_first()));
-  if (search_result_get_abandoned(result))
+  if (search_result_get_abandoned(s->result))
     g_printerr("parasol search: %s had not returned at the end of its budget; keeping the "
-               "best strategy it reported\n", algo->name);
+               "best strategy it reported\n", s->algo->name);
+  s->best = search_result_get_strategy(s->result);
+  s->bp = search_result_get_problem(s->result);
+  s->best_time = search_result_get_time(s->result);
   /* A search, unlike the fixed plans (data-parallel, expert, owt), gives way to a faster
    * yardstick (below) unless --own, or unless --allow kept some kinds of parallelism
    * from it, which the yardsticks do not heed. */
-  fallback = !own && search_algorithm_gives_way(algo, problem);
-  if (!best && !fallback)
-    goto infeasible;
-  /* The strategy is written first: whatever comes next (yardsticks, report) may be cut
-   * short by the budget or a signal. */
-  double best_time = search_result_get_time(result);
-  if (best && out) {
-    if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
-      goto fail;
-    g_printerr("parasol search: strategy written to %s\n", out);
-  }
+  s->fallback = !s->own && search_algorithm_gives_way(s->algo, s->problem);
+  return GO_ON;
+}
 
-  /* The yardsticks, within half of what is left of the budget (the report gets the rest);
-   * after a signal, none.  Then the plan kept: the search's, or a faster yardstick. */
-  gint64 yard_deadline = 0;
-  if (cmd_deadline > 0)
-    yard_deadline = g_get_monotonic_time() + (cmd_deadline - g_get_monotonic_time()) / 2;
-  const SearchYardsticks *y = search_result_measure(result, problem, &ro, yard_deadline, fallback);
-  double dp_raw = y->data_parallel, expert_time = y->expert;
-  gboolean dp_fits = y->data_parallel_fits;
-  dp_done = y->data_parallel_done;
-  yardstick_cut = !y->expert_complete;
-  expert_plans = y->expert_plans;
-  expert_simulated = y->expert_simulated;
-  if (yardstick_cut && expert_plans > 0)
-    g_printerr("parasol search: expert plans: %d of %d simulated %s; the yardstick is the "
-               "best of them\n", expert_simulated, expert_plans,
-               search_signals_seen() ? "before the signal" : "within the budget");
-  else if (yardstick_cut)
-    g_printerr("parasol search: expert plans: none simulated %s\n",
-               search_signals_seen() ? "after the signal" : "within the budget");
-
-  search_time = y->search_time;
-  kept = y->kept;
-  best = search_result_get_kept(result, &bp, &best_time);
-  if (kept && strcmp(kept, "search") && out) {
-    if (!sim_strategy_save(best, search_problem_get_graph(bp), out, &error))
-      goto fail;
-    g_printerr("parasol search: the %s plan is faster than the search's best; written to "
-               "%s instead\n", kept, out);
-  }
-  /* The report of the plan kept, with what is left of the budget: a simulation of the
-   * whole run, which on a large machine takes seconds. */
-  if (best && search_signals_seen() == 0) {
-    g_autoptr(SearchWatch) watch = search_watch_new((SearchProblem *)bp, cmd_deadline, TRUE);
-    search_problem_simulate(bp, best, &report, NULL);
-  }
-  if (best && !report)
-    g_printerr("parasol search: the report of the plan was not simulated within the %s\n",
-               search_signals_seen() ? "time left after the signal" : "budget");
-  if (!best)
-    goto infeasible;
-
-  if (plot) {
-    g_autofree char *gp = g_strconcat(plot_stem, ".gp", NULL);
-    g_autofree char *title = g_strdup_printf("%s on %s, %s", sim_graph_get_name(pb.graph),
-                                             sim_machine_get_name(pb.machine), algo->name);
-    if (!write_search_plot(gp, plot, log, title, dp_fits ? dp_raw : NAN, expert_time, &error))
-      goto fail;
-    cli_run_gnuplot("search", log, gp, plot);
-  }
-
-  SearchPlanSummary summary;
-  search_plan_summarize(search_problem_get_graph(bp), best, &summary);
-  if (json) {
-    g_autoptr(JsonBuilder) b = json_builder_new();
-    json_builder_begin_object(b);
-    json_builder_set_member_name(b, "format");
-    json_builder_add_string_value(b, "parasol-search-result");
-    json_builder_set_member_name(b, "version");
-    json_builder_add_int_value(b, 1);
-    json_builder_set_member_name(b, "algorithm");
-    json_builder_add_string_value(b, algo->name);
-    json_builder_set_member_name(b, "model");
-    json_builder_add_string_value(b, sim_graph_get_name(pb.graph));
-    json_builder_set_member_name(b, "machine");
-    json_builder_add_string_value(b, sim_machine_get_name(pb.machine));
-    json_builder_set_member_name(b, "seed");
-    json_builder_add_int_value(b, (gint64)ro.seed);
-    json_builder_set_member_name(b, "threads");
-    json_builder_add_int_value(b, ro.threads);
-    json_builder_set_member_name(b, "ranks");
-    json_builder_add_int_value(b, search_mpi_size());
-    {
-      gint64 exchanges;
-      double in_exchanges, cpu;
-      search_mpi_stats(&exchanges, &in_exchanges, &cpu);
-      json_builder_set_member_name(b, "exchanges");
-      json_builder_add_int_value(b, exchanges);
-      json_builder_set_member_name(b, "exchange_s");
-      json_builder_add_double_value(b, in_exchanges);
-      json_builder_set_member_name(b, "exchange_cpu_s");
-      json_builder_add_double_value(b, cpu);
-    }
-    json_builder_set_member_name(b, "elapsed_s");
-    json_builder_add_double_value(b, elapsed);
-    json_builder_set_member_name(b, "evals");
-    json_builder_add_int_value(b, evals);
-    json_builder_set_member_name(b, "evals_stopped_at_bound");
-    json_builder_add_int_value(b, cut);
-    json_builder_set_member_name(b, "evals_per_s");
-    json_builder_add_double_value(b, rate);
-    json_builder_set_member_name(b, "interrupted");
-    json_builder_add_boolean_value(b, search_result_get_interrupted(result));
-    add_time(b, "iteration_time_s", best_time);
-    add_time(b, "data_parallel_s", dp_raw);
-    json_builder_set_member_name(b, "data_parallel_fits");
-    json_builder_add_boolean_value(b, dp_fits);
-    add_time(b, "expert_s", expert_time);
-    json_builder_set_member_name(b, "expert_complete");
-    json_builder_add_boolean_value(b, !yardstick_cut);
-    json_builder_set_member_name(b, "expert_plans");
-    json_builder_add_int_value(b, expert_plans);
-    json_builder_set_member_name(b, "expert_plans_simulated");
-    json_builder_add_int_value(b, expert_simulated);
-    json_builder_set_member_name(b, "data_parallel_simulated");
-    json_builder_add_boolean_value(b, dp_done);
-    json_builder_set_member_name(b, "report_complete");
-    json_builder_add_boolean_value(b, report != NULL);
-    json_builder_set_member_name(b, "abandoned");
-    json_builder_add_boolean_value(b, search_result_get_abandoned(result));
-    json_builder_set_member_name(b, "signal");
-    if (search_signals_first())
-      json_builder_add_string_value(b, search_signals_first() == SIGTERM ? "SIGTERM" : "SIGINT");
-    else
-      json_builder_add_null_value(b);
-    json_builder_set_member_name(b, "wall_s");
-    json_builder_add_double_value(b, (double)(g_get_monotonic_time() - t_start) / 1e6);
-    add_time(b, "speedup_over_data_parallel", isfinite(dp_raw) ? dp_raw / best_time : NAN);
-    add_time(b, "speedup_over_expert", expert_time / best_time);
-    /* What the algorithm itself found, when a yardstick was kept instead. */
-    json_builder_set_member_name(b, "kept");
-    json_builder_add_string_value(b, kept);
-    add_time(b, "search_iteration_time_s", search_time);
-    add_time(b, "search_speedup_over_data_parallel",
-             isfinite(dp_raw) ? dp_raw / search_time : NAN);
-    add_time(b, "search_speedup_over_expert",
-             isfinite(search_time) ? expert_time / search_time : NAN);
-    add_plan(b, &summary);
-    /* The algorithm's own cost model against the simulator, where it has one to say. */
-    double predicted = NAN, pred_sim = NAN;
-    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
-      add_time(b, "model_predicted_s", predicted);
-      add_time(b, "model_simulated_s", pred_sim);
-    }
-    if (pb.vocab_padded) {
-      /* As simulate --json says it (cli_problem_load() padded the model's vocabulary). */
-      json_builder_set_member_name(b, "vocab_padding");
-      json_builder_begin_object(b);
-      json_builder_set_member_name(b, "model_vocab");
-      json_builder_add_int_value(b, pb.vocab_default);
-      json_builder_set_member_name(b, "padded_vocab");
-      json_builder_add_int_value(b, pb.vocab_padded);
-      json_builder_set_member_name(b, "tp");
-      json_builder_add_int_value(b, pb.vocab_tp);
-      json_builder_end_object(b);
-    }
-    json_builder_set_member_name(b, "rewrites");
-    json_builder_begin_array(b);
-    for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
-      json_builder_add_string_value(b, sim_strategy_rewrite(best, i));
-    json_builder_end_array(b);
-    g_autofree char *rj = report ? sim_report_to_json(report) : NULL;
-    add_json_text(b, "report", rj);
-    g_autofree char *sj = sim_strategy_to_json(best, search_problem_get_graph(bp));
-    add_json_text(b, "strategy", sj);
-    json_builder_end_object(b);
-    g_autoptr(JsonNode) root = json_builder_get_root(b);
-    g_autofree char *text = json_to_string(root, TRUE);
-    printf("%s\n", text);
-  } else {
-    if (report) {
-      sim_report_print(report, stdout);
-      printf("\n");
-    }
-    printf("search\n");
-    printf("  algorithm           %s, seed %" G_GUINT64_FORMAT ", %d thread%s\n", algo->name,
-           ro.seed, ro.threads, ro.threads == 1 ? "" : "s");
-    printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s%s\n",
-           elapsed, evals, rate,
-           search_result_get_interrupted(result) ? ", " : "",
-           search_result_get_interrupted(result) ? cli_signal_text(search_signals_first())
-                                                 : "");
-    if (search_mpi_size() > 1) {
-      gint64 exchanges;
-      double in_exchanges;
-      search_mpi_stats(&exchanges, &in_exchanges, NULL);
-      printf("  ranks               %d (MPI), %" G_GINT64_FORMAT " exchanges, %.2f s in them on "
-             "rank 0\n", search_mpi_size(), exchanges, in_exchanges);
-    }
-    if (cut > 0)
-      printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
-             "past the cost the search could keep\n", cut, 100.0 * cut / evals);
-    if (!report) {
-      g_autofree char *t = cli_format_time(best_time);
-      printf("  predicted           %s per iteration (not done: the report, whose simulation "
-             "did not fit in the %s)\n", t,
-             search_signals_seen() ? "time after the signal" : "budget");
-    }
-    g_autofree char *plan_text = search_plan_summary_text(&summary);
-    printf("  plan                %s\n", plan_text);
-    if (sim_strategy_n_rewrites(best) > 0) {
-      printf("  rewrites           ");
-      for (int i = 0; i < sim_strategy_n_rewrites(best); i++)
-        printf(" %s", sim_strategy_rewrite(best, i));
-      printf("\n");
-    }
-    double predicted = NAN, pred_sim = NAN;
-    if (search_result_get_prediction(result, &predicted, &pred_sim)) {
-      g_autofree char *t_p = cli_format_time(predicted);
-      g_autofree char *t_s = cli_format_time(pred_sim);
-      double gap = 100.0 * (predicted - pred_sim) / pred_sim;
-      if (isfinite(pred_sim))
-        printf("  cost model          %s predicted for its plan, %s simulated (%.0f%% %s)\n",
-               t_p, t_s, fabs(gap), gap >= 0 ? "over" : "under");
-      else
-        printf("  cost model          %s predicted for its plan, which does not fit when "
-               "simulated\n", t_p);
-    }
-    g_autofree char *s_dp = speedup_text(dp_raw, best_time);
-    g_autofree char *s_ex = speedup_text(expert_time, best_time);
-    g_autofree char *t_dp = cli_format_time(dp_raw);
-    g_autofree char *t_ex = cli_format_time(expert_time);
-    printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
-           isfinite(dp_raw) ? t_dp : "n/a", isfinite(dp_raw) && !dp_fits ? ", does not fit" : "",
-           s_ex, isfinite(expert_time) ? t_ex : yardstick_cut ? "none simulated" : "none fits",
-           yardstick_cut && isfinite(expert_time) ? ", the best of those simulated" : "");
-    if (yardstick_cut && expert_plans > 0)
-      printf("  not done            expert plans: %d of %d simulated%s\n", expert_simulated,
-             expert_plans, dp_done ? "" : "; data parallelism not simulated");
-    else if (yardstick_cut)
-      printf("  not done            expert plans not simulated%s\n",
-             dp_done ? "" : "; data parallelism not simulated");
-    else if (!dp_done)
-      printf("  not done            data parallelism not simulated\n");
-    if (strcmp(kept, "search")) {
-      g_autofree char *t_s = cli_format_time(search_time);
-      g_autofree char *s_s = speedup_text(expert_time, search_time);
-      if (isfinite(search_time))
-        printf("  kept                the %s plan: the search's best, %s, is %s it\n", kept, t_s,
-               s_s);
-      else
-        printf("  kept                the %s plan: the search found no feasible strategy\n",
-               kept);
-    }
-  }
-  if (search_result_get_log_error(result)) {
-    g_printerr("parasol search: %s\n", search_result_get_log_error(result));
-    status = CLI_EXIT_USAGE;
-  }
-  goto done;
-
-infeasible:
+/* "found no feasible strategy", exit status 1. */
+static int infeasible(const Search *s)
+{
+  gboolean yardstick_cut = s->y && !s->y->expert_complete;
   g_printerr("parasol search: %s found no feasible strategy in %.1f s and %" G_GINT64_FORMAT
              " evaluations%s%s\n",
-             algo->name, search_result_get_elapsed(result), search_result_get_evals(result),
-             search_problem_get_memory_limit(problem)
+             s->algo->name, search_result_get_elapsed(s->result),
+             search_result_get_evals(s->result),
+             search_problem_get_memory_limit(s->problem)
                ? " (every strategy it tried runs out of device memory or failed)" : "",
-             fallback && !yardstick_cut ? "; no data-parallel or expert plan is feasible either"
-                                        : "");
-  status = CLI_EXIT_FAILURE;
-  goto done;
+             s->fallback && !yardstick_cut
+               ? "; no data-parallel or expert plan is feasible either" : "");
+  return CLI_EXIT_FAILURE;
+}
 
-fail:
-  status = cli_report_error(error);
-done:
+/* Writes the plan kept to --out. */
+static int write_strategy(const Search *s)
+{
+  GError *error = NULL;
+  if (!sim_strategy_save(s->best, search_problem_get_graph(s->bp), s->out, &error))
+    return cli_report_error(error);
+  return GO_ON;
+}
+
+/* The search's strategy is written first: whatever comes next (yardsticks, report) may be
+ * cut short by the budget or a signal.  Then the yardsticks, within half of what is left
+ * of the budget (the report gets the rest; after a signal, none), and the plan kept: the
+ * search's, or a faster yardstick (search_result_measure()), written in its place. */
+static int keep_plan(Search *s)
+{
+  if (!s->best && !s->fallback)
+    return infeasible(s);
+  if (s->best && s->out) {
+    int status = write_strategy(s);
+    if (status != GO_ON)
+      return status;
+    g_printerr("parasol search: strategy written to %s\n", s->out);
+  }
+  gint64 yard_deadline = 0;
+  if (s->cmd_deadline > 0)
+    yard_deadline = g_get_monotonic_time() + (s->cmd_deadline - g_get_monotonic_time()) / 2;
+  const SearchYardsticks *y = s->y =
+    search_result_measure(s->result, s->problem, &s->ro, yard_deadline, s->fallback);
+  if (!y->expert_complete && y->expert_plans > 0)
+    g_printerr("parasol search: expert plans: %d of %d simulated %s; the yardstick is the "
+               "best of them\n", y->expert_simulated, y->expert_plans,
+               search_signals_seen() ? "before the signal" : "within the budget");
+  else if (!y->expert_complete)
+    g_printerr("parasol search: expert plans: none simulated %s\n",
+               search_signals_seen() ? "after the signal" : "within the budget");
+  s->best = search_result_get_kept(s->result, &s->bp, &s->best_time);
+  if (y->kept && strcmp(y->kept, "search") && s->out) {
+    int status = write_strategy(s);
+    if (status != GO_ON)
+      return status;
+    g_printerr("parasol search: the %s plan is faster than the search's best; written to "
+               "%s instead\n", y->kept, s->out);
+  }
+  return GO_ON;
+}
+
+/* The report of the plan kept, with what is left of the budget: a simulation of the whole
+ * run, which on a large machine takes seconds. */
+static int simulate_kept(Search *s)
+{
+  if (s->best && search_signals_seen() == 0) {
+    g_autoptr(SearchWatch) watch =
+      search_watch_new((SearchProblem *)s->bp, s->cmd_deadline, TRUE);
+    search_problem_simulate(s->bp, s->best, &s->report, NULL);
+  }
+  if (s->best && !s->report)
+    g_printerr("parasol search: the report of the plan was not simulated within the %s\n",
+               search_signals_seen() ? "time left after the signal" : "budget");
+  if (!s->best)
+    return infeasible(s);
+  return GO_ON;
+}
+
+/* The improvement log drawn with gnuplot (--plot). */
+static int draw_plot(const Search *s)
+{
+  g_autofree char *gp = g_strconcat(s->plot_stem, ".gp", NULL);
+  g_autofree char *title = g_strdup_printf("%s on %s, %s", sim_graph_get_name(s->pb.graph),
+                                           sim_machine_get_name(s->pb.machine), s->algo->name);
+  GError *error = NULL;
+  const SearchYardsticks *y = s->y;
+  if (!write_search_plot(gp, s->plot, s->log, title,
+                         y->data_parallel_fits ? y->data_parallel : NAN, y->expert, &error))
+    return cli_report_error(error);
+  cli_run_gnuplot("search", s->log, gp, s->plot);
+  return GO_ON;
+}
+
+/* --json: how the search ran (seed, threads, ranks, evaluations, signal). */
+static void add_run_figures(JsonBuilder *b, const Search *s)
+{
+  const SearchResult *r = s->result;
+  double elapsed = search_result_get_elapsed(r);
+  gint64 evals = search_result_get_evals(r);
+  json_builder_set_member_name(b, "seed");
+  json_builder_add_int_value(b, (gint64)s->ro.seed);
+  json_builder_set_member_name(b, "threads");
+  json_builder_add_int_value(b, s->ro.threads);
+  json_builder_set_member_name(b, "ranks");
+  json_builder_add_int_value(b, search_mpi_size());
+  gint64 exchanges;
+  double in_exchanges, cpu;
+  search_mpi_stats(&exchanges, &in_exchanges, &cpu);
+  json_builder_set_member_name(b, "exchanges");
+  json_builder_add_int_value(b, exchanges);
+  json_builder_set_member_name(b, "exchange_s");
+  json_builder_add_double_value(b, in_exchanges);
+  json_builder_set_member_name(b, "exchange_cpu_s");
+  json_builder_add_double_value(b, cpu);
+  json_builder_set_member_name(b, "elapsed_s");
+  json_builder_add_double_value(b, elapsed);
+  json_builder_set_member_name(b, "evals");
+  json_builder_add_int_value(b, evals);
+  json_builder_set_member_name(b, "evals_stopped_at_bound");
+  json_builder_add_int_value(b, search_result_get_cut_evals(r));
+  json_builder_set_member_name(b, "evals_per_s");
+  json_builder_add_double_value(b, elapsed > 0 ? (double)evals / elapsed : 0);
+  json_builder_set_member_name(b, "interrupted");
+  json_builder_add_boolean_value(b, search_result_get_interrupted(r));
+}
+
+/* --json: the plan kept against the yardsticks, and what was not done. */
+static void add_yardsticks(JsonBuilder *b, const Search *s)
+{
+  const SearchYardsticks *y = s->y;
+  add_time(b, "iteration_time_s", s->best_time);
+  add_time(b, "data_parallel_s", y->data_parallel);
+  json_builder_set_member_name(b, "data_parallel_fits");
+  json_builder_add_boolean_value(b, y->data_parallel_fits);
+  add_time(b, "expert_s", y->expert);
+  json_builder_set_member_name(b, "expert_complete");
+  json_builder_add_boolean_value(b, y->expert_complete);
+  json_builder_set_member_name(b, "expert_plans");
+  json_builder_add_int_value(b, y->expert_plans);
+  json_builder_set_member_name(b, "expert_plans_simulated");
+  json_builder_add_int_value(b, y->expert_simulated);
+  json_builder_set_member_name(b, "data_parallel_simulated");
+  json_builder_add_boolean_value(b, y->data_parallel_done);
+  json_builder_set_member_name(b, "report_complete");
+  json_builder_add_boolean_value(b, s->report != NULL);
+  json_builder_set_member_name(b, "abandoned");
+  json_builder_add_boolean_value(b, search_result_get_abandoned(s->result));
+  json_builder_set_member_name(b, "signal");
+  if (search_signals_first())
+    json_builder_add_string_value(b, search_signals_first() == SIGTERM ? "SIGTERM" : "SIGINT");
+  else
+    json_builder_add_null_value(b);
+  json_builder_set_member_name(b, "wall_s");
+  json_builder_add_double_value(b, (double)(g_get_monotonic_time() - s->t_start) / 1e6);
+  double dp = y->data_parallel;
+  add_time(b, "speedup_over_data_parallel", isfinite(dp) ? dp / s->best_time : NAN);
+  add_time(b, "speedup_over_expert", y->expert / s->best_time);
+  /* What the algorithm itself found, when a yardstick was kept instead. */
+  json_builder_set_member_name(b, "kept");
+  json_builder_add_string_value(b, y->kept);
+  add_time(b, "search_iteration_time_s", y->search_time);
+  add_time(b, "search_speedup_over_data_parallel",
+           isfinite(dp) ? dp / y->search_time : NAN);
+  add_time(b, "search_speedup_over_expert",
+           isfinite(y->search_time) ? y->expert / y->search_time : NAN);
+}
+
+static void print_json(const Search *s, const SearchPlanSummary *summary)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new();
+  json_builder_begin_object(b);
+  json_builder_set_member_name(b, "format");
+  json_builder_add_string_value(b, "parasol-search-result");
+  json_builder_set_member_name(b, "version");
+  json_builder_add_int_value(b, 1);
+  json_builder_set_member_name(b, "algorithm");
+  json_builder_add_string_value(b, s->algo->name);
+  json_builder_set_member_name(b, "model");
+  json_builder_add_string_value(b, sim_graph_get_name(s->pb.graph));
+  json_builder_set_member_name(b, "machine");
+  json_builder_add_string_value(b, sim_machine_get_name(s->pb.machine));
+  add_run_figures(b, s);
+  add_yardsticks(b, s);
+  add_plan(b, summary);
+  /* The algorithm's own cost model against the simulator, where it has one to say. */
+  double predicted = NAN, pred_sim = NAN;
+  if (search_result_get_prediction(s->result, &predicted, &pred_sim)) {
+    add_time(b, "model_predicted_s", predicted);
+    add_time(b, "model_simulated_s", pred_sim);
+  }
+  if (s->pb.vocab_padded) {
+    /* As simulate --json says it (cli_problem_load() padded the model's vocabulary). */
+    json_builder_set_member_name(b, "vocab_padding");
+    json_builder_begin_object(b);
+    json_builder_set_member_name(b, "model_vocab");
+    json_builder_add_int_value(b, s->pb.vocab_default);
+    json_builder_set_member_name(b, "padded_vocab");
+    json_builder_add_int_value(b, s->pb.vocab_padded);
+    json_builder_set_member_name(b, "tp");
+    json_builder_add_int_value(b, s->pb.vocab_tp);
+    json_builder_end_object(b);
+  }
+  json_builder_set_member_name(b, "rewrites");
+  json_builder_begin_array(b);
+  for (int i = 0; i < sim_strategy_n_rewrites(s->best); i++)
+    json_builder_add_string_value(b, sim_strategy_rewrite(s->best, i));
+  json_builder_end_array(b);
+  g_autofree char *rj = s->report ? sim_report_to_json(s->report) : NULL;
+  add_json_text(b, "report", rj);
+  g_autofree char *sj = sim_strategy_to_json(s->best, search_problem_get_graph(s->bp));
+  add_json_text(b, "strategy", sj);
+  json_builder_end_object(b);
+  g_autoptr(JsonNode) root = json_builder_get_root(b);
+  g_autofree char *text = json_to_string(root, TRUE);
+  printf("%s\n", text);
+}
+
+/* The text: how the search ran. */
+static void print_run(const Search *s)
+{
+  const SearchResult *r = s->result;
+  double elapsed = search_result_get_elapsed(r);
+  gint64 evals = search_result_get_evals(r);
+  gint64 cut = search_result_get_cut_evals(r);
+  printf("search\n");
+  printf("  algorithm           %s, seed %" G_GUINT64_FORMAT ", %d thread%s\n", s->algo->name,
+         s->ro.seed, s->ro.threads, s->ro.threads == 1 ? "" : "s");
+  printf("  searched            %.1f s, %" G_GINT64_FORMAT " evaluations (%.0f/s)%s%s\n",
+         elapsed, evals, elapsed > 0 ? (double)evals / elapsed : 0,
+         search_result_get_interrupted(r) ? ", " : "",
+         search_result_get_interrupted(r) ? cli_signal_text(search_signals_first()) : "");
+  if (search_mpi_size() > 1) {
+    gint64 exchanges;
+    double in_exchanges;
+    search_mpi_stats(&exchanges, &in_exchanges, NULL);
+    printf("  ranks               %d (MPI), %" G_GINT64_FORMAT " exchanges, %.2f s in them on "
+           "rank 0\n", search_mpi_size(), exchanges, in_exchanges);
+  }
+  if (cut > 0)
+    printf("                      %" G_GINT64_FORMAT " of them (%.0f%%) stopped early, once "
+           "past the cost the search could keep\n", cut, 100.0 * cut / evals);
+  if (!s->report) {
+    g_autofree char *t = cli_format_time(s->best_time);
+    printf("  predicted           %s per iteration (not done: the report, whose simulation "
+           "did not fit in the %s)\n", t,
+           search_signals_seen() ? "time after the signal" : "budget");
+  }
+}
+
+/* The text: the plan kept, its rewrites, and the algorithm's cost model against the
+ * simulator. */
+static void print_plan(const Search *s, const SearchPlanSummary *summary)
+{
+  g_autofree char *plan_text = search_plan_summary_text(summary);
+  printf("  plan                %s\n", plan_text);
+  if (sim_strategy_n_rewrites(s->best) > 0) {
+    printf("  rewrites           ");
+    for (int i = 0; i < sim_strategy_n_rewrites(s->best); i++)
+      printf(" %s", sim_strategy_rewrite(s->best, i));
+    printf("\n");
+  }
+  double predicted = NAN, pred_sim = NAN;
+  if (search_result_get_prediction(s->result, &predicted, &pred_sim)) {
+    g_autofree char *t_p = cli_format_time(predicted);
+    g_autofree char *t_s = cli_format_time(pred_sim);
+    double gap = 100.0 * (predicted - pred_sim) / pred_sim;
+    if (isfinite(pred_sim))
+      printf("  cost model          %s predicted for its plan, %s simulated (%.0f%% %s)\n",
+             t_p, t_s, fabs(gap), gap >= 0 ? "over" : "under");
+    else
+      printf("  cost model          %s predicted for its plan, which does not fit when "
+             "simulated\n", t_p);
+  }
+}
+
+/* The text: the speedups over the yardsticks, what was not done, and the plan kept where
+ * it is not the search's. */
+static void print_yardsticks(const Search *s)
+{
+  const SearchYardsticks *y = s->y;
+  double dp = y->data_parallel, expert = y->expert;
+  gboolean cut = !y->expert_complete;
+  g_autofree char *s_dp = speedup_text(dp, s->best_time);
+  g_autofree char *s_ex = speedup_text(expert, s->best_time);
+  g_autofree char *t_dp = cli_format_time(dp);
+  g_autofree char *t_ex = cli_format_time(expert);
+  printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
+         isfinite(dp) ? t_dp : "n/a", isfinite(dp) && !y->data_parallel_fits ? ", does not fit" : "",
+         s_ex, isfinite(expert) ? t_ex : cut ? "none simulated" : "none fits",
+         cut && isfinite(expert) ? ", the best of those simulated" : "");
+  const char *no_dp = y->data_parallel_done ? "" : "; data parallelism not simulated";
+  if (cut && y->expert_plans > 0)
+    printf("  not done            expert plans: %d of %d simulated%s\n", y->expert_simulated,
+           y->expert_plans, no_dp);
+  else if (cut)
+    printf("  not done            expert plans not simulated%s\n", no_dp);
+  else if (!y->data_parallel_done)
+    printf("  not done            data parallelism not simulated\n");
+  if (strcmp(y->kept, "search")) {
+    g_autofree char *t_s = cli_format_time(y->search_time);
+    g_autofree char *s_s = speedup_text(expert, y->search_time);
+    if (isfinite(y->search_time))
+      printf("  kept                the %s plan: the search's best, %s, is %s it\n", y->kept,
+             t_s, s_s);
+    else
+      printf("  kept                the %s plan: the search found no feasible strategy\n",
+             y->kept);
+  }
+}
+
+/* The plot, the result (--json or text), and the log's error, if writing it failed. */
+static int print_result(Search *s)
+{
+  if (s->plot) {
+    int status = draw_plot(s);
+    if (status != GO_ON)
+      return status;
+  }
+  SearchPlanSummary summary;
+  search_plan_summarize(search_problem_get_graph(s->bp), s->best, &summary);
+  if (s->json) {
+    print_json(s, &summary);
+  } else {
+    if (s->report) {
+      sim_report_print(s->report, stdout);
+      printf("\n");
+    }
+    print_run(s);
+    print_plan(s, &summary);
+    print_yardsticks(s);
+  }
+  if (search_result_get_log_error(s->result)) {
+    g_printerr("parasol search: %s\n", search_result_get_log_error(s->result));
+    return CLI_EXIT_USAGE;
+  }
+  return GO_ON;
+}
+
+static void search_clear(Search *s)
+{
   /* The signals stay caught until the process ends: a second one while it exits would
    * otherwise kill it after the plan was written, with the signal's status. */
-  if (result && search_result_get_abandoned(result)) {
+  g_clear_pointer(&s->report, sim_report_free);
+  if (s->result && search_result_get_abandoned(s->result)) {
     /* The algorithm left running still reads the problem, its graph and machine: they
      * stay until the process ends. */
-    g_clear_pointer(&report, sim_report_free);
-    g_clear_pointer(&result, search_result_free);
-    problem = NULL;
-    cli_search_options_clear(&so);
-    return status;
+    g_clear_pointer(&s->result, search_result_free);
+  } else {
+    /* The problem and results borrow the graph and machine: they go first. */
+    g_clear_pointer(&s->result, search_result_free);
+    g_clear_pointer(&s->problem, search_problem_unref);
+    cli_problem_clear(&s->pb);
   }
-  /* The problem and results borrow the graph and machine: they go first. */
-  g_clear_pointer(&report, sim_report_free);
-  g_clear_pointer(&result, search_result_free);
-  g_clear_pointer(&problem, search_problem_unref);
-  cli_problem_clear(&pb);
-  cli_search_options_clear(&so);
-  return status;
+  g_free(s->model);
+  g_free(s->machine);
+  g_free(s->algo_name);
+  g_free(s->out);
+  g_free(s->log);
+  g_free(s->plot);
+  g_free(s->plot_stem);
+  g_strfreev(s->params);
+  cli_plan_options_clear(&s->plan);
+  cli_search_options_clear(&s->so);
+}
+
+int cmd_search(int argc, char **argv)
+{
+  Search s = { .t_start = g_get_monotonic_time() };
+  cli_plan_options_init(&s.plan);
+  cli_search_options_init(&s.so);
+  int status = parse_options(&s, argc, argv);
+  if (status == GO_ON) {
+    /* The command's budget runs from here, as before the options were read. */
+    s.t_start = g_get_monotonic_time();
+    status = load(&s);
+  }
+  if (status == GO_ON)
+    status = run(&s);
+  if (status == GO_ON)
+    status = keep_plan(&s);
+  if (status == GO_ON)
+    status = simulate_kept(&s);
+  if (status == GO_ON)
+    status = print_result(&s);
+  search_clear(&s);
+  return status == GO_ON ? CLI_EXIT_OK : status;
 }

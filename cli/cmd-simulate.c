@@ -120,6 +120,77 @@ static int simulate_batch(const char *path)
   return worst;
 }
 
+/* The default plan does not fit: the largest micro-batch that does, simulated, replaces
+ * *@s and *@r where there is one (said on stderr with @say). */
+static void fit_microbatches(const CliPlanOptions *plan, const CliProblem *pb,
+                             const SimOptions *o, SimStrategy **s, SimReport **r, gboolean say)
+{
+  SimMegatronOptions mo;
+  if (!cli_plan_resolve(plan, pb->graph, pb->machine, &mo, NULL))
+    return;
+  g_autoptr(SimReport) rk = NULL;
+  int64_t k = 0;
+  g_autoptr(SimStrategy) sk =
+    sim_strategy_megatron_fit(pb->graph, pb->machine, &mo, pb->cost, o, &rk, &k);
+  if (!sk)
+    return;
+  int64_t per = sim_graph_batch_size(pb->graph) / MAX(sim_machine_n_devices(pb->machine), 1);
+  g_autofree char *was = cli_format_bytes((double)sim_report_max_peak_memory(*r));
+  g_autofree char *now = cli_format_bytes((double)sim_report_max_peak_memory(rk));
+  if (say)
+    g_printerr("parasol: %" G_GINT64_FORMAT " samples a GPU in one micro-batch need %s; "
+               "micro-batches of %" G_GINT64_FORMAT " (%" G_GINT64_FORMAT " a step) fit "
+               "in %s: simulated with those (--microbatch-size %" G_GINT64_FORMAT ")\n",
+               per, was, k, per / k, now, k);
+  g_clear_pointer(s, sim_strategy_free);
+  g_clear_pointer(r, sim_report_free);
+  *s = g_steal_pointer(&sk);
+  *r = g_steal_pointer(&rk);
+}
+
+/* The result: a line of JSON for batch line @line (>= 0), the report as JSON with @json,
+ * or as text. */
+static void print_report(const SimReport *r, const CliProblem *pb, int line, gboolean json)
+{
+  if (line >= 0) {
+    printf("{\"line\": %d, \"iteration_time_s\": %.9g, \"throughput_samples_per_s\": %.9g, "
+           "\"mfu\": %.6f, \"fits\": %s, \"peak_memory_max_bytes\": %" G_GINT64_FORMAT
+           ", \"tasks\": %" G_GINT64_FORMAT ", \"folding\": \"%s\"}\n",
+           line, sim_report_iteration_time(r), sim_report_throughput(r), sim_report_mfu(r),
+           sim_report_fits(r) ? "true" : "false", sim_report_max_peak_memory(r),
+           sim_report_n_tasks(r), sim_report_folding(r));
+    fflush(stdout);
+  } else if (json) {
+    g_autofree char *text = report_json(r, pb);
+    printf("%s\n", text);
+  } else {
+    sim_report_print(r, stdout);
+    if (!sim_report_fits(r))
+      g_printerr("parasol: the plan does not fit in GPU memory; smaller micro-batches "
+                 "(--microbatch-size), recomputed activations (--recompute full), sharded "
+                 "optimizer states (--zero1) or more model parallelism (--tp, --pp) lower the "
+                 "peak, and `parasol search` looks only among plans that fit\n");
+  }
+}
+
+/* The timeline to @path (only the devices in @keep where not NULL). */
+static gboolean write_trace(const SimReport *r, const char *path, const GArray *keep,
+                            GError **error)
+{
+  int64_t events = 0;
+  if (!cli_make_parent(path, error) ||
+      !sim_report_write_trace_devices(r, path, keep ? (const int *)keep->data : NULL,
+                                      keep ? (int)keep->len : 0, &events, error))
+    return FALSE;
+  g_printerr("parasol: timeline written to %s (%" G_GINT64_FORMAT " events)\n", path, events);
+  /* Perfetto's UI holds a JSON trace in the browser's memory: some tens of millions of
+   * events are more than it loads. */
+  if (events > TRACE_EVENTS_WARN && !keep)
+    g_printerr("parasol: a trace this large may not open in ui.perfetto.dev; "
+               "--trace-devices keeps fewer GPUs (e.g. one of each pipeline stage)\n");
+  return TRUE;
+}
+
 /* One simulation.  With @line >= 0 (a line of a batch) the result, or the error, is one
  * line of JSON on stdout and errors go nowhere else. */
 static int simulate_one(int argc, char **argv, int line)
@@ -216,66 +287,16 @@ static int simulate_one(int argc, char **argv, int line)
   /* The default plan (data parallel over every GPU, no word on micro-batches) takes the
    * largest micro-batch that fits, as one would set it by hand; a plan given in flags or a
    * file is simulated as given. */
-  gboolean defaults = !strategy_file && !cli_plan_has_degrees(&plan);
-  SimMegatronOptions mo;
-  if (defaults && !sim_report_fits(r) &&
-      cli_plan_resolve(&plan, pb.graph, pb.machine, &mo, NULL)) {
-    g_autoptr(SimReport) rk = NULL;
-    int64_t k = 0;
-    g_autoptr(SimStrategy) sk =
-      sim_strategy_megatron_fit(pb.graph, pb.machine, &mo, pb.cost, &o, &rk, &k);
-    if (sk) {
-      int64_t per = sim_graph_batch_size(pb.graph) / MAX(sim_machine_n_devices(pb.machine), 1);
-      g_autofree char *was = cli_format_bytes((double)sim_report_max_peak_memory(r));
-      g_autofree char *now = cli_format_bytes((double)sim_report_max_peak_memory(rk));
-      if (line < 0)
-        g_printerr("parasol: %" G_GINT64_FORMAT " samples a GPU in one micro-batch need %s; "
-                   "micro-batches of %" G_GINT64_FORMAT " (%" G_GINT64_FORMAT " a step) fit "
-                   "in %s: simulated with those (--microbatch-size %" G_GINT64_FORMAT ")\n",
-                   per, was, k, per / k, now, k);
-      g_clear_pointer(&s, sim_strategy_free);
-      g_clear_pointer(&r, sim_report_free);
-      s = g_steal_pointer(&sk);
-      r = g_steal_pointer(&rk);
-    }
-  }
+  if (!strategy_file && !cli_plan_has_degrees(&plan) && !sim_report_fits(r))
+    fit_microbatches(&plan, &pb, &o, &s, &r, line < 0);
   if (save && (!cli_make_parent(save, &error) || !sim_strategy_save(s, pb.graph, save, &error))) {
     cli_problem_clear(&pb);
     return fail(line, error);
   }
-  if (line >= 0) {
-    printf("{\"line\": %d, \"iteration_time_s\": %.9g, \"throughput_samples_per_s\": %.9g, "
-           "\"mfu\": %.6f, \"fits\": %s, \"peak_memory_max_bytes\": %" G_GINT64_FORMAT
-           ", \"tasks\": %" G_GINT64_FORMAT ", \"folding\": \"%s\"}\n",
-           line, sim_report_iteration_time(r), sim_report_throughput(r), sim_report_mfu(r),
-           sim_report_fits(r) ? "true" : "false", sim_report_max_peak_memory(r),
-           sim_report_n_tasks(r), sim_report_folding(r));
-    fflush(stdout);
-  } else if (json) {
-    g_autofree char *text = report_json(r, &pb);
-    printf("%s\n", text);
-  } else {
-    sim_report_print(r, stdout);
-    if (!sim_report_fits(r))
-      g_printerr("parasol: the plan does not fit in GPU memory; smaller micro-batches "
-                 "(--microbatch-size), recomputed activations (--recompute full), sharded "
-                 "optimizer states (--zero1) or more model parallelism (--tp, --pp) lower the "
-                 "peak, and `parasol search` looks only among plans that fit\n");
-  }
-  if (trace) {
-    int64_t events = 0;
-    if (!cli_make_parent(trace, &error) ||
-        !sim_report_write_trace_devices(r, trace, keep ? (const int *)keep->data : NULL,
-                                        keep ? (int)keep->len : 0, &events, &error)) {
-      cli_problem_clear(&pb);
-      return fail(line, error);
-    }
-    g_printerr("parasol: timeline written to %s (%" G_GINT64_FORMAT " events)\n", trace, events);
-    /* Perfetto's UI holds a JSON trace in the browser's memory: some tens of millions of
-     * events are more than it loads. */
-    if (events > TRACE_EVENTS_WARN && !keep)
-      g_printerr("parasol: a trace this large may not open in ui.perfetto.dev; "
-                 "--trace-devices keeps fewer GPUs (e.g. one of each pipeline stage)\n");
+  print_report(r, &pb, line, json);
+  if (trace && !write_trace(r, trace, keep, &error)) {
+    cli_problem_clear(&pb);
+    return fail(line, error);
   }
   cli_problem_clear(&pb);
   /* A plan that does not fit is a result, not an error, but scripts must not take it

@@ -97,6 +97,114 @@ static gboolean write_plot(const char *gp, const char *png, const char *title,
   return cli_close_output(f, gp, error);
 }
 
+/* Every task of the plan, predicted against measured, into @path (PREFIX-tasks.csv); the
+ * predicted and measured time of each class is summed into @pred and @meas. */
+static gboolean compare_tasks(const CliExec *e, const SimReport *rep, const char *path,
+                              double *pred, double *meas, GError **error)
+{
+  int n = sim_plan_n_tasks(e->plan);
+  const double *ms = exec_run_task_start(e->run), *me = exec_run_task_end(e->run);
+  const double *busy = exec_run_task_busy(e->run);
+  FILE *tcsv = open_out(path, error);
+  if (!tcsv)
+    return FALSE;
+  fprintf(tcsv, "task,kind,class,device,peer,op,mb,predicted_start_s,predicted_end_s,"
+                "measured_start_s,measured_end_s,measured_busy_s\n");
+  for (int i = 0; i < n; i++) {
+    SimPlanTask t;
+    sim_plan_task(e->plan, i, &t);
+    SimTaskRecord rec;
+    gboolean have = sim_report_record(rep, i, &rec) && rec.start >= 0;
+    if (have && (!strcmp(rec.kind, "compute") || !strcmp(rec.kind, "flow"))) {
+      int c = class_index(rec.cls);
+      if (c >= 0)
+        pred[c] += rec.end - rec.start;
+    }
+    const char *cls = task_class(&t);
+    if (cls && ms[i] >= 0)
+      meas[class_index(cls)] += busy[i];
+    if (!cls && !(have && !strcmp(rec.kind, "flow")))
+      continue;
+    fprintf(tcsv, "%d,%s,%s,%d,%d,%s,%d,%.9g,%.9g,%.9g,%.9g,%.9g\n", i, kind_name(t.kind),
+            cls ? cls : rec.cls, t.device, t.peer,
+            t.op >= 0 ? sim_graph_op_name(e->pb.graph, t.op) : "", t.mb, have ? rec.start : -1,
+            have ? rec.end : -1, ms[i], me[i], busy[i]);
+  }
+  return cli_close_output(tcsv, path, error);
+}
+
+/* The comparison per class and in total: printed as a table (or as JSON with @json) and
+ * written to @path (PREFIX.csv). */
+static gboolean print_classes(const CliExec *e, int steps, gboolean json, const char *path,
+                              const double *pred, const double *meas, double pred_total,
+                              double meas_total, GError **error)
+{
+  g_autoptr(JsonBuilder) jb = json ? json_builder_new() : NULL;
+  if (jb) {
+    json_builder_begin_object(jb);
+    json_builder_set_member_name(jb, "model");
+    json_builder_add_string_value(jb, sim_graph_get_name(e->pb.graph));
+    json_builder_set_member_name(jb, "machine");
+    json_builder_add_string_value(jb, sim_machine_get_name(e->pb.machine));
+    json_builder_set_member_name(jb, "devices");
+    json_builder_add_int_value(jb, cli_exec_devices_used(e->plan));
+    json_builder_set_member_name(jb, "gpu");
+    json_builder_add_string_value(jb, sim_machine_device_spec(e->pb.machine, 0)->name);
+    json_builder_set_member_name(jb, "backend");
+    json_builder_add_string_value(jb, exec_backend_get_name(e->backend));
+    json_builder_set_member_name(jb, "step");
+    json_builder_add_int_value(jb, steps);
+    json_builder_set_member_name(jb, "classes");
+    json_builder_begin_array(jb);
+  } else {
+    printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
+           sim_graph_get_name(e->pb.graph), sim_machine_get_name(e->pb.machine),
+           cli_exec_devices_used(e->plan), sim_machine_device_spec(e->pb.machine, 0)->name,
+           exec_backend_get_name(e->backend), steps);
+    printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
+  }
+  FILE *csv = open_out(path, error);
+  if (!csv)
+    return FALSE;
+  fprintf(csv, "class,predicted_s,measured_s\n");
+  for (guint k = 0; k < N_CLASSES; k++) {
+    if (pred[k] == 0 && meas[k] == 0)
+      continue;
+    if (jb) {
+      json_builder_begin_object(jb);
+      json_builder_set_member_name(jb, "class");
+      json_builder_add_string_value(jb, classes[k]);
+      json_builder_set_member_name(jb, "predicted_s");
+      json_builder_add_double_value(jb, pred[k]);
+      json_builder_set_member_name(jb, "measured_s");
+      json_builder_add_double_value(jb, meas[k]);
+      json_builder_end_object(jb);
+    } else {
+      g_autofree char *tp = cli_format_time(pred[k]);
+      g_autofree char *tm = cli_format_time(meas[k]);
+      g_autofree char *r = pred[k] > 0 ? g_strdup_printf("%.3g", meas[k] / pred[k])
+                                       : g_strdup("-");
+      printf("%-12s %14s %14s %10s\n", classes[k], tp, tm, r);
+    }
+    fprintf(csv, "%s,%.9g,%.9g\n", classes[k], pred[k], meas[k]);
+  }
+  if (jb) {
+    json_builder_end_array(jb);
+    json_builder_set_member_name(jb, "iteration_predicted_s");
+    json_builder_add_double_value(jb, pred_total);
+    json_builder_set_member_name(jb, "iteration_measured_s");
+    json_builder_add_double_value(jb, meas_total);
+    json_builder_end_object(jb);
+    cli_print_json(jb);
+  } else {
+    g_autofree char *tp = cli_format_time(pred_total);
+    g_autofree char *tm = cli_format_time(meas_total);
+    printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
+  }
+  fprintf(csv, "iteration,%.9g,%.9g\n", pred_total, meas_total);
+  return cli_close_output(csv, path, error);
+}
+
 int cmd_validate(int argc, char **argv)
 {
   g_autofree char *model = NULL, *machine = NULL, *strategy_file = NULL, *prefix = NULL;
@@ -139,8 +247,6 @@ int cmd_validate(int argc, char **argv)
   GError *error = NULL;
   CliExec e;
   SimReport *rep = NULL;
-  JsonBuilder *jb = NULL;
-  FILE *csv = NULL, *tcsv = NULL;
   int status = CLI_EXIT_OK;
   const char *base = prefix ? prefix : "validate";
   g_autofree char *csv_path = g_strconcat(base, ".csv", NULL);
@@ -158,112 +264,14 @@ int cmd_validate(int argc, char **argv)
     if (!exec_run_step(e.run, &error))
       goto fail;
 
-  int n = sim_plan_n_tasks(e.plan);
-  const double *ms = exec_run_task_start(e.run), *me = exec_run_task_end(e.run);
-  const double *busy = exec_run_task_busy(e.run);
   double pred[N_CLASSES] = { 0 }, meas[N_CLASSES] = { 0 };
-  if (!(tcsv = open_out(tasks_path, &error)))
+  if (!compare_tasks(&e, rep, tasks_path, pred, meas, &error))
     goto fail;
-  fprintf(tcsv, "task,kind,class,device,peer,op,mb,predicted_start_s,predicted_end_s,"
-                "measured_start_s,measured_end_s,measured_busy_s\n");
-  for (int i = 0; i < n; i++) {
-    SimPlanTask t;
-    sim_plan_task(e.plan, i, &t);
-    SimTaskRecord rec;
-    gboolean have = sim_report_record(rep, i, &rec) && rec.start >= 0;
-    if (have && (!strcmp(rec.kind, "compute") || !strcmp(rec.kind, "flow"))) {
-      int c = class_index(rec.cls);
-      if (c >= 0)
-        pred[c] += rec.end - rec.start;
-    }
-    const char *cls = task_class(&t);
-    if (cls && ms[i] >= 0)
-      meas[class_index(cls)] += busy[i];
-    if (!cls && !(have && !strcmp(rec.kind, "flow")))
-      continue;
-    fprintf(tcsv, "%d,%s,%s,%d,%d,%s,%d,%.9g,%.9g,%.9g,%.9g,%.9g\n", i, kind_name(t.kind),
-            cls ? cls : rec.cls, t.device, t.peer,
-            t.op >= 0 ? sim_graph_op_name(e.pb.graph, t.op) : "", t.mb, have ? rec.start : -1,
-            have ? rec.end : -1, ms[i], me[i], busy[i]);
-  }
-  {
-    FILE *t = g_steal_pointer(&tcsv);
-    if (!cli_close_output(t, tasks_path, &error))
-      goto fail;
-  }
 
   double pred_total = sim_report_iteration_time(rep), meas_total = exec_run_step_time(e.run);
-  /* --json: the table as an object, the files written all the same. */
-  jb = json ? json_builder_new() : NULL;
-  if (jb) {
-    json_builder_begin_object(jb);
-    json_builder_set_member_name(jb, "model");
-    json_builder_add_string_value(jb, sim_graph_get_name(e.pb.graph));
-    json_builder_set_member_name(jb, "machine");
-    json_builder_add_string_value(jb, sim_machine_get_name(e.pb.machine));
-    json_builder_set_member_name(jb, "devices");
-    json_builder_add_int_value(jb, cli_exec_devices_used(e.plan));
-    json_builder_set_member_name(jb, "gpu");
-    json_builder_add_string_value(jb, sim_machine_device_spec(e.pb.machine, 0)->name);
-    json_builder_set_member_name(jb, "backend");
-    json_builder_add_string_value(jb, exec_backend_get_name(e.backend));
-    json_builder_set_member_name(jb, "step");
-    json_builder_add_int_value(jb, eo.steps);
-    json_builder_set_member_name(jb, "classes");
-    json_builder_begin_array(jb);
-  }
-  if (!jb)
-    printf("%s on %s, %d devices: simulated (%s) against executed (back end %s, step %d)\n",
-         sim_graph_get_name(e.pb.graph), sim_machine_get_name(e.pb.machine),
-         cli_exec_devices_used(e.plan), sim_machine_device_spec(e.pb.machine, 0)->name,
-         exec_backend_get_name(e.backend), eo.steps);
-  if (!jb)
-    printf("%-12s %14s %14s %10s\n", "class", "predicted", "measured", "ratio");
-  if (!(csv = open_out(csv_path, &error)))
+  if (!print_classes(&e, eo.steps, json, csv_path, pred, meas, pred_total, meas_total, &error))
     goto fail;
-  fprintf(csv, "class,predicted_s,measured_s\n");
-  for (guint k = 0; k < N_CLASSES; k++) {
-    if (pred[k] == 0 && meas[k] == 0)
-      continue;
-    g_autofree char *tp = cli_format_time(pred[k]);
-    g_autofree char *tm = cli_format_time(meas[k]);
-    g_autofree char *r = pred[k] > 0 ? g_strdup_printf("%.3g", meas[k] / pred[k]) : g_strdup("-");
-    if (!jb)
-      printf("%-12s %14s %14s %10s\n", classes[k], tp, tm, r);
-    if (jb) {
-      json_builder_begin_object(jb);
-      json_builder_set_member_name(jb, "class");
-      json_builder_add_string_value(jb, classes[k]);
-      json_builder_set_member_name(jb, "predicted_s");
-      json_builder_add_double_value(jb, pred[k]);
-      json_builder_set_member_name(jb, "measured_s");
-      json_builder_add_double_value(jb, meas[k]);
-      json_builder_end_object(jb);
-    }
-    fprintf(csv, "%s,%.9g,%.9g\n", classes[k], pred[k], meas[k]);
-  }
-  {
-    g_autofree char *tp = cli_format_time(pred_total);
-    g_autofree char *tm = cli_format_time(meas_total);
-    if (!jb)
-      printf("%-12s %14s %14s %10.3g\n", "iteration", tp, tm, meas_total / pred_total);
-    if (jb) {
-      json_builder_end_array(jb);
-      json_builder_set_member_name(jb, "iteration_predicted_s");
-      json_builder_add_double_value(jb, pred_total);
-      json_builder_set_member_name(jb, "iteration_measured_s");
-      json_builder_add_double_value(jb, meas_total);
-      json_builder_end_object(jb);
-      cli_print_json(jb);
-    }
-    fprintf(csv, "iteration,%.9g,%.9g\n", pred_total, meas_total);
-  }
-  {
-    FILE *c = g_steal_pointer(&csv);
-    if (!cli_close_output(c, csv_path, &error))
-      goto fail;
-  }
-  if (!jb && !strcmp(exec_backend_get_name(e.backend), "cpu"))
+  if (!json && !strcmp(exec_backend_get_name(e.backend), "cpu"))
     printf("(predictions are for the machine's GPUs; the cpu back end measures this host's "
            "CPU, so only the mechanism is compared)\n");
   title = g_strdup_printf("%s on %s: predicted vs measured (%s back end)",
@@ -277,14 +285,8 @@ int cmd_validate(int argc, char **argv)
 fail:
   status = cli_exec_report_error(error);
 done:
-  if (csv)
-    fclose(csv);
-  if (tcsv)
-    fclose(tcsv);
   if (rep)
     sim_report_free(rep);
-  if (jb)
-    g_object_unref(jb);
   cli_exec_clear(&e);
   cli_exec_options_clear(&eo);
   return status;

@@ -169,6 +169,58 @@ static ExecWeightGroup *group_of(Ctx *x, int op, int sh)
 }
 
 
+/* Boxes of @r covering the elements [@lo, @hi) of its row-major order, from dimension
+ * @d on (the outer ones fixed to one index each), appended to @out. */
+static void linear_boxes(SimRegion r, int d, int64_t lo, int64_t hi, GArray *out)
+{
+  if (lo >= hi)
+    return;
+  if (d >= r.ndim) {
+    g_array_append_val(out, r);
+    return;
+  }
+  int64_t inner = 1;
+  for (int e = d + 1; e < r.ndim; e++)
+    inner *= r.hi[e] - r.lo[e];
+  int64_t a = lo / inner, b = (hi - 1) / inner, base = r.lo[d];
+  if (lo % inner == 0 && hi % inner == 0) {
+    r.lo[d] = base + a;
+    r.hi[d] = base + hi / inner;
+    g_array_append_val(out, r);
+    return;
+  }
+  SimRegion s = r;
+  s.lo[d] = base + a;
+  s.hi[d] = base + a + 1;
+  if (a == b) {
+    linear_boxes(s, d + 1, lo - a * inner, hi - a * inner, out);
+    return;
+  }
+  linear_boxes(s, d + 1, lo - a * inner, inner, out);
+  if (b > a + 1) {
+    SimRegion m = r;
+    m.lo[d] = base + a + 1;
+    m.hi[d] = base + b;
+    g_array_append_val(out, m);
+  }
+  s.lo[d] = base + b;
+  s.hi[d] = base + b + 1;
+  linear_boxes(s, d + 1, 0, hi - b * inner, out);
+}
+
+/* Fills @v over the elements of @r outside [@plo, @phi) of its row-major order: what a
+ * device does not keep of a ZeRO-3 weight or gradient. */
+static void fill_outside_part(Ctx *x, int dev, const ExecView *v, const SimRegion *r, int64_t plo,
+                              int64_t phi, float value)
+{
+  GArray *boxes = g_array_new(FALSE, FALSE, sizeof(SimRegion));
+  linear_boxes(*r, 0, 0, plo, boxes);
+  linear_boxes(*r, 0, phi, sim_region_volume(r), boxes);
+  for (guint k = 0; k < boxes->len; k++)
+    compile_emit_fill(x, dev, v, &g_array_index(boxes, SimRegion, k), value);
+  g_array_free(boxes, TRUE);
+}
+
 static void emit_update_region(Ctx *x, int d, const ExecWeightSlot *slot, const SimRegion *r,
                                int64_t plo, int64_t phi)
 {
@@ -215,6 +267,11 @@ void compile_emit_update(Ctx *x, int task, int op, int sh)
       exec_part_range(n, gr->n_devices, k2, &plo, &phi);
     }
     emit_update_region(x, d, slot, r, plo, phi);
+    /* ZeRO-3: the rest of the weights is not kept until the next gather. */
+    if (gr && gr->zero3 && c->o.poison) {
+      ExecView w = compile_buf_view(slot->w);
+      fill_outside_part(x, d, &w, r, plo, phi, NAN);
+    }
   }
   emit_time(x, d, task, FALSE);
 }
@@ -380,24 +437,38 @@ void compile_emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
     int op = t->ops[q];
     const OpInfo *o = &x->ops[op];
     if (o->owner == op) {
-      /* The next group of @op on these devices this kind of task has not covered. */
+      /* The next group of @op on these devices this kind of task has not covered; under
+       * ZeRO-3, which the plan synchronizes and gathers many times a step, the one it
+       * has covered least. */
       ExecWeightGroup *gr = NULL;
-      for (guint k = 0; k < c->groups->len && !gr; k++) {
+      for (guint k = 0; k < c->groups->len; k++) {
         ExecWeightGroup *h = &g_array_index(c->groups, ExecWeightGroup, k);
-        gboolean covered = gather ? !h->sharded || h->gathered : h->synced;
-        if (h->op == op && !covered && same_devs(h->devices, h->n_devices, t->devices, t->n_devices))
+        if (h->op != op || !same_devs(h->devices, h->n_devices, t->devices, t->n_devices))
+          continue;
+        if (h->zero3) {
+          if (!gr || (gather ? h->n_gathers < gr->n_gathers : h->n_syncs < gr->n_syncs))
+            gr = h;
+        } else if (!gr && !(gather ? !h->sharded || h->gathered : h->synced)) {
           gr = h;
+        }
       }
       if (!gr) {
         compile_fail(x, EXEC_ERROR_UNSUPPORTED, "task %d synchronizes op '%s' over devices no "
                      "group of its shards shares", task, sim_graph_op_name(x->g, op));
         return;
       }
+      if (gr->zero3 && !gather && !t->sharded) {
+        compile_fail(x, EXEC_ERROR_UNSUPPORTED, "task %d sums the gradients of op '%s' whole, "
+                     "but the plan shards its weights (ZeRO-3)", task, sim_graph_op_name(x->g, op));
+        return;
+      }
       if (gather) {
         gr->gathered = TRUE;
+        gr->n_gathers++;
       } else {
         gr->synced = TRUE;
         gr->sharded = t->sharded;
+        gr->n_syncs++;
       }
       for (int i = 0; i < o->n_w; i++) {
         const SimRegion *r = &o->w_reg[gr->members[0] * o->n_w + i];
@@ -409,6 +480,13 @@ void compile_emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
                                           : EXEC_MOP_ALL_REDUCE;
           emit_coll(x, kind, d, t->devices, t->n_devices, coll_tag(task, sub), &v, r,
                     EXEC_REDUCE_SUM);
+          /* ZeRO-3: a device keeps the summed gradients of its part alone; what it had
+           * of the others' parts went into their sums. */
+          if (gr->zero3 && !gather) {
+            int64_t plo, phi;
+            exec_part_range(sim_region_volume(r), t->n_devices, k, &plo, &phi);
+            fill_outside_part(x, d, &v, r, plo, phi, 0.0f);
+          }
         }
         sub++;
       }

@@ -21,7 +21,10 @@
  *   receives (gradients add up at the receiver); REDUCE all-reduces partial sums (cross
  *   entropy over split classes combines its statistics instead); SYNC all-reduces or
  *   reduce-scatters weight gradients of the shard groups holding one weight region;
- *   GATHER_PARAMS all-gathers the weights after a sharded update.
+ *   GATHER_PARAMS all-gathers the weights after a sharded update, or under ZeRO-3 before
+ *   every micro-batch's forward and backward (each device then keeps only its part of the
+ *   weights between steps, the rest poisoned, and only its part of the gradients after
+ *   each reduce-scatter, the rest zeroed).
  */
 #include "compile.h"
 
@@ -227,6 +230,7 @@ static void find_groups(Ctx *x)
       }
       continue;
     }
+    SimMemoryOptions mo = sim_strategy_get_memory(c->s);
     gboolean *used = g_new0(gboolean, o->n_shards);
     for (int sh = 0; sh < o->n_shards; sh++) {
       if (used[sh])
@@ -243,6 +247,7 @@ static void find_groups(Ctx *x)
         if (rank_in(gr.devices, gr.n_devices, o->dev[s2]) < 0)
           gr.devices[gr.n_devices++] = o->dev[s2];
       }
+      gr.zero3 = gr.sharded = mo.zero1 && mo.zero3 && gr.n_devices > 1;
       g_array_append_val(c->groups, gr);
     }
     g_free(used);

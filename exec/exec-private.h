@@ -104,6 +104,11 @@ typedef struct {
   gboolean sharded;        /* synchronized by reduce-scatter (ZeRO-1)                  */
   gboolean synced;         /* a synchronization of the plan covers it                   */
   gboolean gathered;       /* ... and, when sharded, a gathering of the weights           */
+  /* ZeRO-3: each device keeps only its part of the weights between steps and of the
+   * gradients after each reduce-scatter; the plan gathers the weights before every
+   * micro-batch's forward and backward and reduce-scatters after every backward. */
+  gboolean zero3;
+  int n_syncs, n_gathers;  /* ZeRO-3: the plan's synchronizations and gathers so far      */
 } ExecWeightGroup;
 
 /* A loss tensor: consumed by nothing, produced by cross entropy or MSE. */

@@ -422,8 +422,8 @@ static gboolean read_weight(ExecRun *r, int op, int i, ExecBufKind kind, float *
     if (!b)
       continue;
     int64_t plo = 0, phi = G_MAXINT64;
-    ExecWeightGroup *gr = kind == EXEC_BUF_WGRAD ? group_of_shard(c, op, sh) : NULL;
-    if (gr && gr->sharded) {
+    ExecWeightGroup *gr = group_of_shard(c, op, sh);
+    if (gr && (kind == EXEC_BUF_WGRAD ? gr->sharded : gr->zero3)) {
       int k = 0;
       while (gr->devices[k] != d)
         k++;

@@ -4,8 +4,8 @@
  * `parasol exec` runs.
  *
  * It is plain C over plain structs, with no GLib and no libsim types, because its body is
- * CUDA C++ compiled by nvcc (ops.cu, conv.cu, kernels.cu, context.cu).  The C side that
- * knows the graph (desc.c) fills the structs from a SimGraph.
+ * CUDA C++ compiled by nvcc (ops.cu, conv.cu, kernels.cu, kernels-loss.cu, context.cu).
+ * The C side that knows the graph (desc.c) fills the structs from a SimGraph.
  *
  * Semantics are those of ExecKernelArgs (include/parasol-exec.h): a kernel call runs one
  * operator on one shard, whose iteration range is [lo, hi); every tensor is a view of a

@@ -329,11 +329,16 @@ typedef struct {
   gboolean uniform;
   int n_ops, ops_data, ops_parameter, ops_reduction, ops_attribute, ops_unsplit;
   int zero;                      /* the ZeRO stage: 0 (none) to 3 (weights sharded)     */
+  /* Context parallelism (the strategy's ring degree; its position splits are not counted
+   * in TP) and expert parallelism (how many of the DP replicas split the experts of
+   * every mixture-of-experts operator; its expert splits are not counted in TP). */
+  int cp, ep;
 } SearchPlanSummary;
 
 SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,
                                          SearchPlanSummary *out);
-/* One line: "TP 8, PP 16, DP 8, 192 micro-batches of 1, 1f1b, ZeRO-1, buckets 24 MiB". */
+/* One line: "TP 8, PP 16, DP 8, 192 micro-batches of 1, 1f1b, ZeRO-1, buckets 24 MiB"
+ * ("TP 2, CP 4, PP 1, DP 2, EP 2, ..." with context or expert parallelism). */
 SEARCH_PUBLIC char *search_plan_summary_text(const SearchPlanSummary *p);
 
 /* Signals.  search_signals_catch() makes SIGINT (Ctrl-C) and SIGTERM ask the searches to
@@ -431,6 +436,13 @@ typedef struct {
   const char *kept;              /* "search", "data-parallel", "expert"; NULL: none     */
 } SearchYardsticks;
 
+/* The data-parallel yardstick alone: data parallelism over every device, simulated until
+ * @deadline_us (as below) unless a signal was caught.  TRUE with its iteration time and
+ * whether it fits in device memory (either may be NULL); FALSE, @time +inf, when it was
+ * not simulated. */
+SEARCH_PUBLIC gboolean search_problem_measure_data_parallel(SearchProblem *p,
+                                                            gint64 deadline_us, double *time,
+                                                            gboolean *fits);
 /* Whether a search by @algo on @p gives way to a faster yardstick: a search does, the
  * fixed plans (data-parallel, expert, owt) do not, nor does a search from which some
  * kinds of parallelism were kept (SearchKinds), which the yardsticks do not heed. */

@@ -190,7 +190,8 @@ typedef struct {
   /* Context parallelism: every op's positions (its first attribute dimension) split over
    * cp ranks between the tensor- and the data-parallel ones (Megatron's order: tp, cp,
    * dp, pp), ops without positions that divide repeated on each; attention as a ring
-   * (sim_strategy_set_context_parallel()).  0 or 1: none.  Not with ep. */
+   * (sim_strategy_set_context_parallel()).  0 or 1: none.  With ep, a mixture-of-experts
+   * op's shards of one context rank exchange tokens among the ep replicas of that rank. */
   int cp;
 } SimMegatronOptions;
 

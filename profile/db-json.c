@@ -1,6 +1,6 @@
 /* db-json.c — profile databases as JSON files ("format": "parasol-profile"): writing them
  * (operator entries one a line, collectives as series of points per device, kind, GPU
- * count and source), reading them through the shared reader (sim/json-read.h), and loading
+ * count and source), reading them through the shared reader (base/json-read.h), and loading
  * a file or every *.json under a directory. */
 #include "profile-private.h"
 
@@ -181,13 +181,13 @@ gboolean profile_db_save(const ProfileDb *db, const char *path, GError **error)
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                             */
 
-/* The shared reader (sim/json-read.h), every error of which is PROFILE_ERROR_PARSE. */
+/* The shared reader (base/json-read.h), every error of which is PROFILE_ERROR_PARSE. */
 typedef SimJsonReader Reader;
 
 static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel *k)
 {
   if (!JSON_NODE_HOLDS_ARRAY(n) || json_array_get_length(json_node_get_array(n)) != 9)
-    return sim_json_fail(rd, 0, path,
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, path,
                          "expected [kind, dtype, batch, m, n, k, steps, flops, bytes]");
   JsonArray *a = json_node_get_array(n);
   const char *kind = NULL, *dtype = NULL;
@@ -198,10 +198,10 @@ static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel
     return FALSE;
   int kk = profile_kernel_kind_from_name(kind);
   if (kk < 0)
-    return sim_json_fail(rd, 0, p0, "unknown kernel kind '%s'", kind);
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, p0, "unknown kernel kind '%s'", kind);
   int dt = sim_dtype_from_name(dtype);
   if (dt < 0)
-    return sim_json_fail(rd, 0, p1, "unknown dtype '%s'", dtype);
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, p1, "unknown dtype '%s'", dtype);
   int64_t v[5];
   for (int i = 0; i < 5; i++) {
     g_autofree char *pi = g_strdup_printf("%s[%d]", path, i + 2);
@@ -231,7 +231,7 @@ static gboolean read_kernel(Reader *rd, JsonNode *n, const char *path, SimKernel
 static gboolean read_times(Reader *rd, const char *path, double median, double mn, double mx)
 {
   if (mn > median || median > mx)
-    return sim_json_fail(rd, 0, path, "expected min <= median <= max, got %g, %g, %g", mn, median,
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, path, "expected min <= median <= max, got %g, %g, %g", mn, median,
                          mx);
   return TRUE;
 }
@@ -262,7 +262,7 @@ static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path
     return FALSE;
   int p = profile_pass_from_name(pass);
   if (p < 0)
-    return sim_json_fail(rd, 0, pp, "unknown pass '%s'; expected forward, backward or update",
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, pp, "unknown pass '%s'; expected forward, backward or update",
                          pass);
   e.pass = (SimPass)p;
   e.min = e.max = e.median;
@@ -297,7 +297,7 @@ static gboolean read_op(Reader *rd, ProfileDb *db, JsonNode *n, const char *path
       return FALSE;
     guint nk = json_array_get_length(ka);
     if (nk > SIM_MAX_KERNELS)
-      return sim_json_fail(rd, 0, pks, "%u kernels; at most %d", nk, SIM_MAX_KERNELS);
+      return sim_json_fail(rd, PROFILE_ERROR_PARSE, pks, "%u kernels; at most %d", nk, SIM_MAX_KERNELS);
     for (guint i = 0; i < nk; i++) {
       g_autofree char *pi = g_strdup_printf("%s[%u]", pks, i);
       if (!read_kernel(rd, json_array_get_element(ka, i), pi, &kernels[i]))
@@ -332,7 +332,7 @@ static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *
     return FALSE;
   int k = profile_coll_kind_from_name(kind);
   if (k < 0)
-    return sim_json_fail(rd, 0, pk, "unknown collective '%s'; expected all-reduce, all-gather, "
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, pk, "unknown collective '%s'; expected all-reduce, all-gather, "
                          "reduce-scatter or send-recv", kind);
   e.kind = (ProfileCollKind)k;
   e.n_gpus = (int)MIN(gpus, G_MAXINT);
@@ -341,13 +341,13 @@ static gboolean read_series(Reader *rd, ProfileDb *db, JsonNode *n, const char *
     return FALSE;
   JsonNode *pts = json_object_get_member(o, "points");
   if (!pts || !JSON_NODE_HOLDS_ARRAY(pts))
-    return sim_json_fail(rd, 0, pp, "expected an array of [bytes, median, min, max, repetitions]");
+    return sim_json_fail(rd, PROFILE_ERROR_PARSE, pp, "expected an array of [bytes, median, min, max, repetitions]");
   JsonArray *a = json_node_get_array(pts);
   for (guint i = 0; i < json_array_get_length(a); i++) {
     g_autofree char *pi = g_strdup_printf("%s[%u]", pp, i);
     JsonNode *pn2 = json_array_get_element(a, i);
     if (!JSON_NODE_HOLDS_ARRAY(pn2) || json_array_get_length(json_node_get_array(pn2)) != 5)
-      return sim_json_fail(rd, 0, pi, "expected [bytes, median, min, max, repetitions]");
+      return sim_json_fail(rd, PROFILE_ERROR_PARSE, pi, "expected [bytes, median, min, max, repetitions]");
     JsonArray *v = json_node_get_array(pn2);
     int64_t reps = 0;
     g_autofree char *p0 = g_strdup_printf("%s[0]", pi);
@@ -372,7 +372,8 @@ ProfileDb *profile_db_from_json(const char *text, const char *filename, GError *
 {
   g_return_val_if_fail(text != NULL, NULL);
   Reader rd = { .file = filename ? filename : "<profile>", .error = error,
-                .domain = PROFILE_ERROR, .code = PROFILE_ERROR_PARSE };
+                .domain = PROFILE_ERROR, .parse = PROFILE_ERROR_PARSE,
+                .invalid = PROFILE_ERROR_PARSE, .unknown = PROFILE_ERROR_PARSE };
   g_autoptr(JsonParser) parser = json_parser_new();
   JsonObject *o = sim_json_read_root(&rd, parser, text, "parasol-profile");
   static const char *const keys[] = { "format", "version", "description", "sources", "devices",

@@ -165,51 +165,21 @@ static gboolean ve_choice(const SearchIlp *ilp, int *choice)
  * absolute tolerances stay far below the differences that matter. */
 #define COST_SCALE 1e6
 
-/* *@unbound (may be NULL) tells whether the memory rows did not bind: the choice is the
- * optimum without them, which stays optimal wherever they are looser. */
-static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook *hook,
-                                 int *choice, double *objective, gboolean *unbound)
+/* The program of @ilp for GLPK: binary choice columns (from @col0[v] for operator v) and
+ * edge columns (from @pcol0[p] for pair p), 1-based, *@n_cols in all; the rows: one
+ * choice per operator, the edge equalities, memory per device. */
+static glp_prob *build_program(const SearchIlp *ilp, int *col0, int *pcol0, int *n_cols)
 {
-  if (unbound)
-    *unbound = FALSE;
   int n = ilp->n;
-  if (objective)
-    *objective = INFINITY;
-  for (int v = 0; v < n; v++)
-    if (ilp->k[v] < 1)
-      return SEARCH_ILP_INFEASIBLE;
-  if (n == 0) {
-    if (objective)
-      *objective = 0;
-    return SEARCH_ILP_OPTIMAL;
-  }
-  /* A start: variable elimination's choice when it fits (a heuristic solution).  Where
-   * the elimination was exact and its choice fits, it is the program's optimum, which
-   * the search takes without GLPK (the shortcut). */
-  g_autofree int *start = g_new0(int, n);
-  gboolean exact = ve_choice(ilp, start);
-  gboolean start_fits = FALSE;
-  double start_cost = search_ilp_cost(ilp, start, &start_fits);
-  if (hook && hook->shortcut && exact && start_fits) {
-    memcpy(choice, start, sizeof(int) * (gsize)n);
-    if (objective)
-      *objective = start_cost;
-    if (unbound)
-      *unbound = TRUE;
-    return SEARCH_ILP_OPTIMAL;
-  }
-  glp_term_out(GLP_OFF);
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
   /* Columns: the choices, then the edge variables of each pair. */
-  g_autofree int *col0 = g_new(int, n);
   int cols = 0;
   for (int v = 0; v < n; v++) {
     col0[v] = cols + 1;
     cols += ilp->k[v];
   }
   int n_pairs = (int)ilp->pu->len;
-  g_autofree int *pcol0 = g_new(int, MAX(n_pairs, 1));
   for (int p = 0; p < n_pairs; p++) {
     int u = g_array_index(ilp->pu, int, p), v = g_array_index(ilp->pv, int, p);
     pcol0[p] = cols + 1;
@@ -270,7 +240,6 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
     }
   }
   int eq_rows = rows;
-  int mem_rows = 0;
   for (int d = 0; ilp->mem && d < ilp->n_devices; d++) {
     int row = rows + 1;
     gboolean any = FALSE;
@@ -282,10 +251,8 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
           any = TRUE;
         }
       }
-    if (any) {
+    if (any)
       rows++;
-      mem_rows++;
-    }
   }
 #undef ENTRY
   glp_add_rows(lp, rows);
@@ -299,23 +266,14 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   g_array_unref(ia);
   g_array_unref(ja);
   g_array_unref(ar);
+  *n_cols = cols;
+  return lp;
+}
 
-  g_autofree double *x0 = NULL;
-  StopHook none = { 0 };
-  if (!hook)
-    hook = &none;
-  if (start_fits) {
-    x0 = g_new0(double, cols + 1);
-    for (int v = 0; v < n; v++)
-      x0[col0[v] + start[v]] = 1;
-    for (int p = 0; p < n_pairs; p++) {
-      int u = g_array_index(ilp->pu, int, p), v = g_array_index(ilp->pv, int, p);
-      x0[pcol0[p] + start[u] * ilp->k[v] + start[v]] = 1;
-    }
-    hook->start = x0;
-    hook->offered = FALSE;
-  }
-
+/* GLPK on @lp within @seconds: the relaxation, then branch and bound from the start
+ * that @hook offers.  What it found. */
+static SearchIlpStatus run_glpk(glp_prob *lp, double seconds, StopHook *hook)
+{
   glp_iocp parm;
   glp_init_iocp(&parm);
   parm.presolve = GLP_OFF;
@@ -350,6 +308,66 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
     result = SEARCH_ILP_INFEASIBLE;
   else
     result = SEARCH_ILP_UNKNOWN;
+  return result;
+}
+
+/* *@unbound (may be NULL) tells whether the memory rows did not bind: the choice is the
+ * optimum without them, which stays optimal wherever they are looser. */
+static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook *hook,
+                                 int *choice, double *objective, gboolean *unbound)
+{
+  if (unbound)
+    *unbound = FALSE;
+  int n = ilp->n;
+  if (objective)
+    *objective = INFINITY;
+  for (int v = 0; v < n; v++)
+    if (ilp->k[v] < 1)
+      return SEARCH_ILP_INFEASIBLE;
+  if (n == 0) {
+    if (objective)
+      *objective = 0;
+    return SEARCH_ILP_OPTIMAL;
+  }
+  /* A start: variable elimination's choice when it fits (a heuristic solution).  Where
+   * the elimination was exact and its choice fits, it is the program's optimum, which
+   * the search takes without GLPK (the shortcut). */
+  g_autofree int *start = g_new0(int, n);
+  gboolean exact = ve_choice(ilp, start);
+  gboolean start_fits = FALSE;
+  double start_cost = search_ilp_cost(ilp, start, &start_fits);
+  if (hook && hook->shortcut && exact && start_fits) {
+    memcpy(choice, start, sizeof(int) * (gsize)n);
+    if (objective)
+      *objective = start_cost;
+    if (unbound)
+      *unbound = TRUE;
+    return SEARCH_ILP_OPTIMAL;
+  }
+  glp_term_out(GLP_OFF);
+  g_autofree int *col0 = g_new(int, n);
+  int n_pairs = (int)ilp->pu->len;
+  g_autofree int *pcol0 = g_new(int, MAX(n_pairs, 1));
+  int cols = 0;
+  glp_prob *lp = build_program(ilp, col0, pcol0, &cols);
+
+  g_autofree double *x0 = NULL;
+  StopHook none = { 0 };
+  if (!hook)
+    hook = &none;
+  if (start_fits) {
+    x0 = g_new0(double, cols + 1);
+    for (int v = 0; v < n; v++)
+      x0[col0[v] + start[v]] = 1;
+    for (int p = 0; p < n_pairs; p++) {
+      int u = g_array_index(ilp->pu, int, p), v = g_array_index(ilp->pv, int, p);
+      x0[pcol0[p] + start[u] * ilp->k[v] + start[v]] = 1;
+    }
+    hook->start = x0;
+    hook->offered = FALSE;
+  }
+
+  SearchIlpStatus result = run_glpk(lp, seconds, hook);
   if (result == SEARCH_ILP_OPTIMAL || result == SEARCH_ILP_FEASIBLE) {
     for (int v = 0; v < n; v++) {
       int best = 0;
@@ -379,7 +397,6 @@ static SearchIlpStatus ilp_solve(const SearchIlp *ilp, double seconds, StopHook 
   if (unbound)
     *unbound = result == SEARCH_ILP_OPTIMAL &&
                (!ilp->mem || (exact && start_fits && got >= start_cost - 1e-12 * fabs(start_cost)));
-  (void)mem_rows;
   hook->start = NULL;
   glp_delete_prob(lp);
   return result;

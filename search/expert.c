@@ -1,8 +1,8 @@
 /* expert.c — the expert plans and Megatron's plan space: the candidates Megatron's rules
  * give (baselines.c describes them), simulated a round at a time for the searches that
  * start from the fastest, and the local search past those rules (micro-batch size,
- * recomputation, ZeRO-1, sequence parallelism, interleaving, gradient buckets, the
- * TP/PP/DP split).  The algorithms of baselines.c and the searches call it; it calls the
+ * recomputation, the ZeRO stage, sequence parallelism, interleaving, gradient buckets, the
+ * TP/PP/DP split, the context- and expert-parallel degrees).  The algorithms of baselines.c and the searches call it; it calls the
  * local search of local.c. */
 #include "search-private.h"
 #include "distributed.h"
@@ -35,7 +35,8 @@ SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptio
 
 /* With @lazy, only the plan's options (its strategy NULL, built when simulated). */
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
-                         SimRecompute recompute, GPtrArray *out, GArray *opts, gboolean lazy)
+                         SimRecompute recompute, int ep, GPtrArray *out, GArray *opts,
+                         gboolean lazy)
 {
   int64_t batch = sim_graph_batch_size(p->g);
   if (batch % ((int64_t)dp * mbs) != 0)
@@ -49,6 +50,7 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   o.sync = p->sync;
   o.memory = p->memory;
   o.memory.recompute = recompute;
+  o.ep = ep;
   if (lazy) {
     g_ptr_array_add(out, NULL);
     g_array_append_val(opts, o);
@@ -62,8 +64,90 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   }
 }
 
+/* The largest expert-parallel degree for @dp replicas: a power of two that divides @dp
+ * and the experts of every mixture-of-experts operator (1 without such operators). */
+static int widest_ep(const SimGraph *g, int dp)
+{
+  int ep = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE)
+      continue;
+    int64_t experts = 0;
+    for (int d = 0; d < sim_graph_op_n_dims(g, op); d++)
+      if (!strcmp(sim_graph_op_dim_name(g, op, d), "x"))
+        experts = sim_graph_op_dim_size(g, op, d);
+    int e = 1;
+    while (dp % (e * 2) == 0 && experts % (e * 2) == 0)
+      e *= 2;
+    ep = ep ? MIN(ep, e) : e;
+  }
+  return MAX(ep, 1);
+}
+
+/* A plan of add_megatron() and, for a mixture of experts, the same with the experts split
+ * over as many of its replicas as they divide into (Megatron-Core's Mixtral recipes: one
+ * expert, or a few, per GPU of a replica group). */
+static void add_megatron_ep(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
+                            SimRecompute recompute, GPtrArray *out, GArray *opts,
+                            gboolean lazy)
+{
+  add_megatron(p, dp, tp, pp, mbs, recompute, 1, out, opts, lazy);
+  int ep = widest_ep(p->g, dp);
+  if (ep > 1)
+    add_megatron(p, dp, tp, pp, mbs, recompute, ep, out, opts, lazy);
+}
+
 static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
                               GArray *opts, gboolean lazy);
+
+/* Sequences from which the expert rules use context parallelism (Megatron-Core's long-
+ * context recipes: 8K tokens and more per sample) for the devices that the batch leaves
+ * to no data-parallel replica. */
+#define LONG_CONTEXT 8192
+
+gboolean search_long_context(const SimGraph *g)
+{
+  if (sim_graph_tokens_per_sample(g) < LONG_CONTEXT)
+    return FALSE;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_ATTENTION)
+      return TRUE;
+  return FALSE;
+}
+
+/* The @n = @dp ranks beside tensor parallelism that the batch does not split into: as
+ * few context-parallel ranks as leave data-parallel replicas that divide it, each
+ * replica's whole batch in one micro-batch. */
+static void add_context_parallel(const SearchProblem *p, int n, int tp, GPtrArray *out,
+                                 GArray *opts, gboolean lazy)
+{
+  int64_t batch = sim_graph_batch_size(p->g);
+  for (int cp = 2; cp <= n && n % cp == 0; cp *= 2) {
+    int dp = n / cp;
+    if (batch % dp != 0)
+      continue;
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.dp = dp;
+    o.tp = tp;
+    o.cp = cp;
+    o.microbatch_size = batch / dp;
+    o.microbatches = 1;
+    o.sync = p->sync;
+    o.memory = p->memory;
+    if (lazy) {
+      g_ptr_array_add(out, NULL);
+      g_array_append_val(opts, o);
+      return;
+    }
+    SimStrategy *mapped = search_megatron_plan(p, &o);
+    if (mapped) {
+      g_ptr_array_add(out, mapped);
+      if (opts)
+        g_array_append_val(opts, o);
+    }
+    return;
+  }
+}
 
 void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,
                               GArray *opts)
@@ -100,7 +184,9 @@ static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
          * whole-batch plan's variant, worth a look only where that plan does not fit). */
         guint whole = out->len;
         if (batch % dp == 0)
-          add_megatron(p, dp, tp, pp, batch / dp, p->memory.recompute, out, opts, lazy);
+          add_megatron_ep(p, dp, tp, pp, batch / dp, p->memory.recompute, out, opts, lazy);
+        else if (search_long_context(p->g))
+          add_context_parallel(p, dp, tp, out, opts, lazy);
         if (!parents || out->len == whole)
           continue;
         int parent = (int)whole;
@@ -109,9 +195,8 @@ static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
           g_array_append_val(parents, none);
         }
         for (int64_t mbs = 1; mbs <= 8 && mbs * dp < batch; mbs *= 2) {
-          guint before = out->len;
-          add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
-          if (out->len > before)
+          add_megatron_ep(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
+          while (parents->len < out->len)
             g_array_append_val(parents, parent);
         }
         continue;
@@ -119,7 +204,7 @@ static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
       /* Micro-batch sizes 1 to 8, as Narayanan et al. sweep them, that leave at least as
        * many micro-batches as stages, so the pipeline can fill. */
       for (int64_t mbs = 1; mbs <= 8 && mbs * dp * pp <= batch; mbs *= 2)
-        add_megatron(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
+        add_megatron_ep(p, dp, tp, pp, mbs, p->memory.recompute, out, opts, lazy);
     }
   }
   if (has_conv(p->g)) {
@@ -531,7 +616,7 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 /* Megatron's plan space past its rules                                               */
 
 #define REFINE_STREAM 0xfd0000u
-#define REFINE_MAX 20
+#define REFINE_MAX 24
 #define REFINE_GAIN 1e-5
 
 typedef struct {
@@ -571,10 +656,19 @@ static gboolean fill_microbatches(SimMegatronOptions *v, int64_t batch)
 }
 
 /* Whether @g has a mixture-of-experts operator, whose experts expert parallelism splits. */
-static gboolean has_experts(const SimGraph *g)
+gboolean search_has_experts(const SimGraph *g)
 {
   for (int op = 0; op < sim_graph_n_ops(g); op++)
     if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+      return TRUE;
+  return FALSE;
+}
+
+/* Whether @g has a self-attention operator, whose positions context parallelism splits. */
+static gboolean has_attention(const SimGraph *g)
+{
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_ATTENTION)
       return TRUE;
   return FALSE;
 }
@@ -647,7 +741,7 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     out[n++] = v;
   }
   /* The experts over twice or half as many data-parallel replicas. */
-  if (may_dp && has_experts(p->g)) {
+  if (may_dp && search_has_experts(p->g)) {
     int ep = MAX(o->ep, 1);
     for (int k = 0; k < 2; k++) {
       v = *o;
@@ -690,8 +784,97 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
         out[n++] = v;
     }
   }
+  /* Context parallelism: the devices traded between it and tensor, pipeline or data
+   * parallelism, both ways (models with self-attention, whose sequence may split, over
+   * long sequences as the expert rules take them, or a plan that has it already). */
+  if ((p->kinds & SEARCH_KIND_ATTRIBUTE) && has_attention(p->g) &&
+      (o->cp > 1 || search_long_context(p->g))) {
+    gboolean may[3] = { may_tp, may_pp, may_dp };
+    for (int k = 0; k < 6; k++) {
+      int other = k / 2, d[3] = { o->tp, o->pp, o->dp }, cp = MAX(o->cp, 1);
+      if (k % 2 == 0 && d[other] % 2 == 0) {
+        d[other] /= 2;
+        cp *= 2;
+      } else if (k % 2 == 1 && cp % 2 == 0 && may[other]) {
+        d[other] *= 2;
+        cp /= 2;
+      } else {
+        continue;
+      }
+      v = *o;
+      v.tp = d[0];
+      v.pp = d[1];
+      v.dp = d[2];
+      v.cp = cp;
+      if (!fill_microbatches(&v, batch))
+        continue;
+      if (v.pp == 1) {
+        v.schedule = SIM_SCHEDULE_1F1B;
+        v.chunks = 1;
+      }
+      /* Tensor parallelism brought in beside the context ranks keeps the activations
+       * split by position between its GEMMs (sequence parallelism), as they are. */
+      if (v.tp == 1)
+        v.sequence_parallel = FALSE;
+      else if (o->tp == 1 && v.cp > 1)
+        v.sequence_parallel = TRUE;
+      while (v.ep > 1 && v.dp % v.ep != 0)
+        v.ep /= 2;
+      out[n++] = v;
+    }
+  }
   g_assert(n <= REFINE_MAX);
   return n;
+}
+
+int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
+                                    SimMegatronOptions *out)
+{
+  SimMegatronOptions all[REFINE_MAX];
+  int n = refine_neighbours(p, o, all), k = 0;
+  const SimMemoryOptions *a = &o->memory;
+  int z = a->zero3 ? 3 : a->zero2 ? 2 : a->zero1 ? 1 : 0;
+  for (int i = 0; i < n; i++) {
+    const SimMegatronOptions *v = &all[i];
+    const SimMemoryOptions *b = &v->memory;
+    int zv = b->zero3 ? 3 : b->zero2 ? 2 : b->zero1 ? 1 : 0;
+    gboolean same = v->tp == o->tp && v->pp == o->pp && v->dp == o->dp;
+    if (MAX(v->cp, 1) != MAX(o->cp, 1) || (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z)))
+      out[k++] = *v;
+  }
+  return k;
+}
+
+gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s,
+                                    SimMegatronOptions *out)
+{
+  SearchPlanSummary sum;
+  search_plan_summarize(p->g, s, &sum);
+  if (!sum.uniform || sum.microbatch_size <= 0)
+    return FALSE;
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = sum.tp;
+  o.cp = sum.cp;
+  o.pp = sum.pp;
+  o.dp = sum.dp;
+  o.ep = sum.ep;
+  o.microbatches = sum.microbatches;
+  o.microbatch_size = sum.microbatch_size;
+  o.schedule = sum.schedule;
+  o.chunks = sum.chunks;
+  o.sequence_parallel = sum.sequence_parallel;
+  o.memory = sim_strategy_get_memory(s);
+  o.sync = sim_strategy_get_sync(s);
+  /* Whether pipeline messages are scatter-gathered shows only in the plan built. */
+  for (int sg = 0; sg < (o.tp > 1 && o.pp > 1 ? 2 : 1); sg++) {
+    o.scatter_gather = sg;
+    g_autoptr(SimStrategy) b = search_megatron_plan(p, &o);
+    if (b && sim_strategy_equal(b, s)) {
+      *out = o;
+      return TRUE;
+    }
+  }
+  return FALSE;
 }
 
 /* One round of the refinement: the candidates @cand[@idx[0 .. n_idx - 1]] are simulated on

@@ -16,7 +16,12 @@
  * micro-batches (gradient accumulation) doubled or halved, activation recomputation or
  * ZeRO stepped (none, ZeRO-1, ZeRO-3).  These decide between memory and time where per-operator moves cannot
  * (an LLM that fits only with recomputation may run faster with smaller micro-batches and
- * none); each is a full simulation, taken only when it is faster.
+ * none); each is a full simulation, taken only when it is faster.  On a model with
+ * self-attention over long sequences or with a mixture of experts, a plan of Megatron's
+ * space (an expert start, say) also moves its knobs with the same probability: the
+ * context-parallel degree traded against another, the expert-parallel degree doubled or
+ * halved, or the ZeRO stage (1, 2, 3) one up or down (search_megatron_knob_neighbours());
+ * any other plan steps its ZeRO stage.
  *
  * Several chains run on the worker threads, each with its own random stream and its own
  * share of the evaluation budget.  They meet after every epoch: a chain that did not
@@ -51,6 +56,7 @@ typedef struct {
   double beta;
   double propagate;
   double plan_moves;    /* probability of a move of the whole plan                      */
+  gboolean knobs;       /* Megatron's knobs are moved (long context, experts)          */
   double pipelines;     /* share of the budget for expert plans with a pipeline         */
   gboolean stop_early;  /* simulations stop at the acceptance bound                   */
   GArray **nbrs;     /* per op: neighbouring ops                   */
@@ -180,6 +186,48 @@ static void plan_move(Mcmc *m, Chain *c, int i)
   }
 }
 
+/* A move of Megatron's knobs (see the top): the current plan, when it is a plan of
+ * Megatron's space exactly, replaced by one of its neighbours there that changes the
+ * context-parallel degree, the expert-parallel degree or the ZeRO stage; a full
+ * simulation, taken only when it is faster. */
+static void knob_move(Mcmc *m, Chain *c, int i)
+{
+  const SimStrategy *cur = search_evaluator_get_strategy(c->ev);
+  SimMegatronOptions o, cand[24];
+  g_autoptr(SimStrategy) s = NULL;
+  if (search_megatron_options_of(m->p, cur, &o)) {
+    int n = search_megatron_knob_neighbours(m->p, &o, cand);
+    if (n == 0)
+      return;
+    s = search_megatron_plan(m->p, &cand[g_rand_int_range(c->rng, 0, n)]);
+  } else {
+    /* A plan of its own operators' configurations: its ZeRO stage one up or down. */
+    SimMemoryOptions mo = sim_strategy_get_memory(cur);
+    int z = mo.zero3 ? 3 : mo.zero2 ? 2 : mo.zero1 ? 1 : 0;
+    z = z == 0 ? 1 : z == 3 ? 2 : z + (g_rand_boolean(c->rng) ? 1 : -1);
+    mo.zero1 = z >= 1;
+    mo.zero2 = z >= 2;
+    mo.zero3 = z >= 3;
+    s = sim_strategy_copy(cur);
+    sim_strategy_set_memory(s, &mo);
+  }
+  if (!s)
+    return;
+  double raw = INFINITY;
+  SearchEvaluator *ev = try_plan(m, c, i, s, &raw);
+  if (!ev)
+    return;
+  double cost = search_penalized(ev, raw);
+  if (cost < c->cur && accept_cost(m, c, cost)) {
+    c->used += search_evaluator_get_evals(c->ev);
+    search_evaluator_free(c->ev);
+    c->ev = ev;
+  } else {
+    c->used += search_evaluator_get_evals(ev);
+    search_evaluator_free(ev);
+  }
+}
+
 static void chain_epoch(int i, gpointer data)
 {
   Mcmc *m = data;
@@ -191,6 +239,14 @@ static void chain_epoch(int i, gpointer data)
     if (search_evaluator_should_stop(c->ev)) {
       c->done = TRUE;
       break;
+    }
+    /* On a long sequence or a mixture of experts (only there, so that other searches
+     * draw what they drew before), Megatron's knobs move as often as a plan. */
+    if (m->knobs && m->plan_moves > 0 && g_rand_double(c->rng) < m->plan_moves) {
+      knob_move(m, c, i);
+      if (i == 0)
+        search_context_set_current(m->ctx, c->cur);
+      continue;
     }
     /* Only a plan that saves memory can gain by a plan move: a chain whose plan fits
      * without savings draws none. */
@@ -360,6 +416,7 @@ static gboolean mcmc_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   m.stop_early = search_context_get_option_int_in(ctx, "stop-early", 1, 0, 1) != 0;
   m.plan_moves = search_context_get_option_double_in(ctx, "plan-moves", 0.05, 0, 1);
   m.pipelines = search_context_get_option_double_in(ctx, "pipelines", 0.25, 0, 1);
+  m.knobs = search_long_context(p->g) || search_has_experts(p->g);
   m.movable = g_new(int, MAX(n, 1));
   m.nbrs = g_new(GArray *, MAX(n, 1));
   for (int op = 0; op < n; op++) {

@@ -58,8 +58,8 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   const SimMachine *m = p->m;
   if (fits)
     *fits = TRUE;
-  int t = MAX(o->tp, 1), pp = MAX(o->pp, 1), d = MAX(o->dp, 1);
-  int n = t * pp * d;
+  int t = MAX(o->tp, 1), pp = MAX(o->pp, 1), d = MAX(o->dp, 1), c = MAX(o->cp, 1);
+  int n = t * pp * d * c;
   int mb = MAX(o->microbatches, 1);
   double b = (double)MAX(o->microbatch_size, 1);
   int v = o->schedule == SIM_SCHEDULE_INTERLEAVED ? MAX(o->chunks, 1) : 1;
@@ -77,8 +77,11 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double r = o->memory.recompute == SIM_RECOMPUTE_FULL        ? fwd / MAX(F, 1.0)
              : o->memory.recompute == SIM_RECOMPUTE_SELECTIVE ? 0.03 * fwd / MAX(F, 1.0)
                                                                : 0.0;
+  /* Context parallelism: each rank holds s / cp positions of every sample (its ring's
+   * transfers overlap the attention and are left out). */
+  double sc = s / c;
   /* Small products run below the large ones' efficiency. */
-  double rows = b * s * h / t;
+  double rows = b * sc * h / t;
   double eff = 0.6 * rows / (rows + 0.5e6);
   double compute = F * (1 + r) / ((double)n * peak * MAX(eff, 0.05));
   double bubble = compute * (pp - 1) / ((double)v * mb);
@@ -86,7 +89,7 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double nvlink = route_bandwidth(m, p->devices[0], p->devices[MIN(1, p->n_devices - 1)], 200e9);
   int far = MIN(node, p->n_devices - 1);
   double net = route_bandwidth(m, p->devices[0], p->devices[far], 25e9);
-  double act = b * s * h * 2;
+  double act = b * sc * h * 2;
   double tensor = 0;
   if (t > 1) {
     double ar = 2.0 * (t - 1) / t * act / nvlink;
@@ -100,20 +103,22 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
    * about 40 bytes of device memory per token and hidden unit of a layer, forward and
    * backward, split over the tensor-parallel ranks only with sequence parallelism. */
   double hbm = dev->mem_bandwidth > 0 ? dev->mem_bandwidth : 1.5e12;
-  double elementwise = mb * (L / pp) * 40.0 * b * s * h / (o->sequence_parallel ? t : 1) / hbm;
+  double elementwise = mb * (L / pp) * 40.0 * b * sc * h / (o->sequence_parallel ? t : 1) / hbm;
   /* The optimizer step: Adam reads and writes about 28 bytes per parameter (fp32 master
    * weights and moments, 16-bit weights and gradients), each replica's share with ZeRO-1. */
-  double update = P / (t * pp) * 28.0 / (o->memory.zero1 ? d : 1) / hbm;
+  /* The context ranks synchronize gradients and shard ZeRO's states with the replicas. */
+  int dc = d * c;
+  double update = P / (t * pp) * 28.0 / (o->memory.zero1 ? dc : 1) / hbm;
   double grads = 2.0 * P / (t * pp);
-  double data = d > 1 ? 2.0 * (d - 1) / d * grads / net : 0;
+  double data = dc > 1 ? 2.0 * (dc - 1) / dc * grads / net : 0;
   /* Memory of the first stage. */
-  double states = P / (t * pp) * (4.0 + 12.0 / (o->memory.zero1 ? d : 1));
+  double states = P / (t * pp) * (4.0 + 12.0 / (o->memory.zero1 ? dc : 1));
   double per_layer = o->memory.recompute == SIM_RECOMPUTE_FULL
                        ? act
-                       : b * s * h * (o->sequence_parallel ? 34.0 / t + 3.0 : 10.0 + 24.0 / t) +
+                       : b * sc * h * (o->sequence_parallel ? 34.0 / t + 3.0 : 10.0 + 24.0 / t) +
                            (o->memory.recompute == SIM_RECOMPUTE_SELECTIVE
                               ? 0
-                              : 5.0 * heads * s * s * b / t);
+                              : 5.0 * heads * sc * s * b / t);
   /* The first stage holds the forwards of its warm-up and the one under way: pp - 1 of
    * them in 1F1B; 2 (pp - 1) + (v - 1) pp chunks of L / (v pp) layers in the interleaved
    * schedule (Megatron-LM's warm-up), never more than the micro-batches it runs. */
@@ -132,8 +137,12 @@ gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOpt
   if (dev->mem_capacity <= 0)
     return FALSE;
   /* The 16-bit weights and their gradients alone, spread as evenly as the tensor- and
-   * pipeline-parallel ranks could spread them: a lower bound on what the fullest device
-   * holds from the start, whatever the optimizer, ZeRO-1 or recomputation. */
-  double bytes = 4.0 * (double)sim_graph_n_params(p->g) / ((double)MAX(o->tp, 1) * MAX(o->pp, 1));
+   * pipeline-parallel ranks could spread them (and, under ZeRO-3, the data- and context-
+   * parallel ones): a lower bound on what the fullest device holds from the start,
+   * whatever the optimizer, ZeRO-1 or recomputation. */
+  double ranks = (double)MAX(o->tp, 1) * MAX(o->pp, 1);
+  if (o->memory.zero1 && o->memory.zero3)
+    ranks *= (double)MAX(o->dp, 1) * MAX(o->cp, 1);
+  double bytes = 4.0 * (double)sim_graph_n_params(p->g) / ranks;
   return bytes > (double)dev->mem_capacity;
 }

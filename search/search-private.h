@@ -255,6 +255,21 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
  * returns the number of changes kept. */
 int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
                            const SimMegatronOptions *o);
+/* The changes of @o's context-parallel degree (devices traded with tensor, pipeline or
+ * data parallelism), of its expert-parallel degree (twice or half, mixtures of experts)
+ * and of its ZeRO stage (one up or down) that the refinement tries, into @out (room for
+ * 24); returns how many. */
+int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
+                                    SimMegatronOptions *out);
+/* The options that search_megatron_plan() builds @s from, when it is such a plan exactly;
+ * FALSE otherwise (a per-operator plan, or one the summary cannot name). */
+gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s,
+                                    SimMegatronOptions *out);
+/* Whether @g has self-attention over sequences of 8,192 tokens or more (the expert plans
+ * then use context parallelism for the devices the batch leaves), and whether it has a
+ * mixture-of-experts operator. */
+gboolean search_long_context(const SimGraph *g);
+gboolean search_has_experts(const SimGraph *g);
 /* The same for a plan with a pipeline (@o's pp > 1; others are left as they are), within a
  * share @share of what is left of the budget. */
 void search_refine_pipeline(SearchContext *ctx, double share, SimStrategy **s, double *cost,

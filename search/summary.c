@@ -1,5 +1,5 @@
-/* summary.c — what a plan is, in the words of Megatron's plan space: the tensor-, pipeline-
- * and data-parallel degrees, the micro-batches, the schedule, sequence parallelism,
+/* summary.c — what a plan is, in the words of Megatron's plan space: the tensor-, context-,
+ * pipeline-, data- and expert-parallel degrees, the micro-batches, the schedule, sequence parallelism,
  * recomputation, ZeRO-1 and the gradient buckets, and for a plan that splits its
  * operators differently (a per-operator search's), how many operators each kind of split
  * takes. */
@@ -22,7 +22,8 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
   out->zero1 = mem.zero1;
   out->zero = mem.zero3 ? 3 : mem.zero2 ? 2 : mem.zero1 ? 1 : 0;
   out->bucket_bytes = sim_strategy_get_sync(s).bucket_bytes;
-  out->tp = out->dp = 1;
+  out->tp = out->dp = out->ep = 1;
+  out->cp = MAX(1, sim_strategy_get_context_parallel(s));
   int n_ops = sim_graph_n_ops(g);
   int *data = g_new(int, MAX(n_ops, 1)), *tensor = g_new(int, MAX(n_ops, 1));
   for (int op = 0; op < n_ops; op++) {
@@ -45,9 +46,9 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
       }
     }
     data[op] = d;
-    tensor[op] = t * r * a;
+    /* The context ranks' split of the positions is not tensor parallelism. */
+    tensor[op] = t * r * (out->cp > 1 && a % out->cp == 0 ? a / out->cp : a);
     out->dp = MAX(out->dp, d);
-    out->tp = MAX(out->tp, t * r * a);
     out->n_ops++;
     if (d > 1)
       out->ops_data++;
@@ -60,6 +61,24 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
     if (d * t * r * a == 1)
       out->ops_unsplit++;
   }
+  /* Expert parallelism: a mixture-of-experts operator over fewer sample groups than the
+   * replicas, its experts split over the rest. */
+  for (int op = 0; op < n_ops; op++) {
+    const int *deg = sim_strategy_op_degrees(s, op);
+    int x = -1;
+    for (int k = 0; deg && k < sim_graph_op_n_dims(g, op); k++)
+      if (!strcmp(sim_graph_op_dim_name(g, op, k), "x"))
+        x = k;
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE || x < 0 || data[op] >= out->dp ||
+        out->dp % data[op] != 0 || deg[x] % (out->dp / data[op]) != 0)
+      continue;
+    int ep = out->dp / data[op];
+    out->ep = MAX(out->ep, ep);
+    data[op] = out->dp;
+    tensor[op] /= ep;
+  }
+  for (int op = 0; op < n_ops; op++)
+    out->tp = MAX(out->tp, tensor[op]);
   /* Megatron-style: every operator split over the replicas alike, and over the tensor-
    * parallel ranks or not at all. */
   out->uniform = TRUE;
@@ -77,8 +96,14 @@ char *search_plan_summary_text(const SearchPlanSummary *p)
 {
   g_return_val_if_fail(p != NULL, NULL);
   GString *t = g_string_new(NULL);
-  g_string_append_printf(t, "TP %d, PP %d, DP %d, %d micro-batch%s", p->tp, p->pp, p->dp,
-                         p->microbatches, p->microbatches == 1 ? "" : "es");
+  g_string_append_printf(t, "TP %d, ", p->tp);
+  if (p->cp > 1)
+    g_string_append_printf(t, "CP %d, ", p->cp);
+  g_string_append_printf(t, "PP %d, DP %d, ", p->pp, p->dp);
+  if (p->ep > 1)
+    g_string_append_printf(t, "EP %d, ", p->ep);
+  g_string_append_printf(t, "%d micro-batch%s", p->microbatches,
+                         p->microbatches == 1 ? "" : "es");
   if (p->microbatch_size > 0)
     g_string_append_printf(t, " of %" G_GINT64_FORMAT, p->microbatch_size);
   g_string_append_printf(t, ", %s", sim_schedule_name(p->schedule));

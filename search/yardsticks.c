@@ -32,6 +32,43 @@ gboolean search_algorithm_gives_way(const SearchAlgorithm *algo, const SearchPro
          strcmp(algo->name, "owt") && search_problem_get_kinds(p) == SEARCH_KIND_ALL;
 }
 
+/* Data parallelism on @p simulated until @deadline_us, unless a signal was caught: its
+ * time, whether it fits and whether it was simulated go to @y; returns the plan (NULL
+ * after a signal or where there is none). */
+static SimStrategy *measure_data_parallel(SearchProblem *p, gint64 deadline_us,
+                                          SearchYardsticks *y)
+{
+  y->data_parallel = INFINITY;
+  y->data_parallel_fits = y->data_parallel_done = FALSE;
+  if (search_signals_seen() != 0)
+    return NULL;
+  g_autoptr(SearchWatch) watch = search_watch_new(p, deadline_us, TRUE);
+  SimStrategy *dp = search_problem_data_parallel(p, NULL);
+  if (!dp)
+    return NULL;
+  g_autoptr(SimReport) rep = NULL;
+  search_problem_simulate(p, dp, &rep, NULL);
+  if (rep) {
+    y->data_parallel = sim_report_iteration_time(rep);
+    y->data_parallel_fits = sim_report_fits(rep);
+    y->data_parallel_done = TRUE;
+  }
+  return dp;
+}
+
+gboolean search_problem_measure_data_parallel(SearchProblem *p, gint64 deadline_us,
+                                              double *time, gboolean *fits)
+{
+  g_return_val_if_fail(p != NULL, FALSE);
+  SearchYardsticks y = { 0 };
+  sim_strategy_free(measure_data_parallel(p, deadline_us, &y));
+  if (time)
+    *time = y.data_parallel;
+  if (fits)
+    *fits = y.data_parallel_fits;
+  return y.data_parallel_done;
+}
+
 const SearchYardsticks *search_result_measure(SearchResult *r, SearchProblem *p,
                                               const SearchRunOptions *o, gint64 deadline_us,
                                               gboolean give_way)
@@ -57,19 +94,7 @@ const SearchYardsticks *search_result_measure(SearchResult *r, SearchProblem *p,
     known = search_result_get_expert_best(r, &known_time);
     cut = TRUE;
   }
-  g_autoptr(SimStrategy) dp = NULL;
-  if (search_signals_seen() == 0) {
-    g_autoptr(SearchWatch) watch = search_watch_new(p, deadline_us, TRUE);
-    if ((dp = search_problem_data_parallel(p, NULL))) {
-      g_autoptr(SimReport) rep = NULL;
-      search_problem_simulate(p, dp, &rep, NULL);
-      if (rep) {
-        y->data_parallel = sim_report_iteration_time(rep);
-        y->data_parallel_fits = sim_report_fits(rep);
-        y->data_parallel_done = TRUE;
-      }
-    }
-  }
+  g_autoptr(SimStrategy) dp = measure_data_parallel(p, deadline_us, y);
   /* The expert plans, unless the algorithm simulated them all already; else as the
    * expert algorithm simulates them, on the search's threads, until the deadline or a
    * signal: the yardstick is then the best plan simulated so far, and says so. */

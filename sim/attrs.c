@@ -4,7 +4,6 @@
 #include "sim-private.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 int sim_op_class_attr_index(const SimOpClass *c, const char *name)
@@ -221,16 +220,4 @@ double sim_op_attr_float(const SimOp *op, const char *name)
 {
   const SimAttrValue *v = sim_op_attr(op, name);
   return v ? v->f : 0.0;
-}
-
-void sim_op_set_error(const SimOp *op, GError **error, int code, const char *fmt, ...)
-{
-  if (!error)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
-  va_end(ap);
-  g_set_error(error, SIM_ERROR, code, "op '%s' (%s): %s", op->name,
-              sim_op_type_name(op->type), msg);
 }

@@ -347,31 +347,35 @@ static gboolean ring_links_match(const SimMachine *m, const SimTaskBlock *blk, c
   return pos == t->n_links;
 }
 
-gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
-                            gboolean ranks)
-{
-  int nl = sim_machine_n_links(m), nd = f->nd;
-  int R = replicas ? MAX(f->D, 1) : 1, K = 1;
-  if (ranks)
-    for (int c = 0; c < f->n_classes; c++)
-      K = MAX(K, g_array_index(f->sizes, int, c));
-  int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
-  gboolean ok = TRUE, ring_ok = TRUE;
-  GPtrArray *member = g_ptr_array_new_with_free_func(g_free);
-  int *set_of = distinct_sets(tg, n_coll, nd, member);
-  /* Whether every symmetry maps a set onto itself (-1: not asked yet). */
-  int8_t *set_whole = g_new(int8_t, MAX(member->len, 1));
-  for (guint i = 0; i < member->len; i++)
-    set_whole[i] = -1;
+/* What add_shadows() works out and its steps share: the symmetries (R replicas by K
+ * ranks), the distinct device sets of the collectives, and the flows between devices that
+ * a symmetry does not map onto flows of their own collective ("part" flows, which get
+ * shadows), with the distinct device pairs of both kinds. */
+typedef struct {
+  int nd, R, K;
+  gboolean ranks;
+  GPtrArray *member;     /* per distinct set: a device-by-device membership array       */
+  int *set_of;           /* per collective: its distinct set                             */
+  int8_t *set_whole;     /* per set: whether every symmetry maps it onto itself (-1: not asked) */
+  GArray *part;          /* FlowAt: the flows that need shadows                          */
+  GArray *part_keys;     /* gint64 src * nd + dst: the pairs of the part flows           */
+  GArray *whole_keys;    /*   and of the flows of collectives the symmetries keep whole   */
+} Shadows;
 
-  /* The flows that need shadows, and the distinct pairs of both kinds (a bit each in a
-   * device-by-device table: 1 whole, 2 with shadows). */
+/* The flows of @tg between devices, sorted into those that need shadows (sh->part) and
+ * those of whole collectives, with their distinct pairs (a pair per ring edge of a whole
+ * collective's one flow).  FALSE when a collective's one flow is not a ring (a tree's),
+ * whose images would not be rings. */
+static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+                              Shadows *sh)
+{
+  int nd = sh->nd;
+  int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
+  gboolean ring_ok = TRUE;
+  /* The pairs seen, a bit each in a device-by-device table: 1 whole, 2 with shadows. */
   GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                                (GDestroyNotify)g_bytes_unref, NULL);
-  GArray *part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
   uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
-  GArray *part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
-  GArray *whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
   GPtrArray *blocks = tg->blocks;
   for (guint b = 0; b < blocks->len; b++) {
     SimTaskBlock *blk = blocks->pdata[b];
@@ -384,11 +388,12 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
         continue;
       gboolean whole = FALSE;
       if (t->coll >= 0 && t->coll < n_coll) {
-        int sid = set_of[t->coll];
-        if (set_whole[sid] < 0)
-          set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll],
-                                                  member->pdata[sid], f, R, K, ranks);
-        whole = set_whole[sid];
+        int sid = sh->set_of[t->coll];
+        if (sh->set_whole[sid] < 0)
+          sh->set_whole[sid] = (int8_t)coll_invariant(tg->coll_devs->pdata[t->coll],
+                                                      sh->member->pdata[sid], f, sh->R, sh->K,
+                                                      sh->ranks);
+        whole = sh->set_whole[sid];
       }
       /* A pair, or the ring edges of a whole collective's one flow. */
       const int32_t *mem = t->n_links ? &g_array_index(blk->extra, int32_t, t->links_off + t->n_links)
@@ -402,7 +407,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
         uint8_t bit = whole ? 1 : 2;
         if (!(kind[key] & bit)) {
           kind[key] |= bit;
-          g_array_append_val(whole ? whole_keys : part_keys, key);
+          g_array_append_val(whole ? sh->whole_keys : sh->part_keys, key);
         }
       }
       if (!whole) {
@@ -413,15 +418,22 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
           at.occ = GPOINTER_TO_INT(g_hash_table_lookup(occ_seen, kb));
           g_hash_table_replace(occ_seen, kb, GINT_TO_POINTER(at.occ + 1));
         }
-        g_array_append_val(part, at);
+        g_array_append_val(sh->part, at);
       }
     }
   }
   g_free(kind);
   g_hash_table_destroy(occ_seen);
-  if (!ring_ok)
-    ok = FALSE;
+  return ring_ok;
+}
 
+/* Whether every symmetry maps the routes of the part pairs onto routes with the same
+ * links' bandwidth and latency, one to one (map_route()), and those of the whole pairs
+ * too, or else onto links no part flow uses. */
+static gboolean symmetries_keep_routes(const SimMachine *m, const Fold *f, const Shadows *sh)
+{
+  int nl = sim_machine_n_links(m), nd = sh->nd;
+  gboolean ok = TRUE;
   LinkMap map = { g_new(int, MAX(nl, 1)), g_new(int, MAX(nl, 1)),
                   g_new0(int32_t, MAX(nl, 1)), g_new0(int32_t, MAX(nl, 1)), 0,
                   g_new(double, MAX(nl, 1)), g_new(double, MAX(nl, 1)) };
@@ -431,7 +443,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
   }
   uint8_t *part_links = g_new0(uint8_t, MAX(nl, 1)), *whole_links = g_new0(uint8_t, MAX(nl, 1));
   /* The routes of the pairs, found once (each symmetry maps them anew), their links marked. */
-  GArray *keys[2] = { part_keys, whole_keys };
+  GArray *keys[2] = { sh->part_keys, sh->whole_keys };
   GArray *key_route[2], *key_off[2];
   for (int phase = 0; phase < 2; phase++) {
     key_route[phase] = g_array_new(FALSE, FALSE, sizeof(int));
@@ -450,8 +462,8 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
     g_array_append_val(key_off[phase], end);
   }
   gboolean whole_symmetric = TRUE;
-  for (int r = 0; ok && r < R; r++)
-    for (int k = 0; ok && k < K; k++) {
+  for (int r = 0; ok && r < sh->R; r++)
+    for (int k = 0; ok && k < sh->K; k++) {
       if (r == 0 && k == 0)
         continue;
       map.stamp++; /* an empty map for this symmetry */
@@ -462,7 +474,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
         for (guint i = 0; ok && i < set->len; i++) {
           gint64 key = g_array_index(set, gint64, i);
           int a = (int)(key / nd), b = (int)(key % nd);
-          int pa = fold_map(f, a, r, k, ranks), pb = fold_map(f, b, r, k, ranks);
+          int pa = fold_map(f, a, r, k, sh->ranks), pb = fold_map(f, b, r, k, sh->ranks);
           if (!map_route(m, routes + off[i], off[i + 1] - off[i], pa, pb, &map,
                          phase ? whole_links : part_links)) {
             if (phase)
@@ -480,121 +492,6 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
   if (ok && !whole_symmetric)
     for (int l = 0; l < nl && ok; l++)
       ok = !(whole_links[l] && part_links[l]);
-
-  if (ok && part->len) {
-    /* The predecessors of the flows that get shadows: each block's part flows by index. */
-    GPtrArray *slot = g_ptr_array_new_with_free_func(g_free);
-    g_ptr_array_set_size(slot, blocks->len);
-    for (guint q = 0; q < part->len; q++) {
-      FlowAt at = g_array_index(part, FlowAt, q);
-      int32_t **sl = (int32_t **)&slot->pdata[at.block];
-      if (!*sl) {
-        guint n = sim_block_n_tasks(sim_taskgraph_block(tg, at.block));
-        *sl = g_new(int32_t, n);
-        for (guint i = 0; i < n; i++)
-          (*sl)[i] = -1;
-      }
-      (*sl)[at.index] = (int32_t)q;
-    }
-    GArray **preds = g_new0(GArray *, part->len);
-    for (guint b = 0; b < blocks->len; b++) {
-      SimTaskBlock *blk = blocks->pdata[b];
-      if (!blk->live)
-        continue;
-      for (guint e = 0; e < blk->edges->len; e++) {
-        const SimTaskEdge *ed = &g_array_index(blk->edges, SimTaskEdge, e);
-        const int32_t *sl = ed->to.block < (int)slot->len ? slot->pdata[ed->to.block] : NULL;
-        if (!sl || sl[ed->to.index] < 0)
-          continue;
-        GArray **pa = &preds[sl[ed->to.index]];
-        if (!*pa)
-          *pa = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
-        g_array_append_val(*pa, ed->from);
-      }
-    }
-    g_ptr_array_free(slot, TRUE);
-    int shadow_block = sim_taskgraph_block_new(tg);
-    /* A collective's flows map onto each other under its own symmetries, so different
-     * symmetries can give one flow the same image: one shadow per image and collective. */
-    SimKeyIndex made;
-    sim_key_index_init(&made, 4 * sizeof(int32_t));
-    /* The smallest image of each distinct set, worked out once per symmetry. */
-    int *set_low = g_new(int, MAX(member->len, 1));
-    int *set_low_at = g_new(int, MAX(member->len, 1));
-    for (guint i = 0; i < member->len; i++)
-      set_low_at[i] = -1;
-    for (int r = 0; r < R; r++)
-      for (int k = 0; k < K; k++) {
-        if (r == 0 && k == 0)
-          continue;
-        int rk = r * K + k;
-        for (guint q = 0; q < part->len; q++) {
-          FlowAt at = g_array_index(part, FlowAt, q);
-          SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
-          SimTask sh = sim_block_tasks(tg, ob)[at.index];
-          sh.device = fold_map(f, at.a, r, k, ranks);
-          sh.peer = fold_map(f, at.b, r, k, ranks);
-          if (sh.coll >= 0) {
-            /* An image inside the collective's own devices is one of its own flows. */
-            int sid = set_of[sh.coll];
-            const uint8_t *in = member->pdata[sid];
-            if (in[sh.device] && in[sh.peer])
-              continue;
-            /* Rotations of one image set give the same collective: key it by its set (its
-             * smallest device) and, for a flow per rank, by the pair. */
-            int low = -1;
-            if (sh.n_links) {
-              if (set_low_at[sid] != rk) {
-                const GArray *set = tg->coll_devs->pdata[sh.coll];
-                int m0 = G_MAXINT;
-                for (guint i = 0; i < set->len; i++)
-                  m0 = MIN(m0, fold_map(f, g_array_index(set, int, i), r, k, ranks));
-                set_low[sid] = m0;
-                set_low_at[sid] = rk;
-              }
-              low = set_low[sid];
-            }
-            int32_t key[4] = { sh.n_links ? low : sh.device, sh.n_links ? -1 : sh.peer, sh.coll,
-                               at.occ };
-            gboolean added;
-            sim_key_index_get(&made, key, &added);
-            if (!added)
-              continue;
-          }
-          SimTaskRef sr;
-          if (sh.n_links) {
-            /* The image of a whole collective's flow: the ring of the images. */
-            int n = sh.n_members;
-            int *mem = g_new(int, n);
-            for (int i = 0; i < n; i++)
-              mem[i] = fold_map(f, g_array_index(ob->extra, int32_t, sh.links_off + sh.n_links + i),
-                                r, k, ranks);
-            GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
-            for (int i = 0; i < n; i++) {
-              int hops;
-              const int *rt = sim_machine_route(m, mem[i], mem[(i + 1) % n], &hops);
-              g_array_append_vals(links, rt, (guint)hops);
-            }
-            sr = sim_taskgraph_add_collective_flow(tg, shadow_block, sh.cls, (int *)links->data,
-                                                   (int)links->len, mem, n, sh.bytes, sh.duration,
-                                                   sh.op, sh.mb, sh.coll);
-            g_array_free(links, TRUE);
-            g_free(mem);
-          } else {
-            sr = sim_taskgraph_add(tg, shadow_block, &sh);
-          }
-          for (guint j = 0; preds[q] && j < preds[q]->len; j++)
-            sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
-        }
-      }
-    sim_key_index_free(&made);
-    g_free(set_low);
-    g_free(set_low_at);
-    for (guint q = 0; q < part->len; q++)
-      if (preds[q])
-        g_array_free(preds[q], TRUE);
-    g_free(preds);
-  }
   g_free(map.lam);
   g_free(map.inv);
   g_free(map.lam_at);
@@ -603,11 +500,173 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
   g_free(map.lat);
   g_free(part_links);
   g_free(whole_links);
-  g_free(set_whole);
-  g_free(set_of);
-  g_ptr_array_free(member, TRUE);
-  g_array_free(part_keys, TRUE);
-  g_array_free(whole_keys, TRUE);
-  g_array_free(part, TRUE);
+  return ok;
+}
+
+/* The predecessors of each part flow (an array of SimTaskRef, or NULL), by its index in
+ * sh->part; freed by free_preds(). */
+static GArray **part_preds(SimTaskGraph *tg, const Shadows *sh)
+{
+  GPtrArray *blocks = tg->blocks;
+  /* Each block's part flows by index. */
+  GPtrArray *slot = g_ptr_array_new_with_free_func(g_free);
+  g_ptr_array_set_size(slot, blocks->len);
+  for (guint q = 0; q < sh->part->len; q++) {
+    FlowAt at = g_array_index(sh->part, FlowAt, q);
+    int32_t **sl = (int32_t **)&slot->pdata[at.block];
+    if (!*sl) {
+      guint n = sim_block_n_tasks(sim_taskgraph_block(tg, at.block));
+      *sl = g_new(int32_t, n);
+      for (guint i = 0; i < n; i++)
+        (*sl)[i] = -1;
+    }
+    (*sl)[at.index] = (int32_t)q;
+  }
+  GArray **preds = g_new0(GArray *, sh->part->len);
+  for (guint b = 0; b < blocks->len; b++) {
+    SimTaskBlock *blk = blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    for (guint e = 0; e < blk->edges->len; e++) {
+      const SimTaskEdge *ed = &g_array_index(blk->edges, SimTaskEdge, e);
+      const int32_t *sl = ed->to.block < (int)slot->len ? slot->pdata[ed->to.block] : NULL;
+      if (!sl || sl[ed->to.index] < 0)
+        continue;
+      GArray **pa = &preds[sl[ed->to.index]];
+      if (!*pa)
+        *pa = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
+      g_array_append_val(*pa, ed->from);
+    }
+  }
+  g_ptr_array_free(slot, TRUE);
+  return preds;
+}
+
+static void free_preds(GArray **preds, guint n)
+{
+  for (guint q = 0; q < n; q++)
+    if (preds[q])
+      g_array_free(preds[q], TRUE);
+  g_free(preds);
+}
+
+/* The image of a whole collective's flow @t (of block @ob) under symmetry (@r, @k): the
+ * ring of the images, added to block @shadow_block. */
+static SimTaskRef add_ring_image(SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+                                 const Shadows *sh, int shadow_block, const SimTaskBlock *ob,
+                                 const SimTask *t, int r, int k)
+{
+  int n = t->n_members;
+  int *mem = g_new(int, n);
+  for (int i = 0; i < n; i++)
+    mem[i] = fold_map(f, g_array_index(ob->extra, int32_t, t->links_off + t->n_links + i),
+                      r, k, sh->ranks);
+  GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < n; i++) {
+    int hops;
+    const int *rt = sim_machine_route(m, mem[i], mem[(i + 1) % n], &hops);
+    g_array_append_vals(links, rt, (guint)hops);
+  }
+  SimTaskRef sr = sim_taskgraph_add_collective_flow(tg, shadow_block, t->cls, (int *)links->data,
+                                                    (int)links->len, mem, n, t->bytes,
+                                                    t->duration, t->op, t->mb, t->coll);
+  g_array_free(links, TRUE);
+  g_free(mem);
+  return sr;
+}
+
+/* The shadows: under each symmetry but the identity, the image of every part flow, in a
+ * block of their own, after the image's predecessors' originals. */
+static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+                             const Shadows *sh)
+{
+  GArray **preds = part_preds(tg, sh);
+  int shadow_block = sim_taskgraph_block_new(tg);
+  /* A collective's flows map onto each other under its own symmetries, so different
+   * symmetries can give one flow the same image: one shadow per image and collective. */
+  SimKeyIndex made;
+  sim_key_index_init(&made, 4 * sizeof(int32_t));
+  /* The smallest image of each distinct set, worked out once per symmetry. */
+  int *set_low = g_new(int, MAX(sh->member->len, 1));
+  int *set_low_at = g_new(int, MAX(sh->member->len, 1));
+  for (guint i = 0; i < sh->member->len; i++)
+    set_low_at[i] = -1;
+  for (int r = 0; r < sh->R; r++)
+    for (int k = 0; k < sh->K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      int rk = r * sh->K + k;
+      for (guint q = 0; q < sh->part->len; q++) {
+        FlowAt at = g_array_index(sh->part, FlowAt, q);
+        SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+        SimTask t = sim_block_tasks(tg, ob)[at.index];
+        t.device = fold_map(f, at.a, r, k, sh->ranks);
+        t.peer = fold_map(f, at.b, r, k, sh->ranks);
+        if (t.coll >= 0) {
+          /* An image inside the collective's own devices is one of its own flows. */
+          int sid = sh->set_of[t.coll];
+          const uint8_t *in = sh->member->pdata[sid];
+          if (in[t.device] && in[t.peer])
+            continue;
+          /* Rotations of one image set give the same collective: key it by its set (its
+           * smallest device) and, for a flow per rank, by the pair. */
+          int low = -1;
+          if (t.n_links) {
+            if (set_low_at[sid] != rk) {
+              const GArray *set = tg->coll_devs->pdata[t.coll];
+              int m0 = G_MAXINT;
+              for (guint i = 0; i < set->len; i++)
+                m0 = MIN(m0, fold_map(f, g_array_index(set, int, i), r, k, sh->ranks));
+              set_low[sid] = m0;
+              set_low_at[sid] = rk;
+            }
+            low = set_low[sid];
+          }
+          int32_t key[4] = { t.n_links ? low : t.device, t.n_links ? -1 : t.peer, t.coll,
+                             at.occ };
+          gboolean added;
+          sim_key_index_get(&made, key, &added);
+          if (!added)
+            continue;
+        }
+        SimTaskRef sr = t.n_links ? add_ring_image(tg, m, f, sh, shadow_block, ob, &t, r, k)
+                                  : sim_taskgraph_add(tg, shadow_block, &t);
+        for (guint j = 0; preds[q] && j < preds[q]->len; j++)
+          sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
+      }
+    }
+  sim_key_index_free(&made);
+  g_free(set_low);
+  g_free(set_low_at);
+  free_preds(preds, sh->part->len);
+}
+
+gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
+                            gboolean ranks)
+{
+  Shadows sh = { .nd = f->nd, .R = replicas ? MAX(f->D, 1) : 1, .K = 1, .ranks = ranks };
+  if (ranks)
+    for (int c = 0; c < f->n_classes; c++)
+      sh.K = MAX(sh.K, g_array_index(f->sizes, int, c));
+  int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
+  sh.member = g_ptr_array_new_with_free_func(g_free);
+  sh.set_of = distinct_sets(tg, n_coll, sh.nd, sh.member);
+  sh.set_whole = g_new(int8_t, MAX(sh.member->len, 1));
+  for (guint i = 0; i < sh.member->len; i++)
+    sh.set_whole[i] = -1;
+  sh.part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
+  sh.part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  sh.whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+
+  gboolean ok = collect_flows(tg, m, f, &sh) && symmetries_keep_routes(m, f, &sh);
+  if (ok && sh.part->len)
+    add_shadow_tasks(tg, m, f, &sh);
+
+  g_free(sh.set_whole);
+  g_free(sh.set_of);
+  g_ptr_array_free(sh.member, TRUE);
+  g_array_free(sh.part_keys, TRUE);
+  g_array_free(sh.whole_keys, TRUE);
+  g_array_free(sh.part, TRUE);
   return ok;
 }

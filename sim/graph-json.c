@@ -140,7 +140,7 @@ gboolean sim_graph_save(const SimGraph *g, const char *path, GError **error)
 /* Reading                                                                             */
 
 typedef struct {
-  SimJsonReader j;      /* the shared reader (json-read.h) */
+  SimJsonReader j;      /* the shared reader (base/json-read.h) */
   SimGraph *g;
   GHashTable *tensors;  /* tensor name -> tensor id + 1 */
   /* With --param batch=N: dimension 0 of every input and reshape, a multiple of the
@@ -418,7 +418,7 @@ static SimGraph *graph_from_json(const char *text, const char *filename, int64_t
 {
   g_return_val_if_fail(text != NULL, NULL);
   const char *fname = filename ? filename : "<graph>";
-  SimJsonReader jr = { .file = fname, .error = error };
+  SimJsonReader jr = SIM_JSON_READER(fname, error);
   g_autoptr(JsonParser) parser = json_parser_new();
   JsonObject *o = sim_json_read_root(&jr, parser, text, GRAPH_FORMAT);
   if (!o || !sim_json_check_format(&jr, o, GRAPH_FORMAT, GRAPH_VERSION))

@@ -133,19 +133,6 @@ static char *generate_name(SimGraph *g, SimOpType type)
   }
 }
 
-void sim_op_set_n_outputs(SimOp *op, int n)
-{
-  g_free(op->outputs);
-  g_free(op->out_shape);
-  g_free(op->out_dtype);
-  op->n_outputs = n;
-  op->outputs = g_new(int, MAX(n, 1));
-  for (int i = 0; i < n; i++)
-    op->outputs[i] = -1;
-  op->out_shape = g_new0(SimShape, MAX(n, 1));
-  op->out_dtype = g_new0(SimDType, MAX(n, 1));
-}
-
 /* Fills @op's attributes from @attrs and the class's defaults; a required attribute that
  * was not given is an error. */
 static gboolean fill_attrs(SimOp *op, const SimOpClass *c, const SimAttrs *attrs,

@@ -3,6 +3,7 @@
  * SIM_INPUT_MAX_BYTES, no NUL byte, and JSON nested at most SIM_JSON_MAX_DEPTH levels
  * (json-glib's parser recurses once per level, so deeper text would overflow the stack). */
 #include "sim-private.h"
+#include "json-read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -128,84 +129,14 @@ gboolean sim_read_file(const char *path, char **contents, gsize *length, GError 
   return TRUE;
 }
 
+/* The checks themselves are libbase's (base/json-read.c), which the readers of libsim and
+ * libprofile share. */
 gboolean sim_json_check(const char *text, gssize length, GError **error)
 {
-  g_return_val_if_fail(text != NULL, FALSE);
-  gsize len = length < 0 ? strlen(text) : (gsize)length;
-  int depth = 0, line = 1, column = 1;
-  gboolean in_string = FALSE;
-  for (gsize i = 0; i < len; i++, column++) {
-    char c = text[i];
-    if (c == '\n') {
-      line++;
-      column = 0;
-      continue;
-    }
-    if (in_string) {
-      if (c == '\\' && i + 1 < len && text[i + 1] != '\n') {
-        i++;
-        column++;
-      } else if (c == '"') {
-        in_string = FALSE;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = TRUE;
-    } else if (c == '-' || g_ascii_isdigit(c)) {
-      /* json-glib wraps integers beyond 64 bits around (9223372036854775808 becomes
-       * -9223372036854775808) and reads 1e400 as infinity: both are refused here. */
-      gsize start = i, j = i + (c == '-');
-      gboolean integer = TRUE, exponent = FALSE;
-      while (j < len && (g_ascii_isdigit(text[j]) || text[j] == '.' || text[j] == 'e' ||
-                         text[j] == 'E' || text[j] == '+' || text[j] == '-')) {
-        integer = integer && g_ascii_isdigit(text[j]);
-        exponent = exponent || text[j] == 'e' || text[j] == 'E';
-        j++;
-      }
-      /* Only long integers and numbers with an exponent or hundreds of digits can be out of
-       * range: the common short ones are not converted. */
-      gboolean huge = FALSE;
-      if ((integer && j - start > 18) || exponent || j - start > 300) {
-        g_autofree char *number = g_strndup(text + start, j - start);
-        errno = 0;
-        if (integer) {
-          g_ascii_strtoll(number, NULL, 10);
-          huge = errno == ERANGE;
-        } else {
-          huge = !isfinite(g_ascii_strtod(number, NULL));
-        }
-      }
-      if (huge) {
-        g_autofree char *number = g_strndup(text + start, MIN(j - start, 41));
-        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_INVALID_DATA,
-                    "<data>:%d:%d: Parse error: %.40s%s is too large (parasol reads %s)",
-                    line, column, number, strlen(number) > 40 ? "..." : "",
-                    integer ? "integers from -9223372036854775808 to 9223372036854775807"
-                            : "numbers of magnitude up to about 1.8e308");
-        return FALSE;
-      }
-      column += (int)(j - 1 - i);
-      i = j - 1;
-    } else if (c == '[' || c == '{') {
-      if (++depth > SIM_JSON_MAX_DEPTH) {
-        /* The form of json-glib's own messages, which the readers turn into theirs. */
-        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_PARSE,
-                    "<data>:%d:%d: Parse error: nested deeper than %d levels of arrays and "
-                    "objects (the most parasol reads)",
-                    line, column, SIM_JSON_MAX_DEPTH);
-        return FALSE;
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      depth--;
-    }
-  }
-  return TRUE;
+  return sim_json_check_limits(text, length, error);
 }
 
 gboolean sim_json_load(JsonParser *parser, const char *text, gssize length, GError **error)
 {
-  g_return_val_if_fail(parser != NULL && text != NULL, FALSE);
-  return sim_json_check(text, length, error) &&
-         json_parser_load_from_data(parser, text, length, error);
+  return sim_json_parse(parser, text, length, error);
 }

@@ -346,15 +346,19 @@ static void zero3_gathered_memory(SimLowering *lw, GArray *items, GArray *bucket
 }
 
 /* Makes the compute of @pass (forward; backward and its recomputation) of micro-batch
- * @mb of bucket @bk's ops, and of the ops that use their weights on the same devices,
- * wait for @end; with @before, makes @before's start wait for that compute instead. */
+ * @mb of bucket @bk's ops wait for @end, and in the forward pass that of the ops that
+ * use their weights on the same devices (an output layer tied to the embedding: the
+ * gather before the first layer's forward serves it, and its weights stay gathered until
+ * its backward, which runs before the embedding's backward gather, as FSDP keeps weights
+ * shared across its units gathered); with @before, makes @before's start wait for the
+ * bucket's own compute instead (users elsewhere in the pass do not hold a prefetch back). */
 static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const Bucket *bk,
                                 int pass, int mb, SimTaskRef end, const SimTaskRef *before)
 {
   SimTaskGraph *tg = lw->tg;
   for (guint k = bk->i; k < bk->j; k++) {
     const SyncItem *it = &g_array_index(items, SyncItem, k);
-    GArray *users = lw->sharers[it->op];
+    GArray *users = pass == P_F && !before ? lw->sharers[it->op] : NULL;
     for (guint u = 0; u <= (users ? users->len : 0); u++) {
       int x = u == 0 ? it->op : g_array_index(users, int, u - 1);
       const OpLay *l = &lw->ops[x];
@@ -463,6 +467,16 @@ static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHash
     sync_collective(lw, prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
                     first->devs, first->n_devs, (double)bk->bytes, first->op, &start, &end);
     chain_append(tg, block, last, ends, first, start, end);
+    if (lw->record) {
+      /* An executor shards the weights between steps too: every gather is carried out. */
+      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
+                       .n_devs = first->n_devs, .n_ops = (int)(bk->j - bk->i) };
+      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+      m.ops = g_new(int32_t, bk->j - bk->i);
+      for (guint q = bk->i; q < bk->j; q++)
+        m.ops[q - bk->i] = g_array_index(items, SyncItem, q).op;
+      sim_taskgraph_sem_add(tg, end.block, &m);
+    }
     bucket_compute_deps(lw, block, items, bk, ga->pass, ga->mb, end, NULL);
     if (ga->prev2 >= 0 && !(ga->pass == P_B && bucket_recomputes(lw, items, bk)))
       bucket_compute_deps(lw, block, items, &g_array_index(buckets, Bucket, ga->prev2),
@@ -473,30 +487,13 @@ static void zero3_gathers(SimLowering *lw, GArray *items, GArray *buckets, GHash
   g_array_free(gathers, TRUE);
 }
 
-void lower_build_sync_block(SimLowering *lw)
+/* The synchronization items in backward order (later operators' gradients are ready
+ * first) and the exchanges between copies of shared weights (@ties); each op's share
+ * comes from its cache, recomputed where the op or its weight partners changed.  Adds
+ * the ops' static memory to the task graph's. */
+static void collect_items(SimLowering *lw, GArray *items, GArray *ties)
 {
   SimTaskGraph *tg = lw->tg;
-  if (lw->sync_block < 0)
-    lw->sync_block = sim_taskgraph_block_new(tg);
-  else
-    sim_taskgraph_block_clear(tg, lw->sync_block);
-  int block = lw->sync_block;
-  memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
-  /* The previous build's collectives, offered for reuse unless meanings are recorded
-   * (executors build once) or collectives are numbered for folding. */
-  GArray *old_blocks = lw->coll_blocks;
-  GHashTable *prev_keys = lw->coll_keys;
-  gboolean reuse = !lw->record && !tg->track_collectives;
-  lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
-  lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                        (GDestroyNotify)g_bytes_unref, NULL);
-  const SimStrategy *s = lw->s;
-  int M = lw->M;
-
-  /* Items in backward order: later operators' gradients are ready first.  Each op's
-   * share comes from its cache, recomputed where the op or its weight partners changed. */
-  GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
-  GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   uint8_t *owner_dev = g_new0(uint8_t, lw->n_dev);
   for (int x = lw->n_ops - 1; x >= 0; x--) {
     if (lower_lowering_cancelled(lw, x))
@@ -521,38 +518,34 @@ void lower_build_sync_block(SimLowering *lw)
   }
   g_free(owner_dev);
   group_items_by_devices(items);
+}
 
-  /* Without overlap, a device's synchronization waits for its whole backward pass. */
-  SimTaskRef *done = NULL;
-  if (!s->sync.overlap && items->len) {
-    done = g_new(SimTaskRef, lw->n_dev);
-    for (int d = 0; d < lw->n_dev; d++) {
-      SimTask nop = sim_task_nop();
-      done[d] = sim_taskgraph_add(tg, block, &nop);
-    }
-    for (int x = 0; x < lw->n_ops; x++) {
-      const OpLay *l = &lw->ops[x];
-      if (l->is_input)
-        continue;
-      for (int sh = 0; sh < l->n_shards; sh++)
-        if (l->cidx[sh] >= 0)
-          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, M - 1, sh), done[l->dev[sh]]);
-    }
+/* Without overlap, a device's synchronization waits for its whole backward pass: a task
+ * per device after its last micro-batch's backward computations. */
+static SimTaskRef *backward_done(SimLowering *lw, int block)
+{
+  SimTaskGraph *tg = lw->tg;
+  SimTaskRef *done = g_new(SimTaskRef, lw->n_dev);
+  for (int d = 0; d < lw->n_dev; d++) {
+    SimTask nop = sim_task_nop();
+    done[d] = sim_taskgraph_add(tg, block, &nop);
   }
+  for (int x = 0; x < lw->n_ops; x++) {
+    const OpLay *l = &lw->ops[x];
+    if (l->is_input)
+      continue;
+    for (int sh = 0; sh < l->n_shards; sh++)
+      if (l->cidx[sh] >= 0)
+        sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, lw->M - 1, sh), done[l->dev[sh]]);
+  }
+  return done;
+}
 
-  SimCollKind kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE;
-  /* Where each shard's synchronization ends, for the exchanges between weight copies
-   * (recorded for the ops those exchanges involve). */
-  GHashTable *sync_end = g_hash_table_new(g_direct_hash, g_direct_equal);
-  uint8_t *in_tie = g_new0(uint8_t, MAX(lw->n_ops, 1));
-  for (guint k = 0; k < ties->len; k++) {
-    int x = g_array_index(ties, SyncItem, k).op;
-    in_tie[x] = in_tie[sim_graph_op_weight_owner(lw->g, x)] = 1;
-  }
-  GArray *chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
-  /* The buckets: consecutive items on the same devices, up to the bucket size (under
-   * ZeRO-3 also of one pipeline stage, since its buckets are gathered stage by stage). */
-  gboolean zero3 = s->memory.zero1 && s->memory.zero3;
+/* The buckets: consecutive items on the same devices, up to the bucket size (under ZeRO-3
+ * also of one pipeline stage, since its buckets are gathered stage by stage). */
+static GArray *make_buckets(const SimLowering *lw, GArray *items, gboolean zero3)
+{
+  const SimStrategy *s = lw->s;
   GArray *buckets = g_array_new(FALSE, FALSE, sizeof(Bucket));
   for (guint i = 0; i < items->len;) {
     SyncItem *first = &g_array_index(items, SyncItem, i);
@@ -566,110 +559,121 @@ void lower_build_sync_block(SimLowering *lw)
     g_array_append_val(buckets, bk);
     i = bk.j;
   }
-  if (zero3)
-    zero3_gathered_memory(lw, items, buckets);
-  /* The last collective on each device set, for the chain (a GBytes of the device list ->
-   * its index in chain_end + 1). */
-  GHashTable *chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                                 (GDestroyNotify)g_bytes_unref, NULL);
-  /* Without ZeRO-3, one reduction of every bucket after the last micro-batch's backward;
-   * with it, one after every micro-batch's backward (micro-batch by micro-batch, the order
-   * in which the backward passes produce them). */
-  int polls = 0;
-  gboolean cancelled = FALSE;
-  for (int rmb = zero3 ? 0 : M - 1; rmb < M && !cancelled; rmb++)
-  for (guint bi = 0; bi < buckets->len; bi++, polls++) {
-    /* Cancelled: the rest is not lowered (the caller fails without running it). */
-    if ((cancelled = lower_lowering_cancelled(lw, polls)))
-      break;
-    const Bucket *bk = &g_array_index(buckets, Bucket, bi);
-    guint i = bk->i, j = bk->j;
-    int64_t bytes = bk->bytes;
-    gboolean last = rmb == M - 1;
-    SyncItem *first = &g_array_index(items, SyncItem, i);
-    SimTaskRef start, end;
-    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC,
-                    first->devs, first->n_devs, (double)bytes, first->op, &start, &end);
-    /* Collectives on the same devices run one after the other, as on one NCCL stream. */
-    chain_append(tg, block, chain_last, chain_end, first, start, end);
-    if (lw->record && last) {
-      SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = kind, .tensor = -1,
-                       .n_devs = first->n_devs, .n_ops = (int)(j - i) };
-      m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
-      m.ops = g_new(int32_t, j - i);
-      for (guint k = i; k < j; k++)
-        m.ops[k - i] = g_array_index(items, SyncItem, k).op;
-      sim_taskgraph_sem_add(tg, end.block, &m);
+  return buckets;
+}
+
+/* What the reductions of the buckets share while lower_build_sync_block() adds them. */
+typedef struct {
+  SimLowering *lw;
+  int block;
+  GHashTable *prev;          /* the previous build's collectives to reuse, or NULL        */
+  GArray *items;             /* SyncItem, in backward order                               */
+  SimCollKind kind;          /* all-reduce, or reduce-scatter under ZeRO                  */
+  const SimTaskRef *done;    /* per device, its backward pass's end without overlap; NULL */
+  const uint8_t *in_tie;     /* per op: its weights are exchanged with copies of them     */
+  GHashTable *sync_end;      /* (op << 16 | shard) + 1 -> index in chain_end + 1           */
+  GHashTable *chain_last;    /* the last collective on each device set, for the chain     */
+  GArray *chain_end;         /* SimTaskRef                                                */
+} SyncBuild;
+
+/* Records what the collective ending at @end means (a recorded plan, for executors): the
+ * kind and collective of @m, the devices of @first and the ops of items [@i, @j). */
+static void record_bucket(const SyncBuild *sb, SimTaskRef end, SimTaskSem m,
+                          const SyncItem *first, guint i, guint j)
+{
+  m.index = end.index;
+  m.tensor = -1;
+  m.n_devs = first->n_devs;
+  m.n_ops = (int)(j - i);
+  m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
+  m.ops = g_new(int32_t, j - i);
+  for (guint k = i; k < j; k++)
+    m.ops[k - i] = g_array_index(sb->items, SyncItem, k).op;
+  sim_taskgraph_sem_add(sb->lw->tg, end.block, &m);
+}
+
+/* The reduction of bucket @bk after micro-batch @rmb's backward pass: after the
+ * computations of its gradients (and of the other users of those weights on its devices),
+ * before the updates where @rmb is the last; under ZeRO-1 then the gathering of the new
+ * weights. */
+static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
+{
+  SimLowering *lw = sb->lw;
+  SimTaskGraph *tg = lw->tg;
+  const SimStrategy *s = lw->s;
+  int block = sb->block;
+  guint i = bk->i, j = bk->j;
+  int64_t bytes = bk->bytes;
+  gboolean last = rmb == lw->M - 1, zero3 = s->memory.zero1 && s->memory.zero3;
+  SyncItem *first = &g_array_index(sb->items, SyncItem, i);
+  SimTaskRef start, end;
+  sync_collective(lw, sb->prev, lw->coll_keys, sb->kind, SIM_CLASS_GRAD_SYNC, first->devs,
+                  first->n_devs, (double)bytes, first->op, &start, &end);
+  /* Collectives on the same devices run one after the other, as on one NCCL stream. */
+  chain_append(tg, block, sb->chain_last, sb->chain_end, first, start, end);
+  if (lw->record && (last || zero3))
+    record_bucket(sb, end, (SimTaskSem){ .kind = SIM_SEM_SYNC, .coll = sb->kind }, first, i, j);
+  for (guint k = i; k < j; k++) {
+    SyncItem *it = &g_array_index(sb->items, SyncItem, k);
+    const OpLay *l = &lw->ops[it->op];
+    for (int m = 0; m < it->n; m++) {
+      int sh = it->shards[m];
+      if (sb->in_tie[it->op] && last)
+        g_hash_table_insert(sb->sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
+                            GINT_TO_POINTER(sb->chain_end->len));
+      if (l->cidx[sh] < 0)
+        continue;
+      if (sb->done)
+        sim_taskgraph_depend(tg, block, sb->done[l->dev[sh]], start);
+      else
+        sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
+      if (last)
+        sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
     }
-    for (guint k = i; k < j; k++) {
-      SyncItem *it = &g_array_index(items, SyncItem, k);
-      const OpLay *l = &lw->ops[it->op];
-      for (int m = 0; m < it->n; m++) {
-        int sh = it->shards[m];
-        if (in_tie[it->op] && last)
-          g_hash_table_insert(sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
-                              GINT_TO_POINTER(chain_end->len));
-        if (l->cidx[sh] < 0)
+    /* Users of these weights on the same devices add their gradients first. */
+    GArray *users = lw->sharers[it->op];
+    for (guint u = 0; users && u < users->len; u++) {
+      const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
+      for (int sh = 0; sh < ul->n_shards; sh++) {
+        if (ul->cidx[sh] < 0)
           continue;
-        if (done)
-          sim_taskgraph_depend(tg, block, done[l->dev[sh]], start);
-        else
-          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
+        gboolean here = FALSE;
+        for (int dd = 0; dd < it->n_devs && !here; dd++)
+          here = it->devs[dd] == ul->dev[sh];
+        if (!here)
+          continue;
+        if (!sb->done)
+          sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
         if (last)
-          sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
-      }
-      /* Users of these weights on the same devices add their gradients first. */
-      GArray *users = lw->sharers[it->op];
-      for (guint u = 0; users && u < users->len; u++) {
-        const OpLay *ul = &lw->ops[g_array_index(users, int, u)];
-        for (int sh = 0; sh < ul->n_shards; sh++) {
-          if (ul->cidx[sh] < 0)
-            continue;
-          gboolean here = FALSE;
-          for (int dd = 0; dd < it->n_devs && !here; dd++)
-            here = it->devs[dd] == ul->dev[sh];
-          if (!here)
-            continue;
-          if (!done)
-            sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
-          if (last)
-            sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
-        }
-      }
-    }
-    /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
-     * the next forward gathers them, but an executor keeps every replica's weights
-     * whole, so a recorded plan gathers them here too). */
-    if (s->memory.zero1 && last && (!zero3 || lw->record)) {
-      SimTaskRef gs, ge;
-      sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLGATHER,
-                      SIM_CLASS_PARAM_SYNC, first->devs, first->n_devs, (double)bytes,
-                      first->op, &gs, &ge);
-      if (lw->record) {
-        SimTaskSem m = { .index = ge.index, .kind = SIM_SEM_GATHER_PARAMS, .tensor = -1,
-                         .n_devs = first->n_devs, .n_ops = (int)(j - i) };
-        m.devs = g_memdup2(first->devs, sizeof(int) * (size_t)first->n_devs);
-        m.ops = g_new(int32_t, j - i);
-        for (guint k = i; k < j; k++)
-          m.ops[k - i] = g_array_index(items, SyncItem, k).op;
-        sim_taskgraph_sem_add(tg, ge.block, &m);
-      }
-      for (guint k = i; k < j; k++) {
-        SyncItem *it = &g_array_index(items, SyncItem, k);
-        const OpLay *l = &lw->ops[it->op];
-        for (int m = 0; m < it->n; m++)
-          if (l->cidx[it->shards[m]] >= 0)
-            sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
+          sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
       }
     }
   }
-  if (zero3)
-    zero3_gathers(lw, items, buckets, reuse ? prev_keys : NULL);
-  g_array_free(buckets, TRUE);
-  g_hash_table_destroy(chain_last);
-  /* The exchanges between copies of shared weights and their owner: after both sides
-   * have their gradients (synchronized among their replicas where they have replicas),
-   * before either side updates. */
+  /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
+   * the next step's forward gathers them, recorded plans included). */
+  if (s->memory.zero1 && last && !zero3) {
+    SimTaskRef gs, ge;
+    sync_collective(lw, sb->prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
+                    first->devs, first->n_devs, (double)bytes, first->op, &gs, &ge);
+    if (lw->record)
+      record_bucket(sb, ge, (SimTaskSem){ .kind = SIM_SEM_GATHER_PARAMS }, first, i, j);
+    for (guint k = i; k < j; k++) {
+      SyncItem *it = &g_array_index(sb->items, SyncItem, k);
+      const OpLay *l = &lw->ops[it->op];
+      for (int m = 0; m < it->n; m++)
+        if (l->cidx[it->shards[m]] >= 0)
+          sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
+    }
+  }
+}
+
+/* The exchanges between copies of shared weights and their owner: after both sides have
+ * their gradients (synchronized among their replicas where they have replicas), before
+ * either side updates. */
+static void exchange_ties(SyncBuild *sb, GArray *ties)
+{
+  SimLowering *lw = sb->lw;
+  SimTaskGraph *tg = lw->tg;
   for (guint k = 0; k < ties->len; k++) {
     SyncItem *it = &g_array_index(ties, SyncItem, k);
     const OpLay *l = &lw->ops[it->op];
@@ -677,8 +681,8 @@ void lower_build_sync_block(SimLowering *lw)
     const OpLay *ol = &lw->ops[owner];
     int sh = it->shards[0], osh = sh % ol->n_shards;
     SimTaskRef start, end;
-    sync_collective(lw, reuse ? prev_keys : NULL, lw->coll_keys, SIM_COLL_ALLREDUCE,
-                    SIM_CLASS_GRAD_SYNC, it->devs, 2, (double)it->bytes, it->op, &start, &end);
+    sync_collective(lw, sb->prev, lw->coll_keys, SIM_COLL_ALLREDUCE, SIM_CLASS_GRAD_SYNC,
+                    it->devs, 2, (double)it->bytes, it->op, &start, &end);
     if (lw->record) {
       SimTaskSem m = { .index = end.index, .kind = SIM_SEM_SYNC, .coll = SIM_COLL_ALLREDUCE,
                        .tensor = -1, .n_devs = 2, .n_ops = 1 };
@@ -692,20 +696,84 @@ void lower_build_sync_block(SimLowering *lw)
       const OpLay *sl = side[q];
       if (sl->cidx[side_sh[q]] < 0)
         continue;
-      gpointer e = g_hash_table_lookup(sync_end, GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
-      SimTaskRef before = e ? g_array_index(chain_end, SimTaskRef, GPOINTER_TO_INT(e) - 1)
-                            : ref_compute(lw, sl, P_B, M - 1, side_sh[q]);
-      sim_taskgraph_depend(tg, block, before, start);
-      sim_taskgraph_depend(tg, block, end, ref_update(lw, sl, side_sh[q]));
+      gpointer e = g_hash_table_lookup(sb->sync_end,
+                                       GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
+      SimTaskRef before = e ? g_array_index(sb->chain_end, SimTaskRef, GPOINTER_TO_INT(e) - 1)
+                            : ref_compute(lw, sl, P_B, lw->M - 1, side_sh[q]);
+      sim_taskgraph_depend(tg, sb->block, before, start);
+      sim_taskgraph_depend(tg, sb->block, end, ref_update(lw, sl, side_sh[q]));
     }
   }
-  g_hash_table_destroy(sync_end);
+}
+
+void lower_build_sync_block(SimLowering *lw)
+{
+  SimTaskGraph *tg = lw->tg;
+  if (lw->sync_block < 0)
+    lw->sync_block = sim_taskgraph_block_new(tg);
+  else
+    sim_taskgraph_block_clear(tg, lw->sync_block);
+  int block = lw->sync_block;
+  memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  /* The previous build's collectives, offered for reuse unless meanings are recorded
+   * (executors build once) or collectives are numbered for folding. */
+  GArray *old_blocks = lw->coll_blocks;
+  GHashTable *prev_keys = lw->coll_keys;
+  gboolean reuse = !lw->record && !tg->track_collectives;
+  lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
+  lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                        (GDestroyNotify)g_bytes_unref, NULL);
+  const SimStrategy *s = lw->s;
+  int M = lw->M;
+
+  GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
+  collect_items(lw, items, ties);
+  SimTaskRef *done = !s->sync.overlap && items->len ? backward_done(lw, block) : NULL;
+  /* Where each shard's synchronization ends, for the exchanges between weight copies
+   * (recorded for the ops those exchanges involve). */
+  uint8_t *in_tie = g_new0(uint8_t, MAX(lw->n_ops, 1));
+  for (guint k = 0; k < ties->len; k++) {
+    int x = g_array_index(ties, SyncItem, k).op;
+    in_tie[x] = in_tie[sim_graph_op_weight_owner(lw->g, x)] = 1;
+  }
+  SyncBuild sb = {
+    .lw = lw, .block = block, .prev = reuse ? prev_keys : NULL, .items = items,
+    .kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE,
+    .done = done, .in_tie = in_tie,
+    .sync_end = g_hash_table_new(g_direct_hash, g_direct_equal),
+    .chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
+                                        (GDestroyNotify)g_bytes_unref, NULL),
+    .chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
+  };
+  gboolean zero3 = s->memory.zero1 && s->memory.zero3;
+  GArray *buckets = make_buckets(lw, items, zero3);
+  if (zero3)
+    zero3_gathered_memory(lw, items, buckets);
+  /* Without ZeRO-3, one reduction of every bucket after the last micro-batch's backward;
+   * with it, one after every micro-batch's backward (micro-batch by micro-batch, the order
+   * in which the backward passes produce them). */
+  int polls = 0;
+  gboolean cancelled = FALSE;
+  for (int rmb = zero3 ? 0 : M - 1; rmb < M && !cancelled; rmb++)
+    for (guint bi = 0; bi < buckets->len; bi++, polls++) {
+      /* Cancelled: the rest is not lowered (the caller fails without running it). */
+      if ((cancelled = lower_lowering_cancelled(lw, polls)))
+        break;
+      reduce_bucket(&sb, &g_array_index(buckets, Bucket, bi), rmb);
+    }
+  if (zero3)
+    zero3_gathers(lw, items, buckets, sb.prev);
+  g_array_free(buckets, TRUE);
+  g_hash_table_destroy(sb.chain_last);
+  exchange_ties(&sb, ties);
+  g_hash_table_destroy(sb.sync_end);
   g_free(in_tie);
   sync_collectives_done(lw, old_blocks);
   g_array_free(old_blocks, TRUE);
   g_hash_table_destroy(prev_keys);
   g_array_free(ties, TRUE);
-  g_array_free(chain_end, TRUE);
+  g_array_free(sb.chain_end, TRUE);
   g_free(done);
   g_array_free(items, TRUE);
 }

@@ -184,6 +184,10 @@ typedef struct {
   int sg_n, sg_base;
   gboolean sim;
   SimRegion part;
+  /* A holder folded away (not simulated): the shard of the producer on the consumer's own
+   * device, whose timeline is the holder's (the ranks are symmetric), stands for it as
+   * the piece's predecessor; -1: the holder itself. */
+  int stand_in;
 } Piece;
 
 /* TRUE if the boxes @a and @b (of one rank) overlap: the quick test that spares most
@@ -383,6 +387,15 @@ static guint group_candidates(const GroupIndex *ix, const GArray *groups, const 
   return cand->len;
 }
 
+/* The simulated shard of @src on device @dev, or -1. */
+static int stand_in(const OpLay *src, int dev)
+{
+  for (int i = 0; i < src->n_shards; i++)
+    if (src->dev[i] == dev && src->cidx[i] >= 0)
+      return i;
+  return -1;
+}
+
 /* @may_sg: scatter-gather is allowed for this direction (see lower_build_tensor_block()). */
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
                            const OpLay *dst, const SimRegion *need, gboolean may_sg)
@@ -404,7 +417,8 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
       Holders *h = &g_array_index(groups, Holders, k);
       if (!boxes_overlap(&need[c], &h->region))
         continue;
-      Piece p = { .c = c, .k = (int)k, .holder = -1, .sim = dst->cidx[c] >= 0 };
+      Piece p = { .c = c, .k = (int)k, .holder = -1, .sim = dst->cidx[c] >= 0,
+                  .stand_in = -1 };
       if (!sim_region_intersect(&need[c], &h->region, &p.inter))
         continue;
       for (int i = 0; i < h->n && p.holder < 0; i++)
@@ -426,9 +440,12 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   for (guint i = 0; i < out->len; i++) {
     Piece p = g_array_index(out, Piece, i);
     if (p.sim && !ready[p.k].reduced && src->cidx[p.holder] < 0) {
-      lw->fold_violated = TRUE;
-      if (!p.sg_n)
-        continue;
+      p.stand_in = stand_in(src, dst->dev[p.c]);
+      if (p.stand_in < 0) {
+        lw->fold_violated = TRUE;
+        if (!p.sg_n)
+          continue;
+      }
     }
     if (p.sg_n)
       p.sg_base -= (int)(i - kept);
@@ -489,7 +506,8 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
     if (!p->sim)
       continue;
     SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, p->c);
-    SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb, p->holder);
+    SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb,
+                                p->stand_in >= 0 ? p->stand_in : p->holder);
     if (p->local) {
       sim_taskgraph_depend(lw->tg, block, from, to);
       continue;

@@ -32,7 +32,7 @@
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                             */
 
-/* The shared reader (json-read.h) with the machine file's adapters: integers that fit an
+/* The shared reader (base/json-read.h) with the machine file's adapters: integers that fit an
  * int, numbers scaled to the simulator's units, members looked up by key. */
 typedef SimJsonReader Reader;
 
@@ -658,7 +658,7 @@ SimMachineDesc *sim_machine_desc_parse(const char *text, const char *filename,
                                        int count_override, GError **error)
 {
   g_return_val_if_fail(text != NULL, NULL);
-  Reader rd = { filename ? filename : "<machine>", error };
+  Reader rd = SIM_JSON_READER(filename ? filename : "<machine>", error);
   Reader *r = &rd;
 
   g_autoptr(JsonParser) parser = json_parser_new();

@@ -35,6 +35,9 @@
 #include <math.h>
 #include <string.h>
 
+/* Entries of the route cache of machines too large for a route table (a power of 2). */
+#define ROUTE_CACHE (1u << 16)
+
 #define LIBRARY_DIR "/org/parasol/data/machines/"
 
 typedef struct {
@@ -460,6 +463,8 @@ SimMachine *sim_machine_build(SimMachineDesc *d)
   g_mutex_init(&m->route_lock);
   if (m->n_devices <= 4096)
     m->route_table = g_new0(SimRoute *, (size_t)m->n_devices * (size_t)m->n_devices);
+  else
+    m->route_cache = g_new0(SimRoute *, ROUTE_CACHE);
   m->json = sim_machine_desc_to_json(d);
   return m;
 }
@@ -490,6 +495,7 @@ void sim_machine_free(SimMachine *m)
   g_array_unref(m->links);
   g_hash_table_destroy(m->routes);
   g_free(m->route_table);
+  g_free(m->route_cache);
   g_mutex_clear(&m->route_lock);
   g_free(m->devices);
   g_free(m->name);
@@ -586,9 +592,15 @@ static const SimRoute *get_route(const SimMachine *cm, int src, int dst)
   if (src == dst)
     return &empty_route;
   gsize idx = (gsize)src * (gsize)m->n_devices + (gsize)dst;
+  guint slot = 0;
   if (m->route_table) {
     SimRoute *r = g_atomic_pointer_get(&m->route_table[idx]);
     if (r)
+      return r;
+  } else if (m->route_cache) {
+    slot = (guint)((idx * UINT64_C(0x9E3779B97F4A7C15)) >> 40) & (ROUTE_CACHE - 1);
+    SimRoute *r = g_atomic_pointer_get(&m->route_cache[slot]);
+    if (r && r->src == src && r->dst == dst)
       return r;
   }
   gpointer key = GSIZE_TO_POINTER(idx);
@@ -596,10 +608,14 @@ static const SimRoute *get_route(const SimMachine *cm, int src, int dst)
   SimRoute *r = g_hash_table_lookup(m->routes, key);
   if (!r) {
     r = compute_route(machine_of(m), src, dst);
+    r->src = src;
+    r->dst = dst;
     g_hash_table_insert(m->routes, key, r);
   }
   if (m->route_table)
     g_atomic_pointer_set(&m->route_table[idx], r);
+  else if (m->route_cache)
+    g_atomic_pointer_set(&m->route_cache[slot], r);
   g_mutex_unlock(&m->route_lock);
   return r;
 }

@@ -196,8 +196,7 @@ static gboolean node_values(Importer *im, const Onnx__NodeProto *n, int index, c
   return TRUE;
 }
 
-/* Embeddings and changes of layout: Gather from a weight, Gather and Slice, Split, Reshape and
- * Flatten, Transpose. */
+/* Embeddings and selections: Gather from a weight, Gather and Slice. */
 static gboolean node_layout(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
                             const char *out, Value *in0, gboolean *done)
 {
@@ -324,6 +323,15 @@ static gboolean node_layout(Importer *im, const Onnx__NodeProto *n, int index, c
     onnx_set_tensor(im, out, t);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Changes of layout: Split, Reshape and Flatten, Transpose. */
+static gboolean node_reshape(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                             const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   if (!strcmp(op, "Split")) {
     SimShape s = onnx_shape_of(im, in0);
     int64_t axis = onnx_attr_int(n, "axis", 0);
@@ -629,8 +637,8 @@ static gboolean node_layers(Importer *im, const Onnx__NodeProto *n, int index, c
   return TRUE;
 }
 
-/* Element-wise operators and what masks and positions are made of: GELU written out, Range,
- * ConstantOfShape, Where, Neg, Expand, Trilu, Equal, Not, the binary operators and Clip. */
+/* Constants of positions and masks, and GELU written out: GELU met at its first node,
+ * Range, ConstantOfShape, Where of constants. */
 static gboolean node_elementwise(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
                                  const char *out, Value *in0, gboolean *done)
 {
@@ -708,6 +716,16 @@ static gboolean node_elementwise(Importer *im, const Onnx__NodeProto *n, int ind
     onnx_value_set(im, out, &r);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* What masks and positions are made of on computed tensors: Where, Neg, Expand, Trilu,
+ * Equal, Not. */
+static gboolean node_masks(Importer *im, const Onnx__NodeProto *n, int index, const char *op,
+                           const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   Value *w1 = n->n_input == 3 ? onnx_value_get(im, n->input[1]) : NULL;
   Value *w2 = n->n_input == 3 ? onnx_value_get(im, n->input[2]) : NULL;
   gboolean ta = w1 && w1->kind == V_TENSOR, tb = w2 && w2->kind == V_TENSOR;
@@ -844,6 +862,16 @@ static gboolean node_elementwise(Importer *im, const Onnx__NodeProto *n, int ind
     onnx_value_set(im, out, &v);
     return TRUE;
   }
+  *done = FALSE;
+  return TRUE;
+}
+
+/* Arithmetic on tensors: Add, Sub, Mul and Div (with a scalar constant, a scaling or a
+ * shift), and Clip (ReLU6, ReLU). */
+static gboolean node_arithmetic(Importer *im, const Onnx__NodeProto *n, int index,
+                                const char *op, const char *out, Value *in0, gboolean *done)
+{
+  *done = TRUE;
   if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div")) {
     /* With a scalar constant: a scaling (Mul, Div) or a shift (Add, Sub), one
      * memory-bound pass either way. */
@@ -1015,7 +1043,8 @@ gboolean onnx_import_node(Importer *im, int index)
 
   static gboolean (*const steps[])(Importer *, const Onnx__NodeProto *, int, const char *,
                                    const char *, Value *, gboolean *) = {
-    node_values, node_layout, node_layers, node_elementwise, node_activations,
+    node_values, node_layout, node_reshape, node_layers, node_elementwise, node_masks,
+    node_arithmetic, node_activations,
   };
   for (size_t k = 0; k < G_N_ELEMENTS(steps); k++) {
     gboolean done = FALSE;

@@ -1,6 +1,6 @@
 /* op-support.c — what the operator classes (sim/ops/) use to describe themselves: their
- * iteration space and the maps from it to their tensors, extents of shards, and the
- * kernels of one shard's work.  It calls nothing of the catalogue, so the classes depend
+ * iteration space and the maps from it to their tensors, extents of shards, the kernels
+ * of one shard's work, and an op's output slots.  It calls nothing of the catalogue, so the classes depend
  * on it and not back on the graph.  sim_map_project() sits on the hot path of the
  * simulator and the search and does not allocate. */
 #include "sim-private.h"
@@ -170,4 +170,17 @@ double sim_work_bytes(const SimWork *w)
   for (int i = 0; i < w->n; i++)
     b += w->k[i].bytes;
   return b;
+}
+
+void sim_op_set_n_outputs(SimOp *op, int n)
+{
+  g_free(op->outputs);
+  g_free(op->out_shape);
+  g_free(op->out_dtype);
+  op->n_outputs = n;
+  op->outputs = g_new(int, MAX(n, 1));
+  for (int i = 0; i < n; i++)
+    op->outputs[i] = -1;
+  op->out_shape = g_new0(SimShape, MAX(n, 1));
+  op->out_dtype = g_new0(SimDType, MAX(n, 1));
 }

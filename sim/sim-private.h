@@ -186,7 +186,7 @@ gboolean sim_op_fused_nonlinear(const SimOp *o);
 void sim_map_project(const SimTensorMap *map, const SimShape *shape, const int64_t *lo,
                      const int64_t *hi, SimRegion *out);
 
-/* Sets op->n_outputs and allocates outputs, out_shape, out_dtype. */
+/* Sets op->n_outputs and allocates outputs, out_shape, out_dtype (op-support.c). */
 void sim_op_set_n_outputs(SimOp *op, int n);
 
 /* ---------------------------------------------------------------------------------- */
@@ -265,7 +265,8 @@ int64_t sim_moe_shard_rows(const SimOp *op, const int64_t *extent);
 /* @extent, or the sizes of the op's iteration dimensions written into @full (which holds
  * SIM_MAX_ITER entries) when @extent is NULL: classes accept NULL for "the whole op". */
 const int64_t *sim_op_extent(const SimOp *op, const int64_t *extent, int64_t *full);
-/* Sets @error to "op 'NAME' (TYPE): MESSAGE", the form every infer() error takes. */
+/* Sets @error to "op 'NAME' (TYPE): MESSAGE", the form every infer() error takes
+ * (ops/catalogue.c, which names the types). */
 void sim_op_set_error(const SimOp *op, GError **error, int code, const char *fmt, ...)
   G_GNUC_PRINTF(4, 5);
 gboolean sim_dtype_is_float(SimDType t);
@@ -349,6 +350,7 @@ typedef struct {
   int *links;
   double bandwidth;       /* bottleneck                                                */
   double latency;         /* sum over hops                                            */
+  int src, dst;           /* its devices (machine.c's cache of larger machines checks them) */
 } SimRoute;
 
 struct _SimMachine {
@@ -365,6 +367,10 @@ struct _SimMachine {
    * of up to 4,096 GPUs: at most 128 MiB of address space, touched where used); NULL
    * for larger ones. */
   SimRoute **route_table;
+  /* For larger machines: the routes last looked up, by a hash of (src, dst), each entry
+   * overwritten by the next route of the same hash and read without the lock (a route
+   * never changes once made). */
+  SimRoute **route_cache;
   char *json;             /* the description it was loaded from, for round trips        */
 };
 
@@ -555,6 +561,12 @@ void sim_json_append_string(GString *s, const char *str);
 
 /* The names of the parameters given, in order; NULL-terminated (g_strfreev). */
 char **sim_model_params_names(const SimModelParams *p);
+
+/* The shared JSON reader (base/json-read.h) of a libsim file: SIM_ERROR, with
+ * SIM_ERROR_PARSE, SIM_ERROR_INVALID and SIM_ERROR_UNKNOWN for its checks. */
+#define SIM_JSON_READER(file_, error_)                                                    \
+  { .file = (file_), .error = (error_), .domain = SIM_ERROR, .parse = SIM_ERROR_PARSE,    \
+    .invalid = SIM_ERROR_INVALID, .unknown = SIM_ERROR_UNKNOWN }
 
 /* Utilities shared by the JSON readers: errors that name file and place. */
 void sim_set_error_at(GError **error, int code, const char *filename, const char *place,

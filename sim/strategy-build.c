@@ -311,10 +311,9 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
                 "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
     return FALSE;
   }
-  if (o->cp < 0 || (o->cp > 1 && o->ep > 1)) {
+  if (o->cp < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                "cp %d: the context-parallel degree must be at least 1%s", o->cp,
-                o->ep > 1 ? ", and is not modelled with expert parallelism (ep)" : "");
+                "cp %d: the context-parallel degree must be at least 1", o->cp);
     return FALSE;
   }
   int64_t need = (int64_t)o->dp * o->tp * o->pp * MAX(o->cp, 1);
@@ -355,27 +354,19 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
   return TRUE;
 }
 
-SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
-                                   const SimMegatronOptions *o, GError **error)
+/* The number of micro-batches: each data-parallel replica runs batch / dp samples, in
+ * micro-batches of microbatch_size samples, unless the caller fixes their number. */
+static gboolean count_microbatches(const SimGraph *g, const SimMegatronOptions *o,
+                                   int64_t *out, GError **error)
 {
-  g_return_val_if_fail(g != NULL && m != NULL && o != NULL, NULL);
-  if (!check_options(g, m, o, error))
-    return NULL;
-
-  const int dp = o->dp, tp = o->tp, pp = o->pp, cp = MAX(o->cp, 1);
-  const int chunks = o->schedule == SIM_SCHEDULE_INTERLEAVED ? o->chunks : 1;
-  const int n_ops = sim_graph_n_ops(g);
-  const char *model = sim_graph_get_name(g);
-
-  /* Micro-batches: each data-parallel replica runs batch / dp samples, in micro-batches of
-   * microbatch_size samples, unless the caller fixes their number. */
+  const int dp = o->dp;
   int64_t batch = sim_graph_batch_size(g);
   int64_t mb = o->microbatches;
   if (mb == 0 && o->microbatch_size > batch) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "micro-batches of %" G_GINT64_FORMAT " samples exceed the batch of %"
                 G_GINT64_FORMAT " samples", o->microbatch_size, batch);
-    return NULL;
+    return FALSE;
   }
   if (mb == 0) {
     int64_t per = (int64_t)dp * o->microbatch_size;
@@ -384,7 +375,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
                   "the batch of %" G_GINT64_FORMAT " samples does not split into dp %d "
                   "replicas x micro-batches of %" G_GINT64_FORMAT " samples",
                   batch, dp, o->microbatch_size);
-      return NULL;
+      return FALSE;
     }
     mb = batch / per;
   }
@@ -393,12 +384,21 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
                 "the batch of %" G_GINT64_FORMAT " samples does not split into %" G_GINT64_FORMAT
                 " micro-batches over dp %d replicas",
                 batch, mb, dp);
-    return NULL;
+    return FALSE;
   }
+  *out = mb;
+  return TRUE;
+}
 
-  /* Layers: the ops up to and including each checkpoint mark form one layer.  Ops before
-   * the first layer's end (the embedding) thus belong to the first layer, ops after the
-   * last mark (final norm, head, loss) to the last stage. */
+/* The model chunk of every op (@op_stage), for @n_chunks chunks (pp x chunks per stage).
+ * Layers: the ops up to and including each checkpoint mark form one layer.  Ops before
+ * the first layer's end (the embedding) thus belong to the first layer, ops after the
+ * last mark (final norm, head, loss) to the last stage. */
+static gboolean assign_chunks(const SimGraph *g, int pp, int chunks, int *op_stage,
+                              GError **error)
+{
+  const int n_ops = sim_graph_n_ops(g);
+  const char *model = sim_graph_get_name(g);
   g_autoptr(GArray) marks = g_array_new(FALSE, FALSE, sizeof(int));
   g_array_set_size(marks, n_ops);
   g_array_set_size(marks, sim_graph_layer_ends(g, (int *)(void *)marks->data));
@@ -409,7 +409,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
                 "model '%s' has no layers (no checkpoint marks, no cut that one tensor "
                 "crosses), so it cannot be split into %d pipeline stages",
                 model, n_chunks);
-    return NULL;
+    return FALSE;
   }
   if (n_chunks > n_layers && n_chunks > 1) {
     if (chunks > 1)
@@ -419,13 +419,12 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
     else
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                   "pp %d stages, but model '%s' has %d layers", pp, model, n_layers);
-    return NULL;
+    return FALSE;
   }
 
   /* Model chunk c holds layers [c L / C, (c+1) L / C): as even as the counts allow.  With
    * the interleaved schedule chunk c runs on pipeline rank c % pp (Narayanan et al. 2021,
    * section 2.2.2), which is stage c's group in sim_strategy_set_stages()' convention. */
-  g_autofree int *op_stage = g_new0(int, MAX(n_ops, 1));
   g_autofree int *layer_chunk = g_new0(int, MAX(n_layers, 1));
   for (int l = 0; l < n_layers; l++)
     layer_chunk[l] = (int)((int64_t)l * n_chunks / n_layers);
@@ -454,143 +453,162 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
       layer_chunk[l] = MAX(MIN(c, n_chunks - 1), n_chunks - (n_layers - l));
     }
   }
-  {
-    int layer = 0;
-    for (int op = 0; op < n_ops; op++) {
-      while (layer < n_layers && op > g_array_index(marks, int, layer))
-        layer++;
-      op_stage[op] = layer >= n_layers ? n_chunks - 1 : layer_chunk[layer];
-    }
-    /* Data sources (token ids, labels) enter where they are first used: Megatron feeds the
-     * labels to the last stage only. */
-    for (int op = 0; op < n_ops; op++) {
-      if (sim_graph_op_type(g, op) != SIM_OP_INPUT)
-        continue;
-      int first = -1;
-      for (int k = 0; k < sim_graph_op_n_outputs(g, op); k++) {
-        int t = sim_graph_op_output(g, op, k);
-        for (int c = 0; c < sim_graph_tensor_n_consumers(g, t); c++) {
-          int st = op_stage[sim_graph_tensor_consumer(g, t, c)];
-          first = first < 0 ? st : MIN(first, st);
-        }
+  int layer = 0;
+  for (int op = 0; op < n_ops; op++) {
+    while (layer < n_layers && op > g_array_index(marks, int, layer))
+      layer++;
+    op_stage[op] = layer >= n_layers ? n_chunks - 1 : layer_chunk[layer];
+  }
+  /* Data sources (token ids, labels) enter where they are first used: Megatron feeds the
+   * labels to the last stage only. */
+  for (int op = 0; op < n_ops; op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_INPUT)
+      continue;
+    int first = -1;
+    for (int k = 0; k < sim_graph_op_n_outputs(g, op); k++) {
+      int t = sim_graph_op_output(g, op, k);
+      for (int c = 0; c < sim_graph_tensor_n_consumers(g, t); c++) {
+        int st = op_stage[sim_graph_tensor_consumer(g, t, c)];
+        first = first < 0 ? st : MIN(first, st);
       }
-      if (first >= 0)
-        op_stage[op] = first;
     }
+    if (first >= 0)
+      op_stage[op] = first;
+  }
+  return TRUE;
+}
+
+/* Ranks: tensor fastest, then data, then pipeline (Megatron's order: its data-parallel
+ * groups stride by tp inside a block of dp * tp ranks per stage, its pipeline groups by
+ * the world size over pp), so a tensor-parallel group is tp consecutive devices, inside
+ * one node when tp divides its size, and a stage holds dp * tp consecutive devices.
+ * Context parallelism sits between tensor and data parallelism (Megatron-Core's order):
+ * d counts dp * cp, context rank c of replica r being d = r cp + c. */
+static int megatron_rank(int dp, int cp, int tp, int d, int p, int t)
+{
+  return p * (dp * cp * tp) + d * tp + t;
+}
+
+/* Op @op's degrees and devices in @s: its samples over dp, its experts over ep, its
+ * tensor-parallel dimension (@role) over tp, its positions over cp, on pipeline rank
+ * @stage % pp.  @devices has room for dp x cp x tp. */
+static gboolean place_op(SimStrategy *s, const SimGraph *g, const SimMegatronOptions *o,
+                         int op, const TpRole *role, int stage, int *devices, GError **error)
+{
+  const int dp = o->dp, tp = o->tp, pp = o->pp, cp = MAX(o->cp, 1);
+  const SimStrategyOpInfo *info = &s->layout->ops[op];
+  int degrees[SIM_MAX_ITER];
+  for (int d = 0; d < SIM_MAX_ITER; d++)
+    degrees[d] = 1;
+  if (info->ndims > 0)
+    degrees[0] = dp;
+  else if (dp > 1) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "op '%s' (%s) has no sample dimension to split over dp %d replicas",
+                info->name, sim_op_type_name(info->type), dp);
+    return FALSE;
   }
 
-  /* Ranks: tensor fastest, then data, then pipeline (Megatron's order: its data-parallel
-   * groups stride by tp inside a block of dp * tp ranks per stage, its pipeline groups by
-   * the world size over pp), so a tensor-parallel group is tp consecutive devices, inside
-   * one node when tp divides its size, and a stage holds dp * tp consecutive devices.
-   * Context parallelism sits between tensor and data parallelism (Megatron-Core's order):
-   * d counts dp * cp, context rank c of replica r being d = r cp + c. */
-#define RANK(d, p, t) ((p) * (dp * cp * tp) + (d) * tp + (t))
-
-  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
-  g_autofree TpRole *role = g_new0(TpRole, MAX(n_ops, 1));
-  if (tp > 1)
-    assign_tp_roles(g, o->sequence_parallel, role);
-  g_autofree int *devices = g_new(int, (gsize)dp * cp * tp);
-
-  for (int op = 0; op < n_ops; op++) {
-    const SimStrategyOpInfo *info = &s->layout->ops[op];
-    int degrees[SIM_MAX_ITER];
-    for (int d = 0; d < SIM_MAX_ITER; d++)
-      degrees[d] = 1;
-    if (info->ndims > 0)
-      degrees[0] = dp;
-    else if (dp > 1) {
+  /* Expert parallelism: the experts over ep consecutive data-parallel replicas, the
+   * samples over the dp / ep groups of them.  Shard (sample group i, experts j, width t)
+   * is shard (i ep + j) t of the row-major order, so it sits on replica i ep + j. */
+  gboolean expert_split = FALSE;
+  if (o->ep > 1 && info->type == SIM_OP_MOE) {
+    const SimIterDim *xd = &info->dims[2];
+    if (xd->size % o->ep != 0) {
       g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                  "op '%s' (%s) has no sample dimension to split over dp %d replicas",
-                  info->name, sim_op_type_name(info->type), dp);
-      return NULL;
+                  "ep %d does not divide the %" G_GINT64_FORMAT " experts of op '%s'",
+                  o->ep, xd->size, info->name);
+      return FALSE;
     }
+    degrees[0] = dp / o->ep;
+    degrees[2] = o->ep;
+    expert_split = TRUE;
+  }
 
-    /* Expert parallelism: the experts over ep consecutive data-parallel replicas, the
-     * samples over the dp / ep groups of them.  Shard (sample group i, experts j, width t)
-     * is shard (i ep + j) t of the row-major order, so it sits on replica i ep + j. */
-    gboolean expert_split = FALSE;
-    if (o->ep > 1 && info->type == SIM_OP_MOE) {
-      const SimIterDim *xd = &info->dims[2];
-      if (xd->size % o->ep != 0) {
-        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                    "ep %d does not divide the %" G_GINT64_FORMAT " experts of op '%s'",
-                    o->ep, xd->size, info->name);
-        return NULL;
+  int x = tp > 1 ? tp_dim(g, op, role[op]) : -1;
+  if (x > 0 && x < info->ndims) {
+    const SimIterDim *dim = &info->dims[x];
+    gboolean fits = dim->splittable && dim->size % tp == 0;
+    if (!fits && (role[op] == TP_COLUMN || role[op] == TP_ROW || role[op] == TP_HEADS ||
+                  role[op] == TP_FFN || role[op] == TP_FEATURES)) {
+      /* Megatron requires these splits; an uneven one would not be Megatron's plan.
+       * Megatron pads its vocabulary so that the output layer splits (to a multiple of
+       * 128 x tp): say so when that is the op refused. */
+      g_autofree char *hint = NULL;
+      if (role[op] == TP_COLUMN && feeds_loss(g, op, role)) {
+        int64_t unit = 128 * (int64_t)tp;
+        hint = g_strdup_printf("; Megatron pads the vocabulary to a multiple of 128 x tp:"
+                               " --param vocab=%" G_GINT64_FORMAT,
+                               (dim->size + unit - 1) / unit * unit);
       }
-      degrees[0] = dp / o->ep;
-      degrees[2] = o->ep;
-      expert_split = TRUE;
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "tp %d does not divide dimension '%s' (size %" G_GINT64_FORMAT
+                  ") of op '%s' (%s), which the plan makes %s%s",
+                  tp, dim->name, dim->size, info->name, sim_op_type_name(info->type),
+                  tp_role_what(role[op]), hint ? hint : "");
+      return FALSE;
     }
+    /* A vocabulary, a loss or a sequence that tp does not divide stays whole. */
+    if (fits)
+      degrees[x] = tp;
+  }
 
-    int x = tp > 1 ? tp_dim(g, op, role[op]) : -1;
-    if (x > 0 && x < info->ndims) {
-      const SimIterDim *dim = &info->dims[x];
-      gboolean fits = dim->splittable && dim->size % tp == 0;
-      if (!fits && (role[op] == TP_COLUMN || role[op] == TP_ROW || role[op] == TP_HEADS ||
-                    role[op] == TP_FFN || role[op] == TP_FEATURES)) {
-        /* Megatron requires these splits; an uneven one would not be Megatron's plan.
-         * Megatron pads its vocabulary so that the output layer splits (to a multiple of
-         * 128 x tp): say so when that is the op refused. */
-        g_autofree char *hint = NULL;
-        if (role[op] == TP_COLUMN && feeds_loss(g, op, role)) {
-          int64_t unit = 128 * (int64_t)tp;
-          hint = g_strdup_printf("; Megatron pads the vocabulary to a multiple of 128 x tp:"
-                                 " --param vocab=%" G_GINT64_FORMAT,
-                                 (dim->size + unit - 1) / unit * unit);
-        }
-        g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
-                    "tp %d does not divide dimension '%s' (size %" G_GINT64_FORMAT
-                    ") of op '%s' (%s), which the plan makes %s%s",
-                    tp, dim->name, dim->size, info->name, sim_op_type_name(info->type),
-                    tp_role_what(role[op]), hint ? hint : "");
-        return NULL;
-      }
-      /* A vocabulary, a loss or a sequence that tp does not divide stays whole. */
-      if (fits)
-        degrees[x] = tp;
+  /* An op that does not split over the tensor-parallel group runs on every rank of it,
+   * as Megatron runs layer norms, dropouts and residual adds: tp copies of each data-
+   * parallel shard.  Either way shard (d, t) sits on rank (d, p, t): a split op's tensor
+   * coordinate is the fastest-varying, as a replicated op's copy is. */
+  int p = stage % pp;
+  gboolean split = (x > 0 && x < SIM_MAX_ITER && degrees[x] > 1) || expert_split;
+  int replicas = split ? 1 : tp;
+  /* Context parallelism splits the positions further (chunk c of the sequence, split
+   * tp ways inside it under sequence parallelism); an op without positions that
+   * divide runs on every context rank. */
+  gboolean cp_split = FALSE;
+  if (cp > 1) {
+    int sd = first_dim_with_role(sim_graph_op_get(g, op), SIM_ROLE_ATTRIBUTE);
+    if (sd > 0 && sd < info->ndims && info->dims[sd].splittable &&
+        info->dims[sd].size % ((int64_t)degrees[sd] * cp) == 0) {
+      degrees[sd] *= cp;
+      cp_split = TRUE;
+    } else {
+      replicas *= cp;
     }
-
-    /* An op that does not split over the tensor-parallel group runs on every rank of it,
-     * as Megatron runs layer norms, dropouts and residual adds: tp copies of each data-
-     * parallel shard.  Either way shard (d, t) sits on rank (d, p, t): a split op's tensor
-     * coordinate is the fastest-varying, as a replicated op's copy is. */
-    int p = op_stage[op] % pp;
-    gboolean split = (x > 0 && x < SIM_MAX_ITER && degrees[x] > 1) || expert_split;
-    int replicas = split ? 1 : tp;
-    /* Context parallelism splits the positions further (chunk c of the sequence, split
-     * tp ways inside it under sequence parallelism); an op without positions that
-     * divide runs on every context rank. */
-    gboolean cp_split = FALSE;
-    if (cp > 1) {
-      int sd = first_dim_with_role(sim_graph_op_get(g, op), SIM_ROLE_ATTRIBUTE);
-      if (sd > 0 && sd < info->ndims && info->dims[sd].splittable &&
-          info->dims[sd].size % ((int64_t)degrees[sd] * cp) == 0) {
-        degrees[sd] *= cp;
-        cp_split = TRUE;
-      } else {
-        replicas *= cp;
-      }
-      /* Shards in row-major order of their coordinates, copies fastest: the context
-       * coordinate comes after the tensor one where the tensor split is on an earlier
-       * dimension or the op is repeated over the context ranks. */
-      gboolean t_first = split && (!cp_split || x < sd);
-      int n = 0;
+    /* Shards in row-major order of their coordinates, copies fastest: the context
+     * coordinate comes after the tensor one where the tensor split is on an earlier
+     * dimension or the op is repeated over the context ranks. */
+    gboolean t_first = split && (!cp_split || x < sd);
+    int n = 0;
+    if (expert_split && cp_split) {
+      /* Shard (sample group i, positions c, experts j, width t) on context rank c of
+       * replica i ep + j: each expert group exchanges tokens among the replicas of one
+       * context rank. */
+      int ep = o->ep, tw = x > 0 && x < SIM_MAX_ITER && degrees[x] > 1 ? tp : 1;
+      for (int i = 0; i < dp / ep; i++)
+        for (int c = 0; c < cp; c++)
+          for (int j = 0; j < ep; j++)
+            for (int t = 0; t < tw; t++)
+              devices[n++] = megatron_rank(dp, cp, tp, (i * ep + j) * cp + c, p, t);
+    } else {
       for (int d = 0; d < dp; d++)
         for (int a = 0; a < (t_first ? tp : cp); a++)
           for (int b = 0; b < (t_first ? cp : tp); b++)
-            devices[n++] = t_first ? RANK(d * cp + b, p, a) : RANK(d * cp + a, p, b);
-    } else {
-      for (int d = 0; d < dp; d++)
-        for (int t = 0; t < tp; t++)
-          devices[d * tp + t] = RANK(d, p, t);
+            devices[n++] = t_first ? megatron_rank(dp, cp, tp, d * cp + b, p, a)
+                                   : megatron_rank(dp, cp, tp, d * cp + a, p, b);
     }
-    if (!sim_strategy_set_op_replicated(s, op, degrees, replicas, devices, error))
-      return NULL;
+  } else {
+    for (int d = 0; d < dp; d++)
+      for (int t = 0; t < tp; t++)
+        devices[d * tp + t] = megatron_rank(dp, cp, tp, d, p, t);
   }
+  return sim_strategy_set_op_replicated(s, op, degrees, replicas, devices, error);
+}
 
-  /* Stage c runs on the devices of pipeline rank c % pp: every (data, tensor) pair. */
+/* Stage c runs on the devices of pipeline rank c % pp: every (data, tensor) pair. */
+static gboolean set_stage_groups(SimStrategy *s, const SimMegatronOptions *o, int n_chunks,
+                                 const int *op_stage, GError **error)
+{
+  const int dp = o->dp, tp = o->tp, pp = o->pp, cp = MAX(o->cp, 1);
   g_autofree int *groups_flat = g_new(int, (gsize)n_chunks * dp * cp * tp);
   g_autofree const int **groups = g_new(const int *, n_chunks);
   g_autofree int *group_n = g_new(int, n_chunks);
@@ -599,12 +617,38 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
     int n = 0;
     for (int d = 0; d < dp * cp; d++)
       for (int t = 0; t < tp; t++)
-        grp[n++] = RANK(d, c % pp, t);
+        grp[n++] = megatron_rank(dp, cp, tp, d, c % pp, t);
     groups[c] = grp;
     group_n[c] = n;
   }
-#undef RANK
-  if (!sim_strategy_set_stages(s, n_chunks, op_stage, groups, group_n, error))
+  return sim_strategy_set_stages(s, n_chunks, op_stage, groups, group_n, error);
+}
+
+SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
+                                   const SimMegatronOptions *o, GError **error)
+{
+  g_return_val_if_fail(g != NULL && m != NULL && o != NULL, NULL);
+  if (!check_options(g, m, o, error))
+    return NULL;
+  const int chunks = o->schedule == SIM_SCHEDULE_INTERLEAVED ? o->chunks : 1;
+  const int n_chunks = o->pp * chunks, n_ops = sim_graph_n_ops(g);
+  const int cp = MAX(o->cp, 1);
+  int64_t mb;
+  if (!count_microbatches(g, o, &mb, error))
+    return NULL;
+  g_autofree int *op_stage = g_new0(int, MAX(n_ops, 1));
+  if (!assign_chunks(g, o->pp, chunks, op_stage, error))
+    return NULL;
+
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  g_autofree TpRole *role = g_new0(TpRole, MAX(n_ops, 1));
+  if (o->tp > 1)
+    assign_tp_roles(g, o->sequence_parallel, role);
+  g_autofree int *devices = g_new(int, (gsize)o->dp * cp * o->tp);
+  for (int op = 0; op < n_ops; op++)
+    if (!place_op(s, g, o, op, role, op_stage[op], devices, error))
+      return NULL;
+  if (!set_stage_groups(s, o, n_chunks, op_stage, error))
     return NULL;
 
   sim_strategy_set_microbatches(s, (int)mb);

@@ -166,7 +166,7 @@ gboolean sim_strategy_save(const SimStrategy *s, const SimGraph *g, const char *
 /* ---------------------------------------------------------------------------------- */
 /* Reading                                                                            */
 
-/* The shared reader (json-read.h), and what the checks need of the model and machine. */
+/* The shared reader (base/json-read.h), and what the checks need of the model and machine. */
 typedef struct {
   SimJsonReader j;
   const SimGraph *g;
@@ -660,7 +660,7 @@ static SimStrategy *from_text(const char *text, const char *filename, const SimG
                               const SimMachine *m, SimGraphRewriteFunc rewrite, gpointer data,
                               SimGraph **graph, GError **error)
 {
-  Reader r = { .j = { .file = filename ? filename : "<strategy>", .error = error },
+  Reader r = { .j = SIM_JSON_READER(filename ? filename : "<strategy>", error),
                .g = g, .n_devices = sim_machine_n_devices(m) };
   g_autoptr(JsonParser) parser = json_parser_new();
   g_autoptr(GError) local = NULL;
@@ -734,7 +734,7 @@ char **sim_strategy_file_rewrites(const char *path, GError **error)
   g_autofree char *text = read_strategy_file(path, error);
   if (!text)
     return NULL;
-  SimJsonReader r = { .file = path, .error = error };
+  SimJsonReader r = SIM_JSON_READER(path, error);
   g_autoptr(JsonParser) parser = json_parser_new();
   JsonObject *root = sim_json_read_root(&r, parser, text, "parasol-strategy");
   if (!root)

@@ -407,11 +407,13 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     if (!(prev && prev->n_links == f->n_links && prev->bytes == f->bytes &&
           prev->duration == f->duration &&
           !memcmp(sim_task_links(tg, prev), links, (size_t)f->n_links * sizeof(int32_t)))) {
-      double end = INFINITY, start = f->duration;
-      sim_net_reset(net);
+      /* The net is left empty after each ring (removing the flow and settling), as a
+       * reset would leave it, without a reset's pass over every link. */
+      double end = INFINITY, start = f->duration, ignored;
       int slot = sim_net_add(net, 0, (const int *)links, f->n_links, f->bytes, start);
       sim_net_update(net, start, ring_end, &end);
       sim_net_remove(net, slot, end);
+      sim_net_update(net, end, ring_end, &ignored);
       prev = f;
       prev_time = end;
     }
@@ -435,6 +437,78 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
 }
 
 /* ---- chains of compute tasks -------------------------------------------------------- */
+
+/* The tasks of @tg without those @gone marks, under new ids in the old order: the
+ * successor lists rebuilt with them and without the implied edges (marked -1; @n_out
+ * counts the successors that stay), the streams and the roots.  A merged task's only
+ * predecessor was the one before it, which is merged too or the head, so no list that
+ * stays names a merged task. */
+static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out)
+{
+  int n = tg->n_tasks, nd = tg->n_devices;
+  SimTask *task = tg->task;
+  const int32_t *succ = tg->succ;
+  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
+  int m_ = 0;
+  size_t n_succ = 0;
+  for (int t = 0; t < n; t++) {
+    map[t] = gone[t] ? -1 : m_++;
+    if (!gone[t])
+      n_succ += (size_t)n_out[t];
+  }
+  int32_t *nsucc = sim_large_alloc(MAX(n_succ, 1) * sizeof(int32_t));
+  int32_t off = 0;
+  for (int t = 0; t < n; t++) {
+    if (gone[t])
+      continue;
+    SimTask x = task[t];
+    /* A run's list is its last task's. */
+    const int32_t *su = succ + x.succ_off;
+    int32_t kept = 0;
+    for (int k = 0; k < x.n_succ; k++) {
+      int32_t v = su[k];
+      if (v < 0 || gone[v])
+        continue; /* an implied edge, or a ring's flow that its whole flow replaces */
+      nsucc[off + kept++] = map[v];
+    }
+    x.succ_off = off;
+    x.n_succ = kept;
+    off += kept;
+    int32_t i = map[t];
+    task[i] = x;
+    tg->n_pred[i] = tg->n_pred[t];
+    tg->group_head[i] = tg->group_head[t];
+  }
+  g_free(tg->succ);
+  tg->succ = nsucc;
+  tg->cap_succ = MAX(n_succ, 1);
+  tg->n_succ_total = (int)n_succ;
+  int32_t w = 0;
+  for (int d = 0; d < nd; d++) {
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+    tg->stream_off[d] = w;
+    for (int32_t k = lo; k < hi; k++)
+      if (!gone[tg->stream[k]])
+        tg->stream[w++] = map[tg->stream[k]];
+  }
+  tg->stream_off[nd] = w;
+  tg->n_tasks = m_;
+  tg->n_succ_total = (int)off;
+  /* Tasks whose only predecessors were earlier on their stream now wait for nothing. */
+  int n_roots = 0;
+  for (int t = 0; t < m_; t++)
+    n_roots += tg->n_pred[t] == 0;
+  if ((size_t)n_roots > tg->cap_roots) {
+    g_free(tg->roots);
+    tg->roots = g_new(int32_t, n_roots);
+    tg->cap_roots = (size_t)n_roots;
+  }
+  tg->n_roots = 0;
+  for (int t = 0; t < m_; t++)
+    if (tg->n_pred[t] == 0)
+      tg->roots[tg->n_roots++] = t;
+  g_free(map);
+}
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel
  * back (no host times, no blocking sends: see simulate.c).
@@ -604,69 +678,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     g_free(gone);
     return 0;
   }
-  /* New ids in the old order; the successor lists rebuilt with them and without the
-   * implied edges.  A merged task's only predecessor was the one before it, which is
-   * merged too or the head, so no list that stays names a merged task. */
-  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
-  int m_ = 0;
-  size_t n_succ = 0;
-  for (int t = 0; t < n; t++) {
-    map[t] = gone[t] ? -1 : m_++;
-    if (!gone[t])
-      n_succ += (size_t)n_out[t];
-  }
-  int32_t *nsucc = sim_large_alloc(MAX(n_succ, 1) * sizeof(int32_t));
-  int32_t off = 0;
-  for (int t = 0; t < n; t++) {
-    if (gone[t])
-      continue;
-    SimTask x = task[t];
-    /* A run's list is its last task's. */
-    const int32_t *su = succ + x.succ_off;
-    int32_t kept = 0;
-    for (int k = 0; k < x.n_succ; k++) {
-      int32_t v = su[k];
-      if (v < 0 || gone[v])
-        continue; /* an implied edge, or a ring's flow that its whole flow replaces */
-      nsucc[off + kept++] = map[v];
-    }
-    x.succ_off = off;
-    x.n_succ = kept;
-    off += kept;
-    int32_t i = map[t];
-    task[i] = x;
-    tg->n_pred[i] = tg->n_pred[t];
-    tg->group_head[i] = tg->group_head[t];
-  }
-  g_free(tg->succ);
-  tg->succ = nsucc;
-  tg->cap_succ = MAX(n_succ, 1);
-  tg->n_succ_total = (int)n_succ;
-  int32_t w = 0;
-  for (int d = 0; d < nd; d++) {
-    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
-    tg->stream_off[d] = w;
-    for (int32_t k = lo; k < hi; k++)
-      if (!gone[tg->stream[k]])
-        tg->stream[w++] = map[tg->stream[k]];
-  }
-  tg->stream_off[nd] = w;
-  tg->n_tasks = m_;
-  tg->n_succ_total = (int)off;
-  /* Tasks whose only predecessors were earlier on their stream now wait for nothing. */
-  int n_roots = 0;
-  for (int t = 0; t < m_; t++)
-    n_roots += tg->n_pred[t] == 0;
-  if ((size_t)n_roots > tg->cap_roots) {
-    g_free(tg->roots);
-    tg->roots = g_new(int32_t, n_roots);
-    tg->cap_roots = (size_t)n_roots;
-  }
-  tg->n_roots = 0;
-  for (int t = 0; t < m_; t++)
-    if (tg->n_pred[t] == 0)
-      tg->roots[tg->n_roots++] = t;
-  g_free(map);
+  renumber(tg, gone, n_out);
   g_free(pos);
   g_free(n_out);
   g_free(gone);

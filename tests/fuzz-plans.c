@@ -36,6 +36,7 @@
 #include "parasol-sim.h"
 #include "taskgraph.h"
 #include "engine.h"
+#include "machine-memory.h"
 
 #include <json-glib/json-glib.h>
 #include <math.h>
@@ -433,28 +434,11 @@ static int groups_seed(guint32 seed, SimCostModel *c, int *runs)
 
 static int overflows; /* bound: brief runs that stopped at an overflow */
 
-/* @m with GPUs of @bytes of memory each: its description, the GPU given inline. */
+/* @m with GPUs of @bytes of memory each (machine-memory.h). */
 static SimMachine *with_memory(const SimMachine *m, double bytes)
 {
-  g_autofree char *text = sim_machine_to_json(m);
-  g_autoptr(JsonParser) parser = json_parser_new();
-  if (!json_parser_load_from_data(parser, text, -1, NULL))
-    g_error("machine JSON");
-  /* The machine's own description, whose node names a GPU of the library. */
-  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
-  JsonObject *node = json_object_get_object_member(desc, "node");
-  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
-  JsonObject *spec = json_object_new();
-  json_object_set_string_member(spec, "name", "small");
-  json_object_set_string_member(spec, "base", gpu);
-  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
-  json_object_set_object_member(node, "gpu", spec);
-  JsonNode *dn = json_node_new(JSON_NODE_OBJECT);
-  json_node_set_object(dn, desc);
-  g_autofree char *small = json_to_string(dn, FALSE);
-  json_node_free(dn);
   GError *error = NULL;
-  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
+  SimMachine *out = machine_with_memory(m, bytes, &error);
   if (!out)
     g_error("%s", error->message);
   return out;

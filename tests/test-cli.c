@@ -1,5 +1,8 @@
 /* test-cli.c — the parasol program on bad input: exit status 2, a message that names what
- * was wrong and where, and nothing written.  Runs the built program (PARASOL_BIN). */
+ * was wrong and where, and nothing written.  Runs the built program (PARASOL_BIN).
+ *
+ * About 1,200 lines: one program (tests/meson.build) for every command's bad input,
+ * sharing the helpers that run the program and read what it wrote. */
 #include "parasol-sim.h"
 
 #include <criterion/criterion.h>

@@ -754,6 +754,138 @@ Test(exec, gpt_megatron_zero1_recompute)
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Context parallelism and ZeRO-3                                                       */
+
+static SimStrategy *megatron(const SimGraph *g, SimMachine *m, const SimMegatronOptions *o)
+{
+  GError *error = NULL;
+  SimStrategy *s = sim_strategy_megatron(g, m, o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  return s;
+}
+
+/* Context parallelism: every op's positions over two context ranks, two data-parallel
+ * replicas of them; attention's query shards see the keys and values of the other
+ * context rank (the ring's blocks: each comes from the rank that computed it). */
+Test(exec, llama_context_parallel)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.cp = 2;
+  o.dp = 2;
+  g_autoptr(SimStrategy) s = megatron(g, m, &o);
+  cr_assert_eq(sim_strategy_get_context_parallel(s), 2);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Context parallelism inside tensor parallelism (tp 2, cp 2, sequence parallelism), and
+ * with a pipeline of two stages (tp 2, cp 2, pp 2). */
+Test(exec, gpt_context_and_tensor_parallel)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  for (int pp = 1; pp <= 2; pp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = 2;
+    o.tp = 2;
+    o.pp = pp;
+    o.sequence_parallel = TRUE;
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    check(g, m, s, SIM_OPTIMIZER_SGD);
+  }
+}
+
+/* Context and expert parallelism together on the mixture: cp 2, dp 2 with the experts
+ * over both replicas (ep 2), each expert group exchanging the tokens of one context
+ * rank; then with tp 2 splitting every expert's width as well. */
+Test(exec, moe_context_and_expert_parallel)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  for (int tp = 1; tp <= 2; tp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = 2;
+    o.dp = 2;
+    o.ep = 2;
+    o.tp = tp;
+    o.sequence_parallel = tp > 1;
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    check(g, m, s, SIM_OPTIMIZER_ADAM);
+  }
+}
+
+/* A ZeRO-3 plan gathers weights before every micro-batch's forward and backward and
+ * reduce-scatters after every backward: at least 2 M gathers and M reduce-scatters. */
+static void expect_zero3_plan(const SimGraph *g, SimMachine *m, const SimStrategy *s)
+{
+  GError *error = NULL;
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  int gathers = 0, scatters = 0, M = sim_plan_microbatches(plan);
+  for (int i = 0; i < sim_plan_n_tasks(plan); i++) {
+    SimPlanTask t;
+    sim_plan_task(plan, i, &t);
+    gathers += t.kind == SIM_PLAN_GATHER_PARAMS;
+    scatters += t.kind == SIM_PLAN_SYNC && t.sharded;
+  }
+  cr_assert_geq(gathers, 2 * M, "%d gathers, %d micro-batches", gathers, M);
+  cr_assert_geq(scatters, M, "%d reduce-scatters, %d micro-batches", scatters, M);
+}
+
+static void set_zero3(SimStrategy *s)
+{
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = mo.zero2 = mo.zero3 = TRUE;
+  sim_strategy_set_memory(s, &mo);
+}
+
+/* ZeRO-3 over four replicas, two micro-batches: each keeps its quarter of the weights. */
+Test(exec, gpt_zero3)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  sim_strategy_set_microbatches(s, 2);
+  set_zero3(s);
+  cover_devices(s, g);
+  expect_zero3_plan(g, m, s);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* ZeRO-3 under Megatron's tensor and pipeline parallelism (tp 2, pp 2, dp 2), with full
+ * recomputation (the recomputed forward needs the weights gathered again). */
+Test(exec, llama_megatron_zero3_recompute)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 2;
+  o.dp = 2;
+  o.microbatches = 2;
+  o.memory.zero1 = o.memory.zero2 = o.memory.zero3 = TRUE;
+  o.memory.recompute = SIM_RECOMPUTE_FULL;
+  g_autoptr(SimStrategy) s = megatron(g, m, &o);
+  expect_zero3_plan(g, m, s);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* Context parallelism with ZeRO-3: the weights sharded over all dp x cp ranks. */
+Test(exec, llama_context_parallel_zero3)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.cp = 2;
+  o.dp = 2;
+  o.memory.zero1 = o.memory.zero2 = o.memory.zero3 = TRUE;
+  g_autoptr(SimStrategy) s = megatron(g, m, &o);
+  expect_zero3_plan(g, m, s);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* ---------------------------------------------------------------------------------- */
 /* The interface around the numbers                                                     */
 
 Test(exec, registry)

@@ -1,7 +1,10 @@
 /* test-ops.c — the operator catalogue (sim/ops/): shape inference of every operator and
  * its refusal of impossible shapes, iteration spaces and the regions their maps project,
  * FLOPs against closed forms, parameter counts and saved activations.  The tests reach
- * into sim-private.h for the maps, which only the lowering otherwise sees. */
+ * into sim-private.h for the maps, which only the lowering otherwise sees.
+ *
+ * About 1,700 lines: one program per module (tests/meson.build), and the catalogue's 23
+ * operator types are each checked in the same ways. */
 #include <criterion/criterion.h>
 #include <string.h>
 

@@ -5,7 +5,10 @@
  *
  * The small problem is Unity's MLP cut down to one dense layer per tower, 256 units and 32
  * samples, on two GPUs of a DGX A100: nine operators with 3 to 5 candidate configurations
- * each, 19,200 strategies in all, which exhaustive search simulates in about a second. */
+ * each, 19,200 strategies in all, which exhaustive search simulates in about a second.
+ *
+ * About 1,300 lines: one program per module (tests/meson.build); every algorithm is
+ * checked on the small problem above. */
 #include "parasol-search.h"
 #include "search-private.h"
 
@@ -1350,5 +1353,157 @@ Test(search, the_largest_micro_batch_that_fits_is_found, .timeout = 300)
   g_autoptr(SimStrategy) by_hand = sim_strategy_megatron(f.g, f.m, &mo, NULL);
   g_autoptr(SimReport) rh = sim_simulate(f.g, f.m, by_hand, f.cost, &so, NULL);
   cr_assert_eq(sim_report_iteration_time(rh), sim_report_iteration_time(rk));
+  fixture_free(&f);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Context and expert parallelism against Megatron's knob space enumerated              */
+
+typedef struct {
+  double best;              /* the fastest plan that fits                                */
+  double with, without;     /* the fastest with the knob above 1, and with it at 1       */
+  SimMegatronOptions at;    /* the fastest plan's options                                 */
+  int plans;                /* plans simulated                                           */
+} Space;
+
+/* Simulates every plan of Megatron's knob space on @f's devices: tensor-, context-,
+ * pipeline-, data- and expert-parallel degrees (powers of two whose product is the device
+ * count; context parallelism with @cp, expert parallelism with @ep), sequence
+ * parallelism, recomputation (none or full), ZeRO (none, 1 or 3), and one micro-batch of
+ * the replica's batch or micro-batches of one sample.  The knob is cp with @cp, else ep. */
+static Space enumerate_megatron(Fixture *f, gboolean cp, gboolean ep)
+{
+  int n = sim_machine_n_devices(f->m);
+  int64_t batch = sim_graph_batch_size(f->g);
+  Space sp = { INFINITY, INFINITY, INFINITY, { 0 }, 0 };
+  SimOptions so = sim_options_default();
+  for (int tp = 1; tp <= n; tp *= 2)
+    for (int c = 1; c <= (cp ? n / tp : 1); c *= 2)
+      for (int pp = 1; pp <= n / (tp * c); pp *= 2)
+        for (int e = 1; e <= (ep ? n : 1); e *= 2) {
+          int dp = n / (tp * c * pp);
+          if (dp * tp * c * pp != n || dp % e != 0 || batch % dp != 0)
+            continue;
+          int64_t sizes[2] = { batch / dp, 1 };
+          for (int k = 0; k < (sizes[0] == 1 ? 1 : 2); k++)
+            for (int seq = 0; seq < (tp > 1 ? 2 : 1); seq++)
+              for (int rc = 0; rc < 2; rc++)
+                for (int z = 0; z < 3; z++) {
+                  SimMegatronOptions o = sim_megatron_options_default();
+                  o.tp = tp;
+                  o.cp = c;
+                  o.pp = pp;
+                  o.dp = dp;
+                  o.ep = e;
+                  o.microbatch_size = sizes[k];
+                  o.sequence_parallel = seq;
+                  o.memory.recompute = rc ? SIM_RECOMPUTE_FULL : SIM_RECOMPUTE_NONE;
+                  o.memory.zero1 = z > 0;
+                  o.memory.zero2 = o.memory.zero3 = z > 1;
+                  g_autoptr(SimStrategy) s = sim_strategy_megatron(f->g, f->m, &o, NULL);
+                  if (!s)
+                    continue;
+                  g_autoptr(SimReport) r = sim_simulate(f->g, f->m, s, f->cost, &so, NULL);
+                  sp.plans++;
+                  if (!r || !sim_report_fits(r))
+                    continue;
+                  double t = sim_report_iteration_time(r);
+                  int knob = cp ? c : e;
+                  if (t < sp.best) {
+                    sp.best = t;
+                    sp.at = o;
+                  }
+                  if (knob > 1)
+                    sp.with = MIN(sp.with, t);
+                  else
+                    sp.without = MIN(sp.without, t);
+                }
+        }
+  return sp;
+}
+
+/* LLaMA blocks over sequences of 32,768 tokens, 2 of them, on 8 H100: the batch gives at
+ * most 2 data-parallel replicas and the 2 key-value heads at most 2 tensor-parallel
+ * ranks, so every other plan leaves GPUs idle or pipelines 2 micro-batches over stages.
+ * Context parallelism wins there (the enumeration says so); the expert plans take it
+ * (search_long_context() in search/expert.c), the Megatron refinement and MCMC's knob
+ * moves trade its degree against the others, and the plans they return use it and beat
+ * every plan without it; the refinement's is the enumeration's best. */
+Test(search, searches_take_context_parallelism_on_a_long_sequence, .timeout = 300)
+{
+  Fixture f;
+  fixture_load(&f, "llama", "layers=4,hidden=1024,heads=8,kv_heads=2,ffn=2816,seq=32768,"
+                            "vocab=32000,batch=2", "dgx-h100", 0);
+  Space sp = enumerate_megatron(&f, TRUE, FALSE);
+  cr_assert(isfinite(sp.with) && isfinite(sp.without), "%d plans", sp.plans);
+  cr_assert_lt(sp.with, sp.without, "with cp %g s, without %g s", sp.with, sp.without);
+  cr_assert_gt(sp.at.cp, 1);
+  static const char *const algos[] = { "expert", "megatron", "mcmc" };
+  for (size_t i = 0; i < G_N_ELEMENTS(algos); i++) {
+    SearchResult *r = run(algos[i], f.p, 300, 1, 2, NULL);
+    SearchPlanSummary sum;
+    search_plan_summarize(search_result_get_graph(r), search_result_get_strategy(r), &sum);
+    double t = search_result_get_time(r);
+    if (g_getenv("SEARCH_TEST_VERBOSE"))
+      g_printerr("%s: %.6g s (cp %d, tp %d, dp %d); enumerated best %.6g s (tp %d cp %d pp "
+                 "%d dp %d), without cp %.6g s, %d plans\n", algos[i], t, sum.cp, sum.tp,
+                 sum.dp, sp.best, sp.at.tp, sp.at.cp, sp.at.pp, sp.at.dp, sp.without,
+                 sp.plans);
+    cr_expect_gt(sum.cp, 1, "%s returns context parallelism", algos[i]);
+    /* The expert plans are Megatron's rules (no ZeRO, no sequence parallelism): they only
+     * take the knob.  The searches past them beat every plan without it, and the
+     * refinement reaches the enumeration's best (or passes it: it also moves the
+     * gradient buckets). */
+    if (i > 0)
+      cr_expect_lt(t, sp.without, "%s: %g s, the best plan without cp %g s", algos[i], t,
+                   sp.without);
+    if (i == 1)
+      cr_expect_leq(t, sp.best * (1 + 1e-9), "%s: %g s, enumerated %g s", algos[i], t,
+                    sp.best);
+    search_result_free(r);
+  }
+  fixture_free(&f);
+}
+
+/* A mixture of 8 large experts (2 layers, hidden 4,096, expert width 14,336) over 8 H100
+ * with a batch of 8 sequences: each replica holding every expert spends its time
+ * synchronizing their gradients, which expert parallelism keeps to the replicas holding
+ * each expert.  The enumeration says expert parallelism wins (with ZeRO-1); the expert
+ * plans include it (widest_ep() in search/expert.c), the refinement and MCMC step the ZeRO
+ * stage and the expert-parallel degree, and the plans they return use it and beat every
+ * plan without it; the refinement's is the enumeration's best. */
+Test(search, searches_take_expert_parallelism_on_a_mixture_of_experts, .timeout = 300)
+{
+  Fixture f;
+  fixture_load(&f, "moe", "layers=2,hidden=4096,heads=32,kv_heads=8,experts=8,top_k=2,"
+                          "expert_ffn=14336,seq=2048,vocab=32000,batch=8", "dgx-h100", 0);
+  Space sp = enumerate_megatron(&f, FALSE, TRUE);
+  cr_assert(isfinite(sp.with) && isfinite(sp.without), "%d plans", sp.plans);
+  cr_assert_lt(sp.with, sp.without, "with ep %g s, without %g s", sp.with, sp.without);
+  cr_assert_gt(sp.at.ep, 1);
+  static const char *const algos[] = { "expert", "megatron", "mcmc" };
+  for (size_t i = 0; i < G_N_ELEMENTS(algos); i++) {
+    SearchResult *r = run(algos[i], f.p, 300, 1, 2, NULL);
+    SearchPlanSummary sum;
+    search_plan_summarize(search_result_get_graph(r), search_result_get_strategy(r), &sum);
+    double t = search_result_get_time(r);
+    if (g_getenv("SEARCH_TEST_VERBOSE"))
+      g_printerr("%s: %.6g s (ep %d, tp %d, dp %d, zero %d); enumerated best %.6g s (tp %d "
+                 "pp %d dp %d ep %d zero %d), without ep %.6g s, %d plans\n", algos[i], t,
+                 sum.ep, sum.tp, sum.dp, sum.zero, sp.best, sp.at.tp, sp.at.pp, sp.at.dp,
+                 sp.at.ep, sp.at.memory.zero3 ? 3 : sp.at.memory.zero1, sp.without, sp.plans);
+    cr_expect_gt(sum.ep, 1, "%s returns expert parallelism", algos[i]);
+    /* The expert plans are Megatron's rules (no ZeRO, no sequence parallelism): they only
+     * take the knob.  The searches past them beat every plan without it, and the
+     * refinement reaches the enumeration's best (or passes it: it also moves the
+     * gradient buckets). */
+    if (i > 0)
+      cr_expect_lt(t, sp.without, "%s: %g s, the best plan without ep %g s", algos[i], t,
+                   sp.without);
+    if (i == 1)
+      cr_expect_leq(t, sp.best * (1 + 1e-9), "%s: %g s, enumerated %g s", algos[i], t,
+                    sp.best);
+    search_result_free(r);
+  }
   fixture_free(&f);
 }

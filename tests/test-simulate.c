@@ -6,7 +6,11 @@
  * direction and 1 us per link (2 us per GPU-to-GPU route), so that transfers are plain
  * arithmetic: bytes / (100 GB/s x e) + 2 us, where e is the achieved fraction of link
  * bandwidth (sim_coll_params_default); compute times come from the cost model itself,
- * which these tests take as given. */
+ * which these tests take as given.
+ *
+ * About 2,500 lines: tests/meson.build builds one program per module, and this is the
+ * simulator's whole iteration; its suites (closed forms, memory, lowering, folding, delta,
+ * brief runs) share the machines and models defined here. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
@@ -18,6 +22,7 @@
 #include "collective.h"
 #include "lower.h"
 #include "engine.h"
+#include "machine-memory.h"
 
 static const char *switch4_json =
   "{ \"format\": \"parasol-machine\", \"version\": 1, \"name\": \"switch4\","
@@ -820,24 +825,30 @@ Test(lowering, zero3_gathers_the_weights_twice_a_micro_batch)
 }
 
 /* ZeRO-3 under Megatron's plans with pipelines (1F1B and interleaved), tensor
- * parallelism and recomputation lowers without a deadlock, and its extra communication
+ * parallelism and recomputation, and with weights tied, lowers without a deadlock, and its extra communication
  * never makes an iteration faster than ZeRO-2's (the same compute and memory layout but
  * for the gathers). */
 Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
 {
   g_autoptr(SimMachine) m = switch4(25);
   g_autoptr(SimCostModel) cm = roofline();
-  const struct { int tp, pp, dp, chunks; SimRecompute rc; } cases[] = {
-    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE },
-    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL },
-    { 1, 2, 2, 1, SIM_RECOMPUTE_NONE },
-    { 1, 2, 2, 2, SIM_RECOMPUTE_SELECTIVE },
+  /* GPT's output layer shares the embedding's weights: on one stage its forward uses the
+   * first bucket gathered, its backward comes before that bucket's backward gather. */
+  const struct { int tp, pp, dp, chunks; SimRecompute rc; gboolean tied; } cases[] = {
+    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE, FALSE },
+    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL, FALSE },
+    { 1, 2, 2, 1, SIM_RECOMPUTE_NONE, FALSE },
+    { 1, 2, 2, 2, SIM_RECOMPUTE_SELECTIVE, FALSE },
+    { 1, 1, 4, 1, SIM_RECOMPUTE_NONE, TRUE },
+    { 2, 1, 2, 1, SIM_RECOMPUTE_FULL, TRUE },
   };
   for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
     double t[2];
     for (int z = 0; z < 2; z++) {
-      g_autoptr(SimGraph) g = zoo("llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,"
-                                           "seq=64,vocab=512,batch=16");
+      g_autoptr(SimGraph) g =
+        cases[i].tied ? zoo("gpt", "layers=4,hidden=256,heads=4,seq=64,vocab=512,batch=16")
+                      : zoo("llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                     "seq=64,vocab=512,batch=16");
       SimMegatronOptions mo = sim_megatron_options_default();
       mo.tp = cases[i].tp;
       mo.pp = cases[i].pp;
@@ -1288,6 +1299,25 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
   fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
   fold_bucket_bytes = 0;
   g_rand_free(rng);
+}
+
+/* Sequence parallelism folds the tensor-parallel ranks: a rank that takes a piece of the
+ * sequence from a rank folded away waits for its own shard of the producer, whose timeline
+ * the other's is (lower-tensors.c, stand_in()), and the folded run predicts what the full
+ * one does (check_fold_at()): GPT with TP 8 and TP 4 over two DGX A100 nodes, with and
+ * without pipelines and recomputation, flows per rank and whole collectives. */
+Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  fold_sequence_parallel = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 1, 8, 2, 4, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_FULL, "tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_sequence_parallel = FALSE;
 }
 
 /* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
@@ -2169,6 +2199,33 @@ static void expect_same_report(const SimReport *a, const SimReport *b, const cha
                        classes[k]);
 }
 
+/* @a has @b's memory verdict, communication, overlap and idle time per GPU (to 1e-9 of
+ * the iteration) and busiest links with their bytes (to a relative 1e-9). */
+static void expect_same_traffic(const SimReport *a, const SimReport *b, const char *what)
+{
+  double t = sim_report_iteration_time(b);
+  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
+  for (int d = 0; d < sim_report_n_devices(a); d++) {
+    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
+                       "%s: GPU %d communication", what, d);
+    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
+                       "%s: GPU %d overlap", what, d);
+    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
+                       "%s: GPU %d idle", what, d);
+  }
+  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
+  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
+  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
+  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
+  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
+  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
+  for (guint i = 0; i < json_array_get_length(la); i++) {
+    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
+    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
+    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
+  }
+}
+
 static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrategy *s,
                               SimCostModel *c, const SimOptions *with, gboolean expect_fewer,
                               const char *what);
@@ -2193,6 +2250,7 @@ static void check_merged_with(const SimGraph *g, SimMachine *m, const SimStrateg
   g_autoptr(SimReport) b = sim_simulate(g, m, s, c, &off, &error);
   cr_assert_not_null(b);
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   if (expect_fewer)
     cr_assert_lt(sim_report_n_tasks(a), sim_report_n_tasks(b), "%s: nothing merged", what);
   else
@@ -2328,27 +2386,8 @@ static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   cr_assert_not_null(b, "%s: %s", what, error ? error->message : "");
   cr_assert_null(sim_report_steady(b));
   expect_same_report(a, b, what);
+  expect_same_traffic(a, b, what);
   double t = sim_report_iteration_time(b);
-  cr_assert_eq(sim_report_fits(a), sim_report_fits(b), "%s", what);
-  for (int d = 0; d < sim_report_n_devices(a); d++) {
-    cr_assert_float_eq(sim_report_comm_time(a, d), sim_report_comm_time(b, d), 1e-9 * t,
-                       "%s: GPU %d communication", what, d);
-    cr_assert_float_eq(sim_report_overlap_time(a, d), sim_report_overlap_time(b, d), 1e-9 * t,
-                       "%s: GPU %d overlap", what, d);
-    cr_assert_float_eq(sim_report_idle_time(a, d), sim_report_idle_time(b, d), 1e-9 * t,
-                       "%s: GPU %d idle", what, d);
-  }
-  /* The busiest links, from the reports' JSON: the same links carrying the same bytes. */
-  g_autofree char *ja = sim_report_to_json(a), *jb = sim_report_to_json(b);
-  g_autoptr(JsonNode) na = json_from_string(ja, NULL), nb = json_from_string(jb, NULL);
-  JsonArray *la = json_object_get_array_member(json_node_get_object(na), "busiest_links");
-  JsonArray *lb = json_object_get_array_member(json_node_get_object(nb), "busiest_links");
-  cr_assert_eq(json_array_get_length(la), json_array_get_length(lb), "%s", what);
-  for (guint i = 0; i < json_array_get_length(la); i++) {
-    JsonObject *x = json_array_get_object_element(la, i), *y = json_array_get_object_element(lb, i);
-    double bx = json_object_get_double_member(x, "bytes"), by = json_object_get_double_member(y, "bytes");
-    cr_assert_float_eq(bx, by, 1e-9 * by, "%s: link %u", what, i);
-  }
   SimBrief br;
   cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
   cr_assert_eq(br.time, sim_report_iteration_time(a), "%s: brief %.17g, report %.17g", what,
@@ -2427,30 +2466,10 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
   cr_log_info("steady state used by %d of %d random plans", used, n);
 }
 
-/* @m with GPUs of @bytes of memory each: its description with the GPU given inline. */
-static SimMachine *machine_with_memory(const SimMachine *m, double bytes)
-{
-  g_autofree char *text = sim_machine_to_json(m);
-  g_autoptr(JsonParser) parser = json_parser_new();
-  cr_assert(json_parser_load_from_data(parser, text, -1, NULL));
-  JsonObject *desc = json_node_get_object(json_parser_get_root(parser));
-  JsonObject *node = json_object_get_object_member(desc, "node");
-  g_autofree char *gpu = g_strdup(json_object_get_string_member(node, "gpu"));
-  JsonObject *spec = json_object_new();
-  json_object_set_string_member(spec, "name", "small");
-  json_object_set_string_member(spec, "base", gpu);
-  json_object_set_double_member(spec, "memory_GiB", bytes / (1024.0 * 1024 * 1024));
-  json_object_set_object_member(node, "gpu", spec);
-  g_autofree char *small = json_to_string(json_parser_get_root(parser), FALSE);
-  GError *error = NULL;
-  SimMachine *out = sim_machine_from_json(small, "small.json", 0, &error);
-  cr_assert_not_null(out, "%s", error ? error->message : "");
-  return out;
-}
-
-/* A brief run (what searches run) also takes in the rings that a stream waits for alone
- * between two of its tasks, and lets merged runs span classes (sim/taskgraph-merge.c,
- * absorbable_rings()): it runs fewer tasks than the report and predicts the report's
+/* A ring that a stream waits for alone between two of its tasks becomes a step of their
+ * merged run (sim/taskgraph-merge.c, absorbable_rings()): the report is the unmerged one's
+ * figure for figure (check_merged_with()).  A brief run (what searches run) also lets
+ * merged runs span classes: it runs fewer tasks than the report and predicts the report's
  * iteration time (to a relative 1e-12: the engine merges events within that of an instant,
  * so a task may start that much sooner than the sum of the durations before it), the same
  * largest ratio of memory to capacity and the same memory verdict; bounded below the
@@ -2493,6 +2512,10 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
     cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
     SimOptions o = sim_options_default();
     o.steady_state = FALSE; /* one run each, so that their tasks compare */
+    /* The report, which takes the rings in too, against the one that merges nothing:
+     * every figure, communication and links' bytes included. */
+    g_autofree char *what = g_strdup_printf("plan %zu", i);
+    check_merged_with(g, m, s, c, &o, TRUE, what);
     g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
     cr_assert_not_null(r);
     double t = sim_report_iteration_time(r), ratio = 0;
@@ -2517,7 +2540,8 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
     int64_t peak = 0;
     for (int d = 0; d < sim_report_n_devices(r); d++)
       peak = MAX(peak, sim_report_peak_memory(r, d));
-    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97);
+    g_autoptr(SimMachine) small = machine_with_memory(m, (double)peak * 0.97, &error);
+    cr_assert_not_null(small, "%s", error ? error->message : "");
     SimOptions so = o, plain = o;
     so.stop_at_overflow = plain.stop_at_overflow = TRUE;
     plain.merge_chains = plain.merge_rings = FALSE;

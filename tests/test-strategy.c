@@ -1,5 +1,8 @@
 /* test-strategy.c — strategies: lifecycle, per-operator configurations, shard ranges,
- * validation, the JSON format and its errors, and the data-parallel and Megatron builders. */
+ * validation, the JSON format and its errors, and the data-parallel and Megatron builders.
+ *
+ * About 1,200 lines: one program per module (tests/meson.build); the file format's
+ * errors and the builders share the fixtures below. */
 #include <criterion/criterion.h>
 #include <glib/gstdio.h>
 #include <string.h>
@@ -1104,6 +1107,37 @@ Test(strategy_build, megatron_expert_parallel)
   cr_assert(strstr(error->message, "ep 8 does not divide the 4 experts of op 'layer0.moe'"),
             "%s", error->message);
   g_clear_error(&error);
+}
+
+/* Expert and context parallelism together: dp 4, ep 2, cp 2, tp 1 on 8 devices, replica r's
+ * context rank c on device 2 r + c.  A MoE op's shard (sample group i, positions c,
+ * experts j) sits on replica 2 i + j, context rank c: 4 i + 2 j + c, so that each expert
+ * group's replicas (2 i and 2 i + 1) exchange the tokens of one context rank. */
+Test(strategy_build, megatron_expert_and_context_parallel)
+{
+  g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=64,heads=4,kv_heads=2,experts=4,top_k=2,"
+                                     "expert_ffn=32,seq=16,vocab=128,batch=8");
+  g_autoptr(SimMachine) m = machine("dgx-a100");
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.dp = 4;
+  o.ep = 2;
+  o.cp = 2;
+  o.microbatch_size = 1;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  int moe = op_id(g, "layer1.moe");
+  const int *deg = sim_strategy_op_degrees(s, moe);
+  cr_assert_eq(deg[0], 2);
+  cr_assert_eq(deg[dim_named(g, moe, "s")], 2);
+  cr_assert_eq(deg[dim_named(g, moe, "x")], 2);
+  int want[8], n = 0;
+  for (int i = 0; i < 2; i++)
+    for (int c = 0; c < 2; c++)
+      for (int j = 0; j < 2; j++)
+        want[n++] = 4 * i + 2 * j + c;
+  assert_devices(s, g, "layer1.moe", want, 8);
+  cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
 }
 
 Test(strategy_build, megatron_sequence_parallel_splits_norms_on_the_sequence)

@@ -3,6 +3,8 @@
  * one new file in this directory plus one row in the table below. */
 #include "../sim-private.h"
 
+#include <stdarg.h>
+
 /* Indexed by SimOpType; the order is checked once, on first use. */
 static const SimOpClass *const classes[SIM_OP_COUNT] = {
   [SIM_OP_INPUT] = &sim_op_input_class,
@@ -42,6 +44,18 @@ const char *sim_op_type_name(SimOpType t)
 {
   g_return_val_if_fail(t >= 0 && t < SIM_OP_COUNT, "invalid");
   return sim_op_class(t)->name;
+}
+
+void sim_op_set_error(const SimOp *op, GError **error, int code, const char *fmt, ...)
+{
+  if (!error)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  g_autofree char *msg = g_strdup_vprintf(fmt, ap);
+  va_end(ap);
+  g_set_error(error, SIM_ERROR, code, "op '%s' (%s): %s", op->name,
+              sim_op_type_name(op->type), msg);
 }
 
 int sim_op_type_from_name(const char *name)

@@ -7,10 +7,11 @@
  * cannot silently leave a default in place.  The getters return FALSE with the error set;
  * they never set it twice (GError's rule).
  *
- * Errors are SIM_ERROR with a code per check (SIM_ERROR_PARSE for a value of the wrong
- * type or an unknown key, SIM_ERROR_INVALID for one out of range, SIM_ERROR_UNKNOWN for an
- * unknown name), or, when @domain is set, @domain and @code for every check (the profile
- * database's PROFILE_ERROR_PARSE). */
+ * The errors are in the reader's GError domain, with the reader's code for each kind of
+ * check: @parse for a value of the wrong type, an unknown or missing key and a syntax
+ * error, @invalid for a value out of range, @unknown for an unknown name.  The simulator's
+ * readers take SIM_ERROR and its codes (sim_json_reader() in sim/sim-private.h); the
+ * profile database's take PROFILE_ERROR_PARSE for all three. */
 #pragma once
 
 #include <glib.h>
@@ -19,14 +20,30 @@
 
 G_BEGIN_DECLS
 
+/* The most levels of arrays and objects a JSON text may nest (json-glib's parser recurses
+ * once per level, so deeper text would overflow the stack).  parasol-sim-core.h states the
+ * same limit to libsim's users; a C compiler refuses the two if they ever differ. */
+#define SIM_JSON_MAX_DEPTH 256
+
 typedef struct {
-  const char *file;  /* named first in every message */
+  const char *file;  /* named first in every message (none when NULL)                 */
   GError **error;
-  GQuark domain;     /* 0: SIM_ERROR with each check's code */
-  int code;          /* with @domain: the code of every error */
+  GQuark domain;     /* of every error                                                */
+  int parse;         /* the code of a wrong type, an unknown or missing key, a syntax error */
+  int invalid;       /* of a value out of range                                       */
+  int unknown;       /* of an unknown name                                            */
 } SimJsonReader;
 
-/* Sets the error "FILE: PLACE: MESSAGE" (no PLACE when NULL or empty); returns FALSE. */
+/* Refuses @text (of @length bytes, or up to its NUL when -1) nested deeper than
+ * SIM_JSON_MAX_DEPTH, with an integer beyond 64 bits or a number beyond a double's range,
+ * which json-glib would take as other values; the error is a JSON_PARSER_ERROR in
+ * json-glib's own form, "<data>:LINE:COLUMN: Parse error: ...". */
+gboolean sim_json_check_limits(const char *text, gssize length, GError **error);
+/* sim_json_check_limits(), then json-glib's parser. */
+gboolean sim_json_parse(JsonParser *parser, const char *text, gssize length, GError **error);
+
+/* Sets the error "FILE: PLACE: MESSAGE" (no PLACE when NULL or empty) with @code of the
+ * reader's domain; returns FALSE. */
 gboolean sim_json_fail(const SimJsonReader *r, int code, const char *place, const char *fmt,
                        ...) G_GNUC_PRINTF(4, 5);
 
@@ -40,10 +57,9 @@ char *sim_json_place_index(const char *place, guint i);
 char *sim_json_describe(JsonNode *n);
 gboolean sim_json_is_number(JsonNode *n);
 
-/* Parses @text (sim_json_load(): no nesting beyond SIM_JSON_MAX_DEPTH, no number beyond a
- * double) into @parser and returns its root object.  A syntax error reads
- * "FILE:LINE:COLUMN: WHAT"; anything but an object "FILE: expected a JSON object with
- * "format": "FORMAT", got ...". */
+/* Parses @text (sim_json_parse()) into @parser and returns its root object.  A syntax
+ * error reads "FILE:LINE:COLUMN: WHAT"; anything but an object "FILE: expected a JSON
+ * object with "format": "FORMAT", got ...". */
 JsonObject *sim_json_read_root(const SimJsonReader *r, JsonParser *parser, const char *text,
                                const char *format);
 
@@ -74,7 +90,7 @@ gboolean sim_json_int(const SimJsonReader *r, JsonNode *n, const char *place, in
 gboolean sim_json_number(const SimJsonReader *r, JsonNode *n, const char *place, double min,
                          gboolean min_allowed, double *out);
 /* A string that @from_name knows (>= 0); otherwise "unknown value 'X'; expected one of:
- * @valid" (SIM_ERROR_UNKNOWN). */
+ * @valid" (the reader's @unknown code). */
 gboolean sim_json_enum(const SimJsonReader *r, JsonNode *n, const char *place,
                        int (*from_name)(const char *), const char *valid, int *out);
 

@@ -1,11 +1,92 @@
 /* json-read.c — the one JSON reader of parasol's files (json-read.h). */
 #include "json-read.h"
 
-#include "sim-private.h"
-
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+
+gboolean sim_json_check_limits(const char *text, gssize length, GError **error)
+{
+  g_return_val_if_fail(text != NULL, FALSE);
+  gsize len = length < 0 ? strlen(text) : (gsize)length;
+  int depth = 0, line = 1, column = 1;
+  gboolean in_string = FALSE;
+  for (gsize i = 0; i < len; i++, column++) {
+    char c = text[i];
+    if (c == '\n') {
+      line++;
+      column = 0;
+      continue;
+    }
+    if (in_string) {
+      if (c == '\\' && i + 1 < len && text[i + 1] != '\n') {
+        i++;
+        column++;
+      } else if (c == '"') {
+        in_string = FALSE;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = TRUE;
+    } else if (c == '-' || g_ascii_isdigit(c)) {
+      /* json-glib wraps integers beyond 64 bits around (9223372036854775808 becomes
+       * -9223372036854775808) and reads 1e400 as infinity: both are refused here. */
+      gsize start = i, j = i + (c == '-');
+      gboolean integer = TRUE, exponent = FALSE;
+      while (j < len && (g_ascii_isdigit(text[j]) || text[j] == '.' || text[j] == 'e' ||
+                         text[j] == 'E' || text[j] == '+' || text[j] == '-')) {
+        integer = integer && g_ascii_isdigit(text[j]);
+        exponent = exponent || text[j] == 'e' || text[j] == 'E';
+        j++;
+      }
+      /* Only long integers and numbers with an exponent or hundreds of digits can be out of
+       * range: the common short ones are not converted. */
+      gboolean huge = FALSE;
+      if ((integer && j - start > 18) || exponent || j - start > 300) {
+        g_autofree char *number = g_strndup(text + start, j - start);
+        errno = 0;
+        if (integer) {
+          g_ascii_strtoll(number, NULL, 10);
+          huge = errno == ERANGE;
+        } else {
+          huge = !isfinite(g_ascii_strtod(number, NULL));
+        }
+      }
+      if (huge) {
+        g_autofree char *number = g_strndup(text + start, MIN(j - start, 41));
+        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_INVALID_DATA,
+                    "<data>:%d:%d: Parse error: %.40s%s is too large (parasol reads %s)",
+                    line, column, number, strlen(number) > 40 ? "..." : "",
+                    integer ? "integers from -9223372036854775808 to 9223372036854775807"
+                            : "numbers of magnitude up to about 1.8e308");
+        return FALSE;
+      }
+      column += (int)(j - 1 - i);
+      i = j - 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > SIM_JSON_MAX_DEPTH) {
+        /* The form of json-glib's own messages, which the readers turn into theirs. */
+        g_set_error(error, JSON_PARSER_ERROR, JSON_PARSER_ERROR_PARSE,
+                    "<data>:%d:%d: Parse error: nested deeper than %d levels of arrays and "
+                    "objects (the most parasol reads)",
+                    line, column, SIM_JSON_MAX_DEPTH);
+        return FALSE;
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  return TRUE;
+}
+
+gboolean sim_json_parse(JsonParser *parser, const char *text, gssize length, GError **error)
+{
+  g_return_val_if_fail(parser != NULL && text != NULL, FALSE);
+  return sim_json_check_limits(text, length, error) &&
+         json_parser_load_from_data(parser, text, length, error);
+}
 
 gboolean sim_json_fail(const SimJsonReader *r, int code, const char *place, const char *fmt, ...)
 {
@@ -15,14 +96,14 @@ gboolean sim_json_fail(const SimJsonReader *r, int code, const char *place, cons
   va_end(ap);
   if (!r->error)
     return FALSE;
-  if (r->domain) {
-    if (place && *place)
-      g_set_error(r->error, r->domain, r->code, "%s: %s: %s", r->file, place, msg);
-    else
-      g_set_error(r->error, r->domain, r->code, "%s: %s", r->file, msg);
-    return FALSE;
-  }
-  sim_set_error_at(r->error, code, r->file, place, "%s", msg);
+  if (r->file && place && *place)
+    g_set_error(r->error, r->domain, code, "%s: %s: %s", r->file, place, msg);
+  else if (r->file)
+    g_set_error(r->error, r->domain, code, "%s: %s", r->file, msg);
+  else if (place && *place)
+    g_set_error(r->error, r->domain, code, "%s: %s", place, msg);
+  else
+    g_set_error_literal(r->error, r->domain, code, msg);
   return FALSE;
 }
 
@@ -81,7 +162,7 @@ JsonObject *sim_json_read_root(const SimJsonReader *r, JsonParser *parser, const
                                const char *format)
 {
   g_autoptr(GError) syntax = NULL;
-  if (!sim_json_load(parser, text, -1, &syntax)) {
+  if (!sim_json_parse(parser, text, -1, &syntax)) {
     /* json-glib says "<data>:LINE:COLUMN: Parse error: WHAT"; the file's name replaces
      * "<data>" and the place is followed by WHAT alone. */
     const char *msg = syntax->message;
@@ -96,16 +177,16 @@ JsonObject *sim_json_read_root(const SimJsonReader *r, JsonParser *parser, const
       g_autofree char *file_where = g_strdup_printf("%s:%s", r->file, where);
       SimJsonReader at = *r;
       at.file = file_where;
-      sim_json_fail(&at, SIM_ERROR_PARSE, NULL, "%s", msg);
+      sim_json_fail(&at, r->parse, NULL, "%s", msg);
     } else {
-      sim_json_fail(r, SIM_ERROR_PARSE, NULL, "%s", msg);
+      sim_json_fail(r, r->parse, NULL, "%s", msg);
     }
     return NULL;
   }
   JsonNode *root = json_parser_get_root(parser);
   if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
     g_autofree char *what = g_strdup_printf("a JSON object with \"format\": \"%s\"", format);
-    expected(r, SIM_ERROR_PARSE, NULL, what, root);
+    expected(r, r->parse, NULL, what, root);
     return NULL;
   }
   return json_node_get_object(root);
@@ -122,14 +203,14 @@ gboolean sim_json_check_format(const SimJsonReader *r, JsonObject *root, const c
   if (!sim_json_string(r, f, "format", &s))
     return FALSE;
   if (strcmp(s, format) != 0)
-    return expected(r, SIM_ERROR_PARSE, "format", quoted, f);
+    return expected(r, r->parse, "format", quoted, f);
   JsonNode *v = json_object_get_member(root, "version");
   g_autofree char *want = g_strdup_printf("%d", version);
   if (!v)
     return sim_json_missing(r, "", "version", want);
   if (!sim_json_is_number(v) || json_node_get_double(v) != version) {
     g_autofree char *got = sim_json_describe(v);
-    return sim_json_fail(r, SIM_ERROR_PARSE, "version",
+    return sim_json_fail(r, r->parse, "version",
                          "expected %d, got %s (this parasol reads version %d)", version, got,
                          version);
   }
@@ -146,7 +227,7 @@ gboolean sim_json_check_keys(const SimJsonReader *r, JsonObject *o, const char *
       continue;
     g_autofree char *where = sim_json_place_key(place, key);
     g_autofree char *list = g_strjoinv(", ", (char **)allowed);
-    return sim_json_fail(r, SIM_ERROR_PARSE, where, "unknown key; expected one of: %s", list);
+    return sim_json_fail(r, r->parse, where, "unknown key; expected one of: %s", list);
   }
   return TRUE;
 }
@@ -155,13 +236,13 @@ gboolean sim_json_missing(const SimJsonReader *r, const char *place, const char 
                           const char *what)
 {
   g_autofree char *where = sim_json_place_key(place, key);
-  return sim_json_fail(r, SIM_ERROR_PARSE, where, "missing; expected %s", what);
+  return sim_json_fail(r, r->parse, where, "missing; expected %s", what);
 }
 
 gboolean sim_json_object(const SimJsonReader *r, JsonNode *n, const char *place, JsonObject **out)
 {
   if (!n || !JSON_NODE_HOLDS_OBJECT(n))
-    return expected(r, SIM_ERROR_PARSE, place, "an object", n);
+    return expected(r, r->parse, place, "an object", n);
   *out = json_node_get_object(n);
   return TRUE;
 }
@@ -169,7 +250,7 @@ gboolean sim_json_object(const SimJsonReader *r, JsonNode *n, const char *place,
 gboolean sim_json_array(const SimJsonReader *r, JsonNode *n, const char *place, JsonArray **out)
 {
   if (!n || !JSON_NODE_HOLDS_ARRAY(n))
-    return expected(r, SIM_ERROR_PARSE, place, "an array", n);
+    return expected(r, r->parse, place, "an array", n);
   *out = json_node_get_array(n);
   return TRUE;
 }
@@ -177,7 +258,7 @@ gboolean sim_json_array(const SimJsonReader *r, JsonNode *n, const char *place, 
 gboolean sim_json_string(const SimJsonReader *r, JsonNode *n, const char *place, const char **out)
 {
   if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_STRING)
-    return expected(r, SIM_ERROR_PARSE, place, "a string", n);
+    return expected(r, r->parse, place, "a string", n);
   *out = json_node_get_string(n);
   return TRUE;
 }
@@ -185,7 +266,7 @@ gboolean sim_json_string(const SimJsonReader *r, JsonNode *n, const char *place,
 gboolean sim_json_bool(const SimJsonReader *r, JsonNode *n, const char *place, gboolean *out)
 {
   if (!n || !JSON_NODE_HOLDS_VALUE(n) || json_node_get_value_type(n) != G_TYPE_BOOLEAN)
-    return expected(r, SIM_ERROR_PARSE, place, "true or false", n);
+    return expected(r, r->parse, place, "true or false", n);
   *out = json_node_get_boolean(n);
   return TRUE;
 }
@@ -214,9 +295,9 @@ gboolean sim_json_int(const SimJsonReader *r, JsonNode *n, const char *place, in
       ? g_strdup_printf("an integer >= %" G_GINT64_FORMAT, lo)
       : g_strdup_printf("an integer from %" G_GINT64_FORMAT " to %" G_GINT64_FORMAT, lo, hi);
   if (!whole)
-    return expected(r, SIM_ERROR_PARSE, place, what, n);
+    return expected(r, r->parse, place, what, n);
   if (v < lo || v > hi)
-    return expected(r, SIM_ERROR_INVALID, place, what, n);
+    return expected(r, r->invalid, place, what, n);
   *out = v;
   return TRUE;
 }
@@ -231,10 +312,10 @@ gboolean sim_json_number(const SimJsonReader *r, JsonNode *n, const char *place,
                            : g_strdup_printf("a number %s %s", min_allowed ? ">=" : ">",
                                              g_ascii_formatd(buf, sizeof buf, "%g", min));
   if (!sim_json_is_number(n))
-    return expected(r, SIM_ERROR_PARSE, place, what, n);
+    return expected(r, r->parse, place, what, n);
   double v = json_node_get_double(n);
   if (!isfinite(v) || v < min || (!min_allowed && v == min))
-    return expected(r, SIM_ERROR_INVALID, place, what, n);
+    return expected(r, r->invalid, place, what, n);
   *out = v;
   return TRUE;
 }
@@ -247,7 +328,7 @@ gboolean sim_json_enum(const SimJsonReader *r, JsonNode *n, const char *place,
     return FALSE;
   int v = from_name(name);
   if (v < 0)
-    return sim_json_fail(r, SIM_ERROR_UNKNOWN, place, "unknown value '%s'; expected one of: %s",
+    return sim_json_fail(r, r->unknown, place, "unknown value '%s'; expected one of: %s",
                          name, valid);
   *out = v;
   return TRUE;
