@@ -185,6 +185,10 @@ SIM_PUBLIC SimSession *sim_session_new(const SimGraph *g, const SimMachine *m, c
 SIM_PUBLIC void sim_session_free(SimSession *ss);
 SIM_PUBLIC gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees,
                                        const int *devices, GError **error);
+/* Sets @op as @from (a strategy of the same graph) has it, its copies of redundant shards
+ * included, which sim_session_set_op() cannot give. */
+SIM_PUBLIC gboolean sim_session_copy_op(SimSession *ss, int op, const SimStrategy *from,
+                                        GError **error);
 SIM_PUBLIC double sim_session_run(SimSession *ss);
 /* The same, but the engine stops at the first event past @bound seconds: the result is
  * then a lower bound of the iteration time, above @bound, and sim_session_cut() is TRUE

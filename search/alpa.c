@@ -47,7 +47,7 @@
  * One file of about a thousand lines: the stage programs, the stage dynamic program and the
  * search that runs them share the stage cache and the budget's split, and are read together
  * against the paper. */
-#include "search-private.h"
+#include "distributed.h"
 
 #include <glpk.h>
 #include <string.h>
@@ -662,17 +662,39 @@ static StageSolve *stage_at(Alpa *al, int a, int b, int m)
   return &al->stage[((gsize)a * al->L + b) * al->n_meshes + m];
 }
 
-/* Solves the stage of layers [a, b] on submesh @m for @mb micro-batches, reusing the last
- * solve when the candidates are the same (the choice does not depend on mb then). */
-static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, double share)
+/* The ops of layers [a, b] (data sources left out). */
+static GArray *stage_ops(Alpa *al, int a, int b)
 {
   const SearchProblem *p = al->p;
-  StageSolve *st = stage_at(al, a, b, m);
-  GArray *opsa = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *ops = g_array_new(FALSE, FALSE, sizeof(int));
   for (int op = 0; op < p->n_ops; op++)
     if (al->layer_of[op] >= a && al->layer_of[op] <= b &&
         sim_graph_op_type(p->g, op) != SIM_OP_INPUT)
-      g_array_append_val(opsa, op);
+      g_array_append_val(ops, op);
+  return ops;
+}
+
+/* Counts a solve of status @status. */
+static void count_solve(Alpa *al, SearchIlpStatus status)
+{
+  al->ilps++;
+  if (status == SEARCH_ILP_OPTIMAL)
+    al->ilps_optimal++;
+  else if (status == SEARCH_ILP_FEASIBLE)
+    al->ilps_limited++;
+  else if (status == SEARCH_ILP_INFEASIBLE)
+    al->ilps_infeasible++;
+}
+
+/* Solves the stage of layers [a, b] on submesh @m for @mb micro-batches, reusing the last
+ * solve when the candidates are the same (the choice does not depend on mb then).  Returns
+ * 0 where the search stopped first (the stage unchanged), 1 after a reuse, 2 after a
+ * solve. */
+static int solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, double share)
+{
+  const SearchProblem *p = al->p;
+  StageSolve *st = stage_at(al, a, b, m);
+  GArray *opsa = stage_ops(al, a, b);
   int n = (int)opsa->len;
   gint64 t0 = g_get_monotonic_time();
   GArray **cands = g_new0(GArray *, MAX(n, 1));
@@ -685,7 +707,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
       g_array_unref(cands[v]);
     g_free(cands);
     g_array_unref(opsa);
-    return;
+    return 0;
   }
   if (st->done && st->unbound && st->n_ops == n && same_cands(st->cands, cands, n)) {
     /* The same program with more room for activations (more micro-batches): the optimum
@@ -697,7 +719,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
     g_free(cands);
     g_array_unref(opsa);
     search_ilp_free(ilp);
-    return;
+    return 1;
   }
   stage_clear(st);
   st->done = TRUE;
@@ -721,13 +743,7 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
                "in %.3f s, solved in %.3f s (limit %.3f s): status %d, %g s\n", a, b,
                al->mesh[m], mb, n, ilp->pu->len, (t1 - t0) / 1e6,
                (g_get_monotonic_time() - t1) / 1e6, seconds, st->status, obj);
-  al->ilps++;
-  if (st->status == SEARCH_ILP_OPTIMAL)
-    al->ilps_optimal++;
-  else if (st->status == SEARCH_ILP_FEASIBLE)
-    al->ilps_limited++;
-  else if (st->status == SEARCH_ILP_INFEASIBLE)
-    al->ilps_infeasible++;
+  count_solve(al, st->status);
   if (st->status == SEARCH_ILP_OPTIMAL || st->status == SEARCH_ILP_FEASIBLE) {
     st->latency = obj / mb;
     for (int v = 0; v < n; v++)
@@ -736,6 +752,68 @@ static void solve_stage(Alpa *al, int a, int b, int m, int mb, int remaining, do
     st->latency = INFINITY;
   }
   search_ilp_free(ilp);
+  return 2;
+}
+
+/* What a rank sends of a stage it solved in a pass: this, then the op's positions among
+ * their candidates (cfg_index), as many ints as the problem has ops. */
+typedef struct {
+  gint32 how;                /* solve_stage()'s return                                 */
+  gint32 status;
+  gint32 unbound;
+  gint32 mb;
+  double latency;
+} StageHead;
+
+/* After a pass over the stages for @mb micro-batches divided among the ranks (task @t of
+ * @tasks on rank t mod ranks, @how[t] what solve_stage() returned there): every rank holds
+ * every stage as the rank that solved it does.  The others rebuild the candidates (the
+ * estimate's, the same on every rank) rather than receive them. */
+static void share_stages(Alpa *al, int mb, const int *tasks, int n_tasks, const int *how)
+{
+  SearchContext *ctx = al->ctx;
+  if (!search_dist_on(ctx) || n_tasks == 0)
+    return;
+  const SearchProblem *p = al->p;
+  gsize stride = sizeof(StageHead) + sizeof(int) * (gsize)MAX(p->n_ops, 1);
+  g_autofree guint8 *buf = g_malloc0(stride * (gsize)n_tasks);
+  for (int t = 0; t < n_tasks; t++) {
+    if (!search_dist_mine(ctx, t) || how[t] == 0)
+      continue;
+    const StageSolve *st = stage_at(al, tasks[3 * t], tasks[3 * t + 1], tasks[3 * t + 2]);
+    StageHead h = { how[t], st->status, st->unbound, st->mb, st->latency };
+    memcpy(buf + stride * (gsize)t, &h, sizeof h);
+    memcpy(buf + stride * (gsize)t + sizeof h, st->cfg_index, sizeof(int) * (gsize)st->n_ops);
+  }
+  search_dist_share(ctx, n_tasks, buf, stride, stride);
+  for (int t = 0; t < n_tasks; t++) {
+    StageHead h;
+    memcpy(&h, buf + stride * (gsize)t, sizeof h);
+    if (search_dist_mine(ctx, t) || h.how == 0)
+      continue;
+    int m = tasks[3 * t + 2];
+    StageSolve *st = stage_at(al, tasks[3 * t], tasks[3 * t + 1], m);
+    stage_clear(st);
+    GArray *ops = stage_ops(al, tasks[3 * t], tasks[3 * t + 1]);
+    st->n_ops = (int)ops->len;
+    st->ops = (int *)g_array_free(ops, FALSE);
+    st->cands = g_new0(GArray *, MAX(st->n_ops, 1));
+    st->cfg = g_new0(int, MAX(st->n_ops, 1));
+    st->cfg_index = g_new0(int, MAX(st->n_ops, 1));
+    memcpy(st->cfg_index, buf + stride * (gsize)t + sizeof h, sizeof(int) * (gsize)st->n_ops);
+    for (int v = 0; v < st->n_ops; v++)
+      st->cands[v] = stage_cands(p, al->e, st->ops[v], al->mesh[m], mb, al->max_cands);
+    st->done = TRUE;
+    st->status = (SearchIlpStatus)h.status;
+    st->unbound = h.unbound;
+    st->mb = h.mb;
+    st->latency = h.latency;
+    if (h.how == 2)
+      count_solve(al, st->status);
+    if (st->status == SEARCH_ILP_OPTIMAL || st->status == SEARCH_ILP_FEASIBLE)
+      for (int v = 0; v < st->n_ops; v++)
+        st->cfg[v] = g_array_index(st->cands[v], int, st->cfg_index[v]);
+  }
 }
 
 /* The dynamic program over layer ranges and submeshes (Alpa §5.2), on the latencies
@@ -928,7 +1006,7 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
   al.max_cands = search_context_get_option_int_in(ctx, "cands", 8, 1, 1024);
   al.ilp_seconds = search_context_get_option_double_in(ctx, "ilp-seconds", 10, 0.001, 3600);
   al.shortcut = !search_context_get_option_int_in(ctx, "glpk-always", 0, 0, 1);
-  if (search_context_should_stop(ctx))
+  if (search_dist_should_stop(ctx))
     return TRUE;
   al.e = search_estimate_new(p);
   al.layer_of = g_new0(int, MAX(n, 1));
@@ -967,22 +1045,36 @@ static gboolean alpa_run(const SearchAlgorithm *self, SearchContext *ctx, GError
     double now = search_context_elapsed(ctx);
     al.ilp_deadline = now + 0.85 * MAX(0.0, ctx->deadline - now);
   }
-  for (int bi = 0; bi < n_mb && !ilps_should_stop(&al); bi++) {
+  /* The stages of a pass: longest ranges and largest submeshes first, so that a pass cut
+   * short by the budget still has the single-stage plans and the few-stage ones.  Under
+   * MPI task t of a pass runs on rank t mod ranks, and the ranks then share the stages
+   * (share_stages()). */
+  g_autofree int *tasks = g_new(int, 3 * (gsize)MAX(per_mb, 1));  /* a, b, m each */
+  int n_tasks = 0;
+  for (int len = al.L; len >= 1; len--)
+    for (int a = 0; a + len <= al.L; a++)
+      for (int m = al.n_meshes - 1; m >= 0; m--) {
+        tasks[3 * n_tasks] = a;
+        tasks[3 * n_tasks + 1] = a + len - 1;
+        tasks[3 * n_tasks + 2] = m;
+        n_tasks++;
+      }
+  g_autofree int *how = g_new0(int, MAX(n_tasks, 1));
+  for (int bi = 0; bi < n_mb && !search_dist_any(ctx, ilps_should_stop(&al)); bi++) {
     int mb = mbs[bi];
-    int done = 0;
-    /* Longest ranges and largest submeshes first: a pass cut short by the budget still
-     * has the single-stage plans and the few-stage ones. */
-    for (int len = al.L; len >= 1 && !ilps_should_stop(&al); len--)
-      for (int a = 0; a + len <= al.L && !ilps_should_stop(&al); a++)
-        for (int m = al.n_meshes - 1; m >= 0 && !ilps_should_stop(&al); m--) {
-          /* The ILPs left for this micro-batch count share half of what is left of the
-           * budget, all of it for the last count (the later counts reuse the programs
-           * whose candidates do not change). */
-          int remaining = per_mb - done;
-          solve_stage(&al, a, a + len - 1, m, mb, remaining, bi + 1 < n_mb ? 0.5 : 1.0);
-          done++;
-        }
-    if (search_context_should_stop(ctx))
+    for (int t = 0; t < n_tasks; t++) {
+      how[t] = 0;
+      if (!search_dist_mine(ctx, t) || ilps_should_stop(&al))
+        continue;
+      /* The ILPs left for this micro-batch count share half of what is left of the
+       * budget, all of it for the last count (the later counts reuse the programs whose
+       * candidates do not change). */
+      how[t] = solve_stage(&al, tasks[3 * t], tasks[3 * t + 1], tasks[3 * t + 2], mb,
+                           per_mb - t, bi + 1 < n_mb ? 0.5 : 1.0);
+    }
+    share_stages(&al, mb, tasks, n_tasks, how);
+    search_dist_sync(ctx);
+    if (search_dist_should_stop(ctx))
       break;
     SearchAlpaPlan plan;
     if (!alpa_dp(&al, mb, &plan))

@@ -6,15 +6,21 @@
  * rank waiting for the others still notices a signal: it then waits a short grace for
  * them (mpirun passes Ctrl-C to every rank, and they all come to the exchange) and, if
  * they do not come, gives the sharing up (a rank was lost) and ends the search with what
- * it has.  With a budget in seconds the wait also ends a grace past the deadline. */
+ * it has.  With a budget in seconds the wait also ends a grace past the deadline.  A rank
+ * that waits longer than a moment looks whether the other ranks on its host are still
+ * running (their process ids, gathered at the start): where one is gone (mpirun
+ * --enable-recovery leaves the others running) it gives the sharing up at once. */
 #include "distributed.h"
 #include "parasol-config.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if PARASOL_HAVE_MPI
 #include <mpi.h>
@@ -26,6 +32,16 @@
  * must have written its plan by then. */
 #define SIGNAL_GIVE_UP_US G_GINT64_CONSTANT(500000)
 #define DEADLINE_GIVE_UP_US G_GINT64_CONSTANT(1000000)
+/* A rank waiting at an exchange longer than this looks, every as often, whether the ranks
+ * on its own host are still running (mpirun --enable-recovery leaves the others waiting
+ * for a rank that died). */
+#define LIVENESS_US G_GINT64_CONSTANT(200000)
+
+/* Where a rank runs: processes with the same place see each other's process ids. */
+typedef struct {
+  char place[192];   /* host name, boot id and process-id namespace                     */
+  gint64 pid;
+} Peer;
 
 static struct {
   gboolean started;          /* MPI initialized here, more than one rank              */
@@ -41,6 +57,8 @@ static struct {
   gint64 exchange_us;
   gint64 exchange_cpu_ns;    /* CPU time of the thread waiting in them                */
   char *note;
+  Peer *peers;               /* every rank's, after search_mpi_start                  */
+  gint64 last_look;          /* the last look at the peers' processes                 */
 #if PARASOL_HAVE_MPI
   MPI_Comm comm;
 #endif
@@ -109,6 +127,48 @@ static gint64 thread_cpu_ns(void)
 }
 
 static gboolean wait_for(MPI_Request *req);
+static gboolean allgather(const void *in, void *out, int bytes);
+
+/* This process's place: host name, boot id and process-id namespace, so that processes in
+ * other containers or on other machines of the same name do not count as local. */
+static void own_place(Peer *me)
+{
+  g_autofree char *boot = NULL;
+  if (g_file_get_contents("/proc/sys/kernel/random/boot_id", &boot, NULL, NULL))
+    g_strstrip(boot);
+  g_autofree char *ns = g_file_read_link("/proc/self/ns/pid", NULL);
+  memset(me, 0, sizeof *me);
+  snprintf(me->place, sizeof me->place, "%s|%s|%s", g_get_host_name(), boot ? boot : "",
+           ns ? ns : "");
+  me->pid = (gint64)getpid();
+}
+
+/* FALSE where process @pid is gone or a zombie. */
+static gboolean process_alive(gint64 pid)
+{
+  if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+    return FALSE;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%" G_GINT64_FORMAT "/stat", pid);
+  g_autofree char *stat = NULL;
+  if (!g_file_get_contents(path, &stat, NULL, NULL))
+    return TRUE;
+  const char *end = strrchr(stat, ')');
+  return !(end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
+}
+
+/* A rank on this rank's host whose process has ended, or -1. */
+static int dead_peer(void)
+{
+  if (!dist.peers)
+    return -1;
+  const Peer *me = &dist.peers[dist.rank];
+  for (int r = 0; r < dist.size; r++)
+    if (r != dist.rank && !strcmp(dist.peers[r].place, me->place) &&
+        !process_alive(dist.peers[r].pid))
+      return r;
+  return -1;
+}
 
 static void finish(void)
 {
@@ -151,6 +211,11 @@ gboolean search_mpi_start(GError **error)
   MPI_Comm_size(dist.comm, &dist.size);
   dist.started = TRUE;
   atexit(finish);
+  Peer me;
+  own_place(&me);
+  dist.peers = g_new0(Peer, dist.size);
+  if (!allgather(&me, dist.peers, (int)sizeof me))
+    g_clear_pointer(&dist.peers, g_free);
   return TRUE;
 }
 
@@ -182,6 +247,16 @@ static gboolean wait_for(MPI_Request *req)
       return TRUE;
     }
     gint64 now = g_get_monotonic_time();
+    if (now - t0 >= LIVENESS_US && now - dist.last_look >= LIVENESS_US) {
+      dist.last_look = now;
+      int dead = dead_peer();
+      if (dead >= 0) {
+        g_autofree char *why = g_strdup_printf("rank %d ended (its process %" G_GINT64_FORMAT
+                                               " is gone)", dead, dist.peers[dead].pid);
+        give_up(why);
+        return FALSE;
+      }
+    }
     SearchContext *root = dist.root;
     gboolean late = search_signals_seen() > 0 ||
                     (root && root->deadline < G_MAXDOUBLE &&
@@ -291,8 +366,12 @@ char **search_mpi_gather_text(const char *text)
  * exchange is agreed.  The others run whole on every rank. */
 static gboolean divides_work(const SearchAlgorithm *a)
 {
-  return !strcmp(a->name, "mcmc") || !strcmp(a->name, "expert") || !strcmp(a->name, "beam") ||
-         !strcmp(a->name, "megatron");
+  static const char *const divide[] = { "mcmc", "expert", "beam", "megatron", "dp", "optcnn",
+                                         "pipeline", "alpa" };
+  for (guint i = 0; i < G_N_ELEMENTS(divide); i++)
+    if (!strcmp(a->name, divide[i]))
+      return TRUE;
+  return FALSE;
 }
 
 void search_dist_begin(SearchContext *root)
@@ -310,6 +389,11 @@ gboolean search_dist_on(const SearchContext *ctx)
 {
   return dist.root && !dist.lost && ctx->root == dist.root &&
          ctx->problem == dist.root->problem;
+}
+
+int search_dist_threads(const SearchContext *ctx)
+{
+  return search_dist_on(ctx) ? dist.local_threads : MAX(1, ctx->threads);
 }
 
 gboolean search_dist_mine(const SearchContext *ctx, int i)

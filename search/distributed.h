@@ -1,8 +1,9 @@
 /* distributed.h — one search shared among MPI ranks (distributed.c, docs/distributed.md).
  *
  * The work of a shared search is divided by task index, never by timing: in a round of
- * parallel tasks (MCMC chains, expert plans, neighbours of the Megatron refinement) task i
- * runs on rank i mod ranks, on that rank's share of the --threads workers.  After each
+ * parallel tasks (MCMC chains, expert plans, neighbours of the Megatron refinement, the
+ * trials of an operator in the local search, alpa's stage programs) task i runs on rank
+ * i mod ranks, on that rank's share of the --threads workers.  After each
  * round the ranks exchange what the tasks found (search_dist_share), the evaluations they
  * counted and their best strategies (search_dist_sync), so that every rank holds what one
  * process would: the same plan for the same seed, threads and evaluation budget however
@@ -26,6 +27,9 @@ void search_dist_end(SearchContext *root);
 gboolean search_dist_on(const SearchContext *ctx);
 /* Whether this rank runs task @i of a round. */
 gboolean search_dist_mine(const SearchContext *ctx, int i);
+/* The most threads search_dist_parallel() runs tasks on here: this rank's share of the
+ * context's threads (all of them when not shared). */
+int search_dist_threads(const SearchContext *ctx);
 /* Runs the tasks of [0, @n) this rank owns on its share of the context's threads (all of
  * them, on all threads, when not shared). */
 void search_dist_parallel(SearchContext *ctx, int n, void (*fn)(int i, gpointer data),

@@ -18,7 +18,7 @@
  *     it, approximately where it must.
  * Operators inside a segment use the segment's device view: configurations at its first
  * device on all or part of it (machine views). */
-#include "search-private.h"
+#include "distributed.h"
 
 #include <string.h>
 
@@ -807,11 +807,14 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
   search_prefer_expert(ctx, FALSE, &best, &best_cost);
   gboolean first = TRUE;
   double solve_time = 0;
-  for (int k = cands; k <= max_cands && !search_context_should_stop(ctx); k *= 2) {
+  /* Under MPI every rank solves and simulates the same (a solve takes a small part of the
+   * search; the polish's trials are divided), and agrees where to stop. */
+  for (int k = cands; k <= max_cands && !search_dist_should_stop(ctx); k *= 2) {
     /* Twice the candidates cost about four times the time (pairs of them on every edge):
      * a solve that would not end before the deadline is not started. */
     double now = search_context_elapsed(ctx);
-    if (!first && ctx->deadline < G_MAXDOUBLE && now + 4 * solve_time > ctx->deadline)
+    if (search_dist_any(ctx, !first && ctx->deadline < G_MAXDOUBLE &&
+                               now + 4 * solve_time > ctx->deadline))
       break;
     dp(p, e, k, cfg);
     solve_time = search_context_elapsed(ctx) - now;
@@ -831,7 +834,7 @@ static gboolean run_dp(SearchContext *ctx, DpFunc dp, GError **error)
       best = g_steal_pointer(&s);
     }
   }
-  if (best && polish && !search_context_should_stop(ctx)) {
+  if (best && polish && !search_dist_should_stop(ctx)) {
     GArray **lists = g_new(GArray *, MAX(n, 1));
     for (int op = 0; op < n; op++)
       lists[op] = search_polish_candidates(p, e, op, MAX(cands, 16));

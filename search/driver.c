@@ -518,6 +518,11 @@ gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees
   return sim_session_set_op(ev->ss, op, degrees, devices, NULL);
 }
 
+gboolean search_evaluator_copy_op(SearchEvaluator *ev, int op, const SimStrategy *from)
+{
+  return sim_session_copy_op(ev->ss, op, from, NULL);
+}
+
 double search_evaluator_run(SearchEvaluator *ev)
 {
   return search_evaluator_run_bounded(ev, INFINITY);
@@ -589,6 +594,12 @@ gint64 search_evaluator_get_evals(const SearchEvaluator *ev)
 {
   g_return_val_if_fail(ev != NULL, 0);
   return ev->n;
+}
+
+void search_evaluator_set_runs(SearchEvaluator *ev, gint64 runs)
+{
+  g_return_if_fail(ev != NULL && runs >= 0);
+  ev->n = runs;
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* local.c — local search with the simulator: the refinement the constructive algorithms
  * (dynamic programs, beam, pipeline partitioning) end with, since their own cost models
  * see neither overlap nor contention. */
-#include "search-private.h"
+#include "distributed.h"
 
 #include <string.h>
 
@@ -245,7 +245,7 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
 {
   for (int kind = 0; kind < 4; kind++) {
     const SimStrategy *now = search_evaluator_get_strategy(*ev);
-    if (!search_plan_saves_memory(now) || search_evaluator_should_stop(*ev))
+    if (!search_plan_saves_memory(now) || search_dist_should_stop(ctx))
       break;
     g_autoptr(SimStrategy) s = sim_strategy_copy(now);
     SimMemoryOptions mo = sim_strategy_get_memory(s);
@@ -263,7 +263,7 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
       continue;
     sim_strategy_set_memory(s, &mo);
     SearchEvaluator *best_ev = NULL;
-    for (int tries = 0; tries < (relax ? 8 : 1) && !search_context_should_stop(ctx);
+    for (int tries = 0; tries < (relax ? 8 : 1) && !search_dist_should_stop(ctx);
          tries++, mb *= 2) {
       sim_strategy_set_microbatches(s, mb);
       SearchEvaluator *t = search_evaluator_new(ctx, s, stream, NULL);
@@ -290,54 +290,268 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
   return cur;
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* The polish's rounds                                                                */
+
+/* The trials of an operator (its candidates alone, or with the producers only it reads)
+ * are a round: each is simulated on an evaluator of the pool that holds the current plan
+ * (as main has it, replicated shards included, and put back so after each trial),
+ * on the search's threads, or divided among MPI ranks (distributed.h).  The round keeps
+ * the fastest that beats the plan, the first on a tie, as trying them one after the other
+ * would: a trial's time depends on nothing but the plan and the trial, and its tie key on
+ * its place in the round.  Only the bounds the simulations stop at depend on the threads'
+ * timing: a trial is bounded by the plan and by the trials before it that are done, never
+ * by a later one, so the first of the fastest always runs to its end. */
+typedef struct {
+  SearchContext *ctx;
+  SearchEvaluator *main;  /* the plan; the moves kept are made on it, no trial runs  */
+  guint32 stream;
+  GMutex lock;
+  GPtrArray *all;         /* the trials' evaluators (SearchEvaluator*)               */
+  GPtrArray *idle;        /* those not in use                                        */
+} Pool;
+
+typedef struct {
+  double cost;            /* search_penalized(); +inf where not simulated            */
+  double raw;             /* what the run returned, recorded as the best if it wins  */
+} TrialOut;
+
+typedef struct {
+  Pool *pool;
+  const SearchProblem *p;
+  int op;
+  const int *cfg;         /* the trials' configurations of op                        */
+  const SimStrategy *plan;/* main's, unchanged during the round                        */
+  GArray *group;          /* NULL: op alone; else the producers moved along            */
+  gint64 base;            /* trial k runs as the evaluator's run base + k + 1         */
+  double best;            /* the plan's time, then the trial kept's                   */
+  TrialOut *out;          /* written under the pool's lock                            */
+} Round;
+
+static void pool_init(Pool *pool, SearchContext *ctx, SearchEvaluator *main, guint32 stream)
+{
+  pool->ctx = ctx;
+  pool->main = main;
+  pool->stream = stream;
+  g_mutex_init(&pool->lock);
+  pool->all = g_ptr_array_new_with_free_func((GDestroyNotify)search_evaluator_free);
+  pool->idle = g_ptr_array_new();
+}
+
+/* Drops the other evaluators (after the plan changed as a whole). */
+static void pool_reset(Pool *pool, SearchEvaluator *main)
+{
+  g_ptr_array_set_size(pool->idle, 0);
+  g_ptr_array_set_size(pool->all, 0);
+  pool->main = main;
+}
+
+static void pool_clear(Pool *pool)
+{
+  g_ptr_array_unref(pool->idle);
+  g_ptr_array_unref(pool->all);
+  g_mutex_clear(&pool->lock);
+}
+
+/* Brings the trials' evaluators to the plan: each op that differs from main's. */
+static void pool_sync(Pool *pool, int n)
+{
+  const SimStrategy *want = search_evaluator_get_strategy(pool->main);
+  for (guint i = 0; i < pool->all->len; i++) {
+    SearchEvaluator *ev = g_ptr_array_index(pool->all, i);
+    const SimStrategy *have = search_evaluator_get_strategy(ev);
+    for (int op = 0; op < n; op++) {
+      const int *da = sim_strategy_op_degrees(want, op), *db = sim_strategy_op_degrees(have, op);
+      int na = 0, nb = 0;
+      const int *va = sim_strategy_op_devices(want, op, &na);
+      const int *vb = sim_strategy_op_devices(have, op, &nb);
+      if (memcmp(da, db, sizeof(int) * SEARCH_MAX_DIMS) != 0 || na != nb ||
+          memcmp(va, vb, sizeof(int) * (gsize)na) != 0)
+        search_evaluator_copy_op(ev, op, want);
+    }
+  }
+}
+
+/* Before a round (no trial running): as many evaluators as @workers threads take, copies
+ * of the plan. */
+static void pool_grow(Pool *pool, int workers)
+{
+  while ((int)pool->all->len < workers) {
+    SearchEvaluator *ev = search_evaluator_new(pool->ctx,
+                                               search_evaluator_get_strategy(pool->main),
+                                               pool->stream, NULL);
+    if (!ev)
+      break;
+    g_ptr_array_add(pool->all, ev);
+    g_ptr_array_add(pool->idle, ev);
+  }
+}
+
+/* An evaluator holding the plan, or NULL (none could be made): a trial changes it and
+ * puts it back as it was. */
+static SearchEvaluator *pool_take(Pool *pool)
+{
+  g_mutex_lock(&pool->lock);
+  SearchEvaluator *ev = pool->idle->len ? g_ptr_array_steal_index_fast(pool->idle,
+                                                                     pool->idle->len - 1)
+                                        : NULL;
+  g_mutex_unlock(&pool->lock);
+  return ev;
+}
+
+static void pool_give(Pool *pool, SearchEvaluator *ev)
+{
+  g_mutex_lock(&pool->lock);
+  g_ptr_array_add(pool->idle, ev);
+  g_mutex_unlock(&pool->lock);
+}
+
+/* Past the deadline, or after a signal: the round's other trials are skipped.  An
+ * evaluation budget is never looked at inside a round (its trials are counted out
+ * before), where what runs must not depend on the threads' timing. */
+static gboolean round_late(const SearchContext *ctx)
+{
+  const SearchContext *root = ctx->root;
+  return atomic_load(&root->interrupted) || search_signals_seen() > 0 ||
+         (root->watch && search_watch_fired(root->watch)) ||
+         (ctx->deadline < G_MAXDOUBLE && search_context_elapsed(ctx) >= ctx->deadline);
+}
+
+static void round_task(int k, gpointer data)
+{
+  Round *r = data;
+  Pool *pool = r->pool;
+  const SearchProblem *p = r->p;
+  if (round_late(pool->ctx))
+    return;
+  SearchEvaluator *ev = pool_take(pool);
+  if (!ev)
+    return;
+  const SearchConfig *c = search_problem_config(p, r->op, r->cfg[k]);
+  gboolean run = TRUE;
+  if (r->group) {
+    gboolean moved = FALSE;
+    for (guint g = 0; g < r->group->len; g++) {
+      int u = g_array_index(r->group, int, g);
+      int j = search_matching_config(p, u, c);
+      if (j >= 0 && search_evaluator_set_config(ev, u, search_problem_config(p, u, j)))
+        moved = TRUE;
+    }
+    run = moved;
+  }
+  if (run && search_evaluator_set_config(ev, r->op, c)) {
+    /* Bounded by the plan and the trials before this one that are done, never by a later
+     * one: the first of the fastest is then never stopped at its bound, and is offered as
+     * the best before any other of its time (by its key), as in turn. */
+    g_mutex_lock(&pool->lock);
+    double bound = r->best;
+    for (int j = 0; j < k; j++)
+      bound = MIN(bound, r->out[j].cost);
+    g_mutex_unlock(&pool->lock);
+    search_evaluator_set_runs(ev, r->base + k);
+    double raw = search_evaluator_run_bounded(ev, bound);
+    double cost = search_penalized(ev, raw);
+    g_mutex_lock(&pool->lock);
+    r->out[k].raw = raw;
+    r->out[k].cost = cost;
+    g_mutex_unlock(&pool->lock);
+  }
+  search_evaluator_copy_op(ev, r->op, r->plan);
+  for (guint g = 0; r->group && g < r->group->len; g++)
+    search_evaluator_copy_op(ev, g_array_index(r->group, int, g), r->plan);
+  pool_give(pool, ev);
+}
+
+/* Runs the round of @m trials and returns the one kept (the fastest below r->best, the
+ * first on a tie), or -1.  Every rank then holds every trial's time, and the one kept is
+ * recorded as the best where another rank simulated it. */
+static int run_round(Round *r, int m, int n_ops)
+{
+  Pool *pool = r->pool;
+  SearchContext *ctx = pool->ctx;
+  pool_grow(pool, MIN(search_dist_threads(ctx), m));
+  pool_sync(pool, n_ops);
+  r->plan = search_evaluator_get_strategy(pool->main);
+  r->base = search_evaluator_get_evals(pool->main);
+  r->out = g_new(TrialOut, MAX(m, 1));
+  for (int k = 0; k < m; k++)
+    r->out[k].cost = r->out[k].raw = INFINITY;
+  double bound = r->best;
+  search_dist_parallel(ctx, m, round_task, r);
+  search_dist_share(ctx, m, r->out, sizeof(TrialOut), sizeof(TrialOut));
+  search_evaluator_set_runs(pool->main, r->base + m);
+  int best = -1;
+  for (int k = 0; k < m; k++)
+    if (r->out[k].cost < (best < 0 ? bound : r->out[best].cost))
+      best = k;
+  r->best = best >= 0 ? r->out[best].cost : bound;
+  return best;
+}
+
+/* After run_round() chose @k, which the plan now is: recorded where another rank ran it,
+ * then the evaluations and the best exchanged. */
+static void end_round(Round *r, int k)
+{
+  Pool *pool = r->pool;
+  if (k >= 0 && !search_dist_mine(pool->ctx, k))
+    search_context_record(pool->ctx, r->p, search_evaluator_get_strategy(pool->main),
+                          r->out[k].raw, search_key(pool->stream, r->base + k + 1));
+  search_dist_sync(pool->ctx);
+  g_clear_pointer(&r->out, g_free);
+}
+
+/* The trials of @op: its candidates but the plan's own, as many as the evaluation budget
+ * has left.  Returns their number. */
+static int round_trials(SearchContext *ctx, const SearchProblem *p, GArray *const *cands,
+                        int op, int orig_idx, int *cfg)
+{
+  int m = cands ? (int)cands[op]->len : search_problem_n_configs(p, op);
+  gint64 left = search_context_evals_left(ctx);
+  int n = 0;
+  for (int k = 0; k < m && n < left; k++) {
+    int i = cands ? g_array_index(cands[op], int, k) : k;
+    if (i != orig_idx)
+      cfg[n++] = i;
+  }
+  return n;
+}
+
 double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, int max_sweeps,
                      guint32 stream)
 {
   const SearchProblem *p = search_context_get_problem(ctx);
   int n = sim_graph_n_ops(p->g);
-  g_autoptr(SearchEvaluator) ev = search_evaluator_new(ctx, *s, stream, NULL);
+  SearchEvaluator *ev = search_evaluator_new(ctx, *s, stream, NULL);
   if (!ev)
     return INFINITY;
+  Pool pool;
+  pool_init(&pool, ctx, ev, stream);
   SearchEstimate *e = search_estimate_new(p);
   double cur = search_penalized(ev, search_evaluator_run(ev));
+  int max_trials = 1;
+  for (int op = 0; op < n; op++)
+    max_trials = MAX(max_trials, cands ? (int)cands[op]->len : search_problem_n_configs(p, op));
+  g_autofree int *cfg = g_new(int, max_trials);
   gboolean stop = FALSE;
   for (int sweep = 0; (max_sweeps <= 0 || sweep < max_sweeps) && !stop; sweep++) {
     gboolean improved = FALSE;
     for (int op = 0; op < n && !stop; op++) {
-      Saved orig;
-      save_op(search_evaluator_get_strategy(ev), op, &orig);
-      g_autofree int *orig_devices = orig.devices;
-      int orig_idx = search_problem_config_of(p, search_evaluator_get_strategy(ev), op);
-      int m = cands ? (int)cands[op]->len : search_problem_n_configs(p, op);
-      int best_i = -1;
-      double best = cur;
-      for (int k = 0; k < m; k++) {
-        int i = cands ? g_array_index(cands[op], int, k) : k;
-        if (i == orig_idx)
-          continue;
-        if (search_evaluator_should_stop(ev)) {
-          stop = TRUE;
-          break;
-        }
-        if (!search_evaluator_set_config(ev, op, search_problem_config(p, op, i)))
-          continue;
-        double c = search_penalized(ev, search_evaluator_run_bounded(ev, best));
-        if (c < best) {
-          best = c;
-          best_i = i;
-        }
-      }
-      /* The best trial if one was better, else the original; the session re-simulates
-       * what changed on its next run. */
-      if (best_i >= 0) {
-        search_evaluator_set_config(ev, op, search_problem_config(p, op, best_i));
-        cur = best;
-        improved = TRUE;
-        continue;
-      }
-      search_evaluator_set_op(ev, op, orig.degree, orig.devices);
-      if (stop)
+      if (search_dist_should_stop(ctx)) {
+        stop = TRUE;
         break;
+      }
+      int orig_idx = search_problem_config_of(p, search_evaluator_get_strategy(ev), op);
+      Round r = { .pool = &pool, .p = p, .op = op, .cfg = cfg, .best = cur };
+      int m = round_trials(ctx, p, cands, op, orig_idx, cfg);
+      int k = run_round(&r, m, n);
+      if (k >= 0) {
+        search_evaluator_set_config(ev, op, search_problem_config(p, op, cfg[k]));
+        cur = r.best;
+        improved = TRUE;
+      }
+      end_round(&r, k);
+      if (k >= 0)
+        continue;
       /* Group moves: the op with the producers only it reads (its data, a private chain
        * of layers), all to matching configurations, which no single move can reach when
        * each step alone would add a transfer. */
@@ -345,40 +559,15 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
       private_producers(p->g, op, group);
       if (group->len == 0)
         continue;
-      Saved *saved = g_new(Saved, group->len);
-      for (guint g = 0; g < group->len; g++)
-        save_op(search_evaluator_get_strategy(ev), g_array_index(group, int, g), &saved[g]);
-      int best_g = -1;
-      for (int k = 0; k < m && !stop; k++) {
-        int i = cands ? g_array_index(cands[op], int, k) : k;
-        if (i == orig_idx)
-          continue;
-        if (search_evaluator_should_stop(ev)) {
-          stop = TRUE;
-          break;
-        }
-        const SearchConfig *c = search_problem_config(p, op, i);
-        gboolean moved = FALSE;
-        for (guint g = 0; g < group->len; g++) {
-          int u = g_array_index(group, int, g);
-          int j = search_matching_config(p, u, c);
-          if (j >= 0 && search_evaluator_set_config(ev, u, search_problem_config(p, u, j)))
-            moved = TRUE;
-        }
-        if (moved && search_evaluator_set_config(ev, op, c)) {
-          double cost = search_penalized(ev, search_evaluator_run_bounded(ev, best));
-          if (cost < best) {
-            best = cost;
-            best_g = i;
-          }
-        }
-        search_evaluator_set_op(ev, op, orig.degree, orig.devices);
-        for (guint g = 0; g < group->len; g++)
-          search_evaluator_set_op(ev, g_array_index(group, int, g), saved[g].degree,
-                                  saved[g].devices);
+      if (search_dist_should_stop(ctx)) {
+        stop = TRUE;
+        break;
       }
-      if (best_g >= 0) {
-        const SearchConfig *c = search_problem_config(p, op, best_g);
+      r.group = group;
+      m = round_trials(ctx, p, cands, op, orig_idx, cfg);
+      k = run_round(&r, m, n);
+      if (k >= 0) {
+        const SearchConfig *c = search_problem_config(p, op, cfg[k]);
         for (guint g = 0; g < group->len; g++) {
           int u = g_array_index(group, int, g);
           int j = search_matching_config(p, u, c);
@@ -386,16 +575,17 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
             search_evaluator_set_config(ev, u, search_problem_config(p, u, j));
         }
         search_evaluator_set_config(ev, op, c);
-        cur = best;
+        cur = r.best;
         improved = TRUE;
       }
-      saved_free_all(saved, group->len);
+      end_round(&r, k);
     }
-    /* Resource splits at every op where branches meet. */
+    /* Resource splits at every op where branches meet: one after the other, the same on
+     * every rank. */
     for (int op = 0; op < n && !stop; op++) {
       if (sim_graph_op_n_inputs(p->g, op) < 2)
         continue;
-      if (search_evaluator_should_stop(ev)) {
+      if (search_dist_should_stop(ctx)) {
         stop = TRUE;
         break;
       }
@@ -410,6 +600,8 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
       double c = improve_plan(ctx, &ev, cur, stream);
       improved = c < cur;
       cur = c;
+      if (ev != pool.main)
+        pool_reset(&pool, ev);
     }
     if (!improved)
       break;
@@ -417,6 +609,8 @@ double search_polish(SearchContext *ctx, SimStrategy **s, GArray *const *cands, 
   search_estimate_free(e);
   sim_strategy_free(*s);
   *s = sim_strategy_copy(search_evaluator_get_strategy(ev));
+  pool_clear(&pool);
+  search_evaluator_free(ev);
   return cur;
 }
 
@@ -435,7 +629,7 @@ double search_fit(SearchContext *ctx, SimStrategy **s)
   if (isfinite(cost) || !search_problem_get_memory_limit(search_context_get_problem(ctx)))
     return cost;
   SimMemoryOptions base = sim_strategy_get_memory(*s);
-  for (int i = 0; i < 3 && !search_context_should_stop(ctx); i++) {
+  for (int i = 0; i < 3 && !search_dist_should_stop(ctx); i++) {
     SimMemoryOptions m = search_memory_step(base, i);
     if (m.zero1 == base.zero1 && m.recompute == base.recompute)
       continue;

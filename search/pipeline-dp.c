@@ -12,7 +12,7 @@
  * pipeline with the best single-stage strategy (S = 1: data parallelism or the dynamic
  * program's), refines both by a sweep of local search, then the better one further
  * (within its stage groups for a pipeline). */
-#include "search-private.h"
+#include "distributed.h"
 
 #include <string.h>
 
@@ -205,7 +205,7 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
     g_autoptr(GArray) opts = g_array_new(FALSE, TRUE, sizeof(SimMegatronOptions));
     search_expert_candidates(p, expert, NULL, opts);
     SimMegatronOptions best_opts = { 0 };
-    for (guint i = 0; i < expert->len && !search_context_should_stop(ctx); i++) {
+    for (guint i = 0; i < expert->len && !search_dist_should_stop(ctx); i++) {
       SimStrategy *s = g_ptr_array_index(expert, i);
       if (sim_strategy_n_stages(s) < 2)
         continue;
@@ -227,13 +227,13 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   int64_t batch = sim_graph_batch_size(g);
   g_autofree int *op_stage = g_new(int, MAX(n, 1));
   for (int S = 2; S <= MIN(p->n_devices, max_stages) && (p->kinds & SEARCH_KIND_PIPELINE); S++) {
-    if (p->n_devices % S != 0 || search_context_should_stop(ctx))
+    if (p->n_devices % S != 0 || search_dist_should_stop(ctx))
       continue;
     if (!partition(p, e, S, op_stage))
       continue;
     for (int f = 1; f <= 8; f *= 2) {
       int mb = S * f;
-      if (batch % mb != 0 || search_context_should_stop(ctx))
+      if (batch % mb != 0 || search_dist_should_stop(ctx))
         continue;
       g_autoptr(SimStrategy) s = pipeline_strategy(p, S, op_stage, mb);
       if (!s)
@@ -252,13 +252,13 @@ static gboolean pipeline_run(const SearchAlgorithm *self, SearchContext *ctx, GE
     GArray **lists = g_new(GArray *, MAX(n, 1));
     for (int op = 0; op < n; op++)
       lists[op] = search_polish_candidates(p, e, op, MAX(cands, 16));
-    if (!search_context_should_stop(ctx))
+    if (!search_dist_should_stop(ctx))
       flat_cost = search_polish(ctx, &flat, lists, 1, 0);
     /* In a pipeline an op's candidates are those on its stage's devices that divide its
      * micro-batch; the evaluator rejects the others, so all are offered. */
-    if (pipe && !search_context_should_stop(ctx))
+    if (pipe && !search_dist_should_stop(ctx))
       pipe_cost = search_polish(ctx, &pipe, NULL, 1, 0);
-    if (!search_context_should_stop(ctx)) {
+    if (!search_dist_should_stop(ctx)) {
       if (pipe && pipe_cost < flat_cost)
         search_polish(ctx, &pipe, NULL, 0, 0);
       else

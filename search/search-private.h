@@ -205,6 +205,12 @@ void search_ve_assign(SearchVE *ve, const int *kept_values, int *values);
  * form a candidate configuration: how trials are undone. */
 gboolean search_evaluator_set_op(SearchEvaluator *ev, int op, const int *degrees,
                                  const int *devices);
+/* Sets @op as @from has it (its replicated shards too, which set_op cannot give). */
+gboolean search_evaluator_copy_op(SearchEvaluator *ev, int op, const SimStrategy *from);
+/* Sets the count of @ev's runs (search_evaluator_get_evals()) to @runs: its next run's
+ * tie key is then search_key(its stream, @runs + 1), whichever evaluator ran before.  How
+ * work divided among threads or ranks keys every trial as one evaluator would. */
+void search_evaluator_set_runs(SearchEvaluator *ev, gint64 runs);
 
 /* One simulation of @s from scratch (folded, as search_context_evaluate()'s), stopping
  * once past @bound seconds: its cost, or +inf with *@cut set when it stopped there (and

@@ -109,8 +109,8 @@ void sim_session_free(SimSession *ss)
   g_free(ss);
 }
 
-gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const int *devices,
-                            GError **error)
+static gboolean set_op(SimSession *ss, int op, const int *degrees, int replicas,
+                       const int *devices, GError **error)
 {
   g_return_val_if_fail(op >= 0 && op < ss->s->n_ops, FALSE);
   /* Keep the old configuration, to put it back if the new one is not valid. */
@@ -118,7 +118,7 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
   old.devices = g_memdup2(old.devices, sizeof(int) * (size_t)MAX(old.n_shards, 1));
   /* The session's strategy was valid before: the changed operator is all there is to
    * check. */
-  gboolean ok = sim_strategy_set_op(ss->s, op, degrees, devices, error) &&
+  gboolean ok = sim_strategy_set_op_replicated(ss->s, op, degrees, replicas, devices, error) &&
                 sim_strategy_validate_op(ss->s, ss->g, ss->m, op, error);
   if (!ok) {
     g_free(ss->s->ops[op].devices);
@@ -133,6 +133,21 @@ gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const in
     g_array_append_val(ss->changed, op);
   }
   return ok;
+}
+
+gboolean sim_session_set_op(SimSession *ss, int op, const int *degrees, const int *devices,
+                            GError **error)
+{
+  return set_op(ss, op, degrees, 1, devices, error);
+}
+
+gboolean sim_session_copy_op(SimSession *ss, int op, const SimStrategy *from, GError **error)
+{
+  g_return_val_if_fail(from != NULL && op >= 0 && op < from->n_ops, FALSE);
+  int n = 0;
+  const int *devices = sim_strategy_op_devices(from, op, &n);
+  return set_op(ss, op, sim_strategy_op_degrees(from, op), sim_strategy_op_replicas(from, op),
+                devices, error);
 }
 
 double sim_session_run_bounded(SimSession *ss, double bound)

@@ -1,15 +1,18 @@
 #!/bin/sh
 # mpi.sh: searches and comparisons shared among MPI ranks (docs/distributed.md), run with
 # mpirun --oversubscribe on this machine.
-#  - With an evaluation budget, a seed and --threads, mcmc, expert, beam and megatron write the same plan
-#    byte for byte, and report the same evaluations and iteration time, alone and on 2 and
-#    4 ranks; 2 and 4 ranks report that they shared the search (exchanges).
+#  - With an evaluation budget, a seed and --threads, mcmc, expert, beam, megatron, dp,
+#    optcnn, pipeline and alpa write the same plan byte for byte, and report the same
+#    evaluations and iteration time, alone and on 2 and 4 ranks; 2 and 4 ranks report that
+#    they shared the search (exchanges).
 #  - With a budget of one evaluation rank 0 simulates the yardsticks alone, and finishes.
 #  - compare divides its runs over 3 ranks: each run ends (the CSV's last line for it) with
 #    the evaluations and best time of the same run made by a single process (the lines
 #    before depend on how its threads were timed, alone as on the ranks).
 #  - SIGTERM to rank 1 alone stops every rank: rank 0 says so, writes a plan, exits 0.
 #  - SIGKILL of rank 1: mpirun ends the job; rank 0 writes its plan first.
+#  - SIGKILL of rank 1 under mpirun --enable-recovery with a budget in evaluations: the
+#    others see that it is gone; rank 0 says so and writes its plan.
 # PARASOL names the program, MPIRUN mpirun.
 set -u
 P=${PARASOL:-build/cli/parasol}
@@ -39,7 +42,10 @@ field() {  # field FILE KEY: a top-level member of a JSON file
 }
 
 MODEL="--model gpt --param layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=16"
-for algo in mcmc expert beam megatron; do
+# alpa where this build has it (GLPK).
+algos="mcmc expert beam megatron dp optcnn pipeline"
+"$P" search --list 2>/dev/null | grep -q '^alpa ' && algos="$algos alpa"
+for algo in $algos; do
   for np in 1 2 4; do
     if ! run "$np" search --algo "$algo" $MODEL --machine dgx-a100 --budget 1200evals \
            --threads 4 --seed 7 --own -q --json --out "$dir/$algo-$np.json" \
@@ -49,6 +55,8 @@ for algo in mcmc expert beam megatron; do
     fi
     [ "$(field "$dir/$algo-$np.out" ranks)" = "$np" ] ||
       fail "$algo on $np ranks: the report says $(field "$dir/$algo-$np.out" ranks) ranks"
+    [ "$np" = 1 ] || [ "$(field "$dir/$algo-$np.out" exchanges)" != 0 ] ||
+      fail "$algo on $np ranks: no exchanges, the search was not shared"
   done
   for np in 2 4; do
     [ -f "$dir/$algo-$np.json" ] || continue
@@ -133,6 +141,46 @@ for sig in TERM KILL; do
   fi
   echo "SIG$sig of rank 1: rank 0 wrote its plan"
 done
+
+# SIGKILL of rank 1 under mpirun --enable-recovery, which leaves the other ranks running,
+# with a budget in evaluations (no deadline to give up at): rank 0 sees that rank 1 is
+# gone, says so and writes its plan, and mpirun ends (given 60 s).
+rm -f "$dir/rec.json"
+"$MPIRUN" --oversubscribe --enable-recovery -np 3 "$P" search $MODEL --machine dgx-a100 \
+          --budget 100000000evals -q --out "$dir/rec.json" >"$dir/rec.out" 2>"$dir/rec.err" &
+mp=$!
+pid=""
+for _ in $(seq 60); do
+  sleep 0.5
+  pid=$(rank_pid "$mp" 1)
+  [ -n "$pid" ] && break
+done
+sleep 3
+before=$bad
+others="$(rank_pid "$mp" 0) $(rank_pid "$mp" 2)"
+[ -n "$pid" ] && kill -KILL "$pid"
+running() {  # running PID: the process is there and not a zombie
+  [ -e "/proc/$1" ] && ! grep -q ') Z' "/proc/$1/stat" 2>/dev/null
+}
+for _ in $(seq 120); do
+  running "$mp" || break
+  sleep 0.5
+done
+if running "$mp"; then
+  fail "--enable-recovery, SIGKILL of rank 1: the other ranks still wait after 60 s"
+  kill -KILL $others "$mp" 2>/dev/null
+fi
+wait "$mp"
+if [ -z "$pid" ]; then
+  fail "--enable-recovery: no rank 1 found"
+else
+  [ -s "$dir/rec.json" ] ||
+    fail "--enable-recovery, SIGKILL of rank 1: no plan written: $(tail -c 400 "$dir/rec.err")"
+  grep -q "rank 1 ended" "$dir/rec.err" ||
+    fail "--enable-recovery, SIGKILL of rank 1: not reported: $(tail -c 400 "$dir/rec.err")"
+  [ "$bad" != "$before" ] ||
+    echo "SIGKILL of rank 1 under --enable-recovery: rank 0 reported it and wrote its plan"
+fi
 
 if [ "$bad" -gt 0 ]; then
   echo "$bad failures"

@@ -1005,6 +1005,36 @@ Test(search, the_expert_yardstick_is_the_same_on_any_number_of_threads)
   fixture_free(&f);
 }
 
+Test(search, the_local_search_keeps_what_runs_to_their_ends_keep)
+{
+  /* dp ends with the local search, whose trials of an operator run as a round on the
+   * threads, each stopping once past the plan and the trials before it that are done.
+   * The round keeps the first of the fastest, as trying them in turn does, whatever the
+   * threads' timing: twice on four threads, the plan is the one that runs to their ends
+   * give (PARASOL_NO_BOUNDS).  The GPT's data sources give ties (replicated on 4 or 8
+   * devices, the same time), where a trial stopped at a later one's time would lose the
+   * first place, and replicated shards, which every trial's evaluator must hold as the
+   * plan does. */
+  Fixture f;
+  fixture_load(&f, "gpt", "layers=2,hidden=256,heads=8,seq=64,vocab=512,batch=32", "dgx-a100",
+               0);
+  SearchResult *a = run("dp", f.p, 100000, 1, 4, NULL);
+  SearchResult *b = run("dp", f.p, 100000, 1, 4, NULL);
+  g_setenv("PARASOL_NO_BOUNDS", "1", TRUE);
+  SearchResult *full = run("dp", f.p, 100000, 1, 4, NULL);
+  g_unsetenv("PARASOL_NO_BOUNDS");
+  cr_expect_eq(search_result_get_time(a), search_result_get_time(full));
+  cr_expect_eq(search_result_get_time(b), search_result_get_time(full));
+  cr_expect(sim_strategy_equal(search_result_get_strategy(a), search_result_get_strategy(full)));
+  cr_expect(sim_strategy_equal(search_result_get_strategy(b), search_result_get_strategy(full)));
+  cr_expect_eq(search_result_get_evals(a), search_result_get_evals(b));
+  cr_expect_gt(search_result_get_cut_evals(a), 0);
+  search_result_free(a);
+  search_result_free(b);
+  search_result_free(full);
+  fixture_free(&f);
+}
+
 Test(search, megatron_refinement_interleaves_the_expert_pipeline)
 {
   /* Megatron 18.4B on 16 A100s with a batch of 64: the fastest expert plan is a 1F1B
