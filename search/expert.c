@@ -33,6 +33,24 @@ SimStrategy *search_megatron_plan(const SearchProblem *p, const SimMegatronOptio
   return s ? search_problem_map_devices(p, s, NULL) : NULL;
 }
 
+/* Adds the plan of options @o to @out (and @o to @opts, when given); with @lazy, only its
+ * options (its strategy NULL, built when simulated). */
+static void add_plan(const SearchProblem *p, const SimMegatronOptions *o, GPtrArray *out,
+                     GArray *opts, gboolean lazy)
+{
+  if (lazy) {
+    g_ptr_array_add(out, NULL);
+    g_array_append_val(opts, *o);
+    return;
+  }
+  SimStrategy *mapped = search_megatron_plan(p, o);
+  if (mapped) {
+    g_ptr_array_add(out, mapped);
+    if (opts)
+      g_array_append_val(opts, *o);
+  }
+}
+
 /* With @lazy, only the plan's options (its strategy NULL, built when simulated). */
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
                          SimRecompute recompute, int ep, GPtrArray *out, GArray *opts,
@@ -51,17 +69,7 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   o.memory = p->memory;
   o.memory.recompute = recompute;
   o.ep = ep;
-  if (lazy) {
-    g_ptr_array_add(out, NULL);
-    g_array_append_val(opts, o);
-    return;
-  }
-  SimStrategy *mapped = search_megatron_plan(p, &o);
-  if (mapped) {
-    g_ptr_array_add(out, mapped);
-    if (opts)
-      g_array_append_val(opts, o);
-  }
+  add_plan(p, &o, out, opts, lazy);
 }
 
 /* The largest expert-parallel degree for @dp replicas: a power of two that divides @dp
@@ -134,17 +142,7 @@ static void add_context_parallel(const SearchProblem *p, int n, int tp, GPtrArra
     o.microbatches = 1;
     o.sync = p->sync;
     o.memory = p->memory;
-    if (lazy) {
-      g_ptr_array_add(out, NULL);
-      g_array_append_val(opts, o);
-      return;
-    }
-    SimStrategy *mapped = search_megatron_plan(p, &o);
-    if (mapped) {
-      g_ptr_array_add(out, mapped);
-      if (opts)
-        g_array_append_val(opts, o);
-    }
+    add_plan(p, &o, out, opts, lazy);
     return;
   }
 }

@@ -128,6 +128,21 @@ static SearchEvaluator *try_plan(Mcmc *m, Chain *c, int i, const SimStrategy *s,
   return ev;
 }
 
+/* A plan simulated in full beside the chain (@ev, its raw time @raw): the chain's plan
+ * from now on when it is faster and accepted, else dropped; its evaluations count. */
+static void keep_if_faster(Mcmc *m, Chain *c, SearchEvaluator *ev, double raw)
+{
+  double cost = search_penalized(ev, raw);
+  if (cost < c->cur && accept_cost(m, c, cost)) {
+    c->used += search_evaluator_get_evals(c->ev);
+    search_evaluator_free(c->ev);
+    c->ev = ev;
+  } else {
+    c->used += search_evaluator_get_evals(ev);
+    search_evaluator_free(ev);
+  }
+}
+
 /* A move of the whole plan (see the top).  Switching recomputation or ZeRO off doubles
  * the micro-batches until the plan fits again (the memory it saved must come from
  * somewhere), so that the two steps, neither faster alone, are one move.  The candidate
@@ -175,15 +190,7 @@ static void plan_move(Mcmc *m, Chain *c, int i)
   }
   if (!ev)
     return;
-  double cost = search_penalized(ev, raw);
-  if (cost < c->cur && accept_cost(m, c, cost)) {
-    c->used += search_evaluator_get_evals(c->ev);
-    search_evaluator_free(c->ev);
-    c->ev = ev;
-  } else {
-    c->used += search_evaluator_get_evals(ev);
-    search_evaluator_free(ev);
-  }
+  keep_if_faster(m, c, ev, raw);
 }
 
 /* A move of Megatron's knobs (see the top): the current plan, when it is a plan of
@@ -217,15 +224,7 @@ static void knob_move(Mcmc *m, Chain *c, int i)
   SearchEvaluator *ev = try_plan(m, c, i, s, &raw);
   if (!ev)
     return;
-  double cost = search_penalized(ev, raw);
-  if (cost < c->cur && accept_cost(m, c, cost)) {
-    c->used += search_evaluator_get_evals(c->ev);
-    search_evaluator_free(c->ev);
-    c->ev = ev;
-  } else {
-    c->used += search_evaluator_get_evals(ev);
-    search_evaluator_free(ev);
-  }
+  keep_if_faster(m, c, ev, raw);
 }
 
 static void chain_epoch(int i, gpointer data)
