@@ -117,8 +117,8 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
 }
 
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
-                          gboolean partial, int pass, int mb, SimDType dt, int tensor,
-                          Ready *ready)
+                          const gboolean *scatter, gboolean partial, int pass, int mb,
+                          SimDType dt, int tensor, Ready *ready)
 {
   for (guint k = 0; k < groups->len; k++) {
     Holders *h = &g_array_index(groups, Holders, k);
@@ -130,7 +130,9 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       continue; /* only asked which groups reduce */
     SimTaskRef start;
     if (h->n_devs > 1) {
-      SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
+      SimCollective coll = { .kind = scatter && scatter[k] ? SIM_COLL_REDUCE_SCATTER
+                                                           : SIM_COLL_ALLREDUCE,
+                             .algo = SIM_ALLREDUCE_RING,
                              .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
                              .devices = h->devs, .n = h->n_devs,
                              .bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale,
@@ -572,6 +574,88 @@ static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
   return TRUE;
 }
 
+/* Which partial sums of @groups (over the shards of @src) need only a reduce-scatter:
+ * those whose readers, the shards of @dst (@n_dst ops, @needs[i][c] what shard c of op i
+ * reads), take disjoint parts of the group's region that cover it, each part on one of
+ * the group's devices.  Sequence parallelism's row-parallel products are such sums: each
+ * tensor-parallel rank reads its own part of the sequence, so Megatron reduce-scatters
+ * them instead of all-reducing them (half the bytes).  Every device then holds the sum
+ * of its own part, which is all its readers take.  Sets @scatter[k]; FALSE where any
+ * reader sits on another device, parts overlap or leave some of the region out. */
+static void scatter_groups(const GArray *groups, const OpLay *const *dst,
+                           const SimRegion *const *needs, int n_dst, gboolean *scatter)
+{
+  for (guint k = 0; k < groups->len; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    scatter[k] = FALSE;
+    if (h->n_devs < 2)
+      continue;
+    SimRegion *box = g_new0(SimRegion, h->n_devs);
+    gboolean ok = TRUE;
+    for (int i = 0; i < n_dst && ok; i++)
+      for (int c = 0; c < dst[i]->n_shards && ok; c++) {
+        SimRegion part;
+        if (!boxes_overlap(&needs[i][c], &h->region) ||
+            !sim_region_intersect(&needs[i][c], &h->region, &part))
+          continue;
+        int at = -1;
+        for (int j = 0; j < h->n_devs && at < 0; j++)
+          if (h->devs[j] == dst[i]->dev[c])
+            at = j;
+        if (at < 0) {
+          ok = FALSE;
+          break;
+        }
+        if (box[at].ndim == 0) {
+          box[at] = part;
+          continue;
+        }
+        for (int d = 0; d < part.ndim; d++) {
+          box[at].lo[d] = MIN(box[at].lo[d], part.lo[d]);
+          box[at].hi[d] = MAX(box[at].hi[d], part.hi[d]);
+        }
+      }
+    int64_t covered = 0;
+    for (int a = 0; a < h->n_devs && ok; a++) {
+      ok = box[a].ndim > 0;
+      for (int b = 0; b < a && ok; b++)
+        ok = !boxes_overlap(&box[a], &box[b]);
+      if (ok)
+        covered += sim_region_volume(&box[a]);
+    }
+    scatter[k] = ok && covered == sim_region_volume(&h->region);
+    g_free(box);
+  }
+}
+
+/* What each shard of consumer @cx needs of tensor @t (the box around every input slot
+ * reading it) into @need; *@partial: whether it reads partial sums. */
+static void consumer_need(const SimLowering *lw, int cx, int t, SimRegion *need,
+                          gboolean *partial)
+{
+  const OpLay *cl = &lw->ops[cx];
+  const SimOp *cop = sim_graph_op_get(lw->g, cx);
+  *partial = FALSE;
+  for (int c = 0; c < cl->n_shards; c++) {
+    gboolean first = TRUE;
+    for (int i = 0; i < cop->n_inputs; i++) {
+      if (cop->inputs[i] != t)
+        continue;
+      const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
+      if (first) {
+        need[c] = *r;
+        first = FALSE;
+      } else {
+        for (int d = 0; d < r->ndim; d++) {
+          need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
+          need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
+        }
+      }
+      *partial |= cl->in_partial[i];
+    }
+  }
+}
+
 void lower_build_tensor_block(SimLowering *lw, int t)
 {
   const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
@@ -596,7 +680,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     if (ppartial) {
       Ready *r = g_new(Ready, ng);
       for (int mb = 0; mb < M; mb++) {
-        reduce_groups(lw, block, pl, pgroups, TRUE, P_F, mb, dt, t, r);
+        reduce_groups(lw, block, pl, pgroups, NULL, TRUE, P_F, mb, dt, t, r);
         for (int k = 0; k < ng; k++) {
           Holders *h = &g_array_index(pgroups, Holders, k);
           if (!r[k].reduced)
@@ -624,17 +708,34 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
   double p_routed = 1.0;
   gboolean p_experts = routed_fraction(lw, px, &p_routed);
+  /* What every consumer reads, and whether the partial sums need only a reduce-scatter
+   * (not with experts: their all-to-all is priced from all-reduces, routed_fraction()). */
+  guint nc = ten->consumers->len;
+  SimRegion **needs = g_new(SimRegion *, nc);
+  const OpLay **cls = g_new(const OpLay *, nc);
+  gboolean *cpartials = g_new(gboolean, nc);
+  for (guint ci = 0; ci < nc; ci++) {
+    int cx = g_array_index(ten->consumers, int, ci);
+    cls[ci] = &lw->ops[cx];
+    needs[ci] = g_new(SimRegion, cls[ci]->n_shards);
+    consumer_need(lw, cx, t, needs[ci], &cpartials[ci]);
+  }
+  gboolean *pscatter = g_new0(gboolean, MAX(ng, 1));
+  if (ppartial && !p_experts)
+    scatter_groups(pgroups, cls, (const SimRegion *const *)needs, (int)nc, pscatter);
   lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
   for (int mb = 0; mb < M; mb++) {
-    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng);
+    reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_F, mb, dt, t,
+                  pready_f + (size_t)mb * ng);
     if (pready_r)
-      reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, t,
+      reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_R, mb, dt, t,
                     pready_r + (size_t)mb * ng);
   }
   lw->byte_scale = 1.0;
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
     pneed[p] = pl->out_reg[p * pl->n_out + j];
+  const SimRegion *pneeds[1] = { pneed };
   /* Transfers already made, per micro-batch and pass (forward, recompute, backward:
    * which = 3 mb + pass), made when first needed. */
   sim_key_index_clear(&lw->transfers);
@@ -654,40 +755,27 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     const OpLay *cl = &lw->ops[cx];
     const SimOp *cop = sim_graph_op_get(lw->g, cx);
     /* What each consumer shard needs: the box around every input slot reading t. */
-    SimRegion *need = g_new(SimRegion, cl->n_shards);
-    gboolean cpartial = FALSE;
-    for (int c = 0; c < cl->n_shards; c++) {
-      gboolean first = TRUE;
-      for (int i = 0; i < cop->n_inputs; i++) {
-        if (cop->inputs[i] != t)
-          continue;
-        const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
-        if (first) {
-          need[c] = *r;
-          first = FALSE;
-        } else {
-          for (int d = 0; d < r->ndim; d++) {
-            need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
-            need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
-          }
-        }
-        cpartial |= cl->in_partial[i];
-      }
-    }
+    SimRegion *need = needs[ci];
+    gboolean cpartial = cpartials[ci];
     gboolean recomputed = pl->recompute && cl->recompute && pl->stage == cl->stage;
     GArray *cgroups = lower_group_holders(&lw->regions, cl, need, 1, 0, NULL);
     int ncg = (int)cgroups->len;
     Ready *cready = g_new(Ready, ncg);
     /* Whether a group is reduced is the same in every micro-batch: the first one's
      * readiness tells the pieces where the data comes from. */
-    reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
-    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
-    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
+    reduce_groups(lw, -1, cl, cgroups, NULL, cpartial, P_B, -1, dt, t, cready);
     /* An expert-parallel consumer receives only its routed tokens and sends back their
      * gradients (the tokens, input 0; not the router's logits); an expert-parallel
      * producer receives only its tokens' output gradients (routed_fraction()). */
     double c_routed = 1.0;
     gboolean c_experts = cop->inputs[0] == t && routed_fraction(lw, cx, &c_routed);
+    /* The consumer's partial gradients, where each producer shard on their devices takes
+     * its own part (sequence parallelism's column-parallel products), are reduce-scattered. */
+    gboolean *cscatter = g_new0(gboolean, MAX(ncg, 1));
+    if (cpartial && !c_experts)
+      scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
+    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
+    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
@@ -698,7 +786,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
-      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
+      reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready);
       lw->byte_scale = p_routed;
       deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
       lw->byte_scale = 1.0;
@@ -707,8 +795,14 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     g_array_free(bwd, TRUE);
     lower_holders_free(cgroups);
     g_free(cready);
-    g_free(need);
+    g_free(cscatter);
   }
+  for (guint ci = 0; ci < nc; ci++)
+    g_free(needs[ci]);
+  g_free(needs);
+  g_free(cls);
+  g_free(cpartials);
+  g_free(pscatter);
   g_free(pneed);
   lower_holders_free(pgroups);
   g_free(pready_f);

@@ -712,8 +712,9 @@ Test(lowering, many_holders_send_every_consumer_exactly_the_rows_it_lacks)
  *   the MoE's partial outputs are reduced with (ep - 1) R f bytes in all (combine);
  *   backward, the loss sends each MoE shard the 24 remote rows of the output's gradient
  *   times f, and the MoE input's partial gradients are reduced with (ep - 1) R f bytes;
- *   the router's logits (4 a token) move whole: 24 remote tokens to each shard forward,
- *   a ring all-reduce of 2 (ep - 1) R_logits bytes for their gradient backward.
+ *   the router's logits (4 a token) move whole: 24 remote tokens to each shard forward;
+ *   backward, each router shard takes only its own tokens' gradient of them, a ring
+ *   reduce-scatter of (ep - 1) R_logits bytes.
  * With k = 4 = ep the fraction is capped at 1: every token goes to every GPU. */
 Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
 {
@@ -764,11 +765,72 @@ Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
     cr_expect_float_eq(by_pre, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: dispatch %g", k, by_pre);
     cr_expect_float_eq(by_loss, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: gradients %g", k, by_loss);
     cr_expect_float_eq(by_router, 4 * 24 * 4 * 4, 1e-6, "k %d: logits %g", k, by_router);
-    cr_expect_float_eq(reduced, 2 * 3 * R * f + 2 * 3 * Rl, 1e-6, "k %d: reductions %g", k,
+    cr_expect_float_eq(reduced, 2 * 3 * R * f + 3 * Rl, 1e-6, "k %d: reductions %g", k,
                        reduced);
     sim_timeline_clear(&tl);
     sim_lowering_free(lw);
   }
+}
+
+/* Sequence parallelism moves the bytes of the all-reduces it replaces (Korthikanti et al.,
+ * "Reducing Activation Recomputation in Large Transformer Models", 2022): each
+ * row-parallel product's all-reduce becomes a reduce-scatter into the ranks' parts of the
+ * sequence and an all-gather before the next column-parallel product, and the same
+ * backward, four a layer.  A ring all-reduce over t ranks moves 2 (t - 1) R bytes in all
+ * (R the activation's bytes), a reduce-scatter and an all-gather (t - 1) R each.  So a GPT
+ * with tensor parallelism over 4 GPUs moves as many bytes in its reductions and transfers
+ * with sequence parallelism as without (whose only transfers are none), its transfers are
+ * (t - 1) R per all-reduce replaced, and a layer more replaces four more.  (The weights
+ * of the norms, replicated over ranks that see different parts of the sequence, add a
+ * gradient synchronization of their own, not counted here.) */
+Test(lowering, sequence_parallelism_moves_the_bytes_of_the_all_reduces_it_replaces)
+{
+  const int t = 4;
+  const double R = 4.0 * 64 * 256 * 4; /* batch, positions, width, fp32 */
+  double replaced[2] = { 0 };
+  for (int layers = 2; layers <= 3; layers++) {
+    double reduced[2] = { 0 }, sent[2] = { 0 };
+    for (int sp = 0; sp <= 1; sp++) {
+      g_autofree char *params =
+          g_strdup_printf("layers=%d,hidden=256,heads=4,seq=64,vocab=512,batch=4", layers);
+      g_autoptr(SimGraph) g = zoo("gpt", params);
+      GError *error = NULL;
+      g_autoptr(SimMachine) m = switch4(100);
+      SimMegatronOptions mo = sim_megatron_options_default();
+      mo.tp = t;
+      mo.sequence_parallel = sp;
+      g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      g_autoptr(SimCostModel) cm = roofline();
+      SimTaskGraph *tg;
+      SimTimeline tl = { 0 };
+      SimLowering *lw;
+      run_lowered(g, m, s, cm, &tg, &tl, &lw);
+      cr_assert_not(tl.deadlock);
+      for (int k = 0; k < tg->n_tasks; k++) {
+        const SimTask *task = &tg->task[k];
+        if (task->kind != SIM_TASK_FLOW)
+          continue;
+        if (task->cls == SIM_CLASS_REDUCTION)
+          reduced[sp] += task->bytes;
+        else if (task->cls == SIM_CLASS_TRANSFER)
+          sent[sp] += task->bytes;
+      }
+      sim_timeline_clear(&tl);
+      sim_lowering_free(lw);
+    }
+    cr_assert_gt(reduced[0], 0);
+    cr_expect_eq(sent[0], 0, "%d layers: %g bytes sent without sequence parallelism", layers,
+                 sent[0]);
+    cr_expect_float_eq(reduced[1] + sent[1], reduced[0], reduced[0] * 1e-12,
+                       "%d layers: %g + %g bytes with, %g without", layers, reduced[1], sent[1],
+                       reduced[0]);
+    replaced[layers - 2] = sent[1] / ((t - 1) * R);
+    cr_expect_float_eq(replaced[layers - 2], round(replaced[layers - 2]), 1e-9,
+                       "%d layers: %g all-reduces replaced", layers, replaced[layers - 2]);
+  }
+  cr_expect_float_eq(replaced[1] - replaced[0], 4, 1e-9, "%g, then %g all-reduces replaced",
+                     replaced[0], replaced[1]);
 }
 
 /* ZeRO-3's communication: over d replicas, every micro-batch all-gathers the weights W
