@@ -398,9 +398,114 @@ static int stand_in(const OpLay *src, int dev)
   return -1;
 }
 
+/* An all-gather: the consumer shards that need the same region, one on each of n
+ * devices, where each device holds one of n equal parts of it (sequence parallelism's
+ * gathers before the column-parallel products, and of the gradients before the
+ * row-parallel ones).  NCCL runs it as a ring; sent as pieces it would be n (n - 1) flows
+ * moving the same bytes. */
+typedef struct {
+  SimRegion need;
+  int n;
+  int *devs;        /* ring order: the consumer shards' order                 */
+  int *shards;      /* the consumer shard on devs[i]                          */
+  int *owner;       /* the holder of part i, on devs[i]                       */
+  int *group;       /* its group of holders                                   */
+  SimRegion *part;
+} Gather;
+
+static void gathers_free(GArray *gathers)
+{
+  for (guint i = 0; gathers && i < gathers->len; i++) {
+    Gather *g = &g_array_index(gathers, Gather, i);
+    g_free(g->devs);
+    g_free(g->part);
+  }
+  if (gathers)
+    g_array_free(gathers, TRUE);
+}
+
+/* The all-gathers among the shards of @dst (which need @need of @src's @groups): sets
+ * in_gather[c] for each consumer shard that takes its data from one. */
+static GArray *find_gathers(SimLowering *lw, const OpLay *src, const GArray *groups,
+                            const OpLay *dst, const SimRegion *need, const GroupIndex *ix,
+                            uint8_t *in_gather)
+{
+  GArray *out = g_array_new(FALSE, TRUE, sizeof(Gather));
+  GArray *cons = lower_group_holders(&lw->regions, dst, need, 1, 0, NULL);
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint a = 0; a < cons->len; a++) {
+    const Holders *c = &g_array_index(cons, Holders, a);
+    int n = c->n;
+    if (n < 2 || c->n_devs != n || !c->any_sim)
+      continue;
+    Gather g = { .need = c->region, .n = n };
+    g.devs = g_new(int, 4 * (size_t)n);
+    g.shards = g.devs + n;
+    g.owner = g.shards + n;
+    g.group = g.owner + n;
+    g.part = g_new(SimRegion, n);
+    for (int i = 0; i < n; i++) {
+      g.shards[i] = c->members[i];
+      g.devs[i] = dst->dev[c->members[i]];
+      g.owner[i] = -1;
+    }
+    gboolean ok = TRUE, any_owner_sim = FALSE;
+    int found = 0;
+    int64_t covered = 0;
+    guint n_cand = group_candidates(ix, groups, &g.need, cand);
+    for (guint j = 0; j < n_cand && ok; j++) {
+      int k = g_array_index(cand, int, j);
+      const Holders *h = &g_array_index(groups, Holders, k);
+      SimRegion part;
+      if (!boxes_overlap(&g.need, &h->region) || !sim_region_intersect(&g.need, &h->region, &part))
+        continue;
+      /* The part's one holder among the gather's devices. */
+      int at = -1, holder = -1;
+      for (int m = 0; m < h->n && ok; m++)
+        for (int i = 0; i < n; i++)
+          if (src->dev[h->members[m]] == g.devs[i]) {
+            ok = at < 0;
+            at = i;
+            holder = h->members[m];
+          }
+      if (!ok || at < 0 || g.owner[at] >= 0) {
+        ok = FALSE;
+        break;
+      }
+      g.owner[at] = holder;
+      g.group[at] = k;
+      g.part[at] = part;
+      any_owner_sim |= src->cidx[holder] >= 0;
+      covered += sim_region_volume(&part);
+      found++;
+    }
+    /* n equal parts, one on each device, that cover the region without overlapping. */
+    ok = ok && found == n && any_owner_sim && covered == sim_region_volume(&g.need);
+    for (int i = 0; i < n && ok; i++) {
+      ok = sim_region_volume(&g.part[i]) == sim_region_volume(&g.part[0]);
+      for (int j = 0; j < i && ok; j++)
+        ok = !boxes_overlap(&g.part[i], &g.part[j]);
+    }
+    if (!ok) {
+      g_free(g.devs);
+      g_free(g.part);
+      continue;
+    }
+    for (int i = 0; i < n; i++)
+      in_gather[g.shards[i]] = 1;
+    g_array_append_val(out, g);
+  }
+  g_array_free(cand, TRUE);
+  lower_holders_free(cons);
+  return out;
+}
+
 /* @may_sg: scatter-gather is allowed for this direction (see lower_build_tensor_block()). */
+/* @gathers (NULL: none): receives the all-gathers that serve some consumer shards
+ * instead of pieces (find_gathers()). */
 static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, const Ready *ready,
-                           const OpLay *dst, const SimRegion *need, gboolean may_sg)
+                           const OpLay *dst, const SimRegion *need, gboolean may_sg,
+                           GArray **gathers)
 {
   /* Scatter-gather needs every consumer shard of a group, folded away or not. */
   gboolean sg = may_sg && lw->s->scatter_gather && src->stage != dst->stage;
@@ -408,9 +513,12 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   GArray *out = g_array_sized_new(FALSE, FALSE, sizeof(Piece), (guint)MAX(dst->n_shards, 1));
   GroupIndex ix;
   group_index_init(&ix, groups);
+  uint8_t *in_gather = g_new0(uint8_t, MAX(dst->n_shards, 1));
+  if (gathers)
+    *gathers = sg ? NULL : find_gathers(lw, src, groups, dst, need, &ix, in_gather);
   GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
   for (int c = 0; c < dst->n_shards; c++) {
-    if (dst->cidx[c] < 0 && !sg)
+    if ((dst->cidx[c] < 0 && !sg) || in_gather[c])
       continue;
     int dev = dst->dev[c];
     guint n_cand = group_candidates(&ix, groups, &need[c], cand);
@@ -434,6 +542,7 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   }
   group_index_clear(&ix);
   g_array_free(cand, TRUE);
+  g_free(in_gather);
   if (sg)
     out = scatter_gather(groups, out);
   /* Data from a device that is folded away breaks the folding.  (The pieces of groups come
@@ -490,6 +599,76 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
   sim_taskgraph_depend(lw->tg, block, from, fr);
   sim_taskgraph_depend(lw->tg, block, fr, to);
   return fr;
+}
+
+/* Runs the all-gathers @gathers for one micro-batch (see deliver()): each starts when
+ * every part is ready on its simulated holders (a folded-away holder's timeline is its
+ * representative's) and its consumers wait for its end.  Consumers on the same devices
+ * that need the same region share one.  Where the lowering records meanings, each part's
+ * copy to each other device is a join point of its own between the part and the
+ * consumer, which the executor runs as a copy (and the gather's end waits for them all). */
+static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const Ready *ready,
+                            int src_pass, const OpLay *dst, const GArray *gathers, int dst_pass,
+                            int mb, SimDType dt, int tensor_op, int tensor, int which)
+{
+  for (guint a = 0; gathers && a < gathers->len; a++) {
+    const Gather *g = &g_array_index(gathers, Gather, a);
+    SentKey key;
+    memset(&key, 0, sizeof key);
+    key.which = which;
+    key.scaled = lw->byte_scale != 1.0;
+    transfer_key(&key.tk, -2, g->devs[0], &g->need);
+    gboolean added;
+    guint kk = sim_key_index_get(&lw->transfers, &key, &added);
+    SimTaskRef start, end;
+    if (added) {
+      SimCollective coll = { .kind = SIM_COLL_ALLGATHER, .algo = SIM_ALLREDUCE_RING,
+                             .detail = lw->o.detail, .params = &lw->cp,
+                             .cls = SIM_CLASS_TRANSFER, .devices = g->devs, .n = g->n,
+                             .bytes = (double)lower_region_bytes(&g->need, dt) * lw->byte_scale,
+                             .op = tensor_op, .mb = mb };
+      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &end);
+      lw->transfers.value[kk] = end.index;
+      for (int i = 0; i < g->n; i++)
+        if (src->cidx[g->owner[i]] >= 0)
+          sim_taskgraph_depend(lw->tg, block,
+                               ready_ref(lw, src, &ready[g->group[i]], src_pass, mb, g->owner[i]),
+                               start);
+    } else {
+      end = (SimTaskRef){ block, lw->transfers.value[kk] };
+    }
+    for (int i = 0; i < g->n; i++) {
+      int c = g->shards[i];
+      if (dst->cidx[c] < 0)
+        continue;
+      SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, c);
+      sim_taskgraph_depend(lw->tg, block, end, to);
+      if (!lw->record)
+        continue;
+      for (int j = 0; j < g->n; j++) {
+        if (j == i)
+          continue;
+        int holder = g->owner[j];
+        if (src->cidx[holder] < 0)
+          holder = stand_in(src, g->devs[i]);
+        if (holder < 0)
+          continue;
+        SimTask nop = sim_task_nop();
+        nop.op = tensor_op;
+        nop.mb = mb;
+        SimTaskRef copy = sim_taskgraph_add(lw->tg, block, &nop);
+        int pair[2] = { g->devs[j], g->devs[i] };
+        SimTaskSem m = { .index = copy.index, .kind = SIM_SEM_COPY, .grad = dst_pass == P_B,
+                         .tensor = tensor, .region = g->part[j], .n_devs = 2,
+                         .devs = g_memdup2(pair, sizeof pair) };
+        sim_taskgraph_sem_add(lw->tg, block, &m);
+        sim_taskgraph_depend(lw->tg, block,
+                             ready_ref(lw, src, &ready[g->group[j]], src_pass, mb, holder), copy);
+        sim_taskgraph_depend(lw->tg, block, copy, to);
+        sim_taskgraph_depend(lw->tg, block, copy, end);
+      }
+    }
+  }
 }
 
 /* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
@@ -774,25 +953,38 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     gboolean *cscatter = g_new0(gboolean, MAX(ncg, 1));
     if (cpartial && !c_experts)
       scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
-    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
-    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
+    /* Sequence parallelism's gathers run as all-gathers; an expert-parallel all-to-all
+     * stays pieces between every pair of devices. */
+    GArray *fwd_ag = NULL, *bwd_ag = NULL;
+    GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE,
+                              c_experts ? NULL : &fwd_ag);
+    GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg,
+                              c_experts || p_experts ? NULL : &bwd_ag);
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
               mb * 3);
-      if (recomputed)
+      deliver_gathers(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_ag, P_F, mb, dt,
+                      px, t, mb * 3);
+      if (recomputed) {
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
                 mb * 3 + 1);
+        deliver_gathers(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_ag, P_R, mb,
+                        dt, px, t, mb * 3 + 1);
+      }
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
       reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready);
       lw->byte_scale = p_routed;
       deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
+      deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2);
       lw->byte_scale = 1.0;
     }
     g_array_free(fwd, TRUE);
     g_array_free(bwd, TRUE);
+    gathers_free(fwd_ag);
+    gathers_free(bwd_ag);
     lower_holders_free(cgroups);
     g_free(cready);
     g_free(cscatter);

@@ -60,7 +60,8 @@ static void find_sources(SimPlan *p)
     p->copy_ops_off[i + 1] = (int32_t)copy_ops->len;
     const SimTaskSem *m = p->sem[i];
     gboolean reduce = m && m->kind == SIM_SEM_REDUCE;
-    gboolean copy = m && m->kind == SIM_SEM_COPY && tg->task[i].kind == SIM_TASK_FLOW;
+    gboolean copy = m && m->kind == SIM_SEM_COPY &&
+                    (tg->task[i].kind == SIM_TASK_FLOW || tg->task[i].kind == SIM_TASK_NOP);
     if (!reduce && !copy)
       continue;
     guint first = copy_ops->len;
@@ -212,6 +213,24 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
     out->kind = SIM_PLAN_JOIN;
     if (!m)
       return;
+    if (m->kind == SIM_SEM_COPY) {
+      /* A part of an all-gather (lower-tensors.c, deliver_gathers()): the collective's
+       * flows time it, this join point says what moves from devs[0] to devs[1]. */
+      out->kind = SIM_PLAN_COPY;
+      out->device = m->devs[0];
+      out->peer = m->devs[1];
+      out->n_ops = p->copy_ops_off[i + 1] - p->copy_ops_off[i];
+      out->ops = p->copy_ops + p->copy_ops_off[i];
+      out->tensor = m->tensor;
+      out->grad = m->grad;
+      out->relay = m->relay;
+      out->region = m->region;
+      out->bytes = (double)sim_region_volume(&m->region) *
+                   sim_dtype_size(sim_graph_tensor_get(p->g, m->tensor)->dtype);
+      double bw = sim_machine_bandwidth(p->m, out->device, out->peer);
+      out->predicted = isfinite(bw) && bw > 0 ? out->bytes / bw : 0;
+      return;
+    }
     out->tensor = m->tensor;
     out->grad = m->grad;
     out->region = m->region;

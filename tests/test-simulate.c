@@ -780,7 +780,8 @@ Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
  * (R the activation's bytes), a reduce-scatter and an all-gather (t - 1) R each.  So a GPT
  * with tensor parallelism over 4 GPUs moves as many bytes in its reductions and transfers
  * with sequence parallelism as without (whose only transfers are none), its transfers are
- * (t - 1) R per all-reduce replaced, and a layer more replaces four more.  (The weights
+ * (t - 1) R per all-reduce replaced, sent around a ring (NCCL's all-gather), and a layer
+ * more replaces four more.  (The weights
  * of the norms, replicated over ranks that see different parts of the sequence, add a
  * gradient synchronization of their own, not counted here.) */
 Test(lowering, sequence_parallelism_moves_the_bytes_of_the_all_reduces_it_replaces)
@@ -790,6 +791,7 @@ Test(lowering, sequence_parallelism_moves_the_bytes_of_the_all_reduces_it_replac
   double replaced[2] = { 0 };
   for (int layers = 2; layers <= 3; layers++) {
     double reduced[2] = { 0 }, sent[2] = { 0 };
+    int off_ring = 0;
     for (int sp = 0; sp <= 1; sp++) {
       g_autofree char *params =
           g_strdup_printf("layers=%d,hidden=256,heads=4,seq=64,vocab=512,batch=4", layers);
@@ -813,8 +815,10 @@ Test(lowering, sequence_parallelism_moves_the_bytes_of_the_all_reduces_it_replac
           continue;
         if (task->cls == SIM_CLASS_REDUCTION)
           reduced[sp] += task->bytes;
-        else if (task->cls == SIM_CLASS_TRANSFER)
+        else if (task->cls == SIM_CLASS_TRANSFER) {
           sent[sp] += task->bytes;
+          off_ring += task->peer != (task->device + 1) % t;
+        }
       }
       sim_timeline_clear(&tl);
       sim_lowering_free(lw);
@@ -828,6 +832,9 @@ Test(lowering, sequence_parallelism_moves_the_bytes_of_the_all_reduces_it_replac
     replaced[layers - 2] = sent[1] / ((t - 1) * R);
     cr_expect_float_eq(replaced[layers - 2], round(replaced[layers - 2]), 1e-9,
                        "%d layers: %g all-reduces replaced", layers, replaced[layers - 2]);
+    /* Each gather is a ring: every rank sends to the next one only, where pieces sent
+     * between every pair of ranks would go to the other t - 1. */
+    cr_expect_eq(off_ring, 0, "%d layers: %d flows off the ring", layers, off_ring);
   }
   cr_expect_float_eq(replaced[1] - replaced[0], 4, 1e-9, "%g, then %g all-reduces replaced",
                      replaced[0], replaced[1]);
