@@ -367,7 +367,7 @@ char **search_mpi_gather_text(const char *text)
 static gboolean divides_work(const SearchAlgorithm *a)
 {
   static const char *const divide[] = { "mcmc", "expert", "beam", "megatron", "dp", "optcnn",
-                                         "pipeline", "alpa" };
+                                         "pipeline", "alpa", "exhaustive" };
   for (guint i = 0; i < G_N_ELEMENTS(divide); i++)
     if (!strcmp(a->name, divide[i]))
       return TRUE;
