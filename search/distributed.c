@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #if PARASOL_HAVE_MPI
+#include <json-glib/json-glib.h>
 #include <mpi.h>
 #endif
 
@@ -49,6 +50,7 @@ static struct {
   int rank, size;
   gboolean sharing;          /* search_run() shares its search (search_mpi_set_shared) */
   SearchContext *root;       /* the search shared now, or NULL                        */
+  const SearchProblem *also; /* another problem every rank searches (search_dist_also) */
   gboolean lost;             /* the sharing was given up                              */
   gint64 task_evals;         /* counted by this rank's tasks since the last sync      */
   gint64 task_cut;
@@ -364,21 +366,30 @@ char **search_mpi_gather_text(const char *text)
 
 /* The algorithms that divide their work among ranks: their every decision that leads to an
  * exchange is agreed.  The others run whole on every rank. */
-static gboolean divides_work(const SearchAlgorithm *a)
+static gboolean divides_work(const SearchAlgorithm *a, const SearchContext *root)
 {
   static const char *const divide[] = { "mcmc", "expert", "beam", "megatron", "dp", "optcnn",
                                          "pipeline", "alpa", "exhaustive" };
   for (guint i = 0; i < G_N_ELEMENTS(divide); i++)
     if (!strcmp(a->name, divide[i]))
       return TRUE;
+  /* subst, where its inner algorithm (default dp) divides its work: the rewritten graphs'
+   * searches are shared as that algorithm shares them, the rewrites' first times divided
+   * among the ranks (substitutions.c). */
+  if (!strcmp(a->name, "subst")) {
+    const char *inner = search_context_get_option(root, "inner");
+    const SearchAlgorithm *in = search_lookup(inner ? inner : "dp");
+    return in && in != a && divides_work(in, root);
+  }
   return FALSE;
 }
 
 void search_dist_begin(SearchContext *root)
 {
   dist.root = NULL;
+  dist.also = NULL;
   if (!dist.started || dist.lost || !dist.sharing || dist.size <= 1 ||
-      !divides_work(root->algo) || *search_problem_get_rewrites(root->problem))
+      !divides_work(root->algo, root) || *search_problem_get_rewrites(root->problem))
     return;
   dist.root = root;
   dist.task_evals = dist.task_cut = 0;
@@ -388,7 +399,13 @@ void search_dist_begin(SearchContext *root)
 gboolean search_dist_on(const SearchContext *ctx)
 {
   return dist.root && !dist.lost && ctx->root == dist.root &&
-         ctx->problem == dist.root->problem;
+         (ctx->problem == dist.root->problem || (dist.also && ctx->problem == dist.also));
+}
+
+void search_dist_also(const SearchContext *ctx, const SearchProblem *p)
+{
+  if (dist.root && ctx->root == dist.root)
+    dist.also = p;
 }
 
 int search_dist_threads(const SearchContext *ctx)
@@ -471,6 +488,45 @@ typedef struct {
   guint64 key;
 } Best;
 
+/* The problem the strategy in @json is a plan for: @p where it records @p's rewrites, else
+ * @p rewritten by those that follow them (subst's graphs; transfer full). */
+static SearchProblem *problem_of(SearchProblem *p, const char *json, const char *from,
+                                 GError **error)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, json, -1, error))
+    return NULL;
+  JsonNode *root = json_parser_get_root(parser);
+  JsonObject *o = JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
+  JsonArray *rw = o && json_object_has_member(o, "rewrites")
+                    ? json_object_get_array_member(o, "rewrites") : NULL;
+  guint n = rw ? json_array_get_length(rw) : 0;
+  const char *const *have = search_problem_get_rewrites(p);
+  guint k = 0;
+  for (; have[k]; k++)
+    if (k >= n || g_strcmp0(have[k], json_array_get_string_element(rw, k))) {
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED,
+                  "%s: its rewrites do not continue this rank's graph", from);
+      return NULL;
+    }
+  SearchProblem *cur = search_problem_ref(p);
+  for (; k < n; k++) {
+    const char *name = json_array_get_string_element(rw, k);
+    SimGraph *g = name ? search_rewrite_apply(cur->g, name, error) : NULL;
+    if (!g) {
+      if (!name)
+        g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED, "%s: a rewrite is not a name",
+                    from);
+      search_problem_unref(cur);
+      return NULL;
+    }
+    SearchProblem *next = search_problem_derive(cur, g, name);
+    search_problem_unref(cur);
+    cur = next;
+  }
+  return cur;
+}
+
 /* @c's best becomes the best of the ranks' (the smallest cost, then key, then rank). */
 static void exchange_best(SearchContext *c)
 {
@@ -479,8 +535,7 @@ static void exchange_best(SearchContext *c)
   g_mutex_lock(&root->lock);
   me.cost = c->best_cost;
   me.key = c->best ? c->best_key : G_MAXUINT64;
-  g_autofree char *json = c->best && c->best_problem == c->problem
-                            ? sim_strategy_to_json(c->best, c->problem->g) : NULL;
+  g_autofree char *json = c->best ? sim_strategy_to_json(c->best, c->best_problem->g) : NULL;
   g_mutex_unlock(&root->lock);
   g_autofree Best *all = g_new(Best, dist.size);
   if (!allgather(&me, all, (int)sizeof me))
@@ -507,13 +562,16 @@ static void exchange_best(SearchContext *c)
     return;
   g_autoptr(GError) error = NULL;
   g_autofree char *from = g_strdup_printf("the best plan of rank %d", w);
-  g_autoptr(SimStrategy) s = sim_strategy_from_json(text, from, c->problem->g, c->problem->m,
-                                                    &error);
+  SearchProblem *p = problem_of(c->problem, text, from, &error);
+  g_autoptr(SimStrategy) s = p ? sim_strategy_from_json(text, from, p->g, p->m, &error) : NULL;
   if (!s) {
+    if (p)
+      search_problem_unref(p);
     give_up(error->message);
     return;
   }
-  search_context_record(c, c->problem, s, all[w].cost, all[w].key);
+  search_context_record(c, p, s, all[w].cost, all[w].key);
+  search_problem_unref(p);
 }
 
 void search_dist_sync(SearchContext *ctx)
@@ -596,4 +654,5 @@ void search_dist_end(SearchContext *root)
   if (search_dist_on(root))
     search_dist_sync(root);
   dist.root = NULL;
+  dist.also = NULL;
 }
