@@ -10,6 +10,7 @@ void cli_search_options_init(CliSearchOptions *o)
   /* Two worker threads: the budget the benchmarks aim at, and the same default on every
    * machine, since the threads decide how the search splits its work. */
   o->threads = 2;
+  o->rank_timeout = -1;
 }
 
 void cli_search_options_clear(CliSearchOptions *o)
@@ -33,6 +34,7 @@ GOptionGroup *cli_search_option_group(CliSearchOptions *o)
     { "devices", 0, 0, G_OPTION_ARG_STRING, &o->devices, "Devices to use: 0-7, 0,2,4,6 or 0-31:8 (default all)", "LIST" },
     { "memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->memory_limit, "Strategies that do not fit in device memory are infeasible (default)", NULL },
     { "no-memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->no_memory_limit, "Ignore device memory capacity", NULL },
+    { "rank-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &o->rank_timeout, "Under mpirun: give the sharing up after S seconds without a word from a rank (default 30; 0: never)", "S" },
     { NULL },
   };
   GOptionGroup *g = g_option_group_new("search", "Search options:", "Show the search options", o,
@@ -43,6 +45,15 @@ GOptionGroup *cli_search_option_group(CliSearchOptions *o)
 
 gboolean cli_search_setup(const CliSearchOptions *o, GError **error)
 {
+  if (o->rank_timeout != -1) {
+    if (!(o->rank_timeout >= 0 && o->rank_timeout <= 1e6)) {
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                  "--rank-timeout %g: expected seconds from 0 (wait for ever) to 1000000",
+                  o->rank_timeout);
+      return FALSE;
+    }
+    search_mpi_set_rank_timeout(o->rank_timeout);
+  }
   search_register_builtins();
   for (char **it = o->plugins; it && *it; it++)
     if (!search_load_plugin(*it, error))
