@@ -491,9 +491,10 @@ SEARCH_PUBLIC char *search_substitution_set_describe(gboolean rules);
 
 /* Starts MPI where mpirun started this process among others (nothing otherwise, or when
  * it is already started); an error where this build has no MPI.  After it, search_run()
- * shares the searches of the algorithms that divide their work (mcmc, expert) among the
- * ranks, every rank calling it alike: the same seed, --threads and evaluation budget give
- * the same plan on any number of ranks, and every rank returns it. */
+ * shares the searches of the algorithms that divide their work (mcmc, dp, subst and the
+ * others of docs/distributed.md) among the ranks, every rank calling it alike: the same
+ * seed, --threads and evaluation budget give the same plan on any number of ranks, and
+ * every rank returns it. */
 SEARCH_PUBLIC gboolean search_mpi_start(GError **error);
 SEARCH_PUBLIC int search_mpi_rank(void);   /* 0 without MPI */
 SEARCH_PUBLIC int search_mpi_size(void);   /* 1 without MPI */

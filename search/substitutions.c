@@ -21,7 +21,10 @@
  * a graph with a share of the budget, then looks at each rewrite of that graph; carrying the
  * graph's best strategy over to the rewrite gives a first time for it, and rewrites slower
  * than alpha times the best so far are pruned (TASO's and Unity's relaxation, alpha > 1,
- * lets a search pass through a slightly worse graph to a better one). */
+ * lets a search pass through a slightly worse graph to a better one).  Under MPI every rank
+ * holds the same queue of graphs: each graph's inner search is shared as that algorithm
+ * shares its own, and the rewrites' first times are divided among the ranks (distributed.h,
+ * docs/distributed.md). */
 #include "subst-private.h"
 #include "distributed.h"
 
