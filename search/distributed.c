@@ -689,7 +689,14 @@ static void exchange_best(SearchContext *c)
   g_mutex_lock(&root->lock);
   me.cost = c->best_cost;
   me.key = c->best ? c->best_key : G_MAXUINT64;
-  g_autofree char *json = c->best ? sim_strategy_to_json(c->best, c->best_problem->g) : NULL;
+  /* A plan for @c's problem, or for one of its rewritten graphs (subst): where another
+   * problem holds the best (a part of the machine), it is not sent. */
+  gboolean sendable = c->best && (c->best_problem == c->problem ||
+                                  g_strv_length((char **)search_problem_get_rewrites(
+                                    c->best_problem)) >
+                                    g_strv_length((char **)search_problem_get_rewrites(
+                                      c->problem)));
+  g_autofree char *json = sendable ? sim_strategy_to_json(c->best, c->best_problem->g) : NULL;
   g_mutex_unlock(&root->lock);
   g_autofree Best *all = g_new(Best, dist.size);
   if (!allgather(&me, all, (int)sizeof me))
