@@ -15,7 +15,7 @@ typedef struct {
   gint64 seed;
   int threads;
   char *budget;
-  double rank_timeout;        /* -1: the default                                        */
+  char *rank_timeout;         /* seconds, as given; NULL: the default                   */
 } CliSearchOptions;
 
 void cli_search_options_init(CliSearchOptions *o);
