@@ -19,6 +19,7 @@ void cli_search_options_clear(CliSearchOptions *o)
   g_clear_pointer(&o->allow, g_free);
   g_clear_pointer(&o->devices, g_free);
   g_clear_pointer(&o->budget, g_free);
+  g_clear_pointer(&o->rank_timeout, g_free);
 }
 
 GOptionGroup *cli_search_option_group(CliSearchOptions *o)
@@ -33,6 +34,7 @@ GOptionGroup *cli_search_option_group(CliSearchOptions *o)
     { "devices", 0, 0, G_OPTION_ARG_STRING, &o->devices, "Devices to use: 0-7, 0,2,4,6 or 0-31:8 (default all)", "LIST" },
     { "memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->memory_limit, "Strategies that do not fit in device memory are infeasible (default)", NULL },
     { "no-memory-limit", 0, 0, G_OPTION_ARG_NONE, &o->no_memory_limit, "Ignore device memory capacity", NULL },
+    { "rank-timeout", 0, 0, G_OPTION_ARG_STRING, &o->rank_timeout, "Under mpirun: give the sharing up after S seconds without a word from a rank (default 30; 0: never)", "S" },
     { NULL },
   };
   GOptionGroup *g = g_option_group_new("search", "Search options:", "Show the search options", o,
@@ -43,6 +45,17 @@ GOptionGroup *cli_search_option_group(CliSearchOptions *o)
 
 gboolean cli_search_setup(const CliSearchOptions *o, GError **error)
 {
+  if (o->rank_timeout) {
+    char *end = NULL;
+    double t = g_ascii_strtod(o->rank_timeout, &end);
+    if (end == o->rank_timeout || *end || !(t >= 0 && t <= 1e6)) {
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
+                  "--rank-timeout '%s': expected seconds from 0 (wait for ever) to 1000000",
+                  o->rank_timeout);
+      return FALSE;
+    }
+    search_mpi_set_rank_timeout(t);
+  }
   search_register_builtins();
   for (char **it = o->plugins; it && *it; it++)
     if (!search_load_plugin(*it, error))

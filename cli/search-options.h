@@ -15,15 +15,16 @@ typedef struct {
   gint64 seed;
   int threads;
   char *budget;
+  char *rank_timeout;         /* seconds, as given; NULL: the default                   */
 } CliSearchOptions;
 
 void cli_search_options_init(CliSearchOptions *o);
 void cli_search_options_clear(CliSearchOptions *o);
 /* The option group (--plugin, --opt, --allow, --devices, --memory-limit,
- * --no-memory-limit, --seed, --threads, --budget). */
+ * --no-memory-limit, --seed, --threads, --budget, --rank-timeout). */
 GOptionGroup *cli_search_option_group(CliSearchOptions *o);
 
-/* Registers the built-in algorithms and loads the plugins. */
+/* Registers the built-in algorithms, loads the plugins and sets the rank timeout. */
 gboolean cli_search_setup(const CliSearchOptions *o, GError **error);
 /* Prints every registered algorithm with its description and options. */
 void cli_search_print_algorithms(FILE *out);

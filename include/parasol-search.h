@@ -491,9 +491,10 @@ SEARCH_PUBLIC char *search_substitution_set_describe(gboolean rules);
 
 /* Starts MPI where mpirun started this process among others (nothing otherwise, or when
  * it is already started); an error where this build has no MPI.  After it, search_run()
- * shares the searches of the algorithms that divide their work (mcmc, expert) among the
- * ranks, every rank calling it alike: the same seed, --threads and evaluation budget give
- * the same plan on any number of ranks, and every rank returns it. */
+ * shares the searches of the algorithms that divide their work (mcmc, dp, subst and the
+ * others of docs/distributed.md) among the ranks, every rank calling it alike: the same
+ * seed, --threads and evaluation budget give the same plan on any number of ranks, and
+ * every rank returns it. */
 SEARCH_PUBLIC gboolean search_mpi_start(GError **error);
 SEARCH_PUBLIC int search_mpi_rank(void);   /* 0 without MPI */
 SEARCH_PUBLIC int search_mpi_size(void);   /* 1 without MPI */
@@ -506,6 +507,11 @@ SEARCH_PUBLIC char **search_mpi_gather_text(const char *text);
 /* The exchanges of this process's shared searches so far, the seconds spent in them
  * (waiting for the other ranks included) and the CPU seconds that took (may be NULL). */
 SEARCH_PUBLIC void search_mpi_stats(gint64 *exchanges, double *seconds, double *cpu_seconds);
+/* A rank waiting at an exchange gives the sharing up when it has heard nothing from another
+ * rank for @seconds (default 30; 0: it waits for ever): every rank sends the others a word
+ * twice a second from a thread of its own, wherever it runs.  Set it before
+ * search_mpi_start(). */
+SEARCH_PUBLIC void search_mpi_set_rank_timeout(double seconds);
 /* What went wrong across ranks (a signal on another rank, a rank lost), or NULL. */
 SEARCH_PUBLIC const char *search_mpi_note(void);
 

@@ -9,7 +9,10 @@
  * it has.  With a budget in seconds the wait also ends a grace past the deadline.  A rank
  * that waits longer than a moment looks whether the other ranks on its host are still
  * running (their process ids, gathered at the start): where one is gone (mpirun
- * --enable-recovery leaves the others running) it gives the sharing up at once. */
+ * --enable-recovery leaves the others running) it gives the sharing up at once.  Ranks on
+ * other hosts are heard instead: every rank sends the others a word twice a second from a
+ * thread of its own, and a waiting rank that has heard nothing from one for the rank
+ * timeout gives the sharing up and names it. */
 #include "distributed.h"
 #include "parasol-config.h"
 
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #if PARASOL_HAVE_MPI
+#include <json-glib/json-glib.h>
 #include <mpi.h>
 #endif
 
@@ -36,6 +40,12 @@
  * on its own host are still running (mpirun --enable-recovery leaves the others waiting
  * for a rank that died). */
 #define LIVENESS_US G_GINT64_CONSTANT(200000)
+/* How often every rank sends the others a word, from a thread of its own, so that a rank
+ * waiting at an exchange hears whether they are still there wherever they run; and how
+ * long it waits without a word from one before it gives the sharing up (--rank-timeout). */
+#define BEAT_US G_GINT64_CONSTANT(500000)
+#define DEFAULT_RANK_TIMEOUT_S 30.0
+#define BEAT_TAG 7
 
 /* Where a rank runs: processes with the same place see each other's process ids. */
 typedef struct {
@@ -49,6 +59,7 @@ static struct {
   int rank, size;
   gboolean sharing;          /* search_run() shares its search (search_mpi_set_shared) */
   SearchContext *root;       /* the search shared now, or NULL                        */
+  const SearchProblem *also; /* another problem every rank searches (search_dist_also) */
   gboolean lost;             /* the sharing was given up                              */
   gint64 task_evals;         /* counted by this rank's tasks since the last sync      */
   gint64 task_cut;
@@ -59,10 +70,29 @@ static struct {
   char *note;
   Peer *peers;               /* every rank's, after search_mpi_start                  */
   gint64 last_look;          /* the last look at the peers' processes                 */
+  double rank_timeout;       /* seconds without a word from a rank; 0: no limit       */
+  gboolean host_check;       /* look at the processes of the ranks on this host       */
+  /* The words between ranks (the beat thread): when each rank was last heard from. */
+  _Atomic gint64 *heard;
+  GThread *beat;
+  GMutex beat_lock;
+  GCond beat_cond;
+  gboolean beat_stop;
+  /* Every MPI call holds this lock: the search thread and the beat thread share MPI
+   * (MPI_THREAD_SERIALIZED). */
+  GMutex mpi_lock;
 #if PARASOL_HAVE_MPI
   MPI_Comm comm;
+  MPI_Comm beat_comm;
+  MPI_Request *beat_req;
 #endif
-} dist = { .rank = 0, .size = 1, .sharing = TRUE };
+} dist = { .rank = 0, .size = 1, .sharing = TRUE, .rank_timeout = DEFAULT_RANK_TIMEOUT_S,
+           .host_check = TRUE };
+
+void search_mpi_set_rank_timeout(double seconds)
+{
+  dist.rank_timeout = seconds > 0 ? seconds : 0;
+}
 
 int search_mpi_rank(void)
 {
@@ -160,7 +190,7 @@ static gboolean process_alive(gint64 pid)
 /* A rank on this rank's host whose process has ended, or -1. */
 static int dead_peer(void)
 {
-  if (!dist.peers)
+  if (!dist.peers || !dist.host_check)
     return -1;
   const Peer *me = &dist.peers[dist.rank];
   for (int r = 0; r < dist.size; r++)
@@ -170,19 +200,108 @@ static int dead_peer(void)
   return -1;
 }
 
+/* Receives the words that have come (under the MPI lock): their senders are heard now. */
+static void hear(void)
+{
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, BEAT_TAG, dist.beat_comm, &flag, &st) != MPI_SUCCESS ||
+        !flag)
+      return;
+    char word;
+    if (MPI_Recv(&word, 1, MPI_BYTE, st.MPI_SOURCE, BEAT_TAG, dist.beat_comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      return;
+    if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < dist.size)
+      atomic_store(&dist.heard[st.MPI_SOURCE], g_get_monotonic_time());
+  }
+}
+
+/* The beat thread: a word to every other rank (the last one sent, where it has gone),
+ * and the words from them received, every BEAT_US. */
+static gpointer beat_thread(gpointer data)
+{
+  static const char word = 1;
+  g_mutex_lock(&dist.beat_lock);
+  while (!dist.beat_stop) {
+    g_mutex_unlock(&dist.beat_lock);
+    g_mutex_lock(&dist.mpi_lock);
+    for (int r = 0; r < dist.size; r++) {
+      if (r == dist.rank)
+        continue;
+      int done = 1;
+      if (dist.beat_req[r] != MPI_REQUEST_NULL &&
+          MPI_Test(&dist.beat_req[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        dist.beat_req[r] = MPI_REQUEST_NULL;
+        done = 0;
+      }
+      if (done && MPI_Isend(&word, 1, MPI_BYTE, r, BEAT_TAG, dist.beat_comm,
+                            &dist.beat_req[r]) != MPI_SUCCESS)
+        dist.beat_req[r] = MPI_REQUEST_NULL;
+    }
+    hear();
+    g_mutex_unlock(&dist.mpi_lock);
+    g_mutex_lock(&dist.beat_lock);
+    gint64 until = g_get_monotonic_time() + BEAT_US;
+    while (!dist.beat_stop && g_cond_wait_until(&dist.beat_cond, &dist.beat_lock, until))
+      ;
+  }
+  g_mutex_unlock(&dist.beat_lock);
+  return NULL;
+}
+
+/* Stops the beat thread (within BEAT_US). */
+static void stop_beats(void)
+{
+  if (!dist.beat)
+    return;
+  g_mutex_lock(&dist.beat_lock);
+  dist.beat_stop = TRUE;
+  g_cond_signal(&dist.beat_cond);
+  g_mutex_unlock(&dist.beat_lock);
+  g_thread_join(g_steal_pointer(&dist.beat));
+}
+
+/* The ranks not heard from for longer than the rank timeout, as text ("1, 3"), or NULL. */
+static char *silent_ranks(gint64 now)
+{
+  if (dist.rank_timeout <= 0 || !dist.heard)
+    return NULL;
+  g_mutex_lock(&dist.mpi_lock);
+  hear();
+  g_mutex_unlock(&dist.mpi_lock);
+  GString *out = NULL;
+  gint64 limit = (gint64)(dist.rank_timeout * 1e6);
+  for (int r = 0; r < dist.size; r++)
+    if (r != dist.rank && now - atomic_load(&dist.heard[r]) > limit) {
+      if (!out)
+        out = g_string_new(NULL);
+      g_string_append_printf(out, "%s%d", out->len ? ", " : "", r);
+    }
+  return out ? g_string_free(out, FALSE) : NULL;
+}
+
 static void finish(void)
 {
   if (!dist.started || dist.finished)
     return;
   dist.finished = TRUE;
   /* After a lost rank MPI_Finalize would wait for it: the process ends without it. */
-  if (dist.lost)
+  if (dist.lost) {
+    stop_beats();
     return;
+  }
   /* The ranks that finish first (all but rank 0, which writes the results) wait here,
    * asleep, rather than in MPI_Finalize, which polls. */
   MPI_Request req;
-  if (MPI_Ibarrier(dist.comm, &req) != MPI_SUCCESS || !wait_for(&req))
+  g_mutex_lock(&dist.mpi_lock);
+  int rc = MPI_Ibarrier(dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS || !wait_for(&req))
     return;
+  stop_beats();
+  MPI_Comm_free(&dist.beat_comm);
   MPI_Comm_free(&dist.comm);
   MPI_Finalize();
 }
@@ -216,6 +335,19 @@ gboolean search_mpi_start(GError **error)
   dist.peers = g_new0(Peer, dist.size);
   if (!allgather(&me, dist.peers, (int)sizeof me))
     g_clear_pointer(&dist.peers, g_free);
+  /* PARASOL_MPI_NO_HOST_CHECK: every other rank counts as on another host, where only the
+   * rank timeout sees that it is gone (how the tests show that timeout). */
+  dist.host_check = !g_getenv("PARASOL_MPI_NO_HOST_CHECK");
+  MPI_Comm_dup(MPI_COMM_WORLD, &dist.beat_comm);
+  MPI_Comm_set_errhandler(dist.beat_comm, MPI_ERRORS_RETURN);
+  dist.beat_req = g_new(MPI_Request, dist.size);
+  dist.heard = g_new(_Atomic gint64, dist.size);
+  gint64 now = g_get_monotonic_time();
+  for (int r = 0; r < dist.size; r++) {
+    dist.beat_req[r] = MPI_REQUEST_NULL;
+    atomic_init(&dist.heard[r], now);
+  }
+  dist.beat = g_thread_new("mpi-beat", beat_thread, NULL);
   return TRUE;
 }
 
@@ -237,7 +369,10 @@ static gboolean wait_for(MPI_Request *req)
   gint64 since = 0;   /* when a signal or the deadline was first seen waiting */
   for (int spins = 0;; spins++) {
     int done = 0;
-    if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    g_mutex_lock(&dist.mpi_lock);
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    g_mutex_unlock(&dist.mpi_lock);
+    if (rc != MPI_SUCCESS) {
       give_up("an exchange failed");
       return FALSE;
     }
@@ -253,6 +388,14 @@ static gboolean wait_for(MPI_Request *req)
       if (dead >= 0) {
         g_autofree char *why = g_strdup_printf("rank %d ended (its process %" G_GINT64_FORMAT
                                                " is gone)", dead, dist.peers[dead].pid);
+        give_up(why);
+        return FALSE;
+      }
+      g_autofree char *silent = silent_ranks(now);
+      if (silent) {
+        g_autofree char *why = g_strdup_printf(
+          "no word from rank%s %s for %g s (--rank-timeout); it may have ended",
+          strchr(silent, ',') ? "s" : "", silent, dist.rank_timeout);
         give_up(why);
         return FALSE;
       }
@@ -280,7 +423,10 @@ static gboolean wait_for(MPI_Request *req)
 static gboolean allreduce(const void *in, void *out, int n, MPI_Datatype type, MPI_Op op)
 {
   MPI_Request req;
-  if (MPI_Iallreduce(in, out, n, type, op, dist.comm, &req) != MPI_SUCCESS) {
+  g_mutex_lock(&dist.mpi_lock);
+  int rc = MPI_Iallreduce(in, out, n, type, op, dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS) {
     give_up("an exchange failed");
     return FALSE;
   }
@@ -290,7 +436,10 @@ static gboolean allreduce(const void *in, void *out, int n, MPI_Datatype type, M
 static gboolean allgather(const void *in, void *out, int bytes)
 {
   MPI_Request req;
-  if (MPI_Iallgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, dist.comm, &req) != MPI_SUCCESS) {
+  g_mutex_lock(&dist.mpi_lock);
+  int rc = MPI_Iallgather(in, bytes, MPI_BYTE, out, bytes, MPI_BYTE, dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS) {
     give_up("an exchange failed");
     return FALSE;
   }
@@ -300,7 +449,10 @@ static gboolean allgather(const void *in, void *out, int bytes)
 static gboolean bcast(void *buf, int n, MPI_Datatype type, int from)
 {
   MPI_Request req;
-  if (MPI_Ibcast(buf, n, type, from, dist.comm, &req) != MPI_SUCCESS) {
+  g_mutex_lock(&dist.mpi_lock);
+  int rc = MPI_Ibcast(buf, n, type, from, dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS) {
     give_up("an exchange failed");
     return FALSE;
   }
@@ -318,8 +470,10 @@ char **search_mpi_gather_text(const char *text)
   g_autofree int *lens = g_new0(int, dist.size);
   g_autofree int *at = g_new0(int, dist.size);
   MPI_Request req;
-  if (MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, dist.comm, &req) != MPI_SUCCESS ||
-      !wait_for(&req))
+  g_mutex_lock(&dist.mpi_lock);
+  int rc = MPI_Igather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS || !wait_for(&req))
     return NULL;
   int total = 0;
   for (int r = 0; r < dist.size; r++) {
@@ -327,8 +481,10 @@ char **search_mpi_gather_text(const char *text)
     total += lens[r];
   }
   g_autofree char *all = g_malloc(MAX(total, 1));
-  if (MPI_Igatherv(text, len, MPI_CHAR, all, lens, at, MPI_CHAR, 0, dist.comm, &req) !=
-        MPI_SUCCESS || !wait_for(&req))
+  g_mutex_lock(&dist.mpi_lock);
+  rc = MPI_Igatherv(text, len, MPI_CHAR, all, lens, at, MPI_CHAR, 0, dist.comm, &req);
+  g_mutex_unlock(&dist.mpi_lock);
+  if (rc != MPI_SUCCESS || !wait_for(&req))
     return NULL;
   if (dist.rank != 0)
     return NULL;
@@ -364,21 +520,30 @@ char **search_mpi_gather_text(const char *text)
 
 /* The algorithms that divide their work among ranks: their every decision that leads to an
  * exchange is agreed.  The others run whole on every rank. */
-static gboolean divides_work(const SearchAlgorithm *a)
+static gboolean divides_work(const SearchAlgorithm *a, const SearchContext *root)
 {
   static const char *const divide[] = { "mcmc", "expert", "beam", "megatron", "dp", "optcnn",
-                                         "pipeline", "alpa" };
+                                         "pipeline", "alpa", "exhaustive" };
   for (guint i = 0; i < G_N_ELEMENTS(divide); i++)
     if (!strcmp(a->name, divide[i]))
       return TRUE;
+  /* subst, where its inner algorithm (default dp) divides its work: the rewritten graphs'
+   * searches are shared as that algorithm shares them, the rewrites' first times divided
+   * among the ranks (substitutions.c). */
+  if (!strcmp(a->name, "subst")) {
+    const char *inner = search_context_get_option(root, "inner");
+    const SearchAlgorithm *in = search_lookup(inner ? inner : "dp");
+    return in && in != a && divides_work(in, root);
+  }
   return FALSE;
 }
 
 void search_dist_begin(SearchContext *root)
 {
   dist.root = NULL;
+  dist.also = NULL;
   if (!dist.started || dist.lost || !dist.sharing || dist.size <= 1 ||
-      !divides_work(root->algo) || *search_problem_get_rewrites(root->problem))
+      !divides_work(root->algo, root) || *search_problem_get_rewrites(root->problem))
     return;
   dist.root = root;
   dist.task_evals = dist.task_cut = 0;
@@ -388,7 +553,13 @@ void search_dist_begin(SearchContext *root)
 gboolean search_dist_on(const SearchContext *ctx)
 {
   return dist.root && !dist.lost && ctx->root == dist.root &&
-         ctx->problem == dist.root->problem;
+         (ctx->problem == dist.root->problem || (dist.also && ctx->problem == dist.also));
+}
+
+void search_dist_also(const SearchContext *ctx, const SearchProblem *p)
+{
+  if (dist.root && ctx->root == dist.root)
+    dist.also = p;
 }
 
 int search_dist_threads(const SearchContext *ctx)
@@ -471,6 +642,45 @@ typedef struct {
   guint64 key;
 } Best;
 
+/* The problem the strategy in @json is a plan for: @p where it records @p's rewrites, else
+ * @p rewritten by those that follow them (subst's graphs; transfer full). */
+static SearchProblem *problem_of(SearchProblem *p, const char *json, const char *from,
+                                 GError **error)
+{
+  g_autoptr(JsonParser) parser = json_parser_new();
+  if (!json_parser_load_from_data(parser, json, -1, error))
+    return NULL;
+  JsonNode *root = json_parser_get_root(parser);
+  JsonObject *o = JSON_NODE_HOLDS_OBJECT(root) ? json_node_get_object(root) : NULL;
+  JsonArray *rw = o && json_object_has_member(o, "rewrites")
+                    ? json_object_get_array_member(o, "rewrites") : NULL;
+  guint n = rw ? json_array_get_length(rw) : 0;
+  const char *const *have = search_problem_get_rewrites(p);
+  guint k = 0;
+  for (; have[k]; k++)
+    if (k >= n || g_strcmp0(have[k], json_array_get_string_element(rw, k))) {
+      g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED,
+                  "%s: its rewrites do not continue this rank's graph", from);
+      return NULL;
+    }
+  SearchProblem *cur = search_problem_ref(p);
+  for (; k < n; k++) {
+    const char *name = json_array_get_string_element(rw, k);
+    SimGraph *g = name ? search_rewrite_apply(cur->g, name, error) : NULL;
+    if (!g) {
+      if (!name)
+        g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_FAILED, "%s: a rewrite is not a name",
+                    from);
+      search_problem_unref(cur);
+      return NULL;
+    }
+    SearchProblem *next = search_problem_derive(cur, g, name);
+    search_problem_unref(cur);
+    cur = next;
+  }
+  return cur;
+}
+
 /* @c's best becomes the best of the ranks' (the smallest cost, then key, then rank). */
 static void exchange_best(SearchContext *c)
 {
@@ -479,8 +689,14 @@ static void exchange_best(SearchContext *c)
   g_mutex_lock(&root->lock);
   me.cost = c->best_cost;
   me.key = c->best ? c->best_key : G_MAXUINT64;
-  g_autofree char *json = c->best && c->best_problem == c->problem
-                            ? sim_strategy_to_json(c->best, c->problem->g) : NULL;
+  /* A plan for @c's problem, or for one of its rewritten graphs (subst): where another
+   * problem holds the best (a part of the machine), it is not sent. */
+  gboolean sendable = c->best && (c->best_problem == c->problem ||
+                                  g_strv_length((char **)search_problem_get_rewrites(
+                                    c->best_problem)) >
+                                    g_strv_length((char **)search_problem_get_rewrites(
+                                      c->problem)));
+  g_autofree char *json = sendable ? sim_strategy_to_json(c->best, c->best_problem->g) : NULL;
   g_mutex_unlock(&root->lock);
   g_autofree Best *all = g_new(Best, dist.size);
   if (!allgather(&me, all, (int)sizeof me))
@@ -507,13 +723,16 @@ static void exchange_best(SearchContext *c)
     return;
   g_autoptr(GError) error = NULL;
   g_autofree char *from = g_strdup_printf("the best plan of rank %d", w);
-  g_autoptr(SimStrategy) s = sim_strategy_from_json(text, from, c->problem->g, c->problem->m,
-                                                    &error);
+  SearchProblem *p = problem_of(c->problem, text, from, &error);
+  g_autoptr(SimStrategy) s = p ? sim_strategy_from_json(text, from, p->g, p->m, &error) : NULL;
   if (!s) {
+    if (p)
+      search_problem_unref(p);
     give_up(error->message);
     return;
   }
-  search_context_record(c, c->problem, s, all[w].cost, all[w].key);
+  search_context_record(c, p, s, all[w].cost, all[w].key);
+  search_problem_unref(p);
 }
 
 void search_dist_sync(SearchContext *ctx)
@@ -596,4 +815,5 @@ void search_dist_end(SearchContext *root)
   if (search_dist_on(root))
     search_dist_sync(root);
   dist.root = NULL;
+  dist.also = NULL;
 }

@@ -25,6 +25,10 @@ void search_dist_end(SearchContext *root);
 
 /* Whether @ctx's search is shared now. */
 gboolean search_dist_on(const SearchContext *ctx);
+/* Where @ctx's search is shared: the contexts on @p, a problem that every rank searches
+ * together at this point (subst's rewritten graphs), share their work as those on the
+ * search's own problem do, until the next call (NULL: none). */
+void search_dist_also(const SearchContext *ctx, const SearchProblem *p);
 /* Whether this rank runs task @i of a round. */
 gboolean search_dist_mine(const SearchContext *ctx, int i);
 /* The most threads search_dist_parallel() runs tasks on here: this rank's share of the

@@ -432,13 +432,30 @@ void search_context_set_current(SearchContext *ctx, double cost)
 double search_context_evaluate(SearchContext *ctx, const SimStrategy *s)
 {
   g_return_val_if_fail(ctx != NULL && s != NULL, INFINITY);
+  return search_context_evaluate_at(ctx, s, search_context_reserve_full(ctx, 1));
+}
+
+gint64 search_context_reserve_full(SearchContext *ctx, gint64 n)
+{
   SearchContext *root = ctx->root;
-  atomic_fetch_add(&root->evals, 1);
-  double cost = search_problem_simulate(ctx->problem, s, NULL, NULL);
   g_mutex_lock(&root->lock);
-  gint64 index = root->full_evals++;
+  gint64 index = root->full_evals;
+  root->full_evals += n;
   g_mutex_unlock(&root->lock);
-  search_context_record(ctx, ctx->problem, s, cost, search_key(FULL_EVAL_STREAM, index));
+  return index;
+}
+
+guint64 search_context_full_key(gint64 index)
+{
+  return search_key(FULL_EVAL_STREAM, index);
+}
+
+double search_context_evaluate_at(SearchContext *ctx, const SimStrategy *s, gint64 index)
+{
+  g_return_val_if_fail(ctx != NULL && s != NULL, INFINITY);
+  atomic_fetch_add(&ctx->root->evals, 1);
+  double cost = search_problem_simulate(ctx->problem, s, NULL, NULL);
+  search_context_record(ctx, ctx->problem, s, cost, search_context_full_key(index));
   return cost;
 }
 
@@ -728,6 +745,9 @@ double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner
   SearchContext *c = search_context_new_inner(ctx, inner, p, evals, seconds);
   GError *run_error = NULL;
   gboolean ok = inner->run(inner, c, &run_error);
+  /* Shared among ranks (subst's graphs, distributed.h): what its last tasks counted and
+   * found, exchanged before its best is read. */
+  search_dist_sync(c);
   if (!ok && !run_error)
     g_set_error(&run_error, SEARCH_ERROR, SEARCH_ERROR_PLUGIN,
                 "algorithm '%s' failed without saying why (its run returned FALSE and set no "

@@ -142,6 +142,13 @@ SearchContext *search_context_new_share(SearchContext *ctx, double share);
 double search_context_run_inner(SearchContext *ctx, const SearchAlgorithm *inner,
                                  SearchProblem *p, gint64 evals, double seconds,
                                  SimStrategy **best, GError **error);
+/* search_context_evaluate() takes the next index among the full evaluations for its tie
+ * key.  Work divided among threads or ranks reserves @n of them at once (the first is
+ * returned) and evaluates each with its own, as evaluating them in turn would. */
+gint64 search_context_reserve_full(SearchContext *ctx, gint64 n);
+double search_context_evaluate_at(SearchContext *ctx, const SimStrategy *s, gint64 index);
+/* The tie key of full evaluation @index. */
+guint64 search_context_full_key(gint64 index);
 /* Tie key for an evaluation: stream first, then the stream's own count. */
 static inline guint64 search_key(guint32 stream, gint64 index)
 {

@@ -21,8 +21,12 @@
  * a graph with a share of the budget, then looks at each rewrite of that graph; carrying the
  * graph's best strategy over to the rewrite gives a first time for it, and rewrites slower
  * than alpha times the best so far are pruned (TASO's and Unity's relaxation, alpha > 1,
- * lets a search pass through a slightly worse graph to a better one). */
+ * lets a search pass through a slightly worse graph to a better one).  Under MPI every rank
+ * holds the same queue of graphs: each graph's inner search is shared as that algorithm
+ * shares its own, and the rewrites' first times are divided among the ranks (distributed.h,
+ * docs/distributed.md). */
 #include "subst-private.h"
+#include "distributed.h"
 
 #include <json-glib/json-glib.h>
 #include <string.h>
@@ -700,12 +704,56 @@ typedef struct {
   int order;
 } Node;
 
-static double evaluate_on(SearchContext *ctx, SearchProblem *p, const SimStrategy *s)
+/* The rewrites of a graph, each carried over from its best strategy and simulated once:
+ * a round of tasks divided among the ranks where the search is shared (distributed.h).
+ * Child i's tie key is the full evaluation base + at[i], its place among those simulated,
+ * as simulating them in turn gives. */
+typedef struct {
+  SearchContext *ctx;
+  GPtrArray *child;           /* SearchProblem*                                         */
+  GPtrArray *plan;            /* SimStrategy* (NULL: none carried over)                 */
+  gint64 *at;                 /* -1: not simulated (no plan, or past the budget)        */
+  gint64 base;
+  double *est;
+} Children;
+
+static void child_task(int i, gpointer data)
 {
-  SearchContext *c = search_context_new_inner(ctx, ctx->algo, p, 0, 0);
-  double cost = search_context_evaluate(c, s);
-  search_context_free_inner(c);
-  return cost;
+  Children *c = data;
+  if (c->at[i] < 0 || search_context_should_stop(c->ctx))
+    return;
+  SearchContext *in = search_context_new_inner(c->ctx, c->ctx->algo,
+                                               g_ptr_array_index(c->child, i), 0, 0);
+  c->est[i] = search_context_evaluate_at(in, g_ptr_array_index(c->plan, i), c->base + c->at[i]);
+  search_context_free_inner(in);
+}
+
+/* Simulates the rewrites @c->child (their plans set) within what is left of the budget;
+ * their times go to @c->est, on every rank. */
+static void estimate_children(Children *c)
+{
+  SearchContext *ctx = c->ctx;
+  guint n = c->child->len;
+  c->at = g_new(gint64, MAX(n, 1));
+  c->est = g_new(double, MAX(n, 1));
+  gint64 left = search_context_evals_left(ctx), k = 0;
+  for (guint i = 0; i < n; i++) {
+    c->est[i] = INFINITY;
+    c->at[i] = g_ptr_array_index(c->plan, i) && k < left ? k++ : -1;
+  }
+  c->base = search_context_reserve_full(ctx, k);
+  search_dist_parallel(ctx, (int)n, child_task, c);
+  search_dist_share(ctx, (int)n, c->est, sizeof(double), sizeof(double));
+  /* The times of the others' rewrites, recorded here as where they were simulated. */
+  for (guint i = 0; i < n; i++)
+    if (!search_dist_mine(ctx, (int)i) && isfinite(c->est[i])) {
+      SearchProblem *p = g_ptr_array_index(c->child, i);
+      SearchContext *in = search_context_new_inner(ctx, ctx->algo, p, 0, 0);
+      search_context_record(in, p, g_ptr_array_index(c->plan, i), c->est[i],
+                            search_context_full_key(c->base + c->at[i]));
+      search_context_free_inner(in);
+    }
+  search_dist_sync(ctx);
 }
 
 static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GError **error)
@@ -731,7 +779,9 @@ static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
   double best = INFINITY;
   int order = 1;
   gboolean ok = TRUE;
-  for (int explored = 0; explored < max_graphs && queue->len && !search_context_should_stop(ctx);
+  /* Every decision below is the same on every rank: the evaluations left are summed at
+   * each exchange, and the stops agreed. */
+  for (int explored = 0; explored < max_graphs && queue->len && !search_dist_should_stop(ctx);
        explored++) {
     guint pick = 0;
     for (guint i = 1; i < queue->len; i++) {
@@ -751,7 +801,10 @@ static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
     gint64 ev = evals_now != G_MAXINT64 ? MAX(1, evals_now * parts / (parts + later)) : 0;
     double sec = time_now > 0 ? time_now * parts / (parts + later) : 0;
     g_autoptr(SimStrategy) s = NULL;
+    /* Every rank searches this graph together, as the search's own. */
+    search_dist_also(ctx, node.p);
     double cost = search_context_run_inner(ctx, inner, node.p, ev, sec, &s, error);
+    search_dist_also(ctx, NULL);
     if (isnan(cost)) {
       search_problem_unref(node.p);
       ok = FALSE;
@@ -759,7 +812,10 @@ static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
     }
     best = MIN(best, cost);
     if (s) {
-      for (guint i = 0; i < names->len && !search_context_should_stop(ctx); i++) {
+      Children c = { .ctx = ctx };
+      c.child = g_ptr_array_new_with_free_func((GDestroyNotify)search_problem_unref);
+      c.plan = g_ptr_array_new_with_free_func((GDestroyNotify)sim_strategy_free);
+      for (guint i = 0; i < names->len; i++) {
         const char *name = g_ptr_array_index(names, i);
         SimGraph *g = search_rewrite_apply(node.p->g, name, NULL);
         if (!g)
@@ -772,16 +828,22 @@ static gboolean subst_run(const SearchAlgorithm *self, SearchContext *ctx, GErro
         }
         g_hash_table_add(seen, key);
         SearchProblem *child = search_problem_derive(node.p, g, name);
-        g_autoptr(SimStrategy) t = search_strategy_transfer(node.p, s, child);
-        double est = t ? evaluate_on(ctx, child, t) : INFINITY;
+        search_problem_prepare(child);
+        g_ptr_array_add(c.child, child);
+        g_ptr_array_add(c.plan, search_strategy_transfer(node.p, s, child));
+      }
+      estimate_children(&c);
+      for (guint i = 0; i < c.child->len; i++) {
         /* Alpha pruning: a rewrite far slower than the best is not worth a search. */
-        if (!(est <= alpha * best)) {
-          search_problem_unref(child);
+        if (!(c.est[i] <= alpha * best))
           continue;
-        }
-        Node nn = { child, est, order++ };
+        Node nn = { search_problem_ref(g_ptr_array_index(c.child, i)), c.est[i], order++ };
         g_array_append_val(queue, nn);
       }
+      g_ptr_array_unref(c.child);
+      g_ptr_array_unref(c.plan);
+      g_free(c.at);
+      g_free(c.est);
     }
     search_problem_unref(node.p);
   }

@@ -1089,6 +1089,29 @@ Test(cli, search_and_compare_show_their_budget_in_plain_help)
   }
 }
 
+/* --rank-timeout takes seconds from 0 (wait for ever); anything else is refused with the
+ * option named and status 2, by search and compare alike.  Alone (no mpirun) a valid one
+ * changes nothing. */
+Test(cli, rank_timeout_is_checked, .timeout = 60)
+{
+  static const char *const commands[] = { "search", "compare" };
+  static const char *const bad[] = { "-1", "nan", "1e9", "5x" };
+  for (gsize i = 0; i < G_N_ELEMENTS(commands); i++)
+    for (gsize k = 0; k < G_N_ELEMENTS(bad); k++) {
+      Run r = run(commands[i], "--model", "mlp", "--param", "layers=2,hidden=64,batch=8",
+                  "--machine", "dgx-a100:2", "--budget", "1evals", "--rank-timeout", bad[k],
+                  NULL);
+      cr_expect_eq(r.status, 2, "%s --rank-timeout %s: status %d", commands[i], bad[k],
+                   r.status);
+      cr_expect(strstr(r.err, "--rank-timeout"), "%s", r.err);
+      run_clear(&r);
+    }
+  Run ok = run("search", "--model", "mlp", "--param", "layers=2,hidden=64,batch=8", "--machine",
+               "dgx-a100:2", "--budget", "1evals", "--rank-timeout", "0", "-q", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+}
+
 /* --json on the profile commands that print a table or write a database: `ops --list`
  * gives one object per line of its text form, `perf` one object per row of its CSV
  * (numbers as numbers, null where the roofline has no figure), `import-nccl` the count of
