@@ -191,11 +191,21 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
     dep(c, f, end);
     return;
   }
-  if (c->detail == SIM_DETAIL_FLOWS && c->cp->whole_node_rings && node_ring(c, dev, n)) {
-    SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
-    dep(c, start, f);
-    dep(c, f, end);
-    return;
+  if (c->detail == SIM_DETAIL_FLOWS && c->cp->whole_node_rings) {
+    /* The block's rings remember which were checked: a tensor's reductions repeat over a
+     * few groups in every micro-batch. */
+    int k = sim_taskgraph_ring_find(c->tg, c->block, dev, n);
+    SimTaskBlock *b = sim_taskgraph_block(c->tg, c->block);
+    if ((k >= 0 && b->ring[k].checked) || node_ring(c, dev, n)) {
+      SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
+      if (k < 0)
+        k = sim_taskgraph_ring_find(c->tg, c->block, dev, n);
+      if (k >= 0)
+        b->ring[k].checked = TRUE;
+      dep(c, start, f);
+      dep(c, f, end);
+      return;
+    }
   }
   if (c->detail == SIM_DETAIL_FLOWS) {
     for (int i = 0; i < n; i++) {
@@ -446,8 +456,20 @@ static void lower(SimTaskGraph *tg, int block, const SimMachine *m, SimCollKind 
   if (tg->track_collectives) {
     if (!tg->coll_devs)
       tg->coll_devs = g_ptr_array_new_with_free_func((GDestroyNotify)g_array_unref);
-    GArray *set = g_array_sized_new(FALSE, FALSE, sizeof(int), (guint)n);
-    g_array_append_vals(set, devices, (guint)n);
+    if (!tg->coll_last)
+      tg->coll_last = g_new0(GArray *, MAX(tg->n_devices, 1));
+    GArray **last = n > 0 && devices[0] >= 0 && devices[0] < tg->n_devices
+                      ? &tg->coll_last[devices[0]] : NULL;
+    GArray *set;
+    if (last && *last && (*last)->len == (guint)n &&
+        !memcmp((*last)->data, devices, sizeof(int) * (size_t)n)) {
+      set = g_array_ref(*last);
+    } else {
+      set = g_array_sized_new(FALSE, FALSE, sizeof(int), (guint)n);
+      g_array_append_vals(set, devices, (guint)n);
+      if (last)
+        *last = set;
+    }
     c.coll = (int)tg->coll_devs->len;
     g_ptr_array_add(tg->coll_devs, set);
   }
