@@ -308,6 +308,32 @@ static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const 
   return r;
 }
 
+/* A walk along the streams (stream position @k of @ns) meets tasks far apart in the task
+ * array, each a cache miss: the task PF_FAR places ahead is fetched, then the successor
+ * list of the one PF_NEAR ahead, and the records of its first successors and the next
+ * task's predecessor count, so that they are in the cache when the walk gets there.
+ * Fetching changes nothing the walk reads. */
+enum { PF_FAR = 16, PF_NEAR = 8, PF_SUCC = 4 };
+
+static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+{
+  const SimTask *task = tg->task;
+  if (k + PF_FAR < ns)
+    __builtin_prefetch(&task[tg->stream[k + PF_FAR]]);
+  if (k + PF_NEAR < ns) {
+    int32_t t = tg->stream[k + PF_NEAR];
+    __builtin_prefetch(&tg->succ[task[t].succ_off]);
+    __builtin_prefetch(&tg->n_pred[t]);
+  }
+  if (k + PF_SUCC < ns) {
+    const SimTask *t = &task[tg->stream[k + PF_SUCC]];
+    const int32_t *su = tg->succ + t->succ_off;
+    for (int i = 0; i < t->n_succ && i < 2; i++)
+      if (su[i] >= 0)
+        __builtin_prefetch(&task[su[i]]);
+  }
+}
+
 /* The ring R between two consecutive tasks A and B of a device's stream when the stream
  * waits for it alone: A's one successor is a join point that releases R alone, as a group
  * (SimTaskGraph.group_head), R (a whole ring's one flow) releases a join point whose one
@@ -336,6 +362,7 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   int n_cand = 0;
   for (int d = 0; d < nd; d++)
     for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
+      stream_prefetch(tg, k, ns);
       at[k] = -1;
       if (k + 1 >= tg->stream_off[d + 1])
         continue;
@@ -583,6 +610,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     uint32_t kernels = 0;
     int32_t first_step = -1;
     for (int32_t k = lo; k <= hi; k++) {
+      stream_prefetch(tg, k, tg->stream_off[nd]);
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
       gboolean same = c && tail >= 0 && c->mb == task[head].mb &&
