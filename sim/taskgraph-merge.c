@@ -222,6 +222,12 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
   sim_key_index_init(&sigs, RING_MAX * sizeof(int32_t));
   int32_t key[RING_MAX];
   gboolean any = FALSE;
+  /* Whole flows share their links and members with the block's earlier flows of the same
+   * ring (sim_taskgraph_add_ring_flow()): one whose list was seen lately changes nothing
+   * below.  Entries by list offset; -1: none. */
+  enum { SEEN = 256 };
+  int32_t seen[SEEN];
+  memset(seen, 0xff, sizeof seen);
   /* Each whole flow's key: its members in ring order from the smallest. */
   for (int t = 0; t < n; t++) {
     const SimTask *f = &task[t];
@@ -232,6 +238,10 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
     int n_links = 0;
     if (f->n_links) {
       any = TRUE;
+      int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
+      if (*s == f->links_off)
+        continue;
+      *s = f->links_off;
       links = tg->extra + f->links_off;
       n_links = f->n_links;
       int k = f->n_members;
@@ -257,10 +267,15 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
     }
   }
   gboolean ok = TRUE;
+  memset(seen, 0xff, sizeof seen);
   for (int t = 0; any && ok && t < n; t++) {
     const SimTask *f = &task[t];
     if (f->kind != SIM_TASK_FLOW || !f->n_links)
       continue;
+    int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
+    if (*s == f->links_off)
+      continue;
+    *s = f->links_off;
     const int32_t *links = tg->extra + f->links_off;
     for (int j = 0; ok && j < f->n_links; j++)
       ok = owner[links[j]] >= 0;
@@ -391,6 +406,13 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   int32_t *owner = g_new(int32_t, MAX(nl, 1));
   for (int l = 0; l < nl; l++)
     owner[l] = -1;
+  /* A whole flow whose links (shared with its block's flows of the same ring) were marked
+   * lately for the same stream changes nothing (see sim_taskgraph_rings_private()). */
+  enum { SEEN = 256 };
+  struct {
+    int32_t off, dev;
+  } seen[SEEN];
+  memset(seen, 0xff, sizeof seen);
   for (int t = 0; t < n; t++) {
     const SimTask *f = &task[t];
     if (gone[t] || f->kind != SIM_TASK_FLOW)
@@ -398,6 +420,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     const int32_t *links = NULL;
     int k = 0;
     if (f->n_links) {
+      int slot = (int)((uint32_t)f->links_off % SEEN);
+      if (seen[slot].off == f->links_off && seen[slot].dev == dev[t])
+        continue;
+      seen[slot].off = f->links_off;
+      seen[slot].dev = dev[t];
       links = sim_task_links(tg, f);
       k = f->n_links;
     } else if (f->device != f->peer) {
