@@ -360,10 +360,11 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
  * to the bit (the engine adds it to A's end, as a merged run adds its steps).  Which
  * class the time is of is lost, so only brief runs, which report time and memory, take
  * it.  Sets @ring_at (per stream position: R between that task and the next, or -1) and
- * @ring_time (R's duration there); both NULL where no ring qualifies. */
+ * @ring_time (R's duration there); both NULL where no ring qualifies.  @scratch: room for a
+ * value per task, overwritten. */
 static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
                              const SimCollParams *cp, const int32_t *n_out, const uint8_t *gone,
-                             int32_t **ring_at, double **ring_time)
+                             int32_t *scratch, int32_t **ring_at, double **ring_time)
 {
   *ring_at = NULL;
   *ring_time = NULL;
@@ -372,7 +373,7 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   const int32_t *succ = tg->succ;
   int32_t ns = tg->stream_off[nd];
   int32_t *at = sim_large_alloc(MAX((size_t)ns, 1) * sizeof(int32_t));
-  int32_t *dev = sim_large_alloc((size_t)n * sizeof(int32_t)); /* a candidate's stream */
+  int32_t *dev = scratch; /* a candidate's stream */
   memset(dev, 0xff, (size_t)n * sizeof(int32_t));
   int n_cand = 0;
   for (int d = 0; d < nd; d++)
@@ -399,7 +400,6 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     }
   if (n_cand == 0) {
     g_free(at);
-    g_free(dev);
     return;
   }
   /* Links that only candidates of one stream cross: their owner, else -2. */
@@ -480,7 +480,6 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   }
   sim_net_free(net);
   g_free(owner);
-  g_free(dev);
   if (kept == 0) {
     g_free(at);
     g_free(time);
@@ -496,13 +495,14 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
  * successor lists rebuilt with them and without the implied edges (marked -1; @n_out
  * counts the successors that stay), the streams and the roots.  A merged task's only
  * predecessor was the one before it, which is merged too or the head, so no list that
- * stays names a merged task. */
-static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out)
+ * stays names a merged task.  @scratch: room for a value per task, overwritten. */
+static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out,
+                     int32_t *scratch)
 {
   int n = tg->n_tasks, nd = tg->n_devices;
   SimTask *task = tg->task;
   const int32_t *succ = tg->succ;
-  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
+  int32_t *map = scratch;
   int m_ = 0;
   size_t n_succ = 0;
   for (int t = 0; t < n; t++) {
@@ -561,7 +561,6 @@ static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out
   for (int t = 0; t < m_; t++)
     if (tg->n_pred[t] == 0)
       tg->roots[tg->n_roots++] = t;
-  g_free(map);
 }
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel
@@ -616,12 +615,14 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     n_out[u] = kept;
   }
 #undef IMPLIED
+  /* @pos is scratch from here on (n entries): absorbable_rings() and renumber() take it
+   * instead of fresh pages. */
   /* For a brief run: at each stream position, the ring the stream waits for before its
    * next task, and how long it takes (see absorbable_rings()). */
   int32_t *ring_at = NULL;
   double *ring_time = NULL;
   if (absorb && chains && m)
-    absorbable_rings(tg, m, cp, n_out, gone, &ring_at, &ring_time);
+    absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
@@ -733,7 +734,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     g_free(gone);
     return 0;
   }
-  renumber(tg, gone, n_out);
+  renumber(tg, gone, n_out, pos);
   g_free(pos);
   g_free(n_out);
   g_free(gone);
