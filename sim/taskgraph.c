@@ -380,7 +380,7 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     k = b->ring_next;
     b->ring_next = (b->ring_next + 1) % SIM_BLOCK_RINGS;
   }
-  b->ring[k] = (SimBlockRing){ t.links_off, total, n, n > 0 ? members[0] : -1, FALSE };
+  b->ring[k] = (SimBlockRing){ t.links_off, total, n, n > 0 ? members[0] : -1, FALSE, 0 };
   /* The routes, one after the other, then the members, written in place. */
   g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
   int32_t *out = &g_array_index(b->extra, int32_t, t.links_off);

@@ -120,11 +120,12 @@ typedef struct {
 #define SIM_BLOCK_RINGS 64
 
 /* One of a block's distinct rings (sim_taskgraph_add_ring_flow()): where its links start
- * in the block's extra array, how many, its member count and first member, and a mark its
- * user may set (collective.c: a whole node's ring, checked). */
+ * in the block's extra array, how many, its member count and first member, and what its
+ * user may note (collective.c: a whole node's ring, checked, and its latency). */
 typedef struct {
   int32_t off, links, n, first;
   gboolean checked;
+  double latency;
 } SimBlockRing;
 
 typedef struct {
