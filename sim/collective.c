@@ -97,14 +97,26 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
 
 /* One flow over every link of a ring over @dev, as often as the ring crosses it, carrying
  * @steps chunks of @chunk bytes per rank (SIM_DETAIL_COLLECTIVE). */
-static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chunk)
+static double ring_latency(Ctx *c, const int *dev, int n)
 {
   double lat = 0;
   for (int i = 0; i < n; i++)
     lat = MAX(lat, sim_machine_latency(c->m, dev[i], dev[(i + 1) % n]));
+  return lat;
+}
+
+/* The same, its ring's latency given (ring_latency()). */
+static SimTaskRef ring_flow_lat(Ctx *c, const int *dev, int n, int steps, double chunk,
+                                double lat)
+{
   return sim_taskgraph_add_ring_flow(c->tg, c->block, c->cls, c->m, dev, n, chunk * steps,
                                      steps * (lat + c->cp->step_latency), c->op, c->mb,
                                      c->coll);
+}
+
+static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chunk)
+{
+  return ring_flow_lat(c, dev, n, steps, chunk, ring_latency(c, dev, n));
 }
 
 /* A ring of @steps steps over @dev, each moving @chunk bytes per rank, between the join
@@ -143,6 +155,11 @@ static int ring_channels(const SimMachine *m, const int *dev, int n, int **order
 static void ring(Ctx *c, const int *dev, int n, int steps, double chunk, SimTaskRef start,
                  SimTaskRef end)
 {
+  if (channel_count(c->m, dev, n) == 1) {
+    /* One channel: the ranks in their order (what ring_channels() gives). */
+    ring_channel(c, dev, n, steps, chunk, start, end);
+    return;
+  }
   int *order;
   int g = ring_channels(c->m, dev, n, &order);
   for (int ch = 0; ch < g; ch++)
@@ -191,11 +208,25 @@ static void ring_channel(Ctx *c, const int *dev, int n, int steps, double chunk,
     dep(c, f, end);
     return;
   }
-  if (c->detail == SIM_DETAIL_FLOWS && c->cp->whole_node_rings && node_ring(c, dev, n)) {
-    SimTaskRef f = ring_flow(c, dev, n, steps, chunk);
-    dep(c, start, f);
-    dep(c, f, end);
-    return;
+  if (c->detail == SIM_DETAIL_FLOWS && c->cp->whole_node_rings) {
+    /* The block's rings remember which were checked: a tensor's reductions repeat over a
+     * few groups in every micro-batch. */
+    int k = sim_taskgraph_ring_find(c->tg, c->block, dev, n);
+    SimTaskBlock *b = sim_taskgraph_block(c->tg, c->block);
+    gboolean checked = k >= 0 && b->ring[k].checked;
+    if (checked || node_ring(c, dev, n)) {
+      double lat = checked ? b->ring[k].latency : ring_latency(c, dev, n);
+      SimTaskRef f = ring_flow_lat(c, dev, n, steps, chunk, lat);
+      if (k < 0)
+        k = sim_taskgraph_ring_find(c->tg, c->block, dev, n);
+      if (k >= 0) {
+        b->ring[k].checked = TRUE;
+        b->ring[k].latency = lat;
+      }
+      dep(c, start, f);
+      dep(c, f, end);
+      return;
+    }
   }
   if (c->detail == SIM_DETAIL_FLOWS) {
     for (int i = 0; i < n; i++) {
@@ -446,8 +477,20 @@ static void lower(SimTaskGraph *tg, int block, const SimMachine *m, SimCollKind 
   if (tg->track_collectives) {
     if (!tg->coll_devs)
       tg->coll_devs = g_ptr_array_new_with_free_func((GDestroyNotify)g_array_unref);
-    GArray *set = g_array_sized_new(FALSE, FALSE, sizeof(int), (guint)n);
-    g_array_append_vals(set, devices, (guint)n);
+    if (!tg->coll_last)
+      tg->coll_last = g_new0(GArray *, MAX(tg->n_devices, 1));
+    GArray **last = n > 0 && devices[0] >= 0 && devices[0] < tg->n_devices
+                      ? &tg->coll_last[devices[0]] : NULL;
+    GArray *set;
+    if (last && *last && (*last)->len == (guint)n &&
+        !memcmp((*last)->data, devices, sizeof(int) * (size_t)n)) {
+      set = g_array_ref(*last);
+    } else {
+      set = g_array_sized_new(FALSE, FALSE, sizeof(int), (guint)n);
+      g_array_append_vals(set, devices, (guint)n);
+      if (last)
+        *last = set;
+    }
     c.coll = (int)tg->coll_devs->len;
     g_ptr_array_add(tg->coll_devs, set);
   }

@@ -66,6 +66,7 @@ struct _SimLowering {
   /* Scratch: the factor on the bytes of the flows and reductions being built, below 1
    * where expert parallelism moves only the routed tokens (routed_fraction()). */
   double byte_scale;
+  gboolean drop_implied;      /* sim_lowering_drop_implied_edges()                       */
 };
 
 /* A set of shards that hold the same region of a tensor. */
@@ -128,6 +129,30 @@ static inline SimTaskRef ref_update(const SimLowering *lw, const OpLay *l, int s
 {
   int base = l->recompute ? 3 : 2;
   return (SimTaskRef){ l->block, base * lw->M * l->n_sim + l->cidx[sh] };
+}
+
+/* The key of compute task (@l, @pass, @mb) on its device's stream, which runs its tasks
+ * in key order (build_op_block()). */
+static inline uint64_t stream_key(const SimLowering *lw, const OpLay *l, int pass, int mb)
+{
+  size_t u = (size_t)l->stage * lw->M + mb;
+  if (pass == P_F)
+    return lw->rank_f[u] << 32 | (uint32_t)(l - lw->ops);
+  return lw->rank_b[u] << 32 | (pass == P_B ? l->pos_b : l->pos_r);
+}
+
+/* Declares that compute task (@a, @pa, @mba, shard @sa) comes before (@b, @pb, @mbb, shard
+ * @sb), unless the lowering drops implied edges and one device's stream runs @b after @a
+ * (a higher key: sim_taskgraph_merge_chains() would remove the edge; where keys are equal
+ * it decides). */
+static inline void depend_compute(SimLowering *lw, int block, const OpLay *a, int pa, int mba,
+                                  int sa, const OpLay *b, int pb, int mbb, int sb)
+{
+  if (lw->drop_implied && a->dev[sa] == b->dev[sb] &&
+      stream_key(lw, b, pb, mbb) > stream_key(lw, a, pa, mba))
+    return;
+  sim_taskgraph_depend(lw->tg, block, ref_compute(lw, a, pa, mba, sa),
+                       ref_compute(lw, b, pb, mbb, sb));
 }
 
 /* lower.c */

@@ -690,7 +690,11 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
     SimTaskRef from = ready_ref(lw, src, &ready[p->k], src_pass, mb,
                                 p->stand_in >= 0 ? p->stand_in : p->holder);
     if (p->local) {
-      sim_taskgraph_depend(lw->tg, block, from, to);
+      if (ready[p->k].reduced)
+        sim_taskgraph_depend(lw->tg, block, from, to);
+      else
+        depend_compute(lw, block, src, src_pass, mb,
+                       p->stand_in >= 0 ? p->stand_in : p->holder, dst, dst_pass, mb, p->c);
       continue;
     }
     SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],

@@ -369,10 +369,9 @@ static void build_op_block(SimLowering *lw, int x)
     for (int sh = 0; sh < l->n_shards; sh++) {
       if (l->cidx[sh] < 0)
         continue;
-      sim_taskgraph_depend(tg, b, ref_compute(lw, l, P_F, mb, sh), ref_compute(lw, l, P_B, mb, sh));
+      depend_compute(lw, b, l, P_F, mb, sh, l, P_B, mb, sh);
       if (l->recompute)
-        sim_taskgraph_depend(tg, b, ref_compute(lw, l, P_R, mb, sh),
-                             ref_compute(lw, l, P_B, mb, sh));
+        depend_compute(lw, b, l, P_R, mb, sh, l, P_B, mb, sh);
     }
 }
 
@@ -549,6 +548,11 @@ void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTenso
                                                         : sim_space_output_map(op, i);
   SimShape shp = sim_lowering_tensor_shape(lw, x, role, i);
   sim_map_project(map, &shp, lo, hi, out);
+}
+
+void sim_lowering_drop_implied_edges(SimLowering *lw, gboolean on)
+{
+  lw->drop_implied = on;
 }
 
 void sim_lowering_record_semantics(SimLowering *lw, gboolean on)

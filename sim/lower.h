@@ -22,6 +22,11 @@ void sim_lowering_record_semantics(SimLowering *lw, gboolean on);
  * instead of all of them; call before sim_lowering_build().  For the extrapolation of a
  * schedule's steady state (steady.h). */
 void sim_lowering_set_microbatch_count(SimLowering *lw, int n);
+/* Leaves out the dependencies between two compute tasks of one device whose stream
+ * already runs them in that order (a backward on its forward, a consumer on its producer
+ * there): what sim_taskgraph_merge_chains() removes first, never built for a graph that
+ * will be merged (simulate.c).  Call before sim_lowering_build(). */
+void sim_lowering_drop_implied_edges(SimLowering *lw, gboolean on);
 void sim_lowering_free(SimLowering *lw);
 /* Builds every block. */
 void sim_lowering_build(SimLowering *lw);

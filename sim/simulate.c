@@ -72,6 +72,20 @@ static gboolean check_schedule(const SimStrategy *s, GError **error)
   return TRUE;
 }
 
+/* Whether one_shot_run() merges chains of compute tasks (see there). */
+static gboolean merges_chains(const SimOptions *o)
+{
+  return o->merge_chains && o->host_kernel_time <= 0 && o->host_step_time <= 0 &&
+         !o->blocking_sends;
+}
+
+/* Whether one_shot_run() merges the graph, which first removes the dependencies its
+ * streams imply (sim_taskgraph_merge_chains()): the lowering leaves them out. */
+static gboolean drops_implied_edges(const SimOptions *o)
+{
+  return !o->keep_timeline && (merges_chains(o) || o->merge_rings);
+}
+
 typedef struct {
   SimLowering *lw;
   int *rep_of;
@@ -93,6 +107,7 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
   if (count > 0)
     sim_lowering_set_microbatch_count(lw, count);
+  sim_lowering_drop_implied_edges(lw, drops_implied_edges(o));
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
   sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);
@@ -180,6 +195,7 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
     out.lw = sim_lowering_new(g, m, s, cost, o, cp, NULL);
     if (count > 0)
       sim_lowering_set_microbatch_count(out.lw, count);
+    sim_lowering_drop_implied_edges(out.lw, drops_implied_edges(o));
     sim_taskgraph_share_tasks(sim_lowering_taskgraph(out.lw));
     sim_lowering_build(out.lw);
     out.folding = "none";
@@ -263,15 +279,14 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * merges as the unbounded one does, so that a run the bound does not cut is the
    * unbounded run; one that is cut (at an event past the bound, or at the first task
    * over memory) is cut by the same rule, at a lower bound of the same iteration. */
-  gboolean chains = opts->merge_chains && opts->host_kernel_time <= 0 &&
-                   opts->host_step_time <= 0 && !opts->blocking_sends;
+  gboolean chains = merges_chains(opts);
   /* Rings a stream waits for alone become steps of its runs where the engine runs groups
    * of flows (engine-groups.c), whose schedule gives their time; a brief run also lets
    * runs span classes. */
   gboolean absorb = chains && opts->merge_rings && !g_getenv("PARASOL_NO_FLOW_GROUPS");
   if (!opts->keep_timeline && brief && absorb)
     sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
-  else if (!opts->keep_timeline && (chains || opts->merge_rings))
+  else if (drops_implied_edges(opts))
     sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
                                opts->merge_rings ? m : NULL, &cp, absorb);
   double t2 = (double)g_get_monotonic_time();

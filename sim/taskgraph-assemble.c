@@ -140,6 +140,12 @@ static void update_streams(SimTaskGraph *tg)
     if (!add[d])
       continue;
     sort_entries((SortedEntry *)add[d]->data, add[d]->len, !unordered[d]);
+    if (old->len == 0) {
+      /* Nothing to merge with (a first assembly): the sorted entries are the stream. */
+      g_array_free(old, TRUE);
+      tg->sorted[d] = add[d];
+      continue;
+    }
     GArray *merged = g_array_sized_new(FALSE, FALSE, sizeof(SortedEntry), old->len + add[d]->len);
     guint a = 0, c = 0;
     while (a < old->len || c < add[d]->len) {
@@ -339,19 +345,19 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   /* Dense passes first (counts, offsets, roots, the fill); then one pass over the tasks
    * writes what they keep and finds the heads of groups: the task array, 80 bytes a
    * task, is the costly thing to walk. */
+  /* @count: each task's successors, then where its list starts, then (after the fill)
+   * where it ends, which is where the next one's starts. */
   int32_t *count = g_new0(int32_t, MAX(n, 1));
-  int32_t *soff = g_new(int32_t, (size_t)n + 1);
   memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
   edges_pass(tg, n_blocks, boff, count, FALSE);
   int n_roots = 0;
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
     n_roots += tg->n_pred[t] == 0;
-    soff[t] = off;
-    off += count[t];
-    count[t] = soff[t];
+    int32_t c = count[t];
+    count[t] = off;
+    off += c;
   }
-  soff[n] = off;
   tg->roots = grow(tg->roots, &tg->cap_roots, (size_t)n_roots, sizeof(int32_t));
   tg->n_roots = 0;
   for (int t = 0; t < n; t++)
@@ -359,31 +365,32 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       tg->roots[tg->n_roots++] = t;
   tg->n_succ_total = n_edges;
   edges_pass(tg, n_blocks, boff, count, TRUE);
-  g_free(count);
   g_free(boff);
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
-  const int32_t *np = tg->n_pred, *succ = tg->succ;
+  const int32_t *np = tg->n_pred, *succ = tg->succ, *end = count;
+#define SOFF(t) ((t) > 0 ? end[(t) - 1] : 0)
   for (int t = 0; t < n; t++) {
     SimTask *j = &tg->task[t];
-    int32_t ns = soff[t + 1] - soff[t];
+    int32_t ns = end[t] - SOFF(t);
     j->n_succ = ns;
-    j->succ_off = soff[t];
+    j->succ_off = SOFF(t);
     gboolean head = (j->kind == SIM_TASK_NOP || j->kind == SIM_TASK_DELAY) && ns > 0;
     int32_t sink = -1;
     for (int k = 0; head && k < ns; k++) {
-      int32_t s = succ[soff[t] + k];
+      int32_t s = succ[SOFF(t) + k];
       const SimTask *f = &tg->task[s];
-      head = f->kind == SIM_TASK_FLOW && np[s] == 1 && soff[s + 1] - soff[s] == 1 &&
+      head = f->kind == SIM_TASK_FLOW && np[s] == 1 && end[s] - SOFF(s) == 1 &&
              (f->n_links > 0 || (f->device != f->peer && f->bytes > 0)) &&
-             (sink < 0 || succ[soff[s]] == sink);
+             (sink < 0 || succ[SOFF(s)] == sink);
       if (head)
-        sink = succ[soff[s]];
+        sink = succ[SOFF(s)];
     }
     tg->group_head[t] = head;
   }
-  g_free(soff);
+#undef SOFF
+  g_free(count);
 
   /* Streams: sorted entries per device, turned into global ids. */
   update_streams(tg);

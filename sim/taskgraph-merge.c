@@ -222,6 +222,12 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
   sim_key_index_init(&sigs, RING_MAX * sizeof(int32_t));
   int32_t key[RING_MAX];
   gboolean any = FALSE;
+  /* Whole flows share their links and members with the block's earlier flows of the same
+   * ring (sim_taskgraph_add_ring_flow()): one whose list was seen lately changes nothing
+   * below.  Entries by list offset; -1: none. */
+  enum { SEEN = 256 };
+  int32_t seen[SEEN];
+  memset(seen, 0xff, sizeof seen);
   /* Each whole flow's key: its members in ring order from the smallest. */
   for (int t = 0; t < n; t++) {
     const SimTask *f = &task[t];
@@ -232,6 +238,10 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
     int n_links = 0;
     if (f->n_links) {
       any = TRUE;
+      int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
+      if (*s == f->links_off)
+        continue;
+      *s = f->links_off;
       links = tg->extra + f->links_off;
       n_links = f->n_links;
       int k = f->n_members;
@@ -257,10 +267,15 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
     }
   }
   gboolean ok = TRUE;
+  memset(seen, 0xff, sizeof seen);
   for (int t = 0; any && ok && t < n; t++) {
     const SimTask *f = &task[t];
     if (f->kind != SIM_TASK_FLOW || !f->n_links)
       continue;
+    int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
+    if (*s == f->links_off)
+      continue;
+    *s = f->links_off;
     const int32_t *links = tg->extra + f->links_off;
     for (int j = 0; ok && j < f->n_links; j++)
       ok = owner[links[j]] >= 0;
@@ -308,6 +323,32 @@ static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const 
   return r;
 }
 
+/* A walk along the streams (stream position @k of @ns) meets tasks far apart in the task
+ * array, each a cache miss: the task PF_FAR places ahead is fetched, then the successor
+ * list of the one PF_NEAR ahead, and the records of its first successors and the next
+ * task's predecessor count, so that they are in the cache when the walk gets there.
+ * Fetching changes nothing the walk reads. */
+enum { PF_FAR = 16, PF_NEAR = 8, PF_SUCC = 4 };
+
+static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+{
+  const SimTask *task = tg->task;
+  if (k + PF_FAR < ns)
+    __builtin_prefetch(&task[tg->stream[k + PF_FAR]]);
+  if (k + PF_NEAR < ns) {
+    int32_t t = tg->stream[k + PF_NEAR];
+    __builtin_prefetch(&tg->succ[task[t].succ_off]);
+    __builtin_prefetch(&tg->n_pred[t]);
+  }
+  if (k + PF_SUCC < ns) {
+    const SimTask *t = &task[tg->stream[k + PF_SUCC]];
+    const int32_t *su = tg->succ + t->succ_off;
+    for (int i = 0; i < t->n_succ && i < 2; i++)
+      if (su[i] >= 0)
+        __builtin_prefetch(&task[su[i]]);
+  }
+}
+
 /* The ring R between two consecutive tasks A and B of a device's stream when the stream
  * waits for it alone: A's one successor is a join point that releases R alone, as a group
  * (SimTaskGraph.group_head), R (a whole ring's one flow) releases a join point whose one
@@ -319,10 +360,11 @@ static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const 
  * to the bit (the engine adds it to A's end, as a merged run adds its steps).  Which
  * class the time is of is lost, so only brief runs, which report time and memory, take
  * it.  Sets @ring_at (per stream position: R between that task and the next, or -1) and
- * @ring_time (R's duration there); both NULL where no ring qualifies. */
+ * @ring_time (R's duration there); both NULL where no ring qualifies.  @scratch: room for a
+ * value per task, overwritten. */
 static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
                              const SimCollParams *cp, const int32_t *n_out, const uint8_t *gone,
-                             int32_t **ring_at, double **ring_time)
+                             int32_t *scratch, int32_t **ring_at, double **ring_time)
 {
   *ring_at = NULL;
   *ring_time = NULL;
@@ -331,11 +373,12 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   const int32_t *succ = tg->succ;
   int32_t ns = tg->stream_off[nd];
   int32_t *at = sim_large_alloc(MAX((size_t)ns, 1) * sizeof(int32_t));
-  int32_t *dev = sim_large_alloc((size_t)n * sizeof(int32_t)); /* a candidate's stream */
+  int32_t *dev = scratch; /* a candidate's stream */
   memset(dev, 0xff, (size_t)n * sizeof(int32_t));
   int n_cand = 0;
   for (int d = 0; d < nd; d++)
     for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
+      stream_prefetch(tg, k, ns);
       at[k] = -1;
       if (k + 1 >= tg->stream_off[d + 1])
         continue;
@@ -357,13 +400,19 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     }
   if (n_cand == 0) {
     g_free(at);
-    g_free(dev);
     return;
   }
   /* Links that only candidates of one stream cross: their owner, else -2. */
   int32_t *owner = g_new(int32_t, MAX(nl, 1));
   for (int l = 0; l < nl; l++)
     owner[l] = -1;
+  /* A whole flow whose links (shared with its block's flows of the same ring) were marked
+   * lately for the same stream changes nothing (see sim_taskgraph_rings_private()). */
+  enum { SEEN = 256 };
+  struct {
+    int32_t off, dev;
+  } seen[SEEN];
+  memset(seen, 0xff, sizeof seen);
   for (int t = 0; t < n; t++) {
     const SimTask *f = &task[t];
     if (gone[t] || f->kind != SIM_TASK_FLOW)
@@ -371,6 +420,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     const int32_t *links = NULL;
     int k = 0;
     if (f->n_links) {
+      int slot = (int)((uint32_t)f->links_off % SEEN);
+      if (seen[slot].off == f->links_off && seen[slot].dev == dev[t])
+        continue;
+      seen[slot].off = f->links_off;
+      seen[slot].dev = dev[t];
       links = sim_task_links(tg, f);
       k = f->n_links;
     } else if (f->device != f->peer) {
@@ -426,7 +480,6 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   }
   sim_net_free(net);
   g_free(owner);
-  g_free(dev);
   if (kept == 0) {
     g_free(at);
     g_free(time);
@@ -442,13 +495,14 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
  * successor lists rebuilt with them and without the implied edges (marked -1; @n_out
  * counts the successors that stay), the streams and the roots.  A merged task's only
  * predecessor was the one before it, which is merged too or the head, so no list that
- * stays names a merged task. */
-static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out)
+ * stays names a merged task.  @scratch: room for a value per task, overwritten. */
+static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out,
+                     int32_t *scratch)
 {
   int n = tg->n_tasks, nd = tg->n_devices;
   SimTask *task = tg->task;
   const int32_t *succ = tg->succ;
-  int32_t *map = sim_large_alloc((size_t)n * sizeof(int32_t));
+  int32_t *map = scratch;
   int m_ = 0;
   size_t n_succ = 0;
   for (int t = 0; t < n; t++) {
@@ -507,7 +561,6 @@ static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out
   for (int t = 0; t < m_; t++)
     if (tg->n_pred[t] == 0)
       tg->roots[tg->n_roots++] = t;
-  g_free(map);
 }
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel
@@ -562,12 +615,14 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     n_out[u] = kept;
   }
 #undef IMPLIED
+  /* @pos is scratch from here on (n entries): absorbable_rings() and renumber() take it
+   * instead of fresh pages. */
   /* For a brief run: at each stream position, the ring the stream waits for before its
    * next task, and how long it takes (see absorbable_rings()). */
   int32_t *ring_at = NULL;
   double *ring_time = NULL;
   if (absorb && chains && m)
-    absorbable_rings(tg, m, cp, n_out, gone, &ring_at, &ring_time);
+    absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
@@ -583,6 +638,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     uint32_t kernels = 0;
     int32_t first_step = -1;
     for (int32_t k = lo; k <= hi; k++) {
+      stream_prefetch(tg, k, tg->stream_off[nd]);
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
       gboolean same = c && tail >= 0 && c->mb == task[head].mb &&
@@ -678,7 +734,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     g_free(gone);
     return 0;
   }
-  renumber(tg, gone, n_out);
+  renumber(tg, gone, n_out, pos);
   g_free(pos);
   g_free(n_out);
   g_free(gone);

@@ -115,6 +115,7 @@ static void block_destroy(SimTaskBlock *b)
   g_array_free(b->tasks, TRUE);
   g_array_free(b->edges, TRUE);
   g_array_free(b->stream, TRUE);
+  g_free(b->ring);
   g_free(b);
 }
 
@@ -135,7 +136,8 @@ static void block_arrays_new(SimTaskBlock *b)
   b->edges = g_array_new(FALSE, FALSE, sizeof(SimTaskEdge));
   b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
   b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
-  memset(b->ring, 0, sizeof b->ring);
+  g_clear_pointer(&b->ring, g_free);
+  b->n_ring = b->ring_next = 0;
 }
 
 void sim_taskgraph_free(SimTaskGraph *tg)
@@ -168,6 +170,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   free_sorted(tg);
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
+  g_free(tg->coll_last);
   g_free(tg);
 }
 
@@ -232,7 +235,7 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
   g_array_set_size(b->extra, 0);
-  memset(b->ring, 0, sizeof b->ring);
+  b->n_ring = b->ring_next = 0;
   sem_clear(b);
   b->changed = TRUE;
   tg->dirty = TRUE;
@@ -332,6 +335,21 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
   return sim_taskgraph_add(tg, block, &t);
 }
 
+int sim_taskgraph_ring_find(SimTaskGraph *tg, int block, const int *members, int n)
+{
+  const SimTaskBlock *b = sim_taskgraph_block(tg, block);
+  if (n <= 0)
+    return -1;
+  const int32_t *extra = (const int32_t *)(const void *)b->extra->data;
+  for (int k = 0; k < b->n_ring; k++) {
+    const SimBlockRing *r = &b->ring[k];
+    if (r->n == n && r->first == members[0] &&
+        !memcmp(extra + r->off + r->links, members, sizeof(int32_t) * (size_t)n))
+      return k;
+  }
+  return -1;
+}
+
 SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
                                        const SimMachine *m, const int *members, int n, double bytes,
                                        double latency, int op, int mb, int coll)
@@ -339,14 +357,12 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
   SimTaskBlock *b = sim_taskgraph_block(tg, block);
   /* A group's collectives repeat (a tensor-parallel reduction in every micro-batch, over
    * a few channels whose rings are rotations of each other): a ring over the members of
-   * one of the block's last distinct rings shares its links and members. */
-  for (int k = 0; k < SIM_BLOCK_RINGS; k++) {
-    int32_t off = b->ring[k].off, nl = b->ring[k].links;
-    if (b->ring[k].n != n || n <= 0 ||
-        memcmp(&g_array_index(b->extra, int32_t, off + nl), members, sizeof(int32_t) * (size_t)n))
-      continue;
-    SimTask t = collective_flow(b, cls, members, n, nl, bytes, latency, op, mb, coll);
-    t.links_off = off;
+   * one of the block's distinct rings shares its links and members. */
+  int k = sim_taskgraph_ring_find(tg, block, members, n);
+  if (k >= 0) {
+    SimTask t = collective_flow(b, cls, members, n, b->ring[k].links, bytes, latency, op, mb,
+                                coll);
+    t.links_off = b->ring[k].off;
     return sim_taskgraph_add(tg, block, &t);
   }
   int total = 0;
@@ -356,10 +372,15 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     total += hops;
   }
   SimTask t = collective_flow(b, cls, members, n, total, bytes, latency, op, mb, coll);
-  b->ring[b->ring_next].off = t.links_off;
-  b->ring[b->ring_next].links = total;
-  b->ring[b->ring_next].n = n;
-  b->ring_next = (b->ring_next + 1) % SIM_BLOCK_RINGS;
+  if (!b->ring)
+    b->ring = g_new(SimBlockRing, SIM_BLOCK_RINGS);
+  if (b->n_ring < SIM_BLOCK_RINGS) {
+    k = b->n_ring++;
+  } else {
+    k = b->ring_next;
+    b->ring_next = (b->ring_next + 1) % SIM_BLOCK_RINGS;
+  }
+  b->ring[k] = (SimBlockRing){ t.links_off, total, n, n > 0 ? members[0] : -1, FALSE, 0 };
   /* The routes, one after the other, then the members, written in place. */
   g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
   int32_t *out = &g_array_index(b->extra, int32_t, t.links_off);

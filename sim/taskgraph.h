@@ -117,7 +117,16 @@ typedef struct {
   int32_t *ops;
 } SimTaskSem;
 
-#define SIM_BLOCK_RINGS 8
+#define SIM_BLOCK_RINGS 64
+
+/* One of a block's distinct rings (sim_taskgraph_add_ring_flow()): where its links start
+ * in the block's extra array, how many, its member count and first member, and what its
+ * user may note (collective.c: a whole node's ring, checked, and its latency). */
+typedef struct {
+  int32_t off, links, n, first;
+  gboolean checked;
+  double latency;
+} SimBlockRing;
 
 typedef struct {
   GArray *tasks;       /* SimTask                                                     */
@@ -137,12 +146,12 @@ typedef struct {
   gboolean shared;
   int64_t sh_start;    /* -1 until the block's first task                               */
   int32_t sh_len;
-  /* The block's last few distinct rings (sim_taskgraph_add_ring_flow()): where each
-   * one's links start in @extra, how many, and its member count (0: none). */
-  struct {
-    int32_t off, links, n;
-  } ring[SIM_BLOCK_RINGS];
-  int32_t ring_next;    /* the entry the next new ring replaces                          */
+  /* The block's distinct rings, up to SIM_BLOCK_RINGS (NULL until its first): a tensor's
+   * reductions repeat over every replica's tensor-parallel group, micro-batch after
+   * micro-batch, so that a ring is mostly one the block has made before. */
+  SimBlockRing *ring;
+  int32_t n_ring;
+  int32_t ring_next;    /* the entry the next new ring replaces, once all are taken       */
 } SimTaskBlock;
 
 typedef struct {
@@ -183,6 +192,9 @@ typedef struct {
   /* The devices of every collective, by id, when tracked (folding needs them). */
   gboolean track_collectives;
   GPtrArray *coll_devs;  /* GArray of int, or NULL when not tracked                    */
+  /* Per device: the last set of coll_devs that began with it, which a collective over the
+   * same devices shares (the sets repeat micro-batch after micro-batch). */
+  GArray **coll_last;
   /* Shared tasks (sim_taskgraph_share_tasks()): every block's tasks in one mapping, in the
    * order they were added, a block's all together while it is the one being filled. */
   gboolean sharing;
@@ -285,6 +297,9 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
 SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
                                        const SimMachine *m, const int *members, int n, double bytes,
                                        double latency, int op, int mb, int coll);
+/* The entry of @block's ring over @members (in that order) in SimTaskBlock.ring, or -1
+ * (then sim_taskgraph_add_ring_flow() works out its links). */
+int sim_taskgraph_ring_find(SimTaskGraph *tg, int block, const int *members, int n);
 /* The links and members of a collective's flow, after assembly. */
 static inline const int32_t *sim_task_links(const SimTaskGraph *tg, const SimTask *t)
 {

@@ -2624,6 +2624,133 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
   }
 }
 
+/* @s lowered (unfolded, every micro-batch) with or without the dependencies its streams
+ * imply, assembled and merged as a report (@brief FALSE) or a brief run merges it. */
+static SimLowering *lower_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                 SimCostModel *c, gboolean drop, gboolean brief)
+{
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  SimLowering *lw = NULL;
+  SimTaskGraph *tg = NULL;
+  /* A node's rings as one flow each, lowered again without where they share links (as
+   * simulate.c does). */
+  for (int whole = 1; whole >= 0 && !lw; whole--) {
+    cp.whole_node_rings = whole;
+    lw = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+    sim_lowering_drop_implied_edges(lw, drop);
+    sim_lowering_build(lw);
+    tg = sim_lowering_taskgraph(lw);
+    sim_taskgraph_assemble(tg);
+    if (whole && !sim_taskgraph_rings_private(tg, m))
+      g_clear_pointer(&lw, sim_lowering_free);
+  }
+  if (brief)
+    sim_taskgraph_merge_chains_brief(tg, TRUE, FALSE, m, &cp);
+  else
+    sim_taskgraph_merge_chains(tg, TRUE, TRUE, m, &cp, TRUE);
+  return lw;
+}
+
+/* The dependencies a device's stream implies (a backward on its forward, a consumer on its
+ * producer on the same GPU) are left out by the lowering of a graph that will be merged
+ * (sim_lowering_drop_implied_edges()), where the merge removed them before: the merged
+ * graph is the same, task for task, successor for successor, stream for stream.  GPT over
+ * two DGX A100 nodes under each schedule, with and without recomputation and sequence
+ * parallelism, and random plans of three models on four GPUs; reports' merges and brief
+ * runs'. */
+static void expect_same_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                               SimCostModel *c, const char *what)
+{
+  for (int brief = 0; brief < 2; brief++) {
+    SimLowering *la = lower_merged(g, m, s, c, TRUE, brief);
+    SimLowering *lb = lower_merged(g, m, s, c, FALSE, brief);
+    const SimTaskGraph *a = sim_lowering_taskgraph(la), *b = sim_lowering_taskgraph(lb);
+    cr_assert_eq(a->n_tasks, b->n_tasks, "%s, brief %d", what, brief);
+    cr_assert_eq(a->n_succ_total, b->n_succ_total, "%s, brief %d", what, brief);
+    cr_assert_eq(a->n_roots, b->n_roots, "%s", what);
+    for (int t = 0; t < a->n_tasks; t++) {
+      const SimTask *x = &a->task[t], *y = &b->task[t];
+      cr_assert(x->kind == y->kind && x->cls == y->cls && x->device == y->device &&
+                  x->peer == y->peer && x->op == y->op && x->mb == y->mb &&
+                  x->shard == y->shard && x->duration == y->duration &&
+                  x->n_succ == y->n_succ && x->succ_off == y->succ_off &&
+                  a->n_pred[t] == b->n_pred[t],
+                "%s, brief %d: task %d differs", what, brief, t);
+      if (x->kind == SIM_TASK_COMPUTE)
+        cr_assert(x->mem_alloc == y->mem_alloc && x->mem_free == y->mem_free, "%s", what);
+      else
+        cr_assert(sim_task_bytes(x) == sim_task_bytes(y), "%s", what);
+    }
+    cr_assert_eq(memcmp(a->succ, b->succ, sizeof(int32_t) * (size_t)a->n_succ_total), 0, "%s",
+                 what);
+    cr_assert_eq(memcmp(a->roots, b->roots, sizeof(int32_t) * (size_t)a->n_roots), 0, "%s", what);
+    cr_assert_eq(memcmp(a->stream_off, b->stream_off, sizeof(int32_t) * (size_t)(a->n_devices + 1)),
+                 0, "%s", what);
+    cr_assert_eq(memcmp(a->stream, b->stream, sizeof(int32_t) * (size_t)a->stream_off[a->n_devices]),
+                 0, "%s", what);
+    cr_assert_eq(a->n_chain_dur, b->n_chain_dur, "%s", what);
+    for (size_t k = 0; k < a->n_chain_dur; k++)
+      cr_assert(a->chain_dur[k] == b->chain_dur[k] &&
+                  signbit(a->chain_dur[k]) == signbit(b->chain_dur[k]), "%s", what);
+    sim_lowering_free(la);
+    sim_lowering_free(lb);
+  }
+}
+
+Test(accel, implied_dependencies_left_out_by_the_lowering_give_the_merged_graph)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int tp, pp, dp, chunks;
+    SimSchedule sched;
+    SimRecompute rc;
+    gboolean sp;
+  } plans[] = {
+    { 8, 2, 1, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_FULL, FALSE },
+    { 2, 4, 2, 1, SIM_SCHEDULE_1F1B, SIM_RECOMPUTE_NONE, FALSE },
+    { 4, 2, 2, 2, SIM_SCHEDULE_INTERLEAVED, SIM_RECOMPUTE_FULL, FALSE },
+    { 4, 4, 1, 1, SIM_SCHEDULE_GPIPE, SIM_RECOMPUTE_SELECTIVE, TRUE },
+  };
+  for (size_t i = 0; i < G_N_ELEMENTS(plans); i++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.dp = plans[i].dp;
+    mo.microbatches = 8;
+    mo.schedule = plans[i].sched;
+    mo.chunks = plans[i].chunks;
+    mo.memory.recompute = plans[i].rc;
+    mo.sequence_parallel = plans[i].sp;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", i, error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("gpt plan %zu", i);
+    expect_same_merged(g, m, s, c, what);
+  }
+  const char *models[][2] = {
+    { "mlp", "layers=3,hidden=256,input=128,classes=64,batch=16,towers=2" },
+    { "gpt", "layers=2,hidden=128,heads=4,seq=32,vocab=256,batch=8" },
+    { "inception-v3", "batch=8" },
+  };
+  GRand *rng = g_rand_new_with_seed(11);
+  for (size_t k = 0; k < G_N_ELEMENTS(models); k++) {
+    g_autoptr(SimGraph) gm = zoo(models[k][0], models[k][1]);
+    for (int trial = 0; trial < 3; trial++) {
+      g_autoptr(SimMachine) sw = switch4(50);
+      g_autoptr(SimStrategy) s = random_strategy(gm, sw, rng);
+      g_autofree char *what = g_strdup_printf("%s trial %d", models[k][0], trial);
+      expect_same_merged(gm, sw, s, c, what);
+    }
+  }
+  g_rand_free(rng);
+}
+
 /* A deep pipeline's compared periods start 8 micro-batches after its warm-up
  * (sim_steady_plan() in sim/steady.c): with 16 stages, 16 + 8 + 3 periods + 16 of the
  * cool-down = 43 micro-batches simulated (44 for the report's second run), and every figure
