@@ -323,6 +323,7 @@ typedef struct {
   SimSchedule schedule;
   int chunks;                    /* model chunks per stage (1 but interleaved)          */
   gboolean sequence_parallel;
+  gboolean tp_comm_overlap;      /* sim_strategy_get_tp_comm_overlap()                 */
   SimRecompute recompute;
   gboolean zero1;
   int64_t bucket_bytes;          /* gradient buckets; 0: one collective per weight      */

@@ -86,6 +86,9 @@ SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chun
 /* Whether the tensor-parallel ranks split the sequence outside their GEMMs (Megatron's
  * sequence parallelism). */
 SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
+/* Whether sequence parallelism's all-gathers and reduce-scatters overlap the GEMMs that
+ * consume and produce them (Transformer Engine's userbuffers; docs/formats.md). */
+SIM_PUBLIC gboolean sim_strategy_get_tp_comm_overlap(const SimStrategy *s);
 /* Context parallelism (ring attention) over @cp ranks: every self-attention operator whose
  * query positions are split reads only its own positions of the keys and values and
  * receives the others' keys and values around the ring of the shards that split its
@@ -181,6 +184,7 @@ typedef struct {
   int chunks;                 /* model chunks per stage (interleaved)                 */
   gboolean sequence_parallel;
   gboolean scatter_gather;    /* pipeline messages split over the tensor-parallel ranks */
+  gboolean tp_comm_overlap;   /* sequence parallelism's collectives overlap their GEMMs  */
   SimSyncOptions sync;
   SimMemoryOptions memory;
   /* Expert parallelism: every mixture-of-experts op splits its experts over @ep of the

@@ -116,9 +116,57 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
   sim_taskgraph_sem_add(lw->tg, block, &m);
 }
 
+/* Tensor-parallel communication overlap (SimStrategy.tp_comm_overlap), as Transformer
+ * Engine's userbuffers run it under sequence parallelism (NeMo's tp_comm_overlap; the
+ * configuration NeMo ships for LLaMA-class models with hidden size 8192 on H100 at TP 4,
+ * nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py).  Over a group of n
+ * tensor-parallel ranks, with g the time of the GEMM involved and S the bytes of the
+ * whole tensor, T_AG and T_RS the ring all-gather and reduce-scatter times of the
+ * collective model on an idle machine (sim_collective_time()):
+ *  - the all-gather into an op (forward: its input, into its first GEMM; backward: its
+ *    output's gradient, into its backward's first GEMM) is a ring exchange on the copy
+ *    engines: the GEMM runs in n chunks, chunk k on the piece that step k brought, so
+ *    that the GEMM ends (n - 1) max(0, T_AG / (n - 1) - g / n) later than alone;
+ *  - the reduce-scatter of an op's partial output (forward) is pipelined: the op's last
+ *    GEMM runs in n chunks on the SMs that the communication leaves it (24 of them taken
+ *    for attention's output projection, 16 for the others: the configuration's proj_fprop
+ *    and fc2_fprop), each chunk's reduce-scatter (T_RS of S / n) after it, so that with
+ *    c = g SMs / (SMs - taken) / n and a that time, the result is ready
+ *    c + a + (n - 1) max(c, a) - g after the op's end;
+ *  - the reduce-scatter of an op's partial input gradient (backward) overlaps the
+ *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
+ *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
+ * Each wait is a delay (no resource held) between the tasks it separates; the bytes are
+ * not put on the links, as ring attention's are not (lower.c).  A collective is
+ * overlapped only inside one stage where the consumers of a reduction each take a part of
+ * it on a device of its group, or the consumer of a gather takes it from its own group. */
+typedef struct {
+  gboolean on;
+  gboolean bulk;       /* the backward reduce-scatter                                  */
+  int taken;           /* SMs the pipelined reduce-scatter takes from the GEMM           */
+} TpOverlap;
+
+static double overlap_rs_delay(SimLowering *lw, const OpLay *l, int sh, const Holders *h,
+                               double bytes, const TpOverlap *ov)
+{
+  int n = h->n_devs;
+  if (ov->bulk) {
+    double g = l->t_gemm[4 * (size_t)sh + TP_GEMM_LAST_B];
+    double rs = sim_collective_time(lw->m, SIM_COLL_REDUCE_SCATTER, SIM_ALLREDUCE_RING, &lw->cp,
+                                    h->devs, n, bytes);
+    return MAX(0.0, rs - g);
+  }
+  double g = l->t_gemm[4 * (size_t)sh + TP_GEMM_LAST_F];
+  double slow = l->sms > ov->taken ? (double)l->sms / (l->sms - ov->taken) : 1.0;
+  double c = g * slow / n;
+  double a = sim_collective_time(lw->m, SIM_COLL_REDUCE_SCATTER, SIM_ALLREDUCE_RING, &lw->cp,
+                                 h->devs, n, bytes / n);
+  return MAX(0.0, c + a + (n - 1) * MAX(c, a) - g);
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
                           gboolean partial, int pass, int mb, SimDType dt, int tensor,
-                          Ready *ready)
+                          Ready *ready, const TpOverlap *ov)
 {
   for (guint k = 0; k < groups->len; k++) {
     Holders *h = &g_array_index(groups, Holders, k);
@@ -129,7 +177,18 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     if (block < 0)
       continue; /* only asked which groups reduce */
     SimTaskRef start;
-    if (h->n_devs > 1) {
+    if (h->n_devs > 1 && ov && ov->on) {
+      double bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale;
+      int sh = h->members[0];
+      for (int i = 0; i < h->n; i++)
+        if (l->cidx[h->members[i]] >= 0) {
+          sh = h->members[i];
+          break;
+        }
+      SimTask d = sim_task_delay(SIM_CLASS_REDUCTION, l->dev[sh],
+                                 overlap_rs_delay(lw, l, sh, h, bytes, ov));
+      start = ready[k].end = sim_taskgraph_add(lw->tg, block, &d);
+    } else if (h->n_devs > 1) {
       SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
                              .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
                              .devices = h->devs, .n = h->n_devs,
@@ -495,12 +554,45 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
  * scatter-gathered piece sends its part from its holder, then every consumer of the group
  * passes its part on to the others (a consumer folded away passes its part on when the
  * representative has its own: their timelines are the same). */
+/* The all-gather into consumer shard @c of @pieces overlapped with its GEMM
+ * (TpOverlap): a delay on its device of what the ring exchange adds to the GEMM. */
+static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
+                                   const OpLay *dst, const GArray *pieces, int c, int dst_pass,
+                                   SimDType dt)
+{
+  int *devs = g_new(int, pieces->len + 1);
+  int n = 0;
+  double bytes = 0;
+  devs[n++] = dst->dev[c];
+  for (guint i = 0; i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    if (p->c != c)
+      continue;
+    bytes += (double)lower_region_bytes(&p->inter, dt);
+    if (!p->local)
+      devs[n++] = src->dev[p->holder];
+  }
+  double g = dst->t_gemm[4 * (size_t)c + (dst_pass == P_B ? TP_GEMM_FIRST_B : TP_GEMM_FIRST_F)];
+  double extra = 0;
+  if (n > 1) {
+    double step = sim_collective_time(lw->m, SIM_COLL_ALLGATHER, SIM_ALLREDUCE_RING, &lw->cp,
+                                      devs, n, bytes) / (n - 1);
+    extra = (n - 1) * MAX(0.0, step - g / n);
+  }
+  g_free(devs);
+  SimTask d = sim_task_delay(SIM_CLASS_TRANSFER, dst->dev[c], extra);
+  return sim_taskgraph_add(lw->tg, block, &d);
+}
+
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
-                    int tensor_op, int tensor, int which)
+                    int tensor_op, int tensor, int which, gboolean overlap)
 {
   gboolean grad = dst_pass == P_B;
   SimTaskRef *got = NULL;
+  /* Under overlap, each consumer shard's delay (made when its first piece from another
+   * device comes), by shard. */
+  SimTaskRef *delay = NULL;
   for (guint i = 0; i < pieces->len; i++) {
     const Piece *p = &g_array_index(pieces, Piece, i);
     if (!p->sim)
@@ -510,6 +602,19 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
                                 p->stand_in >= 0 ? p->stand_in : p->holder);
     if (p->local) {
       sim_taskgraph_depend(lw->tg, block, from, to);
+      continue;
+    }
+    if (overlap) {
+      if (!delay) {
+        delay = g_new(SimTaskRef, dst->n_shards);
+        for (int c = 0; c < dst->n_shards; c++)
+          delay[c].block = -1;
+      }
+      if (delay[p->c].block < 0) {
+        delay[p->c] = overlap_ag_delay(lw, block, src, dst, pieces, p->c, dst_pass, dt);
+        sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
+      }
+      sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);
       continue;
     }
     SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],
@@ -541,6 +646,7 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
     }
   }
   g_free(got);
+  g_free(delay);
 }
 
 /* Expert parallelism as an all-to-all.  A mixture-of-experts op whose experts are split
@@ -572,6 +678,62 @@ static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
   return TRUE;
 }
 
+/* What each shard of consumer @cx of tensor @t needs (@need): the box around every input
+ * slot reading t; @partial: whether its gradients there are partial. */
+static void consumer_need(const SimLowering *lw, int t, int cx, SimRegion *need, gboolean *partial)
+{
+  const OpLay *cl = &lw->ops[cx];
+  const SimOp *cop = sim_graph_op_get(lw->g, cx);
+  *partial = FALSE;
+  for (int c = 0; c < cl->n_shards; c++) {
+    gboolean first = TRUE;
+    for (int i = 0; i < cop->n_inputs; i++) {
+      if (cop->inputs[i] != t)
+        continue;
+      const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
+      if (first) {
+        need[c] = *r;
+        first = FALSE;
+      } else {
+        for (int d = 0; d < r->ndim; d++) {
+          need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
+          need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
+        }
+      }
+      *partial |= cl->in_partial[i];
+    }
+  }
+}
+
+/* Whether the partial sums of @groups end as a reduce-scatter: every shard of @dst that
+ * needs part of a group's region (@need) needs less than all of it and sits on one of the
+ * group's devices (sequence parallelism after a row-parallel op). */
+static gboolean scatters(const GArray *groups, const OpLay *dst, const SimRegion *need)
+{
+  gboolean any = FALSE;
+  for (guint k = 0; k < groups->len; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    if (h->n_devs < 2)
+      continue;
+    int64_t whole = sim_region_volume(&h->region);
+    for (int c = 0; c < dst->n_shards; c++) {
+      SimRegion inter;
+      if (!boxes_overlap(&need[c], &h->region) ||
+          !sim_region_intersect(&need[c], &h->region, &inter))
+        continue;
+      if (sim_region_volume(&inter) >= whole)
+        return FALSE;
+      gboolean on = FALSE;
+      for (int i = 0; i < h->n_devs; i++)
+        on |= h->devs[i] == dst->dev[c];
+      if (!on)
+        return FALSE;
+      any = TRUE;
+    }
+  }
+  return any;
+}
+
 void lower_build_tensor_block(SimLowering *lw, int t)
 {
   const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
@@ -596,7 +758,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     if (ppartial) {
       Ready *r = g_new(Ready, ng);
       for (int mb = 0; mb < M; mb++) {
-        reduce_groups(lw, block, pl, pgroups, TRUE, P_F, mb, dt, t, r);
+        reduce_groups(lw, block, pl, pgroups, TRUE, P_F, mb, dt, t, r, NULL);
         for (int k = 0; k < ng; k++) {
           Holders *h = &g_array_index(pgroups, Holders, k);
           if (!r[k].reduced)
@@ -624,12 +786,26 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   Ready *pready_r = any_recomputed ? g_new(Ready, (size_t)M * ng) : NULL;
   double p_routed = 1.0;
   gboolean p_experts = routed_fraction(lw, px, &p_routed);
+  /* The producer's partial sums end as a reduce-scatter overlapped with its last GEMM
+   * (TpOverlap) where every consumer, in its stage, takes a part of them. */
+  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
+                     .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION ? 24 : 16 };
+  for (guint ci = 0; ov_f.on && ci < ten->consumers->len; ci++) {
+    int cx = g_array_index(ten->consumers, int, ci);
+    const OpLay *cl = &lw->ops[cx];
+    SimRegion *need = g_new(SimRegion, cl->n_shards);
+    gboolean cpartial;
+    consumer_need(lw, t, cx, need, &cpartial);
+    ov_f.on = cl->stage == pl->stage && !cpartial && scatters(pgroups, cl, need);
+    g_free(need);
+  }
   lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
   for (int mb = 0; mb < M; mb++) {
-    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng);
+    reduce_groups(lw, block, pl, pgroups, ppartial, P_F, mb, dt, t, pready_f + (size_t)mb * ng,
+                  &ov_f);
     if (pready_r)
       reduce_groups(lw, block, pl, pgroups, ppartial, P_R, mb, dt, t,
-                    pready_r + (size_t)mb * ng);
+                    pready_r + (size_t)mb * ng, &ov_f);
   }
   lw->byte_scale = 1.0;
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
@@ -655,32 +831,15 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     const SimOp *cop = sim_graph_op_get(lw->g, cx);
     /* What each consumer shard needs: the box around every input slot reading t. */
     SimRegion *need = g_new(SimRegion, cl->n_shards);
-    gboolean cpartial = FALSE;
-    for (int c = 0; c < cl->n_shards; c++) {
-      gboolean first = TRUE;
-      for (int i = 0; i < cop->n_inputs; i++) {
-        if (cop->inputs[i] != t)
-          continue;
-        const SimRegion *r = &cl->in_reg[c * cl->n_in + i];
-        if (first) {
-          need[c] = *r;
-          first = FALSE;
-        } else {
-          for (int d = 0; d < r->ndim; d++) {
-            need[c].lo[d] = MIN(need[c].lo[d], r->lo[d]);
-            need[c].hi[d] = MAX(need[c].hi[d], r->hi[d]);
-          }
-        }
-        cpartial |= cl->in_partial[i];
-      }
-    }
+    gboolean cpartial;
+    consumer_need(lw, t, cx, need, &cpartial);
     gboolean recomputed = pl->recompute && cl->recompute && pl->stage == cl->stage;
     GArray *cgroups = lower_group_holders(&lw->regions, cl, need, 1, 0, NULL);
     int ncg = (int)cgroups->len;
     Ready *cready = g_new(Ready, ncg);
     /* Whether a group is reduced is the same in every micro-batch: the first one's
      * readiness tells the pieces where the data comes from. */
-    reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready);
+    reduce_groups(lw, -1, cl, cgroups, cpartial, P_B, -1, dt, t, cready, NULL);
     GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE);
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg);
     /* An expert-parallel consumer receives only its routed tokens and sends back their
@@ -688,19 +847,27 @@ void lower_build_tensor_block(SimLowering *lw, int t)
      * producer receives only its tokens' output gradients (routed_fraction()). */
     double c_routed = 1.0;
     gboolean c_experts = cop->inputs[0] == t && routed_fraction(lw, cx, &c_routed);
+    /* Under tensor-parallel overlap (TpOverlap), inside one stage: the gather of a
+     * consumer's input (forward) and of the producer's output gradient (backward), and the
+     * reduce-scatter of the consumer's partial input gradient. */
+    gboolean same = lower_tp_overlap(lw) && cl->stage == pl->stage && !p_experts && !c_experts;
+    gboolean ag_f = same && cl->t_gemm;
+    gboolean ag_b = same && pl->t_gemm;
+    TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && scatters(cgroups, pl, pneed),
+                       .bulk = TRUE };
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
-              mb * 3);
+              mb * 3, ag_f);
       if (recomputed)
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
-                mb * 3 + 1);
+                mb * 3 + 1, ag_f);
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
-      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready);
+      reduce_groups(lw, block, cl, cgroups, cpartial, P_B, mb, dt, t, cready, &ov_b);
       lw->byte_scale = p_routed;
-      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, ag_b);
       lw->byte_scale = 1.0;
     }
     g_array_free(fwd, TRUE);
