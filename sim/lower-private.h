@@ -32,6 +32,7 @@ typedef struct {
   double *t_gemm;
   /* The shard's device's streaming multiprocessors (0: not known). */
   int sms;
+  int op;                  /* the operator laid out                                   */
   int stage;
   int block;
   uint32_t pos_b, pos_r;   /* places in the backward order                             */

@@ -187,6 +187,10 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
         }
       SimTask d = sim_task_delay(SIM_CLASS_REDUCTION, l->dev[sh],
                                  overlap_rs_delay(lw, l, sh, h, bytes, ov));
+      /* The op whose GEMM it overlaps, for traces and tests. */
+      d.op = l->op;
+      d.mb = mb;
+      d.shard = sh;
       start = ready[k].end = sim_taskgraph_add(lw->tg, block, &d);
     } else if (h->n_devs > 1) {
       SimCollective coll = { .kind = SIM_COLL_ALLREDUCE, .algo = SIM_ALLREDUCE_RING,
@@ -558,7 +562,7 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
  * (TpOverlap): a delay on its device of what the ring exchange adds to the GEMM. */
 static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
                                    const OpLay *dst, const GArray *pieces, int c, int dst_pass,
-                                   SimDType dt)
+                                   int mb, SimDType dt)
 {
   int *devs = g_new(int, pieces->len + 1);
   int n = 0;
@@ -581,6 +585,9 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
   }
   g_free(devs);
   SimTask d = sim_task_delay(SIM_CLASS_TRANSFER, dst->dev[c], extra);
+  d.op = dst->op;
+  d.mb = mb;
+  d.shard = c;
   return sim_taskgraph_add(lw->tg, block, &d);
 }
 
@@ -611,7 +618,7 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
           delay[c].block = -1;
       }
       if (delay[p->c].block < 0) {
-        delay[p->c] = overlap_ag_delay(lw, block, src, dst, pieces, p->c, dst_pass, dt);
+        delay[p->c] = overlap_ag_delay(lw, block, src, dst, pieces, p->c, dst_pass, mb, dt);
         sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
       }
       sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);

@@ -184,6 +184,7 @@ static void lay_op(SimLowering *lw, int x)
 {
   OpLay *l = &lw->ops[x];
   lay_free(l);
+  l->op = x;
   const SimOp *op = sim_graph_op_get(lw->g, x);
   if (op->type == SIM_OP_INPUT) {
     l->is_input = TRUE;

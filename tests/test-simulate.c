@@ -878,6 +878,115 @@ Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
   }
 }
 
+/* The share of the first (@first) or last GEMM in op @x's shard @sh time in @pass: the
+ * kernel's time times the op's over the sum of its kernels'. */
+static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
+                         const SimDeviceSpec *spec, int x, int sh, SimPass pass, gboolean first)
+{
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER], ext[SIM_MAX_ITER];
+  sim_lowering_shard_range(lw, x, sh, lo, hi);
+  for (int d = 0; d < SIM_MAX_ITER; d++)
+    ext[d] = hi[d] - lo[d];
+  SimWork wk = { 0 };
+  sim_graph_op_work(g, x, ext, pass, &wk);
+  double all = 0, k = 0;
+  for (int i = 0; i < wk.n; i++) {
+    double t = sim_cost_model_kernel_time(cm, spec, &wk.k[i]);
+    all += t;
+    if (wk.k[i].kind == SIM_KERNEL_GEMM && (!first || k == 0))
+      k = t;
+  }
+  return sim_cost_model_op_time(cm, spec, g, x, ext, pass) * k / all;
+}
+
+/* Tensor-parallel communication overlap on a 4-GPU switch without link latency, TP 2 and
+ * 4 with sequence parallelism, one LLaMA layer of hidden size 256 in fp32 (S = 64 x 256 x
+ * 4 bytes a micro-batch of one sequence): no activation moves as a flow, and around the
+ * attention every wait is the closed form of SimStrategy.tp_comm_overlap (lower-tensors.c)
+ * with ring times T(B) = (n - 1) (2 us + B / n / (0.78 bw)), the collective model's step
+ * latency and efficiency: the gather of its input (n - 1) max(0, T(S) / (n - 1) - g / n)
+ * before its forward, of its output's gradient the same with its backward's first GEMM;
+ * the reduce-scatter of its output, its output projection on 84 of the A100's 108 SMs,
+ * c + a + (n - 1) max(c, a) - g with c = g 108 / 84 / n and a = T(S / n); of its input's
+ * gradient max(0, T(S) - g) with the weight gradient's GEMM.  The link is slow enough
+ * (2 GB/s) for every wait to be positive. */
+Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
+{
+  const double bw = 2e9;
+  g_autoptr(SimMachine) m = switch4_latency(bw / 1e9, 0);
+  g_autoptr(SimCostModel) cm = roofline();
+  const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
+  cr_assert_eq(spec->sm_count, 108);
+  for (int n = 2; n <= 4; n += 2) {
+    g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=4,ffn=512,"
+                                         "seq=64,vocab=512,batch=2");
+    int attn = sim_graph_op_by_name(g, "layer0.attn");
+    cr_assert_geq(attn, 0);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = n;
+    mo.microbatch_size = 1;
+    mo.sequence_parallel = TRUE;
+    mo.tp_comm_overlap = TRUE;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    cr_assert(sim_strategy_get_tp_comm_overlap(s));
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    double S = 64.0 * 256 * 4;
+#define RING(B) ((n - 1) * (2e-6 + (B) / n / (0.78 * bw)))
+    int found[4] = { 0 };
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *k = &tg->task[t];
+      cr_expect_not(k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER,
+                    "tp %d: a flow of %g bytes between %d and %d", n, k->bytes, k->device,
+                    k->peer);
+      if (k->kind != SIM_TASK_DELAY || k->op != attn)
+        continue;
+      /* Which wait: the gathers are transfers, the reduce-scatters reductions; forward
+       * and backward tell apart by what the delay precedes or follows. */
+      double gf0 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_FORWARD, TRUE);
+      double gf1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_FORWARD, FALSE);
+      double gb0 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, TRUE);
+      double gb1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, FALSE);
+      double ag_f = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gf0 / n);
+      double ag_b = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gb0 / n);
+      double c = gf1 * 108.0 / 84.0 / n, a = RING(S / n);
+      double rs_f = c + a + (n - 1) * MAX(c, a) - gf1;
+      double rs_b = MAX(0.0, RING(S) - gb1);
+      cr_assert_gt(MIN(MIN(ag_f, ag_b), MIN(rs_f, rs_b)), 0);
+      double want[2];
+      if (k->cls == SIM_CLASS_TRANSFER) {
+        want[0] = ag_f;
+        want[1] = ag_b;
+      } else {
+        want[0] = rs_f;
+        want[1] = rs_b;
+      }
+      double d = k->duration;
+      int which = fabs(d - want[0]) <= 1e-9 * want[0] ? 0
+                  : fabs(d - want[1]) <= 1e-9 * want[1] ? 1 : -1;
+      cr_expect_geq(which, 0, "tp %d, %s wait of %.9g s: expected %.9g (forward) or %.9g "
+                    "(backward)", n, k->cls == SIM_CLASS_TRANSFER ? "gather" : "scatter", d,
+                    want[0], want[1]);
+      if (which >= 0)
+        found[(k->cls == SIM_CLASS_TRANSFER ? 0 : 2) + which]++;
+    }
+#undef RING
+    /* Every shard waits once for each in each of the 2 micro-batches; a reduce-scatter's
+     * wait is one task for its group. */
+    cr_expect_eq(found[0], 2 * n, "tp %d: %d forward gathers", n, found[0]);
+    cr_expect_eq(found[1], 2 * n, "tp %d: %d backward gathers", n, found[1]);
+    cr_expect_eq(found[2], 2, "tp %d: %d forward reduce-scatters", n, found[2]);
+    cr_expect_eq(found[3], 2, "tp %d: %d backward reduce-scatters", n, found[3]);
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+}
+
 /* Context parallelism over 2 GPUs: every op holds its own positions, so with the ring
  * no activation moves between the GPUs (the keys and values travel in the ring, priced
  * with the attention), while without it (the same splits, context_parallel 1) each
