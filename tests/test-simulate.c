@@ -982,6 +982,18 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     cr_expect_eq(found[1], 2 * n, "tp %d: %d backward gathers", n, found[1]);
     cr_expect_eq(found[2], 2, "tp %d: %d forward reduce-scatters", n, found[2]);
     cr_expect_eq(found[3], 2, "tp %d: %d backward reduce-scatters", n, found[3]);
+    /* The overlap changes times only: every GPU's peak memory is the plan's without it. */
+    mo.tp_comm_overlap = FALSE;
+    g_autoptr(SimStrategy) plain = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(plain, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) ro = sim_simulate(g, m, s, cm, &o, &error);
+    g_autoptr(SimReport) rp = sim_simulate(g, m, plain, cm, &o, &error);
+    cr_assert(ro && rp);
+    for (int d = 0; d < 4; d++)
+      cr_expect_eq(sim_report_peak_memory(ro, d), sim_report_peak_memory(rp, d), "tp %d, GPU %d",
+                   n, d);
+    cr_expect_lt(sim_report_iteration_time(ro), sim_report_iteration_time(rp));
     sim_timeline_clear(&tl);
     sim_lowering_free(lw);
   }
@@ -1200,8 +1212,8 @@ Test(properties, flow_groups_change_no_timing)
 static int64_t fold_bucket_bytes;
 /* ... and whether they scatter-gather their pipeline messages. */
 static gboolean fold_scatter_gather;
-/* ... sequence parallelism and ZeRO-1. */
-static gboolean fold_sequence_parallel, fold_zero1;
+/* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
+static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1226,6 +1238,7 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   mo.sync.bucket_bytes = fold_bucket_bytes;
   mo.scatter_gather = fold_scatter_gather;
   mo.sequence_parallel = fold_sequence_parallel;
+  mo.tp_comm_overlap = fold_tp_overlap;
   mo.memory.zero1 = fold_zero1;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -1398,6 +1411,7 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
     SimRecompute rc = (SimRecompute)g_rand_int_range(rng, 0, 3);
     fold_scatter_gather = pp > 1 && g_rand_boolean(rng);
     fold_sequence_parallel = tp > 1 && g_rand_boolean(rng);
+    fold_tp_overlap = fold_sequence_parallel && done % 2;
     fold_zero1 = dp > 1 && g_rand_boolean(rng);
     fold_bucket_bytes = g_rand_boolean(rng) ? 0 : 1000000;
     SimDetail detail = g_rand_boolean(rng) ? SIM_DETAIL_FLOWS : SIM_DETAIL_COLLECTIVE;
@@ -1405,7 +1419,7 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
                   NULL);
     done++;
   }
-  fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
+  fold_scatter_gather = fold_sequence_parallel = fold_tp_overlap = fold_zero1 = FALSE;
   fold_bucket_bytes = 0;
   g_rand_free(rng);
 }
@@ -1426,6 +1440,15 @@ Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
   check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
                 SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
                 "data-parallel replicas and tensor-parallel ranks", NULL);
+  /* With the gathers and reduce-scatters overlapped with their GEMMs (waits on each rank
+   * instead of flows between ranks). */
+  fold_tp_overlap = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_tp_overlap = FALSE;
   fold_sequence_parallel = FALSE;
 }
 
@@ -1737,6 +1760,7 @@ Test(delta, equals_fresh_sessions_on_random_plans_options_and_machines, .timeout
       o.chunks = o.schedule == SIM_SCHEDULE_INTERLEAVED ? 2 : 1;
       o.sequence_parallel = o.tp > 1 && g_rand_boolean(rng);
       o.scatter_gather = o.tp > 1 && g_rand_boolean(rng);
+      o.tp_comm_overlap = o.sequence_parallel && !o.scatter_gather;
       s0 = sim_strategy_megatron(g, m, &o, NULL);
     }
     if (!s0)
@@ -2564,6 +2588,7 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
     mo.memory.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
     mo.memory.zero1 = g_rand_boolean(rng);
     mo.sequence_parallel = mo.tp > 1 && g_rand_boolean(rng);
+    mo.tp_comm_overlap = mo.sequence_parallel && trial % 2;
     g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(s, "trial %d: %s", trial, error ? error->message : "");
     g_autofree char *what =
