@@ -615,6 +615,14 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->sequence_parallel = p->sequence_parallel;
   o->scatter_gather = p->scatter_gather;
   o->tp_comm_overlap = p->tp_comm_overlap;
+  if (p->tp_comm_overlap && !p->sequence_parallel) {
+    /* Megatron-LM and NeMo allow it only with sequence parallelism, whose collectives it
+     * overlaps. */
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                "--sequence-parallel");
+    return FALSE;
+  }
   if (p->schedule) {
     /* NAME or interleaved:V, V model chunks per stage. */
     g_autofree char *name = g_strdup(p->schedule);
