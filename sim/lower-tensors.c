@@ -117,9 +117,9 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
 }
 
 /* Tensor-parallel communication overlap (SimStrategy.tp_comm_overlap), as Transformer
- * Engine's userbuffers run it under sequence parallelism (NeMo's tp_comm_overlap; the
- * configuration NeMo ships for LLaMA-class models with hidden size 8192 on H100 at TP 4,
- * nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py).  Over a group of n
+ * Engine's userbuffers run it under sequence parallelism (NeMo's tp_comm_overlap, with
+ * the configuration NeMo ships for LLaMA-class models of hidden size 8192 on H100 at TP 4;
+ * docs/llm.md names it).  Over a group of n
  * tensor-parallel ranks, with g the time of the GEMM involved and S the bytes of the
  * whole tensor, T_AG and T_RS the ring all-gather and reduce-scatter times of the
  * collective model on an idle machine (sim_collective_time()):
@@ -553,11 +553,6 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
   return fr;
 }
 
-/* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
- * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
- * scatter-gathered piece sends its part from its holder, then every consumer of the group
- * passes its part on to the others (a consumer folded away passes its part on when the
- * representative has its own: their timelines are the same). */
 /* The all-gather into consumer shard @c of @pieces overlapped with its GEMM
  * (TpOverlap): a delay on its device of what the ring exchange adds to the GEMM. */
 static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
@@ -591,6 +586,11 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
   return sim_taskgraph_add(lw->tg, block, &d);
 }
 
+/* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
+ * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
+ * scatter-gathered piece sends its part from its holder, then every consumer of the group
+ * passes its part on to the others (a consumer folded away passes its part on when the
+ * representative has its own: their timelines are the same). */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
                     int tensor_op, int tensor, int which, gboolean overlap)
