@@ -184,7 +184,6 @@ typedef struct {
   int chunks;                 /* model chunks per stage (interleaved)                 */
   gboolean sequence_parallel;
   gboolean scatter_gather;    /* pipeline messages split over the tensor-parallel ranks */
-  gboolean tp_comm_overlap;   /* sequence parallelism's collectives overlap their GEMMs  */
   SimSyncOptions sync;
   SimMemoryOptions memory;
   /* Expert parallelism: every mixture-of-experts op splits its experts over @ep of the
@@ -197,6 +196,10 @@ typedef struct {
    * (sim_strategy_set_context_parallel()).  0 or 1: none.  With ep, a mixture-of-experts
    * op's shards of one context rank exchange tokens among the ep replicas of that rank. */
   int cp;
+  /* With sequence_parallel: its all-gathers and reduce-scatters overlap the GEMMs that
+   * consume and produce them (SimStrategy's tp_comm_overlap, sim/lower-tensors.c).  Last,
+   * so that bindings that mirror this struct keep their layout. */
+  gboolean tp_comm_overlap;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);
