@@ -52,6 +52,10 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_add_string_value(b, sim_schedule_name(p->schedule));
   json_builder_set_member_name(b, "sequence_parallel");
   json_builder_add_boolean_value(b, p->sequence_parallel);
+  if (p->tp_comm_overlap) {
+    json_builder_set_member_name(b, "tp_comm_overlap");
+    json_builder_add_boolean_value(b, TRUE);
+  }
   json_builder_set_member_name(b, "recompute");
   json_builder_add_string_value(b, sim_recompute_name(p->recompute));
   json_builder_set_member_name(b, "zero1");

@@ -85,10 +85,11 @@ const SearchAlgorithm *cli_search_lookup(const char *name, GError **error)
 gboolean cli_search_check_plan(const CliPlanOptions *plan, GError **error)
 {
   if (plan->dp || plan->tp || plan->pp || plan->microbatches || plan->microbatch_size ||
-      plan->schedule || plan->sequence_parallel || plan->scatter_gather || plan->cp) {
+      plan->schedule || plan->sequence_parallel || plan->scatter_gather || plan->cp ||
+      plan->tp_comm_overlap) {
     g_set_error(error, SEARCH_ERROR, SEARCH_ERROR_INVALID,
                 "--dp, --tp, --pp, --microbatches, --microbatch-size, --schedule, "
-                "--sequence-parallel, --scatter-gather and --cp describe a plan; the search chooses the plan (use "
+                "--sequence-parallel, --tp-comm-overlap, --scatter-gather and --cp describe a plan; the search chooses the plan (use "
                 "'parasol simulate' to predict a given one)");
     return FALSE;
   }

@@ -348,6 +348,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
+    { "tp-comm-overlap", 0, 0, G_OPTION_ARG_NONE, &p->tp_comm_overlap, "With --sequence-parallel: each tensor-parallel all-gather and reduce-scatter runs in chunks pipelined with the GEMM that consumes or produces it (Transformer Engine's userbuffers, NeMo's tp_comm_overlap; docs/formats.md)", NULL },
     { "scatter-gather", 0, 0, G_OPTION_ARG_NONE, &p->scatter_gather, "Megatron's scatter-gather of pipeline messages: each tensor-parallel rank sends 1/TP of an activation or gradient to the next stage, whose ranks all-gather it", NULL },
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
@@ -613,6 +614,15 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
     o->microbatch_size = p->microbatch_size;
   o->sequence_parallel = p->sequence_parallel;
   o->scatter_gather = p->scatter_gather;
+  o->tp_comm_overlap = p->tp_comm_overlap;
+  if (p->tp_comm_overlap && !p->sequence_parallel) {
+    /* Megatron-LM and NeMo allow it only with sequence parallelism, whose collectives it
+     * overlaps. */
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                "--sequence-parallel");
+    return FALSE;
+  }
   if (p->schedule) {
     /* NAME or interleaved:V, V model chunks per stage. */
     g_autofree char *name = g_strdup(p->schedule);

@@ -12,6 +12,7 @@ typedef struct {
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, scatter_gather, no_fold, blocking_sends;
+  gboolean tp_comm_overlap;
   gboolean zero2, zero3;
   gboolean no_chains, no_rings, no_steady;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;

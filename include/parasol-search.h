@@ -333,6 +333,7 @@ typedef struct {
    * in TP) and expert parallelism (how many of the DP replicas split the experts of
    * every mixture-of-experts operator; its expert splits are not counted in TP). */
   int cp, ep;
+  gboolean tp_comm_overlap;      /* sim_strategy_get_tp_comm_overlap()                   */
 } SearchPlanSummary;
 
 SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,

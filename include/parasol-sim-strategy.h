@@ -86,6 +86,9 @@ SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chun
 /* Whether the tensor-parallel ranks split the sequence outside their GEMMs (Megatron's
  * sequence parallelism). */
 SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
+/* Whether sequence parallelism's all-gathers and reduce-scatters overlap the GEMMs that
+ * consume and produce them (Transformer Engine's userbuffers; docs/formats.md). */
+SIM_PUBLIC gboolean sim_strategy_get_tp_comm_overlap(const SimStrategy *s);
 /* Context parallelism (ring attention) over @cp ranks: every self-attention operator whose
  * query positions are split reads only its own positions of the keys and values and
  * receives the others' keys and values around the ring of the shards that split its
@@ -193,6 +196,10 @@ typedef struct {
    * (sim_strategy_set_context_parallel()).  0 or 1: none.  With ep, a mixture-of-experts
    * op's shards of one context rank exchange tokens among the ep replicas of that rank. */
   int cp;
+  /* With sequence_parallel: its all-gathers and reduce-scatters overlap the GEMMs that
+   * consume and produce them (SimStrategy's tp_comm_overlap, sim/lower-tensors.c).  Last,
+   * so that bindings that mirror this struct keep their layout. */
+  gboolean tp_comm_overlap;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

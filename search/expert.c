@@ -614,7 +614,7 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 /* Megatron's plan space past its rules                                               */
 
 #define REFINE_STREAM 0xfd0000u
-#define REFINE_MAX 24
+#define REFINE_MAX SEARCH_KNOB_MAX
 #define REFINE_GAIN 1e-5
 
 typedef struct {
@@ -701,6 +701,13 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
   if (o->tp > 1) {
     v = *o;
     v.sequence_parallel = !o->sequence_parallel;
+    v.tp_comm_overlap = FALSE;
+    out[n++] = v;
+  }
+  if (o->tp > 1 && o->sequence_parallel) {
+    /* Sequence parallelism's collectives overlapped with their GEMMs, or not. */
+    v = *o;
+    v.tp_comm_overlap = !o->tp_comm_overlap;
     out[n++] = v;
   }
   /* The devices traded between two kinds of parallelism, everything else kept: tensor
@@ -732,7 +739,7 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
       v.chunks = 1;
     }
     if (v.tp == 1)
-      v.sequence_parallel = FALSE;
+      v.sequence_parallel = v.tp_comm_overlap = FALSE;
     /* Expert parallelism stays within the data-parallel replicas. */
     while (v.ep > 1 && v.dp % v.ep != 0)
       v.ep /= 2;
@@ -813,7 +820,7 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
       /* Tensor parallelism brought in beside the context ranks keeps the activations
        * split by position between its GEMMs (sequence parallelism), as they are. */
       if (v.tp == 1)
-        v.sequence_parallel = FALSE;
+        v.sequence_parallel = v.tp_comm_overlap = FALSE;
       else if (o->tp == 1 && v.cp > 1)
         v.sequence_parallel = TRUE;
       while (v.ep > 1 && v.dp % v.ep != 0)
@@ -837,7 +844,10 @@ int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOpt
     const SimMemoryOptions *b = &v->memory;
     int zv = b->zero3 ? 3 : b->zero2 ? 2 : b->zero1 ? 1 : 0;
     gboolean same = v->tp == o->tp && v->pp == o->pp && v->dp == o->dp;
-    if (MAX(v->cp, 1) != MAX(o->cp, 1) || (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z)))
+    gboolean overlap = v->sequence_parallel == o->sequence_parallel &&
+                       !v->tp_comm_overlap != !o->tp_comm_overlap;
+    if (MAX(v->cp, 1) != MAX(o->cp, 1) ||
+        (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z || overlap)))
       out[k++] = *v;
   }
   return k;
@@ -861,6 +871,7 @@ gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s
   o.schedule = sum.schedule;
   o.chunks = sum.chunks;
   o.sequence_parallel = sum.sequence_parallel;
+  o.tp_comm_overlap = sum.tp_comm_overlap;
   o.memory = sim_strategy_get_memory(s);
   o.sync = sim_strategy_get_sync(s);
   /* Whether pipeline messages are scatter-gathered shows only in the plan built. */

@@ -20,7 +20,8 @@
  * self-attention over long sequences or with a mixture of experts, a plan of Megatron's
  * space (an expert start, say) also moves its knobs with the same probability: the
  * context-parallel degree traded against another, the expert-parallel degree doubled or
- * halved, or the ZeRO stage (1, 2, 3) one up or down (search_megatron_knob_neighbours());
+ * halved, the ZeRO stage (1, 2, 3) one up or down, or under sequence parallelism its
+ * collectives' overlap with their GEMMs turned on or off (search_megatron_knob_neighbours());
  * any other plan steps its ZeRO stage.
  *
  * Several chains run on the worker threads, each with its own random stream and its own
@@ -195,12 +196,13 @@ static void plan_move(Mcmc *m, Chain *c, int i)
 
 /* A move of Megatron's knobs (see the top): the current plan, when it is a plan of
  * Megatron's space exactly, replaced by one of its neighbours there that changes the
- * context-parallel degree, the expert-parallel degree or the ZeRO stage; a full
+ * context-parallel degree, the expert-parallel degree, the ZeRO stage or the overlap of
+ * tensor-parallel communication; a full
  * simulation, taken only when it is faster. */
 static void knob_move(Mcmc *m, Chain *c, int i)
 {
   const SimStrategy *cur = search_evaluator_get_strategy(c->ev);
-  SimMegatronOptions o, cand[24];
+  SimMegatronOptions o, cand[SEARCH_KNOB_MAX];
   g_autoptr(SimStrategy) s = NULL;
   if (search_megatron_options_of(m->p, cur, &o)) {
     int n = search_megatron_knob_neighbours(m->p, &o, cand);

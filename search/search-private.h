@@ -255,7 +255,8 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
                                         gboolean *complete, SimMegatronOptions *opts);
 /* Megatron's plan space past its rules, from the plan of @o (the expert's winner, of cost
  * *@cost, held in *@s): a local search over the interleaved schedule's model chunks,
- * sequence parallelism, the micro-batch size, recomputation, ZeRO-1, the gradient
+ * sequence parallelism and its overlap of tensor-parallel communication with GEMMs, the
+ * micro-batch size, recomputation, ZeRO-1, the gradient
  * buckets and trades of devices between tensor and pipeline or pipeline and data
  * parallelism, one change at a time, each simulated and kept when faster, until no change
  * helps or the budget ends.  Replaces *@s and *@cost with the fastest plan found and
@@ -263,9 +264,11 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
                            const SimMegatronOptions *o);
 /* The changes of @o's context-parallel degree (devices traded with tensor, pipeline or
- * data parallelism), of its expert-parallel degree (twice or half, mixtures of experts)
- * and of its ZeRO stage (one up or down) that the refinement tries, into @out (room for
- * 24); returns how many. */
+ * data parallelism), of its expert-parallel degree (twice or half, mixtures of experts),
+ * of its ZeRO stage (one up or down) and of the overlap of its sequence parallelism's
+ * collectives with their GEMMs (on or off) that the refinement tries, into @out (room for
+ * SEARCH_KNOB_MAX); returns how many. */
+#define SEARCH_KNOB_MAX 26
 int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
                                     SimMegatronOptions *out);
 /* The options that search_megatron_plan() builds @s from, when it is such a plan exactly;

@@ -17,6 +17,7 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
   out->pp = MAX(1, sim_strategy_n_stages(s) / out->chunks);
   out->microbatches = MAX(1, sim_strategy_get_microbatches(s));
   out->sequence_parallel = sim_strategy_get_sequence_parallel(s);
+  out->tp_comm_overlap = sim_strategy_get_tp_comm_overlap(s);
   SimMemoryOptions mem = sim_strategy_get_memory(s);
   out->recompute = mem.recompute;
   out->zero1 = mem.zero1;
@@ -110,7 +111,7 @@ char *search_plan_summary_text(const SearchPlanSummary *p)
   if (p->schedule == SIM_SCHEDULE_INTERLEAVED)
     g_string_append_printf(t, ":%d", p->chunks);
   if (p->sequence_parallel)
-    g_string_append(t, ", SP");
+    g_string_append(t, p->tp_comm_overlap ? ", SP with TP overlap" : ", SP");
   if (p->recompute != SIM_RECOMPUTE_NONE)
     g_string_append_printf(t, ", recompute %s", sim_recompute_name(p->recompute));
   if (p->zero > 1)

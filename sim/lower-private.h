@@ -26,6 +26,13 @@ typedef struct {
   gboolean recompute;
   gboolean has_weights;
   uint16_t k_f, k_b, k_r;      /* kernels per pass, for the host's issue time         */
+  /* Under tensor-parallel communication overlap (SimStrategy.tp_comm_overlap), per
+   * shard: the times of the forward's first and last GEMM and of the backward's first and
+   * last ([4 * shard + TP_GEMM_*]), shares of t_f and t_b; NULL otherwise. */
+  double *t_gemm;
+  /* The shard's device's streaming multiprocessors (0: not known). */
+  int sms;
+  int op;                  /* the operator laid out                                   */
   int stage;
   int block;
   uint32_t pos_b, pos_r;   /* places in the backward order                             */
@@ -117,6 +124,14 @@ struct OpSync {
 };
 
 enum { P_F, P_B, P_R };
+
+enum { TP_GEMM_FIRST_F, TP_GEMM_LAST_F, TP_GEMM_FIRST_B, TP_GEMM_LAST_B };
+
+/* Whether the lowering overlaps sequence parallelism's collectives with their GEMMs. */
+static inline gboolean lower_tp_overlap(const SimLowering *lw)
+{
+  return lw->s->tp_comm_overlap && lw->s->sequence_parallel && !lw->record;
+}
 
 static inline SimTaskRef ref_compute(const SimLowering *lw, const OpLay *l, int pass, int mb,
                                      int sh)

@@ -116,9 +116,57 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
   sim_taskgraph_sem_add(lw->tg, block, &m);
 }
 
+/* Tensor-parallel communication overlap (SimStrategy.tp_comm_overlap), as Transformer
+ * Engine's userbuffers run it under sequence parallelism (NeMo's tp_comm_overlap, with
+ * the configuration NeMo ships for LLaMA-class models of hidden size 8192 on H100 at TP 4;
+ * docs/llm.md names it).  Over a group of n
+ * tensor-parallel ranks, with g the time of the GEMM involved and S the bytes of the
+ * whole tensor, T_AG and T_RS the ring all-gather and reduce-scatter times of the
+ * collective model on an idle machine (sim_collective_time()):
+ *  - the all-gather into an op (forward: its input, into its first GEMM; backward: its
+ *    output's gradient, into its backward's first GEMM) is a ring exchange on the copy
+ *    engines: the GEMM runs in n chunks, chunk k on the piece that step k brought, so
+ *    that the GEMM ends (n - 1) max(0, T_AG / (n - 1) - g / n) later than alone;
+ *  - the reduce-scatter of an op's partial output (forward) is pipelined: the op's last
+ *    GEMM runs in n chunks on the SMs that the communication leaves it (24 of them taken
+ *    for attention's output projection, 16 for the others: the configuration's proj_fprop
+ *    and fc2_fprop), each chunk's reduce-scatter (T_RS of S / n) after it, so that with
+ *    c = g SMs / (SMs - taken) / n and a that time, the result is ready
+ *    c + a + (n - 1) max(c, a) - g after the op's end;
+ *  - the reduce-scatter of an op's partial input gradient (backward) overlaps the
+ *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
+ *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
+ * Each wait is a delay (no resource held) between the tasks it separates; the bytes are
+ * not put on the links, as ring attention's are not (lower.c).  A collective is
+ * overlapped only inside one stage where the consumers of a reduction each take a part of
+ * it on a device of its group, or the consumer of a gather takes it from its own group. */
+typedef struct {
+  gboolean on;
+  gboolean bulk;       /* the backward reduce-scatter                                  */
+  int taken;           /* SMs the pipelined reduce-scatter takes from the GEMM           */
+} TpOverlap;
+
+static double overlap_rs_delay(SimLowering *lw, const OpLay *l, int sh, const Holders *h,
+                               double bytes, const TpOverlap *ov)
+{
+  int n = h->n_devs;
+  if (ov->bulk) {
+    double g = l->t_gemm[4 * (size_t)sh + TP_GEMM_LAST_B];
+    double rs = sim_collective_time(lw->m, SIM_COLL_REDUCE_SCATTER, SIM_ALLREDUCE_RING, &lw->cp,
+                                    h->devs, n, bytes);
+    return MAX(0.0, rs - g);
+  }
+  double g = l->t_gemm[4 * (size_t)sh + TP_GEMM_LAST_F];
+  double slow = l->sms > ov->taken ? (double)l->sms / (l->sms - ov->taken) : 1.0;
+  double c = g * slow / n;
+  double a = sim_collective_time(lw->m, SIM_COLL_REDUCE_SCATTER, SIM_ALLREDUCE_RING, &lw->cp,
+                                 h->devs, n, bytes / n);
+  return MAX(0.0, c + a + (n - 1) * MAX(c, a) - g);
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
                           const gboolean *scatter, gboolean partial, int pass, int mb,
-                          SimDType dt, int tensor, Ready *ready)
+                          SimDType dt, int tensor, Ready *ready, const TpOverlap *ov)
 {
   for (guint k = 0; k < groups->len; k++) {
     Holders *h = &g_array_index(groups, Holders, k);
@@ -129,7 +177,22 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     if (block < 0)
       continue; /* only asked which groups reduce */
     SimTaskRef start;
-    if (h->n_devs > 1) {
+    if (h->n_devs > 1 && ov && ov->on) {
+      double bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale;
+      int sh = h->members[0];
+      for (int i = 0; i < h->n; i++)
+        if (l->cidx[h->members[i]] >= 0) {
+          sh = h->members[i];
+          break;
+        }
+      SimTask d = sim_task_delay(SIM_CLASS_REDUCTION, l->dev[sh],
+                                 overlap_rs_delay(lw, l, sh, h, bytes, ov));
+      /* The op whose GEMM it overlaps, for traces and tests. */
+      d.op = l->op;
+      d.mb = mb;
+      d.shard = sh;
+      start = ready[k].end = sim_taskgraph_add(lw->tg, block, &d);
+    } else if (h->n_devs > 1) {
       SimCollective coll = { .kind = scatter && scatter[k] ? SIM_COLL_REDUCE_SCATTER
                                                            : SIM_COLL_ALLREDUCE,
                              .algo = SIM_ALLREDUCE_RING,
@@ -671,6 +734,39 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
   }
 }
 
+/* The all-gather into consumer shard @c of @pieces overlapped with its GEMM
+ * (TpOverlap): a delay on its device of what the ring exchange adds to the GEMM. */
+static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
+                                   const OpLay *dst, const GArray *pieces, int c, int dst_pass,
+                                   int mb, SimDType dt)
+{
+  int *devs = g_new(int, pieces->len + 1);
+  int n = 0;
+  double bytes = 0;
+  devs[n++] = dst->dev[c];
+  for (guint i = 0; i < pieces->len; i++) {
+    const Piece *p = &g_array_index(pieces, Piece, i);
+    if (p->c != c)
+      continue;
+    bytes += (double)lower_region_bytes(&p->inter, dt);
+    if (!p->local)
+      devs[n++] = src->dev[p->holder];
+  }
+  double g = dst->t_gemm[4 * (size_t)c + (dst_pass == P_B ? TP_GEMM_FIRST_B : TP_GEMM_FIRST_F)];
+  double extra = 0;
+  if (n > 1) {
+    double step = sim_collective_time(lw->m, SIM_COLL_ALLGATHER, SIM_ALLREDUCE_RING, &lw->cp,
+                                      devs, n, bytes) / (n - 1);
+    extra = (n - 1) * MAX(0.0, step - g / n);
+  }
+  g_free(devs);
+  SimTask d = sim_task_delay(SIM_CLASS_TRANSFER, dst->dev[c], extra);
+  d.op = dst->op;
+  d.mb = mb;
+  d.shard = c;
+  return sim_taskgraph_add(lw->tg, block, &d);
+}
+
 /* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
  * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
  * scatter-gathered piece sends its part from its holder, then every consumer of the group
@@ -678,10 +774,13 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
  * representative has its own: their timelines are the same). */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
-                    int tensor_op, int tensor, int which)
+                    int tensor_op, int tensor, int which, gboolean overlap)
 {
   gboolean grad = dst_pass == P_B;
   SimTaskRef *got = NULL;
+  /* Under overlap, each consumer shard's delay (made when its first piece from another
+   * device comes), by shard. */
+  SimTaskRef *delay = NULL;
   for (guint i = 0; i < pieces->len; i++) {
     const Piece *p = &g_array_index(pieces, Piece, i);
     if (!p->sim)
@@ -695,6 +794,19 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
       else
         depend_compute(lw, block, src, src_pass, mb,
                        p->stand_in >= 0 ? p->stand_in : p->holder, dst, dst_pass, mb, p->c);
+      continue;
+    }
+    if (overlap) {
+      if (!delay) {
+        delay = g_new(SimTaskRef, dst->n_shards);
+        for (int c = 0; c < dst->n_shards; c++)
+          delay[c].block = -1;
+      }
+      if (delay[p->c].block < 0) {
+        delay[p->c] = overlap_ag_delay(lw, block, src, dst, pieces, p->c, dst_pass, mb, dt);
+        sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
+      }
+      sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);
       continue;
     }
     SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],
@@ -726,6 +838,7 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
     }
   }
   g_free(got);
+  g_free(delay);
 }
 
 /* Expert parallelism as an all-to-all.  A mixture-of-experts op whose experts are split
@@ -839,6 +952,35 @@ static void consumer_need(const SimLowering *lw, int cx, int t, SimRegion *need,
   }
 }
 
+/* Whether the partial sums of @groups end as a reduce-scatter: every shard of @dst that
+ * needs part of a group's region (@need) needs less than all of it and sits on one of the
+ * group's devices (sequence parallelism after a row-parallel op). */
+static gboolean scatters(const GArray *groups, const OpLay *dst, const SimRegion *need)
+{
+  gboolean any = FALSE;
+  for (guint k = 0; k < groups->len; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    if (h->n_devs < 2)
+      continue;
+    int64_t whole = sim_region_volume(&h->region);
+    for (int c = 0; c < dst->n_shards; c++) {
+      SimRegion inter;
+      if (!boxes_overlap(&need[c], &h->region) ||
+          !sim_region_intersect(&need[c], &h->region, &inter))
+        continue;
+      if (sim_region_volume(&inter) >= whole)
+        return FALSE;
+      gboolean on = FALSE;
+      for (int i = 0; i < h->n_devs; i++)
+        on |= h->devs[i] == dst->dev[c];
+      if (!on)
+        return FALSE;
+      any = TRUE;
+    }
+  }
+  return any;
+}
+
 void lower_build_tensor_block(SimLowering *lw, int t)
 {
   const SimTensor *ten = sim_graph_tensor_get(lw->g, t);
@@ -863,7 +1005,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     if (ppartial) {
       Ready *r = g_new(Ready, ng);
       for (int mb = 0; mb < M; mb++) {
-        reduce_groups(lw, block, pl, pgroups, NULL, TRUE, P_F, mb, dt, t, r);
+        reduce_groups(lw, block, pl, pgroups, NULL, TRUE, P_F, mb, dt, t, r, NULL);
         for (int k = 0; k < ng; k++) {
           Holders *h = &g_array_index(pgroups, Holders, k);
           if (!r[k].reduced)
@@ -906,13 +1048,20 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   gboolean *pscatter = g_new0(gboolean, MAX(ng, 1));
   if (ppartial && !p_experts)
     scatter_groups(pgroups, cls, (const SimRegion *const *)needs, (int)nc, pscatter);
+  /* The producer's partial sums end as a reduce-scatter overlapped with its last GEMM
+   * (TpOverlap) where every consumer, in its stage, takes a part of them. */
+  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
+                     .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION ? 24 : 16 };
+  for (guint ci = 0; ov_f.on && ci < nc; ci++)
+    ov_f.on = cls[ci]->stage == pl->stage && !cpartials[ci] &&
+              scatters(pgroups, cls[ci], needs[ci]);
   lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
   for (int mb = 0; mb < M; mb++) {
     reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_F, mb, dt, t,
-                  pready_f + (size_t)mb * ng);
+                  pready_f + (size_t)mb * ng, &ov_f);
     if (pready_r)
       reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_R, mb, dt, t,
-                    pready_r + (size_t)mb * ng);
+                    pready_r + (size_t)mb * ng, &ov_f);
   }
   lw->byte_scale = 1.0;
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
@@ -946,42 +1095,52 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     Ready *cready = g_new(Ready, ncg);
     /* Whether a group is reduced is the same in every micro-batch: the first one's
      * readiness tells the pieces where the data comes from. */
-    reduce_groups(lw, -1, cl, cgroups, NULL, cpartial, P_B, -1, dt, t, cready);
+    reduce_groups(lw, -1, cl, cgroups, NULL, cpartial, P_B, -1, dt, t, cready, NULL);
     /* An expert-parallel consumer receives only its routed tokens and sends back their
      * gradients (the tokens, input 0; not the router's logits); an expert-parallel
      * producer receives only its tokens' output gradients (routed_fraction()). */
     double c_routed = 1.0;
     gboolean c_experts = cop->inputs[0] == t && routed_fraction(lw, cx, &c_routed);
-    /* The consumer's partial gradients, where each producer shard on their devices takes
-     * its own part (sequence parallelism's column-parallel products), are reduce-scattered. */
+    /* Under tensor-parallel overlap (TpOverlap), inside one stage: the gather of a
+     * consumer's input (forward) and of the producer's output gradient (backward), and the
+     * reduce-scatter of the consumer's partial input gradient. */
+    gboolean same = lower_tp_overlap(lw) && cl->stage == pl->stage && !p_experts && !c_experts;
+    gboolean ag_f = same && cl->t_gemm;
+    gboolean ag_b = same && pl->t_gemm;
+    TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && scatters(cgroups, pl, pneed),
+                       .bulk = TRUE };
+    /* Otherwise the consumer's partial gradients, where each producer shard on their
+     * devices takes its own part (sequence parallelism's column-parallel products), are
+     * reduce-scattered. */
     gboolean *cscatter = g_new0(gboolean, MAX(ncg, 1));
     if (cpartial && !c_experts)
       scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
-    /* Sequence parallelism's gathers run as all-gathers; an expert-parallel all-to-all
-     * stays pieces between every pair of devices. */
+    /* Sequence parallelism's gathers run as all-gathers (but overlapped ones, whose delay
+     * deliver() makes from the pieces); an expert-parallel all-to-all stays pieces between
+     * every pair of devices. */
     GArray *fwd_ag = NULL, *bwd_ag = NULL;
     GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE,
-                              c_experts ? NULL : &fwd_ag);
+                              c_experts || ag_f ? NULL : &fwd_ag);
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg,
-                              c_experts || p_experts ? NULL : &bwd_ag);
+                              c_experts || p_experts || ag_b ? NULL : &bwd_ag);
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
-              mb * 3);
+              mb * 3, ag_f);
       deliver_gathers(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_ag, P_F, mb, dt,
                       px, t, mb * 3);
       if (recomputed) {
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
-                mb * 3 + 1);
+                mb * 3 + 1, ag_f);
         deliver_gathers(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_ag, P_R, mb,
                         dt, px, t, mb * 3 + 1);
       }
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
-      reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready);
+      reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready, &ov_b);
       lw->byte_scale = p_routed;
-      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, ag_b);
       deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2);
       lw->byte_scale = 1.0;
     }

@@ -47,6 +47,7 @@ static void lay_free(OpLay *l)
   g_free(l->a_f);
   g_free(l->a_r);
   g_free(l->w_elems);
+  g_free(l->t_gemm);
   int block = l->block;
   memset(l, 0, sizeof *l);
   l->block = block;
@@ -105,6 +106,29 @@ static double attention_core_time(SimLowering *lw, int x, const SimDeviceSpec *s
   return all > 0 ? t * core / all : 0;
 }
 
+/* The times of the first and the last GEMM of @pass's kernels in @x's op on @spec with
+ * extents @ext, as shares of @t, the pass's time (TP_GEMM_*; 0 where it runs none). */
+static void gemm_times(SimLowering *lw, int x, const SimDeviceSpec *spec, const int64_t *ext,
+                       SimPass pass, double t, double *first, double *last)
+{
+  SimWork wk = { 0 };
+  sim_graph_op_work(lw->g, x, ext, pass, &wk);
+  double all = 0, f = 0, l = 0;
+  gboolean seen = FALSE;
+  for (int k = 0; k < wk.n; k++) {
+    double tk = sim_cost_model_kernel_time(lw->cost, spec, &wk.k[k]);
+    all += tk;
+    if (wk.k[k].kind == SIM_KERNEL_GEMM) {
+      if (!seen)
+        f = tk;
+      seen = TRUE;
+      l = tk;
+    }
+  }
+  *first = all > 0 ? t * f / all : 0;
+  *last = all > 0 ? t * l / all : 0;
+}
+
 /* Context parallelism (sim_strategy_set_context_parallel()): a self-attention op whose
  * query positions are split n ways reads only its own positions of the keys and values,
  * and runs as a ring (Liu et al. 2023, Ring Attention; Megatron-Core's context
@@ -160,6 +184,7 @@ static void lay_op(SimLowering *lw, int x)
 {
   OpLay *l = &lw->ops[x];
   lay_free(l);
+  l->op = x;
   const SimOp *op = sim_graph_op_get(lw->g, x);
   if (op->type == SIM_OP_INPUT) {
     l->is_input = TRUE;
@@ -206,6 +231,9 @@ static void lay_op(SimLowering *lw, int x)
   const SimDeviceSpec *prev_spec = NULL;
   double tf = 0, tb = 0, tr = 0, tu = 0;
   int64_t af = 0, ar = 0;
+  double gt[4] = { 0 };
+  if (lower_tp_overlap(lw))
+    l->t_gemm = g_new0(double, 4 * (size_t)ns);
   gboolean zero1 = lw->s->memory.zero1 && l->has_weights && ns > 1;
   SimRegion *wr = zero1 ? g_new(SimRegion, ns) : NULL;
   for (int sh = 0; sh < ns; sh++) {
@@ -253,6 +281,12 @@ static void lay_op(SimLowering *lw, int x)
       l->k_b = (uint16_t)wk.n;
       tu = l->has_weights ? sim_cost_model_op_time(lw->cost, spec, lw->g, x, ext, SIM_PASS_UPDATE)
                           : 0;
+      if (l->t_gemm) {
+        gemm_times(lw, x, spec, ext, SIM_PASS_FORWARD, tf, &gt[TP_GEMM_FIRST_F],
+                   &gt[TP_GEMM_LAST_F]);
+        gemm_times(lw, x, spec, ext, SIM_PASS_BACKWARD, tb, &gt[TP_GEMM_FIRST_B],
+                   &gt[TP_GEMM_LAST_B]);
+      }
       int64_t saved = klass->saved_bytes(op, ext);
       af = saved;
       ar = 0;
@@ -281,6 +315,10 @@ static void lay_op(SimLowering *lw, int x)
     }
     l->t_f[sh] = tf;
     l->t_b[sh] = tb;
+    if (l->t_gemm) {
+      memcpy(l->t_gemm + 4 * (size_t)sh, gt, sizeof gt);
+      l->sms = spec->sm_count;
+    }
     l->t_r[sh] = tr;
     l->t_u[sh] = tu;
     if (op->weight_owner != x) {

@@ -504,6 +504,11 @@ struct _SimStrategy {
    * an activation (or gradient) each send 1/n of it to the next stage, whose ranks
    * all-gather the parts. */
   gboolean scatter_gather;
+  /* Transformer Engine's overlap of tensor-parallel communication with GEMMs (Megatron's
+   * --tp-comm-overlap, NeMo's tp_comm_overlap): under sequence parallelism, each
+   * all-gather into a tensor-parallel op and each reduce-scatter of its partial sums runs
+   * in chunks pipelined with the GEMM that consumes or produces it (lower-tensors.c). */
+  gboolean tp_comm_overlap;
   /* Context parallelism (sim_strategy_set_context_parallel()): 0 or 1 none. */
   int cp;
   /* Graph rewrites the strategy was found with (names of substitutions, in order); the
@@ -551,6 +556,7 @@ int sim_strategy_op_replicas(const SimStrategy *s, int op);
 void sim_strategy_set_sequence_parallel(SimStrategy *s, gboolean on);
 void sim_strategy_set_scatter_gather(SimStrategy *s, gboolean on);
 gboolean sim_strategy_get_scatter_gather(const SimStrategy *s);
+void sim_strategy_set_tp_comm_overlap(SimStrategy *s, gboolean on);
 
 /* Enumerations by name (the others are in parasol-sim.h); -1 for unknown names. */
 const char *sim_optimizer_name(SimOptimizer o);

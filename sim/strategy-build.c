@@ -657,6 +657,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   sim_strategy_set_memory(s, &o->memory);
   sim_strategy_set_sequence_parallel(s, o->sequence_parallel);
   sim_strategy_set_scatter_gather(s, o->scatter_gather);
+  sim_strategy_set_tp_comm_overlap(s, o->tp_comm_overlap);
   sim_strategy_set_context_parallel(s, cp);
   if (!sim_strategy_validate(s, g, m, error))
     return NULL;

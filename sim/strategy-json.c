@@ -15,6 +15,7 @@
  *                "precision": "fp32" | "mixed-fp16" | "mixed-bf16" | "tf32" | "fp8", "optimizer": "adam" | "sgd"},
  *     "sequence_parallel": false,
  *     "pipeline_scatter_gather": false,   (optional; see SimStrategy.scatter_gather)
+ *     "tp_comm_overlap": false,           (optional; see SimStrategy.tp_comm_overlap)
  *     "context_parallel": 1,              (optional; sim_strategy_set_context_parallel())
  *     "rewrites": ["fuse-qkv", ...],
  *     "stages": [{"devices": [0, 1]}, {"devices": {"start": 2, "count": 2, "stride": 1}}],
@@ -105,6 +106,8 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
                          s->sequence_parallel ? "true" : "false");
   if (s->scatter_gather)
     g_string_append(out, "  \"pipeline_scatter_gather\": true,\n");
+  if (s->tp_comm_overlap)
+    g_string_append(out, "  \"tp_comm_overlap\": true,\n");
   if (s->cp > 1)
     g_string_append_printf(out, "  \"context_parallel\": %d,\n", s->cp);
   g_string_append(out, "  \"rewrites\": [");
@@ -437,8 +440,9 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
 {
   static const char *const keys[] = { "format", "version", "model", "microbatches", "schedule",
                                       "chunks", "sync", "memory", "sequence_parallel",
-                                      "pipeline_scatter_gather", "context_parallel", "rewrites",
-                                      "stages", "default", "ops", NULL };
+                                      "pipeline_scatter_gather", "tp_comm_overlap",
+                                      "context_parallel", "rewrites", "stages", "default", "ops",
+                                      NULL };
   if (!sim_json_check_format(&r->j, root, "parasol-strategy", 1) ||
       !sim_json_check_keys(&r->j, root, "", keys))
     return FALSE;
@@ -486,6 +490,9 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
     return FALSE;
   if ((m = json_object_get_member(root, "pipeline_scatter_gather")) &&
       !sim_json_bool(&r->j, m, "pipeline_scatter_gather", &s->scatter_gather))
+    return FALSE;
+  if ((m = json_object_get_member(root, "tp_comm_overlap")) &&
+      !sim_json_bool(&r->j, m, "tp_comm_overlap", &s->tp_comm_overlap))
     return FALSE;
   if ((m = json_object_get_member(root, "context_parallel"))) {
     int64_t cp;

@@ -186,6 +186,7 @@ SimStrategy *sim_strategy_new(const SimGraph *g, const SimMachine *m)
                                   .optimizer = SIM_OPTIMIZER_ADAM };
   s->sequence_parallel = FALSE;
   s->scatter_gather = FALSE;
+  s->tp_comm_overlap = FALSE;
   s->cp = 1;
   s->rewrites = g_ptr_array_new_with_free_func(g_free);
   return s;
@@ -250,7 +251,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
   if (a->n_ops != b->n_ops || a->n_devices != b->n_devices || a->n_stages != b->n_stages ||
       a->microbatches != b->microbatches || a->schedule != b->schedule ||
       a->chunks != b->chunks || a->sequence_parallel != b->sequence_parallel ||
-      !a->scatter_gather != !b->scatter_gather || MAX(a->cp, 1) != MAX(b->cp, 1))
+      !a->scatter_gather != !b->scatter_gather || !a->tp_comm_overlap != !b->tp_comm_overlap ||
+      MAX(a->cp, 1) != MAX(b->cp, 1))
     return FALSE;
   if (a->sync.algorithm != b->sync.algorithm || a->sync.bucket_bytes != b->sync.bucket_bytes ||
       !a->sync.overlap != !b->sync.overlap)
@@ -675,6 +677,18 @@ gboolean sim_strategy_get_scatter_gather(const SimStrategy *s)
 {
   g_return_val_if_fail(s != NULL, FALSE);
   return s->scatter_gather;
+}
+
+void sim_strategy_set_tp_comm_overlap(SimStrategy *s, gboolean on)
+{
+  g_return_if_fail(s != NULL);
+  s->tp_comm_overlap = !!on;
+}
+
+gboolean sim_strategy_get_tp_comm_overlap(const SimStrategy *s)
+{
+  g_return_val_if_fail(s != NULL, FALSE);
+  return s->tp_comm_overlap;
 }
 
 void sim_strategy_add_rewrite(SimStrategy *s, const char *name)

@@ -90,6 +90,9 @@ static SimStrategy *random_plan(const SimGraph *g, SimMachine *m, gboolean gpt, 
     o.chunks = o.schedule == SIM_SCHEDULE_INTERLEAVED ? 2 : 1;
     o.sequence_parallel = o.tp > 1 && g_rand_boolean(rng);
     o.scatter_gather = o.tp > 1 && g_rand_boolean(rng);
+    /* Tensor-parallel overlap on half the sequence-parallel plans (without a draw, so
+     * that the plans drawn stay those of the seed). */
+    o.tp_comm_overlap = o.sequence_parallel && !o.scatter_gather;
     s = sim_strategy_megatron(g, m, &o, NULL);
   }
   GError *error = NULL;

@@ -1207,6 +1207,49 @@ Test(search, the_library_keeps_a_time_budget_for_every_algorithm, .timeout = 240
   fixture_free(&f);
 }
 
+/* The tensor-parallel overlap of sequence parallelism as a knob: a plan with sequence
+ * parallelism has among its knob neighbours (what MCMC's knob moves and the refinement
+ * try) exactly one that changes only the overlap; a plan without sequence parallelism
+ * none that turns it on; and the options read back from a plan built with it have it. */
+Test(search, knob_neighbours_toggle_the_tensor_parallel_overlap)
+{
+  Fixture f;
+  fixture_load(&f, "llama", "layers=4,hidden=256,heads=4,kv_heads=2,ffn=512,seq=64,vocab=512,"
+                            "batch=16", "dgx-a100", 8);
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.pp = 2;
+  o.dp = 2;
+  o.microbatch_size = 1;
+  o.microbatches = 8;
+  for (int sp = 0; sp < 2; sp++) {
+    o.sequence_parallel = sp;
+    SimMegatronOptions cand[SEARCH_KNOB_MAX];
+    int n = search_megatron_knob_neighbours(f.p, &o, cand), toggles = 0;
+    for (int i = 0; i < n; i++) {
+      SimMegatronOptions v = cand[i];
+      if (!v.tp_comm_overlap)
+        continue;
+      cr_expect(v.sequence_parallel, "overlap without sequence parallelism");
+      toggles += v.tp == o.tp && v.pp == o.pp && v.dp == o.dp && v.cp == o.cp &&
+                 v.ep == o.ep && v.microbatches == o.microbatches &&
+                 v.microbatch_size == o.microbatch_size && v.schedule == o.schedule &&
+                 v.chunks == o.chunks && v.sequence_parallel == o.sequence_parallel &&
+                 v.memory.recompute == o.memory.recompute && v.memory.zero1 == o.memory.zero1 &&
+                 v.memory.zero2 == o.memory.zero2 && v.memory.zero3 == o.memory.zero3;
+    }
+    cr_expect_eq(toggles, sp, "sequence parallel %d: %d neighbours that only overlap", sp,
+                 toggles);
+  }
+  o.tp_comm_overlap = TRUE;
+  g_autoptr(SimStrategy) s = search_megatron_plan(f.p, &o);
+  cr_assert_not_null(s);
+  SimMegatronOptions back;
+  cr_assert(search_megatron_options_of(f.p, s, &back));
+  cr_expect(back.sequence_parallel && back.tp_comm_overlap);
+  fixture_free(&f);
+}
+
 Test(search, megatron_estimate_ranks_by_its_closed_form)
 {
   /* GPT-3 175B's shape is not needed for the estimate's terms: Megatron 18.4B on 16 A100s

@@ -947,6 +947,128 @@ Test(lowering, zero3_under_megatron_plans_runs_and_costs_at_least_zero2)
   }
 }
 
+/* The share of the first (@first) or last GEMM in op @x's shard @sh time in @pass: the
+ * kernel's time times the op's over the sum of its kernels'. */
+static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
+                         const SimDeviceSpec *spec, int x, int sh, SimPass pass, gboolean first)
+{
+  int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER], ext[SIM_MAX_ITER];
+  sim_lowering_shard_range(lw, x, sh, lo, hi);
+  for (int d = 0; d < SIM_MAX_ITER; d++)
+    ext[d] = hi[d] - lo[d];
+  SimWork wk = { 0 };
+  sim_graph_op_work(g, x, ext, pass, &wk);
+  double all = 0, k = 0;
+  for (int i = 0; i < wk.n; i++) {
+    double t = sim_cost_model_kernel_time(cm, spec, &wk.k[i]);
+    all += t;
+    if (wk.k[i].kind == SIM_KERNEL_GEMM && (!first || k == 0))
+      k = t;
+  }
+  return sim_cost_model_op_time(cm, spec, g, x, ext, pass) * k / all;
+}
+
+/* Tensor-parallel communication overlap on a 4-GPU switch without link latency, TP 2 and
+ * 4 with sequence parallelism, one LLaMA layer of hidden size 256 in fp32 (S = 64 x 256 x
+ * 4 bytes a micro-batch of one sequence): no activation moves as a flow, and around the
+ * attention every wait is the closed form of SimStrategy.tp_comm_overlap (lower-tensors.c)
+ * with ring times T(B) = (n - 1) (2 us + B / n / (0.78 bw)), the collective model's step
+ * latency and efficiency: the gather of its input (n - 1) max(0, T(S) / (n - 1) - g / n)
+ * before its forward, of its output's gradient the same with its backward's first GEMM;
+ * the reduce-scatter of its output, its output projection on 84 of the A100's 108 SMs,
+ * c + a + (n - 1) max(c, a) - g with c = g 108 / 84 / n and a = T(S / n); of its input's
+ * gradient max(0, T(S) - g) with the weight gradient's GEMM.  The link is slow enough
+ * (2 GB/s) for every wait to be positive. */
+Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
+{
+  const double bw = 2e9;
+  g_autoptr(SimMachine) m = switch4_latency(bw / 1e9, 0);
+  g_autoptr(SimCostModel) cm = roofline();
+  const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
+  cr_assert_eq(spec->sm_count, 108);
+  for (int n = 2; n <= 4; n += 2) {
+    g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=4,ffn=512,"
+                                         "seq=64,vocab=512,batch=2");
+    int attn = sim_graph_op_by_name(g, "layer0.attn");
+    cr_assert_geq(attn, 0);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = n;
+    mo.microbatch_size = 1;
+    mo.sequence_parallel = TRUE;
+    mo.tp_comm_overlap = TRUE;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    cr_assert(sim_strategy_get_tp_comm_overlap(s));
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    double S = 64.0 * 256 * 4;
+#define RING(B) ((n - 1) * (2e-6 + (B) / n / (0.78 * bw)))
+    int found[4] = { 0 };
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *k = &tg->task[t];
+      cr_expect_not(k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER,
+                    "tp %d: a flow of %g bytes between %d and %d", n, k->bytes, k->device,
+                    k->peer);
+      if (k->kind != SIM_TASK_DELAY || k->op != attn)
+        continue;
+      /* Which wait: the gathers are transfers, the reduce-scatters reductions; forward
+       * and backward tell apart by what the delay precedes or follows. */
+      double gf0 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_FORWARD, TRUE);
+      double gf1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_FORWARD, FALSE);
+      double gb0 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, TRUE);
+      double gb1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, FALSE);
+      double ag_f = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gf0 / n);
+      double ag_b = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gb0 / n);
+      double c = gf1 * 108.0 / 84.0 / n, a = RING(S / n);
+      double rs_f = c + a + (n - 1) * MAX(c, a) - gf1;
+      double rs_b = MAX(0.0, RING(S) - gb1);
+      cr_assert_gt(MIN(MIN(ag_f, ag_b), MIN(rs_f, rs_b)), 0);
+      double want[2];
+      if (k->cls == SIM_CLASS_TRANSFER) {
+        want[0] = ag_f;
+        want[1] = ag_b;
+      } else {
+        want[0] = rs_f;
+        want[1] = rs_b;
+      }
+      double d = k->duration;
+      int which = fabs(d - want[0]) <= 1e-9 * want[0] ? 0
+                  : fabs(d - want[1]) <= 1e-9 * want[1] ? 1 : -1;
+      cr_expect_geq(which, 0, "tp %d, %s wait of %.9g s: expected %.9g (forward) or %.9g "
+                    "(backward)", n, k->cls == SIM_CLASS_TRANSFER ? "gather" : "scatter", d,
+                    want[0], want[1]);
+      if (which >= 0)
+        found[(k->cls == SIM_CLASS_TRANSFER ? 0 : 2) + which]++;
+    }
+#undef RING
+    /* Every shard waits once for each in each of the 2 micro-batches; a reduce-scatter's
+     * wait is one task for its group. */
+    cr_expect_eq(found[0], 2 * n, "tp %d: %d forward gathers", n, found[0]);
+    cr_expect_eq(found[1], 2 * n, "tp %d: %d backward gathers", n, found[1]);
+    cr_expect_eq(found[2], 2, "tp %d: %d forward reduce-scatters", n, found[2]);
+    cr_expect_eq(found[3], 2, "tp %d: %d backward reduce-scatters", n, found[3]);
+    /* The overlap changes times only: every GPU's peak memory is the plan's without it. */
+    mo.tp_comm_overlap = FALSE;
+    g_autoptr(SimStrategy) plain = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(plain, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) ro = sim_simulate(g, m, s, cm, &o, &error);
+    g_autoptr(SimReport) rp = sim_simulate(g, m, plain, cm, &o, &error);
+    cr_assert(ro && rp);
+    for (int d = 0; d < 4; d++)
+      cr_expect_eq(sim_report_peak_memory(ro, d), sim_report_peak_memory(rp, d), "tp %d, GPU %d",
+                   n, d);
+    /* (Whether it is faster depends on the GEMMs: chunking a reduce-scatter adds its
+     * steps' latencies, which these GEMMs of microseconds hide at TP 2 and not at 4.) */
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+}
+
 /* Context parallelism over 2 GPUs: every op holds its own positions, so with the ring
  * no activation moves between the GPUs (the keys and values travel in the ring, priced
  * with the attention), while without it (the same splits, context_parallel 1) each
@@ -1160,8 +1282,8 @@ Test(properties, flow_groups_change_no_timing)
 static int64_t fold_bucket_bytes;
 /* ... and whether they scatter-gather their pipeline messages. */
 static gboolean fold_scatter_gather;
-/* ... sequence parallelism and ZeRO-1. */
-static gboolean fold_sequence_parallel, fold_zero1;
+/* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
+static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1186,6 +1308,7 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   mo.sync.bucket_bytes = fold_bucket_bytes;
   mo.scatter_gather = fold_scatter_gather;
   mo.sequence_parallel = fold_sequence_parallel;
+  mo.tp_comm_overlap = fold_tp_overlap;
   mo.memory.zero1 = fold_zero1;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -1358,6 +1481,7 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
     SimRecompute rc = (SimRecompute)g_rand_int_range(rng, 0, 3);
     fold_scatter_gather = pp > 1 && g_rand_boolean(rng);
     fold_sequence_parallel = tp > 1 && g_rand_boolean(rng);
+    fold_tp_overlap = fold_sequence_parallel && done % 2;
     fold_zero1 = dp > 1 && g_rand_boolean(rng);
     fold_bucket_bytes = g_rand_boolean(rng) ? 0 : 1000000;
     SimDetail detail = g_rand_boolean(rng) ? SIM_DETAIL_FLOWS : SIM_DETAIL_COLLECTIVE;
@@ -1365,7 +1489,7 @@ Test(folding, random_megatron_plans_equal_the_unfolded_simulation)
                   NULL);
     done++;
   }
-  fold_scatter_gather = fold_sequence_parallel = fold_zero1 = FALSE;
+  fold_scatter_gather = fold_sequence_parallel = fold_tp_overlap = fold_zero1 = FALSE;
   fold_bucket_bytes = 0;
   g_rand_free(rng);
 }
@@ -1386,6 +1510,15 @@ Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
   check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
                 SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
                 "data-parallel replicas and tensor-parallel ranks", NULL);
+  /* With the gathers and reduce-scatters overlapped with their GEMMs (waits on each rank
+   * instead of flows between ranks). */
+  fold_tp_overlap = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas and tensor-parallel ranks", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "gpt", gpt, 2, 4, 2, 4,
+                SIM_SCHEDULE_INTERLEAVED, 2, SIM_RECOMPUTE_SELECTIVE,
+                "data-parallel replicas and tensor-parallel ranks", NULL);
+  fold_tp_overlap = FALSE;
   fold_sequence_parallel = FALSE;
 }
 
@@ -1697,6 +1830,7 @@ Test(delta, equals_fresh_sessions_on_random_plans_options_and_machines, .timeout
       o.chunks = o.schedule == SIM_SCHEDULE_INTERLEAVED ? 2 : 1;
       o.sequence_parallel = o.tp > 1 && g_rand_boolean(rng);
       o.scatter_gather = o.tp > 1 && g_rand_boolean(rng);
+      o.tp_comm_overlap = o.sequence_parallel && !o.scatter_gather;
       s0 = sim_strategy_megatron(g, m, &o, NULL);
     }
     if (!s0)
@@ -2524,6 +2658,7 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
     mo.memory.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
     mo.memory.zero1 = g_rand_boolean(rng);
     mo.sequence_parallel = mo.tp > 1 && g_rand_boolean(rng);
+    mo.tp_comm_overlap = mo.sequence_parallel && trial % 2;
     g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(s, "trial %d: %s", trial, error ? error->message : "");
     g_autofree char *what =

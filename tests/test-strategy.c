@@ -588,6 +588,19 @@ Test(strategy_json, round_trips_megatron)
   cr_assert(strstr(text, "\"pipeline_scatter_gather\": true"), "%s", text);
   assert_round_trip(sg, g, m);
   cr_assert_not(sim_strategy_equal(s, sg));
+  /* Tensor-parallel overlap under sequence parallelism: the same. */
+  o.scatter_gather = FALSE;
+  o.sequence_parallel = TRUE;
+  g_autoptr(SimStrategy) sp = sim_strategy_megatron(g, m, &o, &error);
+  o.tp_comm_overlap = TRUE;
+  g_autoptr(SimStrategy) ov = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert(sp && ov);
+  cr_assert_not(sim_strategy_get_tp_comm_overlap(sp));
+  cr_assert(sim_strategy_get_tp_comm_overlap(ov));
+  g_autofree char *ovt = sim_strategy_to_json(ov, g);
+  cr_assert(strstr(ovt, "\"tp_comm_overlap\": true"), "%s", ovt);
+  assert_round_trip(ov, g, m);
+  cr_assert_not(sim_strategy_equal(sp, ov));
 }
 
 /* Context parallelism in Megatron's order (tp, cp, dp, pp): with tp 2, cp 2, dp 2 a
@@ -751,6 +764,10 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   e = read_error("\"pipeline_scatter_gather\": 1");
   assert_error(e, SIM_ERROR_PARSE, "s.json: pipeline_scatter_gather: expected true or false");
+  g_error_free(e);
+
+  e = read_error("\"tp_comm_overlap\": \"yes\"");
+  assert_error(e, SIM_ERROR_PARSE, "s.json: tp_comm_overlap: expected true or false");
   g_error_free(e);
 
   e = read_error("\"ops\": {\"fc9\": {\"devices\": [0]}}");
