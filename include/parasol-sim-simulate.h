@@ -89,6 +89,12 @@ typedef struct {
    * added as whole periods (not with keep_timeline or GPipe; sim_simulate() runs two such
    * runs to measure what a period adds to every figure of the report). */
   gboolean steady_state;
+  /* fold_checked: where the network does not map the data-parallel replicas' traffic onto
+   * each other link by link (so that fold alone would not fold them) but every replica's
+   * flows cross links like replica 0's, the replicas are folded all the same and the run
+   * is checked: every folded replica's flow must have run when its representative's did,
+   * or the run is made again without folding the replicas (only with fold). */
+  gboolean fold_checked;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -36,7 +36,8 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE,
+                       .fold_checked = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -76,13 +77,16 @@ typedef struct {
   SimLowering *lw;
   int *rep_of;
   const char *folding;
+  /* Replicas folded without the route check: each shadow after its original, which the
+   * run must check (shadows_ran_as_originals()). */
+  GArray *watch;
 } Lowered;
 
 /* Lowers @s with the folding of try @t (see lower_folded()); NULL when that folding is not
  * exact for it. */
 static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
-                              const Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
+                              Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
                               uint8_t *mask, int count)
 {
   int nd = f->nd;
@@ -90,6 +94,8 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
     rep_of[d] = fold_rep(f, d, use_r, use_k);
     mask[d] = rep_of[d] == d;
   }
+  if (f->watch)
+    g_array_set_size(f->watch, 0);
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
   if (count > 0)
     sim_lowering_set_microbatch_count(lw, count);
@@ -173,6 +179,20 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
       out.folding = use_r && use_k ? "data-parallel replicas and tensor-parallel ranks"
                     : use_r        ? "data-parallel replicas"
                                    : "tensor-parallel ranks";
+    if (!out.lw && use_r && f.may_check && o->fold_checked &&
+        !(o->cancel && atomic_load(o->cancel))) {
+      /* The routes refused the replicas, but they meet the same traffic: folded, with
+       * the run checked (shadows_ran_as_originals()). */
+      f.checked = TRUE;
+      out.lw = lower_try(g, m, s, cost, o, cp, &f, TRUE, use_k, out.rep_of, mask, count);
+      f.checked = f.may_check = FALSE;
+      if (out.lw) {
+        out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
+                            : "data-parallel replicas (run checked)";
+        out.watch = f.watch;
+        f.watch = NULL;
+      }
+    }
   }
   if (!out.lw) {
     for (int d = 0; d < nd; d++)
@@ -221,6 +241,48 @@ static void add_ring_bytes(const SimTaskGraph *tg, SimTimeline *tl)
   }
 }
 
+/* Whether the run @tl of @tg, its replicas folded without the route check, is the
+ * unfolded run.  The unfolded run has every task of a folded device at its
+ * representative's times (the same tasks on the same hardware after the same
+ * predecessors) if every flow of the folded devices, a shadow here, ran as its original
+ * did: then every link carried at every instant the same flows in both runs, which the
+ * network shares alike, and every task waiting for a shadow's image was released when its
+ * representative was.  A shadow that ran at other times (its route shared with other
+ * traffic than the original's) refutes the folding.  Times within a relative 1e-12 of the
+ * iteration are the same (sums taken in another order). */
+static gboolean shadows_ran_as_originals(const SimTaskGraph *tg, const SimTimeline *tl)
+{
+  double tol = 1e-12 * (isfinite(tl->makespan) ? tl->makespan : 0);
+  for (size_t i = 0; i + 1 < tg->n_watch; i += 2) {
+    int32_t a = tg->watch[i], b = tg->watch[i + 1];
+    if (a < 0 || b < 0)
+      return FALSE; /* merged away: not followed */
+    /* A run cut at its bound compares what had ended by then. */
+    gboolean ea = tl->end[a] >= 0 && (!tl->cut || tl->end[a] <= tl->makespan);
+    gboolean eb = tl->end[b] >= 0 && (!tl->cut || tl->end[b] <= tl->makespan);
+    if (ea != eb || (!tl->cut && !ea))
+      return FALSE;
+    if (ea && (fabs(tl->end[a] - tl->end[b]) > tol || fabs(tl->start[a] - tl->start[b]) > tol)) {
+      g_debug("folding: a shadow ran from %.17g to %.17g, its original from %.17g to %.17g",
+              tl->start[b], tl->end[b], tl->start[a], tl->end[a]);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static void one_shot_clear(OneShot *os)
+{
+  sim_timeline_clear(&os->tl);
+  g_clear_pointer(&os->e, sim_engine_free);
+  g_clear_pointer(&os->lo.lw, sim_lowering_free);
+  g_clear_pointer(&os->lo.rep_of, g_free);
+  if (os->lo.watch)
+    g_array_free(os->lo.watch, TRUE);
+  os->lo.watch = NULL;
+  g_clear_pointer(&os->own_cost, sim_cost_model_free);
+}
+
 /* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
  * time and memory (sim_simulate_brief()). */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
@@ -229,6 +291,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
                              gboolean brief, GError **error)
 {
   memset(os, 0, sizeof *os);
+  SimCostModel *given_cost = cost;
   if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
     return FALSE;
   if (!cost) {
@@ -250,10 +313,21 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     g_clear_pointer(&os->lo.lw, sim_lowering_free);
     g_clear_pointer(&os->lo.rep_of, g_free);
+    if (os->lo.watch)
+      g_array_free(os->lo.watch, TRUE);
+    os->lo.watch = NULL;
     cp.whole_node_rings = FALSE;
     os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
     tg = sim_lowering_taskgraph(os->lo.lw);
     sim_taskgraph_assemble(tg);
+  }
+  if (os->lo.watch) {
+    /* The shadows to check, and their originals, by task id (the merging renumbers them). */
+    g_free(tg->watch);
+    tg->n_watch = os->lo.watch->len;
+    tg->watch = g_new(int32_t, MAX(tg->n_watch, 1));
+    for (guint i = 0; i < os->lo.watch->len; i++)
+      tg->watch[i] = sim_taskgraph_id(tg, g_array_index(os->lo.watch, SimTaskRef, i));
   }
   sim_taskgraph_release_blocks(tg);
   double t1 = (double)g_get_monotonic_time();
@@ -288,6 +362,14 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
           ((double)g_get_monotonic_time() - t2) / 1e6);
   if (os->tl.cut && isinf(os->tl.makespan))
     goto cancelled;
+  if (os->lo.watch && !os->tl.deadlock && !shadows_ran_as_originals(tg, &os->tl)) {
+    /* The replicas did not run alike: made again without folding them so. */
+    g_debug("folding: the replicas did not run alike; simulated again without folding them");
+    one_shot_clear(os);
+    SimOptions again = *opts;
+    again.fold_checked = FALSE;
+    return one_shot_run(os, g, m, s, given_cost, &again, bound, count, brief, error);
+  }
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "the strategy's schedule cannot run: %d of %d tasks never became ready "
@@ -299,15 +381,6 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
 cancelled:
   g_set_error(error, SIM_ERROR, SIM_ERROR_CANCELLED, "the simulation was cancelled");
   return FALSE;
-}
-
-static void one_shot_clear(OneShot *os)
-{
-  sim_timeline_clear(&os->tl);
-  g_clear_pointer(&os->e, sim_engine_free);
-  g_clear_pointer(&os->lo.lw, sim_lowering_free);
-  g_clear_pointer(&os->lo.rep_of, g_free);
-  g_clear_pointer(&os->own_cost, sim_cost_model_free);
 }
 
 /* The steady state (sim/steady.c): a run of st->count micro-batches, checked.  Returns 1

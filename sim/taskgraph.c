@@ -168,6 +168,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   free_sorted(tg);
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
+  g_free(tg->watch);
   g_free(tg);
 }
 

@@ -1210,6 +1210,62 @@ Test(folding, equals_the_unfolded_simulation)
   fold_scatter_gather = FALSE;
 }
 
+/* On dgx-a100:N (a rail-optimized network) the replica shift of a plan whose replicas span
+ * several nodes is not a link-by-link map of the traffic (a gradient ring's edge inside
+ * a leaf becomes one across leaves), so the route check refuses to fold the replicas.
+ * Where every replica's flows still cross links like replica 0's, the replicas are folded
+ * all the same and the run checked (SimOptions.fold_checked): these plans' folded runs
+ * pass the check and predict what the unfolded ones do (check_fold_at()), with
+ * fold_checked off they fold less (what the route check allows), and a brief run gives
+ * the report's time.
+ * Where the check refutes a folded run (replicas whose sends share spine links with other
+ * replicas' and others alone), the run made again folds the ranks alone and is exact too. */
+Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
+{
+  const char *gpt = "layers=8,hidden=1024,heads=16,seq=512,vocab=1024,batch=192";
+  const char *checked = "data-parallel replicas (run checked) and tensor-parallel ranks";
+  struct {
+    const char *machine;
+    int dp, tp, pp;
+    const char *fold;
+  } plans[] = {
+    { "dgx-a100:4", 4, 4, 2, checked },
+    { "dgx-a100:8", 16, 1, 4, "data-parallel replicas (run checked)" },
+    { "dgx-a100:8", 4, 4, 4, checked },
+    { "dgx-a100:24", 24, 8, 1, checked },
+    { "dgx-a100:8", 8, 4, 2, "tensor-parallel ranks" }, /* the check refutes it */
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(plans); i++) {
+    check_fold_at(SIM_DETAIL_FLOWS, plans[i].machine, "gpt", gpt, plans[i].dp, plans[i].tp,
+                  plans[i].pp, 96 / plans[i].dp, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+                  plans[i].fold, NULL);
+    g_autoptr(SimGraph) g = zoo("gpt", gpt);
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    g_autoptr(SimMachine) m = sim_machine_load(plans[i].machine, NULL);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = plans[i].dp;
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.microbatches = 96 / plans[i].dp;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, NULL);
+    cr_assert_not_null(s);
+    SimOptions o = sim_options_default();
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, NULL);
+    cr_assert_not_null(r);
+    SimBrief b;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, NULL));
+    double t = sim_report_iteration_time(r);
+    cr_assert_float_eq(b.time, t, 1e-12 * t, "%s: brief %.17g, report %.17g", plans[i].machine,
+                       b.time, t);
+    o.fold_checked = FALSE;
+    g_autoptr(SimReport) off = sim_simulate(g, m, s, NULL, &o, NULL);
+    cr_assert_not_null(off);
+    cr_assert_null(strstr(sim_report_folding(off), "checked"), "%s: %s", plans[i].machine,
+                   sim_report_folding(off));
+    cr_assert_float_eq(sim_report_iteration_time(off), t, 1e-9 * t);
+  }
+}
+
 /* Folding tries both symmetries, then replicas alone, then ranks alone.  When the first
  * is refused and two remain, a plan of many micro-batches asks the second of a copy with
  * the fewest micro-batches its schedule allows before lowering it in full; a plan of 2
