@@ -284,10 +284,11 @@ static void one_shot_clear(OneShot *os)
 }
 
 /* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
- * time and memory (sim_simulate_brief()). */
+ * time and memory (sim_simulate_brief()).  Where replicas folded with the run checked
+ * fail the check, the run is made again and @opts->fold_checked turned off. */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
                              const SimStrategy *s,
-                             SimCostModel *cost, const SimOptions *opts, double bound, int count,
+                             SimCostModel *cost, SimOptions *opts, double bound, int count,
                              gboolean brief, GError **error)
 {
   memset(os, 0, sizeof *os);
@@ -363,12 +364,12 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (os->tl.cut && isinf(os->tl.makespan))
     goto cancelled;
   if (os->lo.watch && !os->tl.deadlock && !shadows_ran_as_originals(tg, &os->tl)) {
-    /* The replicas did not run alike: made again without folding them so. */
+    /* The replicas did not run alike: made again without folding them so, as is every
+     * later run of the caller's (the steady state's). */
     g_debug("folding: the replicas did not run alike; simulated again without folding them");
     one_shot_clear(os);
-    SimOptions again = *opts;
-    again.fold_checked = FALSE;
-    return one_shot_run(os, g, m, s, given_cost, &again, bound, count, brief, error);
+    opts->fold_checked = FALSE;
+    return one_shot_run(os, g, m, s, given_cost, opts, bound, count, brief, error);
   }
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
@@ -387,7 +388,7 @@ cancelled:
  * with the run in @os and its period in @period, 0 where the run does not repeat itself
  * exactly (the caller simulates every micro-batch), -1 on an error. */
 static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const SimStrategy *s,
-                      SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                      SimCostModel *cost, SimOptions *opts, const SimSteady *st,
                       double *period, GError **error)
 {
   if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, error)) {
@@ -404,7 +405,7 @@ static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const
 /* The report of @s from its steady state: two runs, of st->count micro-batches and of one
  * period more, tell what a period adds to every figure.  1, 0 or -1 as steady_run(). */
 static int steady_report(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
-                         SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                         SimCostModel *cost, SimOptions *opts, const SimSteady *st,
                          SimReport **out, GError **error)
 {
   OneShot os;
