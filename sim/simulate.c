@@ -257,10 +257,16 @@ static gboolean shadows_ran_as_originals(const SimTaskGraph *tg, const SimTimeli
     int32_t a = tg->watch[i], b = tg->watch[i + 1];
     if (a < 0 || b < 0)
       return FALSE; /* merged away: not followed */
-    /* A run cut at its bound compares what had ended by then. */
-    gboolean ea = tl->end[a] >= 0 && (!tl->cut || tl->end[a] <= tl->makespan);
-    gboolean eb = tl->end[b] >= 0 && (!tl->cut || tl->end[b] <= tl->makespan);
-    if (ea != eb || (!tl->cut && !ea))
+    /* A run cut at its bound (or at a GPU's memory) compares what had ended by then, and
+     * holds only where no shadow or original was under way at the cut: then every link
+     * carried the same flows at the cut in both runs, which would go on alike, so that
+     * the unfolded run would have been cut too. */
+    double cut = tl->cut ? tl->makespan : INFINITY;
+    gboolean ea = tl->end[a] >= 0 && tl->end[a] <= cut;
+    gboolean eb = tl->end[b] >= 0 && tl->end[b] <= cut;
+    gboolean sa = tl->start[a] >= 0 && tl->start[a] <= cut;
+    gboolean sb = tl->start[b] >= 0 && tl->start[b] <= cut;
+    if (ea != eb || sa != sb || sa != ea || (!tl->cut && !ea))
       return FALSE;
     if (ea && (fabs(tl->end[a] - tl->end[b]) > tol || fabs(tl->start[a] - tl->start[b]) > tol)) {
       g_debug("folding: a shadow ran from %.17g to %.17g, its original from %.17g to %.17g",

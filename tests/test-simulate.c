@@ -1217,7 +1217,7 @@ Test(folding, equals_the_unfolded_simulation)
  * all the same and the run checked (SimOptions.fold_checked): these plans' folded runs
  * pass the check and predict what the unfolded ones do (check_fold_at()), with
  * fold_checked off they fold less (what the route check allows), and a brief run gives
- * the report's time.
+ * the report's time, or past a bound a lower bound above it.
  * Where the check refutes a folded run (replicas whose sends share spine links with other
  * replicas' and others alone), the run made again folds the ranks alone and is exact too. */
 Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
@@ -1257,6 +1257,11 @@ Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
     double t = sim_report_iteration_time(r);
     cr_assert_float_eq(b.time, t, 1e-12 * t, "%s: brief %.17g, report %.17g", plans[i].machine,
                        b.time, t);
+    /* Cut past a bound: a lower bound of the time, above the bound. */
+    SimBrief c;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &o, 0.6 * t, &c, NULL));
+    cr_assert(c.cut && c.time > 0.6 * t && c.time <= t * (1 + 1e-12), "%s: cut %d at %.17g of %.17g",
+              plans[i].machine, c.cut, c.time, t);
     o.fold_checked = FALSE;
     g_autoptr(SimReport) off = sim_simulate(g, m, s, NULL, &o, NULL);
     cr_assert_not_null(off);
