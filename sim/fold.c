@@ -706,8 +706,7 @@ static gboolean replicas_meet_same_traffic(const SimMachine *m, const Fold *f, c
   GArray *sig = g_array_new(FALSE, FALSE, sizeof(double));
   replica_signature(m, f, sh, crossing, 0, sig0);
   gboolean same = TRUE;
-  int q = 1;
-  for (; q < D && same; q++) {
+  for (int q = 1; q < D && same; q++) {
     replica_signature(m, f, sh, crossing, q, sig);
     same = sig->len == sig0->len && !memcmp(sig->data, sig0->data, sig->len * sizeof(double));
   }

@@ -21,9 +21,9 @@ typedef struct {
   int *pos;           /* its place in the class                                        */
   GPtrArray *members; /* int arrays                                                    */
   GArray *sizes;      /* int                                                          */
-  /* Replicas folded without the check of their routes (fold_replicas_checked()): the run
-   * is checked instead, against @watch, which add_shadows() fills with each shadow after
-   * its original (SimTaskRef pairs). */
+  /* Shadows added without the check of their routes (SimOptions.fold_checked): the run
+   * is checked instead (simulate.c), against @watch, which add_shadows() fills with each
+   * shadow after its original (SimTaskRef pairs). */
   gboolean checked;
   GArray *watch;
   /* Set by add_shadows() where the route check refused the replicas but each replica's
