@@ -94,8 +94,9 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
     rep_of[d] = fold_rep(f, d, use_r, use_k);
     mask[d] = rep_of[d] == d;
   }
-  if (f->watch)
-    g_array_set_size(f->watch, 0);
+  if (f->watch) /* a checked folding's pairs are this try's alone */
+    g_array_free(f->watch, TRUE);
+  f->watch = NULL;
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
   if (count > 0)
     sim_lowering_set_microbatch_count(lw, count);
@@ -107,9 +108,21 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
     sim_lowering_free(lw);
     return NULL;
   }
-  if (!sim_lowering_fold_violated(lw) &&
-      add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
-    return lw;
+  if (!sim_lowering_fold_violated(lw)) {
+    if (add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
+      return lw;
+    /* The routes refused the replicas, but their flows meet the same traffic: the same
+     * graph takes the shadows all the same (add_shadows() added nothing when it refused),
+     * and the run will be checked (shadows_ran_as_originals()). */
+    if (use_r && f->may_check && o->fold_checked) {
+      f->checked = TRUE;
+      gboolean ok = add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k);
+      f->checked = f->may_check = FALSE;
+      if (ok)
+        return lw;
+    }
+  }
+  f->may_check = FALSE;
   sim_lowering_free(lw);
   return NULL;
 }
@@ -175,23 +188,14 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
       sim_lowering_free(lw);
     }
     out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, count);
-    if (out.lw)
+    if (out.lw && f.watch) {
+      out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
+                          : "data-parallel replicas (run checked)";
+      out.watch = g_steal_pointer(&f.watch);
+    } else if (out.lw) {
       out.folding = use_r && use_k ? "data-parallel replicas and tensor-parallel ranks"
                     : use_r        ? "data-parallel replicas"
                                    : "tensor-parallel ranks";
-    if (!out.lw && use_r && f.may_check && o->fold_checked &&
-        !(o->cancel && atomic_load(o->cancel))) {
-      /* The routes refused the replicas, but they meet the same traffic: folded, with
-       * the run checked (shadows_ran_as_originals()). */
-      f.checked = TRUE;
-      out.lw = lower_try(g, m, s, cost, o, cp, &f, TRUE, use_k, out.rep_of, mask, count);
-      f.checked = f.may_check = FALSE;
-      if (out.lw) {
-        out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
-                            : "data-parallel replicas (run checked)";
-        out.watch = f.watch;
-        f.watch = NULL;
-      }
     }
   }
   if (!out.lw) {
