@@ -6,8 +6,11 @@
  * simulated: its compute tasks and transfers are built, while collectives that involve
  * folded devices are built whole (every flow of the ring), so the links they share are
  * shared as in the unfolded run.  The lowering tells when a simulated task would need data
- * from a folded device; folding is then given up, level by level.  Tests compare folded
- * and unfolded runs.  The analysis and the shadow tasks are in fold.c; this file is the
+ * from a folded device; folding is then given up, level by level.  Where the network
+ * does not map the replicas' routes onto each other link by link but their flows meet the
+ * same traffic, the replicas may be folded anyway (SimOptions.fold_checked) and the run is
+ * checked afterwards (shadows_ran_as_originals()), or made again without.  Tests compare folded and unfolded
+ * runs.  The analysis and the shadow tasks are in fold.c; this file is the
  * driver. */
 #include "fold.h"
 #include "collective.h"
@@ -36,8 +39,7 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE,
-                       .fold_checked = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)

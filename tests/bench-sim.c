@@ -191,7 +191,7 @@ static ScaleResult scale_body(const ScaleCase *c, int mode)
   if (!s)
     g_error("%s", error->message);
   SimOptions o = sim_options_default();
-  o.merge_chains = o.merge_rings = o.steady_state = o.fold_checked = mode != SCALE_PLAIN;
+  o.merge_chains = o.merge_rings = o.steady_state = mode != SCALE_PLAIN;
   ScaleResult out = { 0 };
   out.ok = TRUE;
   if (mode == SCALE_BRIEF) {

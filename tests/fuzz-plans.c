@@ -322,6 +322,7 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
     s = changed_plan(g, m, mi == 0, rng, 0, 2);
   SimOptions o = random_options(rng);
   o.fold = TRUE;
+  o.fold_checked = TRUE;
   g_autoptr(SimReport) rf = sim_simulate(g, m, s, c, &o, &error);
   if (rf && strstr(sim_report_folding(rf), "checked"))
     fold_checked_runs++;

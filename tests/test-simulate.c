@@ -1092,7 +1092,7 @@ static int64_t fold_bucket_bytes;
 /* ... and whether they scatter-gather their pipeline messages. */
 static gboolean fold_scatter_gather;
 /* ... sequence parallelism and ZeRO-1. */
-static gboolean fold_sequence_parallel, fold_zero1;
+static gboolean fold_sequence_parallel, fold_zero1, fold_check;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1122,6 +1122,7 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
   o.detail = detail;
+  o.fold_checked = fold_check;
   g_autoptr(SimReport) folded = sim_simulate(g, m, s, NULL, &o, &error);
   cr_assert_not_null(folded, "%s", error ? error->message : "");
   o.fold = FALSE;
@@ -1214,10 +1215,10 @@ Test(folding, equals_the_unfolded_simulation)
  * several nodes is not a link-by-link map of the traffic (a gradient ring's edge inside
  * a leaf becomes one across leaves), so the route check refuses to fold the replicas.
  * Where every replica's flows still cross links like replica 0's, the replicas are folded
- * all the same and the run checked (SimOptions.fold_checked): these plans' folded runs
- * pass the check and predict what the unfolded ones do (check_fold_at()), with
- * fold_checked off they fold less (what the route check allows), and a brief run gives
- * the report's time, or past a bound a lower bound above it.
+ * all the same and the run checked where SimOptions.fold_checked asks: these plans' folded
+ * runs pass the check and predict what the unfolded ones do (check_fold_at()), without
+ * fold_checked (the default) they fold less (what the route check allows), and a brief
+ * run gives the report's time, or past a bound a lower bound above it.
  * Where the check refutes a folded run (replicas whose sends share spine links with other
  * replicas' and others alone), the run made again folds the ranks alone and is exact too. */
 Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
@@ -1236,9 +1237,11 @@ Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
     { "dgx-a100:8", 8, 4, 2, "tensor-parallel ranks" }, /* the check refutes it */
   };
   for (guint i = 0; i < G_N_ELEMENTS(plans); i++) {
+    fold_check = TRUE;
     check_fold_at(SIM_DETAIL_FLOWS, plans[i].machine, "gpt", gpt, plans[i].dp, plans[i].tp,
                   plans[i].pp, 96 / plans[i].dp, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
                   plans[i].fold, NULL);
+    fold_check = FALSE;
     g_autoptr(SimGraph) g = zoo("gpt", gpt);
     sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
     g_autoptr(SimMachine) m = sim_machine_load(plans[i].machine, NULL);
@@ -1250,6 +1253,7 @@ Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
     g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, NULL);
     cr_assert_not_null(s);
     SimOptions o = sim_options_default();
+    o.fold_checked = TRUE;
     g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, NULL);
     cr_assert_not_null(r);
     SimBrief b;
