@@ -588,6 +588,8 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
    * symmetries can give one flow the same image: one shadow per image and collective. */
   SimKeyIndex made;
   sim_key_index_init(&made, 4 * sizeof(int32_t));
+  /* The shadow made for each key (SimTaskRef), where the run is checked. */
+  GArray *made_ref = g_array_new(FALSE, TRUE, sizeof(SimTaskRef));
   /* The smallest image of each distinct set, worked out once per symmetry. */
   int *set_low = g_new(int, MAX(sh->member->len, 1));
   int *set_low_at = g_new(int, MAX(sh->member->len, 1));
@@ -602,6 +604,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         FlowAt at = g_array_index(sh->part, FlowAt, q);
         SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         SimTask t = sim_block_tasks(tg, ob)[at.index];
+        int made_at = -1;
         t.device = fold_map(f, at.a, r, k, sh->ranks);
         t.peer = fold_map(f, at.b, r, k, sh->ranks);
         if (t.coll >= 0) {
@@ -627,12 +630,24 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
           int32_t key[4] = { t.n_links ? low : t.device, t.n_links ? -1 : t.peer, t.coll,
                              at.occ };
           gboolean added;
-          sim_key_index_get(&made, key, &added);
-          if (!added)
+          made_at = sim_key_index_get(&made, key, &added);
+          if (!added) {
+            /* A checked run compares the image with this original too. */
+            if (f->watch) {
+              SimTaskRef orig = { at.block, at.index };
+              g_array_append_val(f->watch, orig);
+              g_array_append_val(f->watch, g_array_index(made_ref, SimTaskRef, made_at));
+            }
             continue;
+          }
         }
         SimTaskRef sr = t.n_links ? add_ring_image(tg, m, f, sh, shadow_block, ob, &t, r, k)
                                   : sim_taskgraph_add(tg, shadow_block, &t);
+        if (made_at >= 0) {
+          if (made_ref->len <= (guint)made_at)
+            g_array_set_size(made_ref, (guint)made_at + 1);
+          g_array_index(made_ref, SimTaskRef, made_at) = sr;
+        }
         for (guint j = 0; preds[q] && j < preds[q]->len; j++)
           sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
         if (f->watch) {
@@ -643,6 +658,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
       }
     }
   sim_key_index_free(&made);
+  g_array_free(made_ref, TRUE);
   g_free(set_low);
   g_free(set_low_at);
   free_preds(preds, sh->part->len);
