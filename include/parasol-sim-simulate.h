@@ -89,6 +89,15 @@ typedef struct {
    * added as whole periods (not with keep_timeline or GPipe; sim_simulate() runs two such
    * runs to measure what a period adds to every figure of the report). */
   gboolean steady_state;
+  /* fold_checked: where the network does not map the data-parallel replicas' traffic onto
+   * each other link by link (so that fold alone would not fold them) but every replica's
+   * flows cross links like replica 0's, the replicas are folded all the same and the run
+   * is checked: every folded replica's flow must have run when its representative's did,
+   * or the run is made again without folding the replicas (only with fold).  Off by
+   * default (sim_options_default()): a run that fails the check is made twice, and one
+   * that passes keeps every replica's shadows, which stop rings from merging, so that it
+   * is often slower than the run that folds less (docs/scale.md). */
+  gboolean fold_checked;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -21,6 +21,8 @@ void fold_clear(Fold *f)
     g_ptr_array_free(f->members, TRUE);
   if (f->sizes)
     g_array_free(f->sizes, TRUE);
+  if (f->watch)
+    g_array_free(f->watch, TRUE);
   memset(f, 0, sizeof *f);
 }
 
@@ -577,7 +579,7 @@ static SimTaskRef add_ring_image(SimTaskGraph *tg, const SimMachine *m, const Fo
 
 /* The shadows: under each symmetry but the identity, the image of every part flow, in a
  * block of their own, after the image's predecessors' originals. */
-static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
                              const Shadows *sh)
 {
   GArray **preds = part_preds(tg, sh);
@@ -586,6 +588,8 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, const Fold *
    * symmetries can give one flow the same image: one shadow per image and collective. */
   SimKeyIndex made;
   sim_key_index_init(&made, 4 * sizeof(int32_t));
+  /* The shadow made for each key (SimTaskRef), where the run is checked. */
+  GArray *made_ref = g_array_new(FALSE, TRUE, sizeof(SimTaskRef));
   /* The smallest image of each distinct set, worked out once per symmetry. */
   int *set_low = g_new(int, MAX(sh->member->len, 1));
   int *set_low_at = g_new(int, MAX(sh->member->len, 1));
@@ -600,6 +604,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, const Fold *
         FlowAt at = g_array_index(sh->part, FlowAt, q);
         SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         SimTask t = sim_block_tasks(tg, ob)[at.index];
+        int made_at = -1;
         t.device = fold_map(f, at.a, r, k, sh->ranks);
         t.peer = fold_map(f, at.b, r, k, sh->ranks);
         if (t.coll >= 0) {
@@ -625,24 +630,113 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, const Fold *
           int32_t key[4] = { t.n_links ? low : t.device, t.n_links ? -1 : t.peer, t.coll,
                              at.occ };
           gboolean added;
-          sim_key_index_get(&made, key, &added);
-          if (!added)
+          made_at = sim_key_index_get(&made, key, &added);
+          if (!added) {
+            /* A checked run compares the image with this original too. */
+            if (f->watch) {
+              SimTaskRef orig = { at.block, at.index };
+              g_array_append_val(f->watch, orig);
+              g_array_append_val(f->watch, g_array_index(made_ref, SimTaskRef, made_at));
+            }
             continue;
+          }
         }
         SimTaskRef sr = t.n_links ? add_ring_image(tg, m, f, sh, shadow_block, ob, &t, r, k)
                                   : sim_taskgraph_add(tg, shadow_block, &t);
+        if (made_at >= 0) {
+          if (made_ref->len <= (guint)made_at)
+            g_array_set_size(made_ref, (guint)made_at + 1);
+          g_array_index(made_ref, SimTaskRef, made_at) = sr;
+        }
         for (guint j = 0; preds[q] && j < preds[q]->len; j++)
           sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
+        if (f->watch) {
+          SimTaskRef orig = { at.block, at.index };
+          g_array_append_val(f->watch, orig);
+          g_array_append_val(f->watch, sr);
+        }
       }
     }
   sim_key_index_free(&made);
+  g_array_free(made_ref, TRUE);
   g_free(set_low);
   g_free(set_low_at);
   free_preds(preds, sh->part->len);
 }
 
-gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
-                            gboolean ranks)
+/* One replica's signature: its flows (those of replica 0's flows to be shadowed that stay
+ * inside replica 0, shifted to replica @q, under every rank shift) hop by hop, each link's
+ * bandwidth, latency and the number of replicas (@crossing) whose flows cross it. */
+static void replica_signature(const SimMachine *m, const Fold *f, const Shadows *sh,
+                              const int32_t *crossing, int q, GArray *sig)
+{
+  int nd = sh->nd;
+  g_array_set_size(sig, 0);
+  for (int k = 0; k < sh->K; k++)
+    for (guint i = 0; i < sh->part_keys->len; i++) {
+      gint64 key = g_array_index(sh->part_keys, gint64, i);
+      int n, a = (int)(key / nd), b = (int)(key % nd);
+      if (f->repl[a] != 0 || f->repl[b] != 0)
+        continue;
+      const int *r = sim_machine_route(m, fold_map(f, a, q, k, sh->ranks),
+                                       fold_map(f, b, q, k, sh->ranks), &n);
+      double len = n;
+      g_array_append_val(sig, len);
+      for (int h = 0; h < n; h++) {
+        double x[3] = { sim_machine_link_bandwidth(m, r[h]), sim_machine_link_latency(m, r[h]),
+                        crossing ? crossing[r[h]] : 0 };
+        g_array_append_vals(sig, x, 3);
+      }
+    }
+}
+
+/* Where the route check refused to fold the replicas (the network does not map one
+ * replica's traffic onto another's link by link, as when a gradient ring's edge inside a
+ * leaf becomes an edge across leaves): whether every replica's flows still meet, hop by
+ * hop, links of the same bandwidth and latency crossed by as many replicas' flows as
+ * replica 0's do.  Then the replicas are likely to run alike, and folding them with the
+ * run checked (simulate.c) is worth a try; where they are not (replicas whose pipeline
+ * sends share a spine link with other replicas', others alone), they would not. */
+static gboolean replicas_meet_same_traffic(const SimMachine *m, const Fold *f, const Shadows *sh)
+{
+  int D = f->D, nl = sim_machine_n_links(m), nd = sh->nd;
+  int32_t *crossing = g_new0(int32_t, MAX(nl, 1)), *last = g_new(int32_t, MAX(nl, 1));
+  for (int l = 0; l < nl; l++)
+    last[l] = -1;
+  for (int q = 0; q < D; q++)
+    for (int k = 0; k < sh->K; k++)
+      for (guint i = 0; i < sh->part_keys->len; i++) {
+        gint64 key = g_array_index(sh->part_keys, gint64, i);
+        int n, a = (int)(key / nd), b = (int)(key % nd);
+        if (f->repl[a] != 0 || f->repl[b] != 0)
+          continue;
+        const int *r = sim_machine_route(m, fold_map(f, a, q, k, sh->ranks),
+                                         fold_map(f, b, q, k, sh->ranks), &n);
+        for (int h = 0; h < n; h++)
+          if (last[r[h]] != q) {
+            last[r[h]] = q;
+            crossing[r[h]]++;
+          }
+      }
+  GArray *sig0 = g_array_new(FALSE, FALSE, sizeof(double));
+  GArray *sig = g_array_new(FALSE, FALSE, sizeof(double));
+  replica_signature(m, f, sh, crossing, 0, sig0);
+  gboolean same = TRUE;
+  for (int q = 1; q < D && same; q++) {
+    replica_signature(m, f, sh, crossing, q, sig);
+    same = sig->len == sig0->len && !memcmp(sig->data, sig0->data, sig->len * sizeof(double));
+  }
+  g_debug("folding: the replicas' flows %s", same ? "meet the same traffic"
+                                                  : "do not all meet the same traffic");
+  g_array_free(sig0, TRUE);
+  g_array_free(sig, TRUE);
+  g_free(crossing);
+  g_free(last);
+  return same;
+}
+
+gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean replicas,
+                     gboolean ranks)
 {
   Shadows sh = { .nd = f->nd, .R = replicas ? MAX(f->D, 1) : 1, .K = 1, .ranks = ranks };
   if (ranks)
@@ -658,7 +752,13 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gbool
   sh.part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
   sh.whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
 
-  gboolean ok = collect_flows(tg, m, f, &sh) && symmetries_keep_routes(m, f, &sh);
+  gboolean ok = collect_flows(tg, m, f, &sh);
+  if (ok && !f->checked && !symmetries_keep_routes(m, f, &sh)) {
+    ok = FALSE;
+    f->may_check = replicas && sh.R > 1 && replicas_meet_same_traffic(m, f, &sh);
+  }
+  if (ok && f->checked && !f->watch)
+    f->watch = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));
   if (ok && sh.part->len)
     add_shadow_tasks(tg, m, f, &sh);
 

@@ -21,13 +21,22 @@ typedef struct {
   int *pos;           /* its place in the class                                        */
   GPtrArray *members; /* int arrays                                                    */
   GArray *sizes;      /* int                                                          */
+  /* Shadows added without the check of their routes (SimOptions.fold_checked): the run
+   * is checked instead (simulate.c), against @watch, which add_shadows() fills with each
+   * shadow after its original (SimTaskRef pairs). */
+  gboolean checked;
+  GArray *watch;
+  /* Set by add_shadows() where the route check refused the replicas but each replica's
+   * flows meet, hop by hop, the same links and sharing as replica 0's: worth folding
+   * them and checking the run. */
+  gboolean may_check;
 } Fold;
 
 void fold_clear(Fold *f);
 gboolean fold_replicas(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f);
 gboolean fold_ranks(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f);
 int fold_rep(const Fold *f, int d, gboolean use_r, gboolean use_k);
-gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, const Fold *f, gboolean replicas,
+gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean replicas,
                      gboolean ranks);
 
 G_END_DECLS

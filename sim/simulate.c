@@ -6,8 +6,11 @@
  * simulated: its compute tasks and transfers are built, while collectives that involve
  * folded devices are built whole (every flow of the ring), so the links they share are
  * shared as in the unfolded run.  The lowering tells when a simulated task would need data
- * from a folded device; folding is then given up, level by level.  Tests compare folded
- * and unfolded runs.  The analysis and the shadow tasks are in fold.c; this file is the
+ * from a folded device; folding is then given up, level by level.  Where the network
+ * does not map the replicas' routes onto each other link by link but their flows meet the
+ * same traffic, the replicas may be folded anyway (SimOptions.fold_checked) and the run is
+ * checked afterwards (shadows_ran_as_originals()), or made again without.  Tests compare folded and unfolded
+ * runs.  The analysis and the shadow tasks are in fold.c; this file is the
  * driver. */
 #include "fold.h"
 #include "collective.h"
@@ -90,13 +93,16 @@ typedef struct {
   SimLowering *lw;
   int *rep_of;
   const char *folding;
+  /* Replicas folded without the route check: each shadow after its original, which the
+   * run must check (shadows_ran_as_originals()). */
+  GArray *watch;
 } Lowered;
 
 /* Lowers @s with the folding of try @t (see lower_folded()); NULL when that folding is not
  * exact for it. */
 static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                               SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
-                              const Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
+                              Fold *f, gboolean use_r, gboolean use_k, int *rep_of,
                               uint8_t *mask, int count)
 {
   int nd = f->nd;
@@ -104,6 +110,9 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
     rep_of[d] = fold_rep(f, d, use_r, use_k);
     mask[d] = rep_of[d] == d;
   }
+  if (f->watch) /* a checked folding's pairs are this try's alone */
+    g_array_free(f->watch, TRUE);
+  f->watch = NULL;
   SimLowering *lw = sim_lowering_new(g, m, s, cost, o, cp, mask);
   if (count > 0)
     sim_lowering_set_microbatch_count(lw, count);
@@ -116,9 +125,21 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
     sim_lowering_free(lw);
     return NULL;
   }
-  if (!sim_lowering_fold_violated(lw) &&
-      add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
-    return lw;
+  if (!sim_lowering_fold_violated(lw)) {
+    if (add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k))
+      return lw;
+    /* The routes refused the replicas, but their flows meet the same traffic: the same
+     * graph takes the shadows all the same (add_shadows() added nothing when it refused),
+     * and the run will be checked (shadows_ran_as_originals()). */
+    if (use_r && f->may_check && o->fold_checked) {
+      f->checked = TRUE;
+      gboolean ok = add_shadows(sim_lowering_taskgraph(lw), m, f, use_r, use_k);
+      f->checked = f->may_check = FALSE;
+      if (ok)
+        return lw;
+    }
+  }
+  f->may_check = FALSE;
   sim_lowering_free(lw);
   return NULL;
 }
@@ -184,10 +205,15 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
       sim_lowering_free(lw);
     }
     out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, count);
-    if (out.lw)
+    if (out.lw && f.watch) {
+      out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
+                          : "data-parallel replicas (run checked)";
+      out.watch = g_steal_pointer(&f.watch);
+    } else if (out.lw) {
       out.folding = use_r && use_k ? "data-parallel replicas and tensor-parallel ranks"
                     : use_r        ? "data-parallel replicas"
                                    : "tensor-parallel ranks";
+    }
   }
   if (!out.lw) {
     for (int d = 0; d < nd; d++)
@@ -237,14 +263,64 @@ static void add_ring_bytes(const SimTaskGraph *tg, SimTimeline *tl)
   }
 }
 
+/* Whether the run @tl of @tg, its replicas folded without the route check, is the
+ * unfolded run.  The unfolded run has every task of a folded device at its
+ * representative's times (the same tasks on the same hardware after the same
+ * predecessors) if every flow of the folded devices, a shadow here, ran as its original
+ * did: then every link carried at every instant the same flows in both runs, which the
+ * network shares alike, and every task waiting for a shadow's image was released when its
+ * representative was.  A shadow that ran at other times (its route shared with other
+ * traffic than the original's) refutes the folding.  Times within a relative 1e-12 of the
+ * iteration are the same (sums taken in another order). */
+static gboolean shadows_ran_as_originals(const SimTaskGraph *tg, const SimTimeline *tl)
+{
+  double tol = 1e-12 * (isfinite(tl->makespan) ? tl->makespan : 0);
+  for (size_t i = 0; i + 1 < tg->n_watch; i += 2) {
+    int32_t a = tg->watch[i], b = tg->watch[i + 1];
+    if (a < 0 || b < 0)
+      return FALSE; /* merged away: not followed */
+    /* A run cut at its bound (or at a GPU's memory) compares what had ended by then, and
+     * holds only where no shadow or original was under way at the cut: then every link
+     * carried the same flows at the cut in both runs, which would go on alike, so that
+     * the unfolded run would have been cut too. */
+    double cut = tl->cut ? tl->makespan : INFINITY;
+    gboolean ea = tl->end[a] >= 0 && tl->end[a] <= cut;
+    gboolean eb = tl->end[b] >= 0 && tl->end[b] <= cut;
+    gboolean sa = tl->start[a] >= 0 && tl->start[a] <= cut;
+    gboolean sb = tl->start[b] >= 0 && tl->start[b] <= cut;
+    if (ea != eb || sa != sb || sa != ea || (!tl->cut && !ea))
+      return FALSE;
+    if (ea && (fabs(tl->end[a] - tl->end[b]) > tol || fabs(tl->start[a] - tl->start[b]) > tol)) {
+      g_debug("folding: a shadow ran from %.17g to %.17g, its original from %.17g to %.17g",
+              tl->start[b], tl->end[b], tl->start[a], tl->end[a]);
+      return FALSE;
+    }
+  }
+  return TRUE;
+}
+
+static void one_shot_clear(OneShot *os)
+{
+  sim_timeline_clear(&os->tl);
+  g_clear_pointer(&os->e, sim_engine_free);
+  g_clear_pointer(&os->lo.lw, sim_lowering_free);
+  g_clear_pointer(&os->lo.rep_of, g_free);
+  if (os->lo.watch)
+    g_array_free(os->lo.watch, TRUE);
+  os->lo.watch = NULL;
+  g_clear_pointer(&os->own_cost, sim_cost_model_free);
+}
+
 /* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
- * time and memory (sim_simulate_brief()). */
+ * time and memory (sim_simulate_brief()).  Where replicas folded with the run checked
+ * fail the check, the run is made again and @opts->fold_checked turned off. */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
                              const SimStrategy *s,
-                             SimCostModel *cost, const SimOptions *opts, double bound, int count,
+                             SimCostModel *cost, SimOptions *opts, double bound, int count,
                              gboolean brief, GError **error)
 {
   memset(os, 0, sizeof *os);
+  SimCostModel *given_cost = cost;
   if (!sim_strategy_validate(s, g, m, error) || !check_schedule(s, error))
     return FALSE;
   if (!cost) {
@@ -266,10 +342,21 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     g_clear_pointer(&os->lo.lw, sim_lowering_free);
     g_clear_pointer(&os->lo.rep_of, g_free);
+    if (os->lo.watch)
+      g_array_free(os->lo.watch, TRUE);
+    os->lo.watch = NULL;
     cp.whole_node_rings = FALSE;
     os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
     tg = sim_lowering_taskgraph(os->lo.lw);
     sim_taskgraph_assemble(tg);
+  }
+  if (os->lo.watch) {
+    /* The shadows to check, and their originals, by task id (the merging renumbers them). */
+    g_free(tg->watch);
+    tg->n_watch = os->lo.watch->len;
+    tg->watch = g_new(int32_t, MAX(tg->n_watch, 1));
+    for (guint i = 0; i < os->lo.watch->len; i++)
+      tg->watch[i] = sim_taskgraph_id(tg, g_array_index(os->lo.watch, SimTaskRef, i));
   }
   sim_taskgraph_release_blocks(tg);
   double t1 = (double)g_get_monotonic_time();
@@ -303,6 +390,14 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
           ((double)g_get_monotonic_time() - t2) / 1e6);
   if (os->tl.cut && isinf(os->tl.makespan))
     goto cancelled;
+  if (os->lo.watch && !os->tl.deadlock && !shadows_ran_as_originals(tg, &os->tl)) {
+    /* The replicas did not run alike: made again without folding them so, as is every
+     * later run of the caller's (the steady state's). */
+    g_debug("folding: the replicas did not run alike; simulated again without folding them");
+    one_shot_clear(os);
+    opts->fold_checked = FALSE;
+    return one_shot_run(os, g, m, s, given_cost, opts, bound, count, brief, error);
+  }
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "the strategy's schedule cannot run: %d of %d tasks never became ready "
@@ -316,20 +411,11 @@ cancelled:
   return FALSE;
 }
 
-static void one_shot_clear(OneShot *os)
-{
-  sim_timeline_clear(&os->tl);
-  g_clear_pointer(&os->e, sim_engine_free);
-  g_clear_pointer(&os->lo.lw, sim_lowering_free);
-  g_clear_pointer(&os->lo.rep_of, g_free);
-  g_clear_pointer(&os->own_cost, sim_cost_model_free);
-}
-
 /* The steady state (sim/steady.c): a run of st->count micro-batches, checked.  Returns 1
  * with the run in @os and its period in @period, 0 where the run does not repeat itself
  * exactly (the caller simulates every micro-batch), -1 on an error. */
 static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const SimStrategy *s,
-                      SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                      SimCostModel *cost, SimOptions *opts, const SimSteady *st,
                       double *period, GError **error)
 {
   if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, error)) {
@@ -346,7 +432,7 @@ static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const
 /* The report of @s from its steady state: two runs, of st->count micro-batches and of one
  * period more, tell what a period adds to every figure.  1, 0 or -1 as steady_run(). */
 static int steady_report(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
-                         SimCostModel *cost, const SimOptions *opts, const SimSteady *st,
+                         SimCostModel *cost, SimOptions *opts, const SimSteady *st,
                          SimReport **out, GError **error)
 {
   OneShot os;

@@ -142,8 +142,8 @@ gboolean sim_steady_period(const SimTaskGraph *tg, const SimTimeline *tl, const 
       if (isnan(delta))
         delta = ds;
       if (fabs(ds - delta) > tol || fabs(de - delta) > tol) {
-        g_debug("steady state: task %u of micro-batch %d shifts by %.17g, the period is %.17g",
-                k, st->first + i, ds, delta);
+        g_debug("steady state: task %u of micro-batch %d (device %d) shifts by %.17g, the "
+                "period is %.17g", k, st->first + i, tg->task[x].device, ds, delta);
         ok = FALSE;
       }
     }

@@ -561,6 +561,9 @@ static void renumber(SimTaskGraph *tg, const uint8_t *gone, const int32_t *n_out
   for (int t = 0; t < m_; t++)
     if (tg->n_pred[t] == 0)
       tg->roots[tg->n_roots++] = t;
+  for (size_t i = 0; i < tg->n_watch; i++)
+    if (tg->watch[i] >= 0)
+      tg->watch[i] = map[tg->watch[i]];
 }
 
 /* Two steps, both exact for the engine's timeline while the host never holds a kernel

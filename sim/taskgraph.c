@@ -171,6 +171,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   if (tg->coll_devs)
     g_ptr_array_free(tg->coll_devs, TRUE);
   g_free(tg->coll_last);
+  g_free(tg->watch);
   g_free(tg);
 }
 

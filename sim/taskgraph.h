@@ -216,6 +216,11 @@ typedef struct {
   int32_t *chain_ring;
   SimTask *rings;
   size_t n_rings;
+  /* Task ids a caller follows through the merging, which renumbers them (-1: merged
+   * away): the shadows of a folding that the run must verify, and their originals
+   * (simulate.c). */
+  int32_t *watch;
+  size_t n_watch;
 } SimTaskGraph;
 
 /* One task of a merged run, for a run that stops at the first task over memory: where it

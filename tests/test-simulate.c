@@ -1283,7 +1283,7 @@ static int64_t fold_bucket_bytes;
 /* ... and whether they scatter-gather their pipeline messages. */
 static gboolean fold_scatter_gather;
 /* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
-static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1;
+static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1, fold_check;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1314,6 +1314,7 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
   o.detail = detail;
+  o.fold_checked = fold_check;
   g_autoptr(SimReport) folded = sim_simulate(g, m, s, NULL, &o, &error);
   cr_assert_not_null(folded, "%s", error ? error->message : "");
   o.fold = FALSE;
@@ -1400,6 +1401,72 @@ Test(folding, equals_the_unfolded_simulation)
   check_fold("dgx-a100:2", "gpt", gpt, 2, 4, 2, 4, SIM_SCHEDULE_INTERLEAVED, 2,
              SIM_RECOMPUTE_SELECTIVE, NULL);
   fold_scatter_gather = FALSE;
+}
+
+/* On dgx-a100:N (a rail-optimized network) the replica shift of a plan whose replicas span
+ * several nodes is not a link-by-link map of the traffic (a gradient ring's edge inside
+ * a leaf becomes one across leaves), so the route check refuses to fold the replicas.
+ * Where every replica's flows still cross links like replica 0's, the replicas are folded
+ * all the same and the run checked where SimOptions.fold_checked asks: these plans' folded
+ * runs pass the check and predict what the unfolded ones do (check_fold_at()), without
+ * fold_checked (the default) they fold less (what the route check allows), and a brief
+ * run gives the report's time, or past a bound a lower bound above it.
+ * Where the check refutes a folded run, the run made again folds the ranks alone and is
+ * exact too. */
+Test(folding, replicas_the_routes_refuse_fold_with_the_run_checked)
+{
+  const char *gpt = "layers=8,hidden=1024,heads=16,seq=512,vocab=1024,batch=192";
+  const char *checked = "data-parallel replicas (run checked)";
+  struct {
+    const char *machine;
+    int dp, tp, pp;
+    const char *fold;
+  } plans[] = {
+    { "dgx-a100:4", 16, 1, 2, checked },
+    { "dgx-a100:8", 16, 1, 4, checked },
+    { "dgx-a100:8", 32, 1, 2, checked },
+    /* The check refutes these: the tensor-parallel ranks' gradient rings cross nodes
+     * differently from one replica to the next. */
+    { "dgx-a100:4", 4, 4, 2, "tensor-parallel ranks" },
+    { "dgx-a100:8", 8, 4, 2, "tensor-parallel ranks" },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS(plans); i++) {
+    fold_check = TRUE;
+    check_fold_at(SIM_DETAIL_FLOWS, plans[i].machine, "gpt", gpt, plans[i].dp, plans[i].tp,
+                  plans[i].pp, 96 / plans[i].dp, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+                  plans[i].fold, NULL);
+    fold_check = FALSE;
+    g_autoptr(SimGraph) g = zoo("gpt", gpt);
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    g_autoptr(SimMachine) m = sim_machine_load(plans[i].machine, NULL);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = plans[i].dp;
+    mo.tp = plans[i].tp;
+    mo.pp = plans[i].pp;
+    mo.microbatches = 96 / plans[i].dp;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, NULL);
+    cr_assert_not_null(s);
+    SimOptions o = sim_options_default();
+    o.fold_checked = TRUE;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, NULL);
+    cr_assert_not_null(r);
+    SimBrief b;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &o, INFINITY, &b, NULL));
+    double t = sim_report_iteration_time(r);
+    cr_assert_float_eq(b.time, t, 1e-12 * t, "%s: brief %.17g, report %.17g", plans[i].machine,
+                       b.time, t);
+    /* Cut past a bound: a lower bound of the time, above the bound. */
+    SimBrief c;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &o, 0.6 * t, &c, NULL));
+    cr_assert(c.cut && c.time > 0.6 * t && c.time <= t * (1 + 1e-12), "%s: cut %d at %.17g of %.17g",
+              plans[i].machine, c.cut, c.time, t);
+    o.fold_checked = FALSE;
+    g_autoptr(SimReport) off = sim_simulate(g, m, s, NULL, &o, NULL);
+    cr_assert_not_null(off);
+    cr_assert_null(strstr(sim_report_folding(off), "checked"), "%s: %s", plans[i].machine,
+                   sim_report_folding(off));
+    cr_assert_float_eq(sim_report_iteration_time(off), t, 1e-9 * t);
+  }
 }
 
 /* Folding tries both symmetries, then replicas alone, then ranks alone.  When the first
