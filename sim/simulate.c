@@ -339,6 +339,10 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
   sim_taskgraph_assemble(tg);
+  /* A search past its deadline does not wait for the merging (seconds for tens of
+   * millions of tasks). */
+  if (opts->cancel && atomic_load(opts->cancel))
+    goto cancelled;
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     g_clear_pointer(&os->lo.lw, sim_lowering_free);
     g_clear_pointer(&os->lo.rep_of, g_free);
@@ -347,8 +351,12 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     os->lo.watch = NULL;
     cp.whole_node_rings = FALSE;
     os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
+    if (opts->cancel && atomic_load(opts->cancel))
+      goto cancelled;
     tg = sim_lowering_taskgraph(os->lo.lw);
     sim_taskgraph_assemble(tg);
+    if (opts->cancel && atomic_load(opts->cancel))
+      goto cancelled;
   }
   if (os->lo.watch) {
     /* The shadows to check, and their originals, by task id (the merging renumbers them). */
