@@ -664,22 +664,33 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
   free_preds(preds, sh->part->len);
 }
 
+/* The route, shifted to replica @q under rank shift @k, of replica 0's flow @i to be
+ * shadowed (Shadows.part_keys), where it stays inside replica 0; NULL otherwise. */
+static const int *shifted_route(const SimMachine *m, const Fold *f, const Shadows *sh, int q,
+                                int k, guint i, int *n)
+{
+  int nd = sh->nd;
+  gint64 key = g_array_index(sh->part_keys, gint64, i);
+  int a = (int)(key / nd), b = (int)(key % nd);
+  if (f->repl[a] != 0 || f->repl[b] != 0)
+    return NULL;
+  return sim_machine_route(m, fold_map(f, a, q, k, sh->ranks), fold_map(f, b, q, k, sh->ranks),
+                           n);
+}
+
 /* One replica's signature: its flows (those of replica 0's flows to be shadowed that stay
  * inside replica 0, shifted to replica @q, under every rank shift) hop by hop, each link's
  * bandwidth, latency and the number of replicas (@crossing) whose flows cross it. */
 static void replica_signature(const SimMachine *m, const Fold *f, const Shadows *sh,
                               const int32_t *crossing, int q, GArray *sig)
 {
-  int nd = sh->nd;
   g_array_set_size(sig, 0);
   for (int k = 0; k < sh->K; k++)
     for (guint i = 0; i < sh->part_keys->len; i++) {
-      gint64 key = g_array_index(sh->part_keys, gint64, i);
-      int n, a = (int)(key / nd), b = (int)(key % nd);
-      if (f->repl[a] != 0 || f->repl[b] != 0)
+      int n;
+      const int *r = shifted_route(m, f, sh, q, k, i, &n);
+      if (!r)
         continue;
-      const int *r = sim_machine_route(m, fold_map(f, a, q, k, sh->ranks),
-                                       fold_map(f, b, q, k, sh->ranks), &n);
       double len = n;
       g_array_append_val(sig, len);
       for (int h = 0; h < n; h++) {
@@ -699,19 +710,17 @@ static void replica_signature(const SimMachine *m, const Fold *f, const Shadows 
  * sends share a spine link with other replicas', others alone), they would not. */
 static gboolean replicas_meet_same_traffic(const SimMachine *m, const Fold *f, const Shadows *sh)
 {
-  int D = f->D, nl = sim_machine_n_links(m), nd = sh->nd;
+  int D = f->D, nl = sim_machine_n_links(m);
   int32_t *crossing = g_new0(int32_t, MAX(nl, 1)), *last = g_new(int32_t, MAX(nl, 1));
   for (int l = 0; l < nl; l++)
     last[l] = -1;
   for (int q = 0; q < D; q++)
     for (int k = 0; k < sh->K; k++)
       for (guint i = 0; i < sh->part_keys->len; i++) {
-        gint64 key = g_array_index(sh->part_keys, gint64, i);
-        int n, a = (int)(key / nd), b = (int)(key % nd);
-        if (f->repl[a] != 0 || f->repl[b] != 0)
+        int n;
+        const int *r = shifted_route(m, f, sh, q, k, i, &n);
+        if (!r)
           continue;
-        const int *r = sim_machine_route(m, fold_map(f, a, q, k, sh->ranks),
-                                         fold_map(f, b, q, k, sh->ranks), &n);
         for (int h = 0; h < n; h++)
           if (last[r[h]] != q) {
             last[r[h]] = q;

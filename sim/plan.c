@@ -175,6 +175,20 @@ const SimGraph *sim_plan_get_graph(const SimPlan *p)
   return p->g;
 }
 
+/* A copy of @m's region from out->device to out->peer, of out->bytes. */
+static void copy_task(const SimPlan *p, int i, const SimTaskSem *m, SimPlanTask *out)
+{
+  out->kind = SIM_PLAN_COPY;
+  out->n_ops = p->copy_ops_off[i + 1] - p->copy_ops_off[i];
+  out->ops = p->copy_ops + p->copy_ops_off[i];
+  out->tensor = m->tensor;
+  out->grad = m->grad;
+  out->relay = m->relay;
+  out->region = m->region;
+  double bw = sim_machine_bandwidth(p->m, out->device, out->peer);
+  out->predicted = isfinite(bw) && bw > 0 ? out->bytes / bw : 0;
+}
+
 void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
 {
   g_return_if_fail(i >= 0 && i < p->tg->n_tasks);
@@ -192,19 +206,10 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
     out->predicted = t->duration;
     return;
   case SIM_TASK_FLOW:
-    if (m && m->kind == SIM_SEM_COPY) {
-      out->kind = SIM_PLAN_COPY;
-      out->n_ops = p->copy_ops_off[i + 1] - p->copy_ops_off[i];
-      out->ops = p->copy_ops + p->copy_ops_off[i];
-      out->tensor = m->tensor;
-      out->grad = m->grad;
-      out->relay = m->relay;
-      out->region = m->region;
-      double bw = sim_machine_bandwidth(p->m, t->device, t->peer);
-      out->predicted = isfinite(bw) && bw > 0 ? t->bytes / bw : 0;
-    } else {
+    if (m && m->kind == SIM_SEM_COPY)
+      copy_task(p, i, m, out);
+    else
       out->kind = SIM_PLAN_TIMING;
-    }
     return;
   case SIM_TASK_DELAY:
     out->kind = SIM_PLAN_TIMING;
@@ -216,19 +221,11 @@ void sim_plan_task(const SimPlan *p, int i, SimPlanTask *out)
     if (m->kind == SIM_SEM_COPY) {
       /* A part of an all-gather (lower-tensors.c, deliver_gathers()): the collective's
        * flows time it, this join point says what moves from devs[0] to devs[1]. */
-      out->kind = SIM_PLAN_COPY;
       out->device = m->devs[0];
       out->peer = m->devs[1];
-      out->n_ops = p->copy_ops_off[i + 1] - p->copy_ops_off[i];
-      out->ops = p->copy_ops + p->copy_ops_off[i];
-      out->tensor = m->tensor;
-      out->grad = m->grad;
-      out->relay = m->relay;
-      out->region = m->region;
       out->bytes = (double)sim_region_volume(&m->region) *
                    sim_dtype_size(sim_graph_tensor_get(p->g, m->tensor)->dtype);
-      double bw = sim_machine_bandwidth(p->m, out->device, out->peer);
-      out->predicted = isfinite(bw) && bw > 0 ? out->bytes / bw : 0;
+      copy_task(p, i, m, out);
       return;
     }
     out->tensor = m->tensor;
