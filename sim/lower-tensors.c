@@ -952,31 +952,17 @@ static void consumer_need(const SimLowering *lw, int cx, int t, SimRegion *need,
   }
 }
 
-/* Whether the partial sums of @groups end as a reduce-scatter: every shard of @dst that
- * needs part of a group's region (@need) needs less than all of it and sits on one of the
- * group's devices (sequence parallelism after a row-parallel op). */
-static gboolean scatters(const GArray *groups, const OpLay *dst, const SimRegion *need)
+/* Whether the partial sums of @groups end as reduce-scatters (@scatter, from
+ * scatter_groups()): some group spans several devices, and every such group is one. */
+static gboolean all_scatter(const GArray *groups, const gboolean *scatter)
 {
   gboolean any = FALSE;
   for (guint k = 0; k < groups->len; k++) {
-    const Holders *h = &g_array_index(groups, Holders, k);
-    if (h->n_devs < 2)
+    if (g_array_index(groups, Holders, k).n_devs < 2)
       continue;
-    int64_t whole = sim_region_volume(&h->region);
-    for (int c = 0; c < dst->n_shards; c++) {
-      SimRegion inter;
-      if (!boxes_overlap(&need[c], &h->region) ||
-          !sim_region_intersect(&need[c], &h->region, &inter))
-        continue;
-      if (sim_region_volume(&inter) >= whole)
-        return FALSE;
-      gboolean on = FALSE;
-      for (int i = 0; i < h->n_devs; i++)
-        on |= h->devs[i] == dst->dev[c];
-      if (!on)
-        return FALSE;
-      any = TRUE;
-    }
+    if (!scatter[k])
+      return FALSE;
+    any = TRUE;
   }
   return any;
 }
@@ -1053,8 +1039,8 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
                      .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION ? 24 : 16 };
   for (guint ci = 0; ov_f.on && ci < nc; ci++)
-    ov_f.on = cls[ci]->stage == pl->stage && !cpartials[ci] &&
-              scatters(pgroups, cls[ci], needs[ci]);
+    ov_f.on = cls[ci]->stage == pl->stage && !cpartials[ci];
+  ov_f.on = ov_f.on && all_scatter(pgroups, pscatter);
   lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
   for (int mb = 0; mb < M; mb++) {
     reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_F, mb, dt, t,
@@ -1107,14 +1093,14 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     gboolean same = lower_tp_overlap(lw) && cl->stage == pl->stage && !p_experts && !c_experts;
     gboolean ag_f = same && cl->t_gemm;
     gboolean ag_b = same && pl->t_gemm;
-    TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && scatters(cgroups, pl, pneed),
-                       .bulk = TRUE };
-    /* Otherwise the consumer's partial gradients, where each producer shard on their
-     * devices takes its own part (sequence parallelism's column-parallel products), are
-     * reduce-scattered. */
+    /* The consumer's partial gradients, where each producer shard on their devices takes
+     * its own part (sequence parallelism's column-parallel products), are
+     * reduce-scattered, overlapped or not. */
     gboolean *cscatter = g_new0(gboolean, MAX(ncg, 1));
     if (cpartial && !c_experts)
       scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
+    TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && all_scatter(cgroups, cscatter),
+                       .bulk = TRUE };
     /* Sequence parallelism's gathers run as all-gathers (but overlapped ones, whose delay
      * deliver() makes from the pieces); an expert-parallel all-to-all stays pieces between
      * every pair of devices. */
