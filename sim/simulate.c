@@ -299,15 +299,20 @@ static gboolean shadows_ran_as_originals(const SimTaskGraph *tg, const SimTimeli
   return TRUE;
 }
 
+static void lowered_clear(Lowered *lo)
+{
+  g_clear_pointer(&lo->lw, sim_lowering_free);
+  g_clear_pointer(&lo->rep_of, g_free);
+  if (lo->watch)
+    g_array_free(lo->watch, TRUE);
+  lo->watch = NULL;
+}
+
 static void one_shot_clear(OneShot *os)
 {
   sim_timeline_clear(&os->tl);
   g_clear_pointer(&os->e, sim_engine_free);
-  g_clear_pointer(&os->lo.lw, sim_lowering_free);
-  g_clear_pointer(&os->lo.rep_of, g_free);
-  if (os->lo.watch)
-    g_array_free(os->lo.watch, TRUE);
-  os->lo.watch = NULL;
+  lowered_clear(&os->lo);
   g_clear_pointer(&os->own_cost, sim_cost_model_free);
 }
 
@@ -344,11 +349,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
-    g_clear_pointer(&os->lo.lw, sim_lowering_free);
-    g_clear_pointer(&os->lo.rep_of, g_free);
-    if (os->lo.watch)
-      g_array_free(os->lo.watch, TRUE);
-    os->lo.watch = NULL;
+    lowered_clear(&os->lo);
     cp.whole_node_rings = FALSE;
     os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
     if (opts->cancel && atomic_load(opts->cancel))
