@@ -511,6 +511,14 @@ SimStrategy *search_start_estimated(SearchContext *ctx, int tries, double *cost,
     SimStrategy *s = search_megatron_plan(p, &best[k]);
     if (!s)
       continue;
+    if (g_log_writer_default_would_drop(G_LOG_LEVEL_DEBUG, G_LOG_DOMAIN) == FALSE) {
+      SearchPlanSummary sum;
+      search_plan_summarize(p->g, s, &sum);
+      g_autofree char *t = search_plan_summary_text(&sum);
+      gboolean fits = FALSE;
+      double e = search_megatron_estimate(p, &best[k], &fits);
+      g_debug("estimated plan %d: %s (estimate %.3f s%s)", k, t, e, fits ? "" : ", may not fit");
+    }
     /* Stopped where it first overflows its memory: a plan that does not fit costs little. */
     gboolean cut, overflowed;
     double c = search_context_evaluate_bounded(ctx, s, INFINITY, search_key(ESTIMATED_STREAM, k),

@@ -17,6 +17,10 @@ typedef struct {
   int *devs;
   int n_devs;
   int64_t bytes;     /* gradient bytes per device */
+  /* Summed over shards of one replica too (sequence parallelism's layer norms): reduced
+   * after the devices' whole backward pass, as Megatron's finalize_model_grads()
+   * all-reduces them once the backward pass is over. */
+  gboolean late;
 } SyncItem;
 
 typedef struct {
@@ -275,6 +279,8 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
     if (nrep <= 1 || !h->any_sim)
       continue;
     SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
+    it.late = s->sequence_parallel && !(s->memory.zero1 && s->memory.zero3) &&
+              h->n_devs > MAX(c->degree[0], 1);
     it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
     it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
     it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
@@ -552,6 +558,7 @@ static GArray *make_buckets(const SimLowering *lw, GArray *items, gboolean zero3
     Bucket bk = { .i = i, .j = i + 1, .bytes = first->bytes, .stage = lw->ops[first->op].stage };
     while (bk.j < items->len && s->sync.bucket_bytes > 0 && bk.bytes < s->sync.bucket_bytes &&
            same_devs(first, &g_array_index(items, SyncItem, bk.j)) &&
+           first->late == g_array_index(items, SyncItem, bk.j).late &&
            (!zero3 || lw->ops[g_array_index(items, SyncItem, bk.j).op].stage == bk.stage)) {
       bk.bytes += g_array_index(items, SyncItem, bk.j).bytes;
       bk.j++;
@@ -569,7 +576,9 @@ typedef struct {
   GHashTable *prev;          /* the previous build's collectives to reuse, or NULL        */
   GArray *items;             /* SyncItem, in backward order                               */
   SimCollKind kind;          /* all-reduce, or reduce-scatter under ZeRO                  */
-  const SimTaskRef *done;    /* per device, its backward pass's end without overlap; NULL */
+  const SimTaskRef *done;    /* per device, its backward pass's end; NULL where no
+                              * bucket waits for it                                     */
+  gboolean overlap;          /* buckets but the late ones start as their gradients are done */
   const uint8_t *in_tie;     /* per op: its weights are exchanged with copies of them     */
   GHashTable *sync_end;      /* (op << 16 | shard) + 1 -> index in chain_end + 1           */
   GHashTable *chain_last;    /* the last collective on each device set, for the chain     */
@@ -623,7 +632,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
                             GINT_TO_POINTER(sb->chain_end->len));
       if (l->cidx[sh] < 0)
         continue;
-      if (sb->done)
+      if (sb->done && (!sb->overlap || first->late))
         sim_taskgraph_depend(tg, block, sb->done[l->dev[sh]], start);
       else
         sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
@@ -642,7 +651,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
           here = it->devs[dd] == ul->dev[sh];
         if (!here)
           continue;
-        if (!sb->done)
+        if (!sb->done || (sb->overlap && !first->late))
           sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
         if (last)
           sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
@@ -729,7 +738,11 @@ void lower_build_sync_block(SimLowering *lw)
   GArray *items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   collect_items(lw, items, ties);
-  SimTaskRef *done = !s->sync.overlap && items->len ? backward_done(lw, block) : NULL;
+  gboolean any_late = FALSE;
+  for (guint k = 0; k < items->len; k++)
+    any_late |= g_array_index(items, SyncItem, k).late;
+  SimTaskRef *done =
+    (!s->sync.overlap || any_late) && items->len ? backward_done(lw, block) : NULL;
   /* Where each shard's synchronization ends, for the exchanges between weight copies
    * (recorded for the ops those exchanges involve). */
   uint8_t *in_tie = g_new0(uint8_t, MAX(lw->n_ops, 1));
@@ -740,7 +753,7 @@ void lower_build_sync_block(SimLowering *lw)
   SyncBuild sb = {
     .lw = lw, .block = block, .prev = reuse ? prev_keys : NULL, .items = items,
     .kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE,
-    .done = done, .in_tie = in_tie,
+    .done = done, .overlap = s->sync.overlap, .in_tie = in_tie,
     .sync_end = g_hash_table_new(g_direct_hash, g_direct_equal),
     .chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL),

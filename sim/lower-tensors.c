@@ -700,12 +700,21 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
     } else {
       end = (SimTaskRef){ block, lw->transfers.value[kk] };
     }
+    /* A backward gather into a consumer whose recomputation its device's stream runs
+     * between the producer's backward and the consumer's (selective recomputation) is
+     * waited for by the recomputation: Megatron recomputes the core attention only once
+     * the backward of the projection, which takes the gathered gradient, is done. */
+    gboolean before_r = dst_pass == P_B && dst->recompute && src->stage == dst->stage &&
+                        dst->pos_r > src->pos_b;
     for (int i = 0; i < g->n; i++) {
       int c = g->shards[i];
       if (dst->cidx[c] < 0)
         continue;
       SimTaskRef to = ref_compute(lw, dst, dst_pass, mb, c);
-      sim_taskgraph_depend(lw->tg, block, end, to);
+      if (before_r)
+        sim_taskgraph_depend(lw->tg, block, end, ref_compute(lw, dst, P_R, mb, c));
+      if (!before_r || lw->record)
+        sim_taskgraph_depend(lw->tg, block, end, to);
       if (!lw->record)
         continue;
       for (int j = 0; j < g->n; j++) {

@@ -349,6 +349,91 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
   }
 }
 
+/* The links of flow @f (a whole ring's, or its route's), @k of them. */
+static const int32_t *flow_links(const SimTaskGraph *tg, const SimMachine *m, const SimTask *f,
+                                 int *k)
+{
+  if (f->n_links) {
+    *k = f->n_links;
+    return sim_task_links(tg, f);
+  }
+  if (f->device == f->peer) {
+    *k = 0;
+    return NULL;
+  }
+  const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+  *k = r->n_links;
+  return r->links;
+}
+
+/* Takes from its owner (sets to -2) each link of @owner that a flow of @others crosses,
+ * unless that flow waits, through any path of successors, for a task of the owner's
+ * stream from the one after its last candidate ring on (@at, of @ns stream positions):
+ * such a flow starts after every ring of that stream has ended.  Gradient
+ * synchronization that waits for the backward pass (sequence parallelism's layer norms)
+ * shares the tensor-parallel rings' links so. */
+static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int32_t *at,
+                          int32_t ns, const uint8_t *gone, const GArray *others, int32_t *owner)
+{
+  int n = tg->n_tasks, nd = tg->n_devices;
+  const SimTask *task = tg->task;
+  /* The devices that own a link some other flow crosses. */
+  uint8_t *asked = g_new0(uint8_t, MAX(nd, 1));
+  for (guint i = 0; i < others->len; i++) {
+    int k;
+    const int32_t *links = flow_links(tg, m, &task[g_array_index(others, int32_t, i)], &k);
+    for (int j = 0; j < k; j++)
+      if (owner[links[j]] >= 0)
+        asked[owner[links[j]]] = 1;
+  }
+  int32_t *stamp = sim_large_alloc(MAX((size_t)n, 1) * sizeof(int32_t));
+  memset(stamp, 0xff, (size_t)n * sizeof(int32_t));
+  GArray *todo = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  for (int d = 0; d < nd; d++) {
+    if (!asked[d])
+      continue;
+    int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1], last = -1;
+    for (int32_t k = lo; k < hi && k < ns; k++)
+      if (at[k] >= 0)
+        last = k;
+    /* Everything that waits for the task after the last ring, marked d. */
+    g_array_set_size(todo, 0);
+    for (int32_t k = last < 0 ? lo : last + 1; k < hi; k++) {
+      int32_t t = tg->stream[k];
+      if (stamp[t] != d) {
+        stamp[t] = d;
+        g_array_append_val(todo, t);
+      }
+    }
+    while (todo->len) {
+      int32_t t = g_array_index(todo, int32_t, todo->len - 1);
+      g_array_set_size(todo, todo->len - 1);
+      const int32_t *su = tg->succ + task[t].succ_off;
+      for (int i = 0; i < task[t].n_succ; i++) {
+        int32_t v = su[i];
+        if (v < 0 || gone[v] || stamp[v] == d)
+          continue;
+        stamp[v] = d;
+        g_array_append_val(todo, v);
+      }
+    }
+    /* The flows on d's links that were not reached take the links away. */
+    for (guint i = 0; i < others->len; i++) {
+      int32_t f = g_array_index(others, int32_t, i);
+      if (stamp[f] == d)
+        continue;
+      int k;
+      const int32_t *links = flow_links(tg, m, &task[f], &k);
+      for (int j = 0; j < k; j++)
+        if (owner[links[j]] == d)
+          owner[links[j]] = -2;
+    }
+  }
+  g_array_free(todo, TRUE);
+  g_free(stamp);
+  g_free(asked);
+}
+
 /* The ring R between two consecutive tasks A and B of a device's stream when the stream
  * waits for it alone: A's one successor is a join point that releases R alone, as a group
  * (SimTaskGraph.group_head), R (a whole ring's one flow) releases a join point whose one
@@ -402,7 +487,10 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     g_free(at);
     return;
   }
-  /* Links that only candidates of one stream cross: their owner, else -2. */
+  /* Links that only candidates of one stream cross: their owner, else -2.  Candidates
+   * first; then every other flow on a candidate's link takes the link away from its owner
+   * unless it can only start once the owner's stream is past its last candidate
+   * (after_stream()): it then never meets one of those rings under way. */
   int32_t *owner = g_new(int32_t, MAX(nl, 1));
   for (int l = 0; l < nl; l++)
     owner[l] = -1;
@@ -412,31 +500,43 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   struct {
     int32_t off, dev;
   } seen[SEEN];
-  memset(seen, 0xff, sizeof seen);
-  for (int t = 0; t < n; t++) {
-    const SimTask *f = &task[t];
-    if (gone[t] || f->kind != SIM_TASK_FLOW)
-      continue;
-    const int32_t *links = NULL;
-    int k = 0;
-    if (f->n_links) {
-      int slot = (int)((uint32_t)f->links_off % SEEN);
-      if (seen[slot].off == f->links_off && seen[slot].dev == dev[t])
+  GArray *others = g_array_new(FALSE, FALSE, sizeof(int32_t)); /* flows on candidates' links */
+  for (int pass = 0; pass < 2; pass++) {
+    memset(seen, 0xff, sizeof seen);
+    for (int t = 0; t < n; t++) {
+      const SimTask *f = &task[t];
+      if (gone[t] || f->kind != SIM_TASK_FLOW || (dev[t] >= 0) != (pass == 0))
         continue;
-      seen[slot].off = f->links_off;
-      seen[slot].dev = dev[t];
-      links = sim_task_links(tg, f);
-      k = f->n_links;
-    } else if (f->device != f->peer) {
-      const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
-      links = r->links;
-      k = r->n_links;
-    }
-    for (int j = 0; j < k; j++) {
-      int l = links[j];
-      owner[l] = dev[t] >= 0 && (owner[l] == -1 || owner[l] == dev[t]) ? dev[t] : -2;
+      const int32_t *links = NULL;
+      int k = 0;
+      if (f->n_links) {
+        /* (Every other flow is asked on its own: each waits for its own tasks.) */
+        int slot = (int)((uint32_t)f->links_off % SEEN);
+        if (pass == 0 && seen[slot].off == f->links_off && seen[slot].dev == dev[t])
+          continue;
+        seen[slot].off = f->links_off;
+        seen[slot].dev = dev[t];
+        links = sim_task_links(tg, f);
+        k = f->n_links;
+      } else if (f->device != f->peer) {
+        const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+        links = r->links;
+        k = r->n_links;
+      }
+      for (int j = 0; j < k; j++) {
+        int l = links[j];
+        if (pass == 0) {
+          owner[l] = owner[l] == -1 || owner[l] == dev[t] ? dev[t] : -2;
+        } else if (owner[l] >= 0) {
+          g_array_append_val(others, t);
+          break;
+        }
+      }
     }
   }
+  if (others->len)
+    settle_others(tg, m, at, ns, gone, others, owner);
+  g_array_free(others, TRUE);
   /* Each qualifying ring's schedule alone, as the engine's group schedule works it out
    * (engine-groups.c): it starts moving bytes its latency after its release and ends when
    * the network says; consecutive rings are mostly alike. */
