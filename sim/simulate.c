@@ -380,11 +380,16 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * of flows (engine-groups.c), whose schedule gives their time; a brief run also lets
    * runs span classes. */
   gboolean absorb = chains && opts->merge_rings && !g_getenv("PARASOL_NO_FLOW_GROUPS");
+  /* The merging polls the flag too: a search past its deadline does not wait for it. */
+  tg->cancel = opts->cancel;
+  int merged = 0;
   if (!opts->keep_timeline && brief && absorb)
-    sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
+    merged = sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
   else if (drops_implied_edges(opts))
-    sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
-                               opts->merge_rings ? m : NULL, &cp, absorb);
+    merged = sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
+                                        opts->merge_rings ? m : NULL, &cp, absorb);
+  if (merged < 0)
+    goto cancelled;
   double t2 = (double)g_get_monotonic_time();
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);

@@ -12,6 +12,13 @@
 
 #define RING_MAX 64
 
+/* Whether the merging is to stop (SimTaskGraph.cancel), asked at every 65,536th @i of a
+ * pass: an atomic load each time, where 65,536 tasks are a millisecond's work or less. */
+static inline gboolean cancelled(const SimTaskGraph *tg, int64_t i)
+{
+  return (i & 0xffff) == 0 && tg->cancel && atomic_load(tg->cancel);
+}
+
 typedef struct {
   int32_t head, key; /* read as an array of two */
 } RingCand;
@@ -25,7 +32,8 @@ typedef struct {
  * flow of every ring under way, so every rank's flow moves at the rate the whole ring's
  * flow does, and ends when it ends.  Marks the flows that go in @gone (the first of each
  * ring becomes the whole flow, the task its flows released waits for it alone); returns
- * how many went. */
+ * how many went, or -1 where SimTaskGraph.cancel stopped it (the graph is then only to be
+ * freed). */
 static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParams *cp,
                        uint8_t *gone)
 {
@@ -43,7 +51,10 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   memset(member, 0, (size_t)n);
   int32_t key[RING_MAX], next[RING_MAX];
   int32_t st = 0;
-  for (int h = 0; h < n; h++) {
+  gboolean stop = FALSE;
+  for (int h = 0; h < n && !stop; h++) {
+    if ((stop = cancelled(tg, h)))
+      break;
     if (!tg->group_head[h])
       continue;
     const SimTask *ht = &task[h];
@@ -109,9 +120,11 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   }
   g_free(stamp);
   int gone_n = 0;
-  if (cand->len) {
+  if (cand->len && !stop) {
     /* Every other flow's links are shared. */
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n && !stop; t++) {
+      if ((stop = cancelled(tg, t)))
+        break;
       const SimTask *f = &task[t];
       if (f->kind != SIM_TASK_FLOW || member[t])
         continue;
@@ -153,7 +166,7 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
         add += (size_t)ht->n_succ;
       }
     }
-    if (keep->len) {
+    if (keep->len && !stop) {
       int32_t *extra = sim_large_alloc((base + add) * sizeof(int32_t));
       if (base)
         memcpy(extra, tg->extra, base * sizeof(int32_t));
@@ -208,7 +221,7 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   g_free(owner);
   g_array_free(cand, TRUE);
   sim_key_index_free(&sigs);
-  return gone_n;
+  return stop ? -1 : gone_n;
 }
 
 gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m)
@@ -361,8 +374,8 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
  * class the time is of is lost, so only brief runs, which report time and memory, take
  * it.  Sets @ring_at (per stream position: R between that task and the next, or -1) and
  * @ring_time (R's duration there); both NULL where no ring qualifies.  @scratch: room for a
- * value per task, overwritten. */
-static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
+ * value per task, overwritten.  FALSE where SimTaskGraph.cancel stopped it. */
+static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
                              const SimCollParams *cp, const int32_t *n_out, const uint8_t *gone,
                              int32_t *scratch, int32_t **ring_at, double **ring_time)
 {
@@ -376,8 +389,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   int32_t *dev = scratch; /* a candidate's stream */
   memset(dev, 0xff, (size_t)n * sizeof(int32_t));
   int n_cand = 0;
-  for (int d = 0; d < nd; d++)
+  gboolean stop = FALSE;
+  for (int d = 0; d < nd && !stop; d++)
     for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
+      if ((stop = cancelled(tg, k)))
+        break;
       stream_prefetch(tg, k, ns);
       at[k] = -1;
       if (k + 1 >= tg->stream_off[d + 1])
@@ -398,9 +414,9 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
         break;
       }
     }
-  if (n_cand == 0) {
+  if (n_cand == 0 || stop) {
     g_free(at);
-    return;
+    return !stop;
   }
   /* Links that only candidates of one stream cross: their owner, else -2. */
   int32_t *owner = g_new(int32_t, MAX(nl, 1));
@@ -413,7 +429,9 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     int32_t off, dev;
   } seen[SEEN];
   memset(seen, 0xff, sizeof seen);
-  for (int t = 0; t < n; t++) {
+  for (int t = 0; t < n && !stop; t++) {
+    if ((stop = cancelled(tg, t)))
+      break;
     const SimTask *f = &task[t];
     if (gone[t] || f->kind != SIM_TASK_FLOW)
       continue;
@@ -436,6 +454,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
       int l = links[j];
       owner[l] = dev[t] >= 0 && (owner[l] == -1 || owner[l] == dev[t]) ? dev[t] : -2;
     }
+  }
+  if (stop) {
+    g_free(owner);
+    g_free(at);
+    return FALSE;
   }
   /* Each qualifying ring's schedule alone, as the engine's group schedule works it out
    * (engine-groups.c): it starts moving bytes its latency after its release and ends when
@@ -483,10 +506,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   if (kept == 0) {
     g_free(at);
     g_free(time);
-    return;
+    return TRUE;
   }
   *ring_at = at;
   *ring_time = time;
+  return TRUE;
 }
 
 /* ---- chains of compute tasks -------------------------------------------------------- */
@@ -594,6 +618,10 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   uint8_t *gone = sim_large_alloc((size_t)n);
   memset(gone, 0, (size_t)n);
   int n_rings = m ? merge_rings(tg, m, cp, gone) : 0;
+  if (n_rings < 0) {
+    g_free(gone);
+    return -1;
+  }
   succ = tg->succ;
   /* Stream positions; the edges that go are marked -1, those that stay counted per task. */
   int32_t *pos = sim_large_alloc((size_t)n * sizeof(int32_t));
@@ -603,7 +631,10 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
 #define IMPLIED(u, v) (pos[u] >= 0 && pos[v] > pos[u] && task[u].device == task[v].device)
   int32_t *n_out = sim_large_alloc((size_t)n * sizeof(int32_t));
   size_t n_dropped = 0;
-  for (int u = 0; u < n; u++) {
+  gboolean stop = FALSE;
+  for (int u = 0; u < n && !stop; u++) {
+    if ((stop = cancelled(tg, u)))
+      break;
     int32_t *su = succ + task[u].succ_off;
     int32_t kept = 0;
     for (int k = 0; k < task[u].n_succ; k++) {
@@ -624,8 +655,8 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
    * next task, and how long it takes (see absorbable_rings()). */
   int32_t *ring_at = NULL;
   double *ring_time = NULL;
-  if (absorb && chains && m)
-    absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
+  if (!stop && absorb && chains && m)
+    stop = !absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
@@ -633,7 +664,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   GArray *step_ring = ring_at && !brief ? g_array_new(FALSE, FALSE, sizeof(int32_t)) : NULL;
   GArray *rings = step_ring ? g_array_new(FALSE, FALSE, sizeof(SimTask)) : NULL;
   const int32_t none = -1;
-  for (int d = 0; d < nd; d++) {
+  for (int d = 0; d < nd && !stop; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
     int32_t head = -1, tail = -1;
     double dur = 0;
@@ -641,6 +672,8 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     uint32_t kernels = 0;
     int32_t first_step = -1;
     for (int32_t k = lo; k <= hi; k++) {
+      if ((stop = cancelled(tg, k)))
+        break;
       stream_prefetch(tg, k, tg->stream_off[nd]);
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
@@ -724,7 +757,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   }
   g_free(ring_at);
   g_free(ring_time);
-  if (!merged && !n_dropped && !n_rings) {
+  if (stop || (!merged && !n_dropped && !n_rings)) {
     if (step_ring) {
       g_array_free(step_ring, TRUE);
       g_array_free(rings, TRUE);
@@ -735,7 +768,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     g_free(pos);
     g_free(n_out);
     g_free(gone);
-    return 0;
+    return stop ? -1 : 0;
   }
   renumber(tg, gone, n_out, pos);
   g_free(pos);

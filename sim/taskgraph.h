@@ -221,6 +221,10 @@ typedef struct {
    * (simulate.c). */
   int32_t *watch;
   size_t n_watch;
+  /* A flag the merging (taskgraph-merge.c) polls, or NULL: a search past its deadline
+   * raises it (SimOptions.cancel), and the pass then stops where it is, leaving the graph
+   * only to be freed. */
+  const atomic_int *cancel;
 } SimTaskGraph;
 
 /* One task of a merged run, for a run that stops at the first task over memory: where it
