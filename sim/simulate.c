@@ -177,13 +177,16 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
     asks[t] = (use_r || use_k) && !(t > 0 && use_r == (replicas && TRUE) && use_k == ranks);
   }
   /* Whether a folding is exact depends on which devices exchange data and over which
-   * routes, not on how many micro-batches do it.  The first try, which folds the most, is
-   * lowered as it is; when it is refused and a try remains after the next one, the next
-   * one is first asked of a copy of the strategy with the fewest micro-batches its
-   * schedule allows, and lowered in full only if that copy folds (a pipeline of 192
-   * micro-batches over 1,024 GPUs lowered a refused try for 1.15 s, and asks the copy in
-   * 0.1 s).  A plan whose first try folds pays nothing for this. */
+   * routes, not on how many micro-batches do it.  A try after which another remains is
+   * first asked of a copy of the strategy with the fewest micro-batches its schedule
+   * allows, and lowered in full only if that copy folds (a pipeline of 192 micro-batches
+   * over 1,024 GPUs lowered a refused try for 1.15 s, and asks the copy in 0.1 s; the
+   * brief run of Megatron 1T lowered its refused first try in 0.29 s, and asks the copy in
+   * 0.07 s).  A plan whose first try folds pays for the copy's lowering, a few percent of
+   * its own; the large runs (docs/scale.md) fold only their tensor-parallel ranks, the
+   * last try. */
   int fewest = fewest_microbatches(s);
+  int lowered_mbs = count > 0 ? count : s->microbatches;
   for (int t = 0; t < 3 && !out.lw; t++) {
     if (!asks[t] || (o->cancel && atomic_load(o->cancel)))
       continue;
@@ -191,10 +194,7 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
     gboolean later = FALSE;
     for (int u = t + 1; u < 3; u++)
       later = later || asks[u];
-    gboolean tried_one = FALSE;
-    for (int u = 0; u < t; u++)
-      tried_one = tried_one || asks[u];
-    if (tried_one && later && s->microbatches >= 4 * fewest) {
+    if (later && lowered_mbs >= 4 * fewest) {
       SimStrategy *probe = sim_strategy_copy(s);
       probe->microbatches = fewest;
       SimLowering *lw =
