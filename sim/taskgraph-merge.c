@@ -343,7 +343,8 @@ static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const 
  * Fetching changes nothing the walk reads. */
 enum { PF_FAR = 16, PF_NEAR = 8, PF_SUCC = 4 };
 
-static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+static inline void stream_prefetch(const SimTaskGraph *tg, const int32_t *n_out, int32_t k,
+                                   int32_t ns)
 {
   const SimTask *task = tg->task;
   if (k + PF_FAR < ns)
@@ -352,6 +353,7 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
     int32_t t = tg->stream[k + PF_NEAR];
     __builtin_prefetch(&tg->succ[task[t].succ_off]);
     __builtin_prefetch(&tg->n_pred[t]);
+    __builtin_prefetch(&n_out[t]);
   }
   if (k + PF_SUCC < ns) {
     const SimTask *t = &task[tg->stream[k + PF_SUCC]];
@@ -359,6 +361,30 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
     for (int i = 0; i < t->n_succ && i < 2; i++)
       if (su[i] >= 0)
         __builtin_prefetch(&task[su[i]]);
+  }
+}
+
+/* The records absorbable_rings() meets after a stream's task A, each found through the one
+ * before: A's first successor J1 (stream_prefetch() fetched it PF_SUCC places ahead), then
+ * J1's successor list two places ahead, and the ring R it names one place ahead, so that
+ * each is in the cache when the walk gets there.  Fetching changes nothing the walk reads. */
+static inline void ring_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+{
+  const SimTask *task = tg->task;
+  const int32_t *succ = tg->succ;
+  for (int ahead = 2; ahead >= 1; ahead--) {
+    if (k + ahead >= ns)
+      continue;
+    const SimTask *a = &task[tg->stream[k + ahead]];
+    if (a->n_succ < 1 || succ[a->succ_off] < 0)
+      continue;
+    const SimTask *j1 = &task[succ[a->succ_off]];
+    if (j1->kind != SIM_TASK_NOP || j1->n_succ != 1)
+      continue;
+    if (ahead == 2)
+      __builtin_prefetch(&succ[j1->succ_off]);
+    else
+      __builtin_prefetch(&task[succ[j1->succ_off]]);
   }
 }
 
@@ -394,7 +420,8 @@ static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
       if ((stop = cancelled(tg, k)))
         break;
-      stream_prefetch(tg, k, ns);
+      stream_prefetch(tg, n_out, k, ns);
+      ring_prefetch(tg, k, ns);
       at[k] = -1;
       if (k + 1 >= tg->stream_off[d + 1])
         continue;
@@ -469,6 +496,8 @@ static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   double prev_time = 0;
   int kept = 0;
   for (int32_t k = 0; k < ns; k++) {
+    if (k + PF_FAR < ns && at[k + PF_FAR] >= 0)
+      __builtin_prefetch(&task[at[k + PF_FAR]]);
     int32_t r = at[k];
     if (r < 0)
       continue;
@@ -674,7 +703,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     for (int32_t k = lo; k <= hi; k++) {
       if ((stop = cancelled(tg, k)))
         break;
-      stream_prefetch(tg, k, tg->stream_off[nd]);
+      stream_prefetch(tg, n_out, k, tg->stream_off[nd]);
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
       gboolean same = c && tail >= 0 && c->mb == task[head].mb &&
