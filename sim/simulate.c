@@ -363,10 +363,10 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
-  sim_taskgraph_assemble(tg);
-  /* A search past its deadline does not wait for the merging (seconds for tens of
-   * millions of tasks). */
-  if (opts->cancel && atomic_load(opts->cancel))
+  /* The assembly and the merging poll the flag too: a search past its deadline does not
+   * wait for them (seconds for tens of millions of tasks). */
+  tg->cancel = opts->cancel;
+  if (!sim_taskgraph_assemble(tg))
     goto cancelled;
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     lowered_clear(&os->lo);
@@ -375,8 +375,8 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     if (opts->cancel && atomic_load(opts->cancel))
       goto cancelled;
     tg = sim_lowering_taskgraph(os->lo.lw);
-    sim_taskgraph_assemble(tg);
-    if (opts->cancel && atomic_load(opts->cancel))
+    tg->cancel = opts->cancel;
+    if (!sim_taskgraph_assemble(tg))
       goto cancelled;
   }
   if (os->lo.watch) {
@@ -400,8 +400,6 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * of flows (engine-groups.c), whose schedule gives their time; a brief run also lets
    * runs span classes. */
   gboolean absorb = chains && opts->merge_rings && !g_getenv("PARASOL_NO_FLOW_GROUPS");
-  /* The merging polls the flag too: a search past its deadline does not wait for it. */
-  tg->cancel = opts->cancel;
   int merged = 0;
   if (!opts->keep_timeline && brief && absorb)
     merged = sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);

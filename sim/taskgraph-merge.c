@@ -16,7 +16,7 @@
  * pass: an atomic load each time, where 65,536 tasks are a millisecond's work or less. */
 static inline gboolean cancelled(const SimTaskGraph *tg, int64_t i)
 {
-  return (i & 0xffff) == 0 && tg->cancel && atomic_load(tg->cancel);
+  return (i & 0xffff) == 0 && sim_taskgraph_cancelled(tg);
 }
 
 typedef struct {

@@ -2974,9 +2974,9 @@ Test(accel, implied_dependencies_left_out_by_the_lowering_give_the_merged_graph)
 
 /* The merging polls SimTaskGraph.cancel (simulate.c sets it to SimOptions.cancel): a flag at
  * zero gives the graph merged without one, task for task, and a raised one stops the pass,
- * which returns -1 (and simulate.c fails with SIM_ERROR_CANCELLED).  GPT over two DGX A100
+ * which returns -1 (and simulate.c fails with SIM_ERROR_CANCELLED); so does the assembly.  GPT over two DGX A100
  * nodes (TP 8, PP 2, 8 micro-batches), a report's merging and a brief run's. */
-Test(accel, the_merging_stops_at_a_raised_cancellation_flag)
+Test(accel, the_assembly_and_the_merging_stop_at_a_raised_cancellation_flag)
 {
   g_autoptr(SimCostModel) c = roofline();
   g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
@@ -3008,6 +3008,33 @@ Test(accel, the_merging_stops_at_a_raised_cancellation_flag)
     sim_lowering_free(lb);
     sim_lowering_free(lc);
   }
+  /* The assembly polls it between its passes: a flag at zero assembles what no flag does,
+   * and a raised one stops it, the graph left to be freed (its tasks in one mapping, as
+   * simulate.c lowers them). */
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  SimTaskGraph *t[3];
+  SimLowering *l[3];
+  const atomic_int *flags[3] = { NULL, &zero, &raised };
+  for (int i = 0; i < 3; i++) {
+    l[i] = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+    t[i] = sim_lowering_taskgraph(l[i]);
+    sim_taskgraph_share_tasks(t[i]);
+    sim_lowering_build(l[i]);
+    t[i]->cancel = flags[i];
+    cr_assert_eq(sim_taskgraph_assemble(t[i]), i < 2, "flag %d", i);
+  }
+  cr_assert_eq(t[0]->n_tasks, t[1]->n_tasks);
+  cr_assert_eq(t[0]->n_succ_total, t[1]->n_succ_total);
+  cr_assert_eq(memcmp(t[0]->succ, t[1]->succ, sizeof(int32_t) * (size_t)t[0]->n_succ_total), 0);
+  cr_assert_eq(memcmp(t[0]->n_pred, t[1]->n_pred, sizeof(int32_t) * (size_t)t[0]->n_tasks), 0);
+  cr_assert_eq(memcmp(t[0]->stream_off, t[1]->stream_off,
+                      sizeof(int32_t) * (size_t)(t[0]->n_devices + 1)), 0);
+  cr_assert_eq(memcmp(t[0]->stream, t[1]->stream,
+                      sizeof(int32_t) * (size_t)t[0]->stream_off[t[0]->n_devices]), 0);
+  for (int i = 0; i < 3; i++)
+    sim_lowering_free(l[i]);
 }
 
 /* A deep pipeline's compared periods start 8 micro-batches after its warm-up
