@@ -195,9 +195,9 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
    * allows, and lowered in full only if that copy folds (a pipeline of 192 micro-batches
    * over 1,024 GPUs lowered a refused try for 1.15 s, and asks the copy in 0.1 s; the
    * brief run of Megatron 1T lowered its refused first try in 0.29 s, and asks the copy in
-   * 0.07 s).  A plan whose first try folds pays for the copy's lowering, a few percent of
-   * its own; the large runs (docs/scale.md) fold only their tensor-parallel ranks, the
-   * last try. */
+   * 0.07 s).  A plan whose first try folds pays for the copy's lowering, whose layout of
+   * every operator's shards costs as much for one micro-batch as for all; the large runs
+   * (docs/scale.md) fold only their tensor-parallel ranks, the last try. */
   int fewest = fewest_microbatches(s);
   int lowered_mbs = count > 0 ? count : s->microbatches;
   gboolean hint = fv && fv->known && fv->whole_node_rings == cp->whole_node_rings;
