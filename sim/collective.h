@@ -48,7 +48,8 @@ double sim_coll_link_capacity(const SimMachine *m, const SimCollParams *cp, int 
  * FALSE merges only those.  With @absorb (and @chains and @m) a ring that a stream waits
  * for alone between two of its tasks of one class becomes a step of their run
  * (absorbable_rings() in taskgraph-merge.c), kept in SimTaskGraph.rings for the report;
- * only where the engine runs groups of flows. */
+ * only where the engine runs groups of flows.  Returns -1 where SimTaskGraph.cancel was
+ * raised while it ran: it stopped there, and the graph is only to be freed. */
 int sim_taskgraph_merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
                                const SimMachine *m, const SimCollParams *cp, gboolean absorb);
 /* The same for a run that reports only its time and memory (sim_simulate_brief()): runs

@@ -153,10 +153,23 @@ static int fewest_microbatches(const SimStrategy *s)
   return 1;
 }
 
-/* Lowers @s folded where that is exact; @count: the micro-batches to lower (0: all). */
+/* What the first lowering of a simulation found about its folding, for its later runs
+ * (the steady state's second run, the run of every micro-batch after a short run that did
+ * not repeat itself): the try of lower_folded() that folded (3: none), for lowerings of
+ * the collectives' rings alike (SimCollParams.whole_node_rings).  Whether a folding is
+ * exact does not depend on how many micro-batches are lowered (see lower_folded()), so a
+ * later run asks neither the tries refused before nor a copy of the one kept. */
+typedef struct {
+  gboolean known;
+  gboolean whole_node_rings;
+  int kept;
+} FoldVerdict;
+
+/* Lowers @s folded where that is exact; @count: the micro-batches to lower (0: all); @fv:
+ * what an earlier lowering of the same simulation found, updated (or NULL). */
 static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
-                            int count)
+                            int count, FoldVerdict *fv)
 {
   int nd = sim_machine_n_devices(m);
   Lowered out = { 0 };
@@ -177,24 +190,26 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
     asks[t] = (use_r || use_k) && !(t > 0 && use_r == (replicas && TRUE) && use_k == ranks);
   }
   /* Whether a folding is exact depends on which devices exchange data and over which
-   * routes, not on how many micro-batches do it.  The first try, which folds the most, is
-   * lowered as it is; when it is refused and a try remains after the next one, the next
-   * one is first asked of a copy of the strategy with the fewest micro-batches its
-   * schedule allows, and lowered in full only if that copy folds (a pipeline of 192
-   * micro-batches over 1,024 GPUs lowered a refused try for 1.15 s, and asks the copy in
-   * 0.1 s).  A plan whose first try folds pays nothing for this. */
+   * routes, not on how many micro-batches do it.  A try after which another remains is
+   * first asked of a copy of the strategy with the fewest micro-batches its schedule
+   * allows, and lowered in full only if that copy folds (a pipeline of 192 micro-batches
+   * over 1,024 GPUs lowered a refused try for 1.15 s, and asks the copy in 0.1 s; the
+   * brief run of Megatron 1T lowered its refused first try in 0.29 s, and asks the copy in
+   * 0.07 s).  A plan whose first try folds pays for the copy's lowering, whose layout of
+   * every operator's shards costs as much for one micro-batch as for all; the large runs
+   * (docs/scale.md) fold only their tensor-parallel ranks, the last try. */
   int fewest = fewest_microbatches(s);
-  for (int t = 0; t < 3 && !out.lw; t++) {
+  int lowered_mbs = count > 0 ? count : s->microbatches;
+  gboolean hint = fv && fv->known && fv->whole_node_rings == cp->whole_node_rings;
+  int from = hint ? fv->kept : 0, kept = 3;
+  for (int t = from; t < 3 && !out.lw; t++) {
     if (!asks[t] || (o->cancel && atomic_load(o->cancel)))
       continue;
     gboolean use_r = tries[t][0] && replicas, use_k = tries[t][1] && ranks;
     gboolean later = FALSE;
     for (int u = t + 1; u < 3; u++)
       later = later || asks[u];
-    gboolean tried_one = FALSE;
-    for (int u = 0; u < t; u++)
-      tried_one = tried_one || asks[u];
-    if (tried_one && later && s->microbatches >= 4 * fewest) {
+    if (later && lowered_mbs >= 4 * fewest && !(hint && t == from)) {
       SimStrategy *probe = sim_strategy_copy(s);
       probe->microbatches = fewest;
       SimLowering *lw =
@@ -205,6 +220,8 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
       sim_lowering_free(lw);
     }
     out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, count);
+    if (out.lw)
+      kept = t;
     if (out.lw && f.watch) {
       out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
                           : "data-parallel replicas (run checked)";
@@ -226,6 +243,8 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
     sim_lowering_build(out.lw);
     out.folding = "none";
   }
+  if (fv && !(o->cancel && atomic_load(o->cancel)))
+    *fv = (FoldVerdict){ TRUE, cp->whole_node_rings, kept };
   fold_clear(&f);
   g_free(mask);
   return out;
@@ -317,12 +336,13 @@ static void one_shot_clear(OneShot *os)
 }
 
 /* @count: the micro-batches to simulate (0: all); @brief: a run that reports only its
- * time and memory (sim_simulate_brief()).  Where replicas folded with the run checked
+ * time and memory (sim_simulate_brief()); @fv: the folding found by the simulation's
+ * earlier runs (lower_folded()).  Where replicas folded with the run checked
  * fail the check, the run is made again and @opts->fold_checked turned off. */
 static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m,
                              const SimStrategy *s,
                              SimCostModel *cost, SimOptions *opts, double bound, int count,
-                             gboolean brief, GError **error)
+                             gboolean brief, FoldVerdict *fv, GError **error)
 {
   memset(os, 0, sizeof *os);
   SimCostModel *given_cost = cost;
@@ -339,24 +359,24 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
                         !opts->keep_timeline;
   double t0 = (double)g_get_monotonic_time();
-  os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
+  os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
-  sim_taskgraph_assemble(tg);
-  /* A search past its deadline does not wait for the merging (seconds for tens of
-   * millions of tasks). */
-  if (opts->cancel && atomic_load(opts->cancel))
+  /* The assembly and the merging poll the flag too: a search past its deadline does not
+   * wait for them (seconds for tens of millions of tasks). */
+  tg->cancel = opts->cancel;
+  if (!sim_taskgraph_assemble(tg))
     goto cancelled;
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     lowered_clear(&os->lo);
     cp.whole_node_rings = FALSE;
-    os->lo = lower_folded(g, m, s, cost, opts, &cp, count);
+    os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv);
     if (opts->cancel && atomic_load(opts->cancel))
       goto cancelled;
     tg = sim_lowering_taskgraph(os->lo.lw);
-    sim_taskgraph_assemble(tg);
-    if (opts->cancel && atomic_load(opts->cancel))
+    tg->cancel = opts->cancel;
+    if (!sim_taskgraph_assemble(tg))
       goto cancelled;
   }
   if (os->lo.watch) {
@@ -380,11 +400,14 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
    * of flows (engine-groups.c), whose schedule gives their time; a brief run also lets
    * runs span classes. */
   gboolean absorb = chains && opts->merge_rings && !g_getenv("PARASOL_NO_FLOW_GROUPS");
+  int merged = 0;
   if (!opts->keep_timeline && brief && absorb)
-    sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
+    merged = sim_taskgraph_merge_chains_brief(tg, chains, opts->stop_at_overflow, m, &cp);
   else if (drops_implied_edges(opts))
-    sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
-                               opts->merge_rings ? m : NULL, &cp, absorb);
+    merged = sim_taskgraph_merge_chains(tg, chains, opts->stop_at_overflow,
+                                        opts->merge_rings ? m : NULL, &cp, absorb);
+  if (merged < 0)
+    goto cancelled;
   double t2 = (double)g_get_monotonic_time();
   os->e = sim_engine_new(m, &cp);
   sim_engine_set_host_times(os->e, opts);
@@ -405,7 +428,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     g_debug("folding: the replicas did not run alike; simulated again without folding them");
     one_shot_clear(os);
     opts->fold_checked = FALSE;
-    return one_shot_run(os, g, m, s, given_cost, opts, bound, count, brief, error);
+    return one_shot_run(os, g, m, s, given_cost, opts, bound, count, brief, fv, error);
   }
   if (os->tl.deadlock) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
@@ -425,9 +448,9 @@ cancelled:
  * exactly (the caller simulates every micro-batch), -1 on an error. */
 static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                       SimCostModel *cost, SimOptions *opts, const SimSteady *st,
-                      double *period, GError **error)
+                      double *period, FoldVerdict *fv, GError **error)
 {
-  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, error)) {
+  if (!one_shot_run(os, g, m, s, cost, opts, INFINITY, st->count, FALSE, fv, error)) {
     one_shot_clear(os);
     return -1;
   }
@@ -442,11 +465,11 @@ static int steady_run(OneShot *os, const SimGraph *g, const SimMachine *m, const
  * period more, tell what a period adds to every figure.  1, 0 or -1 as steady_run(). */
 static int steady_report(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                          SimCostModel *cost, SimOptions *opts, const SimSteady *st,
-                         SimReport **out, GError **error)
+                         SimReport **out, FoldVerdict *fv, GError **error)
 {
   OneShot os;
   double period, period2;
-  int rc = steady_run(&os, g, m, s, cost, opts, st, &period, error);
+  int rc = steady_run(&os, g, m, s, cost, opts, st, &period, fv, error);
   if (rc <= 0)
     return rc;
   int nd = sim_machine_n_devices(m), nl = sim_machine_n_links(m);
@@ -459,7 +482,7 @@ static int steady_report(const SimGraph *g, const SimMachine *m, const SimStrate
 
   SimSteady st2 = *st;
   st2.count += st->period_mbs;
-  rc = steady_run(&os, g, m, s, cost, opts, &st2, &period2, error);
+  rc = steady_run(&os, g, m, s, cost, opts, &st2, &period2, fv, error);
   if (rc <= 0) {
     sim_report_free(r);
     g_free(bytes);
@@ -498,14 +521,15 @@ SimReport *sim_simulate(const SimGraph *g, const SimMachine *m, const SimStrateg
   OneShot os;
   SimReport *r = NULL;
   SimSteady st;
+  FoldVerdict fv = { 0 };
   for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
        plan = sim_steady_plan_later(s, &opts, &st)) {
     /* one_shot_run() validates the strategy: an invalid one fails here as below. */
-    int rc = steady_report(g, m, s, cost, &opts, &st, &r, error);
+    int rc = steady_report(g, m, s, cost, &opts, &st, &r, &fv, error);
     if (rc != 0)
       return r;
   }
-  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, FALSE, error))
+  if (one_shot_run(&os, g, m, s, cost, &opts, INFINITY, 0, FALSE, &fv, error))
     r = sim_report_build(g, m, s, sim_lowering_taskgraph(os.lo.lw), &os.tl, os.lo.rep_of,
                          os.lo.folding, &opts, sim_lowering_model_flops(os.lo.lw));
   one_shot_clear(&os);
@@ -541,12 +565,13 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
   opts.keep_timeline = FALSE;
   OneShot os;
   SimSteady st;
+  FoldVerdict fv = { 0 };
   for (gboolean plan = sim_steady_plan(s, &opts, &st); plan;
        plan = sim_steady_plan_later(s, &opts, &st)) {
     /* The run of a few micro-batches is bounded as the whole run would be: it takes no
      * longer than the whole, so past the bound (or past a GPU's memory, where asked, in
      * its warm-up, which the whole run shares) the whole run would be cut too, later. */
-    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, TRUE, error)) {
+    if (!one_shot_run(&os, g, m, s, cost, &opts, bound, st.count, TRUE, &fv, error)) {
       one_shot_clear(&os);
       return FALSE;
     }
@@ -565,7 +590,7 @@ gboolean sim_simulate_brief(const SimGraph *g, const SimMachine *m, const SimStr
     }
     one_shot_clear(&os);
   }
-  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, TRUE, error);
+  gboolean ok = one_shot_run(&os, g, m, s, cost, &opts, bound, 0, TRUE, &fv, error);
   if (ok) {
     brief_from_run(&os, m, os.tl.makespan, out);
     out->cut = os.tl.cut;

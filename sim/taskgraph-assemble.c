@@ -241,10 +241,10 @@ static void edges_pass(SimTaskGraph *tg, int n_blocks, const int32_t *boff, int3
   }
 }
 
-void sim_taskgraph_assemble(SimTaskGraph *tg)
+gboolean sim_taskgraph_assemble(SimTaskGraph *tg)
 {
   /* Shared tasks handed over to the flat array have left their blocks. */
-  g_return_if_fail(!tg->task_mapped);
+  g_return_val_if_fail(!tg->task_mapped, FALSE);
   /* Global ids: blocks in assembly order, tasks in block order. */
   int n_blocks = tg->order ? (int)tg->order->len : (int)tg->blocks->len;
   int n = 0, n_edges = 0;
@@ -336,6 +336,10 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
       b->sh_start = -1;
       b->sh_len = 0;
     }
+  /* A search past its deadline does not wait for the passes below (each a walk over every
+   * task or edge: a second or more for tens of millions of tasks). */
+  if (sim_taskgraph_cancelled(tg))
+    return FALSE;
   /* Successor lists in CSR form: count, prefix-sum, fill, in dense arrays.  Edges are
    * filled in block order, so the successor order is deterministic. */
   tg->succ = grow(tg->succ, &tg->cap_succ, (size_t)n_edges, sizeof(int32_t));
@@ -350,6 +354,11 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   int32_t *count = g_new0(int32_t, MAX(n, 1));
   memset(tg->n_pred, 0, (size_t)n * sizeof(int32_t));
   edges_pass(tg, n_blocks, boff, count, FALSE);
+  if (sim_taskgraph_cancelled(tg)) {
+    g_free(boff);
+    g_free(count);
+    return FALSE;
+  }
   int n_roots = 0;
   int32_t off = 0;
   for (int t = 0; t < n; t++) {
@@ -366,6 +375,10 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   tg->n_succ_total = n_edges;
   edges_pass(tg, n_blocks, boff, count, TRUE);
   g_free(boff);
+  if (sim_taskgraph_cancelled(tg)) {
+    g_free(count);
+    return FALSE;
+  }
 
   /* Groups of flows: every successor of a join point or delay is a flow that waits for it
    * alone and releases one task, the same for all. */
@@ -391,6 +404,8 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   }
 #undef SOFF
   g_free(count);
+  if (sim_taskgraph_cancelled(tg))
+    return FALSE;
 
   /* Streams: sorted entries per device, turned into global ids. */
   update_streams(tg);
@@ -410,4 +425,5 @@ void sim_taskgraph_assemble(SimTaskGraph *tg)
   for (guint i = 0; i < tg->blocks->len; i++)
     ((SimTaskBlock *)tg->blocks->pdata[i])->changed = FALSE;
   tg->dirty = FALSE;
+  return TRUE;
 }

@@ -12,6 +12,13 @@
 
 #define RING_MAX 64
 
+/* Whether the merging is to stop (SimTaskGraph.cancel), asked at every 65,536th @i of a
+ * pass: an atomic load each time, where 65,536 tasks are a millisecond's work or less. */
+static inline gboolean cancelled(const SimTaskGraph *tg, int64_t i)
+{
+  return (i & 0xffff) == 0 && sim_taskgraph_cancelled(tg);
+}
+
 typedef struct {
   int32_t head, key; /* read as an array of two */
 } RingCand;
@@ -25,7 +32,8 @@ typedef struct {
  * flow of every ring under way, so every rank's flow moves at the rate the whole ring's
  * flow does, and ends when it ends.  Marks the flows that go in @gone (the first of each
  * ring becomes the whole flow, the task its flows released waits for it alone); returns
- * how many went. */
+ * how many went, or -1 where SimTaskGraph.cancel stopped it (the graph is then only to be
+ * freed). */
 static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParams *cp,
                        uint8_t *gone)
 {
@@ -43,7 +51,10 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   memset(member, 0, (size_t)n);
   int32_t key[RING_MAX], next[RING_MAX];
   int32_t st = 0;
-  for (int h = 0; h < n; h++) {
+  gboolean stop = FALSE;
+  for (int h = 0; h < n && !stop; h++) {
+    if ((stop = cancelled(tg, h)))
+      break;
     if (!tg->group_head[h])
       continue;
     const SimTask *ht = &task[h];
@@ -109,9 +120,11 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   }
   g_free(stamp);
   int gone_n = 0;
-  if (cand->len) {
+  if (cand->len && !stop) {
     /* Every other flow's links are shared. */
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n && !stop; t++) {
+      if ((stop = cancelled(tg, t)))
+        break;
       const SimTask *f = &task[t];
       if (f->kind != SIM_TASK_FLOW || member[t])
         continue;
@@ -153,7 +166,7 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
         add += (size_t)ht->n_succ;
       }
     }
-    if (keep->len) {
+    if (keep->len && !stop) {
       int32_t *extra = sim_large_alloc((base + add) * sizeof(int32_t));
       if (base)
         memcpy(extra, tg->extra, base * sizeof(int32_t));
@@ -208,7 +221,7 @@ static int merge_rings(SimTaskGraph *tg, const SimMachine *m, const SimCollParam
   g_free(owner);
   g_array_free(cand, TRUE);
   sim_key_index_free(&sigs);
-  return gone_n;
+  return stop ? -1 : gone_n;
 }
 
 gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m)
@@ -330,7 +343,8 @@ static int32_t ring_before(const SimTaskGraph *tg, int32_t j1, int32_t b, const 
  * Fetching changes nothing the walk reads. */
 enum { PF_FAR = 16, PF_NEAR = 8, PF_SUCC = 4 };
 
-static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+static inline void stream_prefetch(const SimTaskGraph *tg, const int32_t *n_out, int32_t k,
+                                   int32_t ns)
 {
   const SimTask *task = tg->task;
   if (k + PF_FAR < ns)
@@ -339,6 +353,7 @@ static inline void stream_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns
     int32_t t = tg->stream[k + PF_NEAR];
     __builtin_prefetch(&tg->succ[task[t].succ_off]);
     __builtin_prefetch(&tg->n_pred[t]);
+    __builtin_prefetch(&n_out[t]);
   }
   if (k + PF_SUCC < ns) {
     const SimTask *t = &task[tg->stream[k + PF_SUCC]];
@@ -434,6 +449,30 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
   g_free(asked);
 }
 
+/* The records absorbable_rings() meets after a stream's task A, each found through the one
+ * before: A's first successor J1 (stream_prefetch() fetched it PF_SUCC places ahead), then
+ * J1's successor list two places ahead, and the ring R it names one place ahead, so that
+ * each is in the cache when the walk gets there.  Fetching changes nothing the walk reads. */
+static inline void ring_prefetch(const SimTaskGraph *tg, int32_t k, int32_t ns)
+{
+  const SimTask *task = tg->task;
+  const int32_t *succ = tg->succ;
+  for (int ahead = 2; ahead >= 1; ahead--) {
+    if (k + ahead >= ns)
+      continue;
+    const SimTask *a = &task[tg->stream[k + ahead]];
+    if (a->n_succ < 1 || succ[a->succ_off] < 0)
+      continue;
+    const SimTask *j1 = &task[succ[a->succ_off]];
+    if (j1->kind != SIM_TASK_NOP || j1->n_succ != 1)
+      continue;
+    if (ahead == 2)
+      __builtin_prefetch(&succ[j1->succ_off]);
+    else
+      __builtin_prefetch(&task[succ[j1->succ_off]]);
+  }
+}
+
 /* The ring R between two consecutive tasks A and B of a device's stream when the stream
  * waits for it alone: A's one successor is a join point that releases R alone, as a group
  * (SimTaskGraph.group_head), R (a whole ring's one flow) releases a join point whose one
@@ -446,8 +485,8 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
  * class the time is of is lost, so only brief runs, which report time and memory, take
  * it.  Sets @ring_at (per stream position: R between that task and the next, or -1) and
  * @ring_time (R's duration there); both NULL where no ring qualifies.  @scratch: room for a
- * value per task, overwritten. */
-static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
+ * value per task, overwritten.  FALSE where SimTaskGraph.cancel stopped it. */
+static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
                              const SimCollParams *cp, const int32_t *n_out, const uint8_t *gone,
                              int32_t *scratch, int32_t **ring_at, double **ring_time)
 {
@@ -461,9 +500,13 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   int32_t *dev = scratch; /* a candidate's stream */
   memset(dev, 0xff, (size_t)n * sizeof(int32_t));
   int n_cand = 0;
-  for (int d = 0; d < nd; d++)
+  gboolean stop = FALSE;
+  for (int d = 0; d < nd && !stop; d++)
     for (int32_t k = tg->stream_off[d]; k < tg->stream_off[d + 1]; k++) {
-      stream_prefetch(tg, k, ns);
+      if ((stop = cancelled(tg, k)))
+        break;
+      stream_prefetch(tg, n_out, k, ns);
+      ring_prefetch(tg, k, ns);
       at[k] = -1;
       if (k + 1 >= tg->stream_off[d + 1])
         continue;
@@ -483,9 +526,9 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
         break;
       }
     }
-  if (n_cand == 0) {
+  if (n_cand == 0 || stop) {
     g_free(at);
-    return;
+    return !stop;
   }
   /* Links that only candidates of one stream cross: their owner, else -2.  Candidates
    * first; then every other flow on a candidate's link takes the link away from its owner
@@ -501,9 +544,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
     int32_t off, dev;
   } seen[SEEN];
   GArray *others = g_array_new(FALSE, FALSE, sizeof(int32_t)); /* flows on candidates' links */
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = 0; pass < 2 && !stop; pass++) {
     memset(seen, 0xff, sizeof seen);
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n && !stop; t++) {
+      if ((stop = cancelled(tg, t)))
+        break;
       const SimTask *f = &task[t];
       if (gone[t] || f->kind != SIM_TASK_FLOW || (dev[t] >= 0) != (pass == 0))
         continue;
@@ -534,6 +579,12 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
       }
     }
   }
+  if (stop) {
+    g_array_free(others, TRUE);
+    g_free(owner);
+    g_free(at);
+    return FALSE;
+  }
   if (others->len)
     settle_others(tg, m, at, ns, gone, others, owner);
   g_array_free(others, TRUE);
@@ -546,6 +597,8 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   double prev_time = 0;
   int kept = 0;
   for (int32_t k = 0; k < ns; k++) {
+    if (k + PF_FAR < ns && at[k + PF_FAR] >= 0)
+      __builtin_prefetch(&task[at[k + PF_FAR]]);
     int32_t r = at[k];
     if (r < 0)
       continue;
@@ -583,10 +636,11 @@ static void absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
   if (kept == 0) {
     g_free(at);
     g_free(time);
-    return;
+    return TRUE;
   }
   *ring_at = at;
   *ring_time = time;
+  return TRUE;
 }
 
 /* ---- chains of compute tasks -------------------------------------------------------- */
@@ -694,6 +748,10 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   uint8_t *gone = sim_large_alloc((size_t)n);
   memset(gone, 0, (size_t)n);
   int n_rings = m ? merge_rings(tg, m, cp, gone) : 0;
+  if (n_rings < 0) {
+    g_free(gone);
+    return -1;
+  }
   succ = tg->succ;
   /* Stream positions; the edges that go are marked -1, those that stay counted per task. */
   int32_t *pos = sim_large_alloc((size_t)n * sizeof(int32_t));
@@ -703,7 +761,10 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
 #define IMPLIED(u, v) (pos[u] >= 0 && pos[v] > pos[u] && task[u].device == task[v].device)
   int32_t *n_out = sim_large_alloc((size_t)n * sizeof(int32_t));
   size_t n_dropped = 0;
-  for (int u = 0; u < n; u++) {
+  gboolean stop = FALSE;
+  for (int u = 0; u < n && !stop; u++) {
+    if ((stop = cancelled(tg, u)))
+      break;
     int32_t *su = succ + task[u].succ_off;
     int32_t kept = 0;
     for (int k = 0; k < task[u].n_succ; k++) {
@@ -724,8 +785,8 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
    * next task, and how long it takes (see absorbable_rings()). */
   int32_t *ring_at = NULL;
   double *ring_time = NULL;
-  if (absorb && chains && m)
-    absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
+  if (!stop && absorb && chains && m)
+    stop = !absorbable_rings(tg, m, cp, n_out, gone, pos, &ring_at, &ring_time);
   int merged = 0;
   GArray *steps = keep_steps ? g_array_new(FALSE, FALSE, sizeof(SimChainStep)) : NULL;
   GArray *durs = g_array_new(FALSE, FALSE, sizeof(double));
@@ -733,7 +794,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   GArray *step_ring = ring_at && !brief ? g_array_new(FALSE, FALSE, sizeof(int32_t)) : NULL;
   GArray *rings = step_ring ? g_array_new(FALSE, FALSE, sizeof(SimTask)) : NULL;
   const int32_t none = -1;
-  for (int d = 0; d < nd; d++) {
+  for (int d = 0; d < nd && !stop; d++) {
     int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
     int32_t head = -1, tail = -1;
     double dur = 0;
@@ -741,7 +802,9 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     uint32_t kernels = 0;
     int32_t first_step = -1;
     for (int32_t k = lo; k <= hi; k++) {
-      stream_prefetch(tg, k, tg->stream_off[nd]);
+      if ((stop = cancelled(tg, k)))
+        break;
+      stream_prefetch(tg, n_out, k, tg->stream_off[nd]);
       int32_t t = k < hi ? tg->stream[k] : -1;
       const SimTask *c = t >= 0 ? &task[t] : NULL;
       gboolean same = c && tail >= 0 && c->mb == task[head].mb &&
@@ -824,7 +887,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
   }
   g_free(ring_at);
   g_free(ring_time);
-  if (!merged && !n_dropped && !n_rings) {
+  if (stop || (!merged && !n_dropped && !n_rings)) {
     if (step_ring) {
       g_array_free(step_ring, TRUE);
       g_array_free(rings, TRUE);
@@ -835,7 +898,7 @@ static int merge_chains(SimTaskGraph *tg, gboolean chains, gboolean keep_steps,
     g_free(pos);
     g_free(n_out);
     g_free(gone);
-    return 0;
+    return stop ? -1 : 0;
   }
   renumber(tg, gone, n_out, pos);
   g_free(pos);

@@ -221,7 +221,17 @@ typedef struct {
    * (simulate.c). */
   int32_t *watch;
   size_t n_watch;
+  /* A flag the assembly and the merging (taskgraph-merge.c) poll, or NULL: a search past
+   * its deadline raises it (SimOptions.cancel), and they then stop where they are, leaving
+   * the graph only to be freed. */
+  const atomic_int *cancel;
 } SimTaskGraph;
+
+/* Whether SimTaskGraph.cancel is raised. */
+static inline gboolean sim_taskgraph_cancelled(const SimTaskGraph *tg)
+{
+  return tg->cancel && atomic_load(tg->cancel);
+}
 
 /* One task of a merged run, for a run that stops at the first task over memory: where it
  * starts after the run does, and the bytes it takes and gives back (@last on the run's
@@ -276,8 +286,9 @@ void sim_taskgraph_depend(SimTaskGraph *tg, int block, SimTaskRef from, SimTaskR
 /* Places compute task @t of @block on the stream of @device with order @key. */
 void sim_taskgraph_stream_add(SimTaskGraph *tg, int block, int device, uint64_t key, int index);
 /* Lays out all live blocks in flat arrays: global ids, successor lists, predecessor
- * counts and the per-device stream orders. */
-void sim_taskgraph_assemble(SimTaskGraph *tg);
+ * counts and the per-device stream orders.  FALSE where SimTaskGraph.cancel was raised:
+ * the assembly stopped between two of its passes, and the graph is only to be freed. */
+gboolean sim_taskgraph_assemble(SimTaskGraph *tg);
 /* After an assembly that is the last: frees what the blocks hold (their tasks, edges and
  * stream entries now live in the flat arrays), so that a one-shot simulation does not
  * keep two copies of its graph while the engine runs.  The graph can no longer be

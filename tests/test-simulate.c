@@ -2885,9 +2885,10 @@ Test(accel, sequence_parallel_rings_are_taken_in_as_the_all_reduces_they_replace
 }
 
 /* @s lowered (unfolded, every micro-batch) with or without the dependencies its streams
- * imply, assembled and merged as a report (@brief FALSE) or a brief run merges it. */
-static SimLowering *lower_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                                 SimCostModel *c, gboolean drop, gboolean brief)
+ * imply, and assembled, a node's rings as one flow each where simulate.c would; @cp: the
+ * parameters it was lowered with. */
+static SimLowering *lower_assembled(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                    SimCostModel *c, gboolean drop, SimCollParams *cp_out)
 {
   SimOptions o = sim_options_default();
   o.fold = FALSE;
@@ -2906,6 +2907,17 @@ static SimLowering *lower_merged(const SimGraph *g, SimMachine *m, const SimStra
     if (whole && !sim_taskgraph_rings_private(tg, m))
       g_clear_pointer(&lw, sim_lowering_free);
   }
+  *cp_out = cp;
+  return lw;
+}
+
+/* The same, merged as a report (@brief FALSE) or a brief run merges it. */
+static SimLowering *lower_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                                 SimCostModel *c, gboolean drop, gboolean brief)
+{
+  SimCollParams cp;
+  SimLowering *lw = lower_assembled(g, m, s, c, drop, &cp);
+  SimTaskGraph *tg = sim_lowering_taskgraph(lw);
   if (brief)
     sim_taskgraph_merge_chains_brief(tg, TRUE, FALSE, m, &cp);
   else
@@ -2920,13 +2932,10 @@ static SimLowering *lower_merged(const SimGraph *g, SimMachine *m, const SimStra
  * two DGX A100 nodes under each schedule, with and without recomputation and sequence
  * parallelism, and random plans of three models on four GPUs; reports' merges and brief
  * runs'. */
-static void expect_same_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
-                               SimCostModel *c, const char *what)
+static void expect_same_graph(const SimTaskGraph *a, const SimTaskGraph *b, const char *what,
+                              int brief)
 {
-  for (int brief = 0; brief < 2; brief++) {
-    SimLowering *la = lower_merged(g, m, s, c, TRUE, brief);
-    SimLowering *lb = lower_merged(g, m, s, c, FALSE, brief);
-    const SimTaskGraph *a = sim_lowering_taskgraph(la), *b = sim_lowering_taskgraph(lb);
+  {
     cr_assert_eq(a->n_tasks, b->n_tasks, "%s, brief %d", what, brief);
     cr_assert_eq(a->n_succ_total, b->n_succ_total, "%s, brief %d", what, brief);
     cr_assert_eq(a->n_roots, b->n_roots, "%s", what);
@@ -2954,6 +2963,16 @@ static void expect_same_merged(const SimGraph *g, SimMachine *m, const SimStrate
     for (size_t k = 0; k < a->n_chain_dur; k++)
       cr_assert(a->chain_dur[k] == b->chain_dur[k] &&
                   signbit(a->chain_dur[k]) == signbit(b->chain_dur[k]), "%s", what);
+  }
+}
+
+static void expect_same_merged(const SimGraph *g, SimMachine *m, const SimStrategy *s,
+                               SimCostModel *c, const char *what)
+{
+  for (int brief = 0; brief < 2; brief++) {
+    SimLowering *la = lower_merged(g, m, s, c, TRUE, brief);
+    SimLowering *lb = lower_merged(g, m, s, c, FALSE, brief);
+    expect_same_graph(sim_lowering_taskgraph(la), sim_lowering_taskgraph(lb), what, brief);
     sim_lowering_free(la);
     sim_lowering_free(lb);
   }
@@ -3009,6 +3028,71 @@ Test(accel, implied_dependencies_left_out_by_the_lowering_give_the_merged_graph)
     }
   }
   g_rand_free(rng);
+}
+
+/* The merging polls SimTaskGraph.cancel (simulate.c sets it to SimOptions.cancel): a flag at
+ * zero gives the graph merged without one, task for task, and a raised one stops the pass,
+ * which returns -1 (and simulate.c fails with SIM_ERROR_CANCELLED); so does the assembly.  GPT over two DGX A100
+ * nodes (TP 8, PP 2, 8 micro-batches), a report's merging and a brief run's. */
+Test(accel, the_assembly_and_the_merging_stop_at_a_raised_cancellation_flag)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  g_autoptr(SimStrategy) s = megatron_plan(g, m, 8, 2, 1, 8, TRUE);
+  atomic_int zero, raised;
+  atomic_init(&zero, 0);
+  atomic_init(&raised, 1);
+  for (int brief = 0; brief < 2; brief++) {
+    SimCollParams cp;
+    SimLowering *la = lower_merged(g, m, s, c, TRUE, brief);
+    SimLowering *lb = lower_assembled(g, m, s, c, TRUE, &cp);
+    SimTaskGraph *tb = sim_lowering_taskgraph(lb);
+    tb->cancel = &zero;
+    int n = brief ? sim_taskgraph_merge_chains_brief(tb, TRUE, FALSE, m, &cp)
+                  : sim_taskgraph_merge_chains(tb, TRUE, TRUE, m, &cp, TRUE);
+    cr_assert_gt(n, 0, "brief %d: nothing merged", brief);
+    expect_same_graph(sim_lowering_taskgraph(la), tb, "a flag at zero", brief);
+    SimLowering *lc = lower_assembled(g, m, s, c, TRUE, &cp);
+    SimTaskGraph *tc = sim_lowering_taskgraph(lc);
+    tc->cancel = &raised;
+    n = brief ? sim_taskgraph_merge_chains_brief(tc, TRUE, FALSE, m, &cp)
+              : sim_taskgraph_merge_chains(tc, TRUE, TRUE, m, &cp, TRUE);
+    cr_assert_eq(n, -1, "brief %d: %d merged past a raised flag", brief, n);
+    sim_lowering_free(la);
+    sim_lowering_free(lb);
+    sim_lowering_free(lc);
+  }
+  /* The assembly polls it between its passes: a flag at zero assembles what no flag does,
+   * and a raised one stops it, the graph left to be freed (its tasks in one mapping, as
+   * simulate.c lowers them). */
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  SimTaskGraph *t[3];
+  SimLowering *l[3];
+  const atomic_int *flags[3] = { NULL, &zero, &raised };
+  for (int i = 0; i < 3; i++) {
+    l[i] = sim_lowering_new(g, m, s, c, &o, &cp, NULL);
+    t[i] = sim_lowering_taskgraph(l[i]);
+    sim_taskgraph_share_tasks(t[i]);
+    sim_lowering_build(l[i]);
+    t[i]->cancel = flags[i];
+    cr_assert_eq(sim_taskgraph_assemble(t[i]), i < 2, "flag %d", i);
+  }
+  cr_assert_eq(t[0]->n_tasks, t[1]->n_tasks);
+  cr_assert_eq(t[0]->n_succ_total, t[1]->n_succ_total);
+  cr_assert_eq(memcmp(t[0]->succ, t[1]->succ, sizeof(int32_t) * (size_t)t[0]->n_succ_total), 0);
+  cr_assert_eq(memcmp(t[0]->n_pred, t[1]->n_pred, sizeof(int32_t) * (size_t)t[0]->n_tasks), 0);
+  cr_assert_eq(memcmp(t[0]->stream_off, t[1]->stream_off,
+                      sizeof(int32_t) * (size_t)(t[0]->n_devices + 1)), 0);
+  cr_assert_eq(memcmp(t[0]->stream, t[1]->stream,
+                      sizeof(int32_t) * (size_t)t[0]->stream_off[t[0]->n_devices]), 0);
+  for (int i = 0; i < 3; i++)
+    sim_lowering_free(l[i]);
 }
 
 /* A deep pipeline's compared periods start 8 micro-batches after its warm-up
