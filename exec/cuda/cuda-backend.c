@@ -345,6 +345,16 @@ static gboolean cuda_kernel(ExecBackend *self, int dev, const ExecKernelArgs *a,
   case EXEC_KERNEL_BACKWARD: p.phase = PCU_BACKWARD; break;
   case EXEC_KERNEL_STATS_RESCALE: p.phase = PCU_STATS_RESCALE; break;
   case EXEC_KERNEL_STATS_FINISH: p.phase = PCU_STATS_FINISH; break;
+  case EXEC_KERNEL_RING_BEGIN:
+  case EXEC_KERNEL_RING_STEP:
+  case EXEC_KERNEL_RING_END:
+  case EXEC_KERNEL_RING_BACKWARD_BEGIN:
+  case EXEC_KERNEL_RING_BACKWARD_STEP:
+  case EXEC_KERNEL_RING_BACKWARD_END:
+    g_set_error(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED, "device %d: op '%s': the CUDA back "
+                "end has no ring attention (context parallelism)", dev,
+                sim_graph_op_name(a->graph, a->op));
+    return FALSE;
   }
   p.accumulate = a->accumulate;
   p.split_stats = a->split_stats;
