@@ -176,6 +176,9 @@ typedef struct {
   int bags;                   /* embedding                                                */
   int groups;                 /* conv2d                                                   */
   int64_t heads, head_dim;    /* attention: the whole op's                                 */
+  int64_t kv_heads;           /* attention: key-value heads (grouped-query), = heads if none */
+  int rotary;                 /* attention: rotary embeddings on Q and K                   */
+  double rotary_base;
   int64_t kernel[2], stride[2], padding[2], dilation[2];
   int axis;                   /* concat, split                                            */
   /* Concat and split: where part i (an input of concat, an output of split) starts along
@@ -184,7 +187,7 @@ typedef struct {
   int perm[PCU_MAX_DIMS];     /* transpose                                                */
   double p;                   /* dropout probability (dropout, attention)                  */
   double scale;               /* unary scale                                              */
-  double eps;                 /* batch and layer norm                                      */
+  double eps;                 /* batch, layer and RMS norm                                 */
   /* Random numbers (dropout): exec_hash_uniform(name, index, salt) with name's hash. */
   uint64_t name_hash;
   int step;

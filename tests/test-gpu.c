@@ -2,9 +2,11 @@
  *
  * Every test skips when no GPU is usable, so the suite passes without one and checks
  * everything with one (exec/device-check.sh runs it on the lent machine):
- * - each operator of the catalogue, forward and backward, on the "cuda" back end against
- *   the "cpu" back end on the same inputs, whole and sharded (split reductions, halos,
- *   split heads, split classes with their statistics): relative error below 1e-4;
+ * - each operator of the catalogue but the mixture of experts, forward and backward, on
+ *   the "cuda" back end against the "cpu" back end on the same inputs, whole and sharded
+ *   (split reductions, halos, split heads, split classes with their statistics; RMS norm,
+ *   gated MLPs, grouped-query attention with rotary embeddings): relative error below
+ *   1e-4;
  * - training steps of small models on one device, and a data-parallel plan emulated on
  *   one GPU, against the CPU reference;
  * - the profiler's CUDA runner and, with two GPUs or more, NCCL collectives. */
@@ -431,6 +433,32 @@ static SimGraph *seq_graph(void)
   return g;
 }
 
+/* LLaMA-style blocks: RMS norm, grouped-query attention (4 query heads sharing 2
+ * key-value heads) with rotary embeddings, biases and dropout on the probabilities, and
+ * gated MLPs with SiLU (SwiGLU) and GELU (GeGLU). */
+static SimGraph *llm_graph(void)
+{
+  SimGraph *g = sim_graph_new("llm");
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 2, 6, 16 });
+  int n = sim_graph_rmsnorm(g, "rms", x);
+  SimAttrs *at = sim_attrs_new(SIM_OP_ATTENTION);
+  sim_attrs_set_int(at, "heads", 4, NULL);
+  sim_attrs_set_int(at, "head_dim", 4, NULL);
+  sim_attrs_set_int(at, "kv_heads", 2, NULL);
+  sim_attrs_set_int(at, "causal", 1, NULL);
+  sim_attrs_set_int(at, "bias", 1, NULL);
+  sim_attrs_set_int(at, "rotary", 1, NULL);
+  sim_attrs_set_float(at, "rotary_base", 500.0, NULL);
+  sim_attrs_set_float(at, "dropout", 0.25, NULL);
+  int in[3] = { n, n, n };
+  int a = sim_graph_add_op(g, SIM_OP_ATTENTION, "gqa", 3, in, at, NULL);
+  sim_attrs_free(at);
+  int m = sim_graph_gated_mlp(g, "swiglu", a, 24, SIM_UNARY_SILU);
+  sim_graph_gated_mlp(g, "geglu", m, 8, SIM_UNARY_GELU);
+  cr_assert(sim_graph_check(g, NULL));
+  return g;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Kernels against the reference                                                       */
 
@@ -479,6 +507,26 @@ Test(kernels, sharded)
   check_shard(s, "embed", "d", 2, 6);
   check_shard(s, "bags", "n", 1, 3);
   check_shard(s, "lstm", "b", 1, 3);
+}
+
+Test(kernels, llm_operators_whole)
+{
+  need_gpu();
+  g_autoptr(SimGraph) g = llm_graph();
+  check_graph(g);
+}
+
+Test(kernels, llm_operators_sharded)
+{
+  need_gpu();
+  g_autoptr(SimGraph) g = llm_graph();
+  check_shard(g, "rms", "b", 1, 2);
+  check_shard(g, "rms", "s", 2, 5);
+  check_shard(g, "gqa", "h", 1, 2);           /* one key-value group: partial output  */
+  check_shard(g, "gqa", "s", 2, 6);           /* queries rotated and masked at 2..5   */
+  check_shard(g, "gqa", "b", 1, 2);           /* dropout of the second sample         */
+  check_shard(g, "swiglu", "f", 8, 24);       /* partial sums of the down projection  */
+  check_shard(g, "geglu", "b", 0, 1);
 }
 
 /* Cross entropy over classes split in two shards on one device: the merged statistics,
@@ -689,6 +737,20 @@ Test(training, one_device_mlp_and_gpt)
     g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
     check_training(g, m, s);
   }
+}
+
+/* A LLaMA-style model (RMS norm, grouped-query attention with rotary embeddings, SwiGLU)
+ * trained on one GPU against the CPU reference. */
+Test(training, one_device_llama)
+{
+  need_gpu();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("h200-1", &error);
+  cr_assert_not_null(m);
+  g_autoptr(SimGraph) g =
+    zoo("llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4");
+  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+  check_training(g, m, s);
 }
 
 /* Two H200s on NVSwitch: a plan of two devices, which the back end runs on two GPUs
