@@ -356,6 +356,8 @@ PcuStatus pcu_op_cross_entropy(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_mse(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_rmsnorm(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_gated_mlp(PcuContext *ctx, const PcuOpArgs *a);
+/* Attention's ring phases under context parallelism (ring.cu). */
+PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a);
 
 /* Attention's pieces for LLaMA-style blocks (kernels-llm.cu). */
 /* Rotary embeddings on the rows of X [rows, nh * E], row r at position pos0 + r % S

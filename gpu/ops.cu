@@ -610,6 +610,11 @@ PcuStatus pcu_op_run(PcuContext *ctx, const PcuOpArgs *a)
   if (!ctx || !a)
     return PCU_ERR_INVALID;
   ctx->error[0] = '\0';
+  if (a->phase >= PCU_RING_BEGIN) {
+    if (a->type != OP_ATTENTION)
+      return FAIL(ctx, PCU_ERR_INVALID, "ring phases belong to attention");
+    return pcu_op_ring_attention(ctx, a);
+  }
   if (a->phase == PCU_STATS_RESCALE || a->phase == PCU_STATS_FINISH) {
     if (a->type != OP_CROSS_ENTROPY)
       return FAIL(ctx, PCU_ERR_INVALID, "statistics phases belong to cross entropy");

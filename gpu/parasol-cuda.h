@@ -143,6 +143,13 @@ typedef enum {
   PCU_BACKWARD,
   PCU_STATS_RESCALE,          /* EXEC_KERNEL_STATS_RESCALE                                  */
   PCU_STATS_FINISH,           /* EXEC_KERNEL_STATS_FINISH                                   */
+  /* Ring attention (EXEC_KERNEL_RING_*, include/parasol-exec.h): fp32 only. */
+  PCU_RING_BEGIN,
+  PCU_RING_STEP,
+  PCU_RING_END,
+  PCU_RING_BACKWARD_BEGIN,
+  PCU_RING_BACKWARD_STEP,
+  PCU_RING_BACKWARD_END,
 } PcuPhase;
 
 /* Planes of the cross-entropy statistics (EXEC_STATS_*). */
@@ -201,6 +208,10 @@ typedef struct {
   PcuArg w[PCU_MAX_WEIGHTS], w_grad[PCU_MAX_WEIGHTS];
   PcuArg out[PCU_MAX_OUTPUTS], out_grad[PCU_MAX_OUTPUTS];
   PcuArg stats;
+  /* Ring attention phases: the block held ([4 planes, samples, positions, key-value heads,
+   * head_dim], dense) and the sequence position of its first key. */
+  PcuArg ring;
+  int64_t ring_lo;
   /* State kept from forward for backward of the same shard and micro-batch (NULL at
    * first); released with pcu_saved_free(). */
   void **saved;

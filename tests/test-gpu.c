@@ -7,8 +7,8 @@
  *   (split reductions, halos, split heads, split classes with their statistics; RMS norm,
  *   gated MLPs, grouped-query attention with rotary embeddings): relative error below
  *   1e-4;
- * - training steps of small models on one device, and a data-parallel plan emulated on
- *   one GPU, against the CPU reference;
+ * - training steps of small models on one device, and a data-parallel plan and
+ *   context-parallel ones (ring attention) emulated on one GPU, against the CPU reference;
  * - the profiler's CUDA runner and, with two GPUs or more, NCCL collectives. */
 #ifdef PARASOL_INPROC_TESTS
 #include "inproc-tests.h"
@@ -779,6 +779,32 @@ Test(training, data_parallel_emulated_on_one_gpu)
    * what this test checks. */
   g_setenv("PARASOL_CUDA_EMULATE", "1", TRUE);
   check_training(g, m, s);
+  g_unsetenv("PARASOL_CUDA_EMULATE");
+}
+
+/* Context parallelism: attention as a ring of key-value blocks (exec/compile-ring.c) on
+ * the CUDA back end, the devices emulated on one GPU: LLaMA (grouped-query, rotary,
+ * causal) over two context ranks, GPT (biases, dropout) over four. */
+Test(training, ring_attention_emulated_on_one_gpu)
+{
+  need_gpu();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m2 = two_gpus();
+  g_autoptr(SimMachine) m8 = sim_machine_load("h200", &error);
+  cr_assert_not_null(m8, "%s", error ? error->message : "");
+  g_autoptr(SimGraph) llama =
+    zoo("llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4");
+  g_autoptr(SimGraph) gpt = zoo("gpt", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4");
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.cp = 2;
+  g_autoptr(SimStrategy) s2 = sim_strategy_megatron(llama, m2, &o, &error);
+  cr_assert_not_null(s2, "%s", error ? error->message : "");
+  o.cp = 4;
+  g_autoptr(SimStrategy) s4 = sim_strategy_megatron(gpt, m8, &o, &error);
+  cr_assert_not_null(s4, "%s", error ? error->message : "");
+  g_setenv("PARASOL_CUDA_EMULATE", "1", TRUE);
+  check_training(llama, m2, s2);
+  check_training(gpt, m8, s4);
   g_unsetenv("PARASOL_CUDA_EMULATE");
 }
 
