@@ -356,6 +356,7 @@ PcuStatus pcu_op_cross_entropy(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_mse(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_rmsnorm(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_gated_mlp(PcuContext *ctx, const PcuOpArgs *a);
+PcuStatus pcu_op_moe(PcuContext *ctx, const PcuOpArgs *a);
 /* Attention's ring phases under context parallelism (ring.cu). */
 PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a);
 

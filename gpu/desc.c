@@ -178,6 +178,12 @@ gboolean pcu_desc_init(PcuOpArgs *a, const SimGraph *g, int op, const int64_t *l
   case SIM_OP_GATED_MLP:
     a->act = (int)attr_int(at, "gate_activation", SIM_UNARY_SILU);
     break;
+  case SIM_OP_MOE:
+    a->act = (int)attr_int(at, "gate_activation", SIM_UNARY_SILU);
+    a->experts = attr_int(at, "experts", 1);
+    a->top_k = attr_int(at, "top_k", 1);
+    a->normalize_top_k = (int)attr_int(at, "normalize_top_k", 1);
+    break;
   default:
     break;
   }

@@ -643,9 +643,7 @@ PcuStatus pcu_op_run(PcuContext *ctx, const PcuOpArgs *a)
   case OP_MSE_LOSS: return pcu_op_mse(ctx, a);
   case OP_RMSNORM: return pcu_op_rmsnorm(ctx, a);
   case OP_GATED_MLP: return pcu_op_gated_mlp(ctx, a);
-  case OP_MOE:
-    return FAIL(ctx, PCU_ERR_UNSUPPORTED, "the mixture of experts (router, top-k dispatch, "
-                "combine) has no CUDA kernel");
+  case OP_MOE: return pcu_op_moe(ctx, a);
   default: return FAIL(ctx, PCU_ERR_UNSUPPORTED, "an operator type this library does not know");
   }
 }

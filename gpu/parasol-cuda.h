@@ -184,6 +184,8 @@ typedef struct {
   int groups;                 /* conv2d                                                   */
   int64_t heads, head_dim;    /* attention: the whole op's                                 */
   int64_t kv_heads;           /* attention: key-value heads (grouped-query), = heads if none */
+  int64_t experts, top_k;     /* mixture of experts                                        */
+  int normalize_top_k;        /* mixture of experts: the top k's weights sum to one         */
   int rotary;                 /* attention: rotary embeddings on Q and K                   */
   double rotary_base;
   int64_t kernel[2], stride[2], padding[2], dilation[2];

@@ -2,11 +2,11 @@
  *
  * Every test skips when no GPU is usable, so the suite passes without one and checks
  * everything with one (exec/device-check.sh runs it on the lent machine):
- * - each operator of the catalogue but the mixture of experts, forward and backward, on
- *   the "cuda" back end against the "cpu" back end on the same inputs, whole and sharded
- *   (split reductions, halos, split heads, split classes with their statistics; RMS norm,
- *   gated MLPs, grouped-query attention with rotary embeddings): relative error below
- *   1e-4;
+ * - each operator of the catalogue, forward and backward, on the "cuda" back end against
+ *   the "cpu" back end on the same inputs, whole and sharded (split reductions, halos,
+ *   split heads, split classes with their statistics; RMS norm, gated MLPs,
+ *   grouped-query attention with rotary embeddings, the mixture of experts over split
+ *   experts and widths): relative error below 1e-4;
  * - training steps of small models on one device, and a data-parallel plan and
  *   context-parallel ones (ring attention) emulated on one GPU, against the CPU reference;
  * - the profiler's CUDA runner and, with two GPUs or more, NCCL collectives. */
@@ -434,8 +434,8 @@ static SimGraph *seq_graph(void)
 }
 
 /* LLaMA-style blocks: RMS norm, grouped-query attention (4 query heads sharing 2
- * key-value heads) with rotary embeddings, biases and dropout on the probabilities, and
- * gated MLPs with SiLU (SwiGLU) and GELU (GeGLU). */
+ * key-value heads) with rotary embeddings, biases and dropout on the probabilities, gated
+ * MLPs with SiLU (SwiGLU) and GELU (GeGLU), and a mixture of 4 experts, top 2. */
 static SimGraph *llm_graph(void)
 {
   SimGraph *g = sim_graph_new("llm");
@@ -454,7 +454,9 @@ static SimGraph *llm_graph(void)
   int a = sim_graph_add_op(g, SIM_OP_ATTENTION, "gqa", 3, in, at, NULL);
   sim_attrs_free(at);
   int m = sim_graph_gated_mlp(g, "swiglu", a, 24, SIM_UNARY_SILU);
-  sim_graph_gated_mlp(g, "geglu", m, 8, SIM_UNARY_GELU);
+  int u = sim_graph_gated_mlp(g, "geglu", m, 8, SIM_UNARY_GELU);
+  int r = sim_graph_linear(g, "router", u, 4, FALSE, SIM_UNARY_IDENTITY);
+  sim_graph_moe(g, "moe", u, r, 4, 2, 8);
   cr_assert(sim_graph_check(g, NULL));
   return g;
 }
@@ -527,6 +529,9 @@ Test(kernels, llm_operators_sharded)
   check_shard(g, "gqa", "b", 1, 2);           /* dropout of the second sample         */
   check_shard(g, "swiglu", "f", 8, 24);       /* partial sums of the down projection  */
   check_shard(g, "geglu", "b", 0, 1);
+  check_shard(g, "moe", "x", 1, 3);           /* two of the experts: partial output    */
+  check_shard(g, "moe", "f", 0, 4);           /* half of every expert's width          */
+  check_shard(g, "moe", "s", 3, 6);
 }
 
 /* Cross entropy over classes split in two shards on one device: the merged statistics,
@@ -740,17 +745,23 @@ Test(training, one_device_mlp_and_gpt)
 }
 
 /* A LLaMA-style model (RMS norm, grouped-query attention with rotary embeddings, SwiGLU)
- * trained on one GPU against the CPU reference. */
-Test(training, one_device_llama)
+ * and its mixture-of-experts variant trained on one GPU against the CPU reference. */
+Test(training, one_device_llama_and_moe)
 {
   need_gpu();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("h200-1", &error);
   cr_assert_not_null(m);
-  g_autoptr(SimGraph) g =
-    zoo("llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4");
-  g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
-  check_training(g, m, s);
+  const char *models[][2] = {
+    { "llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4" },
+    { "moe", "layers=2,hidden=32,heads=4,kv_heads=2,experts=4,top_k=2,expert_ffn=16,seq=8,"
+             "vocab=64,batch=4" },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(models); i++) {
+    g_autoptr(SimGraph) g = zoo(models[i][0], models[i][1]);
+    g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+    check_training(g, m, s);
+  }
 }
 
 /* Two H200s on NVSwitch: a plan of two devices, which the back end runs on two GPUs
