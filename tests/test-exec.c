@@ -828,16 +828,24 @@ Test(exec, llama_context_parallel_ring_of_four)
   }
 }
 
-/* GPT's attention (biases, dropout on the probabilities, causal) as a ring of four. */
+/* GPT's attention (biases, dropout on the probabilities, causal) as a ring of four; then
+ * a ring of two under selective recomputation in two micro-batches (the attention core,
+ * so the ring, run again before each backward). */
 Test(exec, gpt_context_parallel_ring_of_four)
 {
   g_autoptr(SimGraph) g = gpt();
   g_autoptr(SimMachine) m = machine();
-  SimMegatronOptions o = sim_megatron_options_default();
-  o.cp = 4;
-  g_autoptr(SimStrategy) s = megatron(g, m, &o);
-  expect_ring(g, m, s, 4);
-  check(g, m, s, SIM_OPTIMIZER_SGD);
+  for (int cp = 4; cp >= 2; cp -= 2) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = cp;
+    if (cp == 2) {
+      o.microbatches = 2;
+      o.memory.recompute = SIM_RECOMPUTE_SELECTIVE;
+    }
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    expect_ring(g, m, s, cp);
+    check(g, m, s, SIM_OPTIMIZER_SGD);
+  }
 }
 
 /* Context parallelism inside tensor parallelism (tp 2, cp 2, sequence parallelism), and
