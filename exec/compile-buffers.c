@@ -187,6 +187,12 @@ static ExecBuf *buf_alloc(Ctx *x, ExecBufKind kind, int device, int tensor, int 
   return b;
 }
 
+ExecBuf *compile_buf_alloc(Ctx *x, ExecBufKind kind, int device, int tensor, int op, int index,
+                           int mb, SimDType dtype, const SimRegion *box)
+{
+  return buf_alloc(x, kind, device, tensor, op, index, mb, dtype, box);
+}
+
 ExecBuf *exec_compiled_buf(const ExecCompiled *c, ExecBufKind kind, int device, int tensor,
                            int op, int index, int mb)
 {

@@ -43,6 +43,18 @@ static void emit(Ctx *x, int dev, const ExecMop *m)
     g_array_append_vals(x->c->programs[dev].mops, m, 1);
 }
 
+void compile_emit_mop(Ctx *x, int dev, const ExecMop *m)
+{
+  emit(x, dev, m);
+}
+
+static void emit_time(Ctx *x, int dev, int task, gboolean begin);
+
+void compile_emit_time(Ctx *x, int dev, int task, gboolean begin)
+{
+  emit_time(x, dev, task, begin);
+}
+
 static void emit_time(Ctx *x, int dev, int task, gboolean begin)
 {
   ExecProgram *p = &x->c->programs[dev];
@@ -82,12 +94,13 @@ static void emit_coll(Ctx *x, ExecMopKind kind, int dev, const int *devs, int n,
   emit(x, dev, &m);
 }
 
-void compile_emit_forward(Ctx *x, int task, int op, int sh, int mb, gboolean recompute)
+/* The outputs a forward shard writes: poisoned before recomputation, zeroed where it adds
+ * partial sums (once per region), cross-entropy statistics reset. */
+void compile_prepare_forward(Ctx *x, int op, int sh, int mb, gboolean recompute)
 {
   ExecCompiled *c = x->c;
   const OpInfo *o = &x->ops[op];
   int d = o->dev[sh];
-  emit_time(x, d, task, TRUE);
   for (int j = 0; j < o->n_out; j++) {
     int t = sim_graph_op_output(x->g, op, j);
     const SimRegion *r = &o->out_reg[sh * o->n_out + j];
@@ -106,17 +119,25 @@ void compile_emit_forward(Ctx *x, int task, int op, int sh, int mb, gboolean rec
       compile_emit_fill(x, d, &v, r, 0.0f);
     }
   }
+}
+
+void compile_emit_forward(Ctx *x, int task, int op, int sh, int mb, gboolean recompute)
+{
+  int d = x->ops[op].dev[sh];
+  emit_time(x, d, task, TRUE);
+  compile_prepare_forward(x, op, sh, mb, recompute);
   ExecMop m = { .kind = EXEC_MOP_KERNEL,
                 .kernel = compile_kernel_args(x, op, sh, mb, EXEC_KERNEL_FORWARD) };
   emit(x, d, &m);
   emit_time(x, d, task, FALSE);
 }
 
-void compile_emit_backward(Ctx *x, int task, int op, int sh, int mb)
+/* What a backward shard needs before its kernel: the device's own consumers'
+ * contributions summed into the output gradients, its input contributions zeroed. */
+void compile_prepare_backward(Ctx *x, int op, int sh, int mb)
 {
   const OpInfo *o = &x->ops[op];
   int d = o->dev[sh];
-  emit_time(x, d, task, TRUE);
   /* The device's own consumers' contributions join what it received, once per region. */
   for (int j = 0; j < o->n_out; j++) {
     int t = sim_graph_op_output(x->g, op, j);
@@ -147,6 +168,13 @@ void compile_emit_backward(Ctx *x, int task, int op, int sh, int mb)
       compile_emit_fill(x, d, &v, &cb->box, 0.0f);
     }
   }
+}
+
+void compile_emit_backward(Ctx *x, int task, int op, int sh, int mb)
+{
+  int d = x->ops[op].dev[sh];
+  emit_time(x, d, task, TRUE);
+  compile_prepare_backward(x, op, sh, mb);
   ExecMop m = { .kind = EXEC_MOP_KERNEL,
                 .kernel = compile_kernel_args(x, op, sh, mb, EXEC_KERNEL_BACKWARD) };
   emit(x, d, &m);
@@ -551,6 +579,10 @@ void compile_emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather)
 void compile_emit_synth(Ctx *x, int id, const Synth *s)
 {
   const OpInfo *o = &x->ops[s->op];
+  if (s->kind == SYNTH_RING) {
+    compile_emit_ring(x, id, s);
+    return;
+  }
   if (s->kind == SYNTH_WEIGHTS) {
     for (int i = s->w0; i < s->w1; i++) {
       const SimRegion *r = &o->w_reg[s->shard * o->n_w + i];

@@ -247,6 +247,77 @@ static void order_streams(Order *o)
   }
 }
 
+/* Ring attention (compile-ring.c): the forward, recomputed forward or backward tasks of a
+ * ring's members in one micro-batch become one step, which every predecessor of a member
+ * precedes and which precedes the members' tasks (then empty), so that all members reach
+ * the ring at the same point of the order, as for a collective. */
+static void add_rings(Order *o)
+{
+  Ctx *x = o->x;
+  if (!x->rings->len)
+    return;
+  GHashTable *index = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+  for (int i = 0; i < o->n; i++) {
+    SimPlanTask t;
+    sim_plan_task(o->p, i, &t);
+    if (t.kind != SIM_PLAN_COMPUTE || t.pass == SIM_PASS_UPDATE || !x->ops[t.op].ring)
+      continue;
+    gint64 *key = op_mb_key(t.op, t.mb);
+    *key = (*key * 1024 + t.shard) * 3 + (t.pass == SIM_PASS_BACKWARD ? 2 : t.recompute);
+    if (g_hash_table_contains(index, key)) {
+      g_free(key);
+      compile_fail(x, EXEC_ERROR_UNSUPPORTED, "attention '%s' runs as a ring, and its shard %d "
+                   "has two tasks of one pass in micro-batch %d", sim_graph_op_name(x->g, t.op),
+                   t.shard, t.mb);
+      break;
+    }
+    g_hash_table_insert(index, key, GINT_TO_POINTER(i + 1));
+  }
+  int *step_of = g_new(int, (size_t)MAX(o->n, 1));
+  for (int i = 0; i < o->n; i++)
+    step_of[i] = -1;
+  guint n_edges = o->edges->len;
+  for (guint k = 0; k < x->rings->len && !x->failed; k++) {
+    const Ring *r = &g_array_index(x->rings, Ring, k);
+    for (int mb = 0; mb < x->c->M; mb++)
+      for (int kind = 0; kind < 3; kind++) {
+        int *tasks = own(x->c, g_new(int, r->n));
+        int found = 0;
+        for (int m = 0; m < r->n; m++) {
+          gint64 key = ((gint64)r->op * 65536 + mb) * 1024 + r->members[m];
+          key = key * 3 + kind;
+          tasks[m] = GPOINTER_TO_INT(g_hash_table_lookup(index, &key)) - 1;
+          found += tasks[m] >= 0;
+        }
+        if (found == 0)
+          continue;
+        if (found != r->n) {
+          compile_fail(x, EXEC_ERROR_UNSUPPORTED, "attention '%s' runs as a ring of %d shards, "
+                       "and only %d of them have a %s task in micro-batch %d",
+                       sim_graph_op_name(x->g, r->op), r->n, found,
+                       kind == 2 ? "backward" : kind ? "recomputation" : "forward", mb);
+          break;
+        }
+        Synth sy = { .kind = SYNTH_RING, .op = r->op, .mb = mb, .ring = (int)k,
+                     .pass = kind == 2 ? SIM_PASS_BACKWARD : SIM_PASS_FORWARD,
+                     .recompute = kind == 1, .tasks = tasks };
+        int id = o->n + (int)o->synth->len;
+        g_array_append_val(o->synth, sy);
+        for (int m = 0; m < r->n; m++) {
+          step_of[tasks[m]] = id;
+          add_edge(o, id, tasks[m]);
+        }
+      }
+  }
+  for (guint k = 0; k < n_edges; k++) {
+    Edge e = g_array_index(o->edges, Edge, k);
+    if (e.to < o->n && step_of[e.to] >= 0)
+      add_edge(o, e.from, step_of[e.to]);
+  }
+  g_free(step_of);
+  g_hash_table_destroy(index);
+}
+
 /* The micro-operations of plan task @i. */
 static void emit_task(Ctx *x, SimPlan *p, int i)
 {
@@ -254,7 +325,8 @@ static void emit_task(Ctx *x, SimPlan *p, int i)
   sim_plan_task(p, i, &t);
   switch (t.kind) {
   case SIM_PLAN_COMPUTE:
-    if (x->ops[t.op].is_input)
+    /* A ring's forward and backward tasks are carried out by its step (add_rings). */
+    if (x->ops[t.op].is_input || (x->ops[t.op].ring && t.pass != SIM_PASS_UPDATE))
       break;
     if (t.pass == SIM_PASS_FORWARD)
       compile_emit_forward(x, i, t.op, t.shard, t.mb, t.recompute);
@@ -376,6 +448,7 @@ gboolean compile_build_programs(Ctx *x)
   order_ce_statistics(&o);
   add_loss_reductions(&o);
   order_streams(&o);
+  add_rings(&o);
   emit_in_order(&o, rep);
 
   g_array_free(o.ce_reduces, TRUE);

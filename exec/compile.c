@@ -360,12 +360,14 @@ ExecCompiled *exec_compile(ExecBackend *b, SimPlan *plan, const ExecOptions *o, 
   } else {
     x.failed = TRUE;
   }
-  if (!x.failed && describe_ops(&x) && describe_tensors(&x)) {
+  if (!x.failed && describe_ops(&x) && describe_tensors(&x) && compile_find_rings(&x)) {
     compile_plan_boxes(&x);
     if (!x.failed)
       compile_find_aliases(&x);
     if (!x.failed)
       compile_alloc_buffers(&x);
+    if (!x.failed)
+      compile_ring_buffers(&x);
     if (!x.failed)
       compile_init_weights(&x);
     x.saved = g_new0(gpointer, MAX(x.n_saved, 1));
@@ -402,8 +404,12 @@ ExecCompiled *exec_compile(ExecBackend *b, SimPlan *plan, const ExecOptions *o, 
     g_free(oi->w_reg);
     g_free(oi->out_partial);
     g_free(oi->in_partial);
+    g_free(oi->ring);
+    g_free(oi->ring_pos);
   }
   g_free(x.ops);
+  if (x.rings)
+    g_array_free(x.rings, TRUE);
   g_free(x.ten);
   g_hash_table_destroy(x.boxes);
   g_hash_table_destroy(x.alias);

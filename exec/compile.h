@@ -31,7 +31,17 @@ typedef struct {
   WeightMap map[8];
   gboolean ce_split;        /* cross entropy over split classes                           */
   int saved_base;           /* first saved-state slot: + sh * M + mb                       */
+  /* Ring attention (compile-ring.c): per shard, its ring (an index into Ctx.rings) and its
+   * place in it; NULL when the op runs no ring. */
+  int *ring, *ring_pos;
 } OpInfo;
+
+/* The shards of one ring attention: the same samples, heads and copy, the positions split
+ * n ways; members in the order of their positions. */
+typedef struct {
+  int op, n;
+  int *members;
+} Ring;
 
 typedef struct {
   int n_sample;             /* dims divided by the micro-batches, as flags              */
@@ -57,6 +67,7 @@ typedef struct {
   GHashTable *alias;        /* BufKey of a CONTRIB (mb -1) -> 1: it is the GRAD buffer   */
   GArray *sharers;          /* SharerItem                                                */
   gpointer *saved;          /* saved-state slots                                         */
+  GArray *rings;            /* Ring                                                      */
   int n_saved;
   GError **error;
   gboolean failed;
@@ -143,7 +154,7 @@ static inline int64_t coll_tag(int task, int k)
  *   split reduction dimensions);
  * - the sum of the gradients of an op's own weights beside the ones it shares (the bias
  *   of an output layer tied to the embedding) over the shards holding the same part. */
-typedef enum { SYNTH_LOSS, SYNTH_WEIGHTS } SynthKind;
+typedef enum { SYNTH_LOSS, SYNTH_WEIGHTS, SYNTH_RING } SynthKind;
 
 typedef struct {
   SynthKind kind;
@@ -152,6 +163,12 @@ typedef struct {
   int w0, w1;              /* SYNTH_WEIGHTS: the op's weights [w0, w1)                  */
   int *devices;            /* SYNTH_WEIGHTS: the devices holding it                     */
   int n_devices;
+  /* SYNTH_RING: the ring (Ctx.rings), the pass (forward, recomputation or backward) and
+   * its members' tasks, in ring order: the step carries them all out at once. */
+  int ring;
+  SimPass pass;
+  gboolean recompute;
+  int *tasks;
 } Synth;
 
 /* Sets the error once (the first failure is the one reported) and returns FALSE. */
@@ -182,6 +199,19 @@ void compile_emit_copy(Ctx *x, int task, const SimPlanTask *t);
 void compile_emit_reduce(Ctx *x, int task, const SimPlanTask *t);
 void compile_emit_sync(Ctx *x, int task, const SimPlanTask *t, gboolean gather);
 void compile_emit_synth(Ctx *x, int id, const Synth *s);
+
+/* Ring attention (compile-ring.c): which shards run as rings, their block buffers, and
+ * the micro-operations of one ring's pass (a SYNTH_RING step). */
+gboolean compile_find_rings(Ctx *x);
+void compile_ring_buffers(Ctx *x);
+void compile_emit_ring(Ctx *x, int id, const Synth *s);
+ExecBuf *compile_buf_alloc(Ctx *x, ExecBufKind kind, int device, int tensor, int op, int index,
+                           int mb, SimDType dtype, const SimRegion *box);
+/* compile-emit.c: what a forward or backward task does before its kernel. */
+void compile_emit_time(Ctx *x, int dev, int task, gboolean begin);
+void compile_prepare_forward(Ctx *x, int op, int sh, int mb, gboolean recompute);
+void compile_prepare_backward(Ctx *x, int op, int sh, int mb);
+void compile_emit_mop(Ctx *x, int dev, const ExecMop *m);
 
 /* The order (compile-order.c): every task, and the steps the executor adds, in one order
  * that respects dependencies and stream orders, emitted in it. */

@@ -13,8 +13,11 @@
 #
 # On the GPU machine, `run` does, each step under a time limit so that the whole stays
 # well inside ten minutes:
-#   1. the gpu test suite (CUDA kernels against the CPU reference, training steps, the
-#      profiler's runner, NCCL when there are two GPUs);
+#   1. the gpu test suite (CUDA kernels against the CPU reference, LLaMA's operators
+#      among them: RMS norm, gated MLPs, grouped-query attention with rotary embeddings,
+#      the mixture of experts; training steps, LLaMA's and the mixture's on one GPU and
+#      ring attention emulated on one GPU among them; the profiler's runner, NCCL when
+#      there are two GPUs);
 #   2. `parasol profile ops` of gpt, resnet-50 and bert-base in fp16 on one GPU (and
 #      gpt's shards on eight), and of the models `parasol validate` runs, in fp32, with
 #      the weight update, into one profile database;

@@ -333,7 +333,8 @@ __device__ __forceinline__ bool dropout_keep(uint64_t name_hash, uint64_t index,
 enum {
   OP_INPUT, OP_LINEAR, OP_MATMUL, OP_CONV2D, OP_POOL2D, OP_BATCHNORM, OP_LAYERNORM,
   OP_EMBEDDING, OP_UNARY, OP_BINARY, OP_SOFTMAX, OP_DROPOUT, OP_CONCAT, OP_SPLIT, OP_RESHAPE,
-  OP_TRANSPOSE, OP_ATTENTION, OP_LSTM, OP_CROSS_ENTROPY, OP_MSE_LOSS,
+  OP_TRANSPOSE, OP_ATTENTION, OP_LSTM, OP_CROSS_ENTROPY, OP_MSE_LOSS, OP_RMSNORM, OP_GATED_MLP,
+  OP_MOE,
 };
 
 /* The families, each in its file. */
@@ -353,6 +354,21 @@ PcuStatus pcu_op_dropout(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_shape(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_cross_entropy(PcuContext *ctx, const PcuOpArgs *a);
 PcuStatus pcu_op_mse(PcuContext *ctx, const PcuOpArgs *a);
+PcuStatus pcu_op_rmsnorm(PcuContext *ctx, const PcuOpArgs *a);
+PcuStatus pcu_op_gated_mlp(PcuContext *ctx, const PcuOpArgs *a);
+PcuStatus pcu_op_moe(PcuContext *ctx, const PcuOpArgs *a);
+/* Attention's ring phases under context parallelism (ring.cu). */
+PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a);
+
+/* Attention's pieces for LLaMA-style blocks (kernels-llm.cu). */
+/* Rotary embeddings on the rows of X [rows, nh * E], row r at position pos0 + r % S
+ * (@sign -1: the inverse rotation, for gradients). */
+PcuStatus pcu_rope(PcuContext *ctx, int dtype, void *X, int64_t rows, int64_t S, int64_t pos0,
+                   int64_t nh, int64_t E, double base, double sign);
+/* Grouped-query attention's gradients of shared keys or values: out [rows, n_kv * E] the
+ * sums over each group of @group query heads of in [rows, n_kv * group * E]. */
+PcuStatus pcu_sum_head_groups(PcuContext *ctx, int dtype, const void *in, void *out,
+                              int64_t rows, int64_t n_kv, int64_t group, int64_t E);
 
 /* Row-wise kernels the families share (kernels.cu). */
 /* Softmax of @rows rows of @cols in place, after scaling by @scale and, with @causal,

@@ -140,6 +140,7 @@ gboolean pcu_desc_init(PcuOpArgs *a, const SimGraph *g, int op, const int64_t *l
   a->bags = (int)attr_int(at, "bags", 0);
   a->groups = (int)attr_int(at, "groups", 1);
   a->heads = attr_int(at, "heads", 1);
+  a->kv_heads = a->heads;
   a->head_dim = attr_int(at, "head_dim", 1);
   a->axis = (int)attr_int(at, "axis", 0);
   a->scale = 1.0;
@@ -167,6 +168,21 @@ gboolean pcu_desc_init(PcuOpArgs *a, const SimGraph *g, int op, const int64_t *l
     break;
   case SIM_OP_ATTENTION:
     sim_attrs_get_float(at, "dropout", &a->p);
+    a->kv_heads = attr_int(at, "kv_heads", a->heads);
+    if (a->kv_heads <= 0)
+      a->kv_heads = a->heads;
+    a->rotary = (int)attr_int(at, "rotary", 0);
+    a->rotary_base = 10000.0;
+    sim_attrs_get_float(at, "rotary_base", &a->rotary_base);
+    break;
+  case SIM_OP_GATED_MLP:
+    a->act = (int)attr_int(at, "gate_activation", SIM_UNARY_SILU);
+    break;
+  case SIM_OP_MOE:
+    a->act = (int)attr_int(at, "gate_activation", SIM_UNARY_SILU);
+    a->experts = attr_int(at, "experts", 1);
+    a->top_k = attr_int(at, "top_k", 1);
+    a->normalize_top_k = (int)attr_int(at, "normalize_top_k", 1);
     break;
   default:
     break;

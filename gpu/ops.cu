@@ -1,5 +1,6 @@
-/* ops.cu — the operators built on matrix products (linear, matmul, multi-head attention,
- * LSTM), and the entry point that dispatches an operator call to its family.
+/* ops.cu — the operators built on matrix products (linear, matmul, multi-head attention
+ * with grouped-query heads and rotary embeddings, LSTM), and the entry point that
+ * dispatches an operator call to its family.
  *
  * Matrices are row-major throughout; pcu_gemm() hands them to cuBLAS, which accumulates
  * in fp32 whatever the element type.  A backward pass adds into the gradients: in place
@@ -197,27 +198,28 @@ PcuStatus pcu_op_matmul(PcuContext *ctx, const PcuOpArgs *a)
 /* Products per (sample, head)                                                         */
 
 __global__ void head_pointers_kernel(const char *A, const char *B, char *C, int64_t sa_b,
-                                     int64_t sa_h, int64_t sb_b, int64_t sb_h, int64_t sc_b,
-                                     int64_t sc_h, int64_t n_b, int64_t n_h, int es,
+                                     int64_t sa_h, int64_t sb_b, int64_t sb_h, int64_t gb,
+                                     int64_t sc_b, int64_t sc_h, int64_t n_b, int64_t n_h, int es,
                                      const void **pa, const void **pb, void **pc)
 {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_b * n_h;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t b = i / n_h, h = i % n_h;
     pa[i] = A + (b * sa_b + h * sa_h) * es;
-    pb[i] = B + (b * sb_b + h * sb_h) * es;
+    pb[i] = B + (b * sb_b + (h / gb) * sb_h) * es;
     pc[i] = C + (b * sc_b + h * sc_h) * es;
   }
 }
 
 /* C_bh = op(A_bh) op(B_bh) (+ beta C_bh) for every sample b and head h, where matrix X_bh
  * starts at element b * sx_b + h * sx_h of X: heads interleaved in rows ([b, s, h * e])
- * and heads apart ([b, h, s, l]) are both such strides. */
+ * and heads apart ([b, h, s, l]) are both such strides.  B's head is h / @gb: the key or
+ * value head that @gb query heads share under grouped-query attention. */
 static PcuStatus gemm_heads(PcuContext *ctx, Scratch &s, int dt, bool ta, bool tb, int64_t m,
                             int64_t n, int64_t k, const void *A, int64_t lda, int64_t sa_b,
                             int64_t sa_h, const void *B, int64_t ldb, int64_t sb_b, int64_t sb_h,
-                            float beta, void *C, int64_t ldc, int64_t sc_b, int64_t sc_h,
-                            int64_t n_b, int64_t n_h)
+                            int64_t gb, float beta, void *C, int64_t ldc, int64_t sc_b,
+                            int64_t sc_h, int64_t n_b, int64_t n_h)
 {
   int64_t count = n_b * n_h;
   if (count == 0 || m == 0 || n == 0)
@@ -231,8 +233,8 @@ static PcuStatus gemm_heads(PcuContext *ctx, Scratch &s, int dt, bool ta, bool t
   const void **pb = pa + count;
   void **pc = (void **)(pb + count);
   head_pointers_kernel<<<pcu_blocks(count), 256, 0, ctx->stream>>>(
-    (const char *)A, (const char *)B, (char *)C, sa_b, sa_h, sb_b, sb_h, sc_b, sc_h, n_b, n_h,
-    pcu_dtype_size(dt), pa, pb, pc);
+    (const char *)A, (const char *)B, (char *)C, sa_b, sa_h, sb_b, sb_h, gb, sc_b, sc_h, n_b,
+    n_h, pcu_dtype_size(dt), pa, pb, pc);
   LAUNCH_CHECK(ctx);
   float alpha = 1.f;
   cudaDataType_t t = pcu_cuda_type(dt);
@@ -279,35 +281,44 @@ PcuStatus pcu_op_attention(PcuContext *ctx, const PcuOpArgs *a)
   size_t es = (size_t)pcu_dtype_size(dt);
   int64_t Bn = rsize(a->in[0].region, 0), S = rsize(a->in[0].region, 1);
   int64_t D = rsize(a->in[0].region, 2), L = rsize(a->in[1].region, 1);
-  int64_t E = a->head_dim, Hh = a->hi[DH] - a->lo[DH], I = Hh * E;
+  /* The shard's heads are key-value heads, each shared by @group query heads. */
+  int64_t group = a->kv_heads > 0 && a->heads % a->kv_heads == 0 ? a->heads / a->kv_heads : 1;
+  int64_t E = a->head_dim, Hk = a->hi[DH] - a->lo[DH], Hh = Hk * group;
+  int64_t I = Hh * E, Ik = Hk * E;
   bool bias = a->has_bias && a->n_weights == 8;
   float scale = 1.f / sqrtf((float)E);
   int64_t n_scores = Bn * Hh * S * L;
-  /* Dropout indexes the whole batch's scores. */
-  int64_t b0 = a->lo[DB] + a->sample_offset, h0 = a->lo[DH], s0 = a->lo[DS];
+  /* Dropout indexes the whole batch's scores, by query head. */
+  int64_t b0 = a->lo[DB] + a->sample_offset, h0 = a->lo[DH] * group, s0 = a->lo[DS];
+  int64_t l0 = a->in[1].region.lo[1];
   int64_t heads = a->full_ndim == 4 ? a->full[1] : a->heads;
   int64_t sq = a->full_ndim == 4 ? a->full[2] : S, skv = a->full_ndim == 4 ? a->full[3] : L;
   Scratch s(ctx);
   if (a->phase == PCU_FORWARD) {
     void *Q, *K, *V, *P, *C;
     TRY(saved_buffer(ctx, a->saved, ATT_Q, (size_t)(Bn * S * I) * es, &Q));
-    TRY(saved_buffer(ctx, a->saved, ATT_K, (size_t)(Bn * L * I) * es, &K));
-    TRY(saved_buffer(ctx, a->saved, ATT_V, (size_t)(Bn * L * I) * es, &V));
+    TRY(saved_buffer(ctx, a->saved, ATT_K, (size_t)(Bn * L * Ik) * es, &K));
+    TRY(saved_buffer(ctx, a->saved, ATT_V, (size_t)(Bn * L * Ik) * es, &V));
     TRY(saved_buffer(ctx, a->saved, ATT_P, (size_t)n_scores * es, &P));
     TRY(saved_buffer(ctx, a->saved, ATT_CTX, (size_t)(Bn * S * I) * es, &C));
     void *proj[3] = { Q, K, V };
-    int64_t rows[3] = { Bn * S, Bn * L, Bn * L };
+    int64_t rows[3] = { Bn * S, Bn * L, Bn * L }, cols[3] = { I, Ik, Ik };
     for (int j = 0; j < 3; j++) {
       Dense x, w;
       TRY(dense_in(ctx, s, a->in[j], dt, &x));
       TRY(dense_in(ctx, s, a->w[j], dt, &w));
-      TRY(pcu_gemm(ctx, dt, false, false, rows[j], I, D, 1.f, x.p, D, 0, w.p, I, 0, 0.f,
-                   proj[j], I, 0, 1));
-      TRY(bias_act(ctx, a, s, proj[j], rows[j], I, bias ? &a->w[4 + j] : NULL, U_IDENTITY, 0));
+      TRY(pcu_gemm(ctx, dt, false, false, rows[j], cols[j], D, 1.f, x.p, D, 0, w.p, cols[j], 0,
+                   0.f, proj[j], cols[j], 0, 1));
+      TRY(bias_act(ctx, a, s, proj[j], rows[j], cols[j], bias ? &a->w[4 + j] : NULL, U_IDENTITY,
+                   0));
+    }
+    if (a->rotary) {
+      TRY(pcu_rope(ctx, dt, Q, Bn * S, S, s0, Hh, E, a->rotary_base, 1.0));
+      TRY(pcu_rope(ctx, dt, K, Bn * L, L, l0, Hk, E, a->rotary_base, 1.0));
     }
     /* Scores [b, h, S, L] = Q_bh K_bh^T, heads interleaved in Q and K's rows. */
-    TRY(gemm_heads(ctx, s, dt, false, true, S, L, E, Q, I, S * I, E, K, I, L * I, E, 0.f, P, L,
-                   Hh * S * L, S * L, Bn, Hh));
+    TRY(gemm_heads(ctx, s, dt, false, true, S, L, E, Q, I, S * I, E, K, Ik, L * Ik, E, group,
+                   0.f, P, L, Hh * S * L, S * L, Bn, Hh));
     TRY(pcu_masked_softmax(ctx, dt, P, Bn * Hh * S, L, scale, a->causal, S, s0));
     const void *Pd = P;
     if (a->p > 0.0) {
@@ -318,8 +329,8 @@ PcuStatus pcu_op_attention(PcuContext *ctx, const PcuOpArgs *a)
       Pd = t;
     }
     /* Context [b, S, h * E] = P_bh V_bh. */
-    TRY(gemm_heads(ctx, s, dt, false, false, S, E, L, Pd, L, Hh * S * L, S * L, V, I, L * I, E,
-                   0.f, C, I, S * I, E, Bn, Hh));
+    TRY(gemm_heads(ctx, s, dt, false, false, S, E, L, Pd, L, Hh * S * L, S * L, V, Ik, L * Ik, E,
+                   group, 0.f, C, I, S * I, E, Bn, Hh));
     Dense y, wo;
     TRY(dense_in(ctx, s, a->w[3], dt, &wo));
     TRY(dense_out(ctx, s, a->out[0], dt, &y));
@@ -331,8 +342,8 @@ PcuStatus pcu_op_attention(PcuContext *ctx, const PcuOpArgs *a)
   }
 
   const void *Q = saved_get(a->saved, ATT_Q, (size_t)(Bn * S * I) * es);
-  const void *K = saved_get(a->saved, ATT_K, (size_t)(Bn * L * I) * es);
-  const void *V = saved_get(a->saved, ATT_V, (size_t)(Bn * L * I) * es);
+  const void *K = saved_get(a->saved, ATT_K, (size_t)(Bn * L * Ik) * es);
+  const void *V = saved_get(a->saved, ATT_V, (size_t)(Bn * L * Ik) * es);
   const void *P = saved_get(a->saved, ATT_P, (size_t)n_scores * es);
   const void *C = saved_get(a->saved, ATT_CTX, (size_t)(Bn * S * I) * es);
   if (!Q || !K || !V || !P || !C)
@@ -367,49 +378,64 @@ PcuStatus pcu_op_attention(PcuContext *ctx, const PcuOpArgs *a)
                  h0, s0, heads, sq, skv, a->name_hash, a->step, a->p);
     Pd = t;
   }
-  /* dPd = dC_bh V_bh^T; dV_bh = Pd_bh^T dC_bh. */
-  void *dP = NULL, *dQ = NULL, *dK = NULL, *dV = NULL;
+  /* dPd = dC_bh V_bh^T; dV_bh = Pd_bh^T dC_bh (per query head, summed over each group). */
+  void *dP = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *dKh = NULL, *dVh = NULL;
   TRY(scratch_tensor(s, dt, n_scores, &dP));
   TRY(scratch_tensor(s, dt, Bn * S * I, &dQ));
-  TRY(scratch_tensor(s, dt, Bn * L * I, &dK));
-  TRY(scratch_tensor(s, dt, Bn * L * I, &dV));
-  TRY(gemm_heads(ctx, s, dt, false, true, S, L, E, dC, I, S * I, E, V, I, L * I, E, 0.f, dP, L,
-                 Hh * S * L, S * L, Bn, Hh));
-  TRY(gemm_heads(ctx, s, dt, true, false, L, E, S, Pd, L, Hh * S * L, S * L, dC, I, S * I, E,
-                 0.f, dV, I, L * I, E, Bn, Hh));
+  TRY(scratch_tensor(s, dt, Bn * L * I, &dKh));
+  TRY(scratch_tensor(s, dt, Bn * L * I, &dVh));
+  TRY(gemm_heads(ctx, s, dt, false, true, S, L, E, dC, I, S * I, E, V, Ik, L * Ik, E, group, 0.f,
+                 dP, L, Hh * S * L, S * L, Bn, Hh));
+  TRY(gemm_heads(ctx, s, dt, true, false, L, E, S, Pd, L, Hh * S * L, S * L, dC, I, S * I, E, 1,
+                 0.f, dVh, I, L * I, E, Bn, Hh));
   if (a->p > 0.0)
     LAUNCH_FLOAT(ctx, dt, attn_dropout_kernel, pcu_blocks(n_scores), 256, dP, dP, Bn, Hh, S, L,
                  b0, h0, s0, heads, sq, skv, a->name_hash, a->step, a->p);
   /* dScores = scale * P (dP - sum(dP P)), in place. */
   TRY(pcu_softmax_backward_rows(ctx, dt, P, dP, dP, Bn * Hh * S, L, scale, false));
   /* dQ_bh = dS_bh K_bh; dK_bh = dS_bh^T Q_bh. */
-  TRY(gemm_heads(ctx, s, dt, false, false, S, E, L, dP, L, Hh * S * L, S * L, K, I, L * I, E,
-                 0.f, dQ, I, S * I, E, Bn, Hh));
-  TRY(gemm_heads(ctx, s, dt, true, false, L, E, S, dP, L, Hh * S * L, S * L, Q, I, S * I, E,
-                 0.f, dK, I, L * I, E, Bn, Hh));
+  TRY(gemm_heads(ctx, s, dt, false, false, S, E, L, dP, L, Hh * S * L, S * L, K, Ik, L * Ik, E,
+                 group, 0.f, dQ, I, S * I, E, Bn, Hh));
+  TRY(gemm_heads(ctx, s, dt, true, false, L, E, S, dP, L, Hh * S * L, S * L, Q, I, S * I, E, 1,
+                 0.f, dKh, I, L * I, E, Bn, Hh));
+  if (group > 1) {
+    TRY(scratch_tensor(s, dt, Bn * L * Ik, &dK));
+    TRY(scratch_tensor(s, dt, Bn * L * Ik, &dV));
+    TRY(pcu_sum_head_groups(ctx, dt, dKh, dK, Bn * L, Hk, group, E));
+    TRY(pcu_sum_head_groups(ctx, dt, dVh, dV, Bn * L, Hk, group, E));
+  } else {
+    dK = dKh;
+    dV = dVh;
+  }
+  /* Through the rotations: the gradients of the unrotated projections. */
+  if (a->rotary) {
+    TRY(pcu_rope(ctx, dt, dQ, Bn * S, S, s0, Hh, E, a->rotary_base, -1.0));
+    TRY(pcu_rope(ctx, dt, dK, Bn * L, L, l0, Hk, E, a->rotary_base, -1.0));
+  }
   /* The input projections. */
   const void *dproj[3] = { dQ, dK, dV };
-  int64_t rows[3] = { Bn * S, Bn * L, Bn * L };
+  int64_t rows[3] = { Bn * S, Bn * L, Bn * L }, cols[3] = { I, Ik, Ik };
   for (int j = 0; j < 3; j++) {
+    int64_t n = cols[j];
     if (present(a->w_grad[j])) {
       Dense x, dw;
       TRY(dense_in(ctx, s, a->in[j], dt, &x));
       TRY(dense_out(ctx, s, a->w_grad[j], dt, &dw));
-      TRY(pcu_gemm(ctx, dt, true, false, D, I, rows[j], 1.f, x.p, D, 0, dproj[j], I, 0,
-                   dense_adds(dw, true) ? 1.f : 0.f, dw.p, I, 0, 1));
+      TRY(pcu_gemm(ctx, dt, true, false, D, n, rows[j], 1.f, x.p, D, 0, dproj[j], n, 0,
+                   dense_adds(dw, true) ? 1.f : 0.f, dw.p, n, 0, 1));
       TRY(dense_commit(ctx, a->w_grad[j], dw, true));
     }
     if (bias && present(a->w_grad[4 + j])) {
       Dense db;
       TRY(dense_out(ctx, s, a->w_grad[4 + j], dt, &db));
-      TRY(pcu_colsum(ctx, s, dt, dproj[j], rows[j], I, db.p, dense_adds(db, true)));
+      TRY(pcu_colsum(ctx, s, dt, dproj[j], rows[j], n, db.p, dense_adds(db, true)));
       TRY(dense_commit(ctx, a->w_grad[4 + j], db, true));
     }
     if (present(a->in_grad[j])) {
       Dense w, dx;
       TRY(dense_in(ctx, s, a->w[j], dt, &w));
       TRY(dense_out(ctx, s, a->in_grad[j], dt, &dx));
-      TRY(pcu_gemm(ctx, dt, false, true, rows[j], D, I, 1.f, dproj[j], I, 0, w.p, I, 0,
+      TRY(pcu_gemm(ctx, dt, false, true, rows[j], D, n, 1.f, dproj[j], n, 0, w.p, n, 0,
                    dense_adds(dx, true) ? 1.f : 0.f, dx.p, D, 0, 1));
       TRY(dense_commit(ctx, a->in_grad[j], dx, true));
     }
@@ -584,6 +610,11 @@ PcuStatus pcu_op_run(PcuContext *ctx, const PcuOpArgs *a)
   if (!ctx || !a)
     return PCU_ERR_INVALID;
   ctx->error[0] = '\0';
+  if (a->phase >= PCU_RING_BEGIN) {
+    if (a->type != OP_ATTENTION)
+      return FAIL(ctx, PCU_ERR_INVALID, "ring phases belong to attention");
+    return pcu_op_ring_attention(ctx, a);
+  }
   if (a->phase == PCU_STATS_RESCALE || a->phase == PCU_STATS_FINISH) {
     if (a->type != OP_CROSS_ENTROPY)
       return FAIL(ctx, PCU_ERR_INVALID, "statistics phases belong to cross entropy");
@@ -610,6 +641,9 @@ PcuStatus pcu_op_run(PcuContext *ctx, const PcuOpArgs *a)
   case OP_LSTM: return pcu_op_lstm(ctx, a);
   case OP_CROSS_ENTROPY: return pcu_op_cross_entropy(ctx, a);
   case OP_MSE_LOSS: return pcu_op_mse(ctx, a);
+  case OP_RMSNORM: return pcu_op_rmsnorm(ctx, a);
+  case OP_GATED_MLP: return pcu_op_gated_mlp(ctx, a);
+  case OP_MOE: return pcu_op_moe(ctx, a);
   default: return FAIL(ctx, PCU_ERR_UNSUPPORTED, "an operator type this library does not know");
   }
 }

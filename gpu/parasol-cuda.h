@@ -143,6 +143,13 @@ typedef enum {
   PCU_BACKWARD,
   PCU_STATS_RESCALE,          /* EXEC_KERNEL_STATS_RESCALE                                  */
   PCU_STATS_FINISH,           /* EXEC_KERNEL_STATS_FINISH                                   */
+  /* Ring attention (EXEC_KERNEL_RING_*, include/parasol-exec.h): fp32 only. */
+  PCU_RING_BEGIN,
+  PCU_RING_STEP,
+  PCU_RING_END,
+  PCU_RING_BACKWARD_BEGIN,
+  PCU_RING_BACKWARD_STEP,
+  PCU_RING_BACKWARD_END,
 } PcuPhase;
 
 /* Planes of the cross-entropy statistics (EXEC_STATS_*). */
@@ -176,6 +183,11 @@ typedef struct {
   int bags;                   /* embedding                                                */
   int groups;                 /* conv2d                                                   */
   int64_t heads, head_dim;    /* attention: the whole op's                                 */
+  int64_t kv_heads;           /* attention: key-value heads (grouped-query), = heads if none */
+  int64_t experts, top_k;     /* mixture of experts                                        */
+  int normalize_top_k;        /* mixture of experts: the top k's weights sum to one         */
+  int rotary;                 /* attention: rotary embeddings on Q and K                   */
+  double rotary_base;
   int64_t kernel[2], stride[2], padding[2], dilation[2];
   int axis;                   /* concat, split                                            */
   /* Concat and split: where part i (an input of concat, an output of split) starts along
@@ -184,7 +196,7 @@ typedef struct {
   int perm[PCU_MAX_DIMS];     /* transpose                                                */
   double p;                   /* dropout probability (dropout, attention)                  */
   double scale;               /* unary scale                                              */
-  double eps;                 /* batch and layer norm                                      */
+  double eps;                 /* batch, layer and RMS norm                                 */
   /* Random numbers (dropout): exec_hash_uniform(name, index, salt) with name's hash. */
   uint64_t name_hash;
   int step;
@@ -198,6 +210,10 @@ typedef struct {
   PcuArg w[PCU_MAX_WEIGHTS], w_grad[PCU_MAX_WEIGHTS];
   PcuArg out[PCU_MAX_OUTPUTS], out_grad[PCU_MAX_OUTPUTS];
   PcuArg stats;
+  /* Ring attention phases: the block held ([4 planes, samples, positions, key-value heads,
+   * head_dim], dense) and the sequence position of its first key. */
+  PcuArg ring;
+  int64_t ring_lo;
   /* State kept from forward for backward of the same shard and micro-batch (NULL at
    * first); released with pcu_saved_free(). */
   void **saved;

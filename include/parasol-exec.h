@@ -56,6 +56,14 @@
  * - Batch normalization over a split batch or split positions normalizes with the
  *   statistics of the shard's own samples, as frameworks do without synchronized batch
  *   norm: such a plan computes something else than one device does.
+ * - Ring attention (context parallelism): a self-attention shard whose keys and values
+ *   are read at its own positions only runs as a ring of the shards that split the
+ *   positions (the same samples and heads).  The driver calls RING_BEGIN, then for each
+ *   of the n members' blocks RING_STEP (passing the block to the next member and
+ *   receiving the previous member's between steps), then RING_END; the backward likewise,
+ *   the blocks carrying their dK and dV along until they are back with the member that
+ *   computed them (n passes).  Queries, softmax statistics and partial outputs stay in
+ *   the shard's saved state between the calls.
  * - Random numbers (dropout masks) are functions of the operator's name, the element's
  *   index in the whole batch and the step (exec_hash_uniform), so that every strategy
  *   drops the same elements.
@@ -120,7 +128,28 @@ typedef enum {
   EXEC_KERNEL_STATS_RESCALE,
   /* ... and after the sums were all-reduced: write the loss from the statistics. */
   EXEC_KERNEL_STATS_FINISH,
+  /* Ring attention (context parallelism: a self-attention shard that reads only its own
+   * positions of the keys and values, see "Ring attention" below). */
+  EXEC_KERNEL_RING_BEGIN,     /* own K and V into the block; queries, empty accumulators   */
+  EXEC_KERNEL_RING_STEP,      /* the queries against the block held: online softmax       */
+  EXEC_KERNEL_RING_END,       /* normalize, output projection                              */
+  EXEC_KERNEL_RING_BACKWARD_BEGIN, /* own K and V again, dK = dV = 0; output projection's
+                                    * backward                                           */
+  EXEC_KERNEL_RING_BACKWARD_STEP,  /* dQ, and the block's dK and dV, from the block held  */
+  EXEC_KERNEL_RING_BACKWARD_END,   /* the projections' backward from dQ and the returned
+                                    * block's dK and dV                                   */
 } ExecKernelPhase;
+
+/* Planes of a ring attention block (ExecKernelArgs.ring): a view whose box is
+ * [EXEC_RING_PLANES, samples, positions, key-value heads, head_dim] of the shard, every
+ * dimension from 0 (the block's positions start at ring_lo in the sequence). */
+enum {
+  EXEC_RING_K,                /* keys, after the rotary embedding                          */
+  EXEC_RING_V,
+  EXEC_RING_DK,               /* backward: the block's gradients, summed along the ring    */
+  EXEC_RING_DV,
+  EXEC_RING_PLANES
+};
 
 /* Planes of the statistics of cross entropy over split classes: a view whose box is
  * [EXEC_STATS_PLANES] x (the loss tensor's box), each plane one number per row. */
@@ -166,6 +195,10 @@ typedef struct {
    * shard and micro-batch (masks, statistics, cuDNN reserve space): NULL at first; the
    * driver hands the same pointer to both and releases it with the saved_free slot. */
   gpointer *saved;
+  /* Ring attention phases: the block this device holds now, and the sequence position of
+   * its first key (the positions of the ring member that computed it). */
+  const ExecView *ring;
+  int64_t ring_lo;
 } ExecKernelArgs;
 
 /* One optimizer step on a region of a weight. */

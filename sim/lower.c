@@ -140,8 +140,9 @@ static void gemm_times(SimLowering *lw, int x, const SimDeviceSpec *spec, const 
  * bytes.  The ring's bytes are priced on the bandwidth between neighbours, not put on the
  * links (no contention with other traffic); the projections of K and V are priced for
  * the whole sequence (the cost model's shard of query positions computes them all),
- * which overstates them by (n - 1) / n of their FLOPs.  Executors (recorded plans) keep
- * the whole-sequence reads, which compute the same values. */
+ * which overstates them by (n - 1) / n of their FLOPs.  Recorded plans read the same
+ * regions: executors run the ring themselves (exec/compile-ring.c), passing the blocks
+ * between the shards of the ring. */
 static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
                            const SimOpConfig *c, int reps)
 {
@@ -335,7 +336,7 @@ static void lay_op(SimLowering *lw, int x)
     lower_zero1_update_share(lw, l, wr, reps);
     g_free(wr);
   }
-  if (lw->s->cp > 1 && !lw->record && op->type == SIM_OP_ATTENTION)
+  if (lw->s->cp > 1 && op->type == SIM_OP_ATTENTION)
     ring_attention(lw, l, x, op, c, reps);
 }
 
@@ -579,6 +580,12 @@ void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTenso
                                int i, SimRegion *out)
 {
   const SimOp *op = sim_graph_op_get(lw->g, x);
+  const OpLay *l = &lw->ops[x];
+  /* What the layout reads (ring attention reads fewer keys and values than the map says). */
+  if (role == SIM_TENSOR_INPUT && l->in_reg && shard < l->n_shards) {
+    *out = l->in_reg[shard * op->n_inputs + i];
+    return;
+  }
   int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER];
   sim_lowering_shard_range(lw, x, shard, lo, hi);
   const SimTensorMap *map = role == SIM_TENSOR_INPUT    ? sim_space_input_map(op, i)

@@ -764,9 +764,37 @@ static SimStrategy *megatron(const SimGraph *g, SimMachine *m, const SimMegatron
   return s;
 }
 
+/* Every attention shard of @s's plan reads the keys and values of its own 1 / @n of the
+ * positions only: the rest reaches it through the executor's ring (exec/compile-ring.c),
+ * and since activations are poisoned, a shard that read more would compute NaN. */
+static void expect_ring(const SimGraph *g, SimMachine *m, const SimStrategy *s, int n)
+{
+  GError *error = NULL;
+  g_autoptr(SimPlan) plan = sim_plan_new(g, m, s, NULL, &error);
+  cr_assert_not_null(plan, "%s", error ? error->message : "");
+  int rings = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_ATTENTION)
+      continue;
+    int64_t S = sim_graph_tensor_shape(g, sim_graph_op_input(g, op, 1)).dims[1];
+    int ns;
+    sim_strategy_op_devices(s, op, &ns);
+    for (int sh = 0; sh < ns; sh++) {
+      SimRegion q, k;
+      sim_plan_shard_region(plan, op, sh, SIM_TENSOR_INPUT, 0, &q);
+      sim_plan_shard_region(plan, op, sh, SIM_TENSOR_INPUT, 1, &k);
+      cr_assert_eq(k.hi[1] - k.lo[1], S / n, "%s shard %d reads %" G_GINT64_FORMAT " of %"
+                   G_GINT64_FORMAT " keys", sim_graph_op_name(g, op), sh, k.hi[1] - k.lo[1], S);
+      cr_assert(k.lo[1] == q.lo[1] && k.hi[1] == q.hi[1]);
+      rings++;
+    }
+  }
+  cr_assert_gt(rings, 0);
+}
+
 /* Context parallelism: every op's positions over two context ranks, two data-parallel
- * replicas of them; attention's query shards see the keys and values of the other
- * context rank (the ring's blocks: each comes from the rank that computed it). */
+ * replicas of them; attention runs as a ring of the two context ranks' shards, each
+ * holding its own keys and values (grouped-query, rotary, causal). */
 Test(exec, llama_context_parallel)
 {
   g_autoptr(SimGraph) g = llama();
@@ -776,7 +804,48 @@ Test(exec, llama_context_parallel)
   o.dp = 2;
   g_autoptr(SimStrategy) s = megatron(g, m, &o);
   cr_assert_eq(sim_strategy_get_context_parallel(s), 2);
+  expect_ring(g, m, s, 2);
   check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
+/* A ring of four (two positions a rank): every query block meets blocks that the causal
+ * mask hides whole, partly and not at all; then the same in two micro-batches with full
+ * recomputation, the ring run again before each backward. */
+Test(exec, llama_context_parallel_ring_of_four)
+{
+  g_autoptr(SimGraph) g = llama();
+  g_autoptr(SimMachine) m = machine();
+  for (int rc = 0; rc <= 1; rc++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = 4;
+    if (rc) {
+      o.microbatches = 2;
+      o.memory.recompute = SIM_RECOMPUTE_FULL;
+    }
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    expect_ring(g, m, s, 4);
+    check(g, m, s, SIM_OPTIMIZER_ADAM);
+  }
+}
+
+/* GPT's attention (biases, dropout on the probabilities, causal) as a ring of four; then
+ * a ring of two under selective recomputation in two micro-batches (the attention core,
+ * so the ring, run again before each backward). */
+Test(exec, gpt_context_parallel_ring_of_four)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  for (int cp = 4; cp >= 2; cp -= 2) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.cp = cp;
+    if (cp == 2) {
+      o.microbatches = 2;
+      o.memory.recompute = SIM_RECOMPUTE_SELECTIVE;
+    }
+    g_autoptr(SimStrategy) s = megatron(g, m, &o);
+    expect_ring(g, m, s, cp);
+    check(g, m, s, SIM_OPTIMIZER_SGD);
+  }
 }
 
 /* Context parallelism inside tensor parallelism (tp 2, cp 2, sequence parallelism), and

@@ -4,9 +4,11 @@
  * everything with one (exec/device-check.sh runs it on the lent machine):
  * - each operator of the catalogue, forward and backward, on the "cuda" back end against
  *   the "cpu" back end on the same inputs, whole and sharded (split reductions, halos,
- *   split heads, split classes with their statistics): relative error below 1e-4;
- * - training steps of small models on one device, and a data-parallel plan emulated on
- *   one GPU, against the CPU reference;
+ *   split heads, split classes with their statistics; RMS norm, gated MLPs,
+ *   grouped-query attention with rotary embeddings, the mixture of experts over split
+ *   experts and widths): relative error below 1e-4;
+ * - training steps of small models on one device, and a data-parallel plan and
+ *   context-parallel ones (ring attention) emulated on one GPU, against the CPU reference;
  * - the profiler's CUDA runner and, with two GPUs or more, NCCL collectives. */
 #ifdef PARASOL_INPROC_TESTS
 #include "inproc-tests.h"
@@ -431,6 +433,34 @@ static SimGraph *seq_graph(void)
   return g;
 }
 
+/* LLaMA-style blocks: RMS norm, grouped-query attention (4 query heads sharing 2
+ * key-value heads) with rotary embeddings, biases and dropout on the probabilities, gated
+ * MLPs with SiLU (SwiGLU) and GELU (GeGLU), and a mixture of 4 experts, top 2. */
+static SimGraph *llm_graph(void)
+{
+  SimGraph *g = sim_graph_new("llm");
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 2, 6, 16 });
+  int n = sim_graph_rmsnorm(g, "rms", x);
+  SimAttrs *at = sim_attrs_new(SIM_OP_ATTENTION);
+  sim_attrs_set_int(at, "heads", 4, NULL);
+  sim_attrs_set_int(at, "head_dim", 4, NULL);
+  sim_attrs_set_int(at, "kv_heads", 2, NULL);
+  sim_attrs_set_int(at, "causal", 1, NULL);
+  sim_attrs_set_int(at, "bias", 1, NULL);
+  sim_attrs_set_int(at, "rotary", 1, NULL);
+  sim_attrs_set_float(at, "rotary_base", 500.0, NULL);
+  sim_attrs_set_float(at, "dropout", 0.25, NULL);
+  int in[3] = { n, n, n };
+  int a = sim_graph_add_op(g, SIM_OP_ATTENTION, "gqa", 3, in, at, NULL);
+  sim_attrs_free(at);
+  int m = sim_graph_gated_mlp(g, "swiglu", a, 24, SIM_UNARY_SILU);
+  int u = sim_graph_gated_mlp(g, "geglu", m, 8, SIM_UNARY_GELU);
+  int r = sim_graph_linear(g, "router", u, 4, FALSE, SIM_UNARY_IDENTITY);
+  sim_graph_moe(g, "moe", u, r, 4, 2, 8);
+  cr_assert(sim_graph_check(g, NULL));
+  return g;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Kernels against the reference                                                       */
 
@@ -479,6 +509,29 @@ Test(kernels, sharded)
   check_shard(s, "embed", "d", 2, 6);
   check_shard(s, "bags", "n", 1, 3);
   check_shard(s, "lstm", "b", 1, 3);
+}
+
+Test(kernels, llm_operators_whole)
+{
+  need_gpu();
+  g_autoptr(SimGraph) g = llm_graph();
+  check_graph(g);
+}
+
+Test(kernels, llm_operators_sharded)
+{
+  need_gpu();
+  g_autoptr(SimGraph) g = llm_graph();
+  check_shard(g, "rms", "b", 1, 2);
+  check_shard(g, "rms", "s", 2, 5);
+  check_shard(g, "gqa", "h", 1, 2);           /* one key-value group: partial output  */
+  check_shard(g, "gqa", "s", 2, 6);           /* queries rotated and masked at 2..5   */
+  check_shard(g, "gqa", "b", 1, 2);           /* dropout of the second sample         */
+  check_shard(g, "swiglu", "f", 8, 24);       /* partial sums of the down projection  */
+  check_shard(g, "geglu", "b", 0, 1);
+  check_shard(g, "moe", "x", 1, 3);           /* two of the experts: partial output    */
+  check_shard(g, "moe", "f", 0, 4);           /* half of every expert's width          */
+  check_shard(g, "moe", "s", 3, 6);
 }
 
 /* Cross entropy over classes split in two shards on one device: the merged statistics,
@@ -691,6 +744,26 @@ Test(training, one_device_mlp_and_gpt)
   }
 }
 
+/* A LLaMA-style model (RMS norm, grouped-query attention with rotary embeddings, SwiGLU)
+ * and its mixture-of-experts variant trained on one GPU against the CPU reference. */
+Test(training, one_device_llama_and_moe)
+{
+  need_gpu();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("h200-1", &error);
+  cr_assert_not_null(m);
+  const char *models[][2] = {
+    { "llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4" },
+    { "moe", "layers=2,hidden=32,heads=4,kv_heads=2,experts=4,top_k=2,expert_ffn=16,seq=8,"
+             "vocab=64,batch=4" },
+  };
+  for (gsize i = 0; i < G_N_ELEMENTS(models); i++) {
+    g_autoptr(SimGraph) g = zoo(models[i][0], models[i][1]);
+    g_autoptr(SimStrategy) s = sim_strategy_new(g, m);
+    check_training(g, m, s);
+  }
+}
+
 /* Two H200s on NVSwitch: a plan of two devices, which the back end runs on two GPUs
  * with NCCL, or emulates on fewer. */
 static SimMachine *two_gpus(void)
@@ -717,6 +790,32 @@ Test(training, data_parallel_emulated_on_one_gpu)
    * what this test checks. */
   g_setenv("PARASOL_CUDA_EMULATE", "1", TRUE);
   check_training(g, m, s);
+  g_unsetenv("PARASOL_CUDA_EMULATE");
+}
+
+/* Context parallelism: attention as a ring of key-value blocks (exec/compile-ring.c) on
+ * the CUDA back end, the devices emulated on one GPU: LLaMA (grouped-query, rotary,
+ * causal) over two context ranks, GPT (biases, dropout) over four. */
+Test(training, ring_attention_emulated_on_one_gpu)
+{
+  need_gpu();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m2 = two_gpus();
+  g_autoptr(SimMachine) m8 = sim_machine_load("h200", &error);
+  cr_assert_not_null(m8, "%s", error ? error->message : "");
+  g_autoptr(SimGraph) llama =
+    zoo("llama", "layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64,batch=4");
+  g_autoptr(SimGraph) gpt = zoo("gpt", "layers=1,hidden=32,heads=2,seq=8,vocab=64,batch=4");
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.cp = 2;
+  g_autoptr(SimStrategy) s2 = sim_strategy_megatron(llama, m2, &o, &error);
+  cr_assert_not_null(s2, "%s", error ? error->message : "");
+  o.cp = 4;
+  g_autoptr(SimStrategy) s4 = sim_strategy_megatron(gpt, m8, &o, &error);
+  cr_assert_not_null(s4, "%s", error ? error->message : "");
+  g_setenv("PARASOL_CUDA_EMULATE", "1", TRUE);
+  check_training(llama, m2, s2);
+  check_training(gpt, m8, s4);
   g_unsetenv("PARASOL_CUDA_EMULATE");
 }
 

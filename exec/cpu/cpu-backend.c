@@ -394,6 +394,14 @@ static gboolean cpu_all_gather(ExecBackend *self, int dev, const ExecGroup *g, c
   return collective(self, g, v, r, COLL_ALL_GATHER, EXEC_REDUCE_SUM, error);
 }
 
+static void cpu_saved_free(ExecBackend *self, int dev, gpointer saved)
+{
+  (void)self;
+  (void)dev;
+  CpuSaved *s = saved;
+  s->free(s);
+}
+
 static void cpu_abort(ExecBackend *self)
 {
   Cpu *c = cpu(self);
@@ -440,6 +448,7 @@ static const ExecBackendClass cpu_class = {
   .reduce_scatter = cpu_reduce_scatter,
   .all_gather = cpu_all_gather,
   .abort = cpu_abort,
+  .saved_free = cpu_saved_free,
   .finalize = cpu_finalize,
 };
 

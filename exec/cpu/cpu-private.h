@@ -42,6 +42,11 @@ static inline gboolean cpu_has(const ExecView *v)
   return v && v->buffer != NULL;
 }
 
+/* A kernel's saved state (ExecKernelArgs.saved) starts with its own release. */
+typedef struct {
+  void (*free)(gpointer self);
+} CpuSaved;
+
 /* Fused activations and element-wise functions: the function and its derivative with
  * respect to its input. */
 float cpu_act(SimUnaryKind k, float x, float scale);

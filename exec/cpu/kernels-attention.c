@@ -126,6 +126,301 @@ static void probabilities(const Att *t, int64_t b, int64_t h, const float *Q, co
   }
 }
 
+/* ---- ring attention (include/parasol-exec.h, "Ring attention") ------------------------ */
+
+/* What a ring member keeps between its calls: its queries (rotated), per query row the
+ * running maximum and sum of exponentials (after RING_END the log-sum-exp), the partial
+ * then normalized outputs, and backward the output gradients, their dot products with the
+ * outputs and the queries' gradients.  Rows are (sample, query head, position). */
+typedef struct {
+  CpuSaved base;
+  int64_t nb, nh, ns, hd;
+  float *Q, *m, *l, *O, *dO, *D, *dQ;
+} RingState;
+
+static void ring_state_free(gpointer p)
+{
+  RingState *r = p;
+  g_free(r->Q);
+  g_free(r->m);
+  g_free(r->l);
+  g_free(r->O);
+  g_free(r->dO);
+  g_free(r->D);
+  g_free(r->dQ);
+  g_free(r);
+}
+
+/* Element (plane p, sample bi, position i, key-value head gi, 0) of a block. */
+static float *block_at(const ExecView *v, int64_t p, int64_t bi, int64_t i, int64_t gi)
+{
+  int64_t idx[5] = { p, bi, i, gi, 0 };
+  return cpu_f32(v) + cpu_off(v, idx);
+}
+
+/* The shard's own keys and values (its positions, its key-value heads) into the block. */
+static void ring_own_block(const Att *t, const ExecKernelArgs *a, int64_t h0, int64_t h1)
+{
+  const ExecView *B = a->ring;
+  const ExecView *bk = t->bias ? &a->w[5] : NULL, *bv = t->bias ? &a->w[6] : NULL;
+  float *tmp = g_new(float, MAX(t->ns * t->hd, 1));
+  for (int64_t b = a->lo[0]; b < a->hi[0]; b++)
+    for (int64_t g = h0; g < h1; g++)
+      for (int pl = EXEC_RING_K; pl <= EXEC_RING_V; pl++) {
+        project(&a->in[1 + pl], b, t->s0, t->ns, &a->w[1 + pl], pl == EXEC_RING_K ? bk : bv,
+                g * t->hd, t->hd, t->dm, tmp);
+        if (t->rotary && pl == EXEC_RING_K)
+          rope(t, tmp, t->ns, t->s0, 1.0);
+        for (int64_t i = 0; i < t->ns; i++) {
+          float *dst = block_at(B, pl, b - a->lo[0], i, g - h0);
+          for (int64_t e = 0; e < t->hd; e++)
+            dst[e * B->stride[4]] = tmp[i * t->hd + e];
+        }
+      }
+  g_free(tmp);
+}
+
+static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **error)
+{
+  const char *name = sim_graph_op_name(a->graph, a->op);
+  int64_t h0 = a->lo[2], h1 = a->hi[2], hd = t->hd, ns = t->ns, dm = t->dm;
+  int64_t nb = a->hi[0] - a->lo[0], nh = (h1 - h0) * t->group;
+  const ExecView *B = a->ring;
+  RingState *R = a->saved ? *a->saved : NULL;
+  if (!B || !B->buffer || !a->saved)
+    return g_set_error(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED, "attention '%s': a ring "
+                       "phase without its block or saved state", name), FALSE;
+  if (a->phase == EXEC_KERNEL_RING_BEGIN) {
+    if (R)
+      ring_state_free(R);
+    R = g_new0(RingState, 1);
+    R->base.free = ring_state_free;
+    R->nb = nb;
+    R->nh = nh;
+    R->ns = ns;
+    R->hd = hd;
+    size_t rows = (size_t)MAX(nb * nh * ns, 1);
+    R->Q = g_new(float, rows * (size_t)hd);
+    R->O = g_new0(float, rows * (size_t)hd);
+    R->m = g_new(float, rows);
+    R->l = g_new0(float, rows);
+    for (size_t r = 0; r < rows; r++)
+      R->m[r] = -INFINITY;
+    *a->saved = R;
+    const ExecView *bq = t->bias ? &a->w[4] : NULL;
+    for (int64_t b = a->lo[0]; b < a->hi[0]; b++)
+      for (int64_t h = 0; h < nh; h++) {
+        float *Q = R->Q + ((b - a->lo[0]) * nh + h) * ns * hd;
+        project(&a->in[0], b, t->s0, ns, &a->w[0], bq, (h0 * t->group + h) * hd, hd, dm, Q);
+        if (t->rotary)
+          rope(t, Q, ns, t->s0, 1.0);
+      }
+    ring_own_block(t, a, h0, h1);
+    return TRUE;
+  }
+  if (!R || R->nb != nb || R->nh != nh || R->ns != ns)
+    return g_set_error(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED, "attention '%s': a ring "
+                       "phase before the ring's forward pass", name), FALSE;
+  float keep = (float)(1.0 / (1.0 - t->p));
+  int64_t nk = B->box.hi[2] - B->box.lo[2];
+  gboolean step = a->phase == EXEC_KERNEL_RING_STEP;
+  gboolean bstep = a->phase == EXEC_KERNEL_RING_BACKWARD_STEP;
+  if (step || bstep) {
+    float *s = g_new(float, MAX(nk, 1));
+    for (int64_t b = a->lo[0]; b < a->hi[0]; b++)
+      for (int64_t h = 0; h < nh; h++) {
+        int64_t hg = h0 * t->group + h, gi = h / t->group, bi = b - a->lo[0];
+        for (int64_t i = 0; i < ns; i++) {
+          int64_t qi = t->s0 + i, row = (bi * nh + h) * ns + i;
+          const float *q = R->Q + row * hd;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < nk; j++) {
+            int64_t kj = a->ring_lo + j;
+            if (t->causal && kj > qi) {
+              s[j] = -INFINITY;
+              continue;
+            }
+            const float *k = block_at(B, EXEC_RING_K, bi, j, gi);
+            float acc = 0;
+            for (int64_t e = 0; e < hd; e++)
+              acc += q[e] * k[e * B->stride[4]];
+            s[j] = acc * t->scale;
+            mx = MAX(mx, s[j]);
+          }
+          if (mx == -INFINITY)
+            continue;
+          uint64_t flat0 = (uint64_t)((((b + a->sample_offset) * t->heads + hg) * t->sq + qi) *
+                                      t->skv + a->ring_lo);
+          if (step) {
+            /* Online softmax: rescale what the earlier blocks summed to the new maximum. */
+            float mnew = MAX(R->m[row], mx);
+            float alpha = R->m[row] == -INFINITY ? 0.0f : expf(R->m[row] - mnew);
+            float *o = R->O + row * hd;
+            double sum = 0;
+            for (int64_t e = 0; e < hd; e++)
+              o[e] *= alpha;
+            for (int64_t j = 0; j < nk; j++) {
+              if (s[j] == -INFINITY)
+                continue;
+              float pj = expf(s[j] - mnew);
+              sum += pj;
+              if (t->p > 0 && !exec_dropout_keep(name, flat0 + (uint64_t)j, a->step, t->p))
+                continue;
+              float w = t->p > 0 ? pj * keep : pj;
+              const float *v = block_at(B, EXEC_RING_V, bi, j, gi);
+              for (int64_t e = 0; e < hd; e++)
+                o[e] += w * v[e * B->stride[4]];
+            }
+            R->l[row] = (float)(R->l[row] * alpha + sum);
+            R->m[row] = mnew;
+            continue;
+          }
+          /* Backward: P from the log-sum-exp; dV, dS, dQ and the block's dK. */
+          const float *dO = R->dO + row * hd;
+          float *dQ = R->dQ + row * hd;
+          for (int64_t j = 0; j < nk; j++) {
+            if (s[j] == -INFINITY)
+              continue;
+            float p = expf(s[j] - R->m[row]);
+            float mk = t->p > 0 ? (exec_dropout_keep(name, flat0 + (uint64_t)j, a->step, t->p)
+                                   ? keep : 0.0f) : 1.0f;
+            const float *k = block_at(B, EXEC_RING_K, bi, j, gi);
+            const float *v = block_at(B, EXEC_RING_V, bi, j, gi);
+            float *dk = block_at(B, EXEC_RING_DK, bi, j, gi);
+            float *dv = block_at(B, EXEC_RING_DV, bi, j, gi);
+            int64_t st = B->stride[4];
+            float dp = 0;
+            for (int64_t e = 0; e < hd; e++) {
+              dp += dO[e] * v[e * st];
+              dv[e * st] += p * mk * dO[e];
+            }
+            float ds = p * (dp * mk - R->D[row]) * t->scale;
+            for (int64_t e = 0; e < hd; e++) {
+              dQ[e] += ds * k[e * st];
+              dk[e * st] += ds * q[e];
+            }
+          }
+        }
+      }
+    g_free(s);
+    return TRUE;
+  }
+  gboolean out_bias = t->bias && h0 == 0;
+  const ExecView *Wo = &a->w[3];
+  if (a->phase == EXEC_KERNEL_RING_END) {
+    const ExecView *Y = &a->out[0];
+    for (int64_t b = a->lo[0]; b < a->hi[0]; b++) {
+      int64_t bi = b - a->lo[0];
+      for (int64_t i = 0; i < ns; i++) {
+        int64_t idx[3] = { b, t->s0 + i, 0 };
+        float *yr = cpu_f32(Y) + cpu_off(Y, idx);
+        if (!a->accumulate)
+          for (int64_t c = 0; c < dm; c++)
+            yr[c * Y->stride[2]] = 0;
+        for (int64_t h = 0; h < nh; h++) {
+          int64_t row = (bi * nh + h) * ns + i, col = (h0 * t->group + h) * hd;
+          float *o = R->O + row * hd;
+          for (int64_t e = 0; e < hd; e++)
+            o[e] /= R->l[row];
+          R->m[row] += logf(R->l[row]);
+          for (int64_t e = 0; e < hd; e++) {
+            const float *wr = cpu_f32(Wo) + cpu_off2(Wo, col + e, 0);
+            for (int64_t c = 0; c < dm; c++)
+              yr[c * Y->stride[2]] += o[e] * wr[c * Wo->stride[1]];
+          }
+        }
+        if (out_bias)
+          for (int64_t c = 0; c < dm; c++)
+            yr[c * Y->stride[2]] += cpu_f32(&a->w[7])[(c - a->w[7].box.lo[0]) * a->w[7].stride[0]];
+      }
+    }
+    return TRUE;
+  }
+  const ExecView *dY = &a->out_grad[0];
+  size_t rows = (size_t)MAX(nb * nh * ns, 1);
+  if (a->phase == EXEC_KERNEL_RING_BACKWARD_BEGIN) {
+    g_free(R->dO);
+    g_free(R->D);
+    g_free(R->dQ);
+    R->dO = g_new(float, rows * (size_t)hd);
+    R->D = g_new(float, rows);
+    R->dQ = g_new0(float, rows * (size_t)hd);
+    ring_own_block(t, a, h0, h1);
+    SimRegion grads = B->box;
+    grads.lo[0] = EXEC_RING_DK;
+    int64_t idx5[5];
+    for (int k = 0; k < 5; k++)
+      idx5[k] = grads.lo[k];
+    do
+      cpu_f32(B)[cpu_off(B, idx5)] = 0;
+    while (exec_region_next(&grads, idx5));
+    const ExecView *dWo = &a->w_grad[3];
+    for (int64_t b = a->lo[0]; b < a->hi[0]; b++) {
+      int64_t bi = b - a->lo[0];
+      for (int64_t i = 0; i < ns; i++) {
+        int64_t idx[3] = { b, t->s0 + i, 0 };
+        const float *gr = cpu_f32(dY) + cpu_off(dY, idx);
+        for (int64_t h = 0; h < nh; h++) {
+          int64_t row = (bi * nh + h) * ns + i, col = (h0 * t->group + h) * hd;
+          const float *o = R->O + row * hd;
+          float *dO = R->dO + row * hd;
+          double dot = 0;
+          for (int64_t e = 0; e < hd; e++) {
+            const float *wr = cpu_f32(Wo) + cpu_off2(Wo, col + e, 0);
+            float *dwr = cpu_f32(dWo) + cpu_off2(dWo, col + e, 0);
+            float acc = 0;
+            for (int64_t c = 0; c < dm; c++) {
+              float gv = gr[c * dY->stride[2]];
+              acc += gv * wr[c * Wo->stride[1]];
+              dwr[c * dWo->stride[1]] += o[e] * gv;
+            }
+            dO[e] = acc;
+            dot += acc * o[e];
+          }
+          R->D[row] = (float)dot;
+        }
+        if (out_bias)
+          for (int64_t c = 0; c < dm; c++)
+            cpu_f32(&a->w_grad[7])[(c - a->w_grad[7].box.lo[0]) * a->w_grad[7].stride[0]] +=
+              gr[c * dY->stride[2]];
+      }
+    }
+    return TRUE;
+  }
+  /* RING_BACKWARD_END: the block is back with its dK and dV summed over the ring. */
+  if (!R->dQ)
+    return g_set_error(error, EXEC_ERROR, EXEC_ERROR_UNSUPPORTED, "attention '%s': the end of "
+                       "a ring's backward pass before its beginning", name), FALSE;
+  const ExecView *bgq = t->bias ? &a->w_grad[4] : NULL, *bgk = t->bias ? &a->w_grad[5] : NULL;
+  const ExecView *bgv = t->bias ? &a->w_grad[6] : NULL;
+  float *tmp = g_new(float, MAX(ns * hd, 1));
+  for (int64_t b = a->lo[0]; b < a->hi[0]; b++) {
+    int64_t bi = b - a->lo[0];
+    for (int64_t h = 0; h < nh; h++) {
+      float *dQ = R->dQ + (bi * nh + h) * ns * hd;
+      if (t->rotary)
+        rope(t, dQ, ns, t->s0, -1.0);
+      project_back(&a->in[0], &a->in_grad[0], b, t->s0, ns, &a->w[0], &a->w_grad[0], bgq,
+                   (h0 * t->group + h) * hd, hd, dm, dQ);
+    }
+    for (int64_t g = h0; g < h1; g++)
+      for (int pl = EXEC_RING_DK; pl <= EXEC_RING_DV; pl++) {
+        for (int64_t i = 0; i < ns; i++) {
+          const float *src = block_at(B, pl, bi, i, g - h0);
+          for (int64_t e = 0; e < hd; e++)
+            tmp[i * hd + e] = src[e * B->stride[4]];
+        }
+        int in = pl == EXEC_RING_DK ? 1 : 2;
+        if (t->rotary && pl == EXEC_RING_DK)
+          rope(t, tmp, ns, t->s0, -1.0);
+        project_back(&a->in[in], &a->in_grad[in], b, t->s0, ns, &a->w[in], &a->w_grad[in],
+                     pl == EXEC_RING_DK ? bgk : bgv, g * hd, hd, dm, tmp);
+      }
+  }
+  g_free(tmp);
+  return TRUE;
+}
+
 gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
 {
   Att t = { .a = a };
@@ -146,6 +441,8 @@ gboolean cpu_kernel_attention(const ExecKernelArgs *a, GError **error)
   t.skv = ks.dims[1];
   t.s0 = a->lo[1];
   t.ns = a->hi[1] - a->lo[1];
+  if (a->phase >= EXEC_KERNEL_RING_BEGIN)
+    return ring_kernel(&t, a, error);
   int64_t h0 = a->lo[2], h1 = a->hi[2];
   gboolean fwd = a->phase == EXEC_KERNEL_FORWARD;
   gboolean out_bias = t.bias && h0 == 0;

@@ -334,6 +334,7 @@ static gboolean cuda_kernel(ExecBackend *self, int dev, const ExecKernelArgs *a,
   wait_views(d, a->out, a->n_outputs);
   wait_views(d, a->out_grad, a->n_outputs);
   wait_views(d, a->stats, 1);
+  wait_views(d, a->ring, 1);
   PcuOpArgs p;
   g_autoptr(GError) derr = NULL;
   if (!pcu_desc_init(&p, a->graph, a->op, a->lo, a->hi, PCU_F32, &derr)) {
@@ -345,6 +346,17 @@ static gboolean cuda_kernel(ExecBackend *self, int dev, const ExecKernelArgs *a,
   case EXEC_KERNEL_BACKWARD: p.phase = PCU_BACKWARD; break;
   case EXEC_KERNEL_STATS_RESCALE: p.phase = PCU_STATS_RESCALE; break;
   case EXEC_KERNEL_STATS_FINISH: p.phase = PCU_STATS_FINISH; break;
+  case EXEC_KERNEL_RING_BEGIN: p.phase = PCU_RING_BEGIN; break;
+  case EXEC_KERNEL_RING_STEP: p.phase = PCU_RING_STEP; break;
+  case EXEC_KERNEL_RING_END: p.phase = PCU_RING_END; break;
+  case EXEC_KERNEL_RING_BACKWARD_BEGIN: p.phase = PCU_RING_BACKWARD_BEGIN; break;
+  case EXEC_KERNEL_RING_BACKWARD_STEP: p.phase = PCU_RING_BACKWARD_STEP; break;
+  case EXEC_KERNEL_RING_BACKWARD_END: p.phase = PCU_RING_BACKWARD_END; break;
+  }
+  if (a->ring && a->ring->buffer) {
+    p.ring.v = cuda_view(a->ring);
+    p.ring.region = cuda_region(&a->ring->box);
+    p.ring_lo = a->ring_lo;
   }
   p.accumulate = a->accumulate;
   p.split_stats = a->split_stats;
@@ -386,6 +398,7 @@ static gboolean cuda_kernel(ExecBackend *self, int dev, const ExecKernelArgs *a,
   g_autofree char *what = g_strdup_printf("op '%s' (%s, %s)", sim_graph_op_name(a->graph, a->op),
                                           sim_op_type_name(sim_graph_op_type(a->graph, a->op)),
                                           a->phase == EXEC_KERNEL_BACKWARD ? "backward"
+                                          : a->phase >= EXEC_KERNEL_RING_BEGIN ? "ring"
                                                                            : "forward");
   return cuda_fail(error, c, dev, s, what);
 }
