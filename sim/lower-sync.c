@@ -195,6 +195,72 @@ static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
   g_free(mark);
 }
 
+/* Appends to @items the members of @h whose coordinate of dimension 0 (the samples) is
+ * @b0 (@by_sample TRUE) or whose other coordinates are those of member @ref (FALSE), on
+ * their distinct devices; nothing where they sit on one device or none is simulated. */
+static void sub_item(const SimLowering *lw, int x, const Holders *h, const int *coords,
+                     int ndims, int ref, gboolean by_sample, int64_t bytes, GArray *items)
+{
+  const OpLay *l = &lw->ops[x];
+  int *sh = g_new(int, h->n), *dv = g_new(int, h->n);
+  int n = 0, nd = 0;
+  gboolean any_sim = FALSE;
+  for (int i = 0; i < h->n; i++) {
+    const int *ci = coords + (size_t)i * ndims, *cr = coords + (size_t)ref * ndims;
+    gboolean in = by_sample ? ci[0] == cr[0]
+                            : memcmp(ci + 1, cr + 1, sizeof(int) * (size_t)(ndims - 1)) == 0;
+    if (!in)
+      continue;
+    int m = h->members[i];
+    sh[n++] = m;
+    any_sim |= l->cidx[m] >= 0;
+    gboolean seen = FALSE;
+    for (int k = 0; k < nd && !seen; k++)
+      seen = dv[k] == l->dev[m];
+    if (!seen)
+      dv[nd++] = l->dev[m];
+  }
+  if (nd > 1 && any_sim) {
+    SyncItem it = { .op = x, .n = n, .n_devs = nd, .bytes = bytes, .late = by_sample };
+    it.shards = g_memdup2(sh, sizeof(int) * (size_t)n);
+    it.devs = g_memdup2(dv, sizeof(int) * (size_t)nd);
+    g_array_append_val(items, it);
+  }
+  g_free(sh);
+  g_free(dv);
+}
+
+/* Gradients that sequence parallelism leaves partial over the tensor-parallel ranks too
+ * (the layer norms' and the row-parallel biases', summed over the shards of every
+ * position and sample): as Megatron does, each rank's gradient is reduced with its
+ * data-parallel peers in the buckets of its other gradients, and the tensor-parallel
+ * ranks of each replica all-reduce theirs once the backward pass is over
+ * (finalize_model_grads()): items over the shards of one set of positions (one per
+ * member that starts such a set) and, late, over those of one set of samples.  Recorded
+ * plans keep one all-reduce over every holder, which sums the same values (executors
+ * match a synchronization to the group of shards that shares the weights). */
+static void split_sequence_parallel(const SimLowering *lw, int x, const Holders *h, int ndims,
+                                    int reps, int64_t bytes, GArray *items)
+{
+  const SimOpConfig *c = &lw->s->ops[x];
+  int *coords = g_new(int, (size_t)h->n * MAX(ndims, 1));
+  for (int i = 0; i < h->n; i++)
+    sim_config_shard_coords(c, ndims, h->members[i] / reps, coords + (size_t)i * ndims);
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < h->n; i++) {
+      /* The first member of each set stands for it. */
+      gboolean first = TRUE;
+      for (int j = 0; j < i && first; j++) {
+        const int *ci = coords + (size_t)i * ndims, *cj = coords + (size_t)j * ndims;
+        first = pass ? ci[0] != cj[0]
+                     : memcmp(ci + 1, cj + 1, sizeof(int) * (size_t)(ndims - 1)) != 0;
+      }
+      if (first)
+        sub_item(lw, x, h, coords, ndims, i, pass == 1, bytes, items);
+    }
+  g_free(coords);
+}
+
 /* Computes op @x's share of the synchronization into @os (see struct OpSync). */
 static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpSync *os)
 {
@@ -278,14 +344,18 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
     }
     if (nrep <= 1 || !h->any_sim)
       continue;
+    int64_t bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
+    if (sparse_rows >= 0)
+      bytes = MIN(bytes, sparse_rows * sparse_width * wbytes);
+    if (s->sequence_parallel && !(s->memory.zero1 && s->memory.zero3) && !lw->record &&
+        h->n_devs > MAX(c->degree[0], 1)) {
+      split_sequence_parallel(lw, x, h, op->space.ndims, reps, bytes, os->items);
+      continue;
+    }
     SyncItem it = { .op = x, .n = h->n, .n_devs = h->n_devs };
-    it.late = s->sequence_parallel && !(s->memory.zero1 && s->memory.zero3) &&
-              h->n_devs > MAX(c->degree[0], 1);
     it.shards = g_memdup2(h->members, sizeof(int) * (size_t)h->n);
     it.devs = g_memdup2(h->devs, sizeof(int) * (size_t)h->n_devs);
-    it.bytes = (l->w_elems[h->members[0]] + extra) * wbytes;
-    if (sparse_rows >= 0)
-      it.bytes = MIN(it.bytes, sparse_rows * sparse_width * wbytes);
+    it.bytes = bytes;
     g_array_append_val(os->items, it);
   }
   if (sharer)
@@ -580,6 +650,7 @@ typedef struct {
                               * bucket waits for it                                     */
   gboolean overlap;          /* buckets but the late ones start as their gradients are done */
   const uint8_t *in_tie;     /* per op: its weights are exchanged with copies of them     */
+  const uint8_t *late_op;    /* per op: some of its gradients are summed late too         */
   GHashTable *sync_end;      /* (op << 16 | shard) + 1 -> index in chain_end + 1           */
   GHashTable *chain_last;    /* the last collective on each device set, for the chain     */
   GArray *chain_end;         /* SimTaskRef                                                */
@@ -615,23 +686,31 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
   int64_t bytes = bk->bytes;
   gboolean last = rmb == lw->M - 1, zero3 = s->memory.zero1 && s->memory.zero3;
   SyncItem *first = &g_array_index(sb->items, SyncItem, i);
+  /* A late bucket (tensor-parallel ranks' sums under sequence parallelism) all-reduces,
+   * ZeRO or not, after its gradients' data-parallel reduction. */
+  SimCollKind kind = first->late ? SIM_COLL_ALLREDUCE : sb->kind;
   SimTaskRef start, end;
-  sync_collective(lw, sb->prev, lw->coll_keys, sb->kind, SIM_CLASS_GRAD_SYNC, first->devs,
+  sync_collective(lw, sb->prev, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC, first->devs,
                   first->n_devs, (double)bytes, first->op, &start, &end);
   /* Collectives on the same devices run one after the other, as on one NCCL stream. */
   chain_append(tg, block, sb->chain_last, sb->chain_end, first, start, end);
   if (lw->record && (last || zero3))
-    record_bucket(sb, end, (SimTaskSem){ .kind = SIM_SEM_SYNC, .coll = sb->kind }, first, i, j);
+    record_bucket(sb, end, (SimTaskSem){ .kind = SIM_SEM_SYNC, .coll = kind }, first, i, j);
   for (guint k = i; k < j; k++) {
     SyncItem *it = &g_array_index(sb->items, SyncItem, k);
     const OpLay *l = &lw->ops[it->op];
     for (int m = 0; m < it->n; m++) {
       int sh = it->shards[m];
-      if (sb->in_tie[it->op] && last)
-        g_hash_table_insert(sb->sync_end, GINT_TO_POINTER(((it->op << 16) | sh) + 1),
-                            GINT_TO_POINTER(sb->chain_end->len));
+      gpointer key = GINT_TO_POINTER(((it->op << 16) | sh) + 1);
+      gpointer before = first->late ? g_hash_table_lookup(sb->sync_end, key) : NULL;
+      if ((sb->in_tie[it->op] || sb->late_op[it->op]) && last)
+        g_hash_table_insert(sb->sync_end, key, GINT_TO_POINTER(sb->chain_end->len));
       if (l->cidx[sh] < 0)
         continue;
+      if (before)
+        sim_taskgraph_depend(tg, block,
+                             g_array_index(sb->chain_end, SimTaskRef, GPOINTER_TO_INT(before) - 1),
+                             start);
       if (sb->done && (!sb->overlap || first->late))
         sim_taskgraph_depend(tg, block, sb->done[l->dev[sh]], start);
       else
@@ -660,7 +739,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
   }
   /* Each replica updated its shard of the states; gather the new weights (under ZeRO-3
    * the next step's forward gathers them, recorded plans included). */
-  if (s->memory.zero1 && last && !zero3) {
+  if (s->memory.zero1 && last && !zero3 && !first->late) {
     SimTaskRef gs, ge;
     sync_collective(lw, sb->prev, lw->coll_keys, SIM_COLL_ALLGATHER, SIM_CLASS_PARAM_SYNC,
                     first->devs, first->n_devs, (double)bytes, first->op, &gs, &ge);
@@ -739,8 +818,12 @@ void lower_build_sync_block(SimLowering *lw)
   GArray *ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
   collect_items(lw, items, ties);
   gboolean any_late = FALSE;
-  for (guint k = 0; k < items->len; k++)
-    any_late |= g_array_index(items, SyncItem, k).late;
+  uint8_t *late_op = g_new0(uint8_t, MAX(lw->n_ops, 1));
+  for (guint k = 0; k < items->len; k++) {
+    const SyncItem *it = &g_array_index(items, SyncItem, k);
+    any_late |= it->late;
+    late_op[it->op] |= it->late;
+  }
   SimTaskRef *done =
     (!s->sync.overlap || any_late) && items->len ? backward_done(lw, block) : NULL;
   /* Where each shard's synchronization ends, for the exchanges between weight copies
@@ -753,7 +836,7 @@ void lower_build_sync_block(SimLowering *lw)
   SyncBuild sb = {
     .lw = lw, .block = block, .prev = reuse ? prev_keys : NULL, .items = items,
     .kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE,
-    .done = done, .overlap = s->sync.overlap, .in_tie = in_tie,
+    .done = done, .overlap = s->sync.overlap, .in_tie = in_tie, .late_op = late_op,
     .sync_end = g_hash_table_new(g_direct_hash, g_direct_equal),
     .chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL),
@@ -768,13 +851,17 @@ void lower_build_sync_block(SimLowering *lw)
    * in which the backward passes produce them). */
   int polls = 0;
   gboolean cancelled = FALSE;
+  /* The late buckets after the others, whose ends they wait for. */
   for (int rmb = zero3 ? 0 : M - 1; rmb < M && !cancelled; rmb++)
-    for (guint bi = 0; bi < buckets->len; bi++, polls++) {
-      /* Cancelled: the rest is not lowered (the caller fails without running it). */
-      if ((cancelled = lower_lowering_cancelled(lw, polls)))
-        break;
-      reduce_bucket(&sb, &g_array_index(buckets, Bucket, bi), rmb);
-    }
+    for (int late = 0; late < 2 && !cancelled; late++)
+      for (guint bi = 0; bi < buckets->len; bi++, polls++) {
+        /* Cancelled: the rest is not lowered (the caller fails without running it). */
+        if ((cancelled = lower_lowering_cancelled(lw, polls)))
+          break;
+        const Bucket *bk = &g_array_index(buckets, Bucket, bi);
+        if (g_array_index(items, SyncItem, bk->i).late == late)
+          reduce_bucket(&sb, bk, rmb);
+      }
   if (zero3)
     zero3_gathers(lw, items, buckets, sb.prev);
   g_array_free(buckets, TRUE);
@@ -782,6 +869,7 @@ void lower_build_sync_block(SimLowering *lw)
   exchange_ties(&sb, ties);
   g_hash_table_destroy(sb.sync_end);
   g_free(in_tie);
+  g_free(late_op);
   sync_collectives_done(lw, old_blocks);
   g_array_free(old_blocks, TRUE);
   g_hash_table_destroy(prev_keys);

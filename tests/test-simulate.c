@@ -2828,8 +2828,10 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
 
 /* Sequence parallelism's rings are taken in as the tensor-parallel all-reduces they
  * replace are: its layer norms' gradients, summed over the tensor-parallel ranks too, are
- * all-reduced once the backward pass is over (lower-sync.c), so their rings never meet
- * those of the stream on the NVSwitch links (settle_others() in taskgraph-merge.c), and
+ * reduced with each rank's data-parallel peers and then all-reduced over the
+ * tensor-parallel ranks once the backward pass is over (lower-sync.c), so their rings
+ * never meet those of the stream on the NVSwitch links (settle_others() in
+ * taskgraph-merge.c), and
  * a gather into a selectively recomputed attention is waited for by the recomputation,
  * so that it sits between two tasks of the stream.  Each brief run predicts the run
  * that merges nothing, to a relative 1e-12, and runs at most 1.5 times the tasks of the
@@ -2881,6 +2883,41 @@ Test(accel, sequence_parallel_rings_are_taken_in_as_the_all_reduces_they_replace
     cr_log_info("plan %zu: %d tasks without sequence parallelism, %d with", i, tasks[0], tasks[1]);
     cr_assert_leq(5 * tasks[1], 11 * tasks[0], "plan %zu: %d tasks without sequence "
                   "parallelism, %d with", i, tasks[0], tasks[1]);
+  }
+}
+
+/* With the tensor-parallel ranks' sums of sequence parallelism apart from the
+ * data-parallel ones (no ring over every holder of a layer norm crosses the nodes),
+ * the replicas of a sequence-parallel plan fold, and the folded run is the unfolded one. */
+Test(folding, sequence_parallel_replicas_fold)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:8", &error);
+  cr_assert_not_null(m);
+  for (int zero = 0; zero < 2; zero++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = 8;
+    mo.pp = 4;
+    mo.dp = 2;
+    mo.microbatches = 4;
+    mo.sequence_parallel = TRUE;
+    mo.memory.recompute = SIM_RECOMPUTE_SELECTIVE;
+    mo.memory.zero1 = zero;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default(), unfolded = o;
+    unfolded.fold = FALSE;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    g_autoptr(SimReport) u = sim_simulate(g, m, s, c, &unfolded, &error);
+    cr_assert_not_null(r);
+    cr_assert_not_null(u);
+    cr_assert(strstr(sim_report_folding(r), "data-parallel replicas") != NULL,
+              "zero %d: folding: %s", zero, sim_report_folding(r));
+    double t = sim_report_iteration_time(r), tu = sim_report_iteration_time(u);
+    cr_assert_float_eq(t, tu, 1e-12 * tu, "zero %d: folded %.17g, unfolded %.17g", zero, t, tu);
   }
 }
 
