@@ -210,14 +210,14 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
                  h->devs, h->n_devs);
     for (int i = 0; i < h->n; i++)
       if (l->cidx[h->members[i]] >= 0)
-        sim_taskgraph_depend(lw->tg, block, ref_compute(lw, l, pass, mb, h->members[i]), start);
+        sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]), start);
   }
 }
 
 static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int pass, int mb,
                             int sh)
 {
-  return r->reduced ? r->end : ref_compute(lw, l, pass, mb, sh);
+  return r->reduced ? r->end : ref_done(lw, l, pass, mb, sh);
 }
 
 /* Sends what the shards of @dst_op need (@need[sh]) from @groups of @src_op, for one
