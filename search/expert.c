@@ -872,6 +872,7 @@ gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s
   o.chunks = sum.chunks;
   o.sequence_parallel = sum.sequence_parallel;
   o.tp_comm_overlap = sum.tp_comm_overlap;
+  o.tp_overlap = sim_strategy_get_tp_overlap(s);
   o.memory = sim_strategy_get_memory(s);
   o.sync = sim_strategy_get_sync(s);
   /* Whether pipeline messages are scatter-gathered shows only in the plan built. */

@@ -978,7 +978,10 @@ static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
  * the reduce-scatter of its output, its output projection on 84 of the A100's 108 SMs,
  * c + a + (n - 1) max(c, a) - g with c = g 108 / 84 / n and a = T(S / n); of its input's
  * gradient max(0, T(S) - g) with the weight gradient's GEMM.  The link is slow enough
- * (2 GB/s) for every wait to be positive. */
+ * (2 GB/s) for every wait to be positive.  At TP 4 again with the overlap's parameters
+ * set (SimTpOverlap: 2 chunks, 54 SMs taken after attention), the reduce-scatter of the
+ * output runs in k = 2 chunks on 54 SMs: c + a + (k - 1) max(c, a) - g with
+ * c = g 108 / 54 / k and a = T(S / k). */
 Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
 {
   const double bw = 2e9;
@@ -986,7 +989,9 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
   g_autoptr(SimCostModel) cm = roofline();
   const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
   cr_assert_eq(spec->sm_count, 108);
-  for (int n = 2; n <= 4; n += 2) {
+  for (int kcase = 0; kcase < 3; kcase++) {
+    int n = kcase ? 4 : 2;
+    gboolean custom = kcase == 2;
     g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=4,ffn=512,"
                                          "seq=64,vocab=512,batch=2");
     int attn = sim_graph_op_by_name(g, "layer0.attn");
@@ -996,10 +1001,14 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     mo.microbatch_size = 1;
     mo.sequence_parallel = TRUE;
     mo.tp_comm_overlap = TRUE;
+    if (custom)
+      mo.tp_overlap = (SimTpOverlap){ .chunks = 2, .sms_attention = 54, .sms_other = 16 };
+    int k_rs = custom ? 2 : n, taken = custom ? 54 : 24;
     GError *error = NULL;
     g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(s, "%s", error ? error->message : "");
     cr_assert(sim_strategy_get_tp_comm_overlap(s));
+    cr_assert_eq(sim_strategy_get_tp_overlap(s).chunks, custom ? 2 : 0);
     SimTaskGraph *tg;
     SimTimeline tl = { 0 };
     SimLowering *lw;
@@ -1023,8 +1032,8 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
       double gb1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, FALSE);
       double ag_f = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gf0 / n);
       double ag_b = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gb0 / n);
-      double c = gf1 * 108.0 / 84.0 / n, a = RING(S / n);
-      double rs_f = c + a + (n - 1) * MAX(c, a) - gf1;
+      double c = gf1 * 108.0 / (108 - taken) / k_rs, a = RING(S / k_rs);
+      double rs_f = c + a + (k_rs - 1) * MAX(c, a) - gf1;
       double rs_b = MAX(0.0, RING(S) - gb1);
       cr_assert_gt(MIN(MIN(ag_f, ag_b), MIN(rs_f, rs_b)), 0);
       double want[2];
