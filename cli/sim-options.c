@@ -3,6 +3,7 @@
 #include "parasol-profile.h"
 
 #include <json-glib/json-glib.h>
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ void cli_plan_options_init(CliPlanOptions *p)
 void cli_plan_options_clear(CliPlanOptions *p)
 {
   g_free(p->schedule);
+  g_free(p->tp_overlap_sms);
   g_free(p->recompute);
   g_free(p->precision);
   g_free(p->allreduce);
@@ -349,6 +351,8 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
     { "sequence-parallel", 0, 0, G_OPTION_ARG_NONE, &p->sequence_parallel, "Megatron sequence parallelism", NULL },
     { "tp-comm-overlap", 0, 0, G_OPTION_ARG_NONE, &p->tp_comm_overlap, "With --sequence-parallel: each tensor-parallel all-gather and reduce-scatter runs in chunks pipelined with the GEMM that consumes or produces it (Transformer Engine's userbuffers, NeMo's tp_comm_overlap; docs/formats.md)", NULL },
+    { "tp-overlap-chunks", 0, 0, G_OPTION_ARG_INT, &p->tp_overlap_chunks, "With --tp-comm-overlap: the chunks each pipelined reduce-scatter and its GEMM are split into (default: the tensor-parallel degree; NeMo's H100 configuration splits in 4)", "K" },
+    { "tp-overlap-sms", 0, 0, G_OPTION_ARG_STRING, &p->tp_overlap_sms, "With --tp-comm-overlap: the SMs a pipelined reduce-scatter takes from the GEMM before it, after attention and after other ops (default 24,16: NeMo's H100 configuration for hidden size 8192 at TP 4)", "A,O" },
     { "scatter-gather", 0, 0, G_OPTION_ARG_NONE, &p->scatter_gather, "Megatron's scatter-gather of pipeline messages: each tensor-parallel rank sends 1/TP of an activation or gradient to the next stage, whose ranks all-gather it", NULL },
     { "detail", 0, 0, G_OPTION_ARG_STRING, &p->detail, "Collectives as one flow per rank (flows, default), one flow each (collective) or per-step transfers (steps)", "D" },
     { "no-fold", 0, 0, G_OPTION_ARG_NONE, &p->no_fold, "Simulate every device, even symmetric ones", NULL },
@@ -623,6 +627,32 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
                 "--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
                 "--sequence-parallel");
     return FALSE;
+  }
+  if (p->tp_overlap_chunks < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--tp-overlap-chunks %d: expected 0 (the tensor-parallel degree) or more",
+                p->tp_overlap_chunks);
+    return FALSE;
+  }
+  o->tp_overlap.chunks = p->tp_overlap_chunks;
+  if (p->tp_overlap_sms) {
+    char *end = NULL;
+    errno = 0;
+    long a = strtol(p->tp_overlap_sms, &end, 10), b = -1;
+    if (end != p->tp_overlap_sms && *end == ',') {
+      const char *rest = end + 1;
+      b = strtol(rest, &end, 10);
+      if (end == rest)
+        b = -1;
+    }
+    if (errno || *end || a < 0 || b < 0 || a > G_MAXINT || b > G_MAXINT) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "--tp-overlap-sms '%s': expected two counts of SMs, A,O (after attention, "
+                  "after other ops), such as 24,16", p->tp_overlap_sms);
+      return FALSE;
+    }
+    o->tp_overlap.sms_attention = (int)a;
+    o->tp_overlap.sms_other = (int)b;
   }
   if (p->schedule) {
     /* NAME or interleaved:V, V model chunks per stage. */

@@ -13,6 +13,8 @@ typedef struct {
   double bucket_mb;
   gboolean no_overlap, zero1, sequence_parallel, scatter_gather, no_fold, blocking_sends;
   gboolean tp_comm_overlap;
+  int tp_overlap_chunks;        /* --tp-overlap-chunks; 0: the tensor-parallel degree    */
+  char *tp_overlap_sms;         /* --tp-overlap-sms A,O                                  */
   gboolean zero2, zero3;
   gboolean no_chains, no_rings, no_steady, fold_check;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;

@@ -88,6 +88,20 @@ SIM_PUBLIC SimSchedule sim_strategy_get_schedule(const SimStrategy *s, int *chun
 SIM_PUBLIC gboolean sim_strategy_get_sequence_parallel(const SimStrategy *s);
 /* Whether sequence parallelism's all-gathers and reduce-scatters overlap the GEMMs that
  * consume and produce them (Transformer Engine's userbuffers; docs/formats.md). */
+/* The parameters of the tensor-parallel overlap's pipelined reduce-scatters (Transformer
+ * Engine's userbuffers, sim/lower-tensors.c): @chunks the GEMM and its reduce-scatter are
+ * split into (0: the tensor-parallel degree; NeMo's configuration splits in 4), the SMs
+ * the communication takes from the GEMM after attention (@sms_attention) and after any
+ * other op (@sms_other). */
+typedef struct {
+  int chunks;
+  int sms_attention;
+  int sms_other;
+} SimTpOverlap;
+
+SIM_PUBLIC SimTpOverlap sim_tp_overlap_default(void);
+SIM_PUBLIC void sim_strategy_set_tp_overlap(SimStrategy *s, const SimTpOverlap *p);
+SIM_PUBLIC SimTpOverlap sim_strategy_get_tp_overlap(const SimStrategy *s);
 SIM_PUBLIC gboolean sim_strategy_get_tp_comm_overlap(const SimStrategy *s);
 /* Context parallelism (ring attention) over @cp ranks: every self-attention operator whose
  * query positions are split reads only its own positions of the keys and values and
@@ -200,6 +214,11 @@ typedef struct {
    * consume and produce them (SimStrategy's tp_comm_overlap, sim/lower-tensors.c).  Last,
    * so that bindings that mirror this struct keep their layout. */
   gboolean tp_comm_overlap;
+  /* The overlap's parameters (SimTpOverlap): the chunks of the pipelined reduce-scatter
+   * (0: the tensor-parallel degree) and the SMs it takes from attention's output
+   * projection and from the other GEMMs (sim_megatron_options_default(): 24 and 16,
+   * NeMo's H100 configuration for hidden size 8192 at TP 4; docs/llm.md). */
+  SimTpOverlap tp_overlap;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

@@ -450,7 +450,8 @@ SimStrategy *search_ranked_expert_plan(const SearchProblem *p, int rank)
 
 /* Megatron's plan space around the expert plans that can fit: each with 1 to 8 model
  * chunks per stage (the interleaved schedule, where the stage's layers divide evenly and the
- * micro-batches fill every stage), with and without sequence parallelism, each
+ * micro-batches fill every stage), with and without sequence parallelism (and with it,
+ * with and without the tensor-parallel overlap, which the estimate counts), each
  * recomputation, and ZeRO-1 where there are replicas; appended to @out. */
 static void plan_space(const SearchProblem *p, const SimMegatronOptions *expert, guint n,
                        const GArray *parents, GArray *out)
@@ -465,13 +466,15 @@ static void plan_space(const SearchProblem *p, const SimMegatronOptions *expert,
       if (v > 1 && (o->pp < 2 || !(p->kinds & SEARCH_KIND_PIPELINE) ||
                     layers % (o->pp * v) != 0 || o->microbatches % o->pp != 0))
         continue;
-      for (int sp = 0; sp <= (o->tp > 1); sp++)
+      for (int sp = 0; sp <= (o->tp > 1) * 2; sp++)
         for (int r = SIM_RECOMPUTE_NONE; r <= SIM_RECOMPUTE_FULL; r++)
           for (int z = 0; z <= (o->dp > 1); z++) {
             SimMegatronOptions c = *o;
             c.schedule = v > 1 ? SIM_SCHEDULE_INTERLEAVED : c.schedule;
             c.chunks = v;
-            c.sequence_parallel = sp;
+            /* sp 2: sequence parallelism with the overlap. */
+            c.sequence_parallel = sp > 0;
+            c.tp_comm_overlap = sp == 2;
             c.memory.recompute = (SimRecompute)r;
             c.memory.zero1 = z || o->memory.zero1;
             g_array_append_val(out, c);
@@ -880,6 +883,7 @@ gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s
   o.chunks = sum.chunks;
   o.sequence_parallel = sum.sequence_parallel;
   o.tp_comm_overlap = sum.tp_comm_overlap;
+  o.tp_overlap = sim_strategy_get_tp_overlap(s);
   o.memory = sim_strategy_get_memory(s);
   o.sync = sim_strategy_get_sync(s);
   /* Whether pipeline messages are scatter-gathered shows only in the plan built. */

@@ -11,6 +11,12 @@
  *   bubble    compute (p - 1) / (v m), the 1F1B pipeline's fill and drain;
  *   tensor    4 all-reduces (6 with full recomputation) of b s h 2 bytes per layer and
  *             micro-batch over the t ranks' NVLink, 2 (t - 1) / t of them on the wire;
+ *             with the tensor-parallel overlap (and sequence parallelism) each half of an
+ *             all-reduce (q) waits only what its GEMM (k h^2 parameters, g each) leaves
+ *             uncovered, max(0, q - k g), k 1, 3, 4 and 4 a pass;
+ *   ring      context parallelism over c ranks: (c - 1) steps a pass and micro-batch of
+ *             each layer wait what a block's keys and values take beyond the attention of
+ *             one block, three times (forward, and backward's twice the bytes and work);
  *   pipeline  2 (v p - 1) transfers of b s h 2 bytes over the network: those on the fill
  *             and drain path (the others overlap the other micro-batches' work);
  *   elements  40 bytes of device memory per token and hidden unit of each layer and
@@ -78,7 +84,7 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
              : o->memory.recompute == SIM_RECOMPUTE_SELECTIVE ? 0.03 * fwd / MAX(F, 1.0)
                                                                : 0.0;
   /* Context parallelism: each rank holds s / cp positions of every sample (its ring's
-   * transfers overlap the attention and are left out). */
+   * transfers: below). */
   double sc = s / c;
   /* Small products run below the large ones' efficiency. */
   double rows = b * sc * h / t;
@@ -91,9 +97,40 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double net = route_bandwidth(m, p->devices[0], p->devices[far], 25e9);
   double act = b * sc * h * 2;
   double tensor = 0;
+  /* The time of a GEMM of h^2 parameters on a micro-batch's rows (b s h / t of them). */
+  double gemm = 2.0 * b * sc * h * h / t / (peak * MAX(eff, 0.05));
   if (t > 1) {
     double ar = 2.0 * (t - 1) / t * act / nvlink;
-    tensor = mb * (L / pp) * (o->memory.recompute == SIM_RECOMPUTE_FULL ? 6 : 4) * ar;
+    int sets = o->memory.recompute == SIM_RECOMPUTE_FULL ? 3 : 2;
+    tensor = mb * (L / pp) * 2 * sets * ar;
+    if (o->tp_comm_overlap && o->sequence_parallel) {
+      /* Each all-reduce is a reduce-scatter and an all-gather of half its time q, each
+       * overlapped with a GEMM of k h^2 parameters (lower-tensors.c, TpOverlap): forward
+       * (and recomputing) the gathers into the QKV (k 3) and first MLP (4) products and
+       * the reduce-scatters after the output projection (1) and the second MLP product
+       * (4); backward the gathers into the output projection's (1) and the second MLP
+       * product's (4) and the reduce-scatters beside the QKV (3) and first MLP (4) weight
+       * gradients.  Each waits max(0, q - k g) instead of q. */
+      static const double k[4] = { 1, 3, 4, 4 };
+      double q = ar / 2, hidden = 0;
+      for (int i = 0; i < 4; i++)
+        hidden += MIN(q, k[i] * gemm);
+      tensor -= mb * (L / pp) * sets * hidden;
+    }
+  }
+  /* Context parallelism's ring (lower.c, build_ring()): in each of c - 1 steps a rank
+   * sends its neighbour a block of keys and values (2 b (s / c) h 2 / t bytes; GQA's
+   * fewer key-value heads are not known here) while it computes the attention of its
+   * queries against one block, 2 b (s / c)^2 h / t FLOPs forward and twice that
+   * backward (the causal mask halving a dense attention's 4 b s^2 h); it waits for what
+   * the block's flow takes beyond that, twice the bytes backward.  The neighbours are t
+   * devices apart: NVLink while t c devices fit a node. */
+  double ring = 0;
+  if (c > 1) {
+    double block = 2.0 * b * sc * h * 2 / t;
+    double f = block / (t * c <= node ? nvlink : net);
+    double a = 2.0 * b * sc * sc * h / t / (peak * MAX(eff, 0.05));
+    ring = mb * (L / pp) * (c - 1) * 3 * MAX(0.0, f - a);
   }
   /* Transfers between stages overlap the other micro-batches' work: what the iteration
    * waits for are those on the fill and drain path, once through every chunk boundary
@@ -126,7 +163,7 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double held = MIN(chunk_runs, (double)mb * v) * (L / ((double)pp * v)) * per_layer;
   if (fits && dev->mem_capacity > 0)
     *fits = states + held <= 0.95 * (double)dev->mem_capacity;
-  return compute + bubble + tensor + pipe + elementwise + update + data;
+  return compute + bubble + tensor + ring + pipe + elementwise + update + data;
 }
 
 gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o)

@@ -32,6 +32,15 @@ typedef struct {
   double *t_gemm;
   /* The shard's device's streaming multiprocessors (0: not known). */
   int sms;
+  /* Context parallelism's ring (lower.c, ring_attention()): its steps n (0: the op is no
+   * ring), whether the recomputation runs one too, per shard the shard that sends it
+   * blocks and the time of the attention kernels forward and backward, and the bytes of
+   * one shard's keys and values. */
+  int ring;
+  gboolean ring_r;
+  int *ring_prev;
+  double *core_f, *core_b;
+  double ring_bytes;
   int op;                  /* the operator laid out                                   */
   int stage;
   int block;
@@ -146,6 +155,34 @@ static inline SimTaskRef ref_update(const SimLowering *lw, const OpLay *l, int s
   return (SimTaskRef){ l->block, base * lw->M * l->n_sim + l->cidx[sh] };
 }
 
+/* Under context parallelism's ring, the first task of the op's block after its compute
+ * and update tasks that belongs to the ring of (@pass, @mb): per (pass, micro-batch), the
+ * ring's n attention steps, n join points and n - 1 flows, each for every simulated shard
+ * (lower.c, build_ring()). */
+static inline int ring_index(const SimLowering *lw, const OpLay *l, int pass, int mb, int off,
+                             int sh)
+{
+  int passes = l->recompute ? 3 : 2;
+  int base = (passes * lw->M + (l->has_weights ? 1 : 0)) * l->n_sim;
+  int q = pass == P_F ? 0 : pass == P_B ? 1 : 2;
+  return base + ((q * lw->M + mb) * (3 * l->ring - 1) + off) * l->n_sim + l->cidx[sh];
+}
+
+static inline gboolean ring_pass(const OpLay *l, int pass)
+{
+  return l->ring > 1 && (pass != P_R || l->ring_r);
+}
+
+/* The task whose end is the end of compute task (@l, @pass, @mb, @sh): the task itself,
+ * or the last step of its ring. */
+static inline SimTaskRef ref_done(const SimLowering *lw, const OpLay *l, int pass, int mb,
+                                  int sh)
+{
+  if (!ring_pass(l, pass))
+    return ref_compute(lw, l, pass, mb, sh);
+  return (SimTaskRef){ l->block, ring_index(lw, l, pass, mb, l->ring - 1, sh) };
+}
+
 /* The key of compute task (@l, @pass, @mb) on its device's stream, which runs its tasks
  * in key order (build_op_block()). */
 static inline uint64_t stream_key(const SimLowering *lw, const OpLay *l, int pass, int mb)
@@ -166,7 +203,7 @@ static inline void depend_compute(SimLowering *lw, int block, const OpLay *a, in
   if (lw->drop_implied && a->dev[sa] == b->dev[sb] &&
       stream_key(lw, b, pb, mbb) > stream_key(lw, a, pa, mba))
     return;
-  sim_taskgraph_depend(lw->tg, block, ref_compute(lw, a, pa, mba, sa),
+  sim_taskgraph_depend(lw->tg, block, ref_done(lw, a, pa, mba, sa),
                        ref_compute(lw, b, pb, mbb, sb));
 }
 

@@ -448,14 +448,14 @@ static void bucket_compute_deps(SimLowering *lw, int block, GArray *items, const
           continue;
         if (pass == P_F) {
           if (before)
-            sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_F, mb, sh), *before);
+            sim_taskgraph_depend(tg, block, ref_done(lw, l, P_F, mb, sh), *before);
           else
             sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, P_F, mb, sh));
           continue;
         }
         int first = l->recompute ? P_R : P_B;
         if (before)
-          sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, mb, sh), *before);
+          sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, mb, sh), *before);
         else
           sim_taskgraph_depend(tg, block, end, ref_compute(lw, l, first, mb, sh));
         if (!before && first != P_B)
@@ -612,7 +612,7 @@ static SimTaskRef *backward_done(SimLowering *lw, int block)
       continue;
     for (int sh = 0; sh < l->n_shards; sh++)
       if (l->cidx[sh] >= 0)
-        sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, lw->M - 1, sh), done[l->dev[sh]]);
+        sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, lw->M - 1, sh), done[l->dev[sh]]);
   }
   return done;
 }
@@ -714,7 +714,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
       if (sb->done && (!sb->overlap || first->late))
         sim_taskgraph_depend(tg, block, sb->done[l->dev[sh]], start);
       else
-        sim_taskgraph_depend(tg, block, ref_compute(lw, l, P_B, rmb, sh), start);
+        sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, rmb, sh), start);
       if (last)
         sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
     }
@@ -731,7 +731,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
         if (!here)
           continue;
         if (!sb->done || (sb->overlap && !first->late))
-          sim_taskgraph_depend(tg, block, ref_compute(lw, ul, P_B, rmb, sh), start);
+          sim_taskgraph_depend(tg, block, ref_done(lw, ul, P_B, rmb, sh), start);
         if (last)
           sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
       }
@@ -787,7 +787,7 @@ static void exchange_ties(SyncBuild *sb, GArray *ties)
       gpointer e = g_hash_table_lookup(sb->sync_end,
                                        GINT_TO_POINTER(((side_op[q] << 16) | side_sh[q]) + 1));
       SimTaskRef before = e ? g_array_index(sb->chain_end, SimTaskRef, GPOINTER_TO_INT(e) - 1)
-                            : ref_compute(lw, sl, P_B, lw->M - 1, side_sh[q]);
+                            : ref_done(lw, sl, P_B, lw->M - 1, side_sh[q]);
       sim_taskgraph_depend(tg, sb->block, before, start);
       sim_taskgraph_depend(tg, sb->block, end, ref_update(lw, sl, side_sh[q]));
     }

@@ -128,11 +128,12 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
  *    engines: the GEMM runs in n chunks, chunk k on the piece that step k brought, so
  *    that the GEMM ends (n - 1) max(0, T_AG / (n - 1) - g / n) later than alone;
  *  - the reduce-scatter of an op's partial output (forward) is pipelined: the op's last
- *    GEMM runs in n chunks on the SMs that the communication leaves it (24 of them taken
- *    for attention's output projection, 16 for the others: the configuration's proj_fprop
- *    and fc2_fprop), each chunk's reduce-scatter (T_RS of S / n) after it, so that with
- *    c = g SMs / (SMs - taken) / n and a that time, the result is ready
- *    c + a + (n - 1) max(c, a) - g after the op's end;
+ *    GEMM runs in k chunks (SimTpOverlap.chunks; by default n) on the SMs that the
+ *    communication leaves it (by default 24 of them taken for attention's output
+ *    projection, 16 for the others: the configuration's proj_fprop and fc2_fprop;
+ *    SimTpOverlap.sms_attention and sms_other), each chunk's reduce-scatter (T_RS of
+ *    S / k) after it, so that with c = g SMs / (SMs - taken) / k and a that time, the
+ *    result is ready c + a + (k - 1) max(c, a) - g after the op's end;
  *  - the reduce-scatter of an op's partial input gradient (backward) overlaps the
  *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
  *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
@@ -158,10 +159,11 @@ static double overlap_rs_delay(SimLowering *lw, const OpLay *l, int sh, const Ho
   }
   double g = l->t_gemm[4 * (size_t)sh + TP_GEMM_LAST_F];
   double slow = l->sms > ov->taken ? (double)l->sms / (l->sms - ov->taken) : 1.0;
-  double c = g * slow / n;
+  int k = lw->s->tp_overlap.chunks > 0 ? lw->s->tp_overlap.chunks : n;
+  double c = g * slow / k;
   double a = sim_collective_time(lw->m, SIM_COLL_REDUCE_SCATTER, SIM_ALLREDUCE_RING, &lw->cp,
-                                 h->devs, n, bytes / n);
-  return MAX(0.0, c + a + (n - 1) * MAX(c, a) - g);
+                                 h->devs, n, bytes / k);
+  return MAX(0.0, c + a + (k - 1) * MAX(c, a) - g);
 }
 
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
@@ -210,14 +212,14 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
                  h->devs, h->n_devs);
     for (int i = 0; i < h->n; i++)
       if (l->cidx[h->members[i]] >= 0)
-        sim_taskgraph_depend(lw->tg, block, ref_compute(lw, l, pass, mb, h->members[i]), start);
+        sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]), start);
   }
 }
 
 static SimTaskRef ready_ref(SimLowering *lw, const OpLay *l, const Ready *r, int pass, int mb,
                             int sh)
 {
-  return r->reduced ? r->end : ref_compute(lw, l, pass, mb, sh);
+  return r->reduced ? r->end : ref_done(lw, l, pass, mb, sh);
 }
 
 /* Sends what the shards of @dst_op need (@need[sh]) from @groups of @src_op, for one
@@ -1046,7 +1048,9 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   /* The producer's partial sums end as a reduce-scatter overlapped with its last GEMM
    * (TpOverlap) where every consumer, in its stage, takes a part of them. */
   TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
-                     .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION ? 24 : 16 };
+                     .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION
+                                ? lw->s->tp_overlap.sms_attention
+                                : lw->s->tp_overlap.sms_other };
   for (guint ci = 0; ov_f.on && ci < nc; ci++)
     ov_f.on = cls[ci]->stage == pl->stage && !cpartials[ci];
   ov_f.on = ov_f.on && all_scatter(pgroups, pscatter);

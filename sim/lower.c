@@ -48,6 +48,9 @@ static void lay_free(OpLay *l)
   g_free(l->a_r);
   g_free(l->w_elems);
   g_free(l->t_gemm);
+  g_free(l->ring_prev);
+  g_free(l->core_f);
+  g_free(l->core_b);
   int block = l->block;
   memset(l, 0, sizeof *l);
   l->block = block;
@@ -133,16 +136,14 @@ static void gemm_times(SimLowering *lw, int x, const SimDeviceSpec *spec, const 
  * query positions are split n ways reads only its own positions of the keys and values,
  * and runs as a ring (Liu et al. 2023, Ring Attention; Megatron-Core's context
  * parallelism): in n steps each shard computes its queries against one block of keys and
- * values while it passes that block on to the next shard of the ring, so that the
- * attention kernels of a pass take (n - 1) max(core / n, block / bandwidth) + core / n
- * instead of core.  The block is the shard's keys and values (b s 2 kv_heads hd
- * elements); the backward passes the keys and values and their gradients, twice the
- * bytes.  The ring's bytes are priced on the bandwidth between neighbours, not put on the
- * links (no contention with other traffic); the projections of K and V are priced for
- * the whole sequence (the cost model's shard of query positions computes them all),
- * which overstates them by (n - 1) / n of their FLOPs.  Recorded plans read the same
- * regions: executors run the ring themselves (exec/compile-ring.c), passing the blocks
- * between the shards of the ring. */
+ * values while the next block is in flight from the previous shard of the ring.  This
+ * notes the ring's steps, each shard's sender, the attention kernels' time forward and
+ * backward and the block's bytes (the shard's keys and values, b s 2 kv_heads hd
+ * elements); build_ring() makes the steps and their flows.  The projections of K and V
+ * are priced for the whole sequence (the cost model's shard of query positions computes
+ * them all), which overstates them by (n - 1) / n of their FLOPs.  Recorded plans read
+ * the same regions but get no steps: executors run the ring themselves
+ * (exec/compile-ring.c), passing the blocks between the shards of the ring. */
 static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
                            const SimOpConfig *c, int reps)
 {
@@ -156,6 +157,11 @@ static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
     stride *= MAX(c->degree[d], 1);
   int coords[SIM_MAX_ITER];
   int64_t lo[SIM_MAX_ITER], hi[SIM_MAX_ITER], ext[SIM_MAX_ITER];
+  l->ring = n;
+  l->ring_r = l->recompute;
+  l->ring_prev = g_new(int, l->n_shards);
+  l->core_f = g_new(double, l->n_shards);
+  l->core_b = g_new(double, l->n_shards);
   for (int sh = 0; sh < l->n_shards; sh++) {
     /* Keys and values at the shard's own positions: the region of its queries. */
     for (int i = 1; i < 3; i++)
@@ -165,20 +171,98 @@ static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
     sim_config_shard_range(op, c, coords, lw->M_size, lo, hi);
     for (int d = 0; d < nd; d++)
       ext[d] = hi[d] - lo[d];
-    int next = (idx + ((coords[sd] + 1) % n - coords[sd]) * stride) * reps + sh % reps;
-    double bw = sim_machine_bandwidth(lw->m, l->dev[sh], l->dev[next]);
-    double block = (double)ext[0] * ext[sd] * 2.0 * ext[hd] * ext[ed] *
-                   sim_dtype_size(op->in_dtype[0]);
-    double step = isfinite(bw) && bw > 0 ? block / bw : 0;
+    l->ring_prev[sh] =
+      (idx + ((coords[sd] + n - 1) % n - coords[sd]) * stride) * reps + sh % reps;
+    l->ring_bytes = (double)ext[0] * ext[sd] * 2.0 * ext[hd] * ext[ed] *
+                    sim_dtype_size(op->in_dtype[0]);
     const SimDeviceSpec *spec = sim_machine_device_spec(lw->m, l->dev[sh]);
-    double old_f = l->t_f[sh];
-    double core = attention_core_time(lw, x, spec, ext, SIM_PASS_FORWARD, l->t_f[sh]);
-    l->t_f[sh] += (n - 1) * MAX(core / n, step) + core / n - core;
-    core = attention_core_time(lw, x, spec, ext, SIM_PASS_BACKWARD, l->t_b[sh]);
-    l->t_b[sh] += (n - 1) * MAX(core / n, 2 * step) + core / n - core;
-    if (l->t_r[sh] == old_f)
-      l->t_r[sh] = l->t_f[sh];
+    l->core_f[sh] = attention_core_time(lw, x, spec, ext, SIM_PASS_FORWARD, l->t_f[sh]);
+    l->core_b[sh] = attention_core_time(lw, x, spec, ext, SIM_PASS_BACKWARD, l->t_b[sh]);
+    /* The recomputation is a ring where it runs the whole forward. */
+    l->ring_r = l->ring_r && l->t_r[sh] == l->t_f[sh];
   }
+  /* Recorded plans keep one compute task a pass (the executor runs the ring). */
+  if (lw->record)
+    l->ring = 1;
+}
+
+/* The ring of a context-parallel attention op (ring_attention()) for one pass and
+ * micro-batch, as Megatron-Core's ring attention runs it (the loop of
+ * AttnFuncWithCPAndKVP2P): at step i (0 <= i < n) a shard waits for the block step i - 1
+ * received and for its own step i - 1, then sends that block on to the next shard while
+ * it receives the next one, and computes its queries against it.  The op's compute task
+ * runs the op's other kernels (forward; none backward), then the ring's n steps run on
+ * the same stream, each core / n (the causal mask's work taken as balanced between the
+ * blocks, Megatron's two-chunk assignment); the backward's other kernels follow its last
+ * step.  Join point i of a shard ends when its step i - 1 and the flow that brings block
+ * i have ended (join 0: when the compute task has); step i and the flow that passes
+ * block i on start from it.  Flows carry the block forward and recomputing, the block
+ * and its gradients backward (twice the bytes), on the machine's links like any flow.
+ * On an idle machine with c = core / n and f a flow's latency plus its bytes over the
+ * route's bandwidth the steps end (n - 1) max(c, f) + c after the compute task. */
+static void build_ring(SimLowering *lw, int b, int x, int pass, int mb)
+{
+  OpLay *l = &lw->ops[x];
+  SimTaskGraph *tg = lw->tg;
+  int n = l->ring;
+  SimTaskClass cls = pass == P_F ? SIM_CLASS_FORWARD
+                     : pass == P_B ? SIM_CLASS_BACKWARD : SIM_CLASS_RECOMPUTE;
+  double bytes = pass == P_B ? 2 * l->ring_bytes : l->ring_bytes;
+  /* Steps, then joins, then flows, in the order of ring_index(). */
+  for (int i = 0; i < n; i++)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      if (l->cidx[sh] < 0)
+        continue;
+      double core = pass == P_B ? l->core_b[sh] : l->core_f[sh];
+      double t = core / n;
+      if (pass == P_B && i == n - 1)
+        t += l->t_b[sh] - core;
+      SimTask task = sim_task_compute(cls, l->dev[sh], x, sh, mb, t);
+      task.n_kernels = 0;
+      if (pass == P_B && i == n - 1)
+        task.mem_free = l->a_f[sh] + l->a_r[sh];
+      SimTaskRef r = sim_taskgraph_add(tg, b, &task);
+      g_assert(r.index == ring_index(lw, l, pass, mb, i, sh));
+      sim_taskgraph_stream_add(tg, b, l->dev[sh], stream_key(lw, l, pass, mb), r.index);
+    }
+  for (int i = 0; i < n; i++)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      if (l->cidx[sh] < 0)
+        continue;
+      SimTask nop = sim_task_nop();
+      nop.op = x;
+      nop.mb = mb;
+      nop.shard = sh;
+      SimTaskRef j = sim_taskgraph_add(tg, b, &nop);
+      SimTaskRef before = i == 0 ? ref_compute(lw, l, pass, mb, sh)
+                                 : (SimTaskRef){ b, ring_index(lw, l, pass, mb, i - 1, sh) };
+      sim_taskgraph_depend(tg, b, before, j);
+      sim_taskgraph_depend(tg, b, j, (SimTaskRef){ b, ring_index(lw, l, pass, mb, i, sh) });
+    }
+  for (int i = 1; i < n; i++)
+    for (int sh = 0; sh < l->n_shards; sh++) {
+      if (l->cidx[sh] < 0)
+        continue;
+      /* A ring whose sender is folded away (its tensor-parallel ranks folded, sim/fold.c)
+       * does not fold: the ranks' shadows do not stand for its flows. */
+      int from = l->ring_prev[sh];
+      int waits = from;
+      if (l->cidx[from] < 0) {
+        lw->fold_violated = TRUE;
+        waits = sh;
+      }
+      SimTask f = l->dev[from] == l->dev[sh]
+                    ? sim_task_nop()
+                    : sim_task_flow(SIM_CLASS_TRANSFER, l->dev[from], l->dev[sh], bytes, x, mb);
+      f.shard = sh;
+      f.mb = mb;
+      f.op = x;
+      SimTaskRef fr = sim_taskgraph_add(tg, b, &f);
+      g_assert(fr.index == ring_index(lw, l, pass, mb, 2 * n - 1 + i, sh));
+      sim_taskgraph_depend(tg, b, (SimTaskRef){ b, ring_index(lw, l, pass, mb, n + i - 1, waits) },
+                           fr);
+      sim_taskgraph_depend(tg, b, fr, (SimTaskRef){ b, ring_index(lw, l, pass, mb, n + i, sh) });
+    }
 }
 
 static void lay_op(SimLowering *lw, int x)
@@ -369,18 +453,22 @@ static void build_op_block(SimLowering *lw, int x)
         int dev = l->dev[sh];
         SimTask t;
         uint64_t key;
+        /* Under a ring (build_ring()) the task runs the op's other kernels only. */
+        double ring_f = ring_pass(l, P_F) ? l->core_f[sh] : 0;
         if (p == P_F) {
-          t = sim_task_compute(SIM_CLASS_FORWARD, dev, x, sh, mb, l->t_f[sh]);
+          t = sim_task_compute(SIM_CLASS_FORWARD, dev, x, sh, mb, l->t_f[sh] - ring_f);
           t.mem_alloc = l->a_f[sh];
           t.n_kernels = l->k_f;
           key = rf[mb] << 32 | (uint32_t)x;
         } else if (p == P_B) {
-          t = sim_task_compute(SIM_CLASS_BACKWARD, dev, x, sh, mb, l->t_b[sh]);
-          t.mem_free = l->a_f[sh] + l->a_r[sh];
+          gboolean ring_b = ring_pass(l, P_B);
+          t = sim_task_compute(SIM_CLASS_BACKWARD, dev, x, sh, mb, ring_b ? 0 : l->t_b[sh]);
+          t.mem_free = ring_b ? 0 : l->a_f[sh] + l->a_r[sh];
           t.n_kernels = l->k_b;
           key = rb[mb] << 32 | l->pos_b;
         } else {
-          t = sim_task_compute(SIM_CLASS_RECOMPUTE, dev, x, sh, mb, l->t_r[sh]);
+          t = sim_task_compute(SIM_CLASS_RECOMPUTE, dev, x, sh, mb,
+                               l->t_r[sh] - (ring_pass(l, P_R) ? l->core_f[sh] : 0));
           t.mem_alloc = l->a_r[sh];
           t.n_kernels = l->k_r;
           key = rb[mb] << 32 | l->pos_r;
@@ -402,6 +490,10 @@ static void build_op_block(SimLowering *lw, int x)
       sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | (uint32_t)x,
                                r.index);
     }
+  if (l->ring > 1)
+    for (int p = 0; p < passes; p++)
+      for (int mb = 0; mb < M && ring_pass(l, p); mb++)
+        build_ring(lw, b, x, p, mb);
   /* A backward pass needs its own forward pass's (or recomputation's) activations even
    * where no gradient flows into it (the loss). */
   for (int mb = 0; mb < M; mb++)

@@ -509,6 +509,8 @@ struct _SimStrategy {
    * all-gather into a tensor-parallel op and each reduce-scatter of its partial sums runs
    * in chunks pipelined with the GEMM that consumes or produces it (lower-tensors.c). */
   gboolean tp_comm_overlap;
+  /* Its parameters (sim_strategy_set_tp_overlap()). */
+  SimTpOverlap tp_overlap;
   /* Context parallelism (sim_strategy_set_context_parallel()): 0 or 1 none. */
   int cp;
   /* Graph rewrites the strategy was found with (names of substitutions, in order); the

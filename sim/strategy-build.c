@@ -78,6 +78,7 @@ SimMegatronOptions sim_megatron_options_default(void)
                 .precision = SIM_PRECISION_MIXED_FP16, .optimizer = SIM_OPTIMIZER_ADAM },
     .ep = 1,
     .cp = 1,
+    .tp_overlap = sim_tp_overlap_default(),
   };
 }
 
@@ -314,6 +315,13 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
   if (o->cp < 0) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "cp %d: the context-parallel degree must be at least 1", o->cp);
+    return FALSE;
+  }
+  if (o->tp_overlap.chunks < 0 || o->tp_overlap.sms_attention < 0 ||
+      o->tp_overlap.sms_other < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "tensor-parallel overlap: chunks %d, SMs %d and %d: none may be negative",
+                o->tp_overlap.chunks, o->tp_overlap.sms_attention, o->tp_overlap.sms_other);
     return FALSE;
   }
   int64_t need = (int64_t)o->dp * o->tp * o->pp * MAX(o->cp, 1);
@@ -658,6 +666,7 @@ SimStrategy *sim_strategy_megatron(const SimGraph *g, const SimMachine *m,
   sim_strategy_set_sequence_parallel(s, o->sequence_parallel);
   sim_strategy_set_scatter_gather(s, o->scatter_gather);
   sim_strategy_set_tp_comm_overlap(s, o->tp_comm_overlap);
+  sim_strategy_set_tp_overlap(s, &o->tp_overlap);
   sim_strategy_set_context_parallel(s, cp);
   if (!sim_strategy_validate(s, g, m, error))
     return NULL;

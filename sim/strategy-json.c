@@ -16,6 +16,9 @@
  *     "sequence_parallel": false,
  *     "pipeline_scatter_gather": false,   (optional; see SimStrategy.scatter_gather)
  *     "tp_comm_overlap": false,           (optional; see SimStrategy.tp_comm_overlap)
+ *     "tp_overlap": {"chunks": 0, "sms_attention": 24, "sms_other": 16},
+ *                                         (optional, each field too; written where not these
+ *                                          defaults; sim_strategy_set_tp_overlap())
  *     "context_parallel": 1,              (optional; sim_strategy_set_context_parallel())
  *     "rewrites": ["fuse-qkv", ...],
  *     "stages": [{"devices": [0, 1]}, {"devices": {"start": 2, "count": 2, "stride": 1}}],
@@ -108,6 +111,11 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
     g_string_append(out, "  \"pipeline_scatter_gather\": true,\n");
   if (s->tp_comm_overlap)
     g_string_append(out, "  \"tp_comm_overlap\": true,\n");
+  SimTpOverlap tpo = sim_tp_overlap_default();
+  if (memcmp(&s->tp_overlap, &tpo, sizeof tpo))
+    g_string_append_printf(out, "  \"tp_overlap\": {\"chunks\": %d, \"sms_attention\": %d, "
+                           "\"sms_other\": %d},\n", s->tp_overlap.chunks,
+                           s->tp_overlap.sms_attention, s->tp_overlap.sms_other);
   if (s->cp > 1)
     g_string_append_printf(out, "  \"context_parallel\": %d,\n", s->cp);
   g_string_append(out, "  \"rewrites\": [");
@@ -436,12 +444,35 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
   return TRUE;
 }
 
+/* "tp_overlap": {"chunks": 0, "sms_attention": 24, "sms_other": 16}, each optional. */
+static gboolean read_tp_overlap(Reader *r, JsonNode *node, SimStrategy *s)
+{
+  static const char *const keys[] = { "chunks", "sms_attention", "sms_other", NULL };
+  JsonObject *o;
+  if (!sim_json_object(&r->j, node, "tp_overlap", &o) ||
+      !sim_json_check_keys(&r->j, o, "tp_overlap", keys))
+    return FALSE;
+  int *fields[3] = { &s->tp_overlap.chunks, &s->tp_overlap.sms_attention,
+                     &s->tp_overlap.sms_other };
+  for (int i = 0; i < 3; i++) {
+    JsonNode *m = json_object_get_member(o, keys[i]);
+    if (!m)
+      continue;
+    g_autofree char *path = g_strdup_printf("tp_overlap.%s", keys[i]);
+    int64_t v;
+    if (!sim_json_int(&r->j, m, path, 0, G_MAXINT, &v))
+      return FALSE;
+    *fields[i] = (int)v;
+  }
+  return TRUE;
+}
+
 static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
 {
   static const char *const keys[] = { "format", "version", "model", "microbatches", "schedule",
                                       "chunks", "sync", "memory", "sequence_parallel",
                                       "pipeline_scatter_gather", "tp_comm_overlap",
-                                      "context_parallel", "rewrites", "stages", "default", "ops",
+                                      "tp_overlap", "context_parallel", "rewrites", "stages", "default", "ops",
                                       NULL };
   if (!sim_json_check_format(&r->j, root, "parasol-strategy", 1) ||
       !sim_json_check_keys(&r->j, root, "", keys))
@@ -493,6 +524,8 @@ static gboolean read_document(Reader *r, JsonObject *root, SimStrategy *s)
     return FALSE;
   if ((m = json_object_get_member(root, "tp_comm_overlap")) &&
       !sim_json_bool(&r->j, m, "tp_comm_overlap", &s->tp_comm_overlap))
+    return FALSE;
+  if ((m = json_object_get_member(root, "tp_overlap")) && !read_tp_overlap(r, m, s))
     return FALSE;
   if ((m = json_object_get_member(root, "context_parallel"))) {
     int64_t cp;

@@ -187,6 +187,7 @@ SimStrategy *sim_strategy_new(const SimGraph *g, const SimMachine *m)
   s->sequence_parallel = FALSE;
   s->scatter_gather = FALSE;
   s->tp_comm_overlap = FALSE;
+  s->tp_overlap = sim_tp_overlap_default();
   s->cp = 1;
   s->rewrites = g_ptr_array_new_with_free_func(g_free);
   return s;
@@ -252,7 +253,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
       a->microbatches != b->microbatches || a->schedule != b->schedule ||
       a->chunks != b->chunks || a->sequence_parallel != b->sequence_parallel ||
       !a->scatter_gather != !b->scatter_gather || !a->tp_comm_overlap != !b->tp_comm_overlap ||
-      MAX(a->cp, 1) != MAX(b->cp, 1))
+      MAX(a->cp, 1) != MAX(b->cp, 1) ||
+      memcmp(&a->tp_overlap, &b->tp_overlap, sizeof a->tp_overlap))
     return FALSE;
   if (a->sync.algorithm != b->sync.algorithm || a->sync.bucket_bytes != b->sync.bucket_bytes ||
       !a->sync.overlap != !b->sync.overlap)
@@ -689,6 +691,27 @@ gboolean sim_strategy_get_tp_comm_overlap(const SimStrategy *s)
 {
   g_return_val_if_fail(s != NULL, FALSE);
   return s->tp_comm_overlap;
+}
+
+/* NeMo's userbuffers configuration for LLaMA-class models of hidden size 8192 at TP 4 on
+ * H100 (docs/llm.md names it): proj_fprop takes 24 SMs, fc2_fprop 16; the chunks are the
+ * tensor-parallel degree (its 4 splits at TP 4). */
+SimTpOverlap sim_tp_overlap_default(void)
+{
+  return (SimTpOverlap){ .chunks = 0, .sms_attention = 24, .sms_other = 16 };
+}
+
+void sim_strategy_set_tp_overlap(SimStrategy *s, const SimTpOverlap *p)
+{
+  g_return_if_fail(s != NULL && p != NULL);
+  g_return_if_fail(p->chunks >= 0 && p->sms_attention >= 0 && p->sms_other >= 0);
+  s->tp_overlap = *p;
+}
+
+SimTpOverlap sim_strategy_get_tp_overlap(const SimStrategy *s)
+{
+  g_return_val_if_fail(s != NULL, sim_tp_overlap_default());
+  return s->tp_overlap;
 }
 
 void sim_strategy_add_rewrite(SimStrategy *s, const char *name)

@@ -102,6 +102,26 @@ static double iteration_time(const char *json)
   return json_number(json, "iteration_time_s");
 }
 
+/* The tensor-parallel overlap's parameters (--tp-overlap-chunks, --tp-overlap-sms A,O). */
+Test(cli, tensor_parallel_overlap_parameters_are_checked)
+{
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "2", "--sequence-parallel",
+                     "--tp-comm-overlap", "--tp-overlap-sms", "24", NULL),
+                 "--tp-overlap-sms '24': expected two counts of SMs, A,O");
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "2", "--sequence-parallel",
+                     "--tp-comm-overlap", "--tp-overlap-sms", "24,-1", NULL),
+                 "--tp-overlap-sms '24,-1'");
+  expect_refused(run("simulate", SMALL_GPT, "--tp", "2", "--sequence-parallel",
+                     "--tp-comm-overlap", "--tp-overlap-chunks", "-3", NULL),
+                 "--tp-overlap-chunks -3: expected 0 (the tensor-parallel degree) or more");
+  Run ok = run("simulate", "--model", "gpt", "--param", "layers=1,hidden=64,heads=4,seq=16,vocab=1024",
+               "--machine", "dgx-a100:1", "--global-batch", "8", "--tp", "2",
+               "--sequence-parallel", "--tp-comm-overlap", "--tp-overlap-sms", "20,8",
+               "--tp-overlap-chunks", "4", NULL);
+  cr_expect_eq(ok.status, 0, "%s", ok.err);
+  run_clear(&ok);
+}
+
 Test(cli, model_parameters_are_checked_where_they_are_given)
 {
   expect_refused(run("simulate", "--coll-efficiency", "0", NULL),

@@ -978,7 +978,10 @@ static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
  * the reduce-scatter of its output, its output projection on 84 of the A100's 108 SMs,
  * c + a + (n - 1) max(c, a) - g with c = g 108 / 84 / n and a = T(S / n); of its input's
  * gradient max(0, T(S) - g) with the weight gradient's GEMM.  The link is slow enough
- * (2 GB/s) for every wait to be positive. */
+ * (2 GB/s) for every wait to be positive.  At TP 4 again with the overlap's parameters
+ * set (SimTpOverlap: 2 chunks, 54 SMs taken after attention), the reduce-scatter of the
+ * output runs in k = 2 chunks on 54 SMs: c + a + (k - 1) max(c, a) - g with
+ * c = g 108 / 54 / k and a = T(S / k). */
 Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
 {
   const double bw = 2e9;
@@ -986,7 +989,9 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
   g_autoptr(SimCostModel) cm = roofline();
   const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
   cr_assert_eq(spec->sm_count, 108);
-  for (int n = 2; n <= 4; n += 2) {
+  for (int kcase = 0; kcase < 3; kcase++) {
+    int n = kcase ? 4 : 2;
+    gboolean custom = kcase == 2;
     g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=4,ffn=512,"
                                          "seq=64,vocab=512,batch=2");
     int attn = sim_graph_op_by_name(g, "layer0.attn");
@@ -996,10 +1001,14 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     mo.microbatch_size = 1;
     mo.sequence_parallel = TRUE;
     mo.tp_comm_overlap = TRUE;
+    if (custom)
+      mo.tp_overlap = (SimTpOverlap){ .chunks = 2, .sms_attention = 54, .sms_other = 16 };
+    int k_rs = custom ? 2 : n, taken = custom ? 54 : 24;
     GError *error = NULL;
     g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(s, "%s", error ? error->message : "");
     cr_assert(sim_strategy_get_tp_comm_overlap(s));
+    cr_assert_eq(sim_strategy_get_tp_overlap(s).chunks, custom ? 2 : 0);
     SimTaskGraph *tg;
     SimTimeline tl = { 0 };
     SimLowering *lw;
@@ -1023,8 +1032,8 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
       double gb1 = gemm_share(g, lw, cm, spec, attn, k->shard, SIM_PASS_BACKWARD, FALSE);
       double ag_f = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gf0 / n);
       double ag_b = (n - 1) * MAX(0.0, RING(S) / (n - 1) - gb0 / n);
-      double c = gf1 * 108.0 / 84.0 / n, a = RING(S / n);
-      double rs_f = c + a + (n - 1) * MAX(c, a) - gf1;
+      double c = gf1 * 108.0 / (108 - taken) / k_rs, a = RING(S / k_rs);
+      double rs_f = c + a + (k_rs - 1) * MAX(c, a) - gf1;
       double rs_b = MAX(0.0, RING(S) - gb1);
       cr_assert_gt(MIN(MIN(ag_f, ag_b), MIN(rs_f, rs_b)), 0);
       double want[2];
@@ -1070,10 +1079,11 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
 }
 
 /* Context parallelism over 2 GPUs: every op holds its own positions, so with the ring
- * no activation moves between the GPUs (the keys and values travel in the ring, priced
- * with the attention), while without it (the same splits, context_parallel 1) each
- * attention shard gathers the half of its key and value input it lacks; the gradients are
- * all-reduced over the context ranks exactly as a data-parallel pair's are. */
+ * no activation moves between the GPUs but the keys and values in the ring (flows of the
+ * attention op, lower.c, build_ring()), while without it (the same splits,
+ * context_parallel 1) each attention shard gathers the half of its key and value input
+ * it lacks; the gradients are all-reduced over the context ranks exactly as a
+ * data-parallel pair's are. */
 Test(lowering, context_parallelism_keeps_activations_local_and_reduces_over_its_ranks)
 {
   g_autoptr(SimMachine) m = switch4(100);
@@ -1096,16 +1106,24 @@ Test(lowering, context_parallelism_keeps_activations_local_and_reduces_over_its_
     SimLowering *lw;
     run_lowered(g, m, s, cm, &tg, &tl, &lw);
     cr_assert_not(tl.deadlock);
-    double transfer = 0, sync = 0;
+    double transfer = 0, sync = 0, ring = 0;
     for (int t = 0; t < tg->n_tasks; t++) {
       const SimTask *task = &tg->task[t];
       if (task->kind != SIM_TASK_FLOW)
         continue;
-      if (task->cls == SIM_CLASS_TRANSFER)
+      if (task->cls == SIM_CLASS_TRANSFER && task->shard >= 0)
+        ring += task->bytes;
+      else if (task->cls == SIM_CLASS_TRANSFER)
         transfer += task->bytes;
       else if (task->cls == SIM_CLASS_GRAD_SYNC)
         sync += task->bytes;
     }
+    /* The ring's one step: each of the 2 shards receives the other's keys and values
+     * forward (2 samples x 32 positions x 2 (K, V) x 2 kv_heads x 64 x 4 bytes) and
+     * them with their gradients backward (twice that), in 2 layers and 2 micro-batches. */
+    double block = 2.0 * 32 * 2 * 2 * 64 * 4;
+    cr_expect_float_eq(ring, k == 0 ? 2 * 2 * 2 * (block + 2 * block) : 0, 1e-9,
+                       "k %d: %g bytes in rings", k, ring);
     if (k < 2) {
       moved[k] = transfer;
       synced[k] = sync;
@@ -1122,6 +1140,180 @@ Test(lowering, context_parallelism_keeps_activations_local_and_reduces_over_its_
   double half = 2.0 * 32 * 256 * 4;
   cr_expect(moved[1] >= 2 * 2 * half, "whole reads: %g bytes moved, expected at least %g",
             moved[1], 2 * 2 * half);
+}
+
+/* The rate a flow from @a to @b reaches alone: its route's slowest link's bandwidth
+ * times the efficiency of its kind (sim_coll_link_capacity()). */
+static double route_capacity(const SimMachine *m, int a, int b)
+{
+  SimCollParams cp = sim_coll_params_default();
+  int n = 0;
+  const int *links = sim_machine_route(m, a, b, &n);
+  double bw = INFINITY;
+  for (int i = 0; i < n; i++)
+    bw = fmin(bw, sim_coll_link_capacity(m, &cp, links[i]));
+  return bw;
+}
+
+/* The tasks of context-parallel attention op @x's ring for (@cls, @mb, @sh) in task order:
+ * the op's compute task, then the ring's n steps (lower.c, build_ring()); returns how
+ * many, and in @flow the first flow into the shard of that pass, or -1. */
+static int ring_tasks(const SimTaskGraph *tg, int x, SimTaskClass cls, int mb, int sh,
+                      int *ids, int cap, int *flow)
+{
+  int n = 0, first = -1;
+  *flow = -1;
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *task = &tg->task[t];
+    if (task->op != x || task->mb != mb || task->shard != sh)
+      continue;
+    if (task->kind == SIM_TASK_COMPUTE && task->cls == cls && n < cap) {
+      if (first < 0)
+        first = t;
+      ids[n++] = t;
+    } else if (task->kind == SIM_TASK_FLOW && first >= 0 && *flow < 0 && n > 1) {
+      *flow = t;
+    }
+  }
+  return n;
+}
+
+/* A LLaMA layer over 2,048 positions split n ways, on 4 GPUs of a switch of @gbps GB/s a
+ * GPU with 1 us of latency; @extra bytes (0: none) sent from GPU 0 to GPU 1 from the
+ * start.  Returns the lowering (for its task graph) and its timeline. */
+static SimLowering *run_ring(SimGraph *g, SimMachine *m, SimCostModel *cm, int n, double extra,
+                             SimTimeline *tl, int *extra_id)
+{
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.cp = n;
+  mo.microbatch_size = 2;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  SimOptions o = sim_options_default();
+  o.fold = FALSE;
+  SimCollParams cp = sim_coll_params_default();
+  SimLowering *lw = sim_lowering_new(g, m, s, cm, &o, &cp, NULL);
+  sim_lowering_build(lw);
+  SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+  if (extra > 0) {
+    SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, 0, 1, extra, -1, -1);
+    sim_taskgraph_add(tg, sim_taskgraph_block_new(tg), &f);
+  }
+  sim_taskgraph_assemble(tg);
+  *extra_id = -1;
+  if (extra > 0)
+    for (int t = 0; t < tg->n_tasks; t++)
+      if (tg->task[t].kind == SIM_TASK_FLOW && tg->task[t].op == -1 && tg->task[t].bytes == extra)
+        *extra_id = t;
+  SimEngine *e = sim_engine_new(m, &cp);
+  sim_engine_run(e, tg, tl);
+  sim_engine_free(e);
+  cr_assert_not(tl->deadlock);
+  return lw;
+}
+
+/* Context parallelism's ring on the links (lower.c, build_ring()): on a machine where
+ * nothing else moves, the steps of a shard's ring end (n - 1) max(c, f) + c after the
+ * op's compute task (forward; backward plus the op's other kernels, which follow the last
+ * step), c being a step's attention (core / n) and f a flow's latency plus its bytes over
+ * the bandwidth between neighbours (the route's, times the collective parameters' link
+ * efficiency): the block's keys and values (2 samples x 2048 / n
+ * positions x 2 x 2 kv_heads x 64 x 4 bytes) forward, twice that backward.  Every
+ * forward is checked, and the first micro-batch's backward (the gradients of the second
+ * synchronize while its backward runs); with n 2 and 4, on links slower (f > c) and
+ * faster (f < c) than the attention. */
+Test(lowering, context_parallel_ring_waits_are_the_closed_form_on_an_idle_machine)
+{
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                       "seq=2048,vocab=512,batch=4");
+  int x = -1;
+  for (int k = 0; k < sim_graph_n_ops(g); k++)
+    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
+      x = k;
+  cr_assert_geq(x, 0);
+  for (int k = 0; k < 4; k++) {
+    int n = k % 2 ? 4 : 2;
+    double gbps = k < 2 ? 2 : 1000;
+    g_autoptr(SimMachine) m = switch4_latency(gbps, 1);
+    SimTimeline tl = { 0 };
+    int none;
+    SimLowering *lw = run_ring(g, m, cm, n, 0, &tl, &none);
+    const SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+    double lat = sim_machine_latency(m, 0, 1), bw = route_capacity(m, 0, 1);
+    double block = 2.0 * (2048 / n) * 2 * 2 * 64 * 4;
+    int checked = 0;
+    for (int pass = 0; pass < 2; pass++)
+      for (int mb = 0; mb < 2; mb++)
+        for (int sh = 0; sh < n; sh++) {
+          if (pass == 1 && mb == 1)
+            continue;
+          int ids[16], flow;
+          int got = ring_tasks(tg, x, pass ? SIM_CLASS_BACKWARD : SIM_CLASS_FORWARD, mb, sh,
+                               ids, 16, &flow);
+          cr_assert_eq(got, n + 1, "n %d: %d tasks", n, got);
+          double c = tg->task[ids[1]].duration;
+          double rest = tg->task[ids[n]].duration - c;
+          double f = lat + (pass ? 2 : 1) * block / bw;
+          cr_assert(k < 2 ? f > c : f < c, "k %d: f %g, c %g", k, f, c);
+          double want = (n - 1) * fmax(c, f) + c + rest;
+          double span = tl.end[ids[n]] - tl.end[ids[0]];
+          cr_expect_float_eq(span, want, 1e-9 * want, "n %d, %g GB/s, pass %d, mb %d, shard %d: "
+                             "%.12g s, closed form %.12g s", n, gbps, pass, mb, sh, span, want);
+          checked++;
+        }
+    cr_assert_eq(checked, 3 * n);
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+}
+
+/* The same ring shares its links: with a long flow from GPU 0 to GPU 1 under way, the
+ * ring's flow from GPU 0 to GPU 1 gets half of the link (max-min fairness), so the shard
+ * on GPU 1 waits max(c, latency + 2 block / bandwidth) + c at n 2 where the shard on GPU 0,
+ * whose flow comes the other way, still waits max(c, latency + block / bandwidth) + c. */
+Test(lowering, context_parallel_ring_contends_with_other_flows)
+{
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                       "seq=2048,vocab=512,batch=4");
+  int x = -1;
+  for (int k = 0; k < sim_graph_n_ops(g); k++)
+    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
+      x = k;
+  g_autoptr(SimMachine) m = switch4_latency(10, 1);
+  double lat = sim_machine_latency(m, 0, 1), bw = route_capacity(m, 0, 1);
+  double block = 2.0 * 1024 * 2 * 2 * 64 * 4;
+  double spans[2][2];
+  for (int with = 0; with < 2; with++) {
+    SimTimeline tl = { 0 };
+    int extra;
+    SimLowering *lw = run_ring(g, m, cm, 2, with ? 1e9 : 0, &tl, &extra);
+    const SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+    cr_assert(with ? extra >= 0 : extra < 0);
+    for (int sh = 0; sh < 2; sh++) {
+      int ids[4], flow;
+      cr_assert_eq(ring_tasks(tg, x, SIM_CLASS_FORWARD, 0, sh, ids, 4, &flow), 3);
+      cr_assert_geq(flow, 0);
+      const SimTask *ft = &tg->task[flow];
+      double c = tg->task[ids[1]].duration;
+      gboolean shared = with && ft->device == 0 && ft->peer == 1;
+      if (shared)
+        cr_assert(tl.start[extra] + lat <= tl.start[flow] && tl.end[extra] >= tl.end[flow],
+                  "the other flow runs all along the ring's");
+      double want = fmax(c, lat + (shared ? 2 : 1) * block / bw) + c;
+      spans[with][sh] = tl.end[ids[2]] - tl.end[ids[0]];
+      cr_expect_float_eq(spans[with][sh], want, 1e-9 * want,
+                         "%s, shard %d (flow %d -> %d): %.12g s, closed form %.12g s",
+                         with ? "shared" : "alone", sh, ft->device, ft->peer, spans[with][sh],
+                         want);
+    }
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+  cr_expect(spans[1][0] > spans[0][0] || spans[1][1] > spans[0][1],
+            "contention slows the ring");
 }
 
 /* The same with random splits and devices: the MLP tower's first layer split p ways on
@@ -1284,6 +1476,7 @@ static int64_t fold_bucket_bytes;
 static gboolean fold_scatter_gather;
 /* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
 static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1, fold_check;
+static int fold_cp = 1;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1310,6 +1503,7 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   mo.sequence_parallel = fold_sequence_parallel;
   mo.tp_comm_overlap = fold_tp_overlap;
   mo.memory.zero1 = fold_zero1;
+  mo.cp = fold_cp;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
@@ -1587,6 +1781,28 @@ Test(folding, sequence_parallel_plans_fold_their_tensor_parallel_ranks)
                 "data-parallel replicas and tensor-parallel ranks", NULL);
   fold_tp_overlap = FALSE;
   fold_sequence_parallel = FALSE;
+}
+
+/* Context parallelism's rings (lower.c, build_ring()) fold with their replicas: each ring
+ * lies inside a data-parallel replica, so a folded run simulates whole rings and predicts
+ * what the full one does (check_fold_at()); the tensor-parallel ranks, among which the
+ * context ranks sit, are not folded.  LLaMA with CP 2 under TP 2 and DP 2 over two DGX
+ * A100 nodes, with a pipeline and full recomputation (whose recomputed attention is a
+ * ring too), with sequence parallelism and its overlap, per flow and whole collectives. */
+Test(folding, context_parallel_rings_fold_with_their_replicas)
+{
+  const char *llama = "layers=2,hidden=256,heads=8,kv_heads=2,ffn=512,seq=512,vocab=1024,"
+                      "batch=32";
+  fold_cp = 2;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "llama", llama, 2, 2, 1, 2, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_NONE, "data-parallel replicas", NULL);
+  check_fold_at(SIM_DETAIL_COLLECTIVE, "dgx-a100:2", "llama", llama, 2, 2, 2, 4,
+                SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL, "data-parallel replicas", NULL);
+  fold_sequence_parallel = fold_tp_overlap = TRUE;
+  check_fold_at(SIM_DETAIL_FLOWS, "dgx-a100:2", "llama", llama, 2, 2, 1, 4, SIM_SCHEDULE_1F1B, 1,
+                SIM_RECOMPUTE_SELECTIVE, "data-parallel replicas", NULL);
+  fold_sequence_parallel = fold_tp_overlap = FALSE;
+  fold_cp = 1;
 }
 
 /* A Megatron plan of @tp x @pp x @dp GPUs and @mbs micro-batches, pipeline messages
@@ -1989,6 +2205,42 @@ Test(delta, equals_full_simulation_on_pipelines)
       random_op_change(ss, g, rng);
       assert_same_as_fresh(ss, g, m, c, sim_session_run(ss),
                            sg ? "scatter-gathered" : "whole messages");
+    }
+    sim_session_free(ss);
+  }
+  g_rand_free(rng);
+}
+
+/* Delta simulation of context-parallel plans: random single-operator changes to a LLaMA
+ * plan with CP 2 (rings built in the attention ops' blocks, lower.c, build_ring()), under
+ * TP 2 with a pipeline of 2 stages, give the timeline of the same plan lowered from
+ * scratch, task for task. */
+Test(delta, equals_full_simulation_on_context_parallel_plans)
+{
+  g_autoptr(SimGraph) g = zoo("llama", "layers=2,hidden=128,heads=4,kv_heads=2,ffn=256,seq=256,"
+                                       "vocab=256,batch=8");
+  g_autoptr(SimCostModel) c = roofline();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100", &error);
+  cr_assert_not_null(m);
+  GRand *rng = g_rand_new_with_seed(9);
+  for (int pp = 1; pp <= 2; pp++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.cp = 2;
+    mo.tp = 2;
+    mo.pp = pp;
+    mo.dp = 2 / pp;
+    mo.microbatches = 2;
+    mo.memory.recompute = pp == 2 ? SIM_RECOMPUTE_FULL : SIM_RECOMPUTE_NONE;
+    g_autoptr(SimStrategy) s0 = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s0, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+    cr_assert_not_null(ss, "%s", error ? error->message : "");
+    assert_same_as_fresh(ss, g, m, c, sim_session_run(ss), "CP 2, unchanged");
+    for (int seq = 0; seq < 6; seq++) {
+      random_op_change(ss, g, rng);
+      assert_same_as_fresh(ss, g, m, c, sim_session_run(ss), pp == 2 ? "CP 2, PP 2" : "CP 2");
     }
     sim_session_free(ss);
   }
@@ -2735,6 +2987,44 @@ Test(accel, the_steady_state_of_a_schedule_predicts_what_every_micro_batch_does)
   }
   g_rand_free(rng);
   cr_log_info("steady state used by %d of %d random plans", used, n);
+}
+
+/* The same with context parallelism's rings (lower.c, build_ring()): LLaMA with CP 2 and
+ * CP 4 over 16 GPUs, with and without pipelines, recomputation and tensor parallelism. */
+Test(accel, the_steady_state_predicts_context_parallel_plans)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimGraph) g = zoo("llama", "layers=4,hidden=256,heads=8,kv_heads=2,ffn=512,"
+                                       "seq=512,vocab=1024,batch=96");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m);
+  const struct {
+    int cp, tp, pp, mbs;
+    SimRecompute rc;
+  } plans[] = {
+    { 2, 2, 2, 24, SIM_RECOMPUTE_NONE },
+    { 4, 1, 4, 12, SIM_RECOMPUTE_FULL },
+    { 2, 1, 4, 48, SIM_RECOMPUTE_SELECTIVE },
+    { 4, 2, 2, 24, SIM_RECOMPUTE_NONE },
+  };
+  int used = 0;
+  for (size_t k = 0; k < G_N_ELEMENTS(plans); k++) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.cp = plans[k].cp;
+    mo.tp = plans[k].tp;
+    mo.pp = plans[k].pp;
+    mo.dp = 16 / (mo.cp * mo.tp * mo.pp);
+    mo.microbatches = plans[k].mbs;
+    mo.memory.recompute = plans[k].rc;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "plan %zu: %s", k, error ? error->message : "");
+    g_autofree char *what = g_strdup_printf("CP %d TP %d PP %d DP %d, %d micro-batches",
+                                            mo.cp, mo.tp, mo.pp, mo.dp, mo.microbatches);
+    used += check_steady(g, m, s, c, what);
+  }
+  cr_expect_gt(used, 0, "the steady state is used by some of the plans");
 }
 
 /* A ring that a stream waits for alone between two of its tasks becomes a step of their

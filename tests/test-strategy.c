@@ -599,8 +599,26 @@ Test(strategy_json, round_trips_megatron)
   cr_assert(sim_strategy_get_tp_comm_overlap(ov));
   g_autofree char *ovt = sim_strategy_to_json(ov, g);
   cr_assert(strstr(ovt, "\"tp_comm_overlap\": true"), "%s", ovt);
+  cr_assert_null(strstr(ovt, "tp_overlap\""), "the default parameters are not written: %s", ovt);
   assert_round_trip(ov, g, m);
   cr_assert_not(sim_strategy_equal(sp, ov));
+  /* The overlap's parameters (SimTpOverlap) default to NeMo's 24 and 16 SMs, chunks the
+   * tensor-parallel degree; set, they are written, read back and tell plans apart. */
+  SimTpOverlap d = sim_strategy_get_tp_overlap(ov);
+  cr_assert(d.chunks == 0 && d.sms_attention == 24 && d.sms_other == 16);
+  o.tp_overlap = (SimTpOverlap){ .chunks = 4, .sms_attention = 20, .sms_other = 8 };
+  g_autoptr(SimStrategy) set = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(set);
+  g_autofree char *st = sim_strategy_to_json(set, g);
+  cr_assert(strstr(st, "\"tp_overlap\": {\"chunks\": 4, \"sms_attention\": 20, "
+                       "\"sms_other\": 8}"), "%s", st);
+  assert_round_trip(set, g, m);
+  cr_assert_not(sim_strategy_equal(set, ov));
+  o.tp_overlap.sms_other = -1;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(error && strstr(error->message, "none may be negative"), "%s",
+            error ? error->message : "");
+  g_clear_error(&error);
 }
 
 /* Context parallelism in Megatron's order (tp, cp, dp, pp): with tp 2, cp 2, dp 2 a
@@ -768,6 +786,17 @@ Test(strategy_json, errors_name_the_file_and_the_place)
 
   e = read_error("\"tp_comm_overlap\": \"yes\"");
   assert_error(e, SIM_ERROR_PARSE, "s.json: tp_comm_overlap: expected true or false");
+  g_error_free(e);
+
+  e = read_error("\"tp_overlap\": {\"chunks\": -2}");
+  cr_assert_not_null(e);
+  cr_assert(strstr(e->message, "s.json") && strstr(e->message, "tp_overlap.chunks"), "%s",
+            e->message);
+  g_error_free(e);
+
+  e = read_error("\"tp_overlap\": {\"splits\": 4}");
+  cr_assert_not_null(e);
+  cr_assert(strstr(e->message, "s.json") && strstr(e->message, "splits"), "%s", e->message);
   g_error_free(e);
 
   e = read_error("\"ops\": {\"fc9\": {\"devices\": [0]}}");

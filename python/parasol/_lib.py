@@ -72,12 +72,16 @@ class SimMemoryOptions(Structure):
                 ("optimizer", c_int), ("zero2", gboolean), ("zero3", gboolean)]
 
 
+class SimTpOverlap(Structure):
+    _fields_ = [("chunks", c_int), ("sms_attention", c_int), ("sms_other", c_int)]
+
+
 class SimMegatronOptions(Structure):
     _fields_ = [("dp", c_int), ("tp", c_int), ("pp", c_int), ("microbatches", c_int),
                 ("microbatch_size", c_int64), ("schedule", c_int), ("chunks", c_int),
                 ("sequence_parallel", gboolean), ("scatter_gather", gboolean),
                 ("sync", SimSyncOptions), ("memory", SimMemoryOptions), ("ep", c_int),
-                ("cp", c_int), ("tp_comm_overlap", gboolean)]
+                ("cp", c_int), ("tp_comm_overlap", gboolean), ("tp_overlap", SimTpOverlap)]
 
 
 RUN_FUNC = CFUNCTYPE(gboolean, c_void_p, c_void_p, GErrorPP)
