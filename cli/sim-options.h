@@ -14,6 +14,7 @@ typedef struct {
   gboolean no_overlap, zero1, sequence_parallel, scatter_gather, no_fold, blocking_sends;
   gboolean tp_comm_overlap;
   gboolean zero2, zero3;
+  double offload_optimizer;     /* --offload-optimizer: the fraction of the states, 0..1 */
   gboolean no_chains, no_rings, no_steady, fold_check;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */
