@@ -1917,7 +1917,7 @@ Test(delta, a_change_to_a_weight_owner_reprices_its_users_update)
 /* Delta sessions over a wider space than the tests above: random plans (data parallel, or
  * Megatron's with tensor, pipeline and data parallelism, GPipe, 1F1B or interleaved) with
  * random memory and synchronization options (ZeRO-1, recomputation, buckets, overlap, the
- * three all-reduce algorithms), random simulation options (the three levels of collective
+ * three all-reduce algorithms, half of the optimizer offloaded for every third seed), random simulation options (the three levels of collective
  * detail, a host that issues kernels, blocking sends) on machines with shared links, and
  * models with tied weights; each run after random changes (some undone) equals a fresh
  * session task for task, and the folded report.  (It found the change to a weight owner
@@ -1966,6 +1966,9 @@ Test(delta, equals_fresh_sessions_on_random_plans_options_and_machines, .timeout
     SimMemoryOptions mo = sim_strategy_get_memory(s0);
     mo.zero1 = g_rand_boolean(rng);
     mo.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    /* Every third seed offloads part of the optimizer to the host (outside the random
+     * draws, which stay those of the other seeds). */
+    mo.offload = seed % 3 == 0 ? 0.5 : 0;
     sim_strategy_set_memory(s0, &mo);
     SimOptions o = sim_options_default();
     o.detail = (SimDetail)g_rand_int_range(rng, 0, 3);
