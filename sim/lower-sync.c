@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
   int32_t sh;
   double elems;
+  int64_t host;      /* bytes of the shard's states in host memory */
 } OffloadItem;
 
 static void sync_items_clear(GArray *a)
@@ -110,7 +111,7 @@ static void group_items_by_devices(GArray *items)
 /* Bytes of weights, gradients and optimizer states per parameter (Rajbhandari et al.,
  * ZeRO, 2020: 2 + 2 + 12 for mixed-precision Adam), and how much of it shards. */
 static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
-                        double *shardable)
+                        double *shardable, double *host)
 {
   int w = sim_dtype_size(wdt);
   gboolean mixed = SIM_PRECISION_IS_MIXED(mo->precision);
@@ -118,6 +119,7 @@ static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
   if (mixed)
     states += 4; /* fp32 master weights */
   /* The offloaded share of the master weights and moments lives in host memory. */
+  *host = states * mo->offload;
   states *= 1.0 - mo->offload;
   *fixed = 2.0 * w;   /* weights and their gradients */
   *shardable = states;
@@ -209,8 +211,8 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
   if (l->is_input || !l->has_weights)
     return;
   const SimOp *op = sim_graph_op_get(lw->g, x);
-  double fixed, shardable;
-  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+  double fixed, shardable, host;
+  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable, &host);
   int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
   /* A table with sparse gradients keeps its weights alone: its gradient holds the looked
    * up rows only, and recommenders step such tables with plain SGD in the table's own
@@ -285,7 +287,7 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
        * them on the host.  Tables with sparse gradients keep no states to offload. */
       if (s->memory.offload > 0 && sparse_rows < 0) {
         double upd = (double)l->w_elems[sh] / (s->memory.zero1 && nrep > 1 ? nrep : 1);
-        OffloadItem oi = { sh, upd * s->memory.offload };
+        OffloadItem oi = { sh, upd * s->memory.offload, (int64_t)(host * upd) };
         g_array_append_val(os->offload, oi);
       }
     }
@@ -529,6 +531,10 @@ static void collect_items(SimLowering *lw, GArray *items, GArray *ties)
     for (guint k = 0; k < os->mem->len; k++) {
       const MemAdd *ma = &g_array_index(os->mem, MemAdd, k);
       tg->static_mem[ma->dev] += ma->bytes;
+    }
+    for (guint k = 0; k < os->offload->len; k++) {
+      const OffloadItem *oi = &g_array_index(os->offload, OffloadItem, k);
+      tg->host_mem[lw->ops[x].dev[oi->sh]] += oi->host;
     }
     /* Shallow copies: the cache keeps owning the shard and device lists. */
     g_array_append_vals(items, os->items->data, os->items->len);
@@ -815,6 +821,7 @@ void lower_build_sync_block(SimLowering *lw)
     sim_taskgraph_block_clear(tg, lw->sync_block);
   int block = lw->sync_block;
   memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  memset(tg->host_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
   /* The previous build's collectives, offered for reuse unless meanings are recorded
    * (executors build once) or collectives are numbered for folding. */
   GArray *old_blocks = lw->coll_blocks;

@@ -356,7 +356,8 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
    * moments in host memory):
    *   mixed, Adam, f = 1:            2 + 2 = 4
    *   the same with ZeRO-1, f = 0.5: 2 + 2 + 12 (1 - 0.5) / 4 = 5.5
-   *   with ZeRO-2, f = 1:            2 + 2 / 4 = 2.5 */
+   *   with ZeRO-2, f = 1:            2 + 2 / 4 = 2.5
+   * and the host holds 12 f of them (12 f / 4 under ZeRO): 12, 1.5 and 3. */
   const double params = 2.0 * 4096 * 4096;
   const struct {
     SimPrecision precision;
@@ -395,11 +396,15 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
     g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
     cr_assert_not_null(r, "%s", error ? error->message : "");
     double want = cases[i].bytes * params;
+    double host = 12 * cases[i].offload / (cases[i].zero1 || cases[i].zero2 ? 4 : 1) * params;
     for (int d = 0; d < 4; d++) {
       double got = (double)sim_report_peak_memory(r, d);
       cr_expect(got >= want && got <= want + (1 << 20),
                 "case %zu, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations", i,
                 d, got, want);
+      cr_expect_eq((double)sim_report_host_memory(r, d), host,
+                   "case %zu, GPU %d: %" G_GINT64_FORMAT " bytes on the host, expected %.0f", i,
+                   d, sim_report_host_memory(r, d), host);
     }
   }
 }
