@@ -1,7 +1,8 @@
 /* lower-sync.c — the gradient synchronization that the lowering (lower.c) makes: every
  * op's weight gradients in buckets, all-reduced (or reduce-scattered and all-gathered under
  * ZeRO) over the shards that share them, ZeRO-3's parameter gathers, each collective in a
- * block of its own that a rebuild reuses when unchanged.
+ * block of its own that a rebuild reuses when unchanged; and the optimizer's update on the
+ * host where it is offloaded (offload_updates()).
  */
 #include "lower-private.h"
 
