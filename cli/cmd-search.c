@@ -62,6 +62,10 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_add_boolean_value(b, p->zero1);
   json_builder_set_member_name(b, "zero");
   json_builder_add_int_value(b, p->zero);
+  if (p->offload > 0) {
+    json_builder_set_member_name(b, "offload_optimizer");
+    json_builder_add_double_value(b, p->offload);
+  }
   json_builder_set_member_name(b, "uniform");
   json_builder_add_boolean_value(b, p->uniform);
   json_builder_set_member_name(b, "ops");

@@ -168,7 +168,8 @@ static void print_report(const SimReport *r, const CliProblem *pb, int line, gbo
     if (!sim_report_fits(r))
       g_printerr("parasol: the plan does not fit in GPU memory; smaller micro-batches "
                  "(--microbatch-size), recomputed activations (--recompute full), sharded "
-                 "optimizer states (--zero1) or more model parallelism (--tp, --pp) lower the "
+                 "optimizer states (--zero1), the optimizer on the host (--offload-optimizer "
+                 "1) or more model parallelism (--tp, --pp) lower the "
                  "peak, and `parasol search` looks only among plans that fit\n");
   }
 }

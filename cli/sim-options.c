@@ -82,6 +82,19 @@ static gboolean fraction(double v)
   return v > 0 && v <= 1;
 }
 
+static gboolean unit_interval(double v)
+{
+  return v >= 0 && v <= 1;
+}
+
+static gboolean parse_offload(const char *name, const char *value, gpointer data,
+                              GError **error)
+{
+  CliPlanOptions *p = data;
+  return cli_option_real(name, value, unit_interval, "a fraction from 0 to 1",
+                         &p->offload_optimizer, error);
+}
+
 static gboolean parse_bucket_mb(const char *name, const char *value, gpointer data,
                                 GError **error)
 {
@@ -346,6 +359,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "zero1", 0, 0, G_OPTION_ARG_NONE, &p->zero1, "Shard optimizer states over data-parallel replicas", NULL },
     { "zero2", 0, 0, G_OPTION_ARG_NONE, &p->zero2, "Shard optimizer states and gradients over data-parallel replicas (ZeRO-2; the communication is --zero1's)", NULL },
     { "zero3", 0, 0, G_OPTION_ARG_NONE, &p->zero3, "Shard weights too (ZeRO-3, FSDP's full sharding): all-gathered before every micro-batch's forward and backward, gradients reduce-scattered after each backward", NULL },
+    { "offload-optimizer", 0, 0, G_OPTION_ARG_CALLBACK, parse_offload, "Keep this fraction (0 to 1) of the optimizer's states in host memory and update it on the host's CPU (ZeRO-Offload; docs/llm.md)", "F" },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
@@ -696,6 +710,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->memory.zero1 = p->zero1 || p->zero2 || p->zero3;
   o->memory.zero2 = p->zero2 || p->zero3;
   o->memory.zero3 = p->zero3;
+  o->memory.offload = p->offload_optimizer;
   if (p->allreduce) {
     int v = sim_allreduce_algo_from_name(p->allreduce);
     if (v < 0) {

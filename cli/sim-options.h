@@ -16,6 +16,7 @@ typedef struct {
   int tp_overlap_chunks;        /* --tp-overlap-chunks; 0: the tensor-parallel degree    */
   char *tp_overlap_sms;         /* --tp-overlap-sms A,O                                  */
   gboolean zero2, zero3;
+  double offload_optimizer;     /* --offload-optimizer: the fraction of the states, 0..1 */
   gboolean no_chains, no_rings, no_steady, fold_check;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */

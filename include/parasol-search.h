@@ -334,6 +334,7 @@ typedef struct {
    * every mixture-of-experts operator; its expert splits are not counted in TP). */
   int cp, ep;
   gboolean tp_comm_overlap;      /* sim_strategy_get_tp_comm_overlap()                   */
+  double offload;                /* the optimizer's share on the host (SimMemoryOptions)  */
 } SearchPlanSummary;
 
 SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,

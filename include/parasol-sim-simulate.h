@@ -126,6 +126,8 @@ SIM_PUBLIC double sim_report_mfu(const SimReport *r);
 SIM_PUBLIC gboolean sim_report_fits(const SimReport *r);
 SIM_PUBLIC int64_t sim_report_peak_memory(const SimReport *r, int dev);
 SIM_PUBLIC int64_t sim_report_max_peak_memory(const SimReport *r);
+/* Bytes of @dev's optimizer states in host memory (SimMemoryOptions.offload; 0 without). */
+SIM_PUBLIC int64_t sim_report_host_memory(const SimReport *r, int dev);
 SIM_PUBLIC double sim_report_compute_time(const SimReport *r, int dev);
 SIM_PUBLIC double sim_report_comm_time(const SimReport *r, int dev);
 SIM_PUBLIC int64_t sim_report_n_tasks(const SimReport *r);

@@ -132,6 +132,13 @@ typedef struct {
    * its gradients are reduce-scattered after every micro-batch's backward; no all-gather
    * follows the update. */
   gboolean zero3;
+  /* The fraction (0 to 1) of the optimizer's states that live in host memory and are
+   * updated by the host's CPU (ZeRO-Offload, DeepSpeed's offload_optimizer, Megatron-LM's
+   * --optimizer-cpu-offload with --optimizer-offload-fraction): that share of the fp32
+   * master weights and moments leaves the device; after the device's update its gradients
+   * go to the host over PCIe, the host updates them, and the new weights come back
+   * (sim/lower-sync.c).  0: none. */
+  double offload;
 } SimMemoryOptions;
 
 SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);

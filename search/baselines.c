@@ -85,7 +85,7 @@ SimStrategy *search_problem_expert(const SearchProblem *p, double *time, GError 
   double c = search_problem_simulate(p, dp, NULL, NULL);
   if (!isfinite(c) && p->memory_limit) {
     SimMemoryOptions base = sim_strategy_get_memory(dp);
-    for (int k = 0; k < 3 && !isfinite(c); k++) {
+    for (int k = 0; k < SEARCH_MEMORY_STEPS && !isfinite(c); k++) {
       SimMemoryOptions m = search_memory_step(base, k);
       sim_strategy_set_memory(dp, &m);
       c = search_problem_simulate(p, dp, NULL, NULL);

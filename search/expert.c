@@ -298,9 +298,9 @@ static void expert_round_task(int k, gpointer data)
     SimMemoryOptions base = sim_strategy_get_memory(*s);
     /* No look at the budget inside a round: where the rounds stop must not depend on
      * how the round's threads are timed. */
-    for (int step = 0; step < 3; step++) {
+    for (int step = 0; step < SEARCH_MEMORY_STEPS; step++) {
       SimMemoryOptions m = search_memory_step(base, step);
-      if (m.zero1 == base.zero1 && m.recompute == base.recompute)
+      if (m.zero1 == base.zero1 && m.recompute == base.recompute && m.offload == base.offload)
         continue;
       g_autoptr(SimStrategy) v = sim_strategy_copy(*s);
       sim_strategy_set_memory(v, &m);
@@ -792,6 +792,15 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
       out[n++] = v;
     }
   }
+  /* The optimizer offloaded to the host (ZeRO-Offload) where the plan is not expected to
+   * fit without it, and back on the devices where it is offloaded. */
+  gboolean fits = TRUE;
+  if (o->memory.offload > 0 ||
+      (p->memory_limit && (search_megatron_estimate(p, o, &fits), !fits))) {
+    v = *o;
+    v.memory.offload = o->memory.offload > 0 ? 0 : 1;
+    out[n++] = v;
+  }
   if (o->sync.bucket_bytes > 0) {
     for (int k = 0; k < 2; k++) {
       v = *o;
@@ -858,7 +867,8 @@ int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOpt
     gboolean overlap = v->sequence_parallel == o->sequence_parallel &&
                        !v->tp_comm_overlap != !o->tp_comm_overlap;
     if (MAX(v->cp, 1) != MAX(o->cp, 1) ||
-        (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z || overlap)))
+        (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z || overlap ||
+                  v->memory.offload != a->offload)))
       out[k++] = *v;
   }
   return k;

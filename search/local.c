@@ -233,7 +233,7 @@ static double try_split(SearchEvaluator *ev, SearchEstimate *e, const SearchProb
 gboolean search_plan_saves_memory(const SimStrategy *s)
 {
   SimMemoryOptions mo = sim_strategy_get_memory(s);
-  return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 ||
+  return mo.recompute != SIM_RECOMPUTE_NONE || mo.zero1 || mo.offload > 0 ||
          (sim_strategy_get_microbatches(s) > 1 && sim_strategy_n_stages(s) == 1);
 }
 
@@ -251,7 +251,9 @@ static double improve_plan(SearchContext *ctx, SearchEvaluator **ev, double cur,
     SimMemoryOptions mo = sim_strategy_get_memory(s);
     int mb = sim_strategy_get_microbatches(s);
     gboolean relax = kind < 2;
-    if (kind == 0 && mo.recompute != SIM_RECOMPUTE_NONE)
+    if (kind == 0 && mo.offload > 0)
+      mo.offload = 0; /* the optimizer back on the devices first */
+    else if (kind == 0 && mo.recompute != SIM_RECOMPUTE_NONE)
       mo.recompute = SIM_RECOMPUTE_NONE;
     else if (kind == 1 && mo.zero1)
       mo.zero1 = FALSE;
@@ -620,6 +622,12 @@ SimMemoryOptions search_memory_step(SimMemoryOptions base, int step)
     base.zero1 = TRUE;
   if (step == 1 || step == 2)
     base.recompute = SIM_RECOMPUTE_FULL;
+  if (step == 3) {
+    /* Last, what is left: the optimizer to the host too (ZeRO-Offload). */
+    base.zero1 = TRUE;
+    base.recompute = SIM_RECOMPUTE_FULL;
+    base.offload = 1;
+  }
   return base;
 }
 
@@ -629,9 +637,9 @@ double search_fit(SearchContext *ctx, SimStrategy **s)
   if (isfinite(cost) || !search_problem_get_memory_limit(search_context_get_problem(ctx)))
     return cost;
   SimMemoryOptions base = sim_strategy_get_memory(*s);
-  for (int i = 0; i < 3 && !search_dist_should_stop(ctx); i++) {
+  for (int i = 0; i < SEARCH_MEMORY_STEPS && !search_dist_should_stop(ctx); i++) {
     SimMemoryOptions m = search_memory_step(base, i);
-    if (m.zero1 == base.zero1 && m.recompute == base.recompute)
+    if (m.zero1 == base.zero1 && m.recompute == base.recompute && m.offload == base.offload)
       continue;
     g_autoptr(SimStrategy) v = sim_strategy_copy(*s);
     sim_strategy_set_memory(v, &m);

@@ -174,6 +174,9 @@ static void plan_move(Mcmc *m, Chain *c, int i)
     mo.zero3 = mo.zero1 && !mo.zero3;
     mo.zero2 = mo.zero3;
     mo.zero1 = !relax;
+    /* Back to no ZeRO brings the optimizer back from the host too. */
+    if (relax)
+      mo.offload = 0;
     break;
   }
   sim_strategy_set_memory(s, &mo);

@@ -146,10 +146,18 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   /* The context ranks synchronize gradients and shard ZeRO's states with the replicas. */
   int dc = d * c;
   double update = P / (t * pp) * 28.0 / (o->memory.zero1 ? dc : 1) / hbm;
+  if (o->memory.offload > 0) {
+    /* The offloaded share steps on the host, each GPU on its share of the node's cores at
+     * CPU-Adam's rate (10^10 parameters in 2.57 s a node, sim/lower-sync.c); the PCIe
+     * transfers are left out. */
+    double share = P / (t * pp) / (o->memory.zero1 ? dc : 1);
+    update = update * (1 - o->memory.offload) + share * o->memory.offload * node / (10e9 / 2.57);
+  }
   double grads = 2.0 * P / (t * pp);
   double data = dc > 1 ? 2.0 * (dc - 1) / dc * grads / net : 0;
   /* Memory of the first stage. */
-  double states = P / (t * pp) * (4.0 + 12.0 / (o->memory.zero1 ? dc : 1));
+  double off = o->memory.offload;
+  double states = P / (t * pp) * (4.0 + 12.0 * (1 - off) / (o->memory.zero1 ? dc : 1));
   double per_layer = o->memory.recompute == SIM_RECOMPUTE_FULL
                        ? act
                        : b * sc * h * (o->sequence_parallel ? 34.0 / t + 3.0 : 10.0 + 24.0 / t) +

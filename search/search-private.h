@@ -232,15 +232,17 @@ double search_penalized(const SearchEvaluator *ev, double cost);
 
 /* Evaluates @s and, when it does not fit in memory, the same strategy saving more memory:
  * optimizer states sharded over data-parallel replicas (ZeRO-1), then activations
- * recomputed, then both.  Replaces *s by the first variant that fits and returns its time
+ * recomputed, then both, then both with the optimizer offloaded to the host.  Replaces *s by the first variant that fits and returns its time
  * (+inf, *s unchanged, when none does).  The data-parallel baseline, which the algorithms
  * also start from, is made to fit this way. */
 double search_fit(SearchContext *ctx, SimStrategy **s);
 /* Whether @s trades time for memory: recomputation, ZeRO-1 or several micro-batches in
  * one stage (the plans whose whole-plan changes can pay, local.c and mcmc.c). */
 gboolean search_plan_saves_memory(const SimStrategy *s);
-/* Step 0, 1 or 2 of that ladder from the options @base. */
+/* Step 0, 1 or 2 of that ladder from the options @base; step 3, past it, adds the
+ * optimizer offloaded to the host (SimMemoryOptions.offload) to both. */
 SimMemoryOptions search_memory_step(SimMemoryOptions base, int step);
+#define SEARCH_MEMORY_STEPS 4
 /* The data-parallel strategy made to fit (transfer full) and its time. */
 SimStrategy *search_start_data_parallel(SearchContext *ctx, double *cost, GError **error);
 /* The fastest expert plan made to fit (transfer full; NULL if none fits) and its time:

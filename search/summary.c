@@ -22,6 +22,7 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
   out->recompute = mem.recompute;
   out->zero1 = mem.zero1;
   out->zero = mem.zero3 ? 3 : mem.zero2 ? 2 : mem.zero1 ? 1 : 0;
+  out->offload = mem.offload;
   out->bucket_bytes = sim_strategy_get_sync(s).bucket_bytes;
   out->tp = out->dp = out->ep = 1;
   out->cp = MAX(1, sim_strategy_get_context_parallel(s));
@@ -118,6 +119,10 @@ char *search_plan_summary_text(const SearchPlanSummary *p)
     g_string_append_printf(t, ", ZeRO-%d", p->zero);
   else if (p->zero1)
     g_string_append(t, ", ZeRO-1");
+  if (p->offload >= 1)
+    g_string_append(t, ", optimizer offloaded");
+  else if (p->offload > 0)
+    g_string_append_printf(t, ", %.0f%% of the optimizer offloaded", 100 * p->offload);
   if (p->bucket_bytes > 0)
     g_string_append_printf(t, ", buckets %.0f MiB", (double)p->bucket_bytes / 1048576.0);
   else

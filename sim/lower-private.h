@@ -130,6 +130,7 @@ struct OpSync {
   GArray *items;       /* SyncItem */
   GArray *ties;        /* SyncItem */
   GArray *mem;         /* MemAdd   */
+  GArray *offload;     /* OffloadItem: the shards' updates on the host */
 };
 
 enum { P_F, P_B, P_R };

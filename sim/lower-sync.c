@@ -1,7 +1,8 @@
 /* lower-sync.c — the gradient synchronization that the lowering (lower.c) makes: every
  * op's weight gradients in buckets, all-reduced (or reduce-scattered and all-gathered under
  * ZeRO) over the shards that share them, ZeRO-3's parameter gathers, each collective in a
- * block of its own that a rebuild reuses when unchanged.
+ * block of its own that a rebuild reuses when unchanged; and the optimizer's update on the
+ * host where it is offloaded (offload_updates()).
  */
 #include "lower-private.h"
 
@@ -28,6 +29,14 @@ typedef struct {
   int64_t bytes;
 } MemAdd;
 
+/* A shard's part of the optimizer update that the host carries out (SimMemoryOptions'
+ * offload): the parameters it updates there. */
+typedef struct {
+  int32_t sh;
+  double elems;
+  int64_t host;      /* bytes of the shard's states in host memory */
+} OffloadItem;
+
 static void sync_items_clear(GArray *a)
 {
   for (guint k = 0; k < a->len; k++) {
@@ -46,6 +55,7 @@ void lower_op_sync_invalidate(SimLowering *lw, int x)
     sync_items_clear(os->items);
     sync_items_clear(os->ties);
     g_array_set_size(os->mem, 0);
+    g_array_set_size(os->offload, 0);
   }
 }
 
@@ -106,13 +116,16 @@ static void group_items_by_devices(GArray *items)
 /* Bytes of weights, gradients and optimizer states per parameter (Rajbhandari et al.,
  * ZeRO, 2020: 2 + 2 + 12 for mixed-precision Adam), and how much of it shards. */
 static void param_bytes(const SimMemoryOptions *mo, SimDType wdt, double *fixed,
-                        double *shardable)
+                        double *shardable, double *host)
 {
   int w = sim_dtype_size(wdt);
   gboolean mixed = SIM_PRECISION_IS_MIXED(mo->precision);
   double states = mo->optimizer == SIM_OPTIMIZER_ADAM ? 8 : 4; /* moments or momentum */
   if (mixed)
     states += 4; /* fp32 master weights */
+  /* The offloaded share of the master weights and moments lives in host memory. */
+  *host = states * mo->offload;
+  states *= 1.0 - mo->offload;
   *fixed = 2.0 * w;   /* weights and their gradients */
   *shardable = states;
   if (mo->zero1 && mo->zero2) {
@@ -269,8 +282,8 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
   if (l->is_input || !l->has_weights)
     return;
   const SimOp *op = sim_graph_op_get(lw->g, x);
-  double fixed, shardable;
-  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable);
+  double fixed, shardable, host;
+  param_bytes(&s->memory, op->w_dtype, &fixed, &shardable, &host);
   int64_t wbytes = (int64_t)sim_dtype_size(op->w_dtype);
   /* A table with sparse gradients keeps its weights alone: its gradient holds the looked
    * up rows only, and recommenders step such tables with plain SGD in the table's own
@@ -341,6 +354,13 @@ static void op_sync_build(SimLowering *lw, int x, uint8_t *owner_dev, struct OpS
       double per = fixed + (s->memory.zero1 && nrep > 1 ? shardable / nrep : shardable);
       MemAdd ma = { l->dev[sh], (int64_t)(per * (double)l->w_elems[sh]) };
       g_array_append_val(os->mem, ma);
+      /* The parameters this shard updates (its part under ZeRO), the offloaded share of
+       * them on the host.  Tables with sparse gradients keep no states to offload. */
+      if (s->memory.offload > 0 && sparse_rows < 0) {
+        double upd = (double)l->w_elems[sh] / (s->memory.zero1 && nrep > 1 ? nrep : 1);
+        OffloadItem oi = { sh, upd * s->memory.offload, (int64_t)(host * upd) };
+        g_array_append_val(os->offload, oi);
+      }
     }
     if (nrep <= 1 || !h->any_sim)
       continue;
@@ -580,6 +600,7 @@ static void collect_items(SimLowering *lw, GArray *items, GArray *ties)
         os->items = g_array_new(FALSE, TRUE, sizeof(SyncItem));
         os->ties = g_array_new(FALSE, TRUE, sizeof(SyncItem));
         os->mem = g_array_new(FALSE, FALSE, sizeof(MemAdd));
+        os->offload = g_array_new(FALSE, FALSE, sizeof(OffloadItem));
       }
       op_sync_build(lw, x, owner_dev, os);
       os->valid = TRUE;
@@ -587,6 +608,10 @@ static void collect_items(SimLowering *lw, GArray *items, GArray *ties)
     for (guint k = 0; k < os->mem->len; k++) {
       const MemAdd *ma = &g_array_index(os->mem, MemAdd, k);
       tg->static_mem[ma->dev] += ma->bytes;
+    }
+    for (guint k = 0; k < os->offload->len; k++) {
+      const OffloadItem *oi = &g_array_index(os->offload, OffloadItem, k);
+      tg->host_mem[lw->ops[x].dev[oi->sh]] += oi->host;
     }
     /* Shallow copies: the cache keeps owning the shard and device lists. */
     g_array_append_vals(items, os->items->data, os->items->len);
@@ -639,6 +664,75 @@ static GArray *make_buckets(const SimLowering *lw, GArray *items, gboolean zero3
   return buckets;
 }
 
+/* The host's optimizer throughput: parameters stepped a second by one node's CPUs.  Ren et
+ * al., "ZeRO-Offload: Democratizing Billion-Scale Model Training" (USENIX ATC 2021), Table
+ * 3: DeepSpeed's vectorized CPU-Adam steps 10 billion parameters in 2.57 s on one node's
+ * host (1 billion in 0.22 s).  The GPUs of a node split its cores evenly (one process a
+ * GPU, each bound to its share of the cores). */
+#define OFFLOAD_HOST_PARAMS_PER_S (10e9 / 2.57)
+
+/* A flow over the PCIe links between device @dev and its host, one way; its latency is
+ * the links'. */
+static SimTaskRef host_flow(SimLowering *lw, int block, int dev, gboolean to_host,
+                            SimTaskClass cls, double bytes, int op)
+{
+  int links[64];
+  int n = MIN(sim_machine_host_links(lw->m, dev, to_host, links, 64), 64);
+  double latency = 0;
+  for (int i = 0; i < n; i++)
+    latency += sim_machine_link_latency(lw->m, links[i]);
+  return sim_taskgraph_add_collective_flow(lw->tg, block, cls, links, n, &dev, 1, bytes, latency,
+                                           op, -1, -1);
+}
+
+/* The offloaded updates (SimMemoryOptions' offload): after a shard's update on its device
+ * (which steps the share left there), the gradients of the offloaded share cross PCIe to
+ * the host, the host steps them, and the new weights cross back, each shard in turn on its
+ * device's share of the host's cores, the transfers of all shards sharing the links.
+ * Returns ((op << 16 | shard) + 1) -> index + 1 in @ends of the weights' return. */
+static GHashTable *offload_updates(SimLowering *lw, int block, GArray *ends)
+{
+  SimTaskGraph *tg = lw->tg;
+  GHashTable *at = g_hash_table_new(g_direct_hash, g_direct_equal);
+  SimTaskRef *host = g_new(SimTaskRef, MAX(lw->n_dev, 1));
+  uint8_t *busy = g_new0(uint8_t, MAX(lw->n_dev, 1));
+  for (int x = lw->n_ops - 1; x >= 0; x--) {
+    const struct OpSync *os = &lw->op_sync[x];
+    if (!os->offload)
+      continue;
+    const OpLay *l = &lw->ops[x];
+    int64_t wbytes = sim_dtype_size(sim_graph_op_get(lw->g, x)->w_dtype);
+    for (guint k = 0; k < os->offload->len; k++) {
+      const OffloadItem *oi = &g_array_index(os->offload, OffloadItem, k);
+      int sh = oi->sh, dev = l->dev[sh];
+      if (l->cidx[sh] < 0)
+        continue;
+      double bytes = oi->elems * (double)wbytes;
+      double share = OFFLOAD_HOST_PARAMS_PER_S /
+                     sim_machine_node_n_devices(lw->m, sim_machine_device_node(lw->m, dev));
+      SimTaskRef down = host_flow(lw, block, dev, TRUE, SIM_CLASS_GRAD_SYNC, bytes, x);
+      SimTask st = sim_task_delay(SIM_CLASS_UPDATE, dev, oi->elems / share);
+      st.op = x;
+      st.shard = sh;
+      SimTaskRef step = sim_taskgraph_add(tg, block, &st);
+      SimTaskRef up = host_flow(lw, block, dev, FALSE, SIM_CLASS_PARAM_SYNC, bytes, x);
+      sim_taskgraph_depend(tg, block, ref_update(lw, l, sh), down);
+      sim_taskgraph_depend(tg, block, down, step);
+      if (busy[dev])
+        sim_taskgraph_depend(tg, block, host[dev], step);
+      host[dev] = step;
+      busy[dev] = 1;
+      sim_taskgraph_depend(tg, block, step, up);
+      g_array_append_val(ends, up);
+      g_hash_table_insert(at, GINT_TO_POINTER(((x << 16) | sh) + 1),
+                          GINT_TO_POINTER((int)ends->len));
+    }
+  }
+  g_free(busy);
+  g_free(host);
+  return at;
+}
+
 /* What the reductions of the buckets share while lower_build_sync_block() adds them. */
 typedef struct {
   SimLowering *lw;
@@ -654,6 +748,8 @@ typedef struct {
   GHashTable *sync_end;      /* (op << 16 | shard) + 1 -> index in chain_end + 1           */
   GHashTable *chain_last;    /* the last collective on each device set, for the chain     */
   GArray *chain_end;         /* SimTaskRef                                                */
+  GHashTable *offload_at;    /* offloaded shards: offload_updates()' map into offload_end   */
+  GArray *offload_end;       /* SimTaskRef                                                */
 } SyncBuild;
 
 /* Records what the collective ending at @end means (a recorded plan, for executors): the
@@ -748,9 +844,20 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
     for (guint k = i; k < j; k++) {
       SyncItem *it = &g_array_index(sb->items, SyncItem, k);
       const OpLay *l = &lw->ops[it->op];
-      for (int m = 0; m < it->n; m++)
-        if (l->cidx[it->shards[m]] >= 0)
-          sim_taskgraph_depend(tg, block, ref_update(lw, l, it->shards[m]), gs);
+      for (int m = 0; m < it->n; m++) {
+        int sh = it->shards[m];
+        if (l->cidx[sh] < 0)
+          continue;
+        sim_taskgraph_depend(tg, block, ref_update(lw, l, sh), gs);
+        /* Weights updated on the host are gathered once they are back. */
+        gpointer e = sb->offload_at ? g_hash_table_lookup(sb->offload_at,
+                                                          GINT_TO_POINTER(((it->op << 16) | sh) + 1))
+                                    : NULL;
+        if (e)
+          sim_taskgraph_depend(tg, block,
+                               g_array_index(sb->offload_end, SimTaskRef, GPOINTER_TO_INT(e) - 1),
+                               gs);
+      }
     }
   }
 }
@@ -803,6 +910,7 @@ void lower_build_sync_block(SimLowering *lw)
     sim_taskgraph_block_clear(tg, lw->sync_block);
   int block = lw->sync_block;
   memset(tg->static_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
+  memset(tg->host_mem, 0, (size_t)lw->n_dev * sizeof(int64_t));
   /* The previous build's collectives, offered for reuse unless meanings are recorded
    * (executors build once) or collectives are numbered for folding. */
   GArray *old_blocks = lw->coll_blocks;
@@ -841,7 +949,11 @@ void lower_build_sync_block(SimLowering *lw)
     .chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL),
     .chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
+    .offload_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
   };
+  /* An executor's plan has no host: the offloaded update computes the same values. */
+  if (s->memory.offload > 0 && !lw->record)
+    sb.offload_at = offload_updates(lw, block, sb.offload_end);
   gboolean zero3 = s->memory.zero1 && s->memory.zero3;
   GArray *buckets = make_buckets(lw, items, zero3);
   if (zero3)
@@ -875,6 +987,9 @@ void lower_build_sync_block(SimLowering *lw)
   g_hash_table_destroy(prev_keys);
   g_array_free(ties, TRUE);
   g_array_free(sb.chain_end, TRUE);
+  g_array_free(sb.offload_end, TRUE);
+  if (sb.offload_at)
+    g_hash_table_destroy(sb.offload_at);
   g_free(done);
   g_array_free(items, TRUE);
 }

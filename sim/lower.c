@@ -405,7 +405,8 @@ static void lay_op(SimLowering *lw, int x)
       l->sms = spec->sm_count;
     }
     l->t_r[sh] = tr;
-    l->t_u[sh] = tu;
+    /* The device steps the share of the states it keeps (the host the rest). */
+    l->t_u[sh] = lw->s->memory.offload > 0 ? tu * (1.0 - lw->s->memory.offload) : tu;
     if (op->weight_owner != x) {
       /* The owner's shard on this device updates the shared weights. */
       const SimOpConfig *oc = &lw->s->ops[op->weight_owner];
@@ -719,6 +720,7 @@ void sim_lowering_free(SimLowering *lw)
     g_array_free(os->items, TRUE);
     g_array_free(os->ties, TRUE);
     g_array_free(os->mem, TRUE);
+    g_array_free(os->offload, TRUE);
   }
   g_free(lw->op_sync);
   g_free(lw->rank_f);

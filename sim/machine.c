@@ -638,6 +638,51 @@ const int *sim_machine_route(const SimMachine *m, int src, int dst, int *n_links
   return r->links;
 }
 
+/* The directed link from vertex @a to vertex @b, or -1. */
+static int link_between(const SimMachine *m, int a, int b)
+{
+  const GArray *out = vertex_at(m, a)->out_links;
+  for (guint k = 0; k < out->len; k++) {
+    int l = g_array_index(out, int, k);
+    if (link_at(m, l)->dst == b)
+      return l;
+  }
+  return -1;
+}
+
+int sim_machine_host_links(const SimMachine *m, int dev, gboolean to_host, int *links, int max)
+{
+  const Machine *mm = machine_of(m);
+  const SimMachineDesc *d = mm->desc;
+  int node = dev / d->gpus, v0 = node * mm->vpn;
+  /* The vertices from the GPU up its PCIe tree to the socket above it. */
+  int path[64], n = 0;
+  path[n++] = v0 + dev % d->gpus;
+  int sw = d->gpu_switch[dev % d->gpus];
+  while (sw >= 0 && n < 63) {
+    path[n++] = v0 + mm->v_switch + sw;
+    if (d->switches[sw].parent < 0) {
+      path[n++] = v0 + mm->v_socket + d->switches[sw].socket;
+      break;
+    }
+    sw = d->switches[sw].parent;
+  }
+  int hops = n - 1;
+  for (int i = 0; i < hops && i < max; i++)
+    links[i] = to_host ? link_between(m, path[i], path[i + 1])
+                       : link_between(m, path[hops - i], path[hops - i - 1]);
+  return hops;
+}
+
+int sim_machine_host_socket(const SimMachine *m, int dev)
+{
+  const SimMachineDesc *d = machine_of(m)->desc;
+  int sw = d->gpu_switch[dev % d->gpus];
+  while (d->switches[sw].parent >= 0)
+    sw = d->switches[sw].parent;
+  return d->switches[sw].socket;
+}
+
 double sim_machine_bandwidth(const SimMachine *m, int src, int dst)
 {
   CHECK_DEVICE(m, src, 0);

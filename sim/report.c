@@ -191,6 +191,20 @@ SimReport *sim_report_build(const SimGraph *g, const SimMachine *m, const SimStr
   SimDType cdt = graph_compute_dtype(g);
 
   r->peak_mem = g_new0(int64_t, nd);
+  r->host_mem = g_memdup2(tg->host_mem, sizeof(int64_t) * (size_t)MAX(nd, 1));
+  {
+    /* The most any device's offloaded optimizer holds in host memory, and the most one
+     * node's GPUs hold there together. */
+    int nn = sim_machine_n_nodes(m);
+    int64_t *node = g_new0(int64_t, MAX(nn, 1));
+    for (int d = 0; d < nd; d++) {
+      r->host_most = MAX(r->host_most, r->host_mem[d]);
+      node[sim_machine_device_node(m, d)] += r->host_mem[d];
+    }
+    for (int k = 0; k < nn; k++)
+      r->host_node_most = MAX(r->host_node_most, node[k]);
+    g_free(node);
+  }
   r->capacity = g_new0(int64_t, nd);
   r->compute = g_new0(double, nd);
   r->comm = g_new0(double, nd);
@@ -379,6 +393,7 @@ void sim_report_free(SimReport *r)
   g_free(r->machine_name);
   g_strfreev(r->op_names);
   g_free(r->peak_mem);
+  g_free(r->host_mem);
   g_free(r->capacity);
   g_free(r->compute);
   g_free(r->comm);
@@ -424,6 +439,18 @@ int64_t sim_report_peak_memory(const SimReport *r, int dev)
 {
   g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
   return r->peak_mem[dev];
+}
+
+int64_t sim_report_host_memory(const SimReport *r, int dev)
+{
+  g_return_val_if_fail(dev >= 0 && dev < r->n_devices, 0);
+  return r->host_mem ? r->host_mem[dev] : 0;
+}
+
+static int64_t max_host_memory(const SimReport *r, int64_t *node_most)
+{
+  *node_most = r->host_node_most;
+  return r->host_most;
 }
 
 int64_t sim_report_max_peak_memory(const SimReport *r)
@@ -547,6 +574,14 @@ void sim_report_print(const SimReport *r, FILE *out)
   fmt_bytes(b, sizeof b, (double)sim_report_max_peak_memory(r));
   fprintf(out, "  peak memory         %s on the fullest GPU%s\n", b,
           r->fits ? "" : " -- OUT OF MEMORY on some GPUs");
+  int64_t host_node, host = max_host_memory(r, &host_node);
+  if (host > 0) {
+    char hn[32];
+    fmt_bytes(b, sizeof b, (double)host);
+    fmt_bytes(hn, sizeof hn, (double)host_node);
+    fprintf(out, "  host memory         %s of optimizer states for the fullest GPU, %s a node\n",
+            b, hn);
+  }
   if (r->chunks > 1)
     fprintf(out, "  pipeline            %d stages of %d model chunks each, %d micro-batch%s, %s\n",
             r->n_stages / r->chunks, r->chunks, r->microbatches,
@@ -633,6 +668,15 @@ char *sim_report_to_json(const SimReport *r)
   for (int d = 0; d < r->n_devices; d++)
     json_builder_add_int_value(jb, r->peak_mem[d]);
   json_builder_end_array(jb);
+  int64_t host_node;
+  if (max_host_memory(r, &host_node) > 0) {
+    /* The offloaded optimizer's states in host memory, per device. */
+    json_builder_set_member_name(jb, "host_memory_bytes");
+    json_builder_begin_array(jb);
+    for (int d = 0; d < r->n_devices; d++)
+      json_builder_add_int_value(jb, r->host_mem[d]);
+    json_builder_end_array(jb);
+  }
   json_builder_set_member_name(jb, "devices");
   json_builder_begin_array(jb);
   for (int d = 0; d < r->n_devices; d++) {

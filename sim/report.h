@@ -29,6 +29,8 @@ struct _SimReport {
   int n_used;                 /* devices that compute or hold memory in the plan         */
   gboolean fits;
   int64_t *peak_mem;
+  int64_t *host_mem;          /* per device: its offloaded optimizer states on the host  */
+  int64_t host_most, host_node_most; /* the most of one device's, of one node's together  */
   int64_t *capacity;
   double *compute, *comm, *overlap, *idle;
   int64_t n_tasks;

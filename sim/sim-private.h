@@ -378,6 +378,12 @@ struct _SimMachine {
  * machine lives: one lookup where the public functions take several. */
 const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst);
 
+/* The PCIe links from device @dev up to the host socket above it (@to_host) or back
+ * down, in order, into @links (at most @max); returns how many there are.  The socket's
+ * index in its node: sim_machine_host_socket(). */
+int sim_machine_host_links(const SimMachine *m, int dev, gboolean to_host, int *links, int max);
+int sim_machine_host_socket(const SimMachine *m, int dev);
+
 /* Device specs that are not in the library (from a machine file) live as long as the
  * process: the loader interns them here. */
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec);

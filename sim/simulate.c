@@ -176,7 +176,9 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
   out.rep_of = g_new(int, nd);
   Fold f = { .nd = nd, .D = 1 };
   gboolean replicas = FALSE, ranks = FALSE;
-  if (o->fold) {
+  /* The offloaded updates' PCIe transfers share host links that a folded device's would
+   * share too, and folding keeps no shadows of them: such plans run whole. */
+  if (o->fold && s->memory.offload <= 0) {
     replicas = fold_replicas(g, m, s, &f);
     ranks = fold_ranks(g, m, s, &f);
   }

@@ -100,11 +100,19 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
   g_string_append_printf(out, ", \"overlap\": %s},\n", s->sync.overlap ? "true" : "false");
   g_string_append_printf(out,
                          "  \"memory\": {\"recompute\": \"%s\", \"zero\": %d, \"precision\": "
-                         "\"%s\", \"optimizer\": \"%s\"},\n",
+                         "\"%s\", \"optimizer\": \"%s\"",
                          sim_recompute_name(s->memory.recompute),
                          s->memory.zero3 ? 3 : s->memory.zero2 ? 2 : s->memory.zero1 ? 1 : 0,
                          sim_precision_name(s->memory.precision),
                          sim_optimizer_name(s->memory.optimizer));
+  if (s->memory.offload > 0) {
+    char buf[G_ASCII_DTOSTR_BUF_SIZE];
+    g_string_append_printf(out, ", \"offload_optimizer\": %s",
+                           s->memory.offload >= 1
+                             ? "true"
+                             : g_ascii_formatd(buf, sizeof buf, "%.17g", s->memory.offload));
+  }
+  g_string_append(out, "},\n");
   g_string_append_printf(out, "  \"sequence_parallel\": %s,\n",
                          s->sequence_parallel ? "true" : "false");
   if (s->scatter_gather)
@@ -411,7 +419,8 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
   JsonObject *o = NULL;
   if (!sim_json_object(&r->j, n, "memory", &o))
     return FALSE;
-  static const char *const keys[] = { "recompute", "zero", "precision", "optimizer", NULL };
+  static const char *const keys[] = { "recompute", "zero", "precision", "optimizer",
+                                      "offload_optimizer", NULL };
   if (!sim_json_check_keys(&r->j, o, "memory", keys))
     return FALSE;
   JsonNode *m;
@@ -440,6 +449,20 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
     if (!sim_json_enum(&r->j, m, "memory.optimizer", sim_optimizer_from_name, "adam, sgd", &v))
       return FALSE;
     s->memory.optimizer = v;
+  }
+  if ((m = json_object_get_member(o, "offload_optimizer"))) {
+    /* true: all of the states; a number: that fraction of them. */
+    double f = 0;
+    if (JSON_NODE_HOLDS_VALUE(m) && json_node_get_value_type(m) == G_TYPE_BOOLEAN) {
+      f = json_node_get_boolean(m) ? 1 : 0;
+    } else if (!sim_json_is_number(m) || !isfinite(f = json_node_get_double(m)) || f < 0 ||
+               f > 1) {
+      g_autofree char *got = sim_json_describe(m);
+      return sim_json_fail(&r->j, sim_json_is_number(m) ? r->j.invalid : r->j.parse,
+                           "memory.offload_optimizer",
+                           "expected true, false or a number from 0 to 1, got %s", got);
+    }
+    s->memory.offload = f;
   }
   return TRUE;
 }

@@ -261,7 +261,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
     return FALSE;
   if (a->memory.recompute != b->memory.recompute || !a->memory.zero1 != !b->memory.zero1 ||
       !a->memory.zero2 != !b->memory.zero2 || !a->memory.zero3 != !b->memory.zero3 ||
-      a->memory.precision != b->memory.precision || a->memory.optimizer != b->memory.optimizer)
+      a->memory.precision != b->memory.precision || a->memory.optimizer != b->memory.optimizer ||
+      a->memory.offload != b->memory.offload)
     return FALSE;
   for (int i = 0; i < a->n_ops; i++) {
     const SimOpConfig *x = &a->ops[i], *y = &b->ops[i];
@@ -637,6 +638,7 @@ void sim_strategy_set_memory(SimStrategy *s, const SimMemoryOptions *o)
   s->memory.zero3 = !!o->zero3;
   s->memory.zero2 = !!o->zero2 || s->memory.zero3;
   s->memory.zero1 = !!o->zero1 || s->memory.zero2;
+  s->memory.offload = o->offload > 0 ? MIN(o->offload, 1.0) : 0;
 }
 
 SimMemoryOptions sim_strategy_get_memory(const SimStrategy *s)

@@ -92,6 +92,7 @@ SimTaskGraph *sim_taskgraph_new(int n_devices)
   tg->n_devices = n_devices;
   tg->blocks = g_ptr_array_new();
   tg->static_mem = g_new0(int64_t, n_devices);
+  tg->host_mem = g_new0(int64_t, n_devices);
   tg->stream_off = g_new0(int32_t, n_devices + 1);
   tg->dirty = TRUE;
   return tg;
@@ -150,6 +151,7 @@ void sim_taskgraph_free(SimTaskGraph *tg)
   if (tg->order)
     g_array_free(tg->order, TRUE);
   g_free(tg->static_mem);
+  g_free(tg->host_mem);
   if (tg->task_mapped)
     munmap(tg->task, tg->task_mapped);
   else

@@ -164,6 +164,8 @@ typedef struct {
   GArray *order;       /* int                                                          */
   /* Static memory per device (weights, gradients, optimizer states, buffers).       */
   int64_t *static_mem;
+  /* Host memory per device: the states of its offloaded optimizer (SimMemoryOptions). */
+  int64_t *host_mem;
   /* The flat form, valid after sim_taskgraph_assemble(): */
   int n_tasks;
   SimTask *task;

@@ -304,6 +304,31 @@ Test(cli, zero2_holds_less_than_zero1)
   run_clear(&z2);
 }
 
+/* --offload-optimizer moves the optimizer's states to the host: the fullest GPU holds less
+ * (ZeRO-1 over 8 GPUs: 1.5 of its 5.5 bytes a parameter), the update crosses PCIe and
+ * runs on the host, so the iteration takes longer; the saved strategy records it, and a
+ * fraction outside 0..1 is refused. */
+Test(cli, offload_optimizer_holds_less_and_takes_longer)
+{
+  Run z1 = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--zero1", "--json", NULL);
+  Run off = run("simulate", SMALL_GPT, "--param", "vocab=1024", "--zero1", "--offload-optimizer",
+                "1", "--save-strategy", "offload-strategy.json", "--json", NULL);
+  cr_assert_eq(z1.status, 0, "%s", z1.err);
+  cr_assert_eq(off.status, 0, "%s", off.err);
+  const char *d1 = strstr(z1.out, "\"devices\""), *d2 = strstr(off.out, "\"devices\"");
+  cr_assert(d1 && d2);
+  cr_expect_lt(json_number(d2, "peak_memory_bytes"), json_number(d1, "peak_memory_bytes"));
+  cr_expect_gt(iteration_time(off.out), iteration_time(z1.out));
+  g_autofree char *saved = NULL;
+  cr_assert(g_file_get_contents("offload-strategy.json", &saved, NULL, NULL));
+  cr_expect(strstr(saved, "\"offload_optimizer\": true"), "%s", saved);
+  g_unlink("offload-strategy.json");
+  run_clear(&z1);
+  run_clear(&off);
+  expect_refused(run("simulate", SMALL_GPT, "--offload-optimizer", "1.5", NULL),
+                 "--offload-optimizer 1.5: expected a fraction from 0 to 1");
+}
+
 Test(cli, the_data_parallel_degree_defaults_to_the_gpus_left)
 {
   /* As Megatron derives it: 8 GPUs, tp 2, so dp 4, the same plan as --dp 4 (it once

@@ -737,6 +737,21 @@ Test(exec, gpt_zero1)
   check(g, m, s, SIM_OPTIMIZER_ADAM);
 }
 
+/* The optimizer offloaded to the host changes where the update runs, not what it
+ * computes: the recorded plan is the one without it, and the values equal one device's. */
+Test(exec, gpt_zero1_offloaded_optimizer)
+{
+  g_autoptr(SimGraph) g = gpt();
+  g_autoptr(SimMachine) m = machine();
+  g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, NULL);
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.zero1 = TRUE;
+  mo.offload = 1;
+  sim_strategy_set_memory(s, &mo);
+  cr_assert_eq(sim_strategy_get_memory(s).offload, 1);
+  check(g, m, s, SIM_OPTIMIZER_ADAM);
+}
+
 /* Megatron with sharded optimizer states and full recomputation. */
 Test(exec, gpt_megatron_zero1_recompute)
 {

@@ -1250,6 +1250,54 @@ Test(search, knob_neighbours_toggle_the_tensor_parallel_overlap)
   fixture_free(&f);
 }
 
+/* The optimizer offloaded to the host is a knob where it matters: LLaMA-2 7B in 8
+ * data-parallel replicas without ZeRO holds 16 bytes a parameter (108 GB a GPU), which an
+ * 80 GB A100 cannot hold, so its knob neighbours (MCMC's knob moves, the refinement)
+ * include exactly one that only offloads the optimizer; with ZeRO-1 the same plan fits
+ * and has none; and a plan with the optimizer offloaded has exactly one that only brings
+ * it back. */
+Test(search, knob_neighbours_offload_the_optimizer_where_it_does_not_fit)
+{
+  Fixture f;
+  fixture_load(&f, "llama2-7b", "batch=16", "dgx-a100", 8);
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.dp = 8;
+  o.microbatch_size = 1;
+  o.microbatches = 2;
+  o.memory.recompute = SIM_RECOMPUTE_FULL;
+  const struct {
+    gboolean zero1;
+    double offload;
+    int toggles;
+  } cases[] = { { FALSE, 0, 1 }, { TRUE, 0, 0 }, { TRUE, 1, 1 } };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    o.memory.zero1 = cases[k].zero1;
+    o.memory.offload = cases[k].offload;
+    SimMegatronOptions cand[SEARCH_KNOB_MAX];
+    int n = search_megatron_knob_neighbours(f.p, &o, cand), toggles = 0;
+    for (int i = 0; i < n; i++) {
+      SimMegatronOptions v = cand[i];
+      if (v.memory.offload == o.memory.offload)
+        continue;
+      cr_expect_eq(v.memory.offload, o.memory.offload > 0 ? 0 : 1);
+      toggles += v.tp == o.tp && v.pp == o.pp && v.dp == o.dp && v.cp == o.cp &&
+                 v.ep == o.ep && v.microbatches == o.microbatches &&
+                 v.microbatch_size == o.microbatch_size &&
+                 v.memory.recompute == o.memory.recompute && v.memory.zero1 == o.memory.zero1 &&
+                 v.memory.zero3 == o.memory.zero3;
+    }
+    cr_expect_eq(toggles, cases[k].toggles, "ZeRO-1 %d, offload %g: %d neighbours that only "
+                 "move the optimizer", cases[k].zero1, cases[k].offload, toggles);
+  }
+  /* Read back from the plan built with it. */
+  g_autoptr(SimStrategy) s = search_megatron_plan(f.p, &o);
+  cr_assert_not_null(s);
+  SimMegatronOptions back;
+  cr_assert(search_megatron_options_of(f.p, s, &back));
+  cr_expect_eq(back.memory.offload, 1);
+  fixture_free(&f);
+}
+
 Test(search, megatron_estimate_ranks_by_its_closed_form)
 {
   /* GPT-3 175B's shape is not needed for the estimate's terms: Megatron 18.4B on 16 A100s

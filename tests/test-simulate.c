@@ -351,19 +351,29 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
    *   the same with ZeRO-1:    2 + 2 + 12 / 4 (the fp32 states split over the replicas) = 7
    *   with ZeRO-2:             2 + (2 + 12) / 4 (the gradients split too) = 5.5
    *   fp32, Adam:              4 + 4 + 8 = 16
-   *   fp32, SGD with momentum: 4 + 4 + 4 = 12 */
+   *   fp32, SGD with momentum: 4 + 4 + 4 = 12
+   * With the optimizer offloaded to the host (a fraction f of the master weights and
+   * moments in host memory):
+   *   mixed, Adam, f = 1:            2 + 2 = 4
+   *   the same with ZeRO-1, f = 0.5: 2 + 2 + 12 (1 - 0.5) / 4 = 5.5
+   *   with ZeRO-2, f = 1:            2 + 2 / 4 = 2.5
+   * and the host holds 12 f of them (12 f / 4 under ZeRO): 12, 1.5 and 3. */
   const double params = 2.0 * 4096 * 4096;
   const struct {
     SimPrecision precision;
     SimOptimizer optimizer;
     gboolean zero1, zero2;
     double bytes;
+    double offload;
   } cases[] = {
     { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
     { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, FALSE, 7 },
     { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, TRUE, 5.5 },
     { SIM_PRECISION_FP32, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 16 },
     { SIM_PRECISION_FP32, SIM_OPTIMIZER_SGD, FALSE, FALSE, 12 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, FALSE, 4, 1 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, TRUE, FALSE, 5.5, 0.5 },
+    { SIM_PRECISION_MIXED_FP16, SIM_OPTIMIZER_ADAM, FALSE, TRUE, 2.5, 1 },
   };
   g_autoptr(SimMachine) mach = switch4(100);
   g_autoptr(SimCostModel) c = roofline();
@@ -379,17 +389,22 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
     mo.optimizer = cases[i].optimizer;
     mo.zero1 = cases[i].zero1;
     mo.zero2 = cases[i].zero2;
+    mo.offload = cases[i].offload;
     mo.recompute = SIM_RECOMPUTE_NONE;
     sim_strategy_set_memory(s, &mo);
     SimOptions o = sim_options_default();
     g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
     cr_assert_not_null(r, "%s", error ? error->message : "");
     double want = cases[i].bytes * params;
+    double host = 12 * cases[i].offload / (cases[i].zero1 || cases[i].zero2 ? 4 : 1) * params;
     for (int d = 0; d < 4; d++) {
       double got = (double)sim_report_peak_memory(r, d);
       cr_expect(got >= want && got <= want + (1 << 20),
                 "case %zu, GPU %d: %.0f bytes, expected %.0f plus under 1 MB of activations", i,
                 d, got, want);
+      cr_expect_eq((double)sim_report_host_memory(r, d), host,
+                   "case %zu, GPU %d: %" G_GINT64_FORMAT " bytes on the host, expected %.0f", i,
+                   d, sim_report_host_memory(r, d), host);
     }
   }
 }
@@ -500,6 +515,51 @@ Test(closed_form, zero1_divides_the_update_among_the_replicas)
     double saved = compute[0][d] - compute[1][d], want = 2 * (U - U / 4);
     cr_expect_float_eq(saved, want, want * 1e-9, "GPU %d: %g s saved, expected %g", d, saved,
                        want);
+  }
+}
+
+/* The offloaded update on an otherwise idle machine.  switch4's GPUs hang under one PCIe
+ * switch (16 GB/s, 1 us a link) below one socket: a shard's gradients cross two links to
+ * the host in 2 us + bytes / (16 GB/s e), e the links' achieved share (the collectives'
+ * bandwidth efficiency), the host steps the offloaded parameters at its
+ * share of CPU-Adam's rate (10^10 parameters in 2.57 s a node, a quarter of it a GPU),
+ * and the weights come back as the gradients went.  One 4096 x 4096 linear (fp16): on one
+ * GPU the device's update U gives way to the offloaded one; over 4 GPUs with ZeRO-1 each
+ * GPU offloads a quarter of the parameters, the four transfers share the switch's link to
+ * the socket (a quarter of its bandwidth each, so the same time as one whole), and the
+ * all-gather waits for the weights' return, in place of U / 4. */
+Test(closed_form, offloaded_update_crosses_pcie_and_steps_on_the_host)
+{
+  const double P = 4096.0 * 4096, bytes = 2 * P, rate = 10e9 / 2.57;
+  g_autoptr(SimMachine) mach = switch4(100);
+  g_autoptr(SimCostModel) c = roofline();
+  const SimDeviceSpec *spec = sim_machine_device_spec(mach, 0);
+  for (int dp = 1; dp <= 4; dp *= 4) {
+    g_autoptr(SimGraph) g = chain(1, 64, 4096);
+    int64_t ext[3] = { 64 / dp, 4096, 4096 };
+    double U = sim_cost_model_op_time(c, spec, g, 1, ext, SIM_PASS_UPDATE);
+    double t[3];
+    const double fractions[3] = { 0, 1, 0.5 };
+    for (int k = 0; k < 3; k++) {
+      GError *error = NULL;
+      g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, mach, dp, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      SimMemoryOptions mo = sim_strategy_get_memory(s);
+      mo.zero1 = dp > 1;
+      mo.offload = fractions[k];
+      mo.recompute = SIM_RECOMPUTE_NONE;
+      sim_strategy_set_memory(s, &mo);
+      SimOptions o = sim_options_default();
+      t[k] = simulate(g, mach, s, c, &o);
+    }
+    for (int k = 1; k < 3; k++) {
+      double f = fractions[k], elems = f * P / dp;
+      double cross = 2e-6 + f * bytes / (16e9 * sim_coll_params_default().bandwidth_efficiency);
+      double host = elems / (rate / 4);
+      double want = t[0] - f * U / dp + 2 * cross + host;
+      cr_expect_float_eq(t[k], want, want * 1e-9, "dp %d, offload %g: %.9g s, expected %.9g", dp,
+                         f, t[k], want);
+    }
   }
 }
 
@@ -2078,7 +2138,7 @@ Test(delta, a_change_to_a_weight_owner_reprices_its_users_update)
 /* Delta sessions over a wider space than the tests above: random plans (data parallel, or
  * Megatron's with tensor, pipeline and data parallelism, GPipe, 1F1B or interleaved) with
  * random memory and synchronization options (ZeRO-1, recomputation, buckets, overlap, the
- * three all-reduce algorithms), random simulation options (the three levels of collective
+ * three all-reduce algorithms, half of the optimizer offloaded for every third seed), random simulation options (the three levels of collective
  * detail, a host that issues kernels, blocking sends) on machines with shared links, and
  * models with tied weights; each run after random changes (some undone) equals a fresh
  * session task for task, and the folded report.  (It found the change to a weight owner
@@ -2127,6 +2187,9 @@ Test(delta, equals_fresh_sessions_on_random_plans_options_and_machines, .timeout
     SimMemoryOptions mo = sim_strategy_get_memory(s0);
     mo.zero1 = g_rand_boolean(rng);
     mo.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    /* Every third seed offloads part of the optimizer to the host (outside the random
+     * draws, which stay those of the other seeds). */
+    mo.offload = seed % 3 == 0 ? 0.5 : 0;
     sim_strategy_set_memory(s0, &mo);
     SimOptions o = sim_options_default();
     o.detail = (SimDetail)g_rand_int_range(rng, 0, 3);

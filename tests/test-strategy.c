@@ -542,6 +542,21 @@ Test(strategy_json, round_trips)
   sim_strategy_set_memory(dp, &mem);
   cr_assert(sim_strategy_get_memory(dp).zero1 && sim_strategy_get_memory(dp).zero2);
   assert_round_trip(dp, g, m);
+  /* The optimizer offloaded, in part ("offload_optimizer": 0.25) and whole (true). */
+  mem.offload = 0.25;
+  sim_strategy_set_memory(dp, &mem);
+  assert_round_trip(dp, g, m);
+  g_autofree char *quarter = sim_strategy_to_json(dp, g);
+  cr_assert(strstr(quarter, "\"offload_optimizer\": 0.25"), "%s", quarter);
+  mem.offload = 1;
+  sim_strategy_set_memory(dp, &mem);
+  assert_round_trip(dp, g, m);
+  g_autofree char *whole = sim_strategy_to_json(dp, g);
+  cr_assert(strstr(whole, "\"offload_optimizer\": true"), "%s", whole);
+  mem.offload = 0;
+  sim_strategy_set_memory(dp, &mem);
+  g_autofree char *none = sim_strategy_to_json(dp, g);
+  cr_assert_null(strstr(none, "offload_optimizer"), "%s", none);
 
   /* Uneven device lists and two pipeline stages. */
   g_autoptr(SimStrategy) pipe = sim_strategy_new(g, m);
@@ -871,6 +886,19 @@ Test(strategy_json, errors_name_the_file_and_the_place)
   g_autofree char *zero = g_strdup_printf("\"memory\": {\"zero\": 4}, \"ops\": {%s}", base);
   e = read_error(zero);
   assert_error(e, SIM_ERROR_INVALID, "memory.zero: expected an integer from 0 to 3, got 4");
+  g_error_free(e);
+
+  g_autofree char *off = g_strdup_printf("\"memory\": {\"offload_optimizer\": 1.5}, "
+                                         "\"ops\": {%s}", base);
+  e = read_error(off);
+  assert_error(e, SIM_ERROR_INVALID, "s.json: memory.offload_optimizer: expected true, false or "
+                                     "a number from 0 to 1, got 1.5");
+  g_error_free(e);
+  g_autofree char *offs = g_strdup_printf("\"memory\": {\"offload_optimizer\": \"cpu\"}, "
+                                          "\"ops\": {%s}", base);
+  e = read_error(offs);
+  assert_error(e, SIM_ERROR_PARSE, "memory.offload_optimizer: expected true, false or a number "
+                                   "from 0 to 1, got \"cpu\"");
   g_error_free(e);
 
   /* Too large is not "below 1" (it once said so). */
