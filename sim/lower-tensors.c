@@ -1103,7 +1103,11 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     /* Under tensor-parallel overlap (TpOverlap), inside one stage: the gather of a
      * consumer's input (forward) and of the producer's output gradient (backward), and the
      * reduce-scatter of the consumer's partial input gradient. */
-    gboolean same = lower_tp_overlap(lw) && cl->stage == pl->stage && !p_experts && !c_experts;
+    /* (Not into or out of a mixture of experts, whatever its split: Transformer Engine
+     * overlaps the dense layers' GEMMs, not the experts' token exchanges.) */
+    gboolean same = lower_tp_overlap(lw) && cl->stage == pl->stage && !p_experts && !c_experts &&
+                    sim_graph_op_type(lw->g, px) != SIM_OP_MOE &&
+                    sim_graph_op_type(lw->g, cx) != SIM_OP_MOE;
     gboolean ag_f = same && cl->t_gemm;
     gboolean ag_b = same && pl->t_gemm;
     /* The consumer's partial gradients, where each producer shard on their devices takes
