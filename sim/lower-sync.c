@@ -208,6 +208,13 @@ static void sync_collectives_done(SimLowering *lw, GArray *old_blocks)
   g_free(mark);
 }
 
+/* Whether shard coordinates @a and @b (@ndims each) are of one set: the same samples
+ * (dimension 0; @by_sample TRUE), or the same other coordinates (FALSE). */
+static gboolean same_set(const int *a, const int *b, int ndims, gboolean by_sample)
+{
+  return by_sample ? a[0] == b[0] : memcmp(a + 1, b + 1, sizeof(int) * (size_t)(ndims - 1)) == 0;
+}
+
 /* Appends to @items the members of @h whose coordinate of dimension 0 (the samples) is
  * @b0 (@by_sample TRUE) or whose other coordinates are those of member @ref (FALSE), on
  * their distinct devices; nothing where they sit on one device or none is simulated. */
@@ -219,10 +226,7 @@ static void sub_item(const SimLowering *lw, int x, const Holders *h, const int *
   int n = 0, nd = 0;
   gboolean any_sim = FALSE;
   for (int i = 0; i < h->n; i++) {
-    const int *ci = coords + (size_t)i * ndims, *cr = coords + (size_t)ref * ndims;
-    gboolean in = by_sample ? ci[0] == cr[0]
-                            : memcmp(ci + 1, cr + 1, sizeof(int) * (size_t)(ndims - 1)) == 0;
-    if (!in)
+    if (!same_set(coords + (size_t)i * ndims, coords + (size_t)ref * ndims, ndims, by_sample))
       continue;
     int m = h->members[i];
     sh[n++] = m;
@@ -263,11 +267,8 @@ static void split_sequence_parallel(const SimLowering *lw, int x, const Holders 
     for (int i = 0; i < h->n; i++) {
       /* The first member of each set stands for it. */
       gboolean first = TRUE;
-      for (int j = 0; j < i && first; j++) {
-        const int *ci = coords + (size_t)i * ndims, *cj = coords + (size_t)j * ndims;
-        first = pass ? ci[0] != cj[0]
-                     : memcmp(ci + 1, cj + 1, sizeof(int) * (size_t)(ndims - 1)) != 0;
-      }
+      for (int j = 0; j < i && first; j++)
+        first = !same_set(coords + (size_t)i * ndims, coords + (size_t)j * ndims, ndims, pass);
       if (first)
         sub_item(lw, x, h, coords, ndims, i, pass == 1, bytes, items);
     }
@@ -742,7 +743,6 @@ typedef struct {
   SimCollKind kind;          /* all-reduce, or reduce-scatter under ZeRO                  */
   const SimTaskRef *done;    /* per device, its backward pass's end; NULL where no
                               * bucket waits for it                                     */
-  gboolean overlap;          /* buckets but the late ones start as their gradients are done */
   const uint8_t *in_tie;     /* per op: its weights are exchanged with copies of them     */
   const uint8_t *late_op;    /* per op: some of its gradients are summed late too         */
   GHashTable *sync_end;      /* (op << 16 | shard) + 1 -> index in chain_end + 1           */
@@ -785,6 +785,8 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
   /* A late bucket (tensor-parallel ranks' sums under sequence parallelism) all-reduces,
    * ZeRO or not, after its gradients' data-parallel reduction. */
   SimCollKind kind = first->late ? SIM_COLL_ALLREDUCE : sb->kind;
+  /* Whether the bucket waits for its devices' whole backward pass, not its gradients'. */
+  gboolean wait_done = sb->done && (!s->sync.overlap || first->late);
   SimTaskRef start, end;
   sync_collective(lw, sb->prev, lw->coll_keys, kind, SIM_CLASS_GRAD_SYNC, first->devs,
                   first->n_devs, (double)bytes, first->op, &start, &end);
@@ -807,7 +809,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
         sim_taskgraph_depend(tg, block,
                              g_array_index(sb->chain_end, SimTaskRef, GPOINTER_TO_INT(before) - 1),
                              start);
-      if (sb->done && (!sb->overlap || first->late))
+      if (wait_done)
         sim_taskgraph_depend(tg, block, sb->done[l->dev[sh]], start);
       else
         sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, rmb, sh), start);
@@ -826,7 +828,7 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
           here = it->devs[dd] == ul->dev[sh];
         if (!here)
           continue;
-        if (!sb->done || (sb->overlap && !first->late))
+        if (!wait_done)
           sim_taskgraph_depend(tg, block, ref_done(lw, ul, P_B, rmb, sh), start);
         if (last)
           sim_taskgraph_depend(tg, block, end, ref_update(lw, ul, sh));
@@ -944,7 +946,7 @@ void lower_build_sync_block(SimLowering *lw)
   SyncBuild sb = {
     .lw = lw, .block = block, .prev = reuse ? prev_keys : NULL, .items = items,
     .kind = s->memory.zero1 ? SIM_COLL_REDUCE_SCATTER : SIM_COLL_ALLREDUCE,
-    .done = done, .overlap = s->sync.overlap, .in_tie = in_tie, .late_op = late_op,
+    .done = done, .in_tie = in_tie, .late_op = late_op,
     .sync_end = g_hash_table_new(g_direct_hash, g_direct_equal),
     .chain_last = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL),

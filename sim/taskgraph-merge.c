@@ -552,8 +552,6 @@ static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
       const SimTask *f = &task[t];
       if (gone[t] || f->kind != SIM_TASK_FLOW || (dev[t] >= 0) != (pass == 0))
         continue;
-      const int32_t *links = NULL;
-      int k = 0;
       if (f->n_links) {
         /* (Every other flow is asked on its own: each waits for its own tasks.) */
         int slot = (int)((uint32_t)f->links_off % SEEN);
@@ -561,13 +559,9 @@ static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
           continue;
         seen[slot].off = f->links_off;
         seen[slot].dev = dev[t];
-        links = sim_task_links(tg, f);
-        k = f->n_links;
-      } else if (f->device != f->peer) {
-        const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
-        links = r->links;
-        k = r->n_links;
       }
+      int k;
+      const int32_t *links = flow_links(tg, m, f, &k);
       for (int j = 0; j < k; j++) {
         int l = links[j];
         if (pass == 0) {

@@ -62,6 +62,14 @@ static SimGraph *zoo(const char *name, const char *params)
   return g;
 }
 
+/* The merging tests' GPT: 8 layers, h 256, 32 sequences of 128 tokens, in fp16. */
+static SimGraph *accel_gpt(void)
+{
+  SimGraph *g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  return g;
+}
+
 static double simulate(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *c,
                        const SimOptions *o)
 {
@@ -2877,8 +2885,7 @@ Test(accel, merged_runs_of_compute_tasks_predict_what_single_tasks_do)
   g_rand_free(rng);
   /* GPT over two DGX A100 nodes: TP 2, PP 4, DP 2, each schedule, with and without full
    * recomputation. */
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimGraph) g = accel_gpt();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
   cr_assert_not_null(m);
@@ -3104,8 +3111,7 @@ Test(accel, the_steady_state_predicts_context_parallel_plans)
 Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
 {
   g_autoptr(SimCostModel) c = roofline();
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimGraph) g = accel_gpt();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
   cr_assert_not_null(m);
@@ -3192,8 +3198,7 @@ Test(accel, a_brief_run_takes_in_the_rings_its_streams_wait_for)
 Test(accel, sequence_parallel_rings_are_taken_in_as_the_all_reduces_they_replace)
 {
   g_autoptr(SimCostModel) c = roofline();
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimGraph) g = accel_gpt();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
   cr_assert_not_null(m);
@@ -3371,8 +3376,7 @@ static void expect_same_merged(const SimGraph *g, SimMachine *m, const SimStrate
 Test(accel, implied_dependencies_left_out_by_the_lowering_give_the_merged_graph)
 {
   g_autoptr(SimCostModel) c = roofline();
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimGraph) g = accel_gpt();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
   cr_assert_not_null(m);
@@ -3427,8 +3431,7 @@ Test(accel, implied_dependencies_left_out_by_the_lowering_give_the_merged_graph)
 Test(accel, the_assembly_and_the_merging_stop_at_a_raised_cancellation_flag)
 {
   g_autoptr(SimCostModel) c = roofline();
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=32");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  g_autoptr(SimGraph) g = accel_gpt();
   GError *error = NULL;
   g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", &error);
   cr_assert_not_null(m);
