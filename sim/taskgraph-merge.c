@@ -403,7 +403,7 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
   }
   int32_t *stamp = sim_large_alloc(MAX((size_t)n, 1) * sizeof(int32_t));
   memset(stamp, 0xff, (size_t)n * sizeof(int32_t));
-  GArray *todo = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  GArray *stack = g_array_new(FALSE, FALSE, sizeof(int32_t));
   for (int d = 0; d < nd; d++) {
     if (!asked[d])
       continue;
@@ -412,24 +412,24 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
       if (at[k] >= 0)
         last = k;
     /* Everything that waits for the task after the last ring, marked d. */
-    g_array_set_size(todo, 0);
+    g_array_set_size(stack, 0);
     for (int32_t k = last < 0 ? lo : last + 1; k < hi; k++) {
       int32_t t = tg->stream[k];
       if (stamp[t] != d) {
         stamp[t] = d;
-        g_array_append_val(todo, t);
+        g_array_append_val(stack, t);
       }
     }
-    while (todo->len) {
-      int32_t t = g_array_index(todo, int32_t, todo->len - 1);
-      g_array_set_size(todo, todo->len - 1);
+    while (stack->len) {
+      int32_t t = g_array_index(stack, int32_t, stack->len - 1);
+      g_array_set_size(stack, stack->len - 1);
       const int32_t *su = tg->succ + task[t].succ_off;
       for (int i = 0; i < task[t].n_succ; i++) {
         int32_t v = su[i];
         if (v < 0 || gone[v] || stamp[v] == d)
           continue;
         stamp[v] = d;
-        g_array_append_val(todo, v);
+        g_array_append_val(stack, v);
       }
     }
     /* The flows on d's links that were not reached take the links away. */
@@ -444,7 +444,7 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
           owner[links[j]] = -2;
     }
   }
-  g_array_free(todo, TRUE);
+  g_array_free(stack, TRUE);
   g_free(stamp);
   g_free(asked);
 }
