@@ -774,7 +774,20 @@ typedef struct {
   GMutex lock;
   GCond cond;
   gboolean done;
+  gatomicrefcount refs; /* the caller's and the thread's: an algorithm left running at the
+                         * deadline outlives search_run()'s frame, so this is on the heap
+                         * and the last of the two frees it */
 } RunThread;
+
+static void run_thread_unref(RunThread *rt)
+{
+  if (!g_atomic_ref_count_dec(&rt->refs))
+    return;
+  g_mutex_clear(&rt->lock);
+  g_cond_clear(&rt->cond);
+  g_clear_error(&rt->error);
+  g_free(rt);
+}
 
 static gpointer run_thread(gpointer data)
 {
@@ -787,6 +800,7 @@ static gpointer run_thread(gpointer data)
   rt->done = TRUE;
   g_cond_signal(&rt->cond);
   g_mutex_unlock(&rt->lock);
+  run_thread_unref(rt);
   return NULL;
 }
 
@@ -897,15 +911,19 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
    * give up on their own past the deadline. */
   search_dist_begin(ctx);
   gboolean shared = search_dist_on(ctx);
-  RunThread rt = { .algo = algo, .ctx = ctx };
-  g_mutex_init(&rt.lock);
-  g_cond_init(&rt.cond);
-  GThread *thread = g_thread_new("search", run_thread, &rt);
+  RunThread *rt = g_new0(RunThread, 1);
+  rt->algo = algo;
+  rt->ctx = ctx;
+  g_mutex_init(&rt->lock);
+  g_cond_init(&rt->cond);
+  g_atomic_ref_count_init(&rt->refs);
+  g_atomic_ref_count_inc(&rt->refs);
+  GThread *thread = g_thread_new("search", run_thread, rt);
   gboolean abandoned = FALSE;
   double budget_s = deadline_us > 0 ? (double)(deadline_us - ctx->t0) / 1e6 : 0;
   gint64 grace_us = (gint64)(MAX(0.5, 0.02 * budget_s) * 1e6);
-  g_mutex_lock(&rt.lock);
-  while (!rt.done) {
+  g_mutex_lock(&rt->lock);
+  while (!rt->done) {
     gint64 until = g_get_monotonic_time() + 50000;
     if (!shared && deadline_us > 0 && g_get_monotonic_time() >= deadline_us + grace_us) {
       abandoned = TRUE;
@@ -917,17 +935,19 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
       if (deadline_us == 0 || cut < deadline_us)
         deadline_us = cut;
     }
-    g_cond_wait_until(&rt.cond, &rt.lock, until);
+    g_cond_wait_until(&rt->cond, &rt->lock, until);
   }
-  g_mutex_unlock(&rt.lock);
+  /* Left running, the algorithm's outcome is not read: it may still come. */
+  gboolean ok = !abandoned && rt->ok;
+  GError *run_error = abandoned ? NULL : g_steal_pointer(&rt->error);
+  g_mutex_unlock(&rt->lock);
+  run_thread_unref(rt);
   if (abandoned)
     g_thread_unref(thread);
   else
     g_thread_join(thread);
   if (!abandoned)
     search_dist_end(ctx);
-  gboolean ok = rt.ok;
-  GError *run_error = rt.error;
   double elapsed = search_context_elapsed(ctx);
 
   if (own_signals)
@@ -963,8 +983,6 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     r->abandoned = TRUE;
     return r;
   }
-  g_mutex_clear(&rt.lock);
-  g_cond_clear(&rt.cond);
   g_clear_pointer(&ctx->watch, search_watch_free);
   if (ctx->option_error) {
     g_clear_error(&run_error);

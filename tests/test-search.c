@@ -1121,7 +1121,25 @@ static gboolean stubborn_run(const SearchAlgorithm *self, SearchContext *ctx, GE
   return TRUE;
 }
 
-Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline)
+/* Lets the stubborn algorithm end while this frame's array covers the stack where
+ * search_run()'s frame was, and says whether the array came through untouched: an
+ * algorithm left running must not write into the frame of a call that has returned. */
+static __attribute__((noinline)) gboolean release_over_a_stack_pattern(void)
+{
+  volatile unsigned char pattern[32768];
+  for (size_t i = 0; i < sizeof pattern; i++)
+    pattern[i] = (unsigned char)(i * 131 + 7);
+  atomic_store(&stubborn_release, 1);
+  while (atomic_load(&stubborn_running))
+    g_usleep(1000);
+  g_usleep(50000);
+  for (size_t i = 0; i < sizeof pattern; i++)
+    if (pattern[i] != (unsigned char)(i * 131 + 7))
+      return FALSE;
+  return TRUE;
+}
+
+Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline, .timeout = 60)
 {
   Fixture f;
   fixture_small(&f);
@@ -1140,11 +1158,9 @@ Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline)
   cr_assert(sim_strategy_equal(search_result_get_strategy(r), dp));
   cr_assert_eq(search_result_get_time(r), search_problem_simulate(f.p, dp, NULL, NULL));
   search_result_free(r);
-  /* Let it end before its problem goes. */
-  atomic_store(&stubborn_release, 1);
-  while (atomic_load(&stubborn_running))
-    g_usleep(1000);
-  g_usleep(10000);
+  /* Let it end before its problem goes, without touching the stack it was started from. */
+  cr_expect(release_over_a_stack_pattern(),
+            "the algorithm left running wrote into search_run()'s returned frame");
   fixture_free(&f);
 }
 
