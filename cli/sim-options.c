@@ -360,6 +360,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "zero2", 0, 0, G_OPTION_ARG_NONE, &p->zero2, "Shard optimizer states and gradients over data-parallel replicas (ZeRO-2; the communication is --zero1's)", NULL },
     { "zero3", 0, 0, G_OPTION_ARG_NONE, &p->zero3, "Shard weights too (ZeRO-3, FSDP's full sharding): all-gathered before every micro-batch's forward and backward, gradients reduce-scattered after each backward", NULL },
     { "offload-optimizer", 0, 0, G_OPTION_ARG_CALLBACK, parse_offload, "Keep this fraction (0 to 1) of the optimizer's states in host memory and update it on the host's CPU (ZeRO-Offload; docs/llm.md)", "F" },
+    { "offload-overlap", 0, 0, G_OPTION_ARG_NONE, &p->offload_overlap, "With --offload-optimizer: copy each shard's gradients to the host as soon as they are reduced, overlapping the backward pass (DeepSpeed's ZeRO-Offload); default: after the device's update (Megatron-LM's --optimizer-cpu-offload)", NULL },
     { "allreduce", 0, 0, G_OPTION_ARG_STRING, &p->allreduce, "Gradient all-reduce: ring (default), tree, hierarchical", "A" },
     { "bucket-mb", 0, 0, G_OPTION_ARG_CALLBACK, parse_bucket_mb, "Gradient bucket size in MB (default 25; 0 per weight)", "MB" },
     { "no-overlap", 0, 0, G_OPTION_ARG_NONE, &p->no_overlap, "Synchronize gradients after the backward pass", NULL },
@@ -711,6 +712,12 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->memory.zero2 = p->zero2 || p->zero3;
   o->memory.zero3 = p->zero3;
   o->memory.offload = p->offload_optimizer;
+  if (p->offload_overlap && !(p->offload_optimizer > 0)) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "--offload-overlap: needs --offload-optimizer with a fraction above 0");
+    return FALSE;
+  }
+  o->memory.offload_overlap = p->offload_overlap;
   if (p->allreduce) {
     int v = sim_allreduce_algo_from_name(p->allreduce);
     if (v < 0) {

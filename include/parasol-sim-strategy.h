@@ -139,6 +139,12 @@ typedef struct {
    * go to the host over PCIe, the host updates them, and the new weights come back
    * (sim/lower-sync.c).  0: none. */
   double offload;
+  /* With offload: each shard's gradients go to the host as soon as they are reduced
+   * (summed over the replicas, or produced where there are none), overlapping the rest
+   * of the backward pass, as ZeRO-Offload copies each bucket (DeepSpeed's
+   * overlap_comm); the host still steps after the backward.  FALSE: after the device's
+   * own update, as Megatron-LM's --optimizer-cpu-offload does by default. */
+  gboolean offload_overlap;
 } SimMemoryOptions;
 
 SIM_PUBLIC void sim_strategy_set_sync(SimStrategy *s, const SimSyncOptions *o);

@@ -690,9 +690,14 @@ static SimTaskRef host_flow(SimLowering *lw, int block, int dev, gboolean to_hos
  * (which steps the share left there), the gradients of the offloaded share cross PCIe to
  * the host, the host steps them, and the new weights cross back, each shard in turn on its
  * device's share of the host's cores, the transfers of all shards sharing the links.
- * Returns ((op << 16 | shard) + 1) -> index + 1 in @ends of the weights' return. */
-static GHashTable *offload_updates(SimLowering *lw, int block, GArray *ends)
+ * With offload_overlap the gradients leave once the last micro-batch's backward has
+ * produced them (reduce_bucket() adds the wait for their reduction) and the host's step
+ * waits for both them and the device's update, which follows the backward pass.
+ * Returns ((op << 16 | shard) + 1) -> index + 1 in @ends of the weights' return, and in
+ * @downs of the gradients' copy to the host. */
+static GHashTable *offload_updates(SimLowering *lw, int block, GArray *ends, GArray *downs)
 {
+  gboolean overlap = lw->s->memory.offload_overlap;
   SimTaskGraph *tg = lw->tg;
   GHashTable *at = g_hash_table_new(g_direct_hash, g_direct_equal);
   SimTaskRef *host = g_new(SimTaskRef, MAX(lw->n_dev, 1));
@@ -717,7 +722,12 @@ static GHashTable *offload_updates(SimLowering *lw, int block, GArray *ends)
       st.shard = sh;
       SimTaskRef step = sim_taskgraph_add(tg, block, &st);
       SimTaskRef up = host_flow(lw, block, dev, FALSE, SIM_CLASS_PARAM_SYNC, bytes, x);
-      sim_taskgraph_depend(tg, block, ref_update(lw, l, sh), down);
+      if (overlap) {
+        sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, lw->M - 1, sh), down);
+        sim_taskgraph_depend(tg, block, ref_update(lw, l, sh), step);
+      } else {
+        sim_taskgraph_depend(tg, block, ref_update(lw, l, sh), down);
+      }
       sim_taskgraph_depend(tg, block, down, step);
       if (busy[dev])
         sim_taskgraph_depend(tg, block, host[dev], step);
@@ -725,6 +735,7 @@ static GHashTable *offload_updates(SimLowering *lw, int block, GArray *ends)
       busy[dev] = 1;
       sim_taskgraph_depend(tg, block, step, up);
       g_array_append_val(ends, up);
+      g_array_append_val(downs, down);
       g_hash_table_insert(at, GINT_TO_POINTER(((x << 16) | sh) + 1),
                           GINT_TO_POINTER((int)ends->len));
     }
@@ -750,6 +761,7 @@ typedef struct {
   GArray *chain_end;         /* SimTaskRef                                                */
   GHashTable *offload_at;    /* offloaded shards: offload_updates()' map into offload_end   */
   GArray *offload_end;       /* SimTaskRef                                                */
+  GArray *offload_down;      /* SimTaskRef, the gradients' copies to the host, likewise   */
 } SyncBuild;
 
 /* Records what the collective ending at @end means (a recorded plan, for executors): the
@@ -815,6 +827,14 @@ static void reduce_bucket(SyncBuild *sb, const Bucket *bk, int rmb)
         sim_taskgraph_depend(tg, block, ref_done(lw, l, P_B, rmb, sh), start);
       if (last)
         sim_taskgraph_depend(tg, block, end, ref_update(lw, l, sh));
+      /* Overlapped offload: the reduced gradients go to the host from here. */
+      gpointer off = last && s->memory.offload_overlap && sb->offload_at
+                       ? g_hash_table_lookup(sb->offload_at, key)
+                       : NULL;
+      if (off)
+        sim_taskgraph_depend(tg, block,
+                             end, g_array_index(sb->offload_down, SimTaskRef,
+                                                GPOINTER_TO_INT(off) - 1));
     }
     /* Users of these weights on the same devices add their gradients first. */
     GArray *users = lw->sharers[it->op];
@@ -952,10 +972,11 @@ void lower_build_sync_block(SimLowering *lw)
                                         (GDestroyNotify)g_bytes_unref, NULL),
     .chain_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
     .offload_end = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
+    .offload_down = g_array_new(FALSE, FALSE, sizeof(SimTaskRef)),
   };
   /* An executor's plan has no host: the offloaded update computes the same values. */
   if (s->memory.offload > 0 && !lw->record)
-    sb.offload_at = offload_updates(lw, block, sb.offload_end);
+    sb.offload_at = offload_updates(lw, block, sb.offload_end, sb.offload_down);
   gboolean zero3 = s->memory.zero1 && s->memory.zero3;
   GArray *buckets = make_buckets(lw, items, zero3);
   if (zero3)
@@ -990,6 +1011,7 @@ void lower_build_sync_block(SimLowering *lw)
   g_array_free(ties, TRUE);
   g_array_free(sb.chain_end, TRUE);
   g_array_free(sb.offload_end, TRUE);
+  g_array_free(sb.offload_down, TRUE);
   if (sb.offload_at)
     g_hash_table_destroy(sb.offload_at);
   g_free(done);

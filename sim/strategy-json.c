@@ -111,6 +111,8 @@ char *sim_strategy_to_json(const SimStrategy *s, const SimGraph *g)
                            s->memory.offload >= 1
                              ? "true"
                              : g_ascii_formatd(buf, sizeof buf, "%.17g", s->memory.offload));
+    if (s->memory.offload_overlap)
+      g_string_append(out, ", \"offload_overlap\": true");
   }
   g_string_append(out, "},\n");
   g_string_append_printf(out, "  \"sequence_parallel\": %s,\n",
@@ -420,7 +422,7 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
   if (!sim_json_object(&r->j, n, "memory", &o))
     return FALSE;
   static const char *const keys[] = { "recompute", "zero", "precision", "optimizer",
-                                      "offload_optimizer", NULL };
+                                      "offload_optimizer", "offload_overlap", NULL };
   if (!sim_json_check_keys(&r->j, o, "memory", keys))
     return FALSE;
   JsonNode *m;
@@ -463,6 +465,18 @@ static gboolean read_memory(Reader *r, JsonNode *n, SimStrategy *s)
                            "expected true, false or a number from 0 to 1, got %s", got);
     }
     s->memory.offload = f;
+  }
+  if ((m = json_object_get_member(o, "offload_overlap"))) {
+    if (!JSON_NODE_HOLDS_VALUE(m) || json_node_get_value_type(m) != G_TYPE_BOOLEAN) {
+      g_autofree char *got = sim_json_describe(m);
+      return sim_json_fail(&r->j, r->j.parse, "memory.offload_overlap",
+                           "expected true or false, got %s", got);
+    }
+    if (json_node_get_boolean(m) && !(s->memory.offload > 0))
+      return sim_json_fail(&r->j, r->j.invalid, "memory.offload_overlap",
+                           "true needs a share of the optimizer on the host "
+                           "(memory.offload_optimizer)");
+    s->memory.offload_overlap = json_node_get_boolean(m);
   }
   return TRUE;
 }

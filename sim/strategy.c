@@ -262,7 +262,8 @@ gboolean sim_strategy_equal(const SimStrategy *a, const SimStrategy *b)
   if (a->memory.recompute != b->memory.recompute || !a->memory.zero1 != !b->memory.zero1 ||
       !a->memory.zero2 != !b->memory.zero2 || !a->memory.zero3 != !b->memory.zero3 ||
       a->memory.precision != b->memory.precision || a->memory.optimizer != b->memory.optimizer ||
-      a->memory.offload != b->memory.offload)
+      a->memory.offload != b->memory.offload ||
+      !a->memory.offload_overlap != !b->memory.offload_overlap)
     return FALSE;
   for (int i = 0; i < a->n_ops; i++) {
     const SimOpConfig *x = &a->ops[i], *y = &b->ops[i];
@@ -639,6 +640,7 @@ void sim_strategy_set_memory(SimStrategy *s, const SimMemoryOptions *o)
   s->memory.zero2 = !!o->zero2 || s->memory.zero3;
   s->memory.zero1 = !!o->zero1 || s->memory.zero2;
   s->memory.offload = o->offload > 0 ? MIN(o->offload, 1.0) : 0;
+  s->memory.offload_overlap = s->memory.offload > 0 && o->offload_overlap;
 }
 
 SimMemoryOptions sim_strategy_get_memory(const SimStrategy *s)

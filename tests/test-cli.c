@@ -327,6 +327,8 @@ Test(cli, offload_optimizer_holds_less_and_takes_longer)
   run_clear(&off);
   expect_refused(run("simulate", SMALL_GPT, "--offload-optimizer", "1.5", NULL),
                  "--offload-optimizer 1.5: expected a fraction from 0 to 1");
+  expect_refused(run("simulate", SMALL_GPT, "--offload-overlap", NULL),
+                 "--offload-overlap: needs --offload-optimizer with a fraction above 0");
 }
 
 Test(cli, the_data_parallel_degree_defaults_to_the_gpus_left)

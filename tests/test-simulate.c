@@ -535,7 +535,10 @@ Test(closed_form, zero1_divides_the_update_among_the_replicas)
  * GPU the device's update U gives way to the offloaded one; over 4 GPUs with ZeRO-1 each
  * GPU offloads a quarter of the parameters, the four transfers share the switch's link to
  * the socket (a quarter of its bandwidth each, so the same time as one whole), and the
- * all-gather waits for the weights' return, in place of U / 4. */
+ * all-gather waits for the weights' return, in place of U / 4.  With offload_overlap the
+ * gradients leave as soon as they are reduced, during the device's update of its share
+ * (1 - f) U / dp, and the host steps once both are done: min(cross, (1 - f) U / dp)
+ * sooner. */
 Test(closed_form, offloaded_update_crosses_pcie_and_steps_on_the_host)
 {
   const double P = 4096.0 * 4096, bytes = 2 * P, rate = 10e9 / 2.57;
@@ -546,7 +549,7 @@ Test(closed_form, offloaded_update_crosses_pcie_and_steps_on_the_host)
     g_autoptr(SimGraph) g = chain(1, 64, 4096);
     int64_t ext[3] = { 64 / dp, 4096, 4096 };
     double U = sim_cost_model_op_time(c, spec, g, 1, ext, SIM_PASS_UPDATE);
-    double t[3];
+    double t[3], tov[3];
     const double fractions[3] = { 0, 1, 0.5 };
     for (int k = 0; k < 3; k++) {
       GError *error = NULL;
@@ -559,6 +562,9 @@ Test(closed_form, offloaded_update_crosses_pcie_and_steps_on_the_host)
       sim_strategy_set_memory(s, &mo);
       SimOptions o = sim_options_default();
       t[k] = simulate(g, mach, s, c, &o);
+      mo.offload_overlap = TRUE;
+      sim_strategy_set_memory(s, &mo);
+      tov[k] = simulate(g, mach, s, c, &o);
     }
     for (int k = 1; k < 3; k++) {
       double f = fractions[k], elems = f * P / dp;
@@ -567,7 +573,11 @@ Test(closed_form, offloaded_update_crosses_pcie_and_steps_on_the_host)
       double want = t[0] - f * U / dp + 2 * cross + host;
       cr_expect_float_eq(t[k], want, want * 1e-9, "dp %d, offload %g: %.9g s, expected %.9g", dp,
                          f, t[k], want);
+      double wov = want - MIN(cross, (1 - f) * U / dp);
+      cr_expect_float_eq(tov[k], wov, wov * 1e-9,
+                         "dp %d, offload %g, overlapped: %.9g s, expected %.9g", dp, f, tov[k], wov);
     }
+    cr_expect_eq(tov[0], t[0], "no offload: the overlap changes nothing");
   }
 }
 

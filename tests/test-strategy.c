@@ -553,6 +553,13 @@ Test(strategy_json, round_trips)
   assert_round_trip(dp, g, m);
   g_autofree char *whole = sim_strategy_to_json(dp, g);
   cr_assert(strstr(whole, "\"offload_optimizer\": true"), "%s", whole);
+  cr_assert_null(strstr(whole, "offload_overlap"), "%s", whole);
+  /* Its gradients copied during the backward ("offload_overlap": true). */
+  mem.offload_overlap = TRUE;
+  sim_strategy_set_memory(dp, &mem);
+  assert_round_trip(dp, g, m);
+  g_autofree char *overlapped = sim_strategy_to_json(dp, g);
+  cr_assert(strstr(overlapped, "\"offload_overlap\": true"), "%s", overlapped);
   mem.offload = 0;
   sim_strategy_set_memory(dp, &mem);
   g_autofree char *none = sim_strategy_to_json(dp, g);
@@ -899,6 +906,17 @@ Test(strategy_json, errors_name_the_file_and_the_place)
   e = read_error(offs);
   assert_error(e, SIM_ERROR_PARSE, "memory.offload_optimizer: expected true, false or a number "
                                    "from 0 to 1, got \"cpu\"");
+  g_error_free(e);
+  g_autofree char *ovl = g_strdup_printf("\"memory\": {\"offload_overlap\": true}, "
+                                         "\"ops\": {%s}", base);
+  e = read_error(ovl);
+  assert_error(e, SIM_ERROR_INVALID, "s.json: memory.offload_overlap: true needs a share of the "
+                                     "optimizer on the host (memory.offload_optimizer)");
+  g_error_free(e);
+  g_autofree char *ovls = g_strdup_printf("\"memory\": {\"offload_optimizer\": true, "
+                                          "\"offload_overlap\": 1}, \"ops\": {%s}", base);
+  e = read_error(ovls);
+  assert_error(e, SIM_ERROR_PARSE, "memory.offload_overlap: expected true or false, got 1");
   g_error_free(e);
 
   /* Too large is not "below 1" (it once said so). */

@@ -70,7 +70,7 @@ class SimSyncOptions(Structure):
 class SimMemoryOptions(Structure):
     _fields_ = [("recompute", c_int), ("zero1", gboolean), ("precision", c_int),
                 ("optimizer", c_int), ("zero2", gboolean), ("zero3", gboolean),
-                ("offload", c_double)]
+                ("offload", c_double), ("offload_overlap", gboolean)]
 
 
 class SimTpOverlap(Structure):
