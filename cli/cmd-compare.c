@@ -593,9 +593,12 @@ static void compare_clear(Compare *c)
     g_string_free(c->runs[i].rows, TRUE);
   }
   g_free(c->runs);
-  /* The problem borrows the graph and machine: it goes first. */
-  g_clear_pointer(&c->problem, search_problem_unref);
-  cli_problem_clear(&c->pb);
+  /* The problem borrows the graph and machine: it goes first, unless an algorithm left
+   * running at its deadline still reads them (they stay until the process ends). */
+  if (search_algorithms_left_running() == 0) {
+    g_clear_pointer(&c->problem, search_problem_unref);
+    cli_problem_clear(&c->pb);
+  }
   g_ptr_array_unref(c->algos);
   g_free(c->csv_path);
   g_free(c->gp_path);

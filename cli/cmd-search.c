@@ -615,9 +615,10 @@ static void search_clear(Search *s)
   /* The signals stay caught until the process ends: a second one while it exits would
    * otherwise kill it after the plan was written, with the signal's status. */
   g_clear_pointer(&s->report, sim_report_free);
-  if (s->result && search_result_get_abandoned(s->result)) {
-    /* The algorithm left running still reads the problem, its graph and machine: they
-     * stay until the process ends. */
+  if (search_algorithms_left_running() > 0) {
+    /* An algorithm left running (the search's, or the yardsticks' run of the expert
+     * plans) still reads the problem, its graph and machine: they stay until the process
+     * ends. */
     g_clear_pointer(&s->result, search_result_free);
   } else {
     /* The problem and results borrow the graph and machine: they go first. */

@@ -409,6 +409,10 @@ SEARCH_PUBLIC const char *search_result_get_log_error(const SearchResult *r);
  * budget, at least 0.5 s) and was left running: the result is the best it had
  * reported by then. */
 SEARCH_PUBLIC gboolean search_result_get_abandoned(const SearchResult *r);
+/* How many algorithms the process's searches left running (search_result_get_abandoned(),
+ * the yardsticks' expert runs included) have not returned yet: while any has not, the
+ * problems, graphs and machines they were given must stay. */
+SEARCH_PUBLIC gint search_algorithms_left_running(void);
 /* The improvements in order: wall time (s), evaluations so far and the new best time. */
 SEARCH_PUBLIC int search_result_n_improvements(const SearchResult *r);
 SEARCH_PUBLIC void search_result_get_improvement(const SearchResult *r, int i, double *wall,

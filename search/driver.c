@@ -774,10 +774,20 @@ typedef struct {
   GMutex lock;
   GCond cond;
   gboolean done;
+  gboolean left;        /* the caller stopped waiting for it (under lock)                */
   gatomicrefcount refs; /* the caller's and the thread's: an algorithm left running at the
                          * deadline outlives search_run()'s frame, so this is on the heap
                          * and the last of the two frees it */
 } RunThread;
+
+/* Algorithms left running at their deadline that have not returned yet, in the process:
+ * their problems, graphs and machines must outlive them. */
+static gint left_running;
+
+gint search_algorithms_left_running(void)
+{
+  return g_atomic_int_get(&left_running);
+}
 
 static void run_thread_unref(RunThread *rt)
 {
@@ -798,9 +808,12 @@ static gpointer run_thread(gpointer data)
   rt->ok = ok;
   rt->error = error;
   rt->done = TRUE;
+  gboolean left = rt->left;
   g_cond_signal(&rt->cond);
   g_mutex_unlock(&rt->lock);
   run_thread_unref(rt);
+  if (left)
+    g_atomic_int_dec_and_test(&left_running);
   return NULL;
 }
 
@@ -938,6 +951,10 @@ SearchResult *search_run(const SearchAlgorithm *algo, SearchProblem *p, const Se
     g_cond_wait_until(&rt->cond, &rt->lock, until);
   }
   /* Left running, the algorithm's outcome is not read: it may still come. */
+  if (abandoned) {
+    rt->left = TRUE;
+    g_atomic_int_inc(&left_running);
+  }
   gboolean ok = !abandoned && rt->ok;
   GError *run_error = abandoned ? NULL : g_steal_pointer(&rt->error);
   g_mutex_unlock(&rt->lock);

@@ -1153,6 +1153,8 @@ Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline, .timeout = 6
   cr_assert_not_null(r, "%s", error ? error->message : "");
   cr_assert(search_result_get_abandoned(r));
   cr_assert(atomic_load(&stubborn_running));
+  /* Counted as left running (so a caller keeps its problem) until it returns. */
+  cr_expect_eq(search_algorithms_left_running(), 1);
   g_autoptr(SimStrategy) dp = search_problem_data_parallel(f.p, NULL);
   cr_assert_not_null(search_result_get_strategy(r));
   cr_assert(sim_strategy_equal(search_result_get_strategy(r), dp));
@@ -1161,6 +1163,7 @@ Test(search, an_algorithm_that_never_stops_is_left_at_the_deadline, .timeout = 6
   /* Let it end before its problem goes, without touching the stack it was started from. */
   cr_expect(release_over_a_stack_pattern(),
             "the algorithm left running wrote into search_run()'s returned frame");
+  cr_expect_eq(search_algorithms_left_running(), 0);
   fixture_free(&f);
 }
 

@@ -401,6 +401,7 @@ class SearchAlgorithm:
 # name -> [SearchAlgorithm struct, C callback, Python instance, last exception]
 _registered = {}
 _problems = {}  # problem pointer -> Problem, while a search runs
+_left_running = []  # what searches left running at their deadline still read
 
 
 def _make_callback(entry):
@@ -542,8 +543,13 @@ def search(model=DEFAULT_MODEL, machine=DEFAULT_MACHINE, algorithm="mcmc", budge
             lib.search_result_free(r)
     finally:
         del _problems[pptr]
-        lib.search_problem_unref(pptr)
-        lib.sim_cost_model_free(cost)
+        if lib.search_algorithms_left_running() > 0:
+            # An algorithm left running at its deadline still reads the problem, its cost
+            # model, graph and machine: they are kept until the interpreter ends.
+            _left_running.append((pptr, cost, model, machine, problem))
+        else:
+            lib.search_problem_unref(pptr)
+            lib.sim_cost_model_free(cost)
 
 
 def compare(models=(DEFAULT_MODEL,), machine=DEFAULT_MACHINE, algorithms=("mcmc", "dp"),

@@ -200,6 +200,7 @@ for _n, _r, _a in [
     ("search_parse_budget", gboolean, [c_char_p, POINTER(SearchRunOptions), GErrorPP]),
     ("search_run", _P, [_P, _P, POINTER(SearchRunOptions), GErrorPP]),
     ("search_result_free", None, [_P]),
+    ("search_algorithms_left_running", c_int, []),
     ("search_result_get_strategy", _P, [_P]),
     ("search_result_get_time", c_double, [_P]),
     ("search_result_get_graph", _P, [_P]),
