@@ -915,28 +915,59 @@ Test(engine, shared_tasks_assemble_as_separate_blocks_do)
   g_rand_free(rng);
 }
 
-/* Ring flows of one block over recurring member lists (more distinct lists than the block
- * remembers, in random order) each carry their own ring: after assembly, every flow's
- * links are its members' routes in ring order and its members are the ones given. */
+/* Ring flows of one block over recurring member lists (150 distinct lists, in random
+ * order, as 128 replicas' tensor-parallel groups take turns) each carry their own ring:
+ * after assembly, every flow's links are its members' routes in ring order and its
+ * members are the ones given; the block keeps one copy of each distinct ring. */
 Test(engine, repeated_rings_share_links_and_keep_their_members)
 {
   SimTaskGraph *tg = sim_taskgraph_new(8);
   int b = sim_taskgraph_block_new(tg);
   GRand *rng = g_rand_new_with_seed(3);
-  enum { KINDS = 12, FLOWS = 200 };
+  enum { KINDS = 150, FLOWS = 1200 };
   int lists[KINDS][4], sizes[KINDS], used[FLOWS];
+  /* Distinct lists: a size of 2 to 4 and distinct devices in some order. */
   for (int k = 0; k < KINDS; k++) {
-    sizes[k] = 2 + k % 3;
-    for (int i = 0; i < sizes[k]; i++)
-      lists[k][i] = (k + 3 * i) % 8;
+    gboolean fresh;
+    do {
+      sizes[k] = g_rand_int_range(rng, 2, 5);
+      for (int i = 0; i < sizes[k]; i++) {
+        gboolean dup;
+        do {
+          lists[k][i] = g_rand_int_range(rng, 0, 8);
+          dup = FALSE;
+          for (int j = 0; j < i; j++)
+            dup |= lists[k][j] == lists[k][i];
+        } while (dup);
+      }
+      fresh = TRUE;
+      for (int j = 0; j < k && fresh; j++)
+        fresh = sizes[j] != sizes[k] ||
+                memcmp(lists[j], lists[k], sizeof(int) * (size_t)sizes[k]) != 0;
+    } while (!fresh);
   }
+  gboolean seen[KINDS] = { FALSE };
+  size_t want_extra = 0;
   for (int f = 0; f < FLOWS; f++) {
-    /* Mostly a few recent lists, sometimes any of them. */
-    int k = g_rand_int_range(rng, 0, 4) ? g_rand_int_range(rng, 0, 3) : g_rand_int_range(rng, 0, KINDS);
+    /* Mostly the lists in turn, sometimes a few recent ones or any. */
+    int pick = g_rand_int_range(rng, 0, 4);
+    int k = pick == 0 ? g_rand_int_range(rng, 0, 3) : pick == 1 ? g_rand_int_range(rng, 0, KINDS)
+                                                                : f % KINDS;
     used[f] = k;
+    if (!seen[k]) {
+      seen[k] = TRUE;
+      want_extra += (size_t)sizes[k];
+      for (int i = 0; i < sizes[k]; i++) {
+        int hops;
+        sim_machine_route(machine, lists[k][i], lists[k][(i + 1) % sizes[k]], &hops);
+        want_extra += (size_t)hops;
+      }
+    }
     sim_taskgraph_add_ring_flow(tg, b, SIM_CLASS_REDUCTION, machine, lists[k], sizes[k], 1e6,
                                 1e-6, 0, f, -1);
   }
+  /* One copy of each distinct ring's links and members. */
+  cr_assert_eq(sim_taskgraph_block(tg, b)->extra->len, want_extra);
   sim_taskgraph_assemble(tg);
   cr_assert_eq(tg->n_tasks, FLOWS);
   for (int f = 0; f < FLOWS; f++) {
