@@ -1005,14 +1005,20 @@ static void log_rate(void *user, int task, double end)
 /* Plays the same random traffic over a net, as runs of a search would: each run starts
  * flows between random GPUs of two DGX A100 nodes (or from random GPUs to GPU 0), ends
  * some and updates the rates after each step.  Returns what the net reported, in order. */
-static GArray *play(SimNet *net, SimMachine *m, int runs)
+/* @by_links: each run ends with sim_net_reset_links() over the links of its flows (some
+ * still under way) instead of starting with sim_net_reset(); @bytes (or NULL): each run's
+ * bytes per link appended. */
+static GArray *play_reset(SimNet *net, SimMachine *m, int runs, gboolean by_links, GArray *bytes)
 {
   RateLog r = { g_array_new(FALSE, FALSE, sizeof(double)) };
-  int n_dev = sim_machine_n_devices(m);
+  int n_dev = sim_machine_n_devices(m), nl = sim_machine_n_links(m);
+  const int *used[400];
+  int n_used[400];
   for (int run = 0; run < runs; run++) {
     GRand *rng = g_rand_new_with_seed(7 + run % 4);   /* four runs come back in turn */
-    sim_net_reset(net);
-    int slot[64], task[64], n = 0;
+    if (!by_links)
+      sim_net_reset(net);
+    int slot[64], task[64], n = 0, n_flows = 0;
     double now = 0;
     for (int step = 0; step < 400; step++) {
       now += 1e-6;
@@ -1027,6 +1033,8 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
         const SimRoute *rt = sim_machine_route_info(m, a, b);
         task[n] = step;
         slot[n] = sim_net_add(net, step, rt->links, rt->n_links, 1e6 * (1 + step % 5), now);
+        used[n_flows] = rt->links;
+        n_used[n_flows++] = rt->n_links;
         n++;
       } else {
         int k = g_rand_int_range(rng, 0, n);
@@ -1037,9 +1045,48 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
       }
       sim_net_update(net, now, log_rate, &r);
     }
+    if (bytes)
+      g_array_append_vals(bytes, sim_net_link_bytes(net), (guint)nl);
+    if (by_links)
+      sim_net_reset_links(net, used, n_used, n_flows);
     g_rand_free(rng);
   }
   return r.log;
+}
+
+static GArray *play(SimNet *net, SimMachine *m, int runs)
+{
+  return play_reset(net, m, runs, FALSE, NULL);
+}
+
+/* A net reset over the links its flows crossed (what the engine's scratch net for groups
+ * of flows does) plays the same traffic as one reset in full: the same reports, bit for
+ * bit, and the same bytes per link, run after run, with flows left under way at each
+ * reset. */
+Test(engine, a_net_reset_over_its_flows_links_is_a_reset_net)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  SimNet *full = sim_net_new(m, NULL), *part = sim_net_new(m, NULL);
+  GArray *fb = g_array_new(FALSE, FALSE, sizeof(double));
+  GArray *pb = g_array_new(FALSE, FALSE, sizeof(double));
+  GArray *a = play_reset(full, m, 12, FALSE, fb), *b = play_reset(part, m, 12, TRUE, pb);
+  cr_assert_gt(a->len, 1000);
+  cr_assert_eq(a->len, b->len);
+  for (guint i = 0; i < a->len; i++)
+    cr_assert(g_array_index(a, double, i) == g_array_index(b, double, i),
+              "report %u differs: %.17g against %.17g", i / 2, g_array_index(a, double, i),
+              g_array_index(b, double, i));
+  cr_assert_eq(fb->len, pb->len);
+  cr_assert_eq(memcmp(fb->data, pb->data, sizeof(double) * fb->len), 0);
+  g_array_free(a, TRUE);
+  g_array_free(b, TRUE);
+  g_array_free(fb, TRUE);
+  g_array_free(pb, TRUE);
+  sim_net_free(full);
+  sim_net_free(part);
+  sim_machine_free(m);
 }
 
 /* A net that remembers the rates of the components it solved gives every flow, run after
