@@ -32,8 +32,16 @@ GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *
       key.r.hi[d] = src->hi[d];
     }
     key.tag = tags ? tags[sh] : 0;
+    /* The hash of what the key holds: its bounds and tag (the rest is zero). */
+    uint64_t hk = 0x9e3779b97f4a7c15u ^ (uint64_t)(uint32_t)key.tag ^ ((uint64_t)src->ndim << 32);
+    for (int d = 0; d < src->ndim; d++) {
+      hk = (hk ^ (uint64_t)src->lo[d]) * 0xff51afd7ed558ccdu;
+      hk ^= hk >> 32;
+      hk = (hk ^ (uint64_t)src->hi[d]) * 0xff51afd7ed558ccdu;
+      hk ^= hk >> 32;
+    }
     gboolean added;
-    gid[sh] = (int)sim_key_index_get(seen, &key, &added);
+    gid[sh] = (int)sim_key_index_get_hashed(seen, &key, hk, &added);
     if (added) {
       Holders h = { .region = key.r };
       g_array_append_val(groups, h);
