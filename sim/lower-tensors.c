@@ -900,36 +900,61 @@ static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
 static void scatter_groups(const GArray *groups, const OpLay *const *dst,
                            const SimRegion *const *needs, int n_dst, gboolean *scatter)
 {
-  for (guint k = 0; k < groups->len; k++) {
+  /* Each reader's part of each group it overlaps (found through the groups' index, not by
+   * testing every reader against every group: 128 replicas' groups, 1,024 readers), into
+   * a box per group and device; a group with a reader on another device is refused. */
+  guint ng = groups->len;
+  int *box_off = g_new(int, (size_t)ng + 1);
+  box_off[0] = 0;
+  for (guint k = 0; k < ng; k++) {
     const Holders *h = &g_array_index(groups, Holders, k);
-    scatter[k] = FALSE;
-    if (h->n_devs < 2)
-      continue;
-    SimRegion *box = g_new0(SimRegion, h->n_devs);
-    gboolean ok = TRUE;
-    for (int i = 0; i < n_dst && ok; i++)
-      for (int c = 0; c < dst[i]->n_shards && ok; c++) {
+    box_off[k + 1] = box_off[k] + (h->n_devs < 2 ? 0 : h->n_devs);
+  }
+  SimRegion *boxes = g_new0(SimRegion, MAX(box_off[ng], 1));
+  gboolean *refused = g_new0(gboolean, MAX(ng, 1));
+  GroupIndex ix;
+  group_index_init(&ix, groups);
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < n_dst; i++)
+    for (int c = 0; c < dst[i]->n_shards; c++) {
+      guint n_cand = group_candidates(&ix, groups, &needs[i][c], cand);
+      for (guint j = 0; j < n_cand; j++) {
+        int k = g_array_index(cand, int, j);
+        const Holders *h = &g_array_index(groups, Holders, k);
+        if (h->n_devs < 2 || refused[k])
+          continue;
         SimRegion part;
         if (!boxes_overlap(&needs[i][c], &h->region) ||
             !sim_region_intersect(&needs[i][c], &h->region, &part))
           continue;
         int at = -1;
-        for (int j = 0; j < h->n_devs && at < 0; j++)
-          if (h->devs[j] == dst[i]->dev[c])
-            at = j;
+        for (int a = 0; a < h->n_devs && at < 0; a++)
+          if (h->devs[a] == dst[i]->dev[c])
+            at = a;
         if (at < 0) {
-          ok = FALSE;
-          break;
+          refused[k] = TRUE;
+          continue;
         }
-        if (box[at].ndim == 0) {
-          box[at] = part;
+        SimRegion *box = &boxes[box_off[k] + at];
+        if (box->ndim == 0) {
+          *box = part;
           continue;
         }
         for (int d = 0; d < part.ndim; d++) {
-          box[at].lo[d] = MIN(box[at].lo[d], part.lo[d]);
-          box[at].hi[d] = MAX(box[at].hi[d], part.hi[d]);
+          box->lo[d] = MIN(box->lo[d], part.lo[d]);
+          box->hi[d] = MAX(box->hi[d], part.hi[d]);
         }
       }
+    }
+  group_index_clear(&ix);
+  g_array_free(cand, TRUE);
+  for (guint k = 0; k < ng; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    scatter[k] = FALSE;
+    if (h->n_devs < 2)
+      continue;
+    const SimRegion *box = &boxes[box_off[k]];
+    gboolean ok = !refused[k];
     int64_t covered = 0;
     for (int a = 0; a < h->n_devs && ok; a++) {
       ok = box[a].ndim > 0;
@@ -939,8 +964,10 @@ static void scatter_groups(const GArray *groups, const OpLay *const *dst,
         covered += sim_region_volume(&box[a]);
     }
     scatter[k] = ok && covered == sim_region_volume(&h->region);
-    g_free(box);
   }
+  g_free(refused);
+  g_free(boxes);
+  g_free(box_off);
 }
 
 /* What each shard of consumer @cx needs of tensor @t (the box around every input slot
