@@ -577,12 +577,121 @@ static SimTaskRef add_ring_image(SimTaskGraph *tg, const SimMachine *m, const Fo
   return sr;
 }
 
+/* The links of @t, a flow of @tg's block @b (a whole ring's, or its route's), appended to
+ * @out. */
+static void flow_links_into(const SimTaskGraph *tg, const SimMachine *m, const SimTaskBlock *b,
+                            const SimTask *t, GArray *out)
+{
+  if (t->n_links) {
+    g_array_append_vals(out, &g_array_index(b->extra, int32_t, t->links_off), t->n_links);
+  } else if (t->device != t->peer) {
+    int n;
+    const int *r = sim_machine_route(m, t->device, t->peer, &n);
+    g_array_append_vals(out, r, (guint)n);
+  }
+  (void)tg;
+}
+
+/* The links of the image of part flow @t (of block @ob, its ends mapped to @dev and
+ * @peer) under symmetry (@r, @k): its route, or for a whole ring's flow the routes of its
+ * members' images in ring order (as add_ring_image() makes them), into @out. */
+static void image_links(const SimMachine *m, const Fold *f, const Shadows *sh,
+                        const SimTaskBlock *ob, const SimTask *t, int dev, int peer, int r,
+                        int k, GArray *out)
+{
+  g_array_set_size(out, 0);
+  if (!t->n_links) {
+    if (dev != peer) {
+      int n;
+      const int *rt = sim_machine_route(m, dev, peer, &n);
+      g_array_append_vals(out, rt, (guint)n);
+    }
+    return;
+  }
+  int n = t->n_members, first = -1, prev = -1;
+  for (int i = 0; i <= n; i++) {
+    int d = i < n ? fold_map(f, g_array_index(ob->extra, int32_t, t->links_off + t->n_links + i),
+                             r, k, sh->ranks)
+                  : first;
+    if (i == 0)
+      first = d;
+    else {
+      int hops;
+      const int *rt = sim_machine_route(m, prev, d, &hops);
+      g_array_append_vals(out, rt, (guint)hops);
+    }
+    prev = d;
+  }
+}
+
+/* Which shadows to make where the caller leaves out those apart (Fold.prune): per
+ * symmetry (r * K + k) and part flow, 1 where the image's links meet a link that a flow
+ * of @tg (before the shadows) crosses, or that a shadow so kept crosses, found by passes
+ * until none is added.  A shadow left out has no successor and no link in common with
+ * any task that runs: every simulated task runs as with it, and it would have ended when
+ * its original does (the folding is exact), so the run ends at the same time. */
+static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+                                const Shadows *sh)
+{
+  int nl = sim_machine_n_links(m);
+  uint8_t *live = g_new0(uint8_t, MAX(nl, 1));
+  GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint b = 0; b < tg->blocks->len; b++) {
+    const SimTaskBlock *blk = tg->blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    const SimTask *bt = sim_block_tasks(tg, blk);
+    for (guint i = 0; i < sim_block_n_tasks(blk); i++) {
+      if (bt[i].kind != SIM_TASK_FLOW)
+        continue;
+      g_array_set_size(links, 0);
+      flow_links_into(tg, m, blk, &bt[i], links);
+      for (guint j = 0; j < links->len; j++)
+        live[g_array_index(links, int, j)] = 1;
+    }
+  }
+  guint np = sh->part->len;
+  size_t n_cand = (size_t)sh->R * sh->K * np;
+  uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));
+  for (gboolean added = TRUE; added;) {
+    added = FALSE;
+    for (int r = 0; r < sh->R; r++)
+      for (int k = 0; k < sh->K; k++) {
+        if (r == 0 && k == 0)
+          continue;
+        for (guint q = 0; q < np; q++) {
+          size_t c = ((size_t)r * sh->K + k) * np + q;
+          if (keep[c])
+            continue;
+          FlowAt at = g_array_index(sh->part, FlowAt, q);
+          const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+          const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
+          image_links(m, f, sh, ob, t, fold_map(f, at.a, r, k, sh->ranks),
+                      fold_map(f, at.b, r, k, sh->ranks), r, k, links);
+          gboolean meets = FALSE;
+          for (guint j = 0; j < links->len && !meets; j++)
+            meets = live[g_array_index(links, int, j)];
+          if (!meets)
+            continue;
+          keep[c] = 1;
+          added = TRUE;
+          for (guint j = 0; j < links->len; j++)
+            live[g_array_index(links, int, j)] = 1;
+        }
+      }
+  }
+  g_array_free(links, TRUE);
+  g_free(live);
+  return keep;
+}
+
 /* The shadows: under each symmetry but the identity, the image of every part flow, in a
  * block of their own, after the image's predecessors' originals. */
 static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
                              const Shadows *sh)
 {
   GArray **preds = part_preds(tg, sh);
+  uint8_t *keep = f->prune && !f->checked && !f->watch ? shadows_to_keep(tg, m, f, sh) : NULL;
   int shadow_block = sim_taskgraph_block_new(tg);
   /* A collective's flows map onto each other under its own symmetries, so different
    * symmetries can give one flow the same image: one shadow per image and collective. */
@@ -601,6 +710,8 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         continue;
       int rk = r * sh->K + k;
       for (guint q = 0; q < sh->part->len; q++) {
+        if (keep && !keep[(size_t)rk * sh->part->len + q])
+          continue; /* apart: left out (the same images of one collective alike) */
         FlowAt at = g_array_index(sh->part, FlowAt, q);
         SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         SimTask t = sim_block_tasks(tg, ob)[at.index];
@@ -657,6 +768,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         }
       }
     }
+  g_free(keep);
   sim_key_index_free(&made);
   g_array_free(made_ref, TRUE);
   g_free(set_low);

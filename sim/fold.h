@@ -30,6 +30,9 @@ typedef struct {
    * flows meet, hop by hop, the same links and sharing as replica 0's: worth folding
    * them and checking the run. */
   gboolean may_check;
+  /* Leave out the shadows whose links no simulated flow crosses, directly or through
+   * other shadows (SimOptions.prune_shadows, brief runs; not with @checked). */
+  gboolean prune;
 } Fold;
 
 void fold_clear(Fold *f);
