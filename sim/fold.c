@@ -374,10 +374,12 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   int nd = sh->nd;
   int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
   gboolean ring_ok = TRUE;
-  /* The pairs seen, a bit each in a device-by-device table: 1 whole, 2 with shadows. */
+  /* The pairs seen, each with a bit for each kind: 1 whole, 2 with shadows (a table of
+   * the pairs met, not of every pair: 16,384 GPUs have 268 M pairs). */
   GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                                (GDestroyNotify)g_bytes_unref, NULL);
-  uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
+  SimKeyIndex kind;
+  sim_key_index_init(&kind, sizeof(gint64));
   GPtrArray *blocks = tg->blocks;
   for (guint b = 0; b < blocks->len; b++) {
     SimTaskBlock *blk = blocks->pdata[b];
@@ -406,9 +408,12 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
       for (int e = 0; e < n_edges; e++) {
         int src = mem ? mem[e] : t->device, dst = mem ? mem[(e + 1) % n_edges] : t->peer;
         gint64 key = (gint64)src * nd + dst;
-        uint8_t bit = whole ? 1 : 2;
-        if (!(kind[key] & bit)) {
-          kind[key] |= bit;
+        int32_t bit = whole ? 1 : 2;
+        gboolean added;
+        guint ki = sim_key_index_get(&kind, &key, &added);
+        int32_t *kk = &kind.value[ki];
+        if (!(*kk & bit)) {
+          *kk |= bit;
           g_array_append_val(whole ? sh->whole_keys : sh->part_keys, key);
         }
       }
@@ -424,7 +429,7 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
       }
     }
   }
-  g_free(kind);
+  sim_key_index_free(&kind);
   g_hash_table_destroy(occ_seen);
   return ring_ok;
 }

@@ -57,17 +57,40 @@ GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *
     h->devs = pool + ns + off;
     off += (guint)count[k];
   }
+  /* A large group (a weight every shard holds whole: 1,024 shards over 16,384 GPUs) finds
+   * whether it has a device already in a bit set of the devices, not by a look at each
+   * device it has. */
+  enum { LARGE_GROUP = 32 };
+  int max_dev = -1;
+  for (guint k = 0; k < groups->len && max_dev < 0; k++)
+    if (count[k] > LARGE_GROUP)
+      for (int sh = 0; sh < ns; sh++)
+        max_dev = MAX(max_dev, l->dev[sh]);
+  size_t words = max_dev >= 0 ? (size_t)max_dev / 64 + 1 : 0;
+  uint64_t **has = words ? g_new0(uint64_t *, groups->len) : NULL;
   for (int sh = 0; sh < ns; sh++) {
     Holders *h = &g_array_index(groups, Holders, gid[sh]);
     h->members[h->n++] = sh;
+    int dev = l->dev[sh];
     gboolean dup = FALSE;
-    for (int k = 0; k < h->n_devs; k++)
-      dup |= h->devs[k] == l->dev[sh];
+    if (has && count[gid[sh]] > LARGE_GROUP) {
+      uint64_t **bits = &has[gid[sh]];
+      if (!*bits)
+        *bits = g_new0(uint64_t, words);
+      dup = ((*bits)[dev / 64] >> (dev % 64)) & 1;
+      (*bits)[dev / 64] |= UINT64_C(1) << (dev % 64);
+    } else {
+      for (int k = 0; k < h->n_devs; k++)
+        dup |= h->devs[k] == dev;
+    }
     if (!dup)
-      h->devs[h->n_devs++] = l->dev[sh];
+      h->devs[h->n_devs++] = dev;
     if (l->cidx[sh] >= 0)
       h->any_sim = TRUE;
   }
+  for (guint k = 0; has && k < groups->len; k++)
+    g_free(has[k]);
+  g_free(has);
   g_free(count);
   if (!groups->len)
     g_free(pool);
