@@ -376,8 +376,8 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   gboolean ring_ok = TRUE;
   /* The pairs seen, each with a bit for each kind: 1 whole, 2 with shadows (a table of
    * the pairs met, not of every pair: 16,384 GPUs have 268 M pairs). */
-  GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                               (GDestroyNotify)g_bytes_unref, NULL);
+  SimKeyIndex occ_seen; /* per (collective, pair): the occurrences so far */
+  sim_key_index_init(&occ_seen, 3 * sizeof(int32_t));
   SimKeyIndex kind;
   sim_key_index_init(&kind, sizeof(gint64));
   GPtrArray *blocks = tg->blocks;
@@ -421,16 +421,16 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
         FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer, 0 };
         if (t->coll >= 0) {
           int32_t okey[3] = { t->coll, t->n_links ? -1 : t->device, t->n_links ? -1 : t->peer };
-          GBytes *kb = g_bytes_new(okey, sizeof okey);
-          at.occ = GPOINTER_TO_INT(g_hash_table_lookup(occ_seen, kb));
-          g_hash_table_replace(occ_seen, kb, GINT_TO_POINTER(at.occ + 1));
+          gboolean added;
+          guint oi = sim_key_index_get(&occ_seen, okey, &added);
+          at.occ = occ_seen.value[oi]++;
         }
         g_array_append_val(sh->part, at);
       }
     }
   }
   sim_key_index_free(&kind);
-  g_hash_table_destroy(occ_seen);
+  sim_key_index_free(&occ_seen);
   return ring_ok;
 }
 
