@@ -881,7 +881,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean re
   gboolean ok = collect_flows(tg, m, f, &sh);
   if (ok && !f->checked && !symmetries_keep_routes(m, f, &sh)) {
     ok = FALSE;
-    f->may_check = replicas && sh.R > 1 && replicas_meet_same_traffic(m, f, &sh);
+    f->may_check = f->ask_check && replicas && sh.R > 1 && replicas_meet_same_traffic(m, f, &sh);
   }
   if (ok && f->checked && !f->watch)
     f->watch = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));

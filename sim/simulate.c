@@ -177,7 +177,8 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
   int nd = sim_machine_n_devices(m);
   Lowered out = { 0 };
   out.rep_of = g_new(int, nd);
-  Fold f = { .nd = nd, .D = 1, .prune = brief && o->prune_shadows && !o->keep_timeline };
+  Fold f = { .nd = nd, .D = 1, .prune = brief && o->prune_shadows && !o->keep_timeline,
+             .ask_check = o->fold_checked };
   gboolean replicas = FALSE, ranks = FALSE;
   /* The offloaded updates' PCIe transfers share host links that a folded device's would
    * share too, and folding keeps no shadows of them: such plans run whole. */
