@@ -51,6 +51,7 @@ typedef struct {
   guint *pos;         /* per key: its slot in the table                               */
   int32_t *value;     /* per key: the caller's, 0 when added                          */
   int32_t *table;     /* key number + 1, or 0 for a free slot                          */
+  uint64_t *hash;     /* per key: its hash                                             */
   guint n, cap, mask;
 } SimKeyIndex;
 
@@ -59,6 +60,10 @@ void sim_key_index_clear(SimKeyIndex *ki);
 void sim_key_index_free(SimKeyIndex *ki);
 /* The number of @key (key_size bytes), added if new (@added says which). */
 guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added);
+/* The same, the key's hash given: any function of the key's bytes, the same for equal
+ * keys, used for every key of @ki (a key whose tail is always zero needs no hash of it). */
+guint sim_key_index_get_hashed(SimKeyIndex *ki, const void *key, uint64_t hash,
+                               gboolean *added);
 /* Looks the @len bytes at @data up in @table (keyed by GBytes) without copying them: TRUE
  * if found, with its value in @value (unless NULL). */
 gboolean sim_bytes_lookup(GHashTable *table, const void *data, size_t len, gpointer *value);

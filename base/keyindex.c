@@ -54,6 +54,7 @@ void sim_key_index_free(SimKeyIndex *ki)
   g_free(ki->pos);
   g_free(ki->value);
   g_free(ki->table);
+  g_free(ki->hash);
   memset(ki, 0, sizeof *ki);
 }
 
@@ -84,10 +85,11 @@ static void grow(SimKeyIndex *ki)
   ki->keys = g_realloc(ki->keys, (size_t)ki->cap * ki->key_size);
   ki->pos = g_renew(guint, ki->pos, ki->cap);
   ki->value = g_renew(int32_t, ki->value, ki->cap);
+  ki->hash = g_renew(uint64_t, ki->hash, ki->cap);
   for (guint i = 0; i < ki->n; i++) {
     const uint8_t *k = ki->keys + (size_t)i * ki->key_size;
     gboolean found;
-    guint s = find_slot(ki, k, sim_hash_bytes(k, ki->key_size), &found);
+    guint s = find_slot(ki, k, ki->hash[i], &found);
     ki->table[s] = (int32_t)i + 1;
     ki->pos[i] = s;
   }
@@ -95,10 +97,15 @@ static void grow(SimKeyIndex *ki)
 
 guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added)
 {
+  return sim_key_index_get_hashed(ki, key, sim_hash_bytes(key, ki->key_size), added);
+}
+
+guint sim_key_index_get_hashed(SimKeyIndex *ki, const void *key, uint64_t h, gboolean *added)
+{
   if (ki->n == ki->cap)
     grow(ki);
   gboolean found;
-  guint s = find_slot(ki, key, sim_hash_bytes(key, ki->key_size), &found);
+  guint s = find_slot(ki, key, h, &found);
   if (found) {
     *added = FALSE;
     return (guint)ki->table[s] - 1;
@@ -107,6 +114,7 @@ guint sim_key_index_get(SimKeyIndex *ki, const void *key, gboolean *added)
   memcpy(ki->keys + (size_t)i * ki->key_size, key, ki->key_size);
   ki->table[s] = (int32_t)i + 1;
   ki->pos[i] = s;
+  ki->hash[i] = h;
   ki->value[i] = 0;
   *added = TRUE;
   return i;

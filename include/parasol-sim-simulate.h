@@ -98,6 +98,12 @@ typedef struct {
    * that passes keeps every replica's shadows, which stop rings from merging, so that it
    * is often slower than the run that folds less (docs/scale.md). */
   gboolean fold_checked;
+  /* prune_shadows: a brief run (sim_simulate_brief()) of a folded plan leaves out the
+   * shadows of folded devices whose links no simulated flow crosses, directly or through
+   * other shadows: they change no simulated task's times, and each ends when its original
+   * does (on a rail-optimized network, every shadow of a folded tensor-parallel rank).
+   * Reports keep them (their links' bytes are reported). */
+  gboolean prune_shadows;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

@@ -73,7 +73,8 @@ static GroupSched *group_schedule(SimEngine *e, const int32_t *mem, int n)
     order[i] = i;
   }
   g_qsort_with_data(order, n, sizeof(int), by_start, gs->s);
-  sim_net_reset(c.net);
+  /* The scratch net is as sim_net_reset() leaves it: fresh, or reset after the last
+   * schedule (below). */
   int next = 0, n_active = 0, ended = 0;
   while (ended < n) {
     double T = next < n ? gs->s[order[next]] : INFINITY;
@@ -102,6 +103,8 @@ static GroupSched *group_schedule(SimEngine *e, const int32_t *mem, int n)
     sim_net_update(c.net, T, sched_reschedule, &c);
   }
   gboolean ok = ended == n;
+  /* Only this group's flows crossed the scratch net since its last reset. */
+  sim_net_reset_links(c.net, links, nl, n);
   gs->last = 0;
   for (int i = 0; ok && i < n; i++)
     gs->last = MAX(gs->last, gs->e[i]);

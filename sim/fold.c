@@ -374,10 +374,12 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   int nd = sh->nd;
   int n_coll = tg->coll_devs ? (int)tg->coll_devs->len : 0;
   gboolean ring_ok = TRUE;
-  /* The pairs seen, a bit each in a device-by-device table: 1 whole, 2 with shadows. */
-  GHashTable *occ_seen = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
-                                               (GDestroyNotify)g_bytes_unref, NULL);
-  uint8_t *kind = g_new0(uint8_t, (size_t)nd * nd);
+  /* The pairs seen, each with a bit for each kind: 1 whole, 2 with shadows (a table of
+   * the pairs met, not of every pair: 16,384 GPUs have 268 M pairs). */
+  SimKeyIndex occ_seen; /* per (collective, pair): the occurrences so far */
+  sim_key_index_init(&occ_seen, 3 * sizeof(int32_t));
+  SimKeyIndex kind;
+  sim_key_index_init(&kind, sizeof(gint64));
   GPtrArray *blocks = tg->blocks;
   for (guint b = 0; b < blocks->len; b++) {
     SimTaskBlock *blk = blocks->pdata[b];
@@ -406,9 +408,12 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
       for (int e = 0; e < n_edges; e++) {
         int src = mem ? mem[e] : t->device, dst = mem ? mem[(e + 1) % n_edges] : t->peer;
         gint64 key = (gint64)src * nd + dst;
-        uint8_t bit = whole ? 1 : 2;
-        if (!(kind[key] & bit)) {
-          kind[key] |= bit;
+        int32_t bit = whole ? 1 : 2;
+        gboolean added;
+        guint ki = sim_key_index_get(&kind, &key, &added);
+        int32_t *kk = &kind.value[ki];
+        if (!(*kk & bit)) {
+          *kk |= bit;
           g_array_append_val(whole ? sh->whole_keys : sh->part_keys, key);
         }
       }
@@ -416,16 +421,16 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
         FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->peer, 0 };
         if (t->coll >= 0) {
           int32_t okey[3] = { t->coll, t->n_links ? -1 : t->device, t->n_links ? -1 : t->peer };
-          GBytes *kb = g_bytes_new(okey, sizeof okey);
-          at.occ = GPOINTER_TO_INT(g_hash_table_lookup(occ_seen, kb));
-          g_hash_table_replace(occ_seen, kb, GINT_TO_POINTER(at.occ + 1));
+          gboolean added;
+          guint oi = sim_key_index_get(&occ_seen, okey, &added);
+          at.occ = occ_seen.value[oi]++;
         }
         g_array_append_val(sh->part, at);
       }
     }
   }
-  g_free(kind);
-  g_hash_table_destroy(occ_seen);
+  sim_key_index_free(&kind);
+  sim_key_index_free(&occ_seen);
   return ring_ok;
 }
 
@@ -577,12 +582,121 @@ static SimTaskRef add_ring_image(SimTaskGraph *tg, const SimMachine *m, const Fo
   return sr;
 }
 
+/* The links of @t, a flow of @tg's block @b (a whole ring's, or its route's), appended to
+ * @out. */
+static void flow_links_into(const SimTaskGraph *tg, const SimMachine *m, const SimTaskBlock *b,
+                            const SimTask *t, GArray *out)
+{
+  if (t->n_links) {
+    g_array_append_vals(out, &g_array_index(b->extra, int32_t, t->links_off), t->n_links);
+  } else if (t->device != t->peer) {
+    int n;
+    const int *r = sim_machine_route(m, t->device, t->peer, &n);
+    g_array_append_vals(out, r, (guint)n);
+  }
+  (void)tg;
+}
+
+/* The links of the image of part flow @t (of block @ob, its ends mapped to @dev and
+ * @peer) under symmetry (@r, @k): its route, or for a whole ring's flow the routes of its
+ * members' images in ring order (as add_ring_image() makes them), into @out. */
+static void image_links(const SimMachine *m, const Fold *f, const Shadows *sh,
+                        const SimTaskBlock *ob, const SimTask *t, int dev, int peer, int r,
+                        int k, GArray *out)
+{
+  g_array_set_size(out, 0);
+  if (!t->n_links) {
+    if (dev != peer) {
+      int n;
+      const int *rt = sim_machine_route(m, dev, peer, &n);
+      g_array_append_vals(out, rt, (guint)n);
+    }
+    return;
+  }
+  int n = t->n_members, first = -1, prev = -1;
+  for (int i = 0; i <= n; i++) {
+    int d = i < n ? fold_map(f, g_array_index(ob->extra, int32_t, t->links_off + t->n_links + i),
+                             r, k, sh->ranks)
+                  : first;
+    if (i == 0)
+      first = d;
+    else {
+      int hops;
+      const int *rt = sim_machine_route(m, prev, d, &hops);
+      g_array_append_vals(out, rt, (guint)hops);
+    }
+    prev = d;
+  }
+}
+
+/* Which shadows to make where the caller leaves out those apart (Fold.prune): per
+ * symmetry (r * K + k) and part flow, 1 where the image's links meet a link that a flow
+ * of @tg (before the shadows) crosses, or that a shadow so kept crosses, found by passes
+ * until none is added.  A shadow left out has no successor and no link in common with
+ * any task that runs: every simulated task runs as with it, and it would have ended when
+ * its original does (the folding is exact), so the run ends at the same time. */
+static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fold *f,
+                                const Shadows *sh)
+{
+  int nl = sim_machine_n_links(m);
+  uint8_t *live = g_new0(uint8_t, MAX(nl, 1));
+  GArray *links = g_array_new(FALSE, FALSE, sizeof(int));
+  for (guint b = 0; b < tg->blocks->len; b++) {
+    const SimTaskBlock *blk = tg->blocks->pdata[b];
+    if (!blk->live)
+      continue;
+    const SimTask *bt = sim_block_tasks(tg, blk);
+    for (guint i = 0; i < sim_block_n_tasks(blk); i++) {
+      if (bt[i].kind != SIM_TASK_FLOW)
+        continue;
+      g_array_set_size(links, 0);
+      flow_links_into(tg, m, blk, &bt[i], links);
+      for (guint j = 0; j < links->len; j++)
+        live[g_array_index(links, int, j)] = 1;
+    }
+  }
+  guint np = sh->part->len;
+  size_t n_cand = (size_t)sh->R * sh->K * np;
+  uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));
+  for (gboolean added = TRUE; added;) {
+    added = FALSE;
+    for (int r = 0; r < sh->R; r++)
+      for (int k = 0; k < sh->K; k++) {
+        if (r == 0 && k == 0)
+          continue;
+        for (guint q = 0; q < np; q++) {
+          size_t c = ((size_t)r * sh->K + k) * np + q;
+          if (keep[c])
+            continue;
+          FlowAt at = g_array_index(sh->part, FlowAt, q);
+          const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+          const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
+          image_links(m, f, sh, ob, t, fold_map(f, at.a, r, k, sh->ranks),
+                      fold_map(f, at.b, r, k, sh->ranks), r, k, links);
+          gboolean meets = FALSE;
+          for (guint j = 0; j < links->len && !meets; j++)
+            meets = live[g_array_index(links, int, j)];
+          if (!meets)
+            continue;
+          keep[c] = 1;
+          added = TRUE;
+          for (guint j = 0; j < links->len; j++)
+            live[g_array_index(links, int, j)] = 1;
+        }
+      }
+  }
+  g_array_free(links, TRUE);
+  g_free(live);
+  return keep;
+}
+
 /* The shadows: under each symmetry but the identity, the image of every part flow, in a
  * block of their own, after the image's predecessors' originals. */
 static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
                              const Shadows *sh)
 {
   GArray **preds = part_preds(tg, sh);
+  uint8_t *keep = f->prune && !f->checked && !f->watch ? shadows_to_keep(tg, m, f, sh) : NULL;
   int shadow_block = sim_taskgraph_block_new(tg);
   /* A collective's flows map onto each other under its own symmetries, so different
    * symmetries can give one flow the same image: one shadow per image and collective. */
@@ -601,6 +715,8 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         continue;
       int rk = r * sh->K + k;
       for (guint q = 0; q < sh->part->len; q++) {
+        if (keep && !keep[(size_t)rk * sh->part->len + q])
+          continue; /* apart: left out (the same images of one collective alike) */
         FlowAt at = g_array_index(sh->part, FlowAt, q);
         SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         SimTask t = sim_block_tasks(tg, ob)[at.index];
@@ -657,6 +773,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         }
       }
     }
+  g_free(keep);
   sim_key_index_free(&made);
   g_array_free(made_ref, TRUE);
   g_free(set_low);
@@ -764,7 +881,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean re
   gboolean ok = collect_flows(tg, m, f, &sh);
   if (ok && !f->checked && !symmetries_keep_routes(m, f, &sh)) {
     ok = FALSE;
-    f->may_check = replicas && sh.R > 1 && replicas_meet_same_traffic(m, f, &sh);
+    f->may_check = f->ask_check && replicas && sh.R > 1 && replicas_meet_same_traffic(m, f, &sh);
   }
   if (ok && f->checked && !f->watch)
     f->watch = g_array_new(FALSE, FALSE, sizeof(SimTaskRef));

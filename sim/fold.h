@@ -30,6 +30,12 @@ typedef struct {
    * flows meet, hop by hop, the same links and sharing as replica 0's: worth folding
    * them and checking the run. */
   gboolean may_check;
+  /* Whether the caller folds replicas with the run checked (SimOptions.fold_checked):
+   * only then does add_shadows() ask whether they are worth it. */
+  gboolean ask_check;
+  /* Leave out the shadows whose links no simulated flow crosses, directly or through
+   * other shadows (SimOptions.prune_shadows, brief runs; not with @checked). */
+  gboolean prune;
 } Fold;
 
 void fold_clear(Fold *f);

@@ -32,8 +32,16 @@ GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *
       key.r.hi[d] = src->hi[d];
     }
     key.tag = tags ? tags[sh] : 0;
+    /* The hash of what the key holds: its bounds and tag (the rest is zero). */
+    uint64_t hk = 0x9e3779b97f4a7c15u ^ (uint64_t)(uint32_t)key.tag ^ ((uint64_t)src->ndim << 32);
+    for (int d = 0; d < src->ndim; d++) {
+      hk = (hk ^ (uint64_t)src->lo[d]) * 0xff51afd7ed558ccdu;
+      hk ^= hk >> 32;
+      hk = (hk ^ (uint64_t)src->hi[d]) * 0xff51afd7ed558ccdu;
+      hk ^= hk >> 32;
+    }
     gboolean added;
-    gid[sh] = (int)sim_key_index_get(seen, &key, &added);
+    gid[sh] = (int)sim_key_index_get_hashed(seen, &key, hk, &added);
     if (added) {
       Holders h = { .region = key.r };
       g_array_append_val(groups, h);
@@ -49,17 +57,40 @@ GArray *lower_group_holders(SimKeyIndex *seen, const OpLay *l, const SimRegion *
     h->devs = pool + ns + off;
     off += (guint)count[k];
   }
+  /* A large group (a weight every shard holds whole: 1,024 shards over 16,384 GPUs) finds
+   * whether it has a device already in a bit set of the devices, not by a look at each
+   * device it has. */
+  enum { LARGE_GROUP = 32 };
+  int max_dev = -1;
+  for (guint k = 0; k < groups->len && max_dev < 0; k++)
+    if (count[k] > LARGE_GROUP)
+      for (int sh = 0; sh < ns; sh++)
+        max_dev = MAX(max_dev, l->dev[sh]);
+  size_t words = max_dev >= 0 ? (size_t)max_dev / 64 + 1 : 0;
+  uint64_t **has = words ? g_new0(uint64_t *, groups->len) : NULL;
   for (int sh = 0; sh < ns; sh++) {
     Holders *h = &g_array_index(groups, Holders, gid[sh]);
     h->members[h->n++] = sh;
+    int dev = l->dev[sh];
     gboolean dup = FALSE;
-    for (int k = 0; k < h->n_devs; k++)
-      dup |= h->devs[k] == l->dev[sh];
+    if (has && count[gid[sh]] > LARGE_GROUP) {
+      uint64_t **bits = &has[gid[sh]];
+      if (!*bits)
+        *bits = g_new0(uint64_t, words);
+      dup = ((*bits)[dev / 64] >> (dev % 64)) & 1;
+      (*bits)[dev / 64] |= UINT64_C(1) << (dev % 64);
+    } else {
+      for (int k = 0; k < h->n_devs; k++)
+        dup |= h->devs[k] == dev;
+    }
     if (!dup)
-      h->devs[h->n_devs++] = l->dev[sh];
+      h->devs[h->n_devs++] = dev;
     if (l->cidx[sh] >= 0)
       h->any_sim = TRUE;
   }
+  for (guint k = 0; has && k < groups->len; k++)
+    g_free(has[k]);
+  g_free(has);
   g_free(count);
   if (!groups->len)
     g_free(pool);
@@ -892,36 +923,61 @@ static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
 static void scatter_groups(const GArray *groups, const OpLay *const *dst,
                            const SimRegion *const *needs, int n_dst, gboolean *scatter)
 {
-  for (guint k = 0; k < groups->len; k++) {
+  /* Each reader's part of each group it overlaps (found through the groups' index, not by
+   * testing every reader against every group: 128 replicas' groups, 1,024 readers), into
+   * a box per group and device; a group with a reader on another device is refused. */
+  guint ng = groups->len;
+  int *box_off = g_new(int, (size_t)ng + 1);
+  box_off[0] = 0;
+  for (guint k = 0; k < ng; k++) {
     const Holders *h = &g_array_index(groups, Holders, k);
-    scatter[k] = FALSE;
-    if (h->n_devs < 2)
-      continue;
-    SimRegion *box = g_new0(SimRegion, h->n_devs);
-    gboolean ok = TRUE;
-    for (int i = 0; i < n_dst && ok; i++)
-      for (int c = 0; c < dst[i]->n_shards && ok; c++) {
+    box_off[k + 1] = box_off[k] + (h->n_devs < 2 ? 0 : h->n_devs);
+  }
+  SimRegion *boxes = g_new0(SimRegion, MAX(box_off[ng], 1));
+  gboolean *refused = g_new0(gboolean, MAX(ng, 1));
+  GroupIndex ix;
+  group_index_init(&ix, groups);
+  GArray *cand = g_array_new(FALSE, FALSE, sizeof(int));
+  for (int i = 0; i < n_dst; i++)
+    for (int c = 0; c < dst[i]->n_shards; c++) {
+      guint n_cand = group_candidates(&ix, groups, &needs[i][c], cand);
+      for (guint j = 0; j < n_cand; j++) {
+        int k = g_array_index(cand, int, j);
+        const Holders *h = &g_array_index(groups, Holders, k);
+        if (h->n_devs < 2 || refused[k])
+          continue;
         SimRegion part;
         if (!boxes_overlap(&needs[i][c], &h->region) ||
             !sim_region_intersect(&needs[i][c], &h->region, &part))
           continue;
         int at = -1;
-        for (int j = 0; j < h->n_devs && at < 0; j++)
-          if (h->devs[j] == dst[i]->dev[c])
-            at = j;
+        for (int a = 0; a < h->n_devs && at < 0; a++)
+          if (h->devs[a] == dst[i]->dev[c])
+            at = a;
         if (at < 0) {
-          ok = FALSE;
-          break;
+          refused[k] = TRUE;
+          continue;
         }
-        if (box[at].ndim == 0) {
-          box[at] = part;
+        SimRegion *box = &boxes[box_off[k] + at];
+        if (box->ndim == 0) {
+          *box = part;
           continue;
         }
         for (int d = 0; d < part.ndim; d++) {
-          box[at].lo[d] = MIN(box[at].lo[d], part.lo[d]);
-          box[at].hi[d] = MAX(box[at].hi[d], part.hi[d]);
+          box->lo[d] = MIN(box->lo[d], part.lo[d]);
+          box->hi[d] = MAX(box->hi[d], part.hi[d]);
         }
       }
+    }
+  group_index_clear(&ix);
+  g_array_free(cand, TRUE);
+  for (guint k = 0; k < ng; k++) {
+    const Holders *h = &g_array_index(groups, Holders, k);
+    scatter[k] = FALSE;
+    if (h->n_devs < 2)
+      continue;
+    const SimRegion *box = &boxes[box_off[k]];
+    gboolean ok = !refused[k];
     int64_t covered = 0;
     for (int a = 0; a < h->n_devs && ok; a++) {
       ok = box[a].ndim > 0;
@@ -931,8 +987,10 @@ static void scatter_groups(const GArray *groups, const OpLay *const *dst,
         covered += sim_region_volume(&box[a]);
     }
     scatter[k] = ok && covered == sim_region_volume(&h->region);
-    g_free(box);
   }
+  g_free(refused);
+  g_free(boxes);
+  g_free(box_off);
 }
 
 /* What each shard of consumer @cx needs of tensor @t (the box around every input slot

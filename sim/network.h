@@ -15,6 +15,10 @@ typedef void (*SimNetRescheduleFunc)(void *user, int flow_task, double end_time)
 SimNet *sim_net_new(const SimMachine *m, const SimCollParams *cp);
 void sim_net_free(SimNet *net);
 void sim_net_reset(SimNet *net);
+/* sim_net_reset() for a net whose flows since its last reset all crossed only the links
+ * @links[i] (@n_links[i] each, i < @n): the same state, without a pass over every link
+ * and route of the machine. */
+void sim_net_reset_links(SimNet *net, const int *const *links, const int *n_links, int n);
 /* The net remembers the rates of the components it solves, across runs too, in at most
  * @bytes (0: not at all, the default; SIM_NET_MEMORY: what a delta session's engine
  * gives it), and gives them again when a component comes back (see network.c).  It pays

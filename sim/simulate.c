@@ -39,7 +39,8 @@ SimOptions sim_options_default(void)
 {
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
-                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE };
+                       .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE,
+                       .prune_shadows = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -166,15 +167,18 @@ typedef struct {
 } FoldVerdict;
 
 /* Lowers @s folded where that is exact; @count: the micro-batches to lower (0: all); @fv:
- * what an earlier lowering of the same simulation found, updated (or NULL). */
+ * what an earlier lowering of the same simulation found, updated (or NULL); @brief: for a
+ * brief run, which leaves out the shadows apart from every simulated flow
+ * (SimOptions.prune_shadows). */
 static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStrategy *s,
                             SimCostModel *cost, const SimOptions *o, const SimCollParams *cp,
-                            int count, FoldVerdict *fv)
+                            int count, FoldVerdict *fv, gboolean brief)
 {
   int nd = sim_machine_n_devices(m);
   Lowered out = { 0 };
   out.rep_of = g_new(int, nd);
-  Fold f = { .nd = nd, .D = 1 };
+  Fold f = { .nd = nd, .D = 1, .prune = brief && o->prune_shadows && !o->keep_timeline,
+             .ask_check = o->fold_checked };
   gboolean replicas = FALSE, ranks = FALSE;
   /* The offloaded updates' PCIe transfers share host links that a folded device's would
    * share too, and folding keeps no shadows of them: such plans run whole. */
@@ -361,7 +365,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   cp.whole_node_rings = opts->merge_rings && opts->detail == SIM_DETAIL_FLOWS &&
                         !opts->keep_timeline;
   double t0 = (double)g_get_monotonic_time();
-  os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv);
+  os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv, brief);
   if (opts->cancel && atomic_load(opts->cancel))
     goto cancelled;
   SimTaskGraph *tg = sim_lowering_taskgraph(os->lo.lw);
@@ -373,7 +377,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
   if (cp.whole_node_rings && !sim_taskgraph_rings_private(tg, m)) {
     lowered_clear(&os->lo);
     cp.whole_node_rings = FALSE;
-    os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv);
+    os->lo = lower_folded(g, m, s, cost, opts, &cp, count, fv, brief);
     if (opts->cancel && atomic_load(opts->cancel))
       goto cancelled;
     tg = sim_lowering_taskgraph(os->lo.lw);

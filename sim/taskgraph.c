@@ -117,6 +117,7 @@ static void block_destroy(SimTaskBlock *b)
   g_array_free(b->edges, TRUE);
   g_array_free(b->stream, TRUE);
   g_free(b->ring);
+  g_free(b->ring_table);
   g_free(b);
 }
 
@@ -138,7 +139,9 @@ static void block_arrays_new(SimTaskBlock *b)
   b->stream = g_array_new(FALSE, FALSE, sizeof(SimStreamEntry));
   b->extra = g_array_new(FALSE, FALSE, sizeof(int32_t));
   g_clear_pointer(&b->ring, g_free);
-  b->n_ring = b->ring_next = 0;
+  g_clear_pointer(&b->ring_table, g_free);
+  b->n_ring = b->cap_ring = 0;
+  b->ring_mask = 0;
 }
 
 void sim_taskgraph_free(SimTaskGraph *tg)
@@ -238,7 +241,9 @@ void sim_taskgraph_block_clear(SimTaskGraph *tg, int block)
   g_array_set_size(b->edges, 0);
   g_array_set_size(b->stream, 0);
   g_array_set_size(b->extra, 0);
-  b->n_ring = b->ring_next = 0;
+  if (b->ring_table)
+    memset(b->ring_table, 0, sizeof(int32_t) * ((size_t)b->ring_mask + 1));
+  b->n_ring = 0;
   sem_clear(b);
   b->changed = TRUE;
   tg->dirty = TRUE;
@@ -338,19 +343,49 @@ SimTaskRef sim_taskgraph_add_collective_flow(SimTaskGraph *tg, int block, SimTas
   return sim_taskgraph_add(tg, block, &t);
 }
 
+/* The slot of @b's ring table where the ring over @members is, or the empty slot where it
+ * would go. */
+static guint ring_slot(const SimTaskBlock *b, const int *members, int n)
+{
+  uint64_t h = sim_hash_bytes(members, sizeof(int32_t) * (size_t)n);
+  guint s = (guint)(h ^ (h >> 29)) & b->ring_mask;
+  const int32_t *extra = (const int32_t *)(const void *)b->extra->data;
+  for (;;) {
+    int32_t e = b->ring_table[s];
+    if (e == 0)
+      return s;
+    const SimBlockRing *r = &b->ring[e - 1];
+    if (r->n == n && r->first == members[0] &&
+        !memcmp(extra + r->off + r->links, members, sizeof(int32_t) * (size_t)n))
+      return s;
+    s = (s + 1) & b->ring_mask;
+  }
+}
+
 int sim_taskgraph_ring_find(SimTaskGraph *tg, int block, const int *members, int n)
 {
   const SimTaskBlock *b = sim_taskgraph_block(tg, block);
-  if (n <= 0)
+  if (n <= 0 || !b->ring_table)
     return -1;
-  const int32_t *extra = (const int32_t *)(const void *)b->extra->data;
-  for (int k = 0; k < b->n_ring; k++) {
-    const SimBlockRing *r = &b->ring[k];
-    if (r->n == n && r->first == members[0] &&
-        !memcmp(extra + r->off + r->links, members, sizeof(int32_t) * (size_t)n))
-      return k;
+  return b->ring_table[ring_slot(b, members, n)] - 1;
+}
+
+/* Notes @b's ring @k, over @members, in its table (which grows to stay at most half
+ * full). */
+static void ring_insert(SimTaskBlock *b, int k, const int *members, int n)
+{
+  if (!b->ring_table || 2 * (guint)(b->n_ring + 1) > b->ring_mask + 1) {
+    guint size = b->ring_table ? 2 * (b->ring_mask + 1) : 64;
+    g_free(b->ring_table);
+    b->ring_table = g_new0(int32_t, size);
+    b->ring_mask = size - 1;
+    const int32_t *extra = (const int32_t *)(const void *)b->extra->data;
+    for (int j = 0; j < k; j++) {
+      const SimBlockRing *r = &b->ring[j];
+      b->ring_table[ring_slot(b, extra + r->off + r->links, r->n)] = j + 1;
+    }
   }
-  return -1;
+  b->ring_table[ring_slot(b, members, n)] = k + 1;
 }
 
 SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass cls,
@@ -375,14 +410,11 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     total += hops;
   }
   SimTask t = collective_flow(b, cls, members, n, total, bytes, latency, op, mb, coll);
-  if (!b->ring)
-    b->ring = g_new(SimBlockRing, SIM_BLOCK_RINGS);
-  if (b->n_ring < SIM_BLOCK_RINGS) {
-    k = b->n_ring++;
-  } else {
-    k = b->ring_next;
-    b->ring_next = (b->ring_next + 1) % SIM_BLOCK_RINGS;
+  if (b->n_ring == b->cap_ring) {
+    b->cap_ring = MAX(2 * b->cap_ring, 16);
+    b->ring = g_renew(SimBlockRing, b->ring, b->cap_ring);
   }
+  k = b->n_ring++;
   b->ring[k] = (SimBlockRing){ t.links_off, total, n, n > 0 ? members[0] : -1, FALSE, 0 };
   /* The routes, one after the other, then the members, written in place. */
   g_array_set_size(b->extra, b->extra->len + (guint)total + (guint)n);
@@ -394,6 +426,8 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
     out += hops;
   }
   memcpy(out, members, sizeof(int32_t) * (size_t)n);
+  if (n > 0)
+    ring_insert(b, k, members, n);
   return sim_taskgraph_add(tg, block, &t);
 }
 

@@ -117,8 +117,6 @@ typedef struct {
   int32_t *ops;
 } SimTaskSem;
 
-#define SIM_BLOCK_RINGS 64
-
 /* One of a block's distinct rings (sim_taskgraph_add_ring_flow()): where its links start
  * in the block's extra array, how many, its member count and first member, and what its
  * user may note (collective.c: a whole node's ring, checked, and its latency). */
@@ -146,12 +144,16 @@ typedef struct {
   gboolean shared;
   int64_t sh_start;    /* -1 until the block's first task                               */
   int32_t sh_len;
-  /* The block's distinct rings, up to SIM_BLOCK_RINGS (NULL until its first): a tensor's
-   * reductions repeat over every replica's tensor-parallel group, micro-batch after
-   * micro-batch, so that a ring is mostly one the block has made before. */
+  /* The block's distinct rings (NULL until its first): a tensor's reductions repeat over
+   * every replica's tensor-parallel group, micro-batch after micro-batch, so that a ring
+   * is mostly one the block has made before (128 replicas' groups take turns).  They
+   * are found by their members through @ring_table, open addressing over ring numbers
+   * plus one (0: empty), its size @ring_mask + 1, a power of two, kept at most half
+   * full. */
   SimBlockRing *ring;
-  int32_t n_ring;
-  int32_t ring_next;    /* the entry the next new ring replaces, once all are taken       */
+  int32_t n_ring, cap_ring;
+  int32_t *ring_table;
+  uint32_t ring_mask;
 } SimTaskBlock;
 
 typedef struct {

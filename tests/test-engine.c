@@ -915,28 +915,59 @@ Test(engine, shared_tasks_assemble_as_separate_blocks_do)
   g_rand_free(rng);
 }
 
-/* Ring flows of one block over recurring member lists (more distinct lists than the block
- * remembers, in random order) each carry their own ring: after assembly, every flow's
- * links are its members' routes in ring order and its members are the ones given. */
+/* Ring flows of one block over recurring member lists (150 distinct lists, in random
+ * order, as 128 replicas' tensor-parallel groups take turns) each carry their own ring:
+ * after assembly, every flow's links are its members' routes in ring order and its
+ * members are the ones given; the block keeps one copy of each distinct ring. */
 Test(engine, repeated_rings_share_links_and_keep_their_members)
 {
   SimTaskGraph *tg = sim_taskgraph_new(8);
   int b = sim_taskgraph_block_new(tg);
   GRand *rng = g_rand_new_with_seed(3);
-  enum { KINDS = 12, FLOWS = 200 };
+  enum { KINDS = 150, FLOWS = 1200 };
   int lists[KINDS][4], sizes[KINDS], used[FLOWS];
+  /* Distinct lists: a size of 2 to 4 and distinct devices in some order. */
   for (int k = 0; k < KINDS; k++) {
-    sizes[k] = 2 + k % 3;
-    for (int i = 0; i < sizes[k]; i++)
-      lists[k][i] = (k + 3 * i) % 8;
+    gboolean fresh;
+    do {
+      sizes[k] = g_rand_int_range(rng, 2, 5);
+      for (int i = 0; i < sizes[k]; i++) {
+        gboolean dup;
+        do {
+          lists[k][i] = g_rand_int_range(rng, 0, 8);
+          dup = FALSE;
+          for (int j = 0; j < i; j++)
+            dup |= lists[k][j] == lists[k][i];
+        } while (dup);
+      }
+      fresh = TRUE;
+      for (int j = 0; j < k && fresh; j++)
+        fresh = sizes[j] != sizes[k] ||
+                memcmp(lists[j], lists[k], sizeof(int) * (size_t)sizes[k]) != 0;
+    } while (!fresh);
   }
+  gboolean seen[KINDS] = { FALSE };
+  size_t want_extra = 0;
   for (int f = 0; f < FLOWS; f++) {
-    /* Mostly a few recent lists, sometimes any of them. */
-    int k = g_rand_int_range(rng, 0, 4) ? g_rand_int_range(rng, 0, 3) : g_rand_int_range(rng, 0, KINDS);
+    /* Mostly the lists in turn, sometimes a few recent ones or any. */
+    int pick = g_rand_int_range(rng, 0, 4);
+    int k = pick == 0 ? g_rand_int_range(rng, 0, 3) : pick == 1 ? g_rand_int_range(rng, 0, KINDS)
+                                                                : f % KINDS;
     used[f] = k;
+    if (!seen[k]) {
+      seen[k] = TRUE;
+      want_extra += (size_t)sizes[k];
+      for (int i = 0; i < sizes[k]; i++) {
+        int hops;
+        sim_machine_route(machine, lists[k][i], lists[k][(i + 1) % sizes[k]], &hops);
+        want_extra += (size_t)hops;
+      }
+    }
     sim_taskgraph_add_ring_flow(tg, b, SIM_CLASS_REDUCTION, machine, lists[k], sizes[k], 1e6,
                                 1e-6, 0, f, -1);
   }
+  /* One copy of each distinct ring's links and members. */
+  cr_assert_eq(sim_taskgraph_block(tg, b)->extra->len, want_extra);
   sim_taskgraph_assemble(tg);
   cr_assert_eq(tg->n_tasks, FLOWS);
   for (int f = 0; f < FLOWS; f++) {
@@ -974,14 +1005,20 @@ static void log_rate(void *user, int task, double end)
 /* Plays the same random traffic over a net, as runs of a search would: each run starts
  * flows between random GPUs of two DGX A100 nodes (or from random GPUs to GPU 0), ends
  * some and updates the rates after each step.  Returns what the net reported, in order. */
-static GArray *play(SimNet *net, SimMachine *m, int runs)
+/* @by_links: each run ends with sim_net_reset_links() over the links of its flows (some
+ * still under way) instead of starting with sim_net_reset(); @bytes (or NULL): each run's
+ * bytes per link appended. */
+static GArray *play_reset(SimNet *net, SimMachine *m, int runs, gboolean by_links, GArray *bytes)
 {
   RateLog r = { g_array_new(FALSE, FALSE, sizeof(double)) };
-  int n_dev = sim_machine_n_devices(m);
+  int n_dev = sim_machine_n_devices(m), nl = sim_machine_n_links(m);
+  const int *used[400];
+  int n_used[400];
   for (int run = 0; run < runs; run++) {
     GRand *rng = g_rand_new_with_seed(7 + run % 4);   /* four runs come back in turn */
-    sim_net_reset(net);
-    int slot[64], task[64], n = 0;
+    if (!by_links)
+      sim_net_reset(net);
+    int slot[64], task[64], n = 0, n_flows = 0;
     double now = 0;
     for (int step = 0; step < 400; step++) {
       now += 1e-6;
@@ -996,6 +1033,8 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
         const SimRoute *rt = sim_machine_route_info(m, a, b);
         task[n] = step;
         slot[n] = sim_net_add(net, step, rt->links, rt->n_links, 1e6 * (1 + step % 5), now);
+        used[n_flows] = rt->links;
+        n_used[n_flows++] = rt->n_links;
         n++;
       } else {
         int k = g_rand_int_range(rng, 0, n);
@@ -1006,9 +1045,48 @@ static GArray *play(SimNet *net, SimMachine *m, int runs)
       }
       sim_net_update(net, now, log_rate, &r);
     }
+    if (bytes)
+      g_array_append_vals(bytes, sim_net_link_bytes(net), (guint)nl);
+    if (by_links)
+      sim_net_reset_links(net, used, n_used, n_flows);
     g_rand_free(rng);
   }
   return r.log;
+}
+
+static GArray *play(SimNet *net, SimMachine *m, int runs)
+{
+  return play_reset(net, m, runs, FALSE, NULL);
+}
+
+/* A net reset over the links its flows crossed (what the engine's scratch net for groups
+ * of flows does) plays the same traffic as one reset in full: the same reports, bit for
+ * bit, and the same bytes per link, run after run, with flows left under way at each
+ * reset. */
+Test(engine, a_net_reset_over_its_flows_links_is_a_reset_net)
+{
+  GError *error = NULL;
+  SimMachine *m = sim_machine_load("dgx-a100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  SimNet *full = sim_net_new(m, NULL), *part = sim_net_new(m, NULL);
+  GArray *fb = g_array_new(FALSE, FALSE, sizeof(double));
+  GArray *pb = g_array_new(FALSE, FALSE, sizeof(double));
+  GArray *a = play_reset(full, m, 12, FALSE, fb), *b = play_reset(part, m, 12, TRUE, pb);
+  cr_assert_gt(a->len, 1000);
+  cr_assert_eq(a->len, b->len);
+  for (guint i = 0; i < a->len; i++)
+    cr_assert(g_array_index(a, double, i) == g_array_index(b, double, i),
+              "report %u differs: %.17g against %.17g", i / 2, g_array_index(a, double, i),
+              g_array_index(b, double, i));
+  cr_assert_eq(fb->len, pb->len);
+  cr_assert_eq(memcmp(fb->data, pb->data, sizeof(double) * fb->len), 0);
+  g_array_free(a, TRUE);
+  g_array_free(b, TRUE);
+  g_array_free(fb, TRUE);
+  g_array_free(pb, TRUE);
+  sim_net_free(full);
+  sim_net_free(part);
+  sim_machine_free(m);
 }
 
 /* A net that remembers the rates of the components it solved gives every flow, run after
@@ -1092,4 +1170,42 @@ Test(engine, remembered_rates_are_the_solved_ones)
   sim_net_free(plain);
   sim_net_free(memo);
   sim_machine_free(m);
+}
+
+/* ---- numbers for keys ---- */
+
+/* Keys numbered through a hash of their first bytes alone (their tails are zero) get the
+ * numbers that the hash of every byte gives: 0, 1, 2... in the order first seen, equal
+ * keys one number, through the index's growth and after it is cleared. */
+Test(engine, keys_numbered_through_a_partial_hash_keep_their_numbers)
+{
+  typedef struct {
+    int64_t a, b;
+    int64_t zero[6];
+  } Key;
+  SimKeyIndex whole, part;
+  sim_key_index_init(&whole, sizeof(Key));
+  sim_key_index_init(&part, sizeof(Key));
+  GRand *rng = g_rand_new_with_seed(11);
+  for (int round = 0; round < 3; round++) {
+    sim_key_index_clear(&whole);
+    sim_key_index_clear(&part);
+    for (int i = 0; i < 5000; i++) {
+      Key k;
+      memset(&k, 0, sizeof k);
+      k.a = g_rand_int_range(rng, 0, 40 + 400 * round);
+      k.b = g_rand_int_range(rng, 0, 7);
+      uint64_t h = sim_hash_bytes(&k, 2 * sizeof(int64_t));
+      gboolean aw, ap;
+      guint nw = sim_key_index_get(&whole, &k, &aw);
+      guint np = sim_key_index_get_hashed(&part, &k, h, &ap);
+      cr_assert_eq(nw, np, "round %d, key %d", round, i);
+      cr_assert_eq(aw, ap, "round %d, key %d", round, i);
+    }
+    cr_assert_eq(whole.n, part.n);
+    cr_assert_gt(part.n, 64); /* the index grew */
+  }
+  g_rand_free(rng);
+  sim_key_index_free(&whole);
+  sim_key_index_free(&part);
 }

@@ -2030,6 +2030,83 @@ Test(folding, a_brief_simulation_is_the_reports_and_stops_past_its_bound)
               FALSE);
 }
 
+/* Brief runs leave out the shadows apart from every simulated flow (SimOptions.
+ * prune_shadows, sim/fold.c): random Megatron plans of a GPT (TP, PP, DP, micro-batches,
+ * schedule, recomputation, sequence parallelism, scatter-gather) over 2 to 8 nodes of
+ * three machines, each brief run with the shadows left out against the same run keeping
+ * them: the time to a relative 1e-12 (a shadow ends when its original does, within the
+ * engine's instant), the same memory verdict and ratio, the same verdicts past a bound
+ * and at the first overflow, never more tasks; and against the unfolded report to a
+ * relative 1e-9.  The tensor-parallel ranks' shadows on DGX A100's separate rails are
+ * left out. */
+Test(folding, shadows_apart_left_out_of_brief_runs_change_no_prediction)
+{
+  const char *machines[] = { "dgx-a100", "dgx1-v100", "vtrain-a100" };
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GRand *rng = g_rand_new_with_seed(5);
+  int done = 0, fewer = 0;
+  while (done < 16) {
+    int mi = g_rand_int_range(rng, 0, G_N_ELEMENTS(machines));
+    int nodes = 2 << g_rand_int_range(rng, 0, 3);
+    g_autofree char *mname = g_strdup_printf("%s:%d", machines[mi], nodes);
+    GError *error = NULL;
+    g_autoptr(SimMachine) m = sim_machine_load(mname, &error);
+    cr_assert_not_null(m, "%s", error ? error->message : "");
+    int n = sim_machine_n_devices(m);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = 1 << g_rand_int_range(rng, 1, 4);
+    mo.pp = 1 << g_rand_int_range(rng, 0, 3);
+    mo.dp = n / (mo.tp * mo.pp);
+    if (mo.dp < 1 || 64 % mo.dp || mo.tp * mo.pp * mo.dp != n)
+      continue;
+    mo.microbatches = 64 / mo.dp;
+    if (mo.pp > 1 && g_rand_boolean(rng) && mo.microbatches % mo.pp == 0) {
+      mo.schedule = SIM_SCHEDULE_INTERLEAVED;
+      mo.chunks = 2;
+    }
+    mo.memory.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
+    mo.sequence_parallel = g_rand_boolean(rng);
+    mo.scatter_gather = mo.pp > 1 && g_rand_boolean(rng);
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    if (!s) {
+      g_clear_error(&error);
+      continue;
+    }
+    g_autofree char *what = g_strdup_printf("%s, TP %d PP %d DP %d, chunks %d", mname, mo.tp,
+                                            mo.pp, mo.dp, mo.chunks);
+    SimOptions on = sim_options_default(), off = on, whole = on;
+    off.prune_shadows = FALSE;
+    whole.fold = FALSE;
+    SimBrief a, b;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &on, INFINITY, &a, &error), "%s", what);
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &off, INFINITY, &b, &error), "%s", what);
+    cr_assert_leq(fabs(a.time - b.time), 1e-12 * b.time, "%s: %.17g, kept %.17g", what, a.time,
+                  b.time);
+    cr_assert_eq(a.fits, b.fits, "%s", what);
+    cr_assert_eq(a.max_ratio, b.max_ratio, "%s", what);
+    cr_assert_leq(a.n_tasks, b.n_tasks, "%s", what);
+    fewer += a.n_tasks < b.n_tasks;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &whole, &error);
+    cr_assert_not_null(r, "%s", what);
+    double t = sim_report_iteration_time(r);
+    cr_assert_leq(fabs(a.time - t), 1e-9 * t, "%s: %.17g, unfolded %.17g", what, a.time, t);
+    /* Past a bound, and stopped at the first overflow, alike. */
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &on, 0.9 * b.time, &a, &error), "%s", what);
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &off, 0.9 * b.time, &b, &error), "%s", what);
+    cr_assert(a.cut && b.cut, "%s", what);
+    on.stop_at_overflow = off.stop_at_overflow = TRUE;
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &on, INFINITY, &a, &error), "%s", what);
+    cr_assert(sim_simulate_brief(g, m, s, NULL, &off, INFINITY, &b, &error), "%s", what);
+    cr_assert_eq(a.cut, b.cut, "%s", what);
+    cr_assert_eq(a.overflowed, b.overflowed, "%s", what);
+    done++;
+  }
+  g_rand_free(rng);
+  cr_log_info("%d of %d plans left shadows out", fewer, done);
+  cr_assert_gt(fewer, 0);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Delta simulation                                                                     */
 
@@ -2973,7 +3050,9 @@ Test(accel, a_nodes_rings_are_one_flow_only_where_their_links_are_their_own)
  * does, figure for figure: the iteration time, compute, communication, overlap and idle
  * time per GPU and the critical path by class to a relative 1e-9 of the iteration, peak
  * memory to the byte, the busiest links' bytes to a relative 1e-9; the brief simulation
- * that searches run gives the report's time to the bit, and past a bound says it is cut.
+ * that searches run gives the report's time to the bit with every shadow kept (a shadow
+ * ends when its original does, within the engine's instant: to a relative 1e-12 with the
+ * shadows apart left out, SimOptions.prune_shadows), and past a bound says it is cut.
  * Megatron plans of a GPT over two DGX A100 nodes, drawn at random (TP, PP, DP, schedule,
  * chunks, micro-batches, recomputation, ZeRO-1, sequence parallelism). */
 static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, SimCostModel *c,
@@ -2991,9 +3070,16 @@ static int check_steady(const SimGraph *g, SimMachine *m, const SimStrategy *s, 
   expect_same_traffic(a, b, what);
   double t = sim_report_iteration_time(b);
   SimBrief br;
-  cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
+  SimOptions kept = on;
+  kept.prune_shadows = FALSE;
+  cr_assert(sim_simulate_brief(g, m, s, c, &kept, INFINITY, &br, &error), "%s", what);
   cr_assert_eq(br.time, sim_report_iteration_time(a), "%s: brief %.17g, report %.17g", what,
                br.time, sim_report_iteration_time(a));
+  cr_assert_eq(br.fits, sim_report_fits(a));
+  cr_assert_not(br.cut);
+  cr_assert(sim_simulate_brief(g, m, s, c, &on, INFINITY, &br, &error), "%s", what);
+  cr_assert_leq(fabs(br.time - sim_report_iteration_time(a)), 1e-12 * sim_report_iteration_time(a),
+                "%s: brief %.17g, report %.17g", what, br.time, sim_report_iteration_time(a));
   cr_assert_eq(br.fits, sim_report_fits(a));
   cr_assert_not(br.cut);
   cr_assert(sim_simulate_brief(g, m, s, c, &on, 0.5 * t, &br, &error), "%s", what);
