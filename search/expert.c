@@ -778,6 +778,38 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     fit_experts(&v);
     out[n++] = v;
   }
+  /* With experts split over ep x tp GPUs: tensor for data parallelism both ways, the
+   * expert-parallel degree scaled against tp so that as many GPUs still split each
+   * expert (the experts' share of a GPU kept; through pipeline parallelism this takes
+   * two trades, each of which may lose alone). */
+  if (may_dp && may_tp && o->ep > 1 && (o->etp == 0 || o->etp == o->tp) &&
+      search_has_experts(p->g)) {
+    for (int k = 0; k < 2; k++) {
+      v = *o;
+      if (k == 0 && o->tp % 2 == 0) {
+        v.tp = o->tp / 2;
+        v.dp = o->dp * 2;
+        v.ep = o->ep * 2;
+      } else if (k == 1 && o->dp % 2 == 0 && o->ep % 2 == 0) {
+        v.tp = o->tp * 2;
+        v.dp = o->dp / 2;
+        v.ep = o->ep / 2;
+      } else {
+        continue;
+      }
+      v.etp = 0;
+      if (v.tp == 1)
+        v.sequence_parallel = v.tp_comm_overlap = FALSE;
+      /* Twice the replicas may hold half the micro-batch each. */
+      gboolean fits = fill_microbatches(&v, batch);
+      if (!fits && k == 0 && v.microbatch_size % 2 == 0) {
+        v.microbatch_size /= 2;
+        fits = fill_microbatches(&v, batch);
+      }
+      if (fits && experts_fit(&v))
+        out[n++] = v;
+    }
+  }
   /* The experts over twice or half as many data-parallel replicas (or expert groups);
    * with tensor parallelism, each expert whole on a GPU (Megatron-Core's expert tensor
    * parallelism 1) or split like the rest (etp = tp). */
@@ -895,7 +927,10 @@ int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOpt
     gboolean same = v->tp == o->tp && v->pp == o->pp && v->dp == o->dp;
     gboolean overlap = v->sequence_parallel == o->sequence_parallel &&
                        !v->tp_comm_overlap != !o->tp_comm_overlap;
-    if (MAX(v->cp, 1) != MAX(o->cp, 1) ||
+    /* The experts' trade of tensor for data parallelism (ep scaled against tp). */
+    gboolean expert_trade = v->pp == o->pp && v->tp != o->tp && v->dp != o->dp &&
+                            MAX(v->ep, 1) != MAX(o->ep, 1) && MAX(o->ep, 1) > 1;
+    if (MAX(v->cp, 1) != MAX(o->cp, 1) || expert_trade ||
         (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || v->etp != o->etp || zv != z || overlap ||
                   v->memory.offload != a->offload)))
       out[k++] = *v;

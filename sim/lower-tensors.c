@@ -1053,8 +1053,11 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   if (ppartial && !p_experts)
     scatter_groups(pgroups, cls, (const SimRegion *const *)needs, (int)nc, pscatter);
   /* The producer's partial sums end as a reduce-scatter overlapped with its last GEMM
-   * (TpOverlap) where every consumer, in its stage, takes a part of them. */
-  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
+   * (TpOverlap) where every consumer, in its stage, takes a part of them (not a mixture
+   * of experts' outputs, whatever their split: Transformer Engine overlaps the dense
+   * layers' GEMMs). */
+  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm &&
+                           sim_graph_op_type(lw->g, px) != SIM_OP_MOE,
                      .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION
                                 ? lw->s->tp_overlap.sms_attention
                                 : lw->s->tp_overlap.sms_other };

@@ -1175,6 +1175,47 @@ static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
   return sim_cost_model_op_time(cm, spec, g, x, ext, pass) * k / all;
 }
 
+/* The tensor-parallel overlap leaves a mixture of experts alone, whatever its split: with
+ * tp 2 and no expert parallelism, each expert's width split over the two ranks (etp = tp),
+ * the reduction of the experts' partial outputs stays a collective on the links: no wait
+ * of the overlap model is tagged with the MoE, while the attention's collectives are
+ * overlapped (waits tagged with the attention). */
+Test(lowering, tensor_parallel_overlap_leaves_the_experts_alone)
+{
+  g_autoptr(SimMachine) m = switch4_latency(2, 0);
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("moe", "layers=1,hidden=256,heads=4,kv_heads=2,experts=4,top_k=2,"
+                                     "expert_ffn=512,seq=64,vocab=512,batch=2");
+  int moe = sim_graph_op_by_name(g, "layer0.moe"), attn = sim_graph_op_by_name(g, "layer0.attn");
+  cr_assert(moe >= 0 && attn >= 0);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = 2;
+  mo.microbatch_size = 1;
+  mo.sequence_parallel = TRUE;
+  mo.tp_comm_overlap = TRUE;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  cr_assert_eq(sim_strategy_op_degrees(s, moe)[3], 2, "each expert's width over tp");
+  SimTaskGraph *tg;
+  SimTimeline tl = { 0 };
+  SimLowering *lw;
+  run_lowered(g, m, s, cm, &tg, &tl, &lw);
+  cr_assert_not(tl.deadlock);
+  int waits_moe = 0, waits_attn = 0;
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *k = &tg->task[t];
+    if (k->kind == SIM_TASK_DELAY && k->op == moe)
+      waits_moe++;
+    if (k->kind == SIM_TASK_DELAY && k->op == attn)
+      waits_attn++;
+  }
+  cr_expect_eq(waits_moe, 0, "%d overlap waits tagged with the experts", waits_moe);
+  cr_expect_gt(waits_attn, 0);
+  sim_timeline_clear(&tl);
+  sim_lowering_free(lw);
+}
+
 /* Tensor-parallel communication overlap on a 4-GPU switch without link latency, TP 2 and
  * 4 with sequence parallelism, one LLaMA layer of hidden size 256 in fp32 (S = 64 x 256 x
  * 4 bytes a micro-batch of one sequence): no activation moves as a flow, and around the
