@@ -1219,6 +1219,8 @@ Test(strategy_build, megatron_expert_tensor_parallel_degree)
     assert_devices(s, g, name, want, 8);
   }
   cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+  /* A strategy file holds the layout as every op's degrees and devices. */
+  assert_round_trip(s, g, m);
 
   /* etp = tp: the plan of megatron_expert_parallel (ep 2 over dp 4, width over tp). */
   o.ep = 2;
