@@ -3459,6 +3459,47 @@ Test(folding, sequence_parallel_replicas_fold)
   }
 }
 
+/* Expert groups fold only with the replicas they sit in: a mixture whose experts split
+ * over groups of several data-parallel replicas (or of GPUs of several replicas, etp 1)
+ * exchanges tokens between ranks that the rotation of a stage's ranks does not carry
+ * onto each other, so such plans are simulated with those ranks whole; a plan whose
+ * expert groups are its replicas' own ranks folds them.  Every case equals the unfolded
+ * run to 1e-12. */
+Test(folding, expert_groups_fold_only_inside_replicas)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-h100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  /* tp, ep, etp (0: tp) */
+  const int cases[][3] = { { 1, 4, 0 }, { 2, 2, 0 }, { 2, 4, 1 }, { 2, 2, 1 } };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    g_autoptr(SimGraph) g = zoo("moe", "layers=4,hidden=256,heads=8,kv_heads=2,experts=8,"
+                                       "top_k=2,expert_ffn=512,seq=256,vocab=1024,batch=32");
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = cases[k][0];
+    mo.ep = cases[k][1];
+    mo.etp = cases[k][2];
+    mo.pp = 2;
+    mo.dp = 8 / mo.tp;
+    mo.microbatch_size = 1;
+    mo.schedule = SIM_SCHEDULE_INTERLEAVED;
+    mo.chunks = 2;
+    mo.sequence_parallel = mo.tp > 1;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default(), unfolded = o;
+    unfolded.fold = FALSE;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    g_autoptr(SimReport) u = sim_simulate(g, m, s, c, &unfolded, &error);
+    cr_assert_not_null(r);
+    cr_assert_not_null(u);
+    double t = sim_report_iteration_time(r), tu = sim_report_iteration_time(u);
+    cr_expect_float_eq(t, tu, 1e-12 * tu, "tp %d ep %d etp %d: folded (%s) %.17g, unfolded %.17g",
+                       mo.tp, mo.ep, mo.etp, sim_report_folding(r), t, tu);
+  }
+}
+
 /* @s lowered (unfolded, every micro-batch) with or without the dependencies its streams
  * imply, and assembled, a node's rings as one flow each where simulate.c would; @cp: the
  * parameters it was lowered with. */
