@@ -52,6 +52,11 @@ static void add_plan(JsonBuilder *b, const SearchPlanSummary *p)
   json_builder_add_string_value(b, sim_schedule_name(p->schedule));
   json_builder_set_member_name(b, "sequence_parallel");
   json_builder_add_boolean_value(b, p->sequence_parallel);
+  if (p->etp > 0 && p->etp != p->tp) {
+    /* The experts' own tensor-parallel degree (Megatron-Core's expert layout). */
+    json_builder_set_member_name(b, "etp");
+    json_builder_add_int_value(b, p->etp);
+  }
   if (p->tp_comm_overlap) {
     json_builder_set_member_name(b, "tp_comm_overlap");
     json_builder_add_boolean_value(b, TRUE);

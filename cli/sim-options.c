@@ -17,6 +17,7 @@ void cli_plan_options_init(CliPlanOptions *p)
   p->host_step_us = p->gemm_k_overhead = p->gemm_unaligned_efficiency = p->gemm_ceiling = NAN;
   p->conv_efficiency = p->gather_efficiency = p->recurrent_efficiency = NAN;
   p->attention_efficiency = p->attention_bwd_efficiency = p->cuda_core_efficiency = NAN;
+  p->moe_capacity_factor = p->moe_imbalance = NAN;
 }
 
 void cli_plan_options_clear(CliPlanOptions *p)
@@ -57,6 +58,8 @@ static gboolean parse_count(const char *name, const char *value, gpointer data, 
     p->ep = (int)v;
   else if (g_str_equal(name, "--cp"))
     p->cp = (int)v;
+  else if (g_str_equal(name, "--etp"))
+    p->etp = (int)v;
   else if (g_str_equal(name, "--microbatches"))
     p->microbatches = (int)v;
   else if (g_str_equal(name, "--microbatch-size"))
@@ -102,6 +105,23 @@ static gboolean parse_bucket_mb(const char *name, const char *value, gpointer da
   return cli_option_real(name, value, bucket_size,
                          "a size in MB from 0 to 1000000 (0: a bucket per weight)", &p->bucket_mb,
                          error);
+}
+
+static gboolean at_least_one(double v)
+{
+  return v >= 1;
+}
+
+/* --moe-capacity-factor (0 or more) and --moe-imbalance (1 or more). */
+static gboolean parse_routing(const char *name, const char *value, gpointer data,
+                              GError **error)
+{
+  CliPlanOptions *p = data;
+  if (g_str_equal(name, "--moe-imbalance"))
+    return cli_option_real(name, value, at_least_one, "a number of at least 1 (1: balanced)",
+                           &p->moe_imbalance, error);
+  return cli_option_real(name, value, non_negative, "a number of at least 0 (0: dropless)",
+                         &p->moe_capacity_factor, error);
 }
 
 /* The model's real-valued parameters: where each goes and what it may be. */
@@ -347,6 +367,9 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "pp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Pipeline stages", "N" },
     { "cp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Context-parallel degree: every layer's sequence split over this many ranks, attention as a ring passing keys and values (docs/llm.md)", "N" },
     { "ep", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Expert-parallel degree: mixture-of-experts layers split their experts over this many data-parallel replicas (must divide --dp)", "N" },
+    { "etp", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Expert tensor-parallel degree (Megatron-Core's --expert-tensor-parallel-size; default --tp): each expert's width splits this many ways, expert groups being --ep x --etp consecutive GPUs of a stage (docs/llm.md)", "N" },
+    { "moe-capacity-factor", 0, 0, G_OPTION_ARG_CALLBACK, parse_routing, "Every mixture-of-experts layer's capacity factor: each expert computes C x its mean share of the tokens, padded, the rest dropped (0: dropless; default: the model's)", "C" },
+    { "moe-imbalance", 0, 0, G_OPTION_ARG_CALLBACK, parse_routing, "Dropless mixture-of-experts layers: the busiest expert shard's tokens over the mean, which the others wait for (at least 1; 1: balanced, as forced balancing routes; default: the model's)", "F" },
     { "microbatches", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Micro-batches per iteration", "N" },
     { "microbatch-size", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per micro-batch per replica", "N" },
     { "global-batch", 0, 0, G_OPTION_ARG_CALLBACK, parse_count, "Samples per iteration (sets the model's batch)", "N" },
@@ -558,6 +581,11 @@ gboolean cli_problem_load(CliProblem *pb, const char *model, char **params, cons
     }
     sim_graph_set_attention_kernel(pb->graph, (SimAttentionKernel)k);
   }
+  if ((!isnan(p->moe_capacity_factor) || !isnan(p->moe_imbalance)) &&
+      !sim_graph_set_moe_routing(pb->graph, p->moe_capacity_factor, p->moe_imbalance, error)) {
+    cli_problem_clear(pb);
+    return FALSE;
+  }
   pb->machine = sim_machine_load(machine, error);
   if (!pb->machine) {
     cli_problem_clear(pb);
@@ -630,6 +658,7 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
   o->pp = p->pp > 0 ? p->pp : 1;
   o->ep = p->ep > 0 ? p->ep : 1;
   o->cp = p->cp > 0 ? p->cp : 1;
+  o->etp = p->etp;
   o->microbatches = p->microbatches;
   if (p->microbatch_size > 0)
     o->microbatch_size = p->microbatch_size;
@@ -746,7 +775,8 @@ gboolean cli_plan_megatron_options(const CliPlanOptions *p, SimMegatronOptions *
 
 gboolean cli_plan_has_degrees(const CliPlanOptions *p)
 {
-  return p->dp || p->tp || p->pp || p->ep || p->cp || p->microbatches || p->microbatch_size;
+  return p->dp || p->tp || p->pp || p->ep || p->cp || p->etp || p->microbatches ||
+         p->microbatch_size;
 }
 
 gboolean cli_plan_resolve(const CliPlanOptions *p, const SimGraph *g, const SimMachine *m,

@@ -8,6 +8,9 @@ typedef struct {
   int dp, tp, pp, microbatches;
   int ep;                       /* expert-parallel degree (--ep); 0: none               */
   int cp;                       /* context-parallel degree (--cp); 0: none              */
+  int etp;                      /* expert tensor-parallel degree (--etp); 0: tp          */
+  double moe_capacity_factor;   /* --moe-capacity-factor; NaN: the model's              */
+  double moe_imbalance;         /* --moe-imbalance; NaN: the model's                    */
   gint64 microbatch_size, global_batch;
   char *schedule, *recompute, *precision, *allreduce, *detail;
   double bucket_mb;

@@ -335,12 +335,16 @@ typedef struct {
   int cp, ep;
   gboolean tp_comm_overlap;      /* sim_strategy_get_tp_comm_overlap()                   */
   double offload;                /* the optimizer's share on the host (SimMemoryOptions)  */
+  /* The experts' own tensor-parallel degree (each expert's width split that many ways,
+   * Megatron-Core's expert groups of ep x etp ranks); tp where they split like the rest. */
+  int etp;
 } SearchPlanSummary;
 
 SEARCH_PUBLIC void search_plan_summarize(const SimGraph *g, const SimStrategy *s,
                                          SearchPlanSummary *out);
 /* One line: "TP 8, PP 16, DP 8, 192 micro-batches of 1, 1f1b, ZeRO-1, buckets 24 MiB"
- * ("TP 2, CP 4, PP 1, DP 2, EP 2, ..." with context or expert parallelism). */
+ * ("TP 2, CP 4, PP 1, DP 2, EP 2, ..." with context or expert parallelism, "EP 8, ETP 1"
+ * where the experts' tensor-parallel degree is not TP's). */
 SEARCH_PUBLIC char *search_plan_summary_text(const SearchPlanSummary *p);
 
 /* Signals.  search_signals_catch() makes SIGINT (Ctrl-C) and SIGTERM ask the searches to

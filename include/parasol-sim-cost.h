@@ -29,7 +29,8 @@ typedef struct {
   int64_t steps;           /* recurrent kernels: sequential steps                      */
   double flops;
   double bytes;            /* read + written                                         */
-  int flags;               /* SIM_KERNEL_CAUSAL, SIM_KERNEL_BACKWARD (attention)       */
+  int flags;               /* SIM_KERNEL_CAUSAL, SIM_KERNEL_BACKWARD (attention),
+                              SIM_KERNEL_GROUPED (GEMMs)                               */
   int op_type;             /* the SimOpType whose work it is, + 1 (0: not known)      */
   int pass;                /* the SimPass it belongs to, when op_type is known        */
 } SimKernel;
@@ -37,6 +38,8 @@ typedef struct {
 /* Flags of a fused attention kernel. */
 #define SIM_KERNEL_CAUSAL 1   /* a causal mask: the blocks above the diagonal are skipped */
 #define SIM_KERNEL_BACKWARD 2 /* the backward kernel (recomputes the scores)              */
+#define SIM_KERNEL_GROUPED 4  /* a mixture's grouped GEMM, one product per expert (batch):
+                                 a linear layer's, in FP8 under --precision fp8            */
 
 SIM_PUBLIC const char *sim_kernel_kind_name(SimKernelKind k);
 

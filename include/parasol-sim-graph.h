@@ -235,6 +235,12 @@ SIM_PUBLIC void sim_graph_set_float_dtype(SimGraph *g, SimDType dtype);
 /* Runs every attention operator of @g with kernel @k (the graph's files and the zoo name
  * one per model; a framework may run another). */
 SIM_PUBLIC void sim_graph_set_attention_kernel(SimGraph *g, SimAttentionKernel k);
+/* Sets every mixture-of-experts operator's "capacity_factor" (@capacity_factor, 0 or
+ * more; 0: dropless) and "imbalance" (@imbalance, 1 or more), each where not NaN
+ * (sim/ops/moe.c).  FALSE with @error, changing nothing, for a value out of range or a
+ * graph without such an operator. */
+SIM_PUBLIC gboolean sim_graph_set_moe_routing(SimGraph *g, double capacity_factor,
+                                              double imbalance, GError **error);
 
 /* Queries.  Ops are numbered 0..n-1 in insertion order, which is a topological order. */
 SIM_PUBLIC int sim_graph_n_ops(const SimGraph *g);

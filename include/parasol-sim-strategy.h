@@ -215,7 +215,8 @@ typedef struct {
   SimMemoryOptions memory;
   /* Expert parallelism: every mixture-of-experts op splits its experts over @ep of the
    * @dp data-parallel replicas (consecutive ones) and its samples over dp / ep; 0 or 1:
-   * none.  Must divide dp and every such op's experts. */
+   * none.  Must divide dp and every such op's experts.  With etp (below) other than tp,
+   * the groups are ep x etp ranks of a stage instead. */
   int ep;
   /* Context parallelism: every op's positions (its first attribute dimension) split over
    * cp ranks between the tensor- and the data-parallel ones (Megatron's order: tp, cp,
@@ -232,6 +233,13 @@ typedef struct {
    * projection and from the other GEMMs (sim_megatron_options_default(): 24 and 16,
    * NeMo's H100 configuration for hidden size 8192 at TP 4; docs/llm.md). */
   SimTpOverlap tp_overlap;
+  /* Expert tensor parallelism (Megatron-Core's --expert-tensor-parallel-size): each
+   * expert's width splits over @etp ranks instead of tp.  The expert layout carves
+   * expert groups of ep x etp consecutive ranks from the dp x tp ranks of a stage (etp
+   * fastest, then ep, then the expert-data-parallel groups), each group routing the
+   * tokens its ranks hold.  0: tp (the default).  With etp != tp, ep x etp must be a
+   * multiple of tp that divides dp x tp, and cp must be 1.  Last, for the bindings. */
+  int etp;
 } SimMegatronOptions;
 
 SIM_PUBLIC SimMegatronOptions sim_megatron_options_default(void);

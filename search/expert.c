@@ -624,6 +624,28 @@ SimStrategy *search_start_expert_stages(SearchContext *ctx, int stages, double *
 /* ---------------------------------------------------------------------------------- */
 /* Megatron's plan space past its rules                                               */
 
+/* Whether the expert layout of @v builds: with an expert tensor-parallel degree of its
+ * own (etp other than tp), expert groups of ep x etp ranks, a multiple of tp dividing
+ * dp x tp, and no context ranks (sim/strategy-build.c); otherwise ep dividing dp. */
+static gboolean experts_fit(const SimMegatronOptions *v)
+{
+  int ep = MAX(v->ep, 1);
+  if (v->etp > 0 && v->etp != v->tp)
+    return MAX(v->cp, 1) == 1 && (ep * v->etp) % v->tp == 0 &&
+           ((int64_t)v->dp * v->tp) % (ep * v->etp) == 0;
+  return v->dp % ep == 0;
+}
+
+/* After a change of the degrees: the experts' own tensor-parallel degree dropped (back to
+ * tp) where it no longer fits, then the expert-parallel degree halved until it does. */
+static void fit_experts(SimMegatronOptions *v)
+{
+  if (v->etp > 0 && (v->etp == v->tp || !experts_fit(v)))
+    v->etp = 0;
+  while (v->ep > 1 && !experts_fit(v))
+    v->ep /= 2;
+}
+
 #define REFINE_STREAM 0xfd0000u
 #define REFINE_MAX SEARCH_KNOB_MAX
 #define REFINE_GAIN 1e-5
@@ -751,18 +773,58 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
     }
     if (v.tp == 1)
       v.sequence_parallel = v.tp_comm_overlap = FALSE;
-    /* Expert parallelism stays within the data-parallel replicas. */
-    while (v.ep > 1 && v.dp % v.ep != 0)
-      v.ep /= 2;
+    /* Expert parallelism stays within the data-parallel replicas (the expert groups
+     * within a stage). */
+    fit_experts(&v);
     out[n++] = v;
   }
-  /* The experts over twice or half as many data-parallel replicas. */
+  /* With experts split over ep x tp GPUs: tensor for data parallelism both ways, the
+   * expert-parallel degree scaled against tp so that as many GPUs still split each
+   * expert (the experts' share of a GPU kept; through pipeline parallelism this takes
+   * two trades, each of which may lose alone). */
+  if (may_dp && may_tp && o->ep > 1 && (o->etp == 0 || o->etp == o->tp) &&
+      search_has_experts(p->g)) {
+    for (int k = 0; k < 2; k++) {
+      v = *o;
+      if (k == 0 && o->tp % 2 == 0) {
+        v.tp = o->tp / 2;
+        v.dp = o->dp * 2;
+        v.ep = o->ep * 2;
+      } else if (k == 1 && o->dp % 2 == 0 && o->ep % 2 == 0) {
+        v.tp = o->tp * 2;
+        v.dp = o->dp / 2;
+        v.ep = o->ep / 2;
+      } else {
+        continue;
+      }
+      v.etp = 0;
+      if (v.tp == 1)
+        v.sequence_parallel = v.tp_comm_overlap = FALSE;
+      /* Twice the replicas may hold half the micro-batch each. */
+      gboolean fits = fill_microbatches(&v, batch);
+      if (!fits && k == 0 && v.microbatch_size % 2 == 0) {
+        v.microbatch_size /= 2;
+        fits = fill_microbatches(&v, batch);
+      }
+      if (fits && experts_fit(&v))
+        out[n++] = v;
+    }
+  }
+  /* The experts over twice or half as many data-parallel replicas (or expert groups);
+   * with tensor parallelism, each expert whole on a GPU (Megatron-Core's expert tensor
+   * parallelism 1) or split like the rest (etp = tp). */
   if (may_dp && search_has_experts(p->g)) {
     int ep = MAX(o->ep, 1);
     for (int k = 0; k < 2; k++) {
       v = *o;
       v.ep = k == 0 ? ep * 2 : ep / 2;
-      if (v.ep >= 1 && v.ep != ep && o->dp % v.ep == 0)
+      if (v.ep >= 1 && v.ep != ep && experts_fit(&v))
+        out[n++] = v;
+    }
+    if (o->tp > 1 && ep > 1) {
+      v = *o;
+      v.etp = o->etp > 0 && o->etp != o->tp ? 0 : 1;
+      if (experts_fit(&v))
         out[n++] = v;
     }
   }
@@ -843,8 +905,7 @@ static int refine_neighbours(const SearchProblem *p, const SimMegatronOptions *o
         v.sequence_parallel = v.tp_comm_overlap = FALSE;
       else if (o->tp == 1 && v.cp > 1)
         v.sequence_parallel = TRUE;
-      while (v.ep > 1 && v.dp % v.ep != 0)
-        v.ep /= 2;
+      fit_experts(&v);
       out[n++] = v;
     }
   }
@@ -866,8 +927,11 @@ int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOpt
     gboolean same = v->tp == o->tp && v->pp == o->pp && v->dp == o->dp;
     gboolean overlap = v->sequence_parallel == o->sequence_parallel &&
                        !v->tp_comm_overlap != !o->tp_comm_overlap;
-    if (MAX(v->cp, 1) != MAX(o->cp, 1) ||
-        (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || zv != z || overlap ||
+    /* The experts' trade of tensor for data parallelism (ep scaled against tp). */
+    gboolean expert_trade = v->pp == o->pp && v->tp != o->tp && v->dp != o->dp &&
+                            MAX(v->ep, 1) != MAX(o->ep, 1) && MAX(o->ep, 1) > 1;
+    if (MAX(v->cp, 1) != MAX(o->cp, 1) || expert_trade ||
+        (same && (MAX(v->ep, 1) != MAX(o->ep, 1) || v->etp != o->etp || zv != z || overlap ||
                   v->memory.offload != a->offload)))
       out[k++] = *v;
   }
@@ -887,6 +951,7 @@ gboolean search_megatron_options_of(const SearchProblem *p, const SimStrategy *s
   o.pp = sum.pp;
   o.dp = sum.dp;
   o.ep = sum.ep;
+  o.etp = sum.etp != sum.tp ? sum.etp : 0;
   o.microbatches = sum.microbatches;
   o.microbatch_size = sum.microbatch_size;
   o.schedule = sum.schedule;

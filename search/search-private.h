@@ -270,7 +270,7 @@ int search_refine_megatron(SearchContext *ctx, SimStrategy **s, double *cost,
  * of its ZeRO stage (one up or down) and of the overlap of its sequence parallelism's
  * collectives with their GEMMs (on or off) that the refinement tries, into @out (room for
  * SEARCH_KNOB_MAX); returns how many. */
-#define SEARCH_KNOB_MAX 26
+#define SEARCH_KNOB_MAX 32
 int search_megatron_knob_neighbours(const SearchProblem *p, const SimMegatronOptions *o,
                                     SimMegatronOptions *out);
 /* The options that search_megatron_plan() builds @s from, when it is such a plan exactly;

@@ -63,16 +63,38 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
     if (d * t * r * a == 1)
       out->ops_unsplit++;
   }
+  /* The tensor-parallel degree of the other operators, for the experts' own layout. */
+  int tp_rest = 1;
+  for (int op = 0; op < n_ops; op++)
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE)
+      tp_rest = MAX(tp_rest, tensor[op]);
   /* Expert parallelism: a mixture-of-experts operator over fewer sample groups than the
-   * replicas, its experts split over the rest. */
+   * replicas, its experts split over the rest; or laid out in Megatron-Core's expert
+   * groups of its own degrees: its sample groups times its expert and width splits make
+   * the replicas times the tensor-parallel ranks, ep x etp a multiple of tp (expert tensor
+   * parallelism other than tp). */
+  int etp = 0;
   for (int op = 0; op < n_ops; op++) {
     const int *deg = sim_strategy_op_degrees(s, op);
-    int x = -1;
-    for (int k = 0; deg && k < sim_graph_op_n_dims(g, op); k++)
+    int x = -1, f = -1;
+    for (int k = 0; deg && k < sim_graph_op_n_dims(g, op); k++) {
       if (!strcmp(sim_graph_op_dim_name(g, op, k), "x"))
         x = k;
-    if (sim_graph_op_type(g, op) != SIM_OP_MOE || x < 0 || data[op] >= out->dp ||
-        out->dp % data[op] != 0 || deg[x] % (out->dp / data[op]) != 0)
+      else if (!strcmp(sim_graph_op_dim_name(g, op, k), "f"))
+        f = k;
+    }
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE || x < 0)
+      continue;
+    int fd = f >= 0 ? deg[f] : 1;
+    if (fd != tp_rest && (int64_t)data[op] * deg[x] * fd == (int64_t)out->dp * tp_rest &&
+        (deg[x] * fd) % tp_rest == 0) {
+      out->ep = MAX(out->ep, deg[x]);
+      etp = etp == 0 || etp == fd ? fd : -1;
+      data[op] = out->dp;
+      tensor[op] = tp_rest;
+      continue;
+    }
+    if (data[op] >= out->dp || out->dp % data[op] != 0 || deg[x] % (out->dp / data[op]) != 0)
       continue;
     int ep = out->dp / data[op];
     out->ep = MAX(out->ep, ep);
@@ -81,12 +103,15 @@ void search_plan_summarize(const SimGraph *g, const SimStrategy *s, SearchPlanSu
   }
   for (int op = 0; op < n_ops; op++)
     out->tp = MAX(out->tp, tensor[op]);
+  out->etp = etp > 0 ? etp : out->tp;
   /* Megatron-style: every operator split over the replicas alike, and over the tensor-
    * parallel ranks or not at all. */
   out->uniform = TRUE;
   for (int op = 0; op < n_ops; op++)
     if (data[op] != out->dp || (tensor[op] != 1 && tensor[op] != out->tp))
       out->uniform = FALSE;
+  if (etp < 0)
+    out->uniform = FALSE; /* experts split in different ways */
   g_free(data);
   g_free(tensor);
   int64_t batch = sim_graph_batch_size(g);
@@ -104,6 +129,8 @@ char *search_plan_summary_text(const SearchPlanSummary *p)
   g_string_append_printf(t, "PP %d, DP %d, ", p->pp, p->dp);
   if (p->ep > 1)
     g_string_append_printf(t, "EP %d, ", p->ep);
+  if (p->etp > 0 && p->etp != p->tp)
+    g_string_append_printf(t, "ETP %d, ", p->etp);
   g_string_append_printf(t, "%d micro-batch%s", p->microbatches,
                          p->microbatches == 1 ? "" : "es");
   if (p->microbatch_size > 0)

@@ -92,7 +92,10 @@ gboolean fold_replicas(const SimGraph *g, const SimMachine *m, const SimStrategy
 
 /* Tensor-parallel ranks: inside replica 0, every operator of a stage spreads its shards
  * over the same set of devices of one kind, one shard per device, the first shard of each
- * on the same device, which stands for the others. */
+ * on the same device, which stands for the others.  Not where a mixture of experts splits
+ * its experts over groups wider than a replica (its sample groups fewer than the
+ * replicas): its all-to-all pairs ranks of several replicas, which the rotation of the
+ * ranks does not carry onto each other. */
 gboolean fold_ranks(const SimGraph *g, const SimMachine *m, const SimStrategy *s, Fold *f)
 {
   int nd = f->nd, S = s->n_stages, D = f->D > 1 ? f->D : 1;
@@ -105,6 +108,10 @@ gboolean fold_ranks(const SimGraph *g, const SimMachine *m, const SimStrategy *s
     if (sim_graph_op_type(g, x) == SIM_OP_INPUT)
       continue;
     const SimOpConfig *c = &s->ops[x];
+    if (sim_graph_op_type(g, x) == SIM_OP_MOE && c->degree[2] > 1 && c->degree[0] != D) {
+      ok = FALSE;
+      break;
+    }
     int st = s->op_stage[x];
     int per = c->n_shards / D;
     GHashTable *mine = g_hash_table_new(g_direct_hash, g_direct_equal);

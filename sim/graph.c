@@ -396,6 +396,43 @@ void sim_graph_set_attention_kernel(SimGraph *g, SimAttentionKernel k)
   }
 }
 
+gboolean sim_graph_set_moe_routing(SimGraph *g, double capacity_factor, double imbalance,
+                                   GError **error)
+{
+  g_return_val_if_fail(g != NULL, FALSE);
+  if (!isnan(capacity_factor) && !(capacity_factor >= 0 && isfinite(capacity_factor))) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "capacity factor %g: expected 0 (dropless) or more", capacity_factor);
+    return FALSE;
+  }
+  if (!isnan(imbalance) && !(imbalance >= 1 && isfinite(imbalance))) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "imbalance %g: expected 1 (balanced) or more", imbalance);
+    return FALSE;
+  }
+  const SimOpClass *c = sim_op_class(SIM_OP_MOE);
+  int cap = sim_op_class_attr_index(c, "capacity_factor");
+  int imb = sim_op_class_attr_index(c, "imbalance");
+  g_assert(cap >= 0 && imb >= 0);
+  int n = 0;
+  for (guint i = 0; i < g->ops->len; i++) {
+    SimOp *op = sim_graph_op_get(g, (int)i);
+    if (op->type != SIM_OP_MOE)
+      continue;
+    if (!isnan(capacity_factor))
+      op->attrs[cap].f = capacity_factor;
+    if (!isnan(imbalance))
+      op->attrs[imb].f = imbalance;
+    n++;
+  }
+  if (n == 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "model '%s' has no mixture-of-experts layer to route", sim_graph_get_name(g));
+    return FALSE;
+  }
+  return TRUE;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Queries                                                                             */
 

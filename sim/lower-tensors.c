@@ -884,8 +884,8 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
 }
 
 /* Expert parallelism as an all-to-all.  A mixture-of-experts op whose experts are split
- * ep ways (and not their width) reads, in the plan's regions, every token of its sample
- * range on each of the ep shards and sums their partial outputs; what Megatron-Core and
+ * ep ways reads, in the plan's regions, every token of its sample range on each of the ep
+ * shards and sums their partial outputs; what Megatron-Core and
  * DeepSpeed move is only each token's rows for its k experts (dispatch) and their
  * results (combine), an all-to-all.  Of the tokens a device sends to another, only those
  * routed there travel: k of the E experts, E / ep of them on that device, so the fraction
@@ -895,7 +895,14 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
  * its partial outputs (forward) and of its input's partial gradients (backward), ring
  * all-reduces of 2 (ep - 1) / ep of the region each, carry half of it, which makes
  * (ep - 1) / ep of the region times the fraction: the all-to-all's bytes (with every
- * token on every device, a reduce-scatter's).  FALSE for any other op or layout. */
+ * token on every device, a reduce-scatter's).  Where each expert's width is split etp ways
+ * too, the n = ep etp shards of an expert group do the same, n for ep: a shard receives
+ * the routed fraction of every other device's tokens, k Z (n - 1) / (n ep) bytes a device
+ * for Z those of the group, which is what Megatron-Core's all-to-all over the ep ranks
+ * (k Z (ep - 1) / (n ep)) and all-gather over the etp ranks (k Z (etp - 1) / n) move
+ * together; combine (reduce-scatter over the etp ranks, all-to-all back) is its mirror,
+ * and the ring all-reduce of 2 (n - 1) / n of the region at half the fraction carries
+ * the same.  FALSE for any other op or layout. */
 static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
 {
   const SimOp *o = sim_graph_op_get(lw->g, op);
@@ -903,7 +910,7 @@ static gboolean routed_fraction(const SimLowering *lw, int op, double *fraction)
     return FALSE;
   const int *deg = sim_strategy_op_degrees(lw->s, op);
   int ep = deg[2];
-  if (ep <= 1 || deg[3] > 1)
+  if (ep <= 1)
     return FALSE;
   double k = (double)sim_op_attr_int(o, "top_k");
   double c = sim_op_attr_float(o, "capacity_factor");
@@ -1104,8 +1111,11 @@ void lower_build_tensor_block(SimLowering *lw, int t)
   if (ppartial && !p_experts)
     scatter_groups(pgroups, cls, (const SimRegion *const *)needs, (int)nc, pscatter);
   /* The producer's partial sums end as a reduce-scatter overlapped with its last GEMM
-   * (TpOverlap) where every consumer, in its stage, takes a part of them. */
-  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm,
+   * (TpOverlap) where every consumer, in its stage, takes a part of them (not a mixture
+   * of experts' outputs, whatever their split: Transformer Engine overlaps the dense
+   * layers' GEMMs). */
+  TpOverlap ov_f = { .on = lower_tp_overlap(lw) && ppartial && !p_experts && pl->t_gemm &&
+                           sim_graph_op_type(lw->g, px) != SIM_OP_MOE,
                      .taken = sim_graph_op_type(lw->g, px) == SIM_OP_ATTENTION
                                 ? lw->s->tp_overlap.sms_attention
                                 : lw->s->tp_overlap.sms_other };

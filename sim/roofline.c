@@ -188,15 +188,18 @@ static GemmPlan gemm_plan(const SimRooflineParams *p, const SimDeviceSpec *dev, 
 }
 
 /* Whether a kernel is one of the linear layers' GEMMs that Transformer Engine runs in FP8
- * under --precision fp8: unbatched 16-bit GEMMs on a device with an FP8 peak (attention's
- * batched products stay in 16 bits). */
+ * under --precision fp8: unbatched 16-bit GEMMs and a mixture's grouped GEMMs (its
+ * GroupedLinear) on a device with an FP8 peak (attention's batched products stay in 16
+ * bits). */
 static gboolean fp8_gemm(const SimRooflineParams *p, const SimDeviceSpec *dev, const SimKernel *k)
 {
-  return p->fp8 && k->kind == SIM_KERNEL_GEMM && k->batch <= 1 &&
+  return p->fp8 && k->kind == SIM_KERNEL_GEMM &&
+         (k->batch <= 1 || (k->flags & SIM_KERNEL_GROUPED)) &&
          sim_dtype_size(k->dtype) == 2 && dev->peak_flops[SIM_DTYPE_FP8] > 0;
 }
 
-/* The scaling and casting that an FP8 GEMM needs first: each operand (m x k and k x n) is
+/* The scaling and casting that an FP8 GEMM needs first: each operand (m x k and k x n, of
+ * every product of a grouped one) is
  * read in 16 bits, its absolute maximum taken for the next scale (delayed scaling) and
  * written in 8 bits, a stream of 3 bytes an element at the streaming kernels' bandwidth.
  * Transformer Engine fuses some of these casts into the kernel before (a norm's output);
@@ -206,8 +209,8 @@ double sim_roofline_fp8_cast_seconds(const SimRooflineParams *p, const SimDevice
 {
   if (!fp8_gemm(p, dev, k))
     return 0.0;
-  double elems = (double)MAX(k->m, 0) * (double)MAX(k->k, 0) +
-                 (double)MAX(k->k, 0) * (double)MAX(k->n, 0);
+  double elems = (double)MAX(k->batch, 1) * ((double)MAX(k->m, 0) * (double)MAX(k->k, 0) +
+                                              (double)MAX(k->k, 0) * (double)MAX(k->n, 0));
   return bound(3.0 * elems, dev->mem_bandwidth * p->memory_efficiency);
 }
 

@@ -299,6 +299,13 @@ static const char *tp_role_what(TpRole role)
   }
 }
 
+/* Whether the experts are laid out by their own degrees (an expert tensor-parallel degree
+ * other than tp), place_experts(). */
+static gboolean own_expert_layout(const SimMegatronOptions *o)
+{
+  return o->etp > 0 && o->etp != o->tp;
+}
+
 static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimMegatronOptions *o,
                               GError **error)
 {
@@ -307,7 +314,28 @@ static gboolean check_options(const SimGraph *g, const SimMachine *m, const SimM
                 "dp %d, tp %d, pp %d: every degree must be at least 1", o->dp, o->tp, o->pp);
     return FALSE;
   }
-  if (o->ep < 0 || (o->ep > 1 && o->dp % o->ep != 0)) {
+  if (o->etp < 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "etp %d: the expert tensor-parallel degree must be at least 1 (0: tp)", o->etp);
+    return FALSE;
+  }
+  if (own_expert_layout(o)) {
+    /* Megatron-Core's expert groups: ep x etp ranks of a stage, whole tensor-parallel
+     * groups (so that a group routes the tokens of whole replicas), dividing the stage. */
+    int ep = MAX(o->ep, 1), etp = o->etp, group = ep * etp;
+    if (o->ep < 0 || group % o->tp != 0 || (o->dp * o->tp) % group != 0) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "ep %d x etp %d = %d: an expert group must be a multiple of tp %d that "
+                  "divides dp %d x tp %d", o->ep, etp, group, o->tp, o->dp, o->tp);
+      return FALSE;
+    }
+    if (MAX(o->cp, 1) > 1) {
+      g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                  "etp %d with cp %d: expert tensor parallelism other than tp %d is not "
+                  "modelled with context parallelism", etp, o->cp, o->tp);
+      return FALSE;
+    }
+  } else if (o->ep < 0 || (o->ep > 1 && o->dp % o->ep != 0)) {
     g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
                 "ep %d: the expert-parallel degree must divide dp %d", o->ep, o->dp);
     return FALSE;
@@ -497,6 +525,42 @@ static int megatron_rank(int dp, int cp, int tp, int d, int p, int t)
   return p * (dp * cp * tp) + d * tp + t;
 }
 
+/* A mixture-of-experts op laid out as Megatron-Core lays out its experts with an expert
+ * tensor-parallel degree etp of its own ("MoE parallel folding"): the dp x tp ranks of
+ * stage @p, in their order, form dp tp / (ep etp) expert-data-parallel groups of ep x etp
+ * consecutive ranks, etp fastest.  Shard (sample group i, experts j, width t) sits on
+ * stage rank i ep etp + j etp + t.  An expert group being a multiple of tp
+ * (check_options()), sample group i is exactly the samples of the replicas whose ranks
+ * form group i: the group exchanges the tokens its own ranks hold (split by position
+ * over each replica's tensor-parallel ranks under sequence parallelism), an all-to-all
+ * inside the group (sim/lower-tensors.c, routed_fraction()). */
+static gboolean place_experts(SimStrategy *s, const SimMegatronOptions *o, int op, int p,
+                              int *devices, GError **error)
+{
+  const SimStrategyOpInfo *info = &s->layout->ops[op];
+  const int dp = o->dp, tp = o->tp, ep = MAX(o->ep, 1), etp = o->etp;
+  const int groups = dp * tp / (ep * etp);
+  const SimIterDim *xd = &info->dims[2], *fd = &info->dims[3];
+  if (xd->size % ep != 0 || fd->size % etp != 0) {
+    g_set_error(error, SIM_ERROR, SIM_ERROR_INVALID,
+                "ep %d and etp %d must divide the %" G_GINT64_FORMAT " experts of width %"
+                G_GINT64_FORMAT " of op '%s'", ep, etp, xd->size, fd->size, info->name);
+    return FALSE;
+  }
+  int degrees[SIM_MAX_ITER];
+  for (int d = 0; d < SIM_MAX_ITER; d++)
+    degrees[d] = 1;
+  degrees[0] = groups;
+  degrees[2] = ep;
+  degrees[3] = etp;
+  int n = 0;
+  for (int i = 0; i < groups; i++)
+    for (int j = 0; j < ep; j++)
+      for (int t = 0; t < etp; t++)
+        devices[n++] = p * (dp * tp) + (i * ep + j) * etp + t;
+  return sim_strategy_set_op_replicated(s, op, degrees, 1, devices, error);
+}
+
 /* Op @op's degrees and devices in @s: its samples over dp, its experts over ep, its
  * tensor-parallel dimension (@role) over tp, its positions over cp, on pipeline rank
  * @stage % pp.  @devices has room for dp x cp x tp. */
@@ -516,6 +580,9 @@ static gboolean place_op(SimStrategy *s, const SimGraph *g, const SimMegatronOpt
                 info->name, sim_op_type_name(info->type), dp);
     return FALSE;
   }
+
+  if (info->type == SIM_OP_MOE && own_expert_layout(o))
+    return place_experts(s, o, op, stage % pp, devices, error);
 
   /* Expert parallelism: the experts over ep consecutive data-parallel replicas, the
    * samples over the dp / ep groups of them.  Shard (sample group i, experts j, width t)

@@ -271,7 +271,7 @@ Test(cli, a_vocabulary_tp_does_not_divide_gets_megatrons_padding_as_a_hint)
 }
 
 /* Expert parallelism on a mixture of 4 experts over 8 GPUs (dp 8): --ep 0, an ep that
- * does not divide dp or the experts, and one that does. */
+ * does not divide dp or the experts, and one that does; --etp and the routing options. */
 Test(cli, the_expert_parallel_degree_is_checked)
 {
 #define SMALL_MOE "--model", "moe", "--param", "layers=1,hidden=64,heads=4,kv_heads=2,experts=4," \
@@ -284,6 +284,22 @@ Test(cli, the_expert_parallel_degree_is_checked)
   Run ok = run("simulate", SMALL_MOE, "--ep", "4", NULL);
   cr_expect_eq(ok.status, 0, "%s", ok.err);
   run_clear(&ok);
+  /* The experts' own tensor-parallel degree: groups of ep x etp GPUs holding whole
+   * tensor-parallel groups. */
+  expect_refused(run("simulate", SMALL_MOE, "--tp", "2", "--ep", "2", "--etp", "3", NULL),
+                 "ep 2 x etp 3 = 6: an expert group must be a multiple of tp 2 that divides "
+                 "dp 4 x tp 2");
+  Run etp = run("simulate", SMALL_MOE, "--tp", "2", "--ep", "4", "--etp", "1",
+                "--sequence-parallel", NULL);
+  cr_expect_eq(etp.status, 0, "%s", etp.err);
+  run_clear(&etp);
+  /* Routing: a capacity factor of 0 or more, an imbalance of 1 or more, on a mixture. */
+  expect_refused(run("simulate", SMALL_MOE, "--moe-imbalance", "0.5", NULL),
+                 "--moe-imbalance 0.5: expected a number of at least 1");
+  expect_refused(run("simulate", SMALL_MOE, "--moe-capacity-factor", "-1", NULL),
+                 "--moe-capacity-factor -1: expected a number of at least 0");
+  expect_refused(run("simulate", SMALL_GPT, "--moe-imbalance", "1.2", NULL),
+                 "model 'gpt' has no mixture-of-experts layer to route");
 #undef SMALL_MOE
 }
 

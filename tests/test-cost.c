@@ -409,8 +409,8 @@ Test(roofline, dtypes_without_a_peak_use_fp32)
 
 /* --precision fp8 on an H100 SXM (NVIDIA H100 datasheet: 989.4 TFLOP/s dense bf16, 1978.9
  * fp8, 3.35 TB/s): a linear layer's 8192 x 8192 x 8192 GEMM runs at the fp8 peak and first
- * casts both operands, 3 bytes an element at the streaming bandwidth; attention's batched
- * products stay in bf16 and cast nothing. */
+ * casts both operands, 3 bytes an element at the streaming bandwidth, and so do a
+ * mixture's grouped GEMMs; attention's batched products stay in bf16 and cast nothing. */
 Test(roofline, fp8_gemms_pay_their_casts)
 {
   SimDeviceSpec dev = a100();
@@ -431,6 +431,13 @@ Test(roofline, fp8_gemms_pay_their_casts)
                flops / (1978.9e12 * p.gemm_efficiency) + cast + 5e-6);
   SimKernel batched = gemm(SIM_DTYPE_BF16, 4, n, n, 128);
   cr_assert_eq(sim_roofline_fp8_cast_seconds(&p, &dev, &batched), 0.0);
+  /* A mixture's grouped GEMM of 4 experts is a linear layer's: at the fp8 peak, each
+   * product's operands cast. */
+  SimKernel grouped = gemm(SIM_DTYPE_BF16, 4, n, n, n);
+  grouped.flags = SIM_KERNEL_GROUPED;
+  assert_close(sim_roofline_fp8_cast_seconds(&p, &dev, &grouped), 4 * cast);
+  assert_close(sim_cost_model_kernel_time(m, &dev, &grouped),
+               4 * flops / (1978.9e12 * p.gemm_efficiency) + 4 * cast + 5e-6);
   p.fp8 = FALSE;
   cr_assert_eq(sim_roofline_fp8_cast_seconds(&p, &dev, &k), 0.0);
 }

@@ -532,6 +532,30 @@ Test(exec, moe_megatron_expert_parallel)
   }
 }
 
+/* Expert tensor parallelism 1 beside tp 2 (Megatron-Core's expert layout with its own
+ * degrees): dp 4, tp 2 on 8 devices, ep 4, etp 1, with and without sequence parallelism:
+ * two expert groups of four devices, each holding one whole expert and exchanging the
+ * tokens of its group's two replicas.  Then ep 2, etp 1: four groups of one replica's two
+ * tensor-parallel ranks. */
+Test(exec, moe_megatron_expert_tensor_parallel_one)
+{
+  g_autoptr(SimGraph) g = moe();
+  g_autoptr(SimMachine) m = machine();
+  for (int ep = 2; ep <= 4; ep *= 2)
+    for (int sp = 0; sp <= 1; sp++) {
+      SimMegatronOptions o = sim_megatron_options_default();
+      o.dp = 4;
+      o.tp = 2;
+      o.ep = ep;
+      o.etp = 1;
+      o.sequence_parallel = sp;
+      GError *error = NULL;
+      g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      check(g, m, s, SIM_OPTIMIZER_ADAM);
+    }
+}
+
 /* Megatron's plan on the mixture: tp 2 splits every expert's width, dp 2. */
 Test(exec, moe_megatron_tp_dp)
 {

@@ -1647,6 +1647,57 @@ static int moe(SimGraph *g, int x, int E, int k, int64_t f, double capacity, dou
   return sim_graph_add_op(g, SIM_OP_MOE, "moe", 2, (int[]){ x, logits }, a, NULL);
 }
 
+/* The memory-bound kernels of a shard of the mixture, forward, in closed form (bf16, 2
+ * bytes; D = 128, E = 8, k = 2, T = 128 tokens, dropless and balanced): the router's
+ * softmax and top-k over the shard's own tokens t (t E 2 + 8 t k bytes), the permutation
+ * (t D 2 + t k D 2), the activation times up over the R rows of the shard's experts
+ * (3 R f 2), the un-permutation (t k D 2 + t D 2 + 4 t k), and, for a shard holding
+ * several experts of a split, the sort by expert and back (2 x 2 R D 2).  Own tokens are
+ * the shard's share of its range: t = T (x / E) (f / F) (Megatron-Core's dispatcher routes
+ * the tokens each GPU of an expert group holds).  The GEMMs are grouped, one product a
+ * local expert. */
+Test(moe, router_and_permutation_cost_the_shards_own_tokens)
+{
+  int64_t b = 2, s = 64, d = 128, f = 448, E = 8, k = 2;
+  g_autoptr(SimGraph) g = sim_graph_new("t");
+  int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+  int op = moe(g, x, (int)E, (int)k, f, 0.0, 1.0);
+  cr_assert_geq(op, 0);
+  int xd = dim_index(g, op, "x"), fd = dim_index(g, op, "f");
+  /* Whole; experts [4, 8); expert 4, half its width. */
+  const int64_t xs[3] = { 8, 4, 1 }, fs[3] = { 448, 448, 224 };
+  for (int c = 0; c < 3; c++) {
+    int64_t lo[5], hi[5], ext[5];
+    full_range(g, op, lo, hi);
+    for (int i = 0; i < 5; i++)
+      ext[i] = hi[i] - lo[i];
+    ext[xd] = xs[c];
+    ext[fd] = fs[c];
+    double T = (double)b * s, t = T * xs[c] / E * fs[c] / f;
+    double R = T * k * xs[c] / E, F = (double)fs[c];
+    double want = t * E * 2 + 8 * t * k + (t * d * 2 + t * k * d * 2) + 3 * R * F * 2 +
+                  (t * k * d * 2 + t * d * 2 + 4 * t * k);
+    if (xs[c] > 1 && xs[c] < E)
+      want += 2 * (2 * R * d * 2);
+    SimWork w;
+    sim_graph_op_work(g, op, ext, SIM_PASS_FORWARD, &w);
+    double bytes = 0;
+    int gemms = 0;
+    for (int i = 0; i < w.n; i++) {
+      if (w.k[i].kind == SIM_KERNEL_MEMORY)
+        bytes += w.k[i].bytes;
+      if (w.k[i].kind == SIM_KERNEL_GEMM) {
+        gemms++;
+        cr_expect(w.k[i].flags & SIM_KERNEL_GROUPED, "case %d: GEMM %d not grouped", c, i);
+        cr_expect_eq(w.k[i].batch, xs[c], "case %d: a product per local expert", c);
+      }
+    }
+    cr_expect_eq(gemms, 2, "case %d", c);
+    cr_expect_float_eq(bytes, want, 1e-6 * want, "case %d: %.0f bytes, want %.0f", c, bytes,
+                       want);
+  }
+}
+
 Test(moe, params_rows_flops_and_expert_split)
 {
   /* Mixtral's shape at small scale: 8 experts, top 2. */

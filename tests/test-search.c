@@ -1269,6 +1269,49 @@ Test(search, knob_neighbours_toggle_the_tensor_parallel_overlap)
   fixture_free(&f);
 }
 
+/* The experts' own tensor-parallel degree is a knob: a mixture of 4 experts under tp 2,
+ * dp 4, ep 2 has exactly one neighbour that only holds each expert whole on a GPU (etp 1:
+ * expert groups of 2 x 1 GPUs, the two ranks of a replica), and that plan exactly one that
+ * splits them like the rest again; its summary says "EP 2, ETP 1" and its options are read
+ * back from the plan built. */
+Test(search, knob_neighbours_toggle_the_experts_tensor_parallelism)
+{
+  Fixture f;
+  fixture_load(&f, "moe", "layers=2,hidden=64,heads=4,kv_heads=2,experts=4,top_k=2,"
+                          "expert_ffn=32,seq=16,vocab=128,batch=8", "dgx-a100", 8);
+  SimMegatronOptions o = sim_megatron_options_default();
+  o.tp = 2;
+  o.dp = 4;
+  o.ep = 2;
+  o.sequence_parallel = TRUE;
+  o.microbatch_size = 1;
+  o.microbatches = 2;
+  for (int own = 0; own < 2; own++) {
+    o.etp = own ? 1 : 0;
+    SimMegatronOptions cand[SEARCH_KNOB_MAX];
+    int n = search_megatron_knob_neighbours(f.p, &o, cand), toggles = 0;
+    for (int i = 0; i < n; i++) {
+      const SimMegatronOptions *v = &cand[i];
+      toggles += v->etp == (own ? 0 : 1) && v->tp == o.tp && v->pp == o.pp && v->dp == o.dp &&
+                 v->ep == o.ep && v->cp == o.cp && v->microbatches == o.microbatches &&
+                 v->sequence_parallel == o.sequence_parallel &&
+                 v->memory.recompute == o.memory.recompute && v->memory.zero1 == o.memory.zero1;
+    }
+    cr_expect_eq(toggles, 1, "etp %d: %d neighbours that only change it", o.etp, toggles);
+  }
+  g_autoptr(SimStrategy) s = search_megatron_plan(f.p, &o);
+  cr_assert_not_null(s);
+  SearchPlanSummary sum;
+  search_plan_summarize(f.g, s, &sum);
+  g_autofree char *text = search_plan_summary_text(&sum);
+  cr_expect(strstr(text, "TP 2, PP 1, DP 4, EP 2, ETP 1, ") != NULL, "%s", text);
+  SimMegatronOptions back;
+  cr_assert(search_megatron_options_of(f.p, s, &back));
+  cr_expect_eq(back.ep, 2);
+  cr_expect_eq(back.etp, 1);
+  fixture_free(&f);
+}
+
 /* The optimizer offloaded to the host is a knob where it matters: LLaMA-2 7B in 8
  * data-parallel replicas without ZeRO holds 16 bytes a parameter (108 GB a GPU), which an
  * 80 GB A100 cannot hold, so its knob neighbours (MCMC's knob moves, the refinement)
@@ -1633,8 +1676,9 @@ Test(search, searches_take_context_parallelism_on_a_long_sequence, .timeout = 30
  * synchronizing their gradients, which expert parallelism keeps to the replicas holding
  * each expert.  The enumeration says expert parallelism wins (with ZeRO-1); the expert
  * plans include it (widest_ep() in search/expert.c), the refinement and MCMC step the ZeRO
- * stage and the expert-parallel degree, and the plans they return use it and beat every
- * plan without it; the refinement's is the enumeration's best. */
+ * stage and the expert-parallel degree (and trade tensor for expert and data parallelism),
+ * and the plans they return use it and beat every plan without it; the refinement's is
+ * the enumeration's best. */
 Test(search, searches_take_expert_parallelism_on_a_mixture_of_experts, .timeout = 300)
 {
   Fixture f;
@@ -1646,7 +1690,10 @@ Test(search, searches_take_expert_parallelism_on_a_mixture_of_experts, .timeout 
   cr_assert_gt(sp.at.ep, 1);
   static const char *const algos[] = { "expert", "megatron", "mcmc" };
   for (size_t i = 0; i < G_N_ELEMENTS(algos); i++) {
-    SearchResult *r = run(algos[i], f.p, 300, 1, 2, NULL);
+    /* MCMC's knob moves are a twentieth of its proposals, and from the expert plans'
+     * start (TP 2, EP 4 without ZeRO) it takes the ZeRO stage's step and the trade of
+     * tensor for expert and data parallelism: twice the others' evaluations. */
+    SearchResult *r = run(algos[i], f.p, i == 2 ? 600 : 300, 1, 2, NULL);
     SearchPlanSummary sum;
     search_plan_summarize(search_result_get_graph(r), search_result_get_strategy(r), &sum);
     double t = search_result_get_time(r);

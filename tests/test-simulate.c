@@ -454,6 +454,58 @@ Test(closed_form, expert_parallelism_divides_the_experts_weights)
   }
 }
 
+/* Expert tensor parallelism 1 beside tp 2 (Megatron-Core's --expert-tensor-parallel-size
+ * 1): on 8 GPUs (dp 4, tp 2) with ep 4, etp 2 = tp puts an eighth of the experts' E
+ * parameters on each GPU, every GPU holding a different part (expert groups of all 8: no
+ * expert-data-parallel replica to shard over), etp 1 a quarter, whole experts, each held
+ * by the 2 GPUs of its expert-data-parallel group.  The rest of the model is laid out the
+ * same, so in mixed bf16 with Adam the peaks differ by the experts' share alone (tiny
+ * batch: activations under 256 KB): without ZeRO 16 (E / 4 - E / 8) = 2 E bytes; with
+ * ZeRO-1, whose fp32 states divide over the holders, (4 + 12 / 2) E / 4 - 16 E / 8 = E / 2. */
+Test(closed_form, expert_tensor_parallelism_one_holds_whole_experts)
+{
+  GError *merr = NULL;
+  g_autoptr(SimMachine) mach = sim_machine_load("dgx-a100", &merr);
+  cr_assert_not_null(mach, "%s", merr ? merr->message : "");
+  g_autoptr(SimCostModel) c = roofline();
+  for (int zero = 0; zero <= 1; zero++) {
+    double peak[2] = { 0 }, E = 0;
+    for (int etp = 1; etp <= 2; etp++) {
+      g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=256,heads=4,kv_heads=2,experts=4,"
+                                         "top_k=2,expert_ffn=2048,seq=8,vocab=512,batch=4");
+      sim_graph_set_float_dtype(g, SIM_DTYPE_BF16);
+      int64_t experts = 0;
+      for (int op = 0; op < sim_graph_n_ops(g); op++)
+        if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+          experts += sim_graph_op_n_params(g, op);
+      cr_assert_eq(experts, 2 * 4 * 3 * 256 * 2048);
+      E = (double)experts;
+      SimMegatronOptions mo = sim_megatron_options_default();
+      mo.dp = 4;
+      mo.tp = 2;
+      mo.ep = 4;
+      mo.etp = etp;
+      mo.sequence_parallel = TRUE;
+      mo.memory.zero1 = zero;
+      mo.memory.precision = SIM_PRECISION_MIXED_BF16;
+      GError *error = NULL;
+      g_autoptr(SimStrategy) s = sim_strategy_megatron(g, mach, &mo, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      SimOptions o = sim_options_default();
+      g_autoptr(SimReport) r = sim_simulate(g, mach, s, c, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      peak[etp - 1] = (double)sim_report_peak_memory(r, 0);
+      for (int d = 1; d < 8; d++)
+        cr_expect_eq(sim_report_peak_memory(r, d), sim_report_peak_memory(r, 0),
+                     "etp %d zero %d: GPU %d", etp, zero, d);
+    }
+    double want = zero ? E / 2 : 2 * E, got = peak[0] - peak[1];
+    cr_expect(fabs(got - want) < 256 * 1024,
+              "zero %d: etp 1 holds %.0f bytes more than etp 2, expected %.0f", zero, got,
+              want);
+  }
+}
+
 /* ZeRO-3 shards the weights too: two 4096 x 4096 linears (fp16 weights, mixed precision,
  * Adam), data parallel over 4 GPUs, keep (2 + 2 + 12) / 4 = 4 bytes a parameter on every
  * GPU, plus three copies of the largest bucket of whole weights (gathered for the compute,
@@ -850,6 +902,93 @@ Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
   }
 }
 
+/* The all-to-all inside expert groups, and with each expert's width split too.  The graph
+ * of expert_parallelism_moves_the_all_to_alls_bytes (32 tokens of 64 bytes, R = 2,048
+ * bytes of them, 8 a GPU; "pre" and the router data parallel over 4 GPUs) with its MoE of
+ * 4 experts laid out as Megatron-Core lays out experts with an expert tensor-parallel
+ * degree of their own (sim/strategy-build.c, place_experts()): shard (samples i, experts
+ * j, width t) on device (i ep + j) etp + t, expert groups of n = ep x etp GPUs.
+ *   ep 2, etp 1: two groups of two GPUs, each routing the 16 tokens its GPUs hold; a shard
+ *     receives from the other GPU of its group the fraction f = min(1, k / ep) of its 8
+ *     tokens, and nothing crosses groups;
+ *   ep 2, etp 2: one group of 4 GPUs, each expert's width split in two; a shard receives
+ *     the routed fraction f of each other GPU's 8 tokens, which is what Megatron's
+ *     all-to-all over the ep ranks and all-gather over the etp ranks move together: per
+ *     GPU k Z (n - 1) / (n ep) for Z the group's bytes.
+ * Combine and the input gradient's reduction carry the dispatch's bytes, (n - 1) R f in
+ * all, each: Megatron's reduce-scatter over the etp ranks and all-to-all back.  The router's logits (16 bytes a token) move whole to every shard of a group, and their
+ * partial gradients are reduce-scattered inside it. */
+Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
+{
+  const int layouts[][2] = { { 2, 1 }, { 2, 2 } };
+  for (size_t l = 0; l < G_N_ELEMENTS(layouts); l++)
+    for (int k = 1; k <= 2; k++) {
+      int ep = layouts[l][0], etp = layouts[l][1], n = ep * etp, groups = 4 / n;
+      g_autoptr(SimGraph) g = sim_graph_new("moe");
+      int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+      int tgt = sim_graph_input(g, "target", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+      int h = sim_graph_linear(g, "pre", x, 16, FALSE, SIM_UNARY_IDENTITY);
+      int logits = sim_graph_linear(g, "router", h, 4, FALSE, SIM_UNARY_IDENTITY);
+      int y = sim_graph_moe(g, "moe", h, logits, 4, k, 8);
+      sim_graph_mse_loss(g, "loss", y, tgt);
+      GError *error = NULL;
+      cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
+      g_autoptr(SimMachine) m = switch4(100);
+      g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
+      cr_assert_not_null(s, "%s", error ? error->message : "");
+      int moe = sim_graph_op_by_name(g, "moe");
+      int deg[8] = { groups, 1, ep, etp, 1, 1, 1, 1 };
+      cr_assert(sim_strategy_set_op(s, moe, deg, (int[]){ 0, 1, 2, 3 }, &error), "%s",
+                error ? error->message : "");
+      g_autoptr(SimCostModel) cm = roofline();
+      SimTaskGraph *tg;
+      SimTimeline tl = { 0 };
+      SimLowering *lw;
+      run_lowered(g, m, s, cm, &tg, &tl, &lw);
+      cr_assert_not(tl.deadlock);
+      int pre = sim_graph_op_by_name(g, "pre"), router = sim_graph_op_by_name(g, "router");
+      int loss = sim_graph_op_by_name(g, "loss");
+      double by_pre = 0, by_router = 0, by_loss = 0, reduced = 0;
+      for (int t = 0; t < tg->n_tasks; t++) {
+        const SimTask *task = &tg->task[t];
+        if (task->kind != SIM_TASK_FLOW)
+          continue;
+        if (task->cls != SIM_CLASS_REDUCTION && task->cls != SIM_CLASS_TRANSFER)
+          continue;
+        cr_assert_eq(task->device / n, task->peer / n, "ep %d etp %d: a flow from GPU %d to %d",
+                     ep, etp, task->device, task->peer);
+        if (task->cls == SIM_CLASS_REDUCTION)
+          reduced += task->bytes;
+        else if (task->op == pre)
+          by_pre += task->bytes;
+        else if (task->op == router)
+          by_router += task->bytes;
+        else if (task->op == loss)
+          by_loss += task->bytes;
+        else
+          cr_assert_fail("ep %d etp %d k %d: a transfer tagged op %d", ep, etp, k, task->op);
+      }
+      double f = MIN(1.0, (double)k / ep), R = 32.0 * 16 * 4, Rl = 32.0 * 4 * 4;
+      /* Each of the 4 shards: (n - 1) other GPUs' 8 tokens. */
+      double dispatch = 4.0 * (n - 1) * 8 * 16 * 4 * f;
+      cr_expect_float_eq(by_pre, dispatch, 1e-6, "ep %d etp %d k %d: dispatch %g, want %g", ep,
+                         etp, k, by_pre, dispatch);
+      cr_expect_float_eq(by_loss, dispatch, 1e-6, "ep %d etp %d k %d: gradients %g", ep, etp,
+                         k, by_loss);
+      cr_expect_float_eq(by_router, 4.0 * (n - 1) * 8 * 4 * 4, 1e-6,
+                         "ep %d etp %d k %d: logits %g", ep, etp, k, by_router);
+      /* Combine and the input's gradient: the dispatch's bytes each, (n - 1) R f; the
+       * logits' gradient reduce-scattered inside each group of Rl / groups bytes: (n - 1)
+       * Rl over the groups. */
+      cr_assert_float_eq(dispatch, (n - 1) * R * f, 1e-9);
+      double want = 2 * dispatch + (double)(n - 1) * Rl;
+      cr_expect_float_eq(reduced, want, 1e-6, "ep %d etp %d k %d: reductions %g, want %g", ep,
+                         etp, k, reduced, want);
+      sim_timeline_clear(&tl);
+      sim_lowering_free(lw);
+    }
+}
+
 /* Sequence parallelism moves the bytes of the all-reduces it replaces (Korthikanti et al.,
  * "Reducing Activation Recomputation in Large Transformer Models", 2022): each
  * row-parallel product's all-reduce becomes a reduce-scatter into the ranks' parts of the
@@ -1044,6 +1183,47 @@ static double gemm_share(const SimGraph *g, SimLowering *lw, SimCostModel *cm,
       k = t;
   }
   return sim_cost_model_op_time(cm, spec, g, x, ext, pass) * k / all;
+}
+
+/* The tensor-parallel overlap leaves a mixture of experts alone, whatever its split: with
+ * tp 2 and no expert parallelism, each expert's width split over the two ranks (etp = tp),
+ * the reduction of the experts' partial outputs stays a collective on the links: no wait
+ * of the overlap model is tagged with the MoE, while the attention's collectives are
+ * overlapped (waits tagged with the attention). */
+Test(lowering, tensor_parallel_overlap_leaves_the_experts_alone)
+{
+  g_autoptr(SimMachine) m = switch4_latency(2, 0);
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("moe", "layers=1,hidden=256,heads=4,kv_heads=2,experts=4,top_k=2,"
+                                     "expert_ffn=512,seq=64,vocab=512,batch=2");
+  int moe = sim_graph_op_by_name(g, "layer0.moe"), attn = sim_graph_op_by_name(g, "layer0.attn");
+  cr_assert(moe >= 0 && attn >= 0);
+  SimMegatronOptions mo = sim_megatron_options_default();
+  mo.tp = 2;
+  mo.microbatch_size = 1;
+  mo.sequence_parallel = TRUE;
+  mo.tp_comm_overlap = TRUE;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  cr_assert_eq(sim_strategy_op_degrees(s, moe)[3], 2, "each expert's width over tp");
+  SimTaskGraph *tg;
+  SimTimeline tl = { 0 };
+  SimLowering *lw;
+  run_lowered(g, m, s, cm, &tg, &tl, &lw);
+  cr_assert_not(tl.deadlock);
+  int waits_moe = 0, waits_attn = 0;
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *k = &tg->task[t];
+    if (k->kind == SIM_TASK_DELAY && k->op == moe)
+      waits_moe++;
+    if (k->kind == SIM_TASK_DELAY && k->op == attn)
+      waits_attn++;
+  }
+  cr_expect_eq(waits_moe, 0, "%d overlap waits tagged with the experts", waits_moe);
+  cr_expect_gt(waits_attn, 0);
+  sim_timeline_clear(&tl);
+  sim_lowering_free(lw);
 }
 
 /* Tensor-parallel communication overlap on a 4-GPU switch without link latency, TP 2 and
@@ -3372,6 +3552,47 @@ Test(folding, sequence_parallel_replicas_fold)
               "zero %d: folding: %s", zero, sim_report_folding(r));
     double t = sim_report_iteration_time(r), tu = sim_report_iteration_time(u);
     cr_assert_float_eq(t, tu, 1e-12 * tu, "zero %d: folded %.17g, unfolded %.17g", zero, t, tu);
+  }
+}
+
+/* Expert groups fold only with the replicas they sit in: a mixture whose experts split
+ * over groups of several data-parallel replicas (or of GPUs of several replicas, etp 1)
+ * exchanges tokens between ranks that the rotation of a stage's ranks does not carry
+ * onto each other, so such plans are simulated with those ranks whole; a plan whose
+ * expert groups are its replicas' own ranks folds them.  Every case equals the unfolded
+ * run to 1e-12. */
+Test(folding, expert_groups_fold_only_inside_replicas)
+{
+  g_autoptr(SimCostModel) c = roofline();
+  GError *error = NULL;
+  g_autoptr(SimMachine) m = sim_machine_load("dgx-h100:2", &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  /* tp, ep, etp (0: tp) */
+  const int cases[][3] = { { 1, 4, 0 }, { 2, 2, 0 }, { 2, 4, 1 }, { 2, 2, 1 } };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    g_autoptr(SimGraph) g = zoo("moe", "layers=4,hidden=256,heads=8,kv_heads=2,experts=8,"
+                                       "top_k=2,expert_ffn=512,seq=256,vocab=1024,batch=32");
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = cases[k][0];
+    mo.ep = cases[k][1];
+    mo.etp = cases[k][2];
+    mo.pp = 2;
+    mo.dp = 8 / mo.tp;
+    mo.microbatch_size = 1;
+    mo.schedule = SIM_SCHEDULE_INTERLEAVED;
+    mo.chunks = 2;
+    mo.sequence_parallel = mo.tp > 1;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default(), unfolded = o;
+    unfolded.fold = FALSE;
+    g_autoptr(SimReport) r = sim_simulate(g, m, s, c, &o, &error);
+    g_autoptr(SimReport) u = sim_simulate(g, m, s, c, &unfolded, &error);
+    cr_assert_not_null(r);
+    cr_assert_not_null(u);
+    double t = sim_report_iteration_time(r), tu = sim_report_iteration_time(u);
+    cr_expect_float_eq(t, tu, 1e-12 * tu, "tp %d ep %d etp %d: folded (%s) %.17g, unfolded %.17g",
+                       mo.tp, mo.ep, mo.etp, sim_report_folding(r), t, tu);
   }
 }
 

@@ -1201,6 +1201,83 @@ Test(strategy_build, megatron_expert_parallel)
   g_clear_error(&error);
 }
 
+/* Expert tensor parallelism other than tp (Megatron-Core's --expert-tensor-parallel-size):
+ * tp 2, dp 4, pp 2 on 16 GPUs, ep 4 and etp 1.  A stage's 8 ranks form 8 / (4 x 1) = 2
+ * expert groups of 4 consecutive GPUs (the two tensor-parallel ranks of two replicas), so
+ * a MoE op splits its samples 2 ways, its experts 4 and not their width: shard (i, j) on
+ * stage rank 4 i + j, each GPU holding one whole expert.  With etp 2 = tp the layout is
+ * the plain one (samples over dp / ep).  Bad degrees are refused. */
+Test(strategy_build, megatron_expert_tensor_parallel_degree)
+{
+  g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=64,heads=4,kv_heads=2,experts=4,top_k=2,"
+                                     "expert_ffn=36,seq=16,vocab=128,batch=8");
+  g_autoptr(SimMachine) m = machine("dgx-a100:2");
+  SimMegatronOptions o = sim_megatron_options_default();
+  cr_assert_eq(o.etp, 0);
+  o.dp = 4;
+  o.tp = 2;
+  o.pp = 2;
+  o.ep = 4;
+  o.etp = 1;
+  o.sequence_parallel = TRUE;
+  GError *error = NULL;
+  g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(s, "%s", error ? error->message : "");
+  for (int l = 0; l < 2; l++) {
+    g_autofree char *name = g_strdup_printf("layer%d.moe", l);
+    int moe = op_id(g, name);
+    const int *deg = sim_strategy_op_degrees(s, moe);
+    cr_assert_eq(deg[0], 2);
+    cr_assert_eq(deg[dim_named(g, moe, "x")], 4);
+    cr_assert_eq(deg[dim_named(g, moe, "f")], 1, "each GPU holds whole experts");
+    cr_assert_eq(sim_strategy_op_replicas(s, moe), 1);
+    int stage = sim_strategy_op_stage(s, moe), want[8];
+    for (int i = 0; i < 8; i++)
+      want[i] = 8 * stage + i;
+    assert_devices(s, g, name, want, 8);
+  }
+  cr_assert(sim_strategy_validate(s, g, m, &error), "%s", error ? error->message : "");
+  /* A strategy file holds the layout as every op's degrees and devices. */
+  assert_round_trip(s, g, m);
+
+  /* etp = tp: the plan of megatron_expert_parallel (ep 2 over dp 4, width over tp). */
+  o.ep = 2;
+  o.etp = 2;
+  g_autoptr(SimStrategy) same = sim_strategy_megatron(g, m, &o, &error);
+  cr_assert_not_null(same, "%s", error ? error->message : "");
+  int moe = op_id(g, "layer1.moe");
+  cr_assert_eq(sim_strategy_op_degrees(same, moe)[0], 2);
+  cr_assert_eq(sim_strategy_op_degrees(same, moe)[dim_named(g, moe, "f")], 2);
+
+  /* An expert group must hold whole tensor-parallel groups and divide the stage. */
+  o.ep = 1;
+  o.etp = 1;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "ep 1 x etp 1 = 1: an expert group must be a multiple of "
+                                   "tp 2 that divides dp 4 x tp 2"), "%s", error->message);
+  g_clear_error(&error);
+  o.ep = 4;
+  o.etp = 4;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "ep 4 x etp 4 = 16"), "%s", error->message);
+  g_clear_error(&error);
+  /* etp must divide each expert's width (36). */
+  o.ep = 1;
+  o.etp = 8;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "ep 1 and etp 8 must divide the 4 experts of width 36"),
+            "%s", error->message);
+  g_clear_error(&error);
+  /* Not with context parallelism. */
+  o.dp = 2;
+  o.cp = 2;
+  o.ep = 2;
+  o.etp = 1;
+  cr_assert_null(sim_strategy_megatron(g, m, &o, &error));
+  cr_assert(strstr(error->message, "etp 1 with cp 2"), "%s", error->message);
+  g_clear_error(&error);
+}
+
 /* Expert and context parallelism together: dp 4, ep 2, cp 2, tp 1 on 8 devices, replica r's
  * context rank c on device 2 r + c.  A MoE op's shard (sample group i, positions c,
  * experts j) sits on replica 2 i + j, context rank c: 4 i + 2 j + c, so that each expert

@@ -82,7 +82,8 @@ class SimMegatronOptions(Structure):
                 ("microbatch_size", c_int64), ("schedule", c_int), ("chunks", c_int),
                 ("sequence_parallel", gboolean), ("scatter_gather", gboolean),
                 ("sync", SimSyncOptions), ("memory", SimMemoryOptions), ("ep", c_int),
-                ("cp", c_int), ("tp_comm_overlap", gboolean), ("tp_overlap", SimTpOverlap)]
+                ("cp", c_int), ("tp_comm_overlap", gboolean), ("tp_overlap", SimTpOverlap),
+                ("etp", c_int)]
 
 
 RUN_FUNC = CFUNCTYPE(gboolean, c_void_p, c_void_p, GErrorPP)

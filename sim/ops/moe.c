@@ -258,37 +258,81 @@ int64_t sim_moe_shard_rows(const SimOp *op, const int64_t *extent)
   return (int64_t)moe_rows(op, sim_op_extent(op, extent, full));
 }
 
+/* The experts' gated MLPs as grouped GEMMs (Transformer Engine's GroupedLinear, which runs
+ * in FP8 under --precision fp8 like any linear layer). */
+static void grouped_glu(SimDType dt, SimUnaryKind act, int64_t experts, int64_t rows, int64_t f,
+                        int64_t d, SimPass pass, SimWork *w)
+{
+  int first = w->n;
+  glu_work(dt, act, experts, rows, f, d, pass, w);
+  for (int i = first; i < w->n; i++)
+    if (w->k[i].kind == SIM_KERNEL_GEMM)
+      w->k[i].flags |= SIM_KERNEL_GROUPED;
+}
+
+/* The tokens a shard routes, permutes and un-permutes itself: its share of the tokens of
+ * its sample range.  Megatron-Core's dispatcher runs the router, the permutation and the
+ * un-permutation on the tokens each GPU of an expert group holds (under sequence
+ * parallelism, or without tensor parallelism, which Megatron-Core requires beside
+ * experts), and the group's n = (E / x) (F / f) GPUs hold equal shares; the tokens move
+ * between them in the all-to-all (sim/lower-tensors.c, routed_fraction()). */
+static double moe_own_tokens(const SimOp *op, const int64_t *e)
+{
+  double E = (double)op->attrs[M_EXPERTS].i[0], F = (double)op->attrs[M_FFN].i[0];
+  return (double)e[MB] * (double)e[MS] * ((double)e[MX] / E) * ((double)e[MF] / F);
+}
+
+/* Work of a shard (see the top).  Its own tokens t: the router's softmax and top-k over
+ * their logits, the permutation of their k rows each into expert order (one fused gather,
+ * as Megatron-Core's --moe-permute-fusion: t D read, t k D written) and at the end the
+ * un-permutation (each row weighted and the k of a token summed: t k D read, t D
+ * written); with a capacity factor c, the padded t k c rows instead of t k.  A shard that
+ * holds several of the experts but not all receives its rows from the all-to-all in order
+ * of their source and sorts them by expert before its grouped GEMMs and back after
+ * (Megatron-Core's sort_chunks_by_idxs: R D read and written each way, R the rows its
+ * experts compute).  Backward mirrors each kernel. */
 static void moe_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w)
 {
   SimDType dt = op->w_dtype;
   double es = sim_dtype_size(dt);
-  int64_t T = e[MB] * e[MS], E = op->attrs[M_EXPERTS].i[0], k = op->attrs[M_TOP_K].i[0];
+  int64_t E = op->attrs[M_EXPERTS].i[0], k = op->attrs[M_TOP_K].i[0];
   int64_t D = e[MD], F = e[MF], X = e[MX];
-  double R = moe_rows(op, e);
-  double TE = (double)T * (double)E, TD = (double)T * (double)D, RD = R * (double)D;
+  double R = moe_rows(op, e), c = op->attrs[M_CAPACITY].f;
+  double t = moe_own_tokens(op, e);
+  double tE = t * (double)E, tD = t * (double)D, RD = R * (double)D;
+  double out = t * (double)k * (c > 0 ? c : 1.0), oD = out * (double)D;
+  gboolean sort = X > 1 && X < E;
   /* One expert's rows in the grouped GEMMs: the shard's rows spread over its experts. */
   int64_t per = (int64_t)ceil(R / (double)X);
   SimUnaryKind act = (SimUnaryKind)op->attrs[M_ACT].i[0];
   if (pass == SIM_PASS_FORWARD) {
     /* Softmax and top-k of the logits in fp32 (softmax 10 per logit, a comparison per
      * logit for each of the k picks), writing the k indices and weights per token. */
-    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, (10.0 + (double)k) * TE,
-                                      TE * es + (double)T * (double)k * 8));
-    /* Dispatch: gather each routed token's row in expert order. */
-    sim_work_add(w, sim_kernel_memory(dt, 0, TD * es + RD * es));
-    glu_work(dt, act, X, per, F, D, pass, w);
-    /* Combine: weight each row and sum the k rows of every token. */
-    sim_work_add(w, sim_kernel_memory(dt, 2 * RD, RD * es + TD * es + R * 4));
+    sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, (10.0 + (double)k) * tE,
+                                      tE * es + t * (double)k * 8));
+    /* Permutation: gather each routed token's row in expert order. */
+    sim_work_add(w, sim_kernel_memory(dt, 0, tD * es + oD * es));
+    if (sort)
+      sim_work_add(w, sim_kernel_memory(dt, 0, 2 * RD * es));
+    grouped_glu(dt, act, X, per, F, D, pass, w);
+    if (sort)
+      sim_work_add(w, sim_kernel_memory(dt, 0, 2 * RD * es));
+    /* Un-permutation: weight each row and sum the k rows of every token. */
+    sim_work_add(w, sim_kernel_memory(dt, 2 * oD, oD * es + tD * es + out * 4));
     return;
   }
-  /* Combine's backward: the rows' gradients (the token's gradient times its weight) and
-   * the weights' gradients (a dot product per row). */
-  sim_work_add(w, sim_kernel_memory(dt, 3 * RD, TD * es + 2 * RD * es + R * 4));
-  glu_work(dt, act, X, per, F, D, pass, w);
-  /* Dispatch's backward: scatter-add the rows' gradients to their tokens. */
-  sim_work_add(w, sim_kernel_memory(dt, RD, RD * es + 2 * TD * es));
+  /* Un-permutation's backward: the rows' gradients (the token's gradient times its
+   * weight) and the weights' gradients (a dot product per row). */
+  sim_work_add(w, sim_kernel_memory(dt, 3 * oD, tD * es + 2 * oD * es + out * 4));
+  if (sort)
+    sim_work_add(w, sim_kernel_memory(dt, 0, 2 * RD * es));
+  grouped_glu(dt, act, X, per, F, D, pass, w);
+  if (sort)
+    sim_work_add(w, sim_kernel_memory(dt, 0, 2 * RD * es));
+  /* Permutation's backward: scatter-add the rows' gradients to their tokens. */
+  sim_work_add(w, sim_kernel_memory(dt, oD, oD * es + 2 * tD * es));
   /* Top-k softmax's backward to the logits. */
-  sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 5 * TE, 2 * TE * 4 + TE * es));
+  sim_work_add(w, sim_kernel_memory(SIM_DTYPE_FP32, 5 * tE, 2 * tE * 4 + tE * es));
 }
 
 static int64_t moe_saved(const SimOp *op, const int64_t *extent)
