@@ -343,7 +343,8 @@ SimNet *sim_net_new(const SimMachine *m, const SimCollParams *cp)
   return net;
 }
 
-void sim_net_reset(SimNet *net)
+/* Forgets @net's flows (their routes' counts are the caller's). */
+static void forget_flows(SimNet *net)
 {
   for (int i = 0; i < net->n_flows; i++)
     g_free(net->flow[i].pos);
@@ -352,39 +353,37 @@ void sim_net_reset(SimNet *net)
   net->free_slots.n = 0;
   net->dirty_links.n = 0;
   net->whole_turns = 0;
+  net->whole_hash = 0;
+}
+
+/* Forgets what link @l carried. */
+static void forget_link(SimNet *net, int l)
+{
+  net->link[l].n = 0;
+  net->link[l].dirty = FALSE;
+  net->link[l].in_comp = FALSE;
+  net->link_bytes[l] = 0;
+}
+
+void sim_net_reset(SimNet *net)
+{
+  forget_flows(net);
   for (int r = 0; r < net->route_cap; r++)
     net->route_count[r] = 0;
-  net->whole_hash = 0;
-  for (int l = 0; l < net->n_links; l++) {
-    net->link[l].n = 0;
-    net->link[l].dirty = FALSE;
-    net->link[l].in_comp = FALSE;
-  }
-  memset(net->link_bytes, 0, (size_t)net->n_links * sizeof(double));
+  for (int l = 0; l < net->n_links; l++)
+    forget_link(net, l);
 }
 
 void sim_net_reset_links(SimNet *net, const int *const *links, const int *n_links, int n)
 {
   /* A flow still under way holds its route's count; an ended one gave it back. */
-  for (int i = 0; i < net->n_flows; i++) {
+  for (int i = 0; i < net->n_flows; i++)
     if (net->flow[i].task >= 0 && net->flow[i].route >= 0)
       net->route_count[net->flow[i].route] = 0;
-    g_free(net->flow[i].pos);
-  }
-  net->n_flows = 0;
-  net->n_active = 0;
-  net->free_slots.n = 0;
-  net->dirty_links.n = 0;
-  net->whole_turns = 0;
-  net->whole_hash = 0;
+  forget_flows(net);
   for (int i = 0; i < n; i++)
-    for (int h = 0; h < n_links[i]; h++) {
-      int l = links[i][h];
-      net->link[l].n = 0;
-      net->link[l].dirty = FALSE;
-      net->link[l].in_comp = FALSE;
-      net->link_bytes[l] = 0;
-    }
+    for (int h = 0; h < n_links[i]; h++)
+      forget_link(net, links[i][h]);
 }
 
 void sim_net_free(SimNet *net)

@@ -846,25 +846,33 @@ Test(lowering, many_holders_send_every_consumer_exactly_the_rows_it_lacks)
  *   backward, each router shard takes only its own tokens' gradient of them, a ring
  *   reduce-scatter of (ep - 1) R_logits bytes.
  * With k = 4 = ep the fraction is capped at 1: every token goes to every GPU. */
+/* The graph of the tests below: "pre", a router to 4 experts and a MoE of top @k of them
+ * into an MSE loss, data parallel over switch4's 4 GPUs but the MoE, split by @deg. */
+static SimGraph *small_moe(int k, const int deg[8], SimMachine *m, SimStrategy **plan)
+{
+  SimGraph *g = sim_graph_new("moe");
+  int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+  int tgt = sim_graph_input(g, "target", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
+  int h = sim_graph_linear(g, "pre", x, 16, FALSE, SIM_UNARY_IDENTITY);
+  int logits = sim_graph_linear(g, "router", h, 4, FALSE, SIM_UNARY_IDENTITY);
+  int y = sim_graph_moe(g, "moe", h, logits, 4, k, 8);
+  sim_graph_mse_loss(g, "loss", y, tgt);
+  GError *error = NULL;
+  cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
+  *plan = sim_strategy_data_parallel(g, m, 4, &error);
+  cr_assert_not_null(*plan, "%s", error ? error->message : "");
+  cr_assert(sim_strategy_set_op(*plan, sim_graph_op_by_name(g, "moe"), deg,
+                                (int[]){ 0, 1, 2, 3 }, &error),
+            "%s", error ? error->message : "");
+  return g;
+}
+
 Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
 {
   for (int k = 1; k <= 4; k *= 2) {
-    g_autoptr(SimGraph) g = sim_graph_new("moe");
-    int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
-    int tgt = sim_graph_input(g, "target", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
-    int h = sim_graph_linear(g, "pre", x, 16, FALSE, SIM_UNARY_IDENTITY);
-    int logits = sim_graph_linear(g, "router", h, 4, FALSE, SIM_UNARY_IDENTITY);
-    int y = sim_graph_moe(g, "moe", h, logits, 4, k, 8);
-    sim_graph_mse_loss(g, "loss", y, tgt);
-    GError *error = NULL;
-    cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
     g_autoptr(SimMachine) m = switch4(100);
-    g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
-    cr_assert_not_null(s, "%s", error ? error->message : "");
-    int moe = sim_graph_op_by_name(g, "moe");
-    int deg[8] = { 1, 1, 4, 1, 1, 1, 1, 1 };
-    cr_assert(sim_strategy_set_op(s, moe, deg, (int[]){ 0, 1, 2, 3 }, &error), "%s",
-              error ? error->message : "");
+    g_autoptr(SimStrategy) s = NULL;
+    g_autoptr(SimGraph) g = small_moe(k, (int[8]){ 1, 1, 4, 1, 1, 1, 1, 1 }, m, &s);
     g_autoptr(SimCostModel) cm = roofline();
     SimTaskGraph *tg;
     SimTimeline tl = { 0 };
@@ -924,22 +932,9 @@ Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
   for (size_t l = 0; l < G_N_ELEMENTS(layouts); l++)
     for (int k = 1; k <= 2; k++) {
       int ep = layouts[l][0], etp = layouts[l][1], n = ep * etp, groups = 4 / n;
-      g_autoptr(SimGraph) g = sim_graph_new("moe");
-      int x = sim_graph_input(g, "x", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
-      int tgt = sim_graph_input(g, "target", SIM_DTYPE_FP32, 3, (int64_t[]){ 8, 4, 16 });
-      int h = sim_graph_linear(g, "pre", x, 16, FALSE, SIM_UNARY_IDENTITY);
-      int logits = sim_graph_linear(g, "router", h, 4, FALSE, SIM_UNARY_IDENTITY);
-      int y = sim_graph_moe(g, "moe", h, logits, 4, k, 8);
-      sim_graph_mse_loss(g, "loss", y, tgt);
-      GError *error = NULL;
-      cr_assert(sim_graph_check(g, &error), "%s", error ? error->message : "");
       g_autoptr(SimMachine) m = switch4(100);
-      g_autoptr(SimStrategy) s = sim_strategy_data_parallel(g, m, 4, &error);
-      cr_assert_not_null(s, "%s", error ? error->message : "");
-      int moe = sim_graph_op_by_name(g, "moe");
-      int deg[8] = { groups, 1, ep, etp, 1, 1, 1, 1 };
-      cr_assert(sim_strategy_set_op(s, moe, deg, (int[]){ 0, 1, 2, 3 }, &error), "%s",
-                error ? error->message : "");
+      g_autoptr(SimStrategy) s = NULL;
+      g_autoptr(SimGraph) g = small_moe(k, (int[8]){ groups, 1, ep, etp, 1, 1, 1, 1 }, m, &s);
       g_autoptr(SimCostModel) cm = roofline();
       SimTaskGraph *tg;
       SimTimeline tl = { 0 };
