@@ -867,46 +867,63 @@ static SimGraph *small_moe(int k, const int deg[8], SimMachine *m, SimStrategy *
   return g;
 }
 
+/* Bytes of small_moe()'s flows in one run of plan @s: its transfers by the op that sends
+ * them, and its reductions.  Every such flow stays inside aligned groups of @group GPUs;
+ * @what names the case in failures. */
+typedef struct {
+  double pre, router, loss, reduced;
+} MoeBytes;
+
+static MoeBytes moe_flow_bytes(SimGraph *g, SimMachine *m, SimStrategy *s, int group,
+                               const char *what)
+{
+  g_autoptr(SimCostModel) cm = roofline();
+  SimTaskGraph *tg;
+  SimTimeline tl = { 0 };
+  SimLowering *lw;
+  run_lowered(g, m, s, cm, &tg, &tl, &lw);
+  cr_assert_not(tl.deadlock, "%s", what);
+  int pre = sim_graph_op_by_name(g, "pre"), router = sim_graph_op_by_name(g, "router");
+  int loss = sim_graph_op_by_name(g, "loss");
+  MoeBytes b = { 0 };
+  for (int t = 0; t < tg->n_tasks; t++) {
+    const SimTask *task = &tg->task[t];
+    if (task->kind != SIM_TASK_FLOW)
+      continue;
+    if (task->cls != SIM_CLASS_REDUCTION && task->cls != SIM_CLASS_TRANSFER)
+      continue;
+    cr_assert_eq(task->device / group, task->peer / group, "%s: a flow from GPU %d to %d", what,
+                 task->device, task->peer);
+    if (task->cls == SIM_CLASS_REDUCTION)
+      b.reduced += task->bytes;
+    else if (task->op == pre)
+      b.pre += task->bytes;
+    else if (task->op == router)
+      b.router += task->bytes;
+    else if (task->op == loss)
+      b.loss += task->bytes;
+    else
+      cr_assert_fail("%s: a transfer tagged op %d", what, task->op);
+  }
+  sim_timeline_clear(&tl);
+  sim_lowering_free(lw);
+  return b;
+}
+
 Test(lowering, expert_parallelism_moves_the_all_to_alls_bytes)
 {
   for (int k = 1; k <= 4; k *= 2) {
     g_autoptr(SimMachine) m = switch4(100);
     g_autoptr(SimStrategy) s = NULL;
     g_autoptr(SimGraph) g = small_moe(k, (int[8]){ 1, 1, 4, 1, 1, 1, 1, 1 }, m, &s);
-    g_autoptr(SimCostModel) cm = roofline();
-    SimTaskGraph *tg;
-    SimTimeline tl = { 0 };
-    SimLowering *lw;
-    run_lowered(g, m, s, cm, &tg, &tl, &lw);
-    cr_assert_not(tl.deadlock);
-    int pre = sim_graph_op_by_name(g, "pre"), router = sim_graph_op_by_name(g, "router");
-    int loss = sim_graph_op_by_name(g, "loss");
-    double by_pre = 0, by_router = 0, by_loss = 0, reduced = 0;
-    for (int t = 0; t < tg->n_tasks; t++) {
-      const SimTask *task = &tg->task[t];
-      if (task->kind != SIM_TASK_FLOW)
-        continue;
-      if (task->cls == SIM_CLASS_REDUCTION)
-        reduced += task->bytes;
-      if (task->cls != SIM_CLASS_TRANSFER)
-        continue;
-      if (task->op == pre)
-        by_pre += task->bytes;
-      else if (task->op == router)
-        by_router += task->bytes;
-      else if (task->op == loss)
-        by_loss += task->bytes;
-      else
-        cr_assert_fail("k %d: a transfer tagged op %d", k, task->op);
-    }
+    g_autofree char *what = g_strdup_printf("k %d", k);
+    MoeBytes b = moe_flow_bytes(g, m, s, 4, what);
     double f = MIN(1.0, k / 4.0), R = 32.0 * 16 * 4, Rl = 32.0 * 4 * 4;
-    cr_expect_float_eq(by_pre, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: dispatch %g", k, by_pre);
-    cr_expect_float_eq(by_loss, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: gradients %g", k, by_loss);
-    cr_expect_float_eq(by_router, 4 * 24 * 4 * 4, 1e-6, "k %d: logits %g", k, by_router);
-    cr_expect_float_eq(reduced, 2 * 3 * R * f + 3 * Rl, 1e-6, "k %d: reductions %g", k,
-                       reduced);
-    sim_timeline_clear(&tl);
-    sim_lowering_free(lw);
+    cr_expect_float_eq(b.pre, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: dispatch %g", k, b.pre);
+    cr_expect_float_eq(b.loss, 4 * 24 * 16 * 4 * f, 1e-6, "k %d: gradients %g", k, b.loss);
+    cr_expect_float_eq(b.router, 4 * 24 * 4 * 4, 1e-6, "k %d: logits %g", k, b.router);
+    cr_expect_float_eq(b.reduced, 2 * 3 * R * f + 3 * Rl, 1e-6, "k %d: reductions %g", k,
+                       b.reduced);
   }
 }
 
@@ -935,52 +952,24 @@ Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
       g_autoptr(SimMachine) m = switch4(100);
       g_autoptr(SimStrategy) s = NULL;
       g_autoptr(SimGraph) g = small_moe(k, (int[8]){ groups, 1, ep, etp, 1, 1, 1, 1 }, m, &s);
-      g_autoptr(SimCostModel) cm = roofline();
-      SimTaskGraph *tg;
-      SimTimeline tl = { 0 };
-      SimLowering *lw;
-      run_lowered(g, m, s, cm, &tg, &tl, &lw);
-      cr_assert_not(tl.deadlock);
-      int pre = sim_graph_op_by_name(g, "pre"), router = sim_graph_op_by_name(g, "router");
-      int loss = sim_graph_op_by_name(g, "loss");
-      double by_pre = 0, by_router = 0, by_loss = 0, reduced = 0;
-      for (int t = 0; t < tg->n_tasks; t++) {
-        const SimTask *task = &tg->task[t];
-        if (task->kind != SIM_TASK_FLOW)
-          continue;
-        if (task->cls != SIM_CLASS_REDUCTION && task->cls != SIM_CLASS_TRANSFER)
-          continue;
-        cr_assert_eq(task->device / n, task->peer / n, "ep %d etp %d: a flow from GPU %d to %d",
-                     ep, etp, task->device, task->peer);
-        if (task->cls == SIM_CLASS_REDUCTION)
-          reduced += task->bytes;
-        else if (task->op == pre)
-          by_pre += task->bytes;
-        else if (task->op == router)
-          by_router += task->bytes;
-        else if (task->op == loss)
-          by_loss += task->bytes;
-        else
-          cr_assert_fail("ep %d etp %d k %d: a transfer tagged op %d", ep, etp, k, task->op);
-      }
+      g_autofree char *what = g_strdup_printf("ep %d etp %d k %d", ep, etp, k);
+      MoeBytes b = moe_flow_bytes(g, m, s, n, what);
       double f = MIN(1.0, (double)k / ep), R = 32.0 * 16 * 4, Rl = 32.0 * 4 * 4;
       /* Each of the 4 shards: (n - 1) other GPUs' 8 tokens. */
       double dispatch = 4.0 * (n - 1) * 8 * 16 * 4 * f;
-      cr_expect_float_eq(by_pre, dispatch, 1e-6, "ep %d etp %d k %d: dispatch %g, want %g", ep,
-                         etp, k, by_pre, dispatch);
-      cr_expect_float_eq(by_loss, dispatch, 1e-6, "ep %d etp %d k %d: gradients %g", ep, etp,
-                         k, by_loss);
-      cr_expect_float_eq(by_router, 4.0 * (n - 1) * 8 * 4 * 4, 1e-6,
-                         "ep %d etp %d k %d: logits %g", ep, etp, k, by_router);
+      cr_expect_float_eq(b.pre, dispatch, 1e-6, "ep %d etp %d k %d: dispatch %g, want %g", ep,
+                         etp, k, b.pre, dispatch);
+      cr_expect_float_eq(b.loss, dispatch, 1e-6, "ep %d etp %d k %d: gradients %g", ep, etp,
+                         k, b.loss);
+      cr_expect_float_eq(b.router, 4.0 * (n - 1) * 8 * 4 * 4, 1e-6,
+                         "ep %d etp %d k %d: logits %g", ep, etp, k, b.router);
       /* Combine and the input's gradient: the dispatch's bytes each, (n - 1) R f; the
        * logits' gradient reduce-scattered inside each group of Rl / groups bytes: (n - 1)
        * Rl over the groups. */
       cr_assert_float_eq(dispatch, (n - 1) * R * f, 1e-9);
       double want = 2 * dispatch + (double)(n - 1) * Rl;
-      cr_expect_float_eq(reduced, want, 1e-6, "ep %d etp %d k %d: reductions %g, want %g", ep,
-                         etp, k, reduced, want);
-      sim_timeline_clear(&tl);
-      sim_lowering_free(lw);
+      cr_expect_float_eq(b.reduced, want, 1e-6, "ep %d etp %d k %d: reductions %g, want %g", ep,
+                         etp, k, b.reduced, want);
     }
 }
 
