@@ -168,8 +168,15 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
  *  - the reduce-scatter of an op's partial input gradient (backward) overlaps the
  *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
  *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
- * Each wait is a delay (no resource held) between the tasks it separates; the bytes are
- * not put on the links, as ring attention's are not (lower.c).  A collective is
+ * Each wait is a delay (no resource held) between the tasks it separates.  The bytes go
+ * on the links all the same, as the plain plan's: each piece of a gather a flow from its
+ * holder to the consumer (on a switch, each link carries the ring's (n - 1) S / n), each
+ * reduce-scatter its ring, started when the data is ready; they share the links with all
+ * other traffic (an expert all-to-all on the same NVSwitch ports slows by them), but
+ * nothing waits for them: the op's own timing is the closed form above, which takes the
+ * collective at its idle-machine speed (a ring slowed by other traffic does not delay
+ * the GEMM; splitting the GEMM into the chunks that would wait for each step is not
+ * modelled).  A collective is
  * overlapped only inside one stage where the consumers of a reduction each take a part of
  * it on a device of its group, or the consumer of a gather takes it from its own group. */
 typedef struct {
@@ -209,9 +216,17 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     ready[k].reduced = TRUE;
     if (block < 0)
       continue; /* only asked which groups reduce */
-    SimTaskRef start;
+    SimTaskRef start, coll_start = { -1, 0 };
     if (h->n_devs > 1 && ov && ov->on) {
       double bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale;
+      /* The bytes on the links: the ring reduce-scatter as a collective of its own that
+       * nothing waits for (TpOverlap). */
+      SimCollective coll = { .kind = SIM_COLL_REDUCE_SCATTER, .algo = SIM_ALLREDUCE_RING,
+                             .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
+                             .devices = h->devs, .n = h->n_devs, .bytes = bytes, .op = -1,
+                             .mb = mb };
+      SimTaskRef coll_end;
+      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &coll_start, &coll_end);
       int sh = h->members[0];
       for (int i = 0; i < h->n; i++)
         if (l->cidx[h->members[i]] >= 0) {
@@ -242,8 +257,12 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     record_group(lw, block, SIM_SEM_REDUCE, ready[k].end, tensor, pass == P_B, &h->region,
                  h->devs, h->n_devs);
     for (int i = 0; i < h->n; i++)
-      if (l->cidx[h->members[i]] >= 0)
+      if (l->cidx[h->members[i]] >= 0) {
         sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]), start);
+        if (coll_start.block >= 0)
+          sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]),
+                               coll_start);
+      }
   }
 }
 
@@ -662,7 +681,8 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   return out;
 }
 
-/* A flow of @region from device @sdev to @dev after @from, before @to: made once per
+/* A flow of @region from device @sdev to @dev after @from, before @to (none where
+ * @to.block < 0): made once per
  * transfer key (micro-batch, pass, devices, region), later users only wait for it.
  * @relay: the region is passed on from a device that received it (scatter-gather).
  * Returns the flow. */
@@ -680,7 +700,8 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
   if (!added) {
     SimTaskRef fr = { block, lw->transfers.value[k] };
     sim_taskgraph_depend(lw->tg, block, from, fr);
-    sim_taskgraph_depend(lw->tg, block, fr, to);
+    if (to.block >= 0)
+      sim_taskgraph_depend(lw->tg, block, fr, to);
     return fr;
   }
   SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev,
@@ -693,7 +714,8 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
     sim_taskgraph_sem_add(lw->tg, block, &m);
   }
   sim_taskgraph_depend(lw->tg, block, from, fr);
-  sim_taskgraph_depend(lw->tg, block, fr, to);
+  if (to.block >= 0)
+    sim_taskgraph_depend(lw->tg, block, fr, to);
   return fr;
 }
 
@@ -849,6 +871,17 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
         sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
       }
       sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);
+      /* The piece's bytes on the links: a flow from its holder that nothing waits for,
+       * started through a join point so that it is no send that a blocking host waits
+       * for (SimOptions.blocking_sends: the pipeline's exchanges, not the gather's
+       * copy-engine ring). */
+      SimTask nop = sim_task_nop();
+      nop.op = tensor_op;
+      nop.mb = mb;
+      SimTaskRef via = sim_taskgraph_add(lw->tg, block, &nop);
+      sim_taskgraph_depend(lw->tg, block, from, via);
+      send(lw, block, which, src->dev[p->holder], dst->dev[p->c], &p->inter, via,
+           (SimTaskRef){ -1, 0 }, dt, tensor_op, tensor, grad, FALSE, mb);
       continue;
     }
     SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],

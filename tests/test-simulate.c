@@ -1258,12 +1258,19 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     cr_assert_not(tl.deadlock);
     double S = 64.0 * 256 * 4;
 #define RING(B) ((n - 1) * (2e-6 + (B) / n / (0.78 * bw)))
-    int found[4] = { 0 };
+    int found[4] = { 0 }, pieces = 0, waits[2] = { 0 };
     for (int t = 0; t < tg->n_tasks; t++) {
       const SimTask *k = &tg->task[t];
-      cr_expect_not(k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER,
-                    "tp %d: a flow of %g bytes between %d and %d", n, k->bytes, k->device,
-                    k->peer);
+      /* Every activation that moves is a piece of an overlapped gather: S / n bytes from
+       * its holder, which no task waits for. */
+      if (k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER) {
+        cr_expect_float_eq(k->bytes, S / n, 1e-9 * S, "tp %d: a flow of %g bytes between %d "
+                           "and %d", n, k->bytes, k->device, k->peer);
+        pieces++;
+      }
+      /* The overlap's waits (the collectives' fixed costs are delays without a shard). */
+      if (k->kind == SIM_TASK_DELAY && k->shard >= 0)
+        waits[k->cls == SIM_CLASS_TRANSFER ? 0 : 1]++;
       if (k->kind != SIM_TASK_DELAY || k->op != attn)
         continue;
       /* Which wait: the gathers are transfers, the reduce-scatters reductions; forward
@@ -1302,10 +1309,36 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     cr_expect_eq(found[1], 2 * n, "tp %d: %d backward gathers", n, found[1]);
     cr_expect_eq(found[2], 2, "tp %d: %d forward reduce-scatters", n, found[2]);
     cr_expect_eq(found[3], 2, "tp %d: %d backward reduce-scatters", n, found[3]);
-    /* The overlap changes times only: every GPU's peak memory is the plan's without it. */
+    /* Each overlapped gather (a wait per consumer shard, around the attention, the MLP
+     * and the output layer) brings its consumer the n - 1 pieces it lacks, once for all
+     * consumers on its device that need them in that micro-batch and pass. */
+    cr_expect(pieces > 0 && pieces % (n - 1) == 0 && pieces <= waits[0] * (n - 1),
+              "tp %d: %d pieces, %d gathers", n, pieces, waits[0]);
+    /* The overlap changes times only: every GPU's peak memory is the plan's without it,
+     * and every link carries the plain plan's bytes (a gather's pieces (n - 1) S / n into
+     * and out of every GPU, as its ring; the reduce-scatters are the same rings). */
     mo.tp_comm_overlap = FALSE;
     g_autoptr(SimStrategy) plain = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(plain, "%s", error ? error->message : "");
+    SimTaskGraph *tgp;
+    SimTimeline tlp = { 0 };
+    SimLowering *lwp;
+    run_lowered(g, m, plain, cm, &tgp, &tlp, &lwp);
+    cr_assert_not(tlp.deadlock);
+    double total = 0;
+    for (int i = 0; i < sim_machine_n_links(m); i++) {
+      cr_expect_float_eq(tl.link_bytes[i], tlp.link_bytes[i], 1e-9 * S, "tp %d, link %d: %g "
+                         "bytes, %g without the overlap", n, i, tl.link_bytes[i],
+                         tlp.link_bytes[i]);
+      total += tl.link_bytes[i];
+    }
+    /* The overlapped collectives' share, on the links to and from the switch: a gather
+     * (n - 1) S / n into its consumer, a reduce-scatter's ring (n - 1) S / n out of each
+     * of its n GPUs. */
+    cr_expect_geq(total, 2.0 * (n - 1) * S * (pieces / (double)(n * (n - 1)) + waits[1]) *
+                         (1 - 1e-9), "tp %d: %g bytes on the links", n, total);
+    sim_timeline_clear(&tlp);
+    sim_lowering_free(lwp);
     SimOptions o = sim_options_default();
     g_autoptr(SimReport) ro = sim_simulate(g, m, s, cm, &o, &error);
     g_autoptr(SimReport) rp = sim_simulate(g, m, plain, cm, &o, &error);
