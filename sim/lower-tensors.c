@@ -169,14 +169,13 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
  *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
  *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
  * Each wait is a delay (no resource held) between the tasks it separates.  The bytes go
- * on the links all the same, as the plain plan's: each piece of a gather a flow from its
- * holder to the consumer (on a switch, each link carries the ring's (n - 1) S / n), each
- * reduce-scatter its ring, started when the data is ready; they share the links with all
- * other traffic (an expert all-to-all on the same NVSwitch ports slows by them), but
- * nothing waits for them: the op's own timing is the closed form above, which takes the
- * collective at its idle-machine speed (a ring slowed by other traffic does not delay
- * the GEMM; splitting the GEMM into the chunks that would wait for each step is not
- * modelled).  A collective is
+ * on the links all the same, as the plain plan's: each gather its ring all-gather (a
+ * piece that forms none, a flow from its holder), each reduce-scatter its ring, started
+ * when the data is ready; they share the links with all other traffic (an expert
+ * all-to-all on the same NVSwitch ports slows by them), but no compute task waits for
+ * them: the op's own timing is the closed form above, which takes the collective at its
+ * idle-machine speed (a ring slowed by other traffic does not delay the GEMM; splitting
+ * the GEMM into the chunks that would wait for each step is not modelled).  A collective is
  * overlapped only inside one stage where the consumers of a reduction each take a part of
  * it on a device of its group, or the consumer of a gather takes it from its own group. */
 typedef struct {
@@ -721,13 +720,14 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
 
 /* Runs the all-gathers @gathers for one micro-batch (see deliver()): each starts when
  * every part is ready on its simulated holders (a folded-away holder's timeline is its
- * representative's) and its consumers wait for its end.  Consumers on the same devices
+ * representative's) and, where @wait, its consumers wait for its end.  Consumers on the same devices
  * that need the same region share one.  Where the lowering records meanings, each part's
  * copy to each other device is a join point of its own between the part and the
  * consumer, which the executor runs as a copy (and the gather's end waits for them all). */
 static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const Ready *ready,
                             int src_pass, const OpLay *dst, const GArray *gathers, int dst_pass,
-                            int mb, SimDType dt, int tensor_op, int tensor, int which)
+                            int mb, SimDType dt, int tensor_op, int tensor, int which,
+                            gboolean wait)
 {
   for (guint a = 0; gathers && a < gathers->len; a++) {
     const Gather *g = &g_array_index(gathers, Gather, a);
@@ -755,6 +755,9 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
     } else {
       end = (SimTaskRef){ block, lw->transfers.value[kk] };
     }
+    /* An overlapped gather's ring only carries its bytes (TpOverlap): nothing waits. */
+    if (!wait)
+      continue;
     /* A backward gather into a consumer whose recomputation its device's stream runs
      * between the producer's backward and the consumer's (selective recomputation) is
      * waited for by the recomputation: Megatron recomputes the core attention only once
@@ -831,6 +834,11 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
   return sim_taskgraph_add(lw->tg, block, &d);
 }
 
+/* How deliver() treats the pieces from other devices: flows their consumers wait for;
+ * under tensor-parallel overlap (TpOverlap), the waits alone, or flows that nothing
+ * waits for (the overlapped gathers' bytes, where they do not run as all-gathers). */
+typedef enum { DELIVER_FLOWS, DELIVER_WAITS, DELIVER_FREE } DeliverMode;
+
 /* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
  * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
  * scatter-gathered piece sends its part from its holder, then every consumer of the group
@@ -838,8 +846,9 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
  * representative has its own: their timelines are the same). */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
-                    int tensor_op, int tensor, int which, gboolean overlap)
+                    int tensor_op, int tensor, int which, DeliverMode mode)
 {
+  gboolean overlap = mode == DELIVER_WAITS;
   gboolean grad = dst_pass == P_B;
   SimTaskRef *got = NULL;
   /* Under overlap, each consumer shard's delay (made when its first piece from another
@@ -871,6 +880,9 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
         sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
       }
       sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);
+      continue;
+    }
+    if (mode == DELIVER_FREE) {
       /* The piece's bytes on the links: a flow from its holder that nothing waits for,
        * started through a join point so that it is no send that a blocking host waits
        * for (SimOptions.blocking_sends: the pipeline's exchanges, not the gather's
@@ -1219,35 +1231,56 @@ void lower_build_tensor_block(SimLowering *lw, int t)
       scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
     TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && all_scatter(cgroups, cscatter),
                        .bulk = TRUE };
-    /* Sequence parallelism's gathers run as all-gathers (but overlapped ones, whose delay
-     * deliver() makes from the pieces); an expert-parallel all-to-all stays pieces between
-     * every pair of devices. */
-    GArray *fwd_ag = NULL, *bwd_ag = NULL;
+    /* Sequence parallelism's gathers run as all-gathers; an overlapped one's wait
+     * deliver() makes from its pieces, and its bytes travel as the all-gather would (or
+     * as the pieces that form none), which nothing waits for.  An expert-parallel
+     * all-to-all stays pieces between every pair of devices. */
+    GArray *fwd_ag = NULL, *bwd_ag = NULL, *fwd_free = NULL, *bwd_free = NULL;
     GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE,
                               c_experts || ag_f ? NULL : &fwd_ag);
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg,
                               c_experts || p_experts || ag_b ? NULL : &bwd_ag);
+    if (ag_f)
+      fwd_free = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE, &fwd_ag);
+    if (ag_b)
+      bwd_free = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg, &bwd_ag);
+    DeliverMode fmode = ag_f ? DELIVER_WAITS : DELIVER_FLOWS;
+    DeliverMode bmode = ag_b ? DELIVER_WAITS : DELIVER_FLOWS;
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
-              mb * 3, ag_f);
+              mb * 3, fmode);
+      if (fwd_free)
+        deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_free, P_F, mb, dt, px,
+                t, mb * 3, DELIVER_FREE);
       deliver_gathers(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_ag, P_F, mb, dt,
-                      px, t, mb * 3);
+                      px, t, mb * 3, !ag_f);
       if (recomputed) {
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
-                mb * 3 + 1, ag_f);
+                mb * 3 + 1, fmode);
+        if (fwd_free)
+          deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_free, P_R, mb, dt,
+                  px, t, mb * 3 + 1, DELIVER_FREE);
         deliver_gathers(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_ag, P_R, mb,
-                        dt, px, t, mb * 3 + 1);
+                        dt, px, t, mb * 3 + 1, !ag_f);
       }
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
       reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready, &ov_b);
       lw->byte_scale = p_routed;
-      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, ag_b);
-      deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, bmode);
+      if (bwd_free)
+        deliver(lw, block, cl, cready, P_B, pl, bwd_free, P_B, mb, dt, cx, t, mb * 3 + 2,
+                DELIVER_FREE);
+      deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2,
+                      !ag_b);
       lw->byte_scale = 1.0;
     }
+    if (fwd_free)
+      g_array_free(fwd_free, TRUE);
+    if (bwd_free)
+      g_array_free(bwd_free, TRUE);
     g_array_free(fwd, TRUE);
     g_array_free(bwd, TRUE);
     gathers_free(fwd_ag);
