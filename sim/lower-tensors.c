@@ -168,8 +168,14 @@ static void record_group(SimLowering *lw, int block, SimSemKind kind, SimTaskRef
  *  - the reduce-scatter of an op's partial input gradient (backward) overlaps the
  *    backward's last GEMM (the weight gradient) whole (the configuration's bulk overlap,
  *    on SMs the GEMM keeps): ready max(0, T_RS - g) after the op's end.
- * Each wait is a delay (no resource held) between the tasks it separates; the bytes are
- * not put on the links, as ring attention's are not (lower.c).  A collective is
+ * Each wait is a delay (no resource held) between the tasks it separates.  The bytes go
+ * on the links all the same, as the plain plan's: each gather its ring all-gather (a
+ * piece that forms none, a flow from its holder), each reduce-scatter its ring, started
+ * when the data is ready; they share the links with all other traffic (an expert
+ * all-to-all on the same NVSwitch ports slows by them), but no compute task waits for
+ * them: the op's own timing is the closed form above, which takes the collective at its
+ * idle-machine speed (a ring slowed by other traffic does not delay the GEMM; splitting
+ * the GEMM into the chunks that would wait for each step is not modelled).  A collective is
  * overlapped only inside one stage where the consumers of a reduction each take a part of
  * it on a device of its group, or the consumer of a gather takes it from its own group. */
 typedef struct {
@@ -209,9 +215,17 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     ready[k].reduced = TRUE;
     if (block < 0)
       continue; /* only asked which groups reduce */
-    SimTaskRef start;
+    SimTaskRef start, coll_start = { -1, 0 };
     if (h->n_devs > 1 && ov && ov->on) {
       double bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale;
+      /* The bytes on the links: the ring reduce-scatter as a collective of its own that
+       * nothing waits for (TpOverlap). */
+      SimCollective coll = { .kind = SIM_COLL_REDUCE_SCATTER, .algo = SIM_ALLREDUCE_RING,
+                             .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
+                             .devices = h->devs, .n = h->n_devs, .bytes = bytes, .op = -1,
+                             .mb = mb };
+      SimTaskRef coll_end;
+      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &coll_start, &coll_end);
       int sh = h->members[0];
       for (int i = 0; i < h->n; i++)
         if (l->cidx[h->members[i]] >= 0) {
@@ -242,8 +256,12 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
     record_group(lw, block, SIM_SEM_REDUCE, ready[k].end, tensor, pass == P_B, &h->region,
                  h->devs, h->n_devs);
     for (int i = 0; i < h->n; i++)
-      if (l->cidx[h->members[i]] >= 0)
+      if (l->cidx[h->members[i]] >= 0) {
         sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]), start);
+        if (coll_start.block >= 0)
+          sim_taskgraph_depend(lw->tg, block, ref_done(lw, l, pass, mb, h->members[i]),
+                               coll_start);
+      }
   }
 }
 
@@ -662,7 +680,8 @@ static GArray *plan_pieces(SimLowering *lw, const OpLay *src, GArray *groups, co
   return out;
 }
 
-/* A flow of @region from device @sdev to @dev after @from, before @to: made once per
+/* A flow of @region from device @sdev to @dev after @from, before @to (none where
+ * @to.block < 0): made once per
  * transfer key (micro-batch, pass, devices, region), later users only wait for it.
  * @relay: the region is passed on from a device that received it (scatter-gather).
  * Returns the flow. */
@@ -680,7 +699,8 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
   if (!added) {
     SimTaskRef fr = { block, lw->transfers.value[k] };
     sim_taskgraph_depend(lw->tg, block, from, fr);
-    sim_taskgraph_depend(lw->tg, block, fr, to);
+    if (to.block >= 0)
+      sim_taskgraph_depend(lw->tg, block, fr, to);
     return fr;
   }
   SimTask f = sim_task_flow(SIM_CLASS_TRANSFER, sdev, dev,
@@ -693,19 +713,21 @@ static SimTaskRef send(SimLowering *lw, int block, int which, int sdev, int dev,
     sim_taskgraph_sem_add(lw->tg, block, &m);
   }
   sim_taskgraph_depend(lw->tg, block, from, fr);
-  sim_taskgraph_depend(lw->tg, block, fr, to);
+  if (to.block >= 0)
+    sim_taskgraph_depend(lw->tg, block, fr, to);
   return fr;
 }
 
 /* Runs the all-gathers @gathers for one micro-batch (see deliver()): each starts when
  * every part is ready on its simulated holders (a folded-away holder's timeline is its
- * representative's) and its consumers wait for its end.  Consumers on the same devices
+ * representative's) and, where @wait, its consumers wait for its end.  Consumers on the same devices
  * that need the same region share one.  Where the lowering records meanings, each part's
  * copy to each other device is a join point of its own between the part and the
  * consumer, which the executor runs as a copy (and the gather's end waits for them all). */
 static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const Ready *ready,
                             int src_pass, const OpLay *dst, const GArray *gathers, int dst_pass,
-                            int mb, SimDType dt, int tensor_op, int tensor, int which)
+                            int mb, SimDType dt, int tensor_op, int tensor, int which,
+                            gboolean wait)
 {
   for (guint a = 0; gathers && a < gathers->len; a++) {
     const Gather *g = &g_array_index(gathers, Gather, a);
@@ -733,6 +755,9 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
     } else {
       end = (SimTaskRef){ block, lw->transfers.value[kk] };
     }
+    /* An overlapped gather's ring only carries its bytes (TpOverlap): nothing waits. */
+    if (!wait)
+      continue;
     /* A backward gather into a consumer whose recomputation its device's stream runs
      * between the producer's backward and the consumer's (selective recomputation) is
      * waited for by the recomputation: Megatron recomputes the core attention only once
@@ -809,6 +834,11 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
   return sim_taskgraph_add(lw->tg, block, &d);
 }
 
+/* How deliver() treats the pieces from other devices: flows their consumers wait for;
+ * under tensor-parallel overlap (TpOverlap), the waits alone, or flows that nothing
+ * waits for (the overlapped gathers' bytes, where they do not run as all-gathers). */
+typedef enum { DELIVER_FLOWS, DELIVER_WAITS, DELIVER_FREE } DeliverMode;
+
 /* Sends the pieces for one micro-batch: a dependency where the holder is on the consumer's
  * device, a flow otherwise.  @src_pass produced the data, @dst_pass consumes it.  A
  * scatter-gathered piece sends its part from its holder, then every consumer of the group
@@ -816,8 +846,9 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
  * representative has its own: their timelines are the same). */
 static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *ready, int src_pass,
                     const OpLay *dst, const GArray *pieces, int dst_pass, int mb, SimDType dt,
-                    int tensor_op, int tensor, int which, gboolean overlap)
+                    int tensor_op, int tensor, int which, DeliverMode mode)
 {
+  gboolean overlap = mode == DELIVER_WAITS;
   gboolean grad = dst_pass == P_B;
   SimTaskRef *got = NULL;
   /* Under overlap, each consumer shard's delay (made when its first piece from another
@@ -849,6 +880,20 @@ static void deliver(SimLowering *lw, int block, const OpLay *src, const Ready *r
         sim_taskgraph_depend(lw->tg, block, delay[p->c], to);
       }
       sim_taskgraph_depend(lw->tg, block, from, delay[p->c]);
+      continue;
+    }
+    if (mode == DELIVER_FREE) {
+      /* The piece's bytes on the links: a flow from its holder that nothing waits for,
+       * started through a join point so that it is no send that a blocking host waits
+       * for (SimOptions.blocking_sends: the pipeline's exchanges, not the gather's
+       * copy-engine ring). */
+      SimTask nop = sim_task_nop();
+      nop.op = tensor_op;
+      nop.mb = mb;
+      SimTaskRef via = sim_taskgraph_add(lw->tg, block, &nop);
+      sim_taskgraph_depend(lw->tg, block, from, via);
+      send(lw, block, which, src->dev[p->holder], dst->dev[p->c], &p->inter, via,
+           (SimTaskRef){ -1, 0 }, dt, tensor_op, tensor, grad, FALSE, mb);
       continue;
     }
     SimTaskRef fr = send(lw, block, which, src->dev[p->holder], dst->dev[p->c],
@@ -1186,35 +1231,56 @@ void lower_build_tensor_block(SimLowering *lw, int t)
       scatter_groups(cgroups, &pl, pneeds, 1, cscatter);
     TpOverlap ov_b = { .on = same && cpartial && cl->t_gemm && all_scatter(cgroups, cscatter),
                        .bulk = TRUE };
-    /* Sequence parallelism's gathers run as all-gathers (but overlapped ones, whose delay
-     * deliver() makes from the pieces); an expert-parallel all-to-all stays pieces between
-     * every pair of devices. */
-    GArray *fwd_ag = NULL, *bwd_ag = NULL;
+    /* Sequence parallelism's gathers run as all-gathers; an overlapped one's wait
+     * deliver() makes from its pieces, and its bytes travel as the all-gather would (or
+     * as the pieces that form none), which nothing waits for.  An expert-parallel
+     * all-to-all stays pieces between every pair of devices. */
+    GArray *fwd_ag = NULL, *bwd_ag = NULL, *fwd_free = NULL, *bwd_free = NULL;
     GArray *fwd = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE,
                               c_experts || ag_f ? NULL : &fwd_ag);
     GArray *bwd = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg,
                               c_experts || p_experts || ag_b ? NULL : &bwd_ag);
+    if (ag_f)
+      fwd_free = plan_pieces(lw, pl, pgroups, pready_f, cl, need, TRUE, &fwd_ag);
+    if (ag_b)
+      bwd_free = plan_pieces(lw, cl, cgroups, cready, pl, pneed, bwd_sg, &bwd_ag);
+    DeliverMode fmode = ag_f ? DELIVER_WAITS : DELIVER_FLOWS;
+    DeliverMode bmode = ag_b ? DELIVER_WAITS : DELIVER_FLOWS;
     for (int mb = 0; mb < M; mb++) {
       lw->byte_scale = c_routed;
       deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd, P_F, mb, dt, px, t,
-              mb * 3, ag_f);
+              mb * 3, fmode);
+      if (fwd_free)
+        deliver(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_free, P_F, mb, dt, px,
+                t, mb * 3, DELIVER_FREE);
       deliver_gathers(lw, block, pl, pready_f + (size_t)mb * ng, P_F, cl, fwd_ag, P_F, mb, dt,
-                      px, t, mb * 3);
+                      px, t, mb * 3, !ag_f);
       if (recomputed) {
         deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd, P_R, mb, dt, px, t,
-                mb * 3 + 1, ag_f);
+                mb * 3 + 1, fmode);
+        if (fwd_free)
+          deliver(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_free, P_R, mb, dt,
+                  px, t, mb * 3 + 1, DELIVER_FREE);
         deliver_gathers(lw, block, pl, pready_r + (size_t)mb * ng, P_R, cl, fwd_ag, P_R, mb,
-                        dt, px, t, mb * 3 + 1);
+                        dt, px, t, mb * 3 + 1, !ag_f);
       }
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
       reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready, &ov_b);
       lw->byte_scale = p_routed;
-      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, ag_b);
-      deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2);
+      deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, bmode);
+      if (bwd_free)
+        deliver(lw, block, cl, cready, P_B, pl, bwd_free, P_B, mb, dt, cx, t, mb * 3 + 2,
+                DELIVER_FREE);
+      deliver_gathers(lw, block, cl, cready, P_B, pl, bwd_ag, P_B, mb, dt, cx, t, mb * 3 + 2,
+                      !ag_b);
       lw->byte_scale = 1.0;
     }
+    if (fwd_free)
+      g_array_free(fwd_free, TRUE);
+    if (bwd_free)
+      g_array_free(bwd_free, TRUE);
     g_array_free(fwd, TRUE);
     g_array_free(bwd, TRUE);
     gathers_free(fwd_ag);

@@ -1698,6 +1698,48 @@ Test(moe, router_and_permutation_cost_the_shards_own_tokens)
   }
 }
 
+/* A shard's rows per expert that are no whole number of 16-byte vectors (4 of 8 experts,
+ * T k x / E = 128 rows times the imbalance 1.03: 131.84, 33 an expert) run in the grouped
+ * GEMMs as the next multiple of 8 rows (40): exactly the products of imbalance 1.25
+ * (160 rows, 40 an expert), not an unaligned GEMM; forward and backward. */
+Test(moe, expert_rows_round_up_to_a_vector)
+{
+  int64_t b = 2, s = 64, d = 128, f = 448, E = 8, k = 2;
+  SimWork w[2][2];
+  const double imbalance[2] = { 1.03, 1.25 };
+  for (int c = 0; c < 2; c++) {
+    g_autoptr(SimGraph) g = sim_graph_new("t");
+    int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
+    int op = moe(g, x, (int)E, (int)k, f, 0.0, imbalance[c]);
+    cr_assert_geq(op, 0);
+    int xd = dim_index(g, op, "x");
+    int64_t lo[5], hi[5], ext[5];
+    full_range(g, op, lo, hi);
+    lo[xd] = 4;
+    for (int i = 0; i < 5; i++)
+      ext[i] = hi[i] - lo[i];
+    sim_graph_op_work(g, op, ext, SIM_PASS_FORWARD, &w[c][0]);
+    sim_graph_op_work(g, op, ext, SIM_PASS_BACKWARD, &w[c][1]);
+  }
+  for (int p = 0; p < 2; p++) {
+    int gemms = 0;
+    cr_assert_eq(w[0][p].n, w[1][p].n);
+    for (int i = 0; i < w[0][p].n; i++) {
+      const SimKernel *a = &w[0][p].k[i], *z = &w[1][p].k[i];
+      if (a->kind != SIM_KERNEL_GEMM)
+        continue;
+      gemms++;
+      cr_expect(a->m == z->m && a->n == z->n && a->k == z->k && a->batch == z->batch,
+                "pass %d, GEMM %d: %" G_GINT64_FORMAT " x %" G_GINT64_FORMAT " x %"
+                G_GINT64_FORMAT ", expected %" G_GINT64_FORMAT " x %" G_GINT64_FORMAT " x %"
+                G_GINT64_FORMAT, p, i, a->m, a->n, a->k, z->m, z->n, z->k);
+      /* The rows (m, or k for the weights' gradients) are 40. */
+      cr_expect(a->m == 40 || a->k == 40, "pass %d, GEMM %d", p, i);
+    }
+    cr_expect_eq(gemms, p ? 4 : 2);
+  }
+}
+
 Test(moe, params_rows_flops_and_expert_split)
 {
   /* Mixtral's shape at small scale: 8 experts, top 2. */

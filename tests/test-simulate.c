@@ -1258,12 +1258,19 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     cr_assert_not(tl.deadlock);
     double S = 64.0 * 256 * 4;
 #define RING(B) ((n - 1) * (2e-6 + (B) / n / (0.78 * bw)))
-    int found[4] = { 0 };
+    int found[4] = { 0 }, ring_flows = 0, waits[2] = { 0 };
     for (int t = 0; t < tg->n_tasks; t++) {
       const SimTask *k = &tg->task[t];
-      cr_expect_not(k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER,
-                    "tp %d: a flow of %g bytes between %d and %d", n, k->bytes, k->device,
-                    k->peer);
+      /* Every activation that moves is an overlapped gather's: a ring all-gather's flow
+       * of (n - 1) S / n from each rank to the next, which no compute task waits for. */
+      if (k->kind == SIM_TASK_FLOW && k->cls == SIM_CLASS_TRANSFER) {
+        cr_expect_float_eq(k->bytes, S * (n - 1) / n, 1e-9 * S, "tp %d: a flow of %g bytes "
+                           "between %d and %d", n, k->bytes, k->device, k->peer);
+        ring_flows++;
+      }
+      /* The overlap's waits (the collectives' fixed costs are delays without a shard). */
+      if (k->kind == SIM_TASK_DELAY && k->shard >= 0)
+        waits[k->cls == SIM_CLASS_TRANSFER ? 0 : 1]++;
       if (k->kind != SIM_TASK_DELAY || k->op != attn)
         continue;
       /* Which wait: the gathers are transfers, the reduce-scatters reductions; forward
@@ -1302,10 +1309,35 @@ Test(lowering, tensor_parallel_overlap_waits_are_the_pipelined_closed_forms)
     cr_expect_eq(found[1], 2 * n, "tp %d: %d backward gathers", n, found[1]);
     cr_expect_eq(found[2], 2, "tp %d: %d forward reduce-scatters", n, found[2]);
     cr_expect_eq(found[3], 2, "tp %d: %d backward reduce-scatters", n, found[3]);
-    /* The overlap changes times only: every GPU's peak memory is the plan's without it. */
+    /* Each overlapped gather (a wait per consumer shard, around the attention, the MLP
+     * and the output layer) is a ring of n flows, once for all consumers on the same
+     * devices that need it in that micro-batch and pass. */
+    cr_expect(ring_flows > 0 && ring_flows % n == 0 && ring_flows <= waits[0], "tp %d: %d ring flows, "
+              "%d gather waits", n, ring_flows, waits[0]);
+    /* The overlap changes times only: every GPU's peak memory is the plan's without it,
+     * and every link carries the plain plan's bytes (a gather's ring_flows (n - 1) S / n into
+     * and out of every GPU, as its ring; the reduce-scatters are the same rings). */
     mo.tp_comm_overlap = FALSE;
     g_autoptr(SimStrategy) plain = sim_strategy_megatron(g, m, &mo, &error);
     cr_assert_not_null(plain, "%s", error ? error->message : "");
+    SimTaskGraph *tgp;
+    SimTimeline tlp = { 0 };
+    SimLowering *lwp;
+    run_lowered(g, m, plain, cm, &tgp, &tlp, &lwp);
+    cr_assert_not(tlp.deadlock);
+    double total = 0;
+    for (int i = 0; i < sim_machine_n_links(m); i++) {
+      cr_expect_float_eq(tl.link_bytes[i], tlp.link_bytes[i], 1e-9 * S, "tp %d, link %d: %g "
+                         "bytes, %g without the overlap", n, i, tl.link_bytes[i],
+                         tlp.link_bytes[i]);
+      total += tl.link_bytes[i];
+    }
+    /* The overlapped collectives' share, on the links to and from the switch: each ring,
+     * gather or reduce-scatter, (n - 1) S / n out of each of its n GPUs. */
+    cr_expect_geq(total, 2.0 * (n - 1) * S * (ring_flows / (double)n + waits[1]) * (1 - 1e-9),
+                  "tp %d: %g bytes on the links", n, total);
+    sim_timeline_clear(&tlp);
+    sim_lowering_free(lwp);
     SimOptions o = sim_options_default();
     g_autoptr(SimReport) ro = sim_simulate(g, m, s, cm, &o, &error);
     g_autoptr(SimReport) rp = sim_simulate(g, m, plain, cm, &o, &error);

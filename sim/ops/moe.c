@@ -302,8 +302,15 @@ static void moe_work(const SimOp *op, const int64_t *e, SimPass pass, SimWork *w
   double tE = t * (double)E, tD = t * (double)D, RD = R * (double)D;
   double out = t * (double)k * (c > 0 ? c : 1.0), oD = out * (double)D;
   gboolean sort = X > 1 && X < E;
-  /* One expert's rows in the grouped GEMMs: the shard's rows spread over its experts. */
-  int64_t per = (int64_t)ceil(R / (double)X);
+  /* One expert's rows in the grouped GEMMs: the shard's rows spread over its experts,
+   * rounded up to a whole 16-byte vector of rows.  The row count is no leading dimension
+   * of any operand (each expert's rows start at a multiple of the aligned width D, and
+   * its products read and write rows of D or F elements), so a count that is not a
+   * multiple of 8 does not misalign the GEMM as an odd vocabulary does (the roofline's
+   * unaligned rate, sim/roofline.c): its last tile is partly empty, as for the rounded
+   * count; Megatron-Core pads each expert's rows to 16 for FP8 itself. */
+  int64_t vec = MAX((int64_t)(16 / es), 1);
+  int64_t per = ((int64_t)ceil(R / (double)X) + vec - 1) / vec * vec;
   SimUnaryKind act = (SimUnaryKind)op->attrs[M_ACT].i[0];
   if (pass == SIM_PASS_FORWARD) {
     /* Softmax and top-k of the logits in fp32 (softmax 10 per logit, a comparison per
