@@ -221,9 +221,9 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       /* The bytes on the links: the ring reduce-scatter as a collective of its own that
        * nothing waits for (TpOverlap). */
       SimCollective coll = { .kind = SIM_COLL_REDUCE_SCATTER, .algo = SIM_ALLREDUCE_RING,
-                             .detail = lw->o.detail, .params = &lw->cp, .cls = SIM_CLASS_REDUCTION,
-                             .devices = h->devs, .n = h->n_devs, .bytes = bytes, .op = -1,
-                             .mb = mb };
+                             .detail = SIM_DETAIL_COLLECTIVE, .params = &lw->cp,
+                             .cls = SIM_CLASS_REDUCTION, .devices = h->devs, .n = h->n_devs,
+                             .bytes = bytes, .op = -1, .mb = mb };
       SimTaskRef coll_end;
       sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &coll_start, &coll_end);
       int sh = h->members[0];
@@ -741,7 +741,8 @@ static void deliver_gathers(SimLowering *lw, int block, const OpLay *src, const 
     SimTaskRef start, end;
     if (added) {
       SimCollective coll = { .kind = SIM_COLL_ALLGATHER, .algo = SIM_ALLREDUCE_RING,
-                             .detail = lw->o.detail, .params = &lw->cp,
+                             .detail = wait ? lw->o.detail : SIM_DETAIL_COLLECTIVE,
+                             .params = &lw->cp,
                              .cls = SIM_CLASS_TRANSFER, .devices = g->devs, .n = g->n,
                              .bytes = (double)lower_region_bytes(&g->need, dt) * lw->byte_scale,
                              .op = tensor_op, .mb = mb };
