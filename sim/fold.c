@@ -665,33 +665,139 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
   guint np = sh->part->len;
   size_t n_cand = (size_t)sh->R * sh->K * np;
   uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));
-  for (gboolean added = TRUE; added;) {
-    added = FALSE;
-    for (int r = 0; r < sh->R; r++)
-      for (int k = 0; k < sh->K; k++) {
-        if (r == 0 && k == 0)
-          continue;
-        for (guint q = 0; q < np; q++) {
-          size_t c = ((size_t)r * sh->K + k) * np + q;
-          if (keep[c])
-            continue;
-          FlowAt at = g_array_index(sh->part, FlowAt, q);
-          const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
-          const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
-          image_links(m, f, sh, ob, t, fold_map(f, at.a, r, k, sh->ranks),
-                      fold_map(f, at.b, r, k, sh->ranks), r, k, links);
-          gboolean meets = FALSE;
-          for (guint j = 0; j < links->len && !meets; j++)
-            meets = live[g_array_index(links, int, j)];
-          if (!meets)
-            continue;
+  /* Each image's links are worked out once.  An image that meets a live link is kept at
+   * once and makes its links live (those it makes live are stacked); the others wait
+   * until a link of theirs is made live.  Images of equal links (a ring's under the
+   * ranks' rotations, most of them) wait as one set.  The kept images are the least set
+   * closed under "meets a live link", whatever the order: the set that passes over every
+   * image until none is added would find, without working out the images of those left
+   * again on each pass (a plan whose 8 replicas and 8 ranks fold has 63 images of every
+   * part flow, which passes went over again and again). */
+  GArray *stack = g_array_new(FALSE, FALSE, sizeof(int));       /* links made live      */
+  GArray *set_off = g_array_new(FALSE, FALSE, sizeof(guint64)); /* a waiting set's links */
+  GArray *set_links = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *set_hash = g_array_new(FALSE, FALSE, sizeof(guint64));
+  GArray *pend_c = g_array_new(FALSE, FALSE, sizeof(guint64));  /* waiting images       */
+  GArray *pend_set = g_array_new(FALSE, FALSE, sizeof(guint32));
+  /* The waiting sets by their links' hash: open addressing over set numbers plus one. */
+  guint32 mask = 1023, *table = g_new0(guint32, (size_t)mask + 1);
+  for (int r = 0; r < sh->R; r++)
+    for (int k = 0; k < sh->K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      for (guint q = 0; q < np; q++) {
+        guint64 c = ((guint64)r * sh->K + k) * np + q;
+        FlowAt at = g_array_index(sh->part, FlowAt, q);
+        const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+        const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
+        image_links(m, f, sh, ob, t, fold_map(f, at.a, r, k, sh->ranks),
+                    fold_map(f, at.b, r, k, sh->ranks), r, k, links);
+        gboolean meets = FALSE;
+        for (guint j = 0; j < links->len && !meets; j++)
+          meets = live[g_array_index(links, int, j)];
+        if (meets) {
           keep[c] = 1;
-          added = TRUE;
-          for (guint j = 0; j < links->len; j++)
-            live[g_array_index(links, int, j)] = 1;
+          for (guint j = 0; j < links->len; j++) {
+            int l = g_array_index(links, int, j);
+            if (!live[l]) {
+              live[l] = 1;
+              g_array_append_val(stack, l);
+            }
+          }
+          continue;
         }
+        if (!links->len)
+          continue;
+        size_t bytes = links->len * sizeof(int);
+        guint64 h = sim_hash_bytes(links->data, bytes);
+        guint32 slot = (guint32)h & mask, id = 0;
+        for (; table[slot]; slot = (slot + 1) & mask) {
+          guint32 cand = table[slot] - 1;
+          guint64 o = g_array_index(set_off, guint64, cand);
+          guint64 n = g_array_index(set_off, guint64, cand + 1) - o;
+          if (g_array_index(set_hash, guint64, cand) == h && n == links->len &&
+              !memcmp(&g_array_index(set_links, int, o), links->data, bytes)) {
+            id = cand + 1;
+            break;
+          }
+        }
+        if (!id) {
+          id = set_hash->len + 1;
+          if (!set_off->len) {
+            guint64 zero = 0;
+            g_array_append_val(set_off, zero);
+          }
+          g_array_append_val(set_hash, h);
+          g_array_append_vals(set_links, links->data, links->len);
+          guint64 o = set_links->len;
+          g_array_append_val(set_off, o);
+          table[slot] = id;
+          if (2 * (guint64)set_hash->len > mask) {
+            /* Keep the table at most half full. */
+            guint32 nmask = 2 * mask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
+            for (guint32 i = 0; i < set_hash->len; i++) {
+              guint32 sl = (guint32)g_array_index(set_hash, guint64, i) & nmask;
+              while (nt[sl])
+                sl = (sl + 1) & nmask;
+              nt[sl] = i + 1;
+            }
+            g_free(table);
+            table = nt;
+            mask = nmask;
+          }
+        }
+        guint32 set = id - 1;
+        g_array_append_val(pend_c, c);
+        g_array_append_val(pend_set, set);
       }
+    }
+  guint n_sets = set_hash->len;
+  uint8_t *set_kept = g_new0(uint8_t, MAX(n_sets, 1));
+  if (stack->len && n_sets) {
+    /* The waiting sets by link: by_link[first[l], first[l + 1]). */
+    const int *sl = (const int *)(void *)set_links->data;
+    const guint64 *so = (const guint64 *)(void *)set_off->data;
+    guint64 n_links = so[n_sets];
+    guint64 *first = g_new0(guint64, (size_t)nl + 1);
+    for (guint64 i = 0; i < n_links; i++)
+      first[sl[i] + 1]++;
+    for (int l = 0; l < nl; l++)
+      first[l + 1] += first[l];
+    guint64 *fill = g_memdup2(first, sizeof(guint64) * (size_t)nl);
+    guint32 *by_link = g_new(guint32, MAX(n_links, 1));
+    for (guint32 p = 0; p < n_sets; p++)
+      for (guint64 i = so[p]; i < so[p + 1]; i++)
+        by_link[fill[sl[i]]++] = p;
+    g_free(fill);
+    while (stack->len) {
+      int l = g_array_index(stack, int, stack->len - 1);
+      g_array_set_size(stack, stack->len - 1);
+      for (guint64 i = first[l]; i < first[l + 1]; i++) {
+        guint32 p = by_link[i];
+        if (set_kept[p])
+          continue;
+        set_kept[p] = 1;
+        for (guint64 j = so[p]; j < so[p + 1]; j++)
+          if (!live[sl[j]]) {
+            live[sl[j]] = 1;
+            g_array_append_val(stack, sl[j]);
+          }
+      }
+    }
+    g_free(by_link);
+    g_free(first);
   }
+  for (guint i = 0; i < pend_c->len; i++)
+    if (set_kept[g_array_index(pend_set, guint32, i)])
+      keep[g_array_index(pend_c, guint64, i)] = 1;
+  g_free(set_kept);
+  g_free(table);
+  g_array_free(stack, TRUE);
+  g_array_free(set_off, TRUE);
+  g_array_free(set_links, TRUE);
+  g_array_free(set_hash, TRUE);
+  g_array_free(pend_c, TRUE);
+  g_array_free(pend_set, TRUE);
   g_array_free(links, TRUE);
   g_free(live);
   return keep;
