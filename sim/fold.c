@@ -607,9 +607,8 @@ static void flow_links_into(const SimTaskGraph *tg, const SimMachine *m, const S
 /* The links of the image of part flow @t (of block @ob, its ends mapped to @dev and
  * @peer) under symmetry (@r, @k): its route, or for a whole ring's flow the routes of its
  * members' images in ring order (as add_ring_image() makes them), into @out. */
-static void image_links(const SimMachine *m, const Fold *f, const Shadows *sh,
-                        const SimTaskBlock *ob, const SimTask *t, int dev, int peer, int r,
-                        int k, GArray *out)
+static void image_links(const SimMachine *m, const SimTaskBlock *ob, const SimTask *t, int dev,
+                        int peer, const int *map, GArray *out)
 {
   g_array_set_size(out, 0);
   if (!t->n_links) {
@@ -622,9 +621,7 @@ static void image_links(const SimMachine *m, const Fold *f, const Shadows *sh,
   }
   int n = t->n_members, first = -1, prev = -1;
   for (int i = 0; i <= n; i++) {
-    int d = i < n ? fold_map(f, g_array_index(ob->extra, int32_t, t->links_off + t->n_links + i),
-                             r, k, sh->ranks)
-                  : first;
+    int d = i < n ? map[g_array_index(ob->extra, int32_t, t->links_off + t->n_links + i)] : first;
     if (i == 0)
       first = d;
     else {
@@ -634,6 +631,34 @@ static void image_links(const SimMachine *m, const Fold *f, const Shadows *sh,
     }
     prev = d;
   }
+}
+
+/* What decides an image's links, in a form equal images share: a pair's two devices, or
+ * a ring's members from the smallest on (a ring's links are the routes between its
+ * members in their order round the ring, whichever member it starts from). */
+static void image_key(const SimTaskBlock *ob, const SimTask *t, int dev, int peer,
+                      const int *map, GArray *key)
+{
+  g_array_set_size(key, 0);
+  if (!t->n_links) {
+    int pair[3] = { -1, dev, peer };
+    g_array_append_vals(key, pair, 3);
+    return;
+  }
+  int n = t->n_members, low = 0;
+  g_array_set_size(key, (guint)n + 1);
+  int *kk = (int *)(void *)key->data;
+  kk[0] = n;
+  const int32_t *mem = &g_array_index(ob->extra, int32_t, t->links_off + t->n_links);
+  for (int i = 0; i < n; i++) {
+    kk[1 + i] = map[mem[i]];
+    if (kk[1 + i] < kk[1 + low])
+      low = i;
+  }
+  int *tmp = g_newa(int, n);
+  for (int i = 0; i < n; i++)
+    tmp[i] = kk[1 + (low + i) % n];
+  memcpy(kk + 1, tmp, sizeof(int) * (size_t)n);
 }
 
 /* Which shadows to make where the caller leaves out those apart (Fold.prune): per
@@ -665,33 +690,208 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
   guint np = sh->part->len;
   size_t n_cand = (size_t)sh->R * sh->K * np;
   uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));
-  for (gboolean added = TRUE; added;) {
-    added = FALSE;
-    for (int r = 0; r < sh->R; r++)
-      for (int k = 0; k < sh->K; k++) {
-        if (r == 0 && k == 0)
-          continue;
-        for (guint q = 0; q < np; q++) {
-          size_t c = ((size_t)r * sh->K + k) * np + q;
-          if (keep[c])
-            continue;
-          FlowAt at = g_array_index(sh->part, FlowAt, q);
-          const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
-          const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
-          image_links(m, f, sh, ob, t, fold_map(f, at.a, r, k, sh->ranks),
-                      fold_map(f, at.b, r, k, sh->ranks), r, k, links);
-          gboolean meets = FALSE;
-          for (guint j = 0; j < links->len && !meets; j++)
-            meets = live[g_array_index(links, int, j)];
-          if (!meets)
-            continue;
-          keep[c] = 1;
-          added = TRUE;
-          for (guint j = 0; j < links->len; j++)
-            live[g_array_index(links, int, j)] = 1;
+  /* Each image's links are worked out once.  An image that meets a live link is kept at
+   * once and makes its links live (those it makes live are stacked); the others wait
+   * until a link of theirs is made live.  Images of equal links (a ring's under the
+   * ranks' rotations, most of them) wait as one set.  The kept images are the least set
+   * closed under "meets a live link", whatever the order: the set that passes over every
+   * image until none is added would find, without working out the images of those left
+   * again on each pass (a plan whose 8 replicas and 8 ranks fold has 63 images of every
+   * part flow, which passes went over again and again). */
+  GArray *stack = g_array_new(FALSE, FALSE, sizeof(int));       /* links made live      */
+  GArray *set_off = g_array_new(FALSE, FALSE, sizeof(guint64)); /* a waiting set's links */
+  GArray *set_links = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *set_hash = g_array_new(FALSE, FALSE, sizeof(guint64));
+  GArray *pend_c = g_array_new(FALSE, FALSE, sizeof(guint64));  /* waiting images       */
+  GArray *pend_set = g_array_new(FALSE, FALSE, sizeof(guint32));
+  /* The waiting sets by their links' hash: open addressing over set numbers plus one. */
+  guint32 mask = 1023, *table = g_new0(guint32, (size_t)mask + 1);
+  /* The images met, by key (image_key()): -1 kept, a waiting set, or -2 no links. */
+  GArray *key = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *key_ints = g_array_new(FALSE, FALSE, sizeof(int));
+  GArray *key_off = g_array_new(FALSE, FALSE, sizeof(guint64));
+  GArray *key_hash = g_array_new(FALSE, FALSE, sizeof(guint64));
+  GArray *key_verdict = g_array_new(FALSE, FALSE, sizeof(gint32));
+  guint64 zero_off = 0;
+  g_array_append_val(key_off, zero_off);
+  guint32 kmask = 1023, *ktable = g_new0(guint32, (size_t)kmask + 1);
+  /* Every device's image under the symmetry at hand. */
+  int *map = g_new(int, MAX(sh->nd, 1));
+  for (int r = 0; r < sh->R; r++)
+    for (int k = 0; k < sh->K; k++) {
+      if (r == 0 && k == 0)
+        continue;
+      for (int d = 0; d < sh->nd; d++)
+        map[d] = fold_map(f, d, r, k, sh->ranks);
+      for (guint q = 0; q < np; q++) {
+        guint64 c = ((guint64)r * sh->K + k) * np + q;
+        FlowAt at = g_array_index(sh->part, FlowAt, q);
+        const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
+        const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
+        int ma = at.a >= 0 ? map[at.a] : at.a, mb = at.b >= 0 ? map[at.b] : at.b;
+        /* An image met before (a ring's under another rotation of its ranks): its verdict. */
+        image_key(ob, t, ma, mb, map, key);
+        size_t kbytes = key->len * sizeof(int);
+        guint64 kh = sim_hash_bytes(key->data, kbytes);
+        guint32 kslot = (guint32)kh & kmask, kid = 0;
+        for (; ktable[kslot]; kslot = (kslot + 1) & kmask) {
+          guint32 e = ktable[kslot] - 1;
+          guint64 o = g_array_index(key_off, guint64, e);
+          if (g_array_index(key_hash, guint64, e) == kh &&
+              g_array_index(key_off, guint64, e + 1) - o == key->len &&
+              !memcmp(&g_array_index(key_ints, int, o), key->data, kbytes)) {
+            kid = e + 1;
+            break;
+          }
         }
+        if (kid) {
+          gint32 v = g_array_index(key_verdict, gint32, kid - 1);
+          if (v == -1) {
+            keep[c] = 1;
+          } else if (v >= 0) {
+            guint32 set = (guint32)v;
+            g_array_append_val(pend_c, c);
+            g_array_append_val(pend_set, set);
+          }
+          continue;
+        }
+        /* A new image: its verdict noted under its key (below). */
+        kid = key_hash->len + 1;
+        g_array_append_val(key_hash, kh);
+        g_array_append_vals(key_ints, key->data, key->len);
+        guint64 ko = key_ints->len;
+        g_array_append_val(key_off, ko);
+        gint32 none = -2;
+        g_array_append_val(key_verdict, none);
+        ktable[kslot] = kid;
+        if (2 * (guint64)key_hash->len > kmask) {
+          guint32 nmask = 2 * kmask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
+          for (guint32 i = 0; i < key_hash->len; i++) {
+            guint32 sl = (guint32)g_array_index(key_hash, guint64, i) & nmask;
+            while (nt[sl])
+              sl = (sl + 1) & nmask;
+            nt[sl] = i + 1;
+          }
+          g_free(ktable);
+          ktable = nt;
+          kmask = nmask;
+        }
+        image_links(m, ob, t, ma, mb, map, links);
+        gboolean meets = FALSE;
+        for (guint j = 0; j < links->len && !meets; j++)
+          meets = live[g_array_index(links, int, j)];
+        if (meets) {
+          g_array_index(key_verdict, gint32, kid - 1) = -1;
+          keep[c] = 1;
+          for (guint j = 0; j < links->len; j++) {
+            int l = g_array_index(links, int, j);
+            if (!live[l]) {
+              live[l] = 1;
+              g_array_append_val(stack, l);
+            }
+          }
+          continue;
+        }
+        if (!links->len)
+          continue;
+        size_t bytes = links->len * sizeof(int);
+        guint64 h = sim_hash_bytes(links->data, bytes);
+        guint32 slot = (guint32)h & mask, id = 0;
+        for (; table[slot]; slot = (slot + 1) & mask) {
+          guint32 cand = table[slot] - 1;
+          guint64 o = g_array_index(set_off, guint64, cand);
+          guint64 n = g_array_index(set_off, guint64, cand + 1) - o;
+          if (g_array_index(set_hash, guint64, cand) == h && n == links->len &&
+              !memcmp(&g_array_index(set_links, int, o), links->data, bytes)) {
+            id = cand + 1;
+            break;
+          }
+        }
+        if (!id) {
+          id = set_hash->len + 1;
+          if (!set_off->len) {
+            guint64 zero = 0;
+            g_array_append_val(set_off, zero);
+          }
+          g_array_append_val(set_hash, h);
+          g_array_append_vals(set_links, links->data, links->len);
+          guint64 o = set_links->len;
+          g_array_append_val(set_off, o);
+          table[slot] = id;
+          if (2 * (guint64)set_hash->len > mask) {
+            /* Keep the table at most half full. */
+            guint32 nmask = 2 * mask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
+            for (guint32 i = 0; i < set_hash->len; i++) {
+              guint32 sl = (guint32)g_array_index(set_hash, guint64, i) & nmask;
+              while (nt[sl])
+                sl = (sl + 1) & nmask;
+              nt[sl] = i + 1;
+            }
+            g_free(table);
+            table = nt;
+            mask = nmask;
+          }
+        }
+        guint32 set = id - 1;
+        g_array_index(key_verdict, gint32, kid - 1) = (gint32)set;
+        g_array_append_val(pend_c, c);
+        g_array_append_val(pend_set, set);
       }
+    }
+  guint n_sets = set_hash->len;
+  uint8_t *set_kept = g_new0(uint8_t, MAX(n_sets, 1));
+  if (stack->len && n_sets) {
+    /* The waiting sets by link: by_link[first[l], first[l + 1]). */
+    const int *sl = (const int *)(void *)set_links->data;
+    const guint64 *so = (const guint64 *)(void *)set_off->data;
+    guint64 n_links = so[n_sets];
+    guint64 *first = g_new0(guint64, (size_t)nl + 1);
+    for (guint64 i = 0; i < n_links; i++)
+      first[sl[i] + 1]++;
+    for (int l = 0; l < nl; l++)
+      first[l + 1] += first[l];
+    guint64 *fill = g_memdup2(first, sizeof(guint64) * (size_t)nl);
+    guint32 *by_link = g_new(guint32, MAX(n_links, 1));
+    for (guint32 p = 0; p < n_sets; p++)
+      for (guint64 i = so[p]; i < so[p + 1]; i++)
+        by_link[fill[sl[i]]++] = p;
+    g_free(fill);
+    while (stack->len) {
+      int l = g_array_index(stack, int, stack->len - 1);
+      g_array_set_size(stack, stack->len - 1);
+      for (guint64 i = first[l]; i < first[l + 1]; i++) {
+        guint32 p = by_link[i];
+        if (set_kept[p])
+          continue;
+        set_kept[p] = 1;
+        for (guint64 j = so[p]; j < so[p + 1]; j++)
+          if (!live[sl[j]]) {
+            live[sl[j]] = 1;
+            g_array_append_val(stack, sl[j]);
+          }
+      }
+    }
+    g_free(by_link);
+    g_free(first);
   }
+  for (guint i = 0; i < pend_c->len; i++)
+    if (set_kept[g_array_index(pend_set, guint32, i)])
+      keep[g_array_index(pend_c, guint64, i)] = 1;
+  g_free(set_kept);
+  g_free(table);
+  g_free(ktable);
+  g_free(map);
+  g_array_free(key, TRUE);
+  g_array_free(key_ints, TRUE);
+  g_array_free(key_off, TRUE);
+  g_array_free(key_hash, TRUE);
+  g_array_free(key_verdict, TRUE);
+  g_array_free(stack, TRUE);
+  g_array_free(set_off, TRUE);
+  g_array_free(set_links, TRUE);
+  g_array_free(set_hash, TRUE);
+  g_array_free(pend_c, TRUE);
+  g_array_free(pend_set, TRUE);
   g_array_free(links, TRUE);
   g_free(live);
   return keep;
