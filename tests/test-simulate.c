@@ -1511,6 +1511,82 @@ Test(lowering, context_parallel_ring_waits_are_the_closed_form_on_an_idle_machin
   }
 }
 
+/* The time of op @x's attention kernels in @pass over extents @ext on @spec, scaled as
+ * the op's time of shard @sh is scaled over the sum of its kernels (@scale). */
+static double attention_kernels(const SimGraph *g, SimCostModel *cm, const SimDeviceSpec *spec,
+                                int x, const int64_t *ext, SimPass pass, double *all)
+{
+  SimWork wk = { 0 };
+  sim_graph_op_work(g, x, ext, pass, &wk);
+  double a = 0;
+  *all = 0;
+  for (int i = 0; i < wk.n; i++) {
+    double t = sim_cost_model_kernel_time(cm, spec, &wk.k[i]);
+    *all += t;
+    if (wk.k[i].kind == SIM_KERNEL_ATTENTION)
+      a += t;
+  }
+  return a;
+}
+
+/* Megatron's two-chunk layout balances the causal attention over the ring (lower.c,
+ * ring_attention()): every rank's n steps together take 1 / n of FlashAttention's kernel
+ * over the whole sequence A(S) (2,048 causal queries against as many keys, the cost
+ * model's), forward and backward, each step A(S) / n^2 (times the op's time over its
+ * kernels' sum, 1 under the roofline) on every rank alike: less than the kernel of the
+ * last rank's contiguous positions A_last (2,048 / n queries against all the keys before
+ * and at them), which the cost model prices for a shard of the positions. */
+Test(lowering, context_parallel_ring_balances_the_causal_attention)
+{
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                       "seq=2048,vocab=512,batch=4");
+  int x = -1;
+  for (int k = 0; k < sim_graph_n_ops(g); k++)
+    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
+      x = k;
+  cr_assert_geq(x, 0);
+  g_autoptr(SimMachine) m = switch4_latency(1000, 1);
+  const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
+  for (int n = 2; n <= 4; n += 2) {
+    SimTimeline tl = { 0 };
+    int none;
+    SimLowering *lw = run_ring(g, m, cm, n, 0, &tl, &none);
+    const SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+    for (int pass = 0; pass < 2; pass++)
+      for (int sh = 0; sh < n; sh++) {
+        SimPass sp = pass ? SIM_PASS_BACKWARD : SIM_PASS_FORWARD;
+        /* The shard: a micro-batch of 2 samples, 2,048 / n positions, every head. */
+        int64_t ext[SIM_MAX_ITER] = { 0 }, whole[SIM_MAX_ITER] = { 0 };
+        for (int d = 0; d < sim_graph_op_n_dims(g, x); d++) {
+          const char *name = sim_graph_op_dim_name(g, x, d);
+          whole[d] = ext[d] = !strcmp(name, "b") ? 2 : sim_graph_op_dim_size(g, x, d);
+          if (!strcmp(name, "s"))
+            ext[d] = 2048 / n;
+        }
+        cr_assert_eq(whole[1], 2048);
+        double all, all_whole;
+        double last = attention_kernels(g, cm, spec, x, ext, sp, &all);
+        double A = attention_kernels(g, cm, spec, x, whole, sp, &all_whole);
+        double scale = sim_cost_model_op_time(cm, spec, g, x, ext, sp) / all;
+        cr_assert_float_eq(scale, 1.0, 1e-12, "the roofline's op time is its kernels' sum");
+        int ids[16], flow;
+        int got = ring_tasks(tg, x, pass ? SIM_CLASS_BACKWARD : SIM_CLASS_FORWARD, 0, sh, ids,
+                             16, &flow);
+        cr_assert_eq(got, n + 1);
+        double want = A / (n * n);
+        for (int i = 1; i < n; i++)
+          cr_expect_float_eq(tg->task[ids[i]].duration, want, 1e-12 * want, "n %d, pass %d, "
+                             "shard %d, step %d: %.12g s, A(S) / n^2 %.12g s", n, pass, sh, i,
+                             tg->task[ids[i]].duration, want);
+        cr_expect_lt(n * want, last, "n %d: a rank's share %g s, the last rank's positions %g s",
+                     n, n * want, last);
+      }
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+}
+
 /* The same ring shares its links: with a long flow from GPU 0 to GPU 1 under way, the
  * ring's flow from GPU 0 to GPU 1 gets half of the link (max-min fairness), so the shard
  * on GPU 1 waits max(c, latency + 2 block / bandwidth) + c at n 2 where the shard on GPU 0,
