@@ -5,7 +5,9 @@
  *                                                  undone) against fresh sessions, bit for
  *                                                  bit, and the folded report
  *   build/tests/fuzz-plans fold [SEEDS [FIRST]]    folded against unfolded reports (time and
- *                                                  peak memory), strategy JSON round trips
+ *                                                  peak memory; every other seed with the
+ *                                                  optimizer offloaded), strategy JSON
+ *                                                  round trips
  *   build/tests/fuzz-plans groups [SEEDS [FIRST]]  the engine with collectives' flow groups
  *                                                  against without, to rounding
  *   build/tests/fuzz-plans bound [SEEDS [FIRST]]   runs bounded at a random time against
@@ -323,6 +325,14 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
   SimStrategy *s = rail ? megatron_plan(g, m, rng) : NULL;
   if (!s)
     s = changed_plan(g, m, mi == 0, rng, 0, 2);
+  /* Every other seed offloads the optimizer to the host (the whole of it, or half with
+   * the transfers overlapped), from the seed so that the draws stay those of other modes. */
+  if (seed % 2) {
+    SimMemoryOptions mo = sim_strategy_get_memory(s);
+    mo.offload = seed % 4 == 1 ? 1.0 : 0.5;
+    mo.offload_overlap = seed % 4 == 3;
+    sim_strategy_set_memory(s, &mo);
+  }
   SimOptions o = random_options(rng);
   o.fold = TRUE;
   o.fold_checked = TRUE;

@@ -1795,6 +1795,9 @@ static gboolean fold_scatter_gather;
 /* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
 static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1, fold_check;
 static int fold_cp = 1;
+/* ... and the share of the optimizer offloaded to the host, overlapped or not. */
+static double fold_offload;
+static gboolean fold_offload_overlap;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1821,6 +1824,8 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   mo.sequence_parallel = fold_sequence_parallel;
   mo.tp_comm_overlap = fold_tp_overlap;
   mo.memory.zero1 = fold_zero1;
+  mo.memory.offload = fold_offload;
+  mo.memory.offload_overlap = fold_offload_overlap;
   mo.cp = fold_cp;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -1860,6 +1865,38 @@ static void check_fold(const char *machine, const char *model, const char *param
                 expect_fold, NULL);
   check_fold_at(SIM_DETAIL_COLLECTIVE, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
                 expect_fold, NULL);
+}
+
+/* Plans with the optimizer offloaded to the host fold (simulate.c, fold.c): each folded
+ * device's PCIe transfers to and from the host are shadows on its own links, which the
+ * route check maps link by link with the rest, symmetry by symmetry (a DGX's GPUs share a
+ * PCIe switch two by two, and the switches a socket's link two by two; on pcie-4gpu the
+ * GPUs' own transfers cross the same PCIe links).  Folded equals unfolded (iteration time
+ * to 1e-9, every GPU's peak memory and compute time, check_fold_at()) with the whole
+ * optimizer and half of it offloaded, overlapped or not, with ZeRO-1, on one and two nodes,
+ * the replicas and the tensor-parallel ranks folded on the DGXs. */
+Test(folding, offloaded_optimizer_plans_fold_where_exact)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  const char *both = "data-parallel replicas and tensor-parallel ranks";
+  fold_zero1 = TRUE;
+  for (int k = 0; k < 4; k++) {
+    fold_offload = k % 2 ? 0.5 : 1.0;
+    fold_offload_overlap = k >= 2;
+    check_fold("dgx-a100", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("dgx-a100", "gpt", gpt, 2, 4, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+               both);
+    check_fold("dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("dgx-a100:2", "gpt", gpt, 4, 2, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("pcie-4gpu:2", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+               NULL);
+  }
+  fold_zero1 = FALSE;
+  fold_offload = 0;
+  fold_offload_overlap = FALSE;
 }
 
 Test(folding, equals_the_unfolded_simulation)
