@@ -1893,6 +1893,31 @@ Test(folding, offloaded_optimizer_plans_fold_where_exact)
                both);
     check_fold("pcie-4gpu:2", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
                NULL);
+    /* The host's copies are no rings: a node's rings stay one flow each beside them
+     * (sim_taskgraph_rings_private()), which changes no time. */
+    g_autoptr(SimGraph) g = zoo("gpt", gpt);
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", NULL);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = 2;
+    mo.tp = 8;
+    mo.microbatches = 2;
+    mo.memory.zero1 = TRUE;
+    mo.memory.offload = fold_offload;
+    mo.memory.offload_overlap = fold_offload_overlap;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, NULL);
+    cr_assert_not_null(s);
+    double t[2];
+    for (int merge = 0; merge < 2; merge++) {
+      SimOptions o = sim_options_default();
+      o.fold = FALSE;
+      o.merge_rings = merge;
+      GError *error = NULL;
+      g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      t[merge] = sim_report_iteration_time(r);
+    }
+    cr_expect_float_eq(t[1], t[0], 1e-9 * t[0], "rings merged %.12g s, not %.12g s", t[1], t[0]);
   }
   fold_zero1 = FALSE;
   fold_offload = 0;
