@@ -302,6 +302,59 @@ static void build_ring(SimLowering *lw, int b, int x, int pass, int mb)
     }
 }
 
+/* Sequence parallelism (SimStrategy.sequence_parallel): Megatron's column-parallel layers
+ * (the attention's QKV projection, the first GEMM of an MLP, the output layer) all-gather
+ * their input from the ranks' sequence shards, but save for the backward pass only the
+ * shard their own rank held, and gather the rest again when the backward pass needs it
+ * (Korthikanti et al. 2022, section 4.2.2: every activation of a layer is then divided by
+ * the tensor-parallel degree).  The second gather's time is not priced: Megatron issues it
+ * asynchronously beside the GEMM of the input's gradient, which on t ranks with a 3h-wide
+ * QKV projection hides it where 7 F / (3 h B) < 1 at t = 8 (F the GEMMs' FLOP/s, B the
+ * gather's bytes/s: h >= 4,414 on DGX H100 at 700 TFLOP/s and 370 GB/s), and its bytes are
+ * not on the links.  The bytes of @x's shard 0 inputs that its device did not
+ * hold before the forward pass (the parts gathered from other ranks' shards), counted
+ * only for the ops whose saved activations hold their input (SimOpClass.saved_bytes of
+ * linear layers, attention and gated MLPs); shards have equal extents, so it holds for
+ * every shard. */
+static int64_t gathered_input_bytes(const SimLowering *lw, int x)
+{
+  const SimOp *op = sim_graph_op_get(lw->g, x);
+  const OpLay *l = &lw->ops[x];
+  if (!lw->s->sequence_parallel || l->n_shards < 1)
+    return 0;
+  int slots;
+  if (op->type == SIM_OP_ATTENTION)
+    slots = op->n_inputs; /* kept_outside_core(): every distinct input */
+  else if (op->type == SIM_OP_LINEAR || op->type == SIM_OP_GATED_MLP)
+    slots = 1;
+  else
+    return 0;
+  int dev = l->dev[0];
+  int64_t bytes = 0;
+  for (int i = 0; i < slots; i++) {
+    gboolean repeat = FALSE;
+    for (int k = 0; k < i; k++)
+      repeat |= op->inputs[k] == op->inputs[i];
+    if (repeat)
+      continue;
+    const SimTensor *ten = sim_graph_tensor_get(lw->g, op->inputs[i]);
+    const OpLay *pl = &lw->ops[ten->producer];
+    if (pl->is_input || ten->producer >= x)
+      continue;
+    const SimRegion *need = &l->in_reg[i];
+    int64_t vol = sim_region_volume(need), held = 0;
+    for (int p = 0; p < pl->n_shards; p++) {
+      SimRegion part;
+      if (pl->dev[p] == dev &&
+          sim_region_intersect(need, &pl->out_reg[p * pl->n_out + ten->producer_slot], &part))
+        held = MAX(held, sim_region_volume(&part));
+    }
+    if (held > 0 && held < vol)
+      bytes += (vol - held) * sim_dtype_size(op->in_dtype[i]);
+  }
+  return bytes;
+}
+
 static void lay_op(SimLowering *lw, int x)
 {
   OpLay *l = &lw->ops[x];
@@ -453,6 +506,16 @@ static void lay_op(SimLowering *lw, int x)
     }
     l->a_f[sh] = af;
     l->a_r[sh] = ar;
+  }
+  /* What sequence parallelism's column-parallel layers do not save (above): taken off
+   * what the forward pass keeps, or under full recomputation what the recomputation
+   * keeps, never below nothing. */
+  int64_t gathered = gathered_input_bytes(lw, x);
+  for (int sh = 0; gathered > 0 && sh < ns; sh++) {
+    if (l->recompute && rc == SIM_RECOMPUTE_FULL)
+      l->a_r[sh] = MAX(l->a_r[sh] - gathered, 0);
+    else
+      l->a_f[sh] = MAX(l->a_f[sh] - gathered, 0);
   }
   if (wr) {
     lower_zero1_update_share(lw, l, wr, reps);
@@ -814,6 +877,21 @@ void sim_lowering_update_ops(SimLowering *lw, const int *changed, int n_changed)
       if (!in[y]) {
         in[y] = 1;
         g_array_append_val(list, y);
+      }
+    }
+  }
+  /* Under sequence parallelism a consumer's saved input follows its producer's layout
+   * (gathered_input_bytes()): the consumers of a changed op are laid out again too. */
+  for (int i = 0; lw->s->sequence_parallel && i < n_changed; i++) {
+    const SimOp *op = sim_graph_op_get(lw->g, changed[i]);
+    for (int k = 0; k < op->n_outputs; k++) {
+      const SimTensor *ten = sim_graph_tensor_get(lw->g, op->outputs[k]);
+      for (guint c = 0; c < ten->consumers->len; c++) {
+        int y = g_array_index(ten->consumers, int, c);
+        if (!in[y]) {
+          in[y] = 1;
+          g_array_append_val(list, y);
+        }
       }
     }
   }

@@ -2707,6 +2707,50 @@ Test(delta, equals_full_simulation_on_context_parallel_plans)
   g_rand_free(rng);
 }
 
+/* Under sequence parallelism an op's saved activations follow its producer's layout (the
+ * part of a gathered input its rank held, sim/lower.c): after random changes to single
+ * ops of a Megatron plan with sequence parallelism, the session's time and timeline are
+ * a fresh lowering's and its memory a fresh report's. */
+Test(delta, equals_full_simulation_on_sequence_parallel_plans)
+{
+  g_autoptr(SimGraph) g = zoo("llama", "layers=2,hidden=128,heads=4,kv_heads=4,ffn=256,seq=64,"
+                                       "vocab=256,batch=8");
+  g_autoptr(SimCostModel) c = roofline();
+  g_autoptr(SimMachine) m = switch4(50);
+  GError *error = NULL;
+  GRand *rng = g_rand_new_with_seed(11);
+  for (int tp = 2; tp <= 4; tp *= 2) {
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = tp;
+    mo.dp = 4 / tp;
+    mo.sequence_parallel = TRUE;
+    g_autoptr(SimStrategy) s0 = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s0, "%s", error ? error->message : "");
+    SimOptions o = sim_options_default();
+    SimSession *ss = sim_session_new(g, m, s0, c, &o, &error);
+    cr_assert_not_null(ss, "%s", error ? error->message : "");
+    for (int seq = 0; seq < 8; seq++) {
+      if (seq > 0)
+        random_op_change(ss, g, rng);
+      double t = sim_session_run(ss);
+      assert_same_as_fresh(ss, g, m, c, t, tp == 2 ? "SP, TP 2" : "SP, TP 4");
+      double ratio = -1;
+      gboolean fits = FALSE;
+      cr_assert(sim_session_memory(ss, &ratio, &fits));
+      g_autoptr(SimReport) r = sim_simulate(g, m, sim_session_get_strategy(ss), c, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      double want = 0;
+      for (int d = 0; d < sim_report_n_devices(r); d++)
+        want = MAX(want, (double)sim_report_peak_memory(r, d) /
+                           (double)sim_machine_device_spec(m, d)->mem_capacity);
+      cr_assert_eq(ratio, want, "TP %d, change %d: session %.17g, report %.17g", tp, seq, ratio,
+                   want);
+    }
+    sim_session_free(ss);
+  }
+  g_rand_free(rng);
+}
+
 /* Delta sessions on machines whose GPUs share links: after random changes from data
  * parallelism (each kept or undone, so the plan is sometimes symmetric again), the
  * session's time is the report's, which folds where it can. */
@@ -2993,7 +3037,8 @@ Test(trace, compute_tracks_keep_the_reports_books)
  * loss, so the test takes differences that leave only the layers' activations: two
  * models that differ only in layers, each at two micro-batch counts. */
 
-static int64_t stage0_peak(int layers, int m, SimSchedule sched, SimRecompute rc)
+static int64_t stage0_peak_tp(int layers, int m, SimSchedule sched, SimRecompute rc, int tp,
+                              gboolean sp)
 {
   g_autofree char *params = g_strdup_printf(
     "layers=%d,hidden=1024,heads=16,seq=512,vocab=1024,batch=%d", layers, m);
@@ -3004,17 +3049,23 @@ static int64_t stage0_peak(int layers, int m, SimSchedule sched, SimRecompute rc
   cr_assert_not_null(mach);
   SimMegatronOptions mo = sim_megatron_options_default();
   mo.dp = 1;
-  mo.tp = 1;
+  mo.tp = tp;
   mo.pp = 2;
   mo.microbatches = m;
   mo.schedule = sched;
   mo.memory.recompute = rc;
+  mo.sequence_parallel = sp;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, mach, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
   SimOptions o = sim_options_default();
   g_autoptr(SimReport) r = sim_simulate(g, mach, s, NULL, &o, &error);
   cr_assert_not_null(r, "%s", error ? error->message : "");
   return sim_report_peak_memory(r, 0);
+}
+
+static int64_t stage0_peak(int layers, int m, SimSchedule sched, SimRecompute rc)
+{
+  return stage0_peak_tp(layers, m, sched, rc, 1, FALSE);
 }
 
 /* Stage 0's activations of one layer and micro-batch (b = 1): 4 more micro-batches under
@@ -3028,6 +3079,39 @@ static int64_t layer_activations(SimRecompute rc)
 }
 
 static const int64_t KS = 512, KB = 1, KH = 1024, KA = 16;
+
+/* The same over t tensor-parallel ranks with sequence parallelism (Korthikanti et al.
+ * 2022, section 4.2.2): every activation of a layer is divided by t, the inputs of the
+ * column-parallel layers too (the QKV projection's and the first MLP layer's: each rank
+ * saves its own part of the sequence and gathers the rest again for the backward pass),
+ * and so are the layer normalizations' statistics, split on the sequence.  Without the
+ * rule those two inputs, 2 sbh each, were kept whole on every rank. */
+static int64_t layer_activations_sp(SimRecompute rc, int t)
+{
+  SimSchedule gp = SIM_SCHEDULE_GPIPE;
+  int64_t d8 = stage0_peak_tp(8, 8, gp, rc, t, TRUE) - stage0_peak_tp(8, 4, gp, rc, t, TRUE);
+  int64_t d4 = stage0_peak_tp(4, 8, gp, rc, t, TRUE) - stage0_peak_tp(4, 4, gp, rc, t, TRUE);
+  cr_assert_eq((d8 - d4) % 8, 0);
+  return (d8 - d4) / 8;
+}
+
+Test(memory, sequence_parallelism_divides_every_activation_by_the_ranks)
+{
+  for (int t = 2; t <= 4; t *= 2) {
+    int64_t none = (34 * KS * KB * KH + 5 * KA * KS * KS * KB + 16 * KS * KB) / t;
+    int64_t selective = (34 * KS * KB * KH + 16 * KS * KB) / t;
+    int64_t full = 2 * KS * KB * KH / t;
+    int64_t got[3] = { layer_activations_sp(SIM_RECOMPUTE_NONE, t),
+                       layer_activations_sp(SIM_RECOMPUTE_SELECTIVE, t),
+                       layer_activations_sp(SIM_RECOMPUTE_FULL, t) };
+    cr_expect_eq(got[0], none, "t %d, no recomputation: %ld bytes, expected %ld", t,
+                 (long)got[0], (long)none);
+    cr_expect_eq(got[1], selective, "t %d, selective: %ld bytes, expected %ld", t, (long)got[1],
+                 (long)selective);
+    cr_expect_eq(got[2], full, "t %d, full: %ld bytes, expected %ld", t, (long)got[2],
+                 (long)full);
+  }
+}
 
 Test(memory, activations_without_recomputation)
 {
