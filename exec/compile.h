@@ -41,6 +41,9 @@ typedef struct {
 typedef struct {
   int op, n;
   int *members;
+  /* Megatron's two-chunk layout (compile-ring.c): the positions of a chunk, half a
+   * member's; 0 where the ring keeps each member's contiguous positions. */
+  int64_t half;
 } Ring;
 
 typedef struct {

@@ -27,7 +27,7 @@ typedef enum {
   EXEC_BUF_WGRAD,
   EXEC_BUF_STATE1,   /* optimizer states                                             */
   EXEC_BUF_STATE2,
-  EXEC_BUF_RING,     /* ring attention's blocks (op, index 0 and 1: two, alternating)     */
+  EXEC_BUF_RING,     /* ring attention's blocks and rows (exec/compile-ring.c)            */
 } ExecBufKind;
 
 typedef struct {

@@ -214,6 +214,10 @@ typedef struct {
    * head_dim], dense) and the sequence position of its first key. */
   PcuArg ring;
   int64_t ring_lo;
+  /* Megatron's two-chunk layout (ring_half > 0): the shard's rows and the block's are two
+   * chunks of ring_half positions, the shard's at ring_q_lo and ring_q_lo2, the block's at
+   * ring_lo and ring_lo2 (include/parasol-exec.h, ExecKernelArgs). */
+  int64_t ring_half, ring_lo2, ring_q_lo, ring_q_lo2;
   /* State kept from forward for backward of the same shard and micro-batch (NULL at
    * first); released with pcu_saved_free(). */
   void **saved;

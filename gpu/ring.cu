@@ -2,7 +2,9 @@
  * "Ring attention"; exec/compile-ring.c drives them and passes the blocks;
  * exec/cpu/kernels-attention.c is the reference).
  *
- * A ring member reads its own positions of x.  Its saved state keeps its rotated queries
+ * A ring member reads its own positions of x: contiguous ones, or under Megatron's
+ * two-chunk layout (PcuOpArgs.ring_half) two chunks, which the driver gathers into the
+ * rows it passes (exec/compile-ring.c).  Its saved state keeps its rotated queries
  * and, per query row, the running maximum and sum of exponentials (the log-sum-exp after
  * RING_END) and the partial, then normalized, outputs; backward the output gradients,
  * their dot products with the outputs and the queries' gradients.  The block it holds is
@@ -41,14 +43,32 @@ struct RingDims {
   int64_t nb, ns, nk;         /* samples, own positions, the block's positions              */
   int64_t Hh, Hk, group, E;   /* query heads, key-value heads of the shard, head_dim        */
   int64_t s0, ring_lo;        /* the first query's and the block's first key's positions    */
+  /* The two-chunk layout (half > 0): rows [0, half) at positions q_lo (queries) and ring_lo
+   * (keys), the rest at q_lo2 and ring_lo2. */
+  int64_t half, q_lo, q_lo2, ring_lo2;
   int causal;
   float scale;
-  /* Dropout: element ((b0 + b) heads + h0 + h) sq + s0 + i) skv + ring_lo + j. */
+  /* Dropout: element ((b0 + b) heads + h0 + h) sq + ring_qpos(i)) skv + ring_kpos(j). */
   double p;
   uint64_t name_hash;
   int step;
   int64_t b0, h0, heads, sq, skv;
 };
+
+/* The positions of the shard's row @i and of the block's key @j. */
+__device__ __forceinline__ int64_t ring_qpos(const RingDims &d, int64_t i)
+{
+  if (d.half <= 0)
+    return d.s0 + i;
+  return i < d.half ? d.q_lo + i : d.q_lo2 + i - d.half;
+}
+
+__device__ __forceinline__ int64_t ring_kpos(const RingDims &d, int64_t j)
+{
+  if (d.half <= 0)
+    return d.ring_lo + j;
+  return j < d.half ? d.ring_lo + j : d.ring_lo2 + j - d.half;
+}
 
 /* Query row r = (b, h, i) of Q [nb, ns, Hh, E] (rows of the projection), its block rows
  * (b, j, h / group) of [nb, nk, Hk, E]. */
@@ -76,8 +96,8 @@ __device__ __forceinline__ float ring_keep(const RingDims &d, int64_t b, int64_t
 {
   if (d.p <= 0.0)
     return 1.f;
-  uint64_t idx = (uint64_t)((((d.b0 + b) * d.heads + d.h0 + h) * d.sq + d.s0 + i) * d.skv +
-                            d.ring_lo + j);
+  uint64_t idx = (uint64_t)((((d.b0 + b) * d.heads + d.h0 + h) * d.sq + ring_qpos(d, i)) *
+                            d.skv + ring_kpos(d, j));
   return dropout_keep(d.name_hash, idx, d.step, d.p) ? (float)(1.0 / (1.0 - d.p)) : 0.f;
 }
 
@@ -90,11 +110,11 @@ __global__ void ring_step_kernel(RingDims d, const float *Q, const float *K, con
        r += (int64_t)gridDim.x * blockDim.x) {
     int64_t b, h, i;
     ring_row(d, r, &b, &h, &i);
-    int64_t g = h / d.group, qi = d.s0 + i, row = (b * d.ns + i) * d.Hh + h;
+    int64_t g = h / d.group, qi = ring_qpos(d, i), row = (b * d.ns + i) * d.Hh + h;
     const float *q = Q + row * d.E;
     float mx = -INFINITY;
     for (int64_t j = 0; j < d.nk; j++)
-      if (!(d.causal && d.ring_lo + j > qi))
+      if (!(d.causal && ring_kpos(d, j) > qi))
         mx = fmaxf(mx, ring_score(d, q, K, b, g, j));
     if (mx == -INFINITY)
       continue;
@@ -105,7 +125,7 @@ __global__ void ring_step_kernel(RingDims d, const float *Q, const float *K, con
       o[e] *= alpha;
     double sum = 0;
     for (int64_t j = 0; j < d.nk; j++) {
-      if (d.causal && d.ring_lo + j > qi)
+      if (d.causal && ring_kpos(d, j) > qi)
         continue;
       float pj = expf(ring_score(d, q, K, b, g, j) - mnew);
       sum += pj;
@@ -156,11 +176,11 @@ __global__ void ring_backward_step_kernel(RingDims d, const float *Q, const floa
        r += (int64_t)gridDim.x * blockDim.x) {
     int64_t b, h, i;
     ring_row(d, r, &b, &h, &i);
-    int64_t g = h / d.group, qi = d.s0 + i, row = (b * d.ns + i) * d.Hh + h;
+    int64_t g = h / d.group, qi = ring_qpos(d, i), row = (b * d.ns + i) * d.Hh + h;
     const float *q = Q + row * d.E, *go = dO + row * d.E;
     float *dq = dQ + row * d.E;
     for (int64_t j = 0; j < d.nk; j++) {
-      if (d.causal && d.ring_lo + j > qi)
+      if (d.causal && ring_kpos(d, j) > qi)
         continue;
       float p = expf(ring_score(d, q, K, b, g, j) - lse[row]);
       float mk = ring_keep(d, b, h, i, j);
@@ -177,6 +197,22 @@ __global__ void ring_backward_step_kernel(RingDims d, const float *Q, const floa
       }
     }
   }
+}
+
+/* pcu_rope() of a member's rows X [samples x ns, nh heads x E] at their positions: the
+ * shard's contiguous ones, or each sample's two chunks under the two-chunk layout. */
+static PcuStatus ring_rope(PcuContext *ctx, const RingDims &d, float *X, int64_t nh, double base,
+                           double sign)
+{
+  if (d.half <= 0)
+    return pcu_rope(ctx, PCU_F32, X, d.nb * d.ns, d.ns, d.s0, nh, d.E, base, sign);
+  for (int64_t b = 0; b < d.nb; b++)
+    for (int c = 0; c < 2; c++) {
+      int64_t r0 = b * d.ns + c * d.half, n = c ? d.ns - d.half : d.half;
+      TRY(pcu_rope(ctx, PCU_F32, X + r0 * nh * d.E, n, n, c ? d.q_lo2 : d.q_lo, nh, d.E, base,
+                   sign));
+    }
+  return PCU_OK;
 }
 
 /* x's own rows times the projection @j's weights (+ bias) into @out [rows, cols]. */
@@ -219,7 +255,8 @@ PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a)
   float *plane[4];
   for (int k = 0; k < 4; k++)
     plane[k] = (float *)B.v.data + (size_t)k * (size_t)(R * Ik);
-  RingDims d = { nb, ns, nk, Hh, Hk, group, E, a->lo[DS], a->ring_lo, a->causal,
+  RingDims d = { nb, ns, nk, Hh, Hk, group, E, a->lo[DS], a->ring_lo, a->ring_half,
+                 a->ring_q_lo, a->ring_q_lo2, a->ring_lo2, a->causal,
                  1.f / sqrtf((float)E), a->p, a->name_hash, a->step,
                  a->lo[DB] + a->sample_offset, a->lo[DH] * group,
                  a->full_ndim == 4 ? a->full[1] : a->heads,
@@ -253,12 +290,12 @@ PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a)
     TRY(ring_project(ctx, s, a, x, 1, R, Dm, Ik, bias, plane[0]));
     TRY(ring_project(ctx, s, a, x, 2, R, Dm, Ik, bias, plane[1]));
     if (a->rotary)
-      TRY(pcu_rope(ctx, PCU_F32, plane[0], R, ns, d.s0, Hk, E, a->rotary_base, 1.0));
+      TRY(ring_rope(ctx, d, plane[0], Hk, a->rotary_base, 1.0));
   }
   if (a->phase == PCU_RING_BEGIN) {
     TRY(ring_project(ctx, s, a, x, 0, R, Dm, Iq, bias, Q));
     if (a->rotary)
-      TRY(pcu_rope(ctx, PCU_F32, Q, R, ns, d.s0, Hh, E, a->rotary_base, 1.0));
+      TRY(ring_rope(ctx, d, Q, Hh, a->rotary_base, 1.0));
     ring_init_kernel<<<pcu_blocks(R * Iq), 256, 0, ctx->stream>>>(m, l, O, rows, E);
     LAUNCH_CHECK(ctx);
     return PCU_OK;
@@ -327,8 +364,8 @@ PcuStatus pcu_op_ring_attention(PcuContext *ctx, const PcuOpArgs *a)
   CUDA_CHECK(ctx, cudaMemcpyAsync(dK, plane[2], (size_t)(R * Ik) * fb, cudaMemcpyDeviceToDevice,
                                   ctx->stream));
   if (a->rotary) {
-    TRY(pcu_rope(ctx, PCU_F32, dQ, R, ns, d.s0, Hh, E, a->rotary_base, -1.0));
-    TRY(pcu_rope(ctx, PCU_F32, dK, R, ns, d.s0, Hk, E, a->rotary_base, -1.0));
+    TRY(ring_rope(ctx, d, dQ, Hh, a->rotary_base, -1.0));
+    TRY(ring_rope(ctx, d, dK, Hk, a->rotary_base, -1.0));
   }
   const float *dproj[3] = { dQ, dK, plane[3] };
   int64_t cols[3] = { Iq, Ik, Ik };

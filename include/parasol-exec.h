@@ -63,7 +63,15 @@
  *   receiving the previous member's between steps), then RING_END; the backward likewise,
  *   the blocks carrying their dK and dV along until they are back with the member that
  *   computed them (n passes).  Queries, softmax statistics and partial outputs stay in
- *   the shard's saved state between the calls.
+ *   the shard's saved state between the calls.  Where each member's positions split in
+ *   two equal chunks, the ring runs Megatron's load-balanced layout: the sequence cut
+ *   into 2 n chunks, member r computes the queries, keys and values of chunks r and
+ *   2 n - 1 - r, so that under a causal mask every member does the same work.  The plan
+ *   gives member r the contiguous positions of chunks 2 r and 2 r + 1, so the driver
+ *   moves the attention's input rows to the member that computes them before RING_BEGIN
+ *   (and before RING_BACKWARD_BEGIN, with the output gradients), and the outputs (and
+ *   the input gradients) back after RING_END (and RING_BACKWARD_END); the kernels read
+ *   and write those rows in buffers of the driver's, in the layout's order (ring_half).
  * - Random numbers (dropout masks) are functions of the operator's name, the element's
  *   index in the whole batch and the step (exec_hash_uniform), so that every strategy
  *   drops the same elements.
@@ -199,6 +207,11 @@ typedef struct {
    * its first key (the positions of the ring member that computed it). */
   const ExecView *ring;
   int64_t ring_lo;
+  /* Megatron's two-chunk layout (ring_half > 0, see "Ring attention" above): the shard's
+   * rows and the block's are two chunks of ring_half positions each, the shard's own at
+   * positions ring_q_lo and ring_q_lo2, the block's at ring_lo and ring_lo2.  With
+   * ring_half 0 both are contiguous, the shard's from lo[1]. */
+  int64_t ring_half, ring_lo2, ring_q_lo, ring_q_lo2;
 } ExecKernelArgs;
 
 /* One optimizer step on a region of a weight. */

@@ -53,7 +53,7 @@ static void add_plan(const SearchProblem *p, const SimMegatronOptions *o, GPtrAr
 
 /* With @lazy, only the plan's options (its strategy NULL, built when simulated). */
 static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
-                         SimRecompute recompute, int ep, GPtrArray *out, GArray *opts,
+                         SimRecompute recompute, int ep, int etp, GPtrArray *out, GArray *opts,
                          gboolean lazy)
 {
   int64_t batch = sim_graph_batch_size(p->g);
@@ -69,6 +69,7 @@ static void add_megatron(const SearchProblem *p, int dp, int tp, int pp, int64_t
   o.memory = p->memory;
   o.memory.recompute = recompute;
   o.ep = ep;
+  o.etp = etp;
   add_plan(p, &o, out, opts, lazy);
 }
 
@@ -94,15 +95,24 @@ static int widest_ep(const SimGraph *g, int dp)
 
 /* A plan of add_megatron() and, for a mixture of experts, the same with the experts split
  * over as many of its replicas as they divide into (Megatron-Core's Mixtral recipes: one
- * expert, or a few, per GPU of a replica group). */
+ * expert, or a few, per GPU of a replica group); under tensor parallelism, also with
+ * each expert whole on a GPU (expert tensor parallelism 1, Megatron-Core's "MoE parallel
+ * folding", which its MoE guide prefers to splitting experts in width,
+ * megatron/core/transformer/moe/README.md) wherever the expert-parallel degree covers a
+ * replica's tensor-parallel ranks: ep the widest power of two dividing the stage's dp x
+ * tp ranks and the experts, at least tp (sim/strategy-build.c's expert groups, whole
+ * replicas). */
 static void add_megatron_ep(const SearchProblem *p, int dp, int tp, int pp, int64_t mbs,
                             SimRecompute recompute, GPtrArray *out, GArray *opts,
                             gboolean lazy)
 {
-  add_megatron(p, dp, tp, pp, mbs, recompute, 1, out, opts, lazy);
+  add_megatron(p, dp, tp, pp, mbs, recompute, 1, 0, out, opts, lazy);
   int ep = widest_ep(p->g, dp);
   if (ep > 1)
-    add_megatron(p, dp, tp, pp, mbs, recompute, ep, out, opts, lazy);
+    add_megatron(p, dp, tp, pp, mbs, recompute, ep, 0, out, opts, lazy);
+  int ep1 = tp > 1 && search_has_experts(p->g) ? widest_ep(p->g, dp * tp) : 0;
+  if (ep1 >= tp && ep1 % tp == 0)
+    add_megatron(p, dp, tp, pp, mbs, recompute, ep1, 1, out, opts, lazy);
 }
 
 static void expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *parents,

@@ -33,10 +33,32 @@
  *             the simulator keeps whole), 10 b s h + 24 b s h / t without (Korthikanti et
  *             al. 2022), 5 a s^2 b / t more for the attention scores unless recomputed,
  *             2 b s h with full recomputation; a plan fits below 95% of a device.
- * h follows from P ~ 12 L h^2, s is the tokens per sample, a the heads (h / 128). */
+ * h follows from P ~ 12 L h^2, s is the tokens per sample, a the heads (h / 128).
+ *
+ * A mixture of experts (E experts of width f, top k, in L_e layers of P_e parameters and
+ * F_e FLOPs) under expert parallelism ep and expert tensor parallelism e (etp; tp
+ * without it) is estimated apart from the dense rest (P - P_e, F - F_e, h the experts'
+ * model dimension):
+ *   experts   F_e (1 + r) / (N peak e_x): balanced routing gives each GPU 1 / N of the
+ *             experts' work whatever the layout; e_x as e with the rows of an expert's
+ *             GEMM on a GPU, its tokens x f / (4 e) (the dense b s h / t being b s times
+ *             a quarter of an MLP's width 4 h / t): an expert group (ep e GPUs, ep e / t
+ *             replicas) routes ep e b s / t tokens, E of them k times, each expert of a
+ *             GPU taking x = ep e b s k / (t E) rows;
+ *   all-to-all  4 a layer and micro-batch (6 with full recomputation: the dispatch and
+ *             combine of each forward and their backward), each GPU sending the k copies
+ *             of its b s / t tokens' share, (ep - 1) / ep of them to another expert shard:
+ *             b s k h 2 (ep - 1) / (ep t) bytes, over NVLink while the group fits a node
+ *             (ep e consecutive GPUs with etp other than tp; ep replicas t c apart
+ *             otherwise), not hidden;
+ *   memory    the experts' weights, gradients and states over ep e tensor ranks and the
+ *             d c t / (ep e) expert-data-parallel ones (ZeRO-1 and the gradients'
+ *             all-reduce): 16 P_e / (ep e p) bytes, the 12 of states divided by
+ *             d c t / (ep e) with ZeRO-1. */
 #include "search-private.h"
 
 #include <math.h>
+#include <string.h>
 
 static int n_layers(const SimGraph *g)
 {
@@ -57,13 +79,66 @@ static double route_bandwidth(const SimMachine *m, int a, int b, double def)
   return isfinite(bw) && bw > 0 ? bw : def;
 }
 
+/* The mixture-of-experts operators of @g: their parameters, FLOPs (forward and
+ * backward), number, and the experts, width, top k and model dimension of the first. */
+typedef struct {
+  double params, flops;
+  int layers;
+  double experts, width, top_k, model;
+} MoeTotals;
+
+static MoeTotals moe_totals(const SimGraph *g)
+{
+  MoeTotals x = { 0 };
+  for (int op = 0; op < sim_graph_n_ops(g); op++) {
+    if (sim_graph_op_type(g, op) != SIM_OP_MOE)
+      continue;
+    x.params += (double)sim_graph_op_n_params(g, op);
+    x.flops += sim_graph_op_forward_flops(g, op) + sim_graph_op_backward_flops(g, op);
+    if (x.layers++ > 0)
+      continue;
+    for (int d = 0; d < sim_graph_op_n_dims(g, op); d++) {
+      const char *name = sim_graph_op_dim_name(g, op, d);
+      double size = (double)sim_graph_op_dim_size(g, op, d);
+      if (!strcmp(name, "x"))
+        x.experts = size;
+      else if (!strcmp(name, "f"))
+        x.width = size;
+      else if (!strcmp(name, "d"))
+        x.model = size;
+    }
+    g_autoptr(SimAttrs) at = sim_graph_op_attrs(g, op);
+    int64_t k = 1;
+    sim_attrs_get_int(at, "top_k", &k);
+    x.top_k = (double)k;
+  }
+  return x;
+}
+
+/* The efficiency of GEMMs of @rows (a micro-batch's rows times a quarter of the output
+ * width a GPU computes): small products run below the large ones' 0.6. */
+static double gemm_efficiency(double rows)
+{
+  return MAX(0.6 * rows / (rows + 0.5e6), 0.05);
+}
+
 double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
                                 gboolean *fits)
 {
+  SearchPlanTerms terms;
+  double time = search_megatron_estimate_terms(p, o, &terms);
+  if (fits)
+    *fits = terms.fits;
+  return time;
+}
+
+double search_megatron_estimate_terms(const SearchProblem *p, const SimMegatronOptions *o,
+                                      SearchPlanTerms *out)
+{
   const SimGraph *g = p->g;
   const SimMachine *m = p->m;
-  if (fits)
-    *fits = TRUE;
+  SearchPlanTerms z = { .fits = TRUE };
+  *out = z;
   int t = MAX(o->tp, 1), pp = MAX(o->pp, 1), d = MAX(o->dp, 1), c = MAX(o->cp, 1);
   int n = t * pp * d * c;
   int mb = MAX(o->microbatches, 1);
@@ -76,10 +151,15 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double P = (double)sim_graph_n_params(g);
   double L = n_layers(g);
   double s = (double)MAX(sim_graph_tokens_per_sample(g), 1);
-  double h = sqrt(MAX(P, 1.0) / (12.0 * L));
+  MoeTotals moe = moe_totals(g);
+  int ep = MAX(o->ep, 1), et = o->etp > 0 ? o->etp : t;
+  /* The experts' parameters apart from the dense rest's (Pd), whose shape gives h. */
+  double Pe = moe.params, Pd = MAX(P - Pe, 0.0);
+  double h = moe.layers > 0 && moe.model > 0 ? moe.model : sqrt(MAX(P, 1.0) / (12.0 * L));
   double heads = MAX(1.0, h / 128.0);
   double fwd = sim_graph_forward_flops(g), bwd = sim_graph_backward_flops(g);
   double F = fwd + bwd;
+  double Fe = MIN(moe.flops, F);
   double r = o->memory.recompute == SIM_RECOMPUTE_FULL        ? fwd / MAX(F, 1.0)
              : o->memory.recompute == SIM_RECOMPUTE_SELECTIVE ? 0.03 * fwd / MAX(F, 1.0)
                                                                : 0.0;
@@ -88,8 +168,17 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double sc = s / c;
   /* Small products run below the large ones' efficiency. */
   double rows = b * sc * h / t;
-  double eff = 0.6 * rows / (rows + 0.5e6);
-  double compute = F * (1 + r) / ((double)n * peak * MAX(eff, 0.05));
+  double eff = gemm_efficiency(rows);
+  double compute = (F - Fe) * (1 + r) / ((double)n * peak * eff);
+  /* The experts: each GPU 1 / n of their work, in GEMMs of the rows one of its experts
+   * gets from its group's tokens. */
+  double experts = 0, a2a = 0, a2a_bytes = 0;
+  if (moe.layers > 0) {
+    out->expert_rows = ep * et * b * sc * moe.top_k / (t * MAX(moe.experts, 1.0));
+    double eff_x = gemm_efficiency(out->expert_rows * moe.width / (4.0 * et));
+    experts = Fe * (1 + r) / ((double)n * peak * eff_x);
+    compute += experts;
+  }
   double bubble = compute * (pp - 1) / ((double)v * mb);
   int node = sim_machine_node_n_devices(m, sim_machine_device_node(m, p->devices[0]));
   double nvlink = route_bandwidth(m, p->devices[0], p->devices[MIN(1, p->n_devices - 1)], 200e9);
@@ -132,6 +221,16 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
     double a = 2.0 * b * sc * sc * h / t / (peak * MAX(eff, 0.05));
     ring = mb * (L / pp) * (c - 1) * 3 * MAX(0.0, f - a);
   }
+  /* The experts' all-to-alls: the k copies of a GPU's share of its replica's tokens,
+   * (ep - 1) / ep of them to another expert shard, on NVLink while the expert group (ep
+   * etp consecutive GPUs with an expert layout of its own, ep replicas t c apart
+   * otherwise) fits a node. */
+  if (moe.layers > 0 && ep > 1) {
+    a2a_bytes = b * sc * moe.top_k * h * 2.0 * (ep - 1) / ((double)ep * t);
+    int span = et != t ? ep * et : ep * t * c;
+    int sets = o->memory.recompute == SIM_RECOMPUTE_FULL ? 6 : 4;
+    a2a = mb * ((double)moe.layers / pp) * sets * a2a_bytes / (span <= node ? nvlink : net);
+  }
   /* Transfers between stages overlap the other micro-batches' work: what the iteration
    * waits for are those on the fill and drain path, once through every chunk boundary
    * each way. */
@@ -143,21 +242,26 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
   double elementwise = mb * (L / pp) * 40.0 * b * sc * h / (o->sequence_parallel ? t : 1) / hbm;
   /* The optimizer step: Adam reads and writes about 28 bytes per parameter (fp32 master
    * weights and moments, 16-bit weights and gradients), each replica's share with ZeRO-1. */
-  /* The context ranks synchronize gradients and shard ZeRO's states with the replicas. */
+  /* The context ranks synchronize gradients and shard ZeRO's states with the replicas;
+   * the experts' over their expert-data-parallel ranks, each GPU holding 1 / (ep etp) of
+   * them. */
   int dc = d * c;
-  double update = P / (t * pp) * 28.0 / (o->memory.zero1 ? dc : 1) / hbm;
+  double edc = MAX((double)dc * t / ((double)ep * et), 1.0);
+  double Wd = Pd / (t * pp), We = Pe / ((double)ep * et * pp);
+  double share = Wd / (o->memory.zero1 ? dc : 1) + We / (o->memory.zero1 ? edc : 1);
+  double update = share * 28.0 / hbm;
   if (o->memory.offload > 0) {
     /* The offloaded share steps on the host, each GPU on its share of the node's cores at
      * CPU-Adam's rate (10^10 parameters in 2.57 s a node, sim/lower-sync.c); the PCIe
      * transfers are left out. */
-    double share = P / (t * pp) / (o->memory.zero1 ? dc : 1);
     update = update * (1 - o->memory.offload) + share * o->memory.offload * node / (10e9 / 2.57);
   }
-  double grads = 2.0 * P / (t * pp);
-  double data = dc > 1 ? 2.0 * (dc - 1) / dc * grads / net : 0;
+  double data = (dc > 1 ? 2.0 * (dc - 1) / dc * 2.0 * Wd / net : 0) +
+                (edc > 1 ? 2.0 * (edc - 1) / edc * 2.0 * We / net : 0);
   /* Memory of the first stage. */
   double off = o->memory.offload;
-  double states = P / (t * pp) * (4.0 + 12.0 * (1 - off) / (o->memory.zero1 ? dc : 1));
+  double states = Wd * (4.0 + 12.0 * (1 - off) / (o->memory.zero1 ? dc : 1)) +
+                  We * (4.0 + 12.0 * (1 - off) / (o->memory.zero1 ? edc : 1));
   double per_layer = o->memory.recompute == SIM_RECOMPUTE_FULL
                        ? act
                        : b * sc * h * (o->sequence_parallel ? 34.0 / t + 3.0 : 10.0 + 24.0 / t) +
@@ -169,9 +273,17 @@ double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions
    * schedule (Megatron-LM's warm-up), never more than the micro-batches it runs. */
   double chunk_runs = v > 1 ? 2.0 * (pp - 1) + (double)(v - 1) * pp + 1 : (double)pp;
   double held = MIN(chunk_runs, (double)mb * v) * (L / ((double)pp * v)) * per_layer;
-  if (fits && dev->mem_capacity > 0)
-    *fits = states + held <= 0.95 * (double)dev->mem_capacity;
-  return compute + bubble + tensor + ring + pipe + elementwise + update + data;
+  out->compute = compute;
+  out->experts = experts;
+  out->alltoall = a2a;
+  out->alltoall_bytes = a2a_bytes;
+  out->states = states;
+  out->expert_states = We * (4.0 + 12.0 * (1 - off) / (o->memory.zero1 ? edc : 1));
+  out->memory = states + held;
+  if (dev->mem_capacity > 0)
+    out->fits = states + held <= 0.95 * (double)dev->mem_capacity;
+  out->time = compute + bubble + tensor + ring + a2a + pipe + elementwise + update + data;
+  return out->time;
 }
 
 gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o)
@@ -185,9 +297,17 @@ gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOpt
    * pipeline-parallel ranks could spread them (and, under ZeRO-3, the data- and context-
    * parallel ones): a lower bound on what the fullest device holds from the start,
    * whatever the optimizer, ZeRO-1 or recomputation. */
-  double ranks = (double)MAX(o->tp, 1) * MAX(o->pp, 1);
-  if (o->memory.zero1 && o->memory.zero3)
+  int t = MAX(o->tp, 1), ep = MAX(o->ep, 1), et = o->etp > 0 ? o->etp : t;
+  double ranks = (double)t * MAX(o->pp, 1);
+  /* The experts spread over ep x etp tensor ranks instead (and, under ZeRO-3, the
+   * expert-data-parallel ones: as many GPUs in all). */
+  double eranks = (double)ep * et * MAX(o->pp, 1);
+  if (o->memory.zero1 && o->memory.zero3) {
     ranks *= (double)MAX(o->dp, 1) * MAX(o->cp, 1);
-  double bytes = 4.0 * (double)sim_graph_n_params(p->g) / ranks;
+    eranks = ranks;
+  }
+  double Pe = moe_totals(p->g).params;
+  double Pd = MAX((double)sim_graph_n_params(p->g) - Pe, 0.0);
+  double bytes = 4.0 * (Pd / ranks + Pe / eranks);
   return bytes > (double)dev->mem_capacity;
 }

@@ -340,6 +340,22 @@ void search_expert_candidates(const SearchProblem *p, GPtrArray *out, GArray *pa
  * them; no simulation. */
 double search_megatron_estimate(const SearchProblem *p, const SimMegatronOptions *o,
                                 gboolean *fits);
+/* Some of the terms search_megatron_estimate() adds up (plan-estimate.c). */
+typedef struct {
+  double time;             /* the estimate, seconds                                     */
+  double compute;          /* the GEMM work, with the recomputation's                   */
+  double experts;          /* of which the experts'                                     */
+  double expert_rows;      /* tokens one expert of a GPU takes a micro-batch            */
+  double alltoall;         /* the experts' all-to-alls, seconds                         */
+  double alltoall_bytes;   /* what a GPU sends in one of them                           */
+  double states;           /* bytes a GPU of the first stage keeps: weights, gradients  */
+                           /* and optimizer states                                      */
+  double expert_states;    /* of which the experts'                                     */
+  double memory;           /* states and the activations held                           */
+  gboolean fits;           /* memory below 95% of a device                              */
+} SearchPlanTerms;
+double search_megatron_estimate_terms(const SearchProblem *p, const SimMegatronOptions *o,
+                                      SearchPlanTerms *out);
 /* Whether plan @o cannot fit in the problem's device memory, by a lower bound on the
  * bytes its weights and gradients take (no simulation): such plans are not simulated. */
 gboolean search_megatron_cannot_fit(const SearchProblem *p, const SimMegatronOptions *o);

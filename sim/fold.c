@@ -244,7 +244,37 @@ typedef struct {
   /* Which of its collective's flows with the same ends (or, for a whole ring's flow, which
    * of its collective's rings) it is: the channels of a ring are distinct flows. */
   int32_t occ;
+  /* A flow between device a and its host over the PCIe links (an offloaded update's,
+   * sim/lower-sync.c): 1 to the host, 2 back; 0 for flows between devices. */
+  int32_t host;
 } FlowAt;
+
+/* The links between device @d and its host, to it (@host 1) or back (2), into @out
+ * (sim_machine_host_links()). */
+static void host_links_into(const SimMachine *m, int d, int host, GArray *out)
+{
+  int links[64];
+  int n = MIN(sim_machine_host_links(m, d, host == 1, links, 64), 64);
+  g_array_set_size(out, 0);
+  g_array_append_vals(out, links, (guint)n);
+}
+
+/* Whether flow @t of block @blk runs between a device and its host: one member, its
+ * links those of the device's PCIe path one way; which way (1 to the host, 2 back), or 0. */
+static int host_flow_way(const SimMachine *m, const SimTaskBlock *blk, const SimTask *t,
+                         GArray *tmp)
+{
+  if (t->device != t->peer || t->n_members != 1 || !t->n_links)
+    return 0;
+  const int32_t *links = &g_array_index(blk->extra, int32_t, t->links_off);
+  for (int way = 1; way <= 2; way++) {
+    host_links_into(m, t->device, way, tmp);
+    if (tmp->len == t->n_links &&
+        !memcmp(tmp->data, links, sizeof(int32_t) * (size_t)t->n_links))
+      return way;
+  }
+  return 0;
+}
 
 /* Whether every symmetry maps the devices of @set, whose membership table over the
  * devices is @in, into the set. */
@@ -317,12 +347,22 @@ typedef struct {
 /* Extends the link map of one symmetry with a pair's route @r1 of @n1 links (marked in
  * @mark by the caller) against its image's, from @pa to @pb, which it marks; FALSE if they
  * do not fit. */
+static gboolean map_links(const int *r1, int n1, const int *r2, int n2, gboolean fits,
+                          LinkMap *map, uint8_t *mark);
+
 static gboolean map_route(const SimMachine *m, const int *r1, int n1, int pa, int pb, LinkMap *map,
                           uint8_t *mark)
 {
   int n2;
   const int *r2 = sim_machine_route(m, pa, pb, &n2);
-  gboolean fits = pa != pb && n1 == n2;
+  return map_links(r1, n1, r2, n2, pa != pb, map, mark);
+}
+
+/* map_route() for a route @r1 and its image @r2 given as links. */
+static gboolean map_links(const int *r1, int n1, const int *r2, int n2, gboolean fits,
+                          LinkMap *map, uint8_t *mark)
+{
+  fits = fits && n1 == n2;
   int32_t now = map->stamp;
   for (int h = 0; fits && h < n1; h++) {
     int x = r1[h], y = r2[h];
@@ -369,6 +409,7 @@ typedef struct {
   GArray *part;          /* FlowAt: the flows that need shadows                          */
   GArray *part_keys;     /* gint64 src * nd + dst: the pairs of the part flows           */
   GArray *whole_keys;    /*   and of the flows of collectives the symmetries keep whole   */
+  GArray *host_keys;     /* gint64 2 device + way - 1: the host flows' devices and ways    */
 } Shadows;
 
 /* The flows of @tg between devices, sorted into those that need shadows (sh->part) and
@@ -387,6 +428,9 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   sim_key_index_init(&occ_seen, 3 * sizeof(int32_t));
   SimKeyIndex kind;
   sim_key_index_init(&kind, sizeof(gint64));
+  SimKeyIndex host_seen;
+  sim_key_index_init(&host_seen, sizeof(gint64));
+  GArray *tmp = g_array_new(FALSE, FALSE, sizeof(int32_t));
   GPtrArray *blocks = tg->blocks;
   for (guint b = 0; b < blocks->len; b++) {
     SimTaskBlock *blk = blocks->pdata[b];
@@ -395,7 +439,21 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
     const SimTask *bt = sim_block_tasks(tg, blk);
     for (guint i = 0; i < sim_block_n_tasks(blk); i++) {
       const SimTask *t = &bt[i];
-      if (t->kind != SIM_TASK_FLOW || t->device == t->peer)
+      if (t->kind != SIM_TASK_FLOW)
+        continue;
+      int way = host_flow_way(m, blk, t, tmp);
+      if (way) {
+        /* A device's traffic with its host: its images are the image devices' own. */
+        FlowAt at = { (int32_t)b, (int32_t)i, t->device, t->device, 0, way };
+        g_array_append_val(sh->part, at);
+        gint64 key = 2 * (gint64)t->device + way - 1;
+        gboolean added;
+        sim_key_index_get(&host_seen, &key, &added);
+        if (added)
+          g_array_append_val(sh->host_keys, key);
+        continue;
+      }
+      if (t->device == t->peer)
         continue;
       gboolean whole = FALSE;
       if (t->coll >= 0 && t->coll < n_coll) {
@@ -438,6 +496,8 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   }
   sim_key_index_free(&kind);
   sim_key_index_free(&occ_seen);
+  sim_key_index_free(&host_seen);
+  g_array_free(tmp, TRUE);
   return ring_ok;
 }
 
@@ -475,6 +535,14 @@ static gboolean symmetries_keep_routes(const SimMachine *m, const Fold *f, const
     int end = (int)key_route[phase]->len;
     g_array_append_val(key_off[phase], end);
   }
+  /* The host flows' PCIe links are part links too. */
+  GArray *h1 = g_array_new(FALSE, FALSE, sizeof(int32_t)), *h2 = g_array_new(FALSE, FALSE, sizeof(int32_t));
+  for (guint i = 0; i < sh->host_keys->len; i++) {
+    gint64 key = g_array_index(sh->host_keys, gint64, i);
+    host_links_into(m, (int)(key / 2), (int)(key % 2) + 1, h1);
+    for (guint h = 0; h < h1->len; h++)
+      part_links[g_array_index(h1, int32_t, h)] = 1;
+  }
   gboolean whole_symmetric = TRUE;
   for (int r = 0; ok && r < sh->R; r++)
     for (int k = 0; ok && k < sh->K; k++) {
@@ -497,8 +565,20 @@ static gboolean symmetries_keep_routes(const SimMachine *m, const Fold *f, const
               ok = FALSE;
           }
         }
+        /* Each device's host links onto its image's, in the same map. */
+        for (guint i = 0; ok && phase == 0 && i < sh->host_keys->len; i++) {
+          gint64 key = g_array_index(sh->host_keys, gint64, i);
+          int d = (int)(key / 2), way = (int)(key % 2) + 1;
+          host_links_into(m, d, way, h1);
+          host_links_into(m, fold_map(f, d, r, k, sh->ranks), way, h2);
+          ok = map_links((const int *)(const void *)h1->data, (int)h1->len,
+                         (const int *)(const void *)h2->data, (int)h2->len, TRUE, &map,
+                         part_links);
+        }
       }
     }
+  g_array_free(h1, TRUE);
+  g_array_free(h2, TRUE);
   for (int phase = 0; phase < 2; phase++) {
     g_array_free(key_route[phase], TRUE);
     g_array_free(key_off[phase], TRUE);
@@ -729,8 +809,15 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
         int ma = at.a >= 0 ? map[at.a] : at.a, mb = at.b >= 0 ? map[at.b] : at.b;
-        /* An image met before (a ring's under another rotation of its ranks): its verdict. */
-        image_key(ob, t, ma, mb, map, key);
+        /* An image met before (a ring's under another rotation of its ranks): its verdict.
+         * (A copy between a device and its host: the device and the way.) */
+        if (at.host) {
+          int hk[3] = { -2, ma, at.host };
+          g_array_set_size(key, 0);
+          g_array_append_vals(key, hk, 3);
+        } else {
+          image_key(ob, t, ma, mb, map, key);
+        }
         size_t kbytes = key->len * sizeof(int);
         guint64 kh = sim_hash_bytes(key->data, kbytes);
         guint32 kslot = (guint32)kh & kmask, kid = 0;
@@ -776,7 +863,10 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
           ktable = nt;
           kmask = nmask;
         }
-        image_links(m, ob, t, ma, mb, map, links);
+        if (at.host)
+          host_links_into(m, ma, at.host, links);
+        else
+          image_links(m, ob, t, ma, mb, map, links);
         gboolean meets = FALSE;
         for (guint j = 0; j < links->len && !meets; j++)
           meets = live[g_array_index(links, int, j)];
@@ -914,6 +1004,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
   /* The smallest image of each distinct set, worked out once per symmetry. */
   int *set_low = g_new(int, MAX(sh->member->len, 1));
   int *set_low_at = g_new(int, MAX(sh->member->len, 1));
+  GArray *host_links = g_array_new(FALSE, FALSE, sizeof(int32_t));
   for (guint i = 0; i < sh->member->len; i++)
     set_low_at[i] = -1;
   for (int r = 0; r < sh->R; r++)
@@ -930,6 +1021,22 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         int made_at = -1;
         t.device = fold_map(f, at.a, r, k, sh->ranks);
         t.peer = fold_map(f, at.b, r, k, sh->ranks);
+        if (at.host) {
+          /* The image device's flow with its host, over its own PCIe links (the same
+           * latency: the route check mapped them link by link). */
+          host_links_into(m, t.device, at.host, host_links);
+          SimTaskRef sr = sim_taskgraph_add_collective_flow(
+            tg, shadow_block, t.cls, (const int *)(const void *)host_links->data,
+            (int)host_links->len, &t.device, 1, t.bytes, t.duration, t.op, t.mb, -1);
+          for (guint j = 0; preds[q] && j < preds[q]->len; j++)
+            sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
+          if (f->watch) {
+            SimTaskRef orig = { at.block, at.index };
+            g_array_append_val(f->watch, orig);
+            g_array_append_val(f->watch, sr);
+          }
+          continue;
+        }
         if (t.coll >= 0) {
           /* An image inside the collective's own devices is one of its own flows. */
           int sid = sh->set_of[t.coll];
@@ -985,6 +1092,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
   g_array_free(made_ref, TRUE);
   g_free(set_low);
   g_free(set_low_at);
+  g_array_free(host_links, TRUE);
   free_preds(preds, sh->part->len);
 }
 
@@ -1084,6 +1192,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean re
   sh.part = g_array_new(FALSE, FALSE, sizeof(FlowAt));
   sh.part_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
   sh.whole_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
+  sh.host_keys = g_array_new(FALSE, FALSE, sizeof(gint64));
 
   gboolean ok = collect_flows(tg, m, f, &sh);
   if (ok && !f->checked && !symmetries_keep_routes(m, f, &sh)) {
@@ -1100,6 +1209,7 @@ gboolean add_shadows(SimTaskGraph *tg, const SimMachine *m, Fold *f, gboolean re
   g_ptr_array_free(sh.member, TRUE);
   g_array_free(sh.part_keys, TRUE);
   g_array_free(sh.whole_keys, TRUE);
+  g_array_free(sh.host_keys, TRUE);
   g_array_free(sh.part, TRUE);
   return ok;
 }

@@ -93,20 +93,43 @@ static int dim_named(const SimOp *op, const char *name)
 
 /* The time of @pass's attention kernels (FlashAttention's) in @l's op on @spec with
  * extents @ext, as a share of @t, the op's time: the part that ring attention overlaps
- * with passing keys and values. */
+ * with passing keys and values.  A shard of the query positions (dimension @sd) of @S is
+ * priced by the cost model as the last of the sequence's shards, the one a causal mask
+ * hides the least of; in @balanced, the share of a ring member under Megatron's
+ * two-chunk layout (exec/compile-ring.c), where every member meets the same number of
+ * (query, key) pairs: the attention kernels over all @S queries divided by the S / ext
+ * members (the shard's own where no kernel is causal). */
 static double attention_core_time(SimLowering *lw, int x, const SimDeviceSpec *spec,
-                                  const int64_t *ext, SimPass pass, double t)
+                                  const int64_t *ext, SimPass pass, double t, int sd, int64_t S,
+                                  double *balanced)
 {
   SimWork wk = { 0 };
   sim_graph_op_work(lw->g, x, ext, pass, &wk);
   double all = 0, core = 0;
+  gboolean causal = FALSE;
   for (int k = 0; k < wk.n; k++) {
     double tk = sim_cost_model_kernel_time(lw->cost, spec, &wk.k[k]);
     all += tk;
-    if (wk.k[k].kind == SIM_KERNEL_ATTENTION)
+    if (wk.k[k].kind == SIM_KERNEL_ATTENTION) {
       core += tk;
+      causal = causal || (wk.k[k].flags & SIM_KERNEL_CAUSAL);
+    }
   }
-  return all > 0 ? t * core / all : 0;
+  double own = all > 0 ? t * core / all : 0;
+  *balanced = own;
+  if (causal && ext[sd] < S && all > 0) {
+    int64_t e[SIM_MAX_ITER];
+    memcpy(e, ext, sizeof e);
+    e[sd] = S;
+    SimWork ww = { 0 };
+    sim_graph_op_work(lw->g, x, e, pass, &ww);
+    double whole = 0;
+    for (int k = 0; k < ww.n; k++)
+      if (ww.k[k].kind == SIM_KERNEL_ATTENTION)
+        whole += sim_cost_model_kernel_time(lw->cost, spec, &ww.k[k]);
+    *balanced = t * whole * (double)ext[sd] / (double)S / all;
+  }
+  return own;
 }
 
 /* The times of the first and the last GEMM of @pass's kernels in @x's op on @spec with
@@ -176,10 +199,23 @@ static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
     l->ring_bytes = (double)ext[0] * ext[sd] * 2.0 * ext[hd] * ext[ed] *
                     sim_dtype_size(op->in_dtype[0]);
     const SimDeviceSpec *spec = sim_machine_device_spec(lw->m, l->dev[sh]);
-    l->core_f[sh] = attention_core_time(lw, x, spec, ext, SIM_PASS_FORWARD, l->t_f[sh]);
-    l->core_b[sh] = attention_core_time(lw, x, spec, ext, SIM_PASS_BACKWARD, l->t_b[sh]);
+    int64_t S = op->space.dims[sd].size;
+    double bal_f, bal_b;
+    double core_f = attention_core_time(lw, x, spec, ext, SIM_PASS_FORWARD, l->t_f[sh], sd, S,
+                                        &bal_f);
+    double core_b = attention_core_time(lw, x, spec, ext, SIM_PASS_BACKWARD, l->t_b[sh], sd, S,
+                                        &bal_b);
     /* The recomputation is a ring where it runs the whole forward. */
-    l->ring_r = l->ring_r && l->t_r[sh] == l->t_f[sh];
+    gboolean whole_r = l->t_r[sh] == l->t_f[sh];
+    l->ring_r = l->ring_r && whole_r;
+    /* Megatron's two-chunk layout: each member's attention is its share of the causal
+     * work, not the last shard's. */
+    l->t_f[sh] += bal_f - core_f;
+    l->t_b[sh] += bal_b - core_b;
+    if (whole_r)
+      l->t_r[sh] = l->t_f[sh];
+    l->core_f[sh] = bal_f;
+    l->core_b[sh] = bal_b;
   }
   /* Recorded plans keep one compute task a pass (the executor runs the ring). */
   if (lw->record)
@@ -192,8 +228,9 @@ static void ring_attention(SimLowering *lw, OpLay *l, int x, const SimOp *op,
  * received and for its own step i - 1, then sends that block on to the next shard while
  * it receives the next one, and computes its queries against it.  The op's compute task
  * runs the op's other kernels (forward; none backward), then the ring's n steps run on
- * the same stream, each core / n (the causal mask's work taken as balanced between the
- * blocks, Megatron's two-chunk assignment); the backward's other kernels follow its last
+ * the same stream, each core / n (Megatron's two-chunk layout gives every step of every
+ * member the same causal work: ring_attention() prices core as the member's share of the
+ * whole sequence's); the backward's other kernels follow its last
  * step.  Join point i of a shard ends when its step i - 1 and the flow that brings block
  * i have ended (join 0: when the compute task has); step i and the flow that passes
  * block i on start from it.  Flows carry the block forward and recomputing, the block

@@ -180,9 +180,9 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
   Fold f = { .nd = nd, .D = 1, .prune = brief && o->prune_shadows && !o->keep_timeline,
              .ask_check = o->fold_checked };
   gboolean replicas = FALSE, ranks = FALSE;
-  /* The offloaded updates' PCIe transfers share host links that a folded device's would
-   * share too, and folding keeps no shadows of them: such plans run whole. */
-  if (o->fold && s->memory.offload <= 0) {
+  /* The offloaded updates' PCIe transfers get shadows like any flow (fold.c): a folded
+   * device's share of the host links it shares with others. */
+  if (o->fold) {
     replicas = fold_replicas(g, m, s, &f);
     ranks = fold_ranks(g, m, s, &f);
   }

@@ -249,7 +249,12 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
     int32_t id = -2;
     const int32_t *links = NULL;
     int n_links = 0;
-    if (f->n_links) {
+    if (f->n_links && f->n_members <= 1) {
+      /* A flow between a device and its host (an offloaded update's, sim/lower-sync.c):
+       * no ring, one more flow on its links. */
+      links = tg->extra + f->links_off;
+      n_links = f->n_links;
+    } else if (f->n_links) {
       any = TRUE;
       int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
       if (*s == f->links_off)
@@ -283,7 +288,7 @@ gboolean sim_taskgraph_rings_private(const SimTaskGraph *tg, const SimMachine *m
   memset(seen, 0xff, sizeof seen);
   for (int t = 0; any && ok && t < n; t++) {
     const SimTask *f = &task[t];
-    if (f->kind != SIM_TASK_FLOW || !f->n_links)
+    if (f->kind != SIM_TASK_FLOW || !f->n_links || f->n_members <= 1)
       continue;
     int32_t *s = &seen[(uint32_t)f->links_off % SEEN];
     if (*s == f->links_off)

@@ -5,7 +5,9 @@
  *                                                  undone) against fresh sessions, bit for
  *                                                  bit, and the folded report
  *   build/tests/fuzz-plans fold [SEEDS [FIRST]]    folded against unfolded reports (time and
- *                                                  peak memory), strategy JSON round trips
+ *                                                  peak memory; every other seed with the
+ *                                                  optimizer offloaded), strategy JSON
+ *                                                  round trips
  *   build/tests/fuzz-plans groups [SEEDS [FIRST]]  the engine with collectives' flow groups
  *                                                  against without, to rounding
  *   build/tests/fuzz-plans bound [SEEDS [FIRST]]   runs bounded at a random time against
@@ -15,7 +17,8 @@
  *                                                  plan's peak memory against whole ones
  *   build/tests/fuzz-plans accel [SEEDS [FIRST]]   each exact acceleration of one simulation
  *                                                  (merged runs of compute tasks, rings as
- *                                                  one flow) switched
+ *                                                  one flow; every other seed with the
+ *                                                  optimizer offloaded) switched
  *                                                  on against off: iteration time to a
  *                                                  relative 1e-9, peak memory and compute
  *                                                  per GPU, and brief runs bounded or
@@ -301,6 +304,18 @@ static SimStrategy *megatron_plan(const SimGraph *g, SimMachine *m, GRand *rng)
   return sim_strategy_megatron(g, m, &o, NULL);
 }
 
+/* Every other seed offloads the optimizer to the host (the whole of it, or half with the
+ * transfers overlapped), from the seed so that the random draws stay as they were. */
+static void offload_by_seed(SimStrategy *s, guint32 seed)
+{
+  if (seed % 2 == 0)
+    return;
+  SimMemoryOptions mo = sim_strategy_get_memory(s);
+  mo.offload = seed % 4 == 1 ? 1.0 : 0.5;
+  mo.offload_overlap = seed % 4 == 3;
+  sim_strategy_set_memory(s, &mo);
+}
+
 /* One seed of the folding check: the plan after a few random changes. */
 static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
 {
@@ -323,6 +338,7 @@ static int fold_seed(guint32 seed, SimCostModel *c, int *runs)
   SimStrategy *s = rail ? megatron_plan(g, m, rng) : NULL;
   if (!s)
     s = changed_plan(g, m, mi == 0, rng, 0, 2);
+  offload_by_seed(s, seed);
   SimOptions o = random_options(rng);
   o.fold = TRUE;
   o.fold_checked = TRUE;
@@ -372,6 +388,7 @@ static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
   Draw dr;
   draw(&dr, seed);
   SimStrategy *s = changed_plan(dr.g, dr.m, dr.model == 0, dr.rng, 0, 2);
+  offload_by_seed(s, seed);
   SimOptions o = random_options(dr.rng);
   if (g_rand_boolean(dr.rng)) {
     o.host_kernel_time = 0;

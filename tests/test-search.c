@@ -13,6 +13,7 @@
 #include "search-private.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <glib/gstdio.h>
 #include <signal.h>
 #include <string.h>
@@ -1715,5 +1716,114 @@ Test(search, searches_take_expert_parallelism_on_a_mixture_of_experts, .timeout 
                     sp.best);
     search_result_free(r);
   }
+  fixture_free(&f);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Mixtures of experts in the estimate and the expert rules                             */
+
+/* The estimate's expert terms (search/plan-estimate.c) in closed form for a small mixture
+ * (2 layers of 8 experts of width f 2,048 over h 1,024, top 2, 1,024 tokens a sample) on
+ * the 8 GPUs of a DGX H100 at tp 2, dp 4, 4 micro-batches of 1: the rows of an expert's
+ * GEMM on a GPU x = ep e b s k / (t E), the bytes a GPU sends in an all-to-all b s k h 2
+ * (ep - 1) / (ep t) (4 a layer and micro-batch over NVLink: the groups stay in the node),
+ * the experts' GEMM work F_e / (N peak e(x f / (4 e))), and their weights, gradients and
+ * states 16 P_e / (ep e) bytes a GPU, ZeRO-1 dividing the 12 of states by the d t / (ep e)
+ * expert-data-parallel ranks; with e = etp, tp without it. */
+Test(search, the_estimate_prices_expert_and_expert_tensor_parallelism)
+{
+  Fixture f;
+  fixture_load(&f, "moe", "layers=2,hidden=1024,heads=8,kv_heads=8,experts=8,top_k=2,"
+                          "expert_ffn=2048,seq=1024,vocab=1024,batch=16", "dgx-h100", 0);
+  const SimGraph *g = f.g;
+  double Pe = 0, Fe = 0;
+  int moe_layers = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_MOE) {
+      Pe += (double)sim_graph_op_n_params(g, op);
+      Fe += sim_graph_op_forward_flops(g, op) + sim_graph_op_backward_flops(g, op);
+      moe_layers++;
+    }
+  cr_assert_eq(moe_layers, 2);
+  cr_assert_float_eq(Pe, 2.0 * 8 * 3 * 1024 * 2048, 0.5, "the experts' parameters");
+  const SimDeviceSpec *dev = sim_machine_device_spec(f.m, 0);
+  double peak = dev->peak_flops[SIM_DTYPE_FP16];
+  int nl = 0;
+  const int *links = sim_machine_route(f.m, 0, 1, &nl);
+  double nvlink = INFINITY;
+  for (int i = 0; i < nl; i++)
+    nvlink = fmin(nvlink, sim_machine_link_bandwidth(f.m, links[i]));
+  static const struct {
+    int ep, etp, zero1;
+  } cases[] = { { 1, 0, 0 }, { 4, 0, 0 }, { 8, 1, 0 }, { 2, 1, 1 }, { 4, 2, 1 } };
+  for (size_t k = 0; k < G_N_ELEMENTS(cases); k++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.tp = 2;
+    o.dp = 4;
+    o.microbatch_size = 1;
+    o.microbatches = 4;
+    o.ep = cases[k].ep;
+    o.etp = cases[k].etp;
+    o.memory.zero1 = cases[k].zero1;
+    SearchPlanTerms x;
+    double time = search_megatron_estimate_terms(f.p, &o, &x);
+    cr_assert(isfinite(time) && time > 0);
+    double ep = o.ep, e = o.etp > 0 ? o.etp : o.tp, t = o.tp;
+    double rows = ep * e * 1 * 1024 * 2 / (t * 8);
+    cr_expect_float_eq(x.expert_rows, rows, 1e-12 * rows, "case %zu: %g rows, %g expected", k,
+                       x.expert_rows, rows);
+    double q = rows * 2048 / (4 * e), eff = fmax(0.6 * q / (q + 0.5e6), 0.05);
+    double work = Fe / (8 * peak * eff);
+    cr_expect_float_eq(x.experts, work, 1e-12 * work, "case %zu: %g s, %g expected", k,
+                       x.experts, work);
+    double bytes = 1024.0 * 2 * 1024 * 2 * (ep - 1) / (ep * t);
+    cr_expect_float_eq(x.alltoall_bytes, bytes, 1e-9 * bytes + 1e-9);
+    double a2a = 4 * 2 * 4 * bytes / nvlink;
+    cr_expect_float_eq(x.alltoall, a2a, 1e-12 * a2a + 1e-15, "case %zu: %g s, %g expected", k,
+                       x.alltoall, a2a);
+    double edp = 4 * t / (ep * e);
+    double states = Pe / (ep * e) * (4 + 12 / (o.memory.zero1 ? edp : 1));
+    cr_expect_float_eq(x.expert_states, states, 1e-12 * states, "case %zu: %g bytes, %g "
+                       "expected", k, x.expert_states, states);
+    cr_expect_leq(x.expert_states, x.states);
+    cr_expect(x.fits == (x.memory <= 0.95 * (double)dev->mem_capacity));
+  }
+  fixture_free(&f);
+}
+
+/* The expert rules propose Mixtral 8x7B on a DGX H100 with each expert whole on a GPU
+ * (etp 1) beside tensor parallelism 2, 4 and 8, the 8 experts over the 8 GPUs of the
+ * stage (ep 8: groups of whole replicas), as Megatron-Core's MoE guide recommends; every
+ * such plan builds, and none splits experts over groups that do not cover a replica. */
+Test(search, expert_rules_propose_whole_experts_for_mixtral)
+{
+  Fixture f;
+  fixture_load(&f, "mixtral-8x7b", NULL, "dgx-h100", 0);
+  g_autoptr(GPtrArray) out = g_ptr_array_new();
+  g_autoptr(GArray) opts = g_array_new(FALSE, FALSE, sizeof(SimMegatronOptions));
+  search_expert_candidates_lazy(f.p, out, NULL, opts);
+  cr_assert_eq(out->len, opts->len);
+  gboolean tp_seen[9] = { FALSE };
+  int whole = 0;
+  for (guint i = 0; i < opts->len; i++) {
+    const SimMegatronOptions *o = &g_array_index(opts, SimMegatronOptions, i);
+    if (o->etp != 1)
+      continue;
+    whole++;
+    cr_expect_gt(o->tp, 1);
+    cr_expect(o->ep >= o->tp && o->ep % o->tp == 0 && (o->dp * o->tp) % o->ep == 0,
+              "tp %d, dp %d, ep %d", o->tp, o->dp, o->ep);
+    if (o->pp == 1 && o->tp <= 8) {
+      cr_expect_eq(o->ep, 8);
+      tp_seen[o->tp] = TRUE;
+    }
+    if (whole <= 3) {
+      g_autoptr(SimStrategy) s = search_megatron_plan(f.p, o);
+      cr_expect_not_null(s, "tp %d, pp %d, dp %d, ep %d, etp 1 does not build", o->tp, o->pp,
+                         o->dp, o->ep);
+    }
+  }
+  cr_expect(tp_seen[2] && tp_seen[4] && tp_seen[8], "etp 1 at tp 2 %d, 4 %d, 8 %d",
+            tp_seen[2], tp_seen[4], tp_seen[8]);
   fixture_free(&f);
 }

@@ -1543,6 +1543,82 @@ Test(lowering, context_parallel_ring_waits_are_the_closed_form_on_an_idle_machin
   }
 }
 
+/* The time of op @x's attention kernels in @pass over extents @ext on @spec, scaled as
+ * the op's time of shard @sh is scaled over the sum of its kernels (@scale). */
+static double attention_kernels(const SimGraph *g, SimCostModel *cm, const SimDeviceSpec *spec,
+                                int x, const int64_t *ext, SimPass pass, double *all)
+{
+  SimWork wk = { 0 };
+  sim_graph_op_work(g, x, ext, pass, &wk);
+  double a = 0;
+  *all = 0;
+  for (int i = 0; i < wk.n; i++) {
+    double t = sim_cost_model_kernel_time(cm, spec, &wk.k[i]);
+    *all += t;
+    if (wk.k[i].kind == SIM_KERNEL_ATTENTION)
+      a += t;
+  }
+  return a;
+}
+
+/* Megatron's two-chunk layout balances the causal attention over the ring (lower.c,
+ * ring_attention()): every rank's n steps together take 1 / n of FlashAttention's kernel
+ * over the whole sequence A(S) (2,048 causal queries against as many keys, the cost
+ * model's), forward and backward, each step A(S) / n^2 (times the op's time over its
+ * kernels' sum, 1 under the roofline) on every rank alike: less than the kernel of the
+ * last rank's contiguous positions A_last (2,048 / n queries against all the keys before
+ * and at them), which the cost model prices for a shard of the positions. */
+Test(lowering, context_parallel_ring_balances_the_causal_attention)
+{
+  g_autoptr(SimCostModel) cm = roofline();
+  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
+                                       "seq=2048,vocab=512,batch=4");
+  int x = -1;
+  for (int k = 0; k < sim_graph_n_ops(g); k++)
+    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
+      x = k;
+  cr_assert_geq(x, 0);
+  g_autoptr(SimMachine) m = switch4_latency(1000, 1);
+  const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
+  for (int n = 2; n <= 4; n += 2) {
+    SimTimeline tl = { 0 };
+    int none;
+    SimLowering *lw = run_ring(g, m, cm, n, 0, &tl, &none);
+    const SimTaskGraph *tg = sim_lowering_taskgraph(lw);
+    for (int pass = 0; pass < 2; pass++)
+      for (int sh = 0; sh < n; sh++) {
+        SimPass sp = pass ? SIM_PASS_BACKWARD : SIM_PASS_FORWARD;
+        /* The shard: a micro-batch of 2 samples, 2,048 / n positions, every head. */
+        int64_t ext[SIM_MAX_ITER] = { 0 }, whole[SIM_MAX_ITER] = { 0 };
+        for (int d = 0; d < sim_graph_op_n_dims(g, x); d++) {
+          const char *name = sim_graph_op_dim_name(g, x, d);
+          whole[d] = ext[d] = !strcmp(name, "b") ? 2 : sim_graph_op_dim_size(g, x, d);
+          if (!strcmp(name, "s"))
+            ext[d] = 2048 / n;
+        }
+        cr_assert_eq(whole[1], 2048);
+        double all, all_whole;
+        double last = attention_kernels(g, cm, spec, x, ext, sp, &all);
+        double A = attention_kernels(g, cm, spec, x, whole, sp, &all_whole);
+        double scale = sim_cost_model_op_time(cm, spec, g, x, ext, sp) / all;
+        cr_assert_float_eq(scale, 1.0, 1e-12, "the roofline's op time is its kernels' sum");
+        int ids[16], flow;
+        int got = ring_tasks(tg, x, pass ? SIM_CLASS_BACKWARD : SIM_CLASS_FORWARD, 0, sh, ids,
+                             16, &flow);
+        cr_assert_eq(got, n + 1);
+        double want = A / (n * n);
+        for (int i = 1; i < n; i++)
+          cr_expect_float_eq(tg->task[ids[i]].duration, want, 1e-12 * want, "n %d, pass %d, "
+                             "shard %d, step %d: %.12g s, A(S) / n^2 %.12g s", n, pass, sh, i,
+                             tg->task[ids[i]].duration, want);
+        cr_expect_lt(n * want, last, "n %d: a rank's share %g s, the last rank's positions %g s",
+                     n, n * want, last);
+      }
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+}
+
 /* The same ring shares its links: with a long flow from GPU 0 to GPU 1 under way, the
  * ring's flow from GPU 0 to GPU 1 gets half of the link (max-min fairness), so the shard
  * on GPU 1 waits max(c, latency + 2 block / bandwidth) + c at n 2 where the shard on GPU 0,
@@ -1751,6 +1827,9 @@ static gboolean fold_scatter_gather;
 /* ... sequence parallelism (with tensor-parallel overlap) and ZeRO-1. */
 static gboolean fold_sequence_parallel, fold_tp_overlap, fold_zero1, fold_check;
 static int fold_cp = 1;
+/* ... and the share of the optimizer offloaded to the host, overlapped or not. */
+static double fold_offload;
+static gboolean fold_offload_overlap;
 
 /* Simulates a Megatron plan folded and not, checks that both agree, and returns the
  * folding picked (interned) and, in @time if given, the iteration time. */
@@ -1777,6 +1856,8 @@ static const char *check_fold_at(SimDetail detail, const char *machine, const ch
   mo.sequence_parallel = fold_sequence_parallel;
   mo.tp_comm_overlap = fold_tp_overlap;
   mo.memory.zero1 = fold_zero1;
+  mo.memory.offload = fold_offload;
+  mo.memory.offload_overlap = fold_offload_overlap;
   mo.cp = fold_cp;
   g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
   cr_assert_not_null(s, "%s", error ? error->message : "");
@@ -1816,6 +1897,63 @@ static void check_fold(const char *machine, const char *model, const char *param
                 expect_fold, NULL);
   check_fold_at(SIM_DETAIL_COLLECTIVE, machine, model, params, dp, tp, pp, mbs, sched, chunks, rc,
                 expect_fold, NULL);
+}
+
+/* Plans with the optimizer offloaded to the host fold (simulate.c, fold.c): each folded
+ * device's PCIe transfers to and from the host are shadows on its own links, which the
+ * route check maps link by link with the rest, symmetry by symmetry (a DGX's GPUs share a
+ * PCIe switch two by two, and the switches a socket's link two by two; on pcie-4gpu the
+ * GPUs' own transfers cross the same PCIe links).  Folded equals unfolded (iteration time
+ * to 1e-9, every GPU's peak memory and compute time, check_fold_at()) with the whole
+ * optimizer and half of it offloaded, overlapped or not, with ZeRO-1, on one and two nodes,
+ * the replicas and the tensor-parallel ranks folded on the DGXs. */
+Test(folding, offloaded_optimizer_plans_fold_where_exact)
+{
+  const char *gpt = "layers=4,hidden=256,heads=8,seq=128,vocab=1024,batch=32";
+  const char *both = "data-parallel replicas and tensor-parallel ranks";
+  fold_zero1 = TRUE;
+  for (int k = 0; k < 4; k++) {
+    fold_offload = k % 2 ? 0.5 : 1.0;
+    fold_offload_overlap = k >= 2;
+    check_fold("dgx-a100", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("dgx-a100", "gpt", gpt, 2, 4, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+               both);
+    check_fold("dgx-a100:2", "gpt", gpt, 2, 8, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("dgx-a100:2", "gpt", gpt, 4, 2, 2, 4, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_NONE,
+               both);
+    check_fold("pcie-4gpu:2", "gpt", gpt, 4, 2, 1, 2, SIM_SCHEDULE_1F1B, 1, SIM_RECOMPUTE_FULL,
+               NULL);
+    /* The host's copies are no rings: a node's rings stay one flow each beside them
+     * (sim_taskgraph_rings_private()), which changes no time. */
+    g_autoptr(SimGraph) g = zoo("gpt", gpt);
+    sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+    g_autoptr(SimMachine) m = sim_machine_load("dgx-a100:2", NULL);
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.dp = 2;
+    mo.tp = 8;
+    mo.microbatches = 2;
+    mo.memory.zero1 = TRUE;
+    mo.memory.offload = fold_offload;
+    mo.memory.offload_overlap = fold_offload_overlap;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, NULL);
+    cr_assert_not_null(s);
+    double t[2];
+    for (int merge = 0; merge < 2; merge++) {
+      SimOptions o = sim_options_default();
+      o.fold = FALSE;
+      o.merge_rings = merge;
+      GError *error = NULL;
+      g_autoptr(SimReport) r = sim_simulate(g, m, s, NULL, &o, &error);
+      cr_assert_not_null(r, "%s", error ? error->message : "");
+      t[merge] = sim_report_iteration_time(r);
+    }
+    cr_expect_float_eq(t[1], t[0], 1e-9 * t[0], "rings merged %.12g s, not %.12g s", t[1], t[0]);
+  }
+  fold_zero1 = FALSE;
+  fold_offload = 0;
+  fold_offload_overlap = FALSE;
 }
 
 Test(folding, equals_the_unfolded_simulation)

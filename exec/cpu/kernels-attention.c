@@ -24,6 +24,24 @@ typedef struct {
   const ExecKernelArgs *a;
 } Att;
 
+/* The sequence position of a ring member's row @i (its queries, and its own keys): the
+ * shard's contiguous positions, or two chunks under the two-chunk layout. */
+static int64_t ring_qpos(const Att *t, int64_t i)
+{
+  const ExecKernelArgs *a = t->a;
+  if (a->ring_half <= 0)
+    return t->s0 + i;
+  return i < a->ring_half ? a->ring_q_lo + i : a->ring_q_lo2 + i - a->ring_half;
+}
+
+/* The position of key @j of the block a ring member holds. */
+static int64_t ring_kpos(const ExecKernelArgs *a, int64_t j)
+{
+  if (a->ring_half <= 0)
+    return a->ring_lo + j;
+  return j < a->ring_half ? a->ring_lo + j : a->ring_lo2 + j - a->ring_half;
+}
+
 /* out[r][e] = sum over c of in[row r, c] W[c, col0 + e] (+ bias), rows of a 3-D view. */
 static void project(const ExecView *in, int64_t b, int64_t r0, int64_t nr, const ExecView *W,
                     const ExecView *bias, int64_t col0, int64_t hd, int64_t dm, float *out)
@@ -88,6 +106,19 @@ static void rope(const Att *t, float *M, int64_t n, int64_t pos0, double sign)
       x[i] = (float)(a * c - b * sn);
       x[i + half] = (float)(b * c + a * sn);
     }
+}
+
+/* rope() of a ring member's @n own rows of @M, at their positions (ring_qpos()). */
+static void ring_rope(const Att *t, float *M, int64_t n, double sign)
+{
+  int64_t h = t->a->ring_half;
+  if (h <= 0) {
+    rope(t, M, n, t->s0, sign);
+    return;
+  }
+  rope(t, M, MIN(h, n), ring_qpos(t, 0), sign);
+  if (n > h)
+    rope(t, M + h * t->hd, n - h, ring_qpos(t, h), sign);
 }
 
 /* Scores, masked and normalized: P (before dropout) and the kept-and-scaled mask. */
@@ -170,7 +201,7 @@ static void ring_own_block(const Att *t, const ExecKernelArgs *a, int64_t h0, in
         project(&a->in[1 + pl], b, t->s0, t->ns, &a->w[1 + pl], pl == EXEC_RING_K ? bk : bv,
                 g * t->hd, t->hd, t->dm, tmp);
         if (t->rotary && pl == EXEC_RING_K)
-          rope(t, tmp, t->ns, t->s0, 1.0);
+          ring_rope(t, tmp, t->ns, 1.0);
         for (int64_t i = 0; i < t->ns; i++) {
           float *dst = block_at(B, pl, b - a->lo[0], i, g - h0);
           for (int64_t e = 0; e < t->hd; e++)
@@ -213,7 +244,7 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
         float *Q = R->Q + ((b - a->lo[0]) * nh + h) * ns * hd;
         project(&a->in[0], b, t->s0, ns, &a->w[0], bq, (h0 * t->group + h) * hd, hd, dm, Q);
         if (t->rotary)
-          rope(t, Q, ns, t->s0, 1.0);
+          ring_rope(t, Q, ns, 1.0);
       }
     ring_own_block(t, a, h0, h1);
     return TRUE;
@@ -231,11 +262,11 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
       for (int64_t h = 0; h < nh; h++) {
         int64_t hg = h0 * t->group + h, gi = h / t->group, bi = b - a->lo[0];
         for (int64_t i = 0; i < ns; i++) {
-          int64_t qi = t->s0 + i, row = (bi * nh + h) * ns + i;
+          int64_t qi = ring_qpos(t, i), row = (bi * nh + h) * ns + i;
           const float *q = R->Q + row * hd;
           float mx = -INFINITY;
           for (int64_t j = 0; j < nk; j++) {
-            int64_t kj = a->ring_lo + j;
+            int64_t kj = ring_kpos(a, j);
             if (t->causal && kj > qi) {
               s[j] = -INFINITY;
               continue;
@@ -249,8 +280,9 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
           }
           if (mx == -INFINITY)
             continue;
+          /* Dropout's index of (qi, key j): the row's base plus the key's position. */
           uint64_t flat0 = (uint64_t)((((b + a->sample_offset) * t->heads + hg) * t->sq + qi) *
-                                      t->skv + a->ring_lo);
+                                      t->skv);
           if (step) {
             /* Online softmax: rescale what the earlier blocks summed to the new maximum. */
             float mnew = MAX(R->m[row], mx);
@@ -264,7 +296,7 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
                 continue;
               float pj = expf(s[j] - mnew);
               sum += pj;
-              if (t->p > 0 && !exec_dropout_keep(name, flat0 + (uint64_t)j, a->step, t->p))
+              if (t->p > 0 && !exec_dropout_keep(name, flat0 + (uint64_t)ring_kpos(a, j), a->step, t->p))
                 continue;
               float w = t->p > 0 ? pj * keep : pj;
               const float *v = block_at(B, EXEC_RING_V, bi, j, gi);
@@ -282,7 +314,7 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
             if (s[j] == -INFINITY)
               continue;
             float p = expf(s[j] - R->m[row]);
-            float mk = t->p > 0 ? (exec_dropout_keep(name, flat0 + (uint64_t)j, a->step, t->p)
+            float mk = t->p > 0 ? (exec_dropout_keep(name, flat0 + (uint64_t)ring_kpos(a, j), a->step, t->p)
                                    ? keep : 0.0f) : 1.0f;
             const float *k = block_at(B, EXEC_RING_K, bi, j, gi);
             const float *v = block_at(B, EXEC_RING_V, bi, j, gi);
@@ -399,7 +431,7 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
     for (int64_t h = 0; h < nh; h++) {
       float *dQ = R->dQ + (bi * nh + h) * ns * hd;
       if (t->rotary)
-        rope(t, dQ, ns, t->s0, -1.0);
+        ring_rope(t, dQ, ns, -1.0);
       project_back(&a->in[0], &a->in_grad[0], b, t->s0, ns, &a->w[0], &a->w_grad[0], bgq,
                    (h0 * t->group + h) * hd, hd, dm, dQ);
     }
@@ -412,7 +444,7 @@ static gboolean ring_kernel(const Att *t, const ExecKernelArgs *a, GError **erro
         }
         int in = pl == EXEC_RING_DK ? 1 : 2;
         if (t->rotary && pl == EXEC_RING_DK)
-          rope(t, tmp, ns, t->s0, -1.0);
+          ring_rope(t, tmp, ns, -1.0);
         project_back(&a->in[in], &a->in_grad[in], b, t->s0, ns, &a->w[in], &a->w_grad[in],
                      pl == EXEC_RING_DK ? bgk : bgv, g * hd, hd, dm, tmp);
       }

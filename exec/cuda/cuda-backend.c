@@ -357,6 +357,10 @@ static gboolean cuda_kernel(ExecBackend *self, int dev, const ExecKernelArgs *a,
     p.ring.v = cuda_view(a->ring);
     p.ring.region = cuda_region(&a->ring->box);
     p.ring_lo = a->ring_lo;
+    p.ring_half = a->ring_half;
+    p.ring_lo2 = a->ring_lo2;
+    p.ring_q_lo = a->ring_q_lo;
+    p.ring_q_lo2 = a->ring_q_lo2;
   }
   p.accumulate = a->accumulate;
   p.split_stats = a->split_stats;
