@@ -713,6 +713,71 @@ static void image_links(const SimMachine *m, const SimTaskBlock *ob, const SimTa
   }
 }
 
+/* Sequences of ints numbered in the order first added (0, 1, ...), found again by their
+ * contents: @ints[off[i], off[i + 1]) is sequence i; open addressing over numbers plus
+ * one, @mask + 1 slots, a power of two, kept at most half full. */
+typedef struct {
+  GArray *ints, *off, *hash;
+  guint32 mask, *table;
+} SeqTable;
+
+static void seq_table_init(SeqTable *t)
+{
+  t->ints = g_array_new(FALSE, FALSE, sizeof(int));
+  t->off = g_array_new(FALSE, FALSE, sizeof(guint64));
+  t->hash = g_array_new(FALSE, FALSE, sizeof(guint64));
+  guint64 zero = 0;
+  g_array_append_val(t->off, zero);
+  t->mask = 1023;
+  t->table = g_new0(guint32, (size_t)t->mask + 1);
+}
+
+static void seq_table_clear(SeqTable *t)
+{
+  g_array_free(t->ints, TRUE);
+  g_array_free(t->off, TRUE);
+  g_array_free(t->hash, TRUE);
+  g_free(t->table);
+}
+
+/* The number of @seq (@n ints), added where it is new (@added). */
+static guint32 seq_table_get(SeqTable *t, const int *seq, guint n, gboolean *added)
+{
+  size_t bytes = n * sizeof(int);
+  guint64 h = sim_hash_bytes(seq, bytes);
+  guint32 slot = (guint32)h & t->mask;
+  for (; t->table[slot]; slot = (slot + 1) & t->mask) {
+    guint32 e = t->table[slot] - 1;
+    guint64 o = g_array_index(t->off, guint64, e);
+    if (g_array_index(t->hash, guint64, e) == h &&
+        g_array_index(t->off, guint64, e + 1) - o == n &&
+        !memcmp(&g_array_index(t->ints, int, o), seq, bytes)) {
+      *added = FALSE;
+      return e;
+    }
+  }
+  guint32 id = t->hash->len;
+  g_array_append_val(t->hash, h);
+  g_array_append_vals(t->ints, seq, n);
+  guint64 end = t->ints->len;
+  g_array_append_val(t->off, end);
+  t->table[slot] = id + 1;
+  if (2 * (guint64)t->hash->len > t->mask) {
+    guint32 nmask = 2 * t->mask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
+    for (guint32 i = 0; i < t->hash->len; i++) {
+      guint32 sl = (guint32)g_array_index(t->hash, guint64, i) & nmask;
+      while (nt[sl])
+        sl = (sl + 1) & nmask;
+      nt[sl] = i + 1;
+    }
+    g_free(t->table);
+    t->table = nt;
+    t->mask = nmask;
+  }
+  *added = TRUE;
+  return id;
+}
+
 /* What decides an image's links, in a form equal images share: a pair's two devices, or
  * a ring's members from the smallest on (a ring's links are the routes between its
  * members in their order round the ring, whichever member it starts from). */
@@ -772,29 +837,22 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
   uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));
   /* Each image's links are worked out once.  An image that meets a live link is kept at
    * once and makes its links live (those it makes live are stacked); the others wait
-   * until a link of theirs is made live.  Images of equal links (a ring's under the
-   * ranks' rotations, most of them) wait as one set.  The kept images are the least set
-   * closed under "meets a live link", whatever the order: the set that passes over every
-   * image until none is added would find, without working out the images of those left
-   * again on each pass (a plan whose 8 replicas and 8 ranks fold has 63 images of every
-   * part flow, which passes went over again and again). */
-  GArray *stack = g_array_new(FALSE, FALSE, sizeof(int));       /* links made live      */
-  GArray *set_off = g_array_new(FALSE, FALSE, sizeof(guint64)); /* a waiting set's links */
-  GArray *set_links = g_array_new(FALSE, FALSE, sizeof(int));
-  GArray *set_hash = g_array_new(FALSE, FALSE, sizeof(guint64));
-  GArray *pend_c = g_array_new(FALSE, FALSE, sizeof(guint64));  /* waiting images       */
+   * until a link of theirs is made live.  Images of equal links wait as one set, and an
+   * image met before (a ring's under another rotation of its ranks, most of them) takes
+   * the verdict of the first.  The kept images are the least set closed under "meets a
+   * live link", whatever the order: the set that passes over every image until none is
+   * added would find, without working out the images of those left again on each pass
+   * (a plan whose 8 replicas and 8 ranks fold has 63 images of every part flow, which
+   * passes went over again and again). */
+  GArray *stack = g_array_new(FALSE, FALSE, sizeof(int));      /* links made live        */
+  GArray *pend_c = g_array_new(FALSE, FALSE, sizeof(guint64)); /* waiting images         */
   GArray *pend_set = g_array_new(FALSE, FALSE, sizeof(guint32));
-  /* The waiting sets by their links' hash: open addressing over set numbers plus one. */
-  guint32 mask = 1023, *table = g_new0(guint32, (size_t)mask + 1);
-  /* The images met, by key (image_key()): -1 kept, a waiting set, or -2 no links. */
+  SeqTable sets, keys; /* the waiting sets' links; the images' keys (image_key()) */
+  seq_table_init(&sets);
+  seq_table_init(&keys);
+  GArray *verdict = g_array_new(FALSE, FALSE, sizeof(gint32)); /* per key: -1 kept, a
+                                                               * waiting set, -2 no links */
   GArray *key = g_array_new(FALSE, FALSE, sizeof(int));
-  GArray *key_ints = g_array_new(FALSE, FALSE, sizeof(int));
-  GArray *key_off = g_array_new(FALSE, FALSE, sizeof(guint64));
-  GArray *key_hash = g_array_new(FALSE, FALSE, sizeof(guint64));
-  GArray *key_verdict = g_array_new(FALSE, FALSE, sizeof(gint32));
-  guint64 zero_off = 0;
-  g_array_append_val(key_off, zero_off);
-  guint32 kmask = 1023, *ktable = g_new0(guint32, (size_t)kmask + 1);
   /* Every device's image under the symmetry at hand. */
   int *map = g_new(int, MAX(sh->nd, 1));
   for (int r = 0; r < sh->R; r++)
@@ -809,8 +867,7 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         const SimTaskBlock *ob = sim_taskgraph_block(tg, at.block);
         const SimTask *t = &sim_block_tasks(tg, ob)[at.index];
         int ma = at.a >= 0 ? map[at.a] : at.a, mb = at.b >= 0 ? map[at.b] : at.b;
-        /* An image met before (a ring's under another rotation of its ranks): its verdict.
-         * (A copy between a device and its host: the device and the way.) */
+        /* (A copy between a device and its host: the device and the way.) */
         if (at.host) {
           int hk[3] = { -2, ma, at.host };
           g_array_set_size(key, 0);
@@ -818,21 +875,10 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         } else {
           image_key(ob, t, ma, mb, map, key);
         }
-        size_t kbytes = key->len * sizeof(int);
-        guint64 kh = sim_hash_bytes(key->data, kbytes);
-        guint32 kslot = (guint32)kh & kmask, kid = 0;
-        for (; ktable[kslot]; kslot = (kslot + 1) & kmask) {
-          guint32 e = ktable[kslot] - 1;
-          guint64 o = g_array_index(key_off, guint64, e);
-          if (g_array_index(key_hash, guint64, e) == kh &&
-              g_array_index(key_off, guint64, e + 1) - o == key->len &&
-              !memcmp(&g_array_index(key_ints, int, o), key->data, kbytes)) {
-            kid = e + 1;
-            break;
-          }
-        }
-        if (kid) {
-          gint32 v = g_array_index(key_verdict, gint32, kid - 1);
+        gboolean added;
+        guint32 kid = seq_table_get(&keys, (const int *)(void *)key->data, key->len, &added);
+        if (!added) {
+          gint32 v = g_array_index(verdict, gint32, kid);
           if (v == -1) {
             keep[c] = 1;
           } else if (v >= 0) {
@@ -842,27 +888,8 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
           }
           continue;
         }
-        /* A new image: its verdict noted under its key (below). */
-        kid = key_hash->len + 1;
-        g_array_append_val(key_hash, kh);
-        g_array_append_vals(key_ints, key->data, key->len);
-        guint64 ko = key_ints->len;
-        g_array_append_val(key_off, ko);
         gint32 none = -2;
-        g_array_append_val(key_verdict, none);
-        ktable[kslot] = kid;
-        if (2 * (guint64)key_hash->len > kmask) {
-          guint32 nmask = 2 * kmask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
-          for (guint32 i = 0; i < key_hash->len; i++) {
-            guint32 sl = (guint32)g_array_index(key_hash, guint64, i) & nmask;
-            while (nt[sl])
-              sl = (sl + 1) & nmask;
-            nt[sl] = i + 1;
-          }
-          g_free(ktable);
-          ktable = nt;
-          kmask = nmask;
-        }
+        g_array_append_val(verdict, none);
         if (at.host)
           host_links_into(m, ma, at.host, links);
         else
@@ -871,7 +898,7 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         for (guint j = 0; j < links->len && !meets; j++)
           meets = live[g_array_index(links, int, j)];
         if (meets) {
-          g_array_index(key_verdict, gint32, kid - 1) = -1;
+          g_array_index(verdict, gint32, kid) = -1;
           keep[c] = 1;
           for (guint j = 0; j < links->len; j++) {
             int l = g_array_index(links, int, j);
@@ -884,56 +911,18 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         }
         if (!links->len)
           continue;
-        size_t bytes = links->len * sizeof(int);
-        guint64 h = sim_hash_bytes(links->data, bytes);
-        guint32 slot = (guint32)h & mask, id = 0;
-        for (; table[slot]; slot = (slot + 1) & mask) {
-          guint32 cand = table[slot] - 1;
-          guint64 o = g_array_index(set_off, guint64, cand);
-          guint64 n = g_array_index(set_off, guint64, cand + 1) - o;
-          if (g_array_index(set_hash, guint64, cand) == h && n == links->len &&
-              !memcmp(&g_array_index(set_links, int, o), links->data, bytes)) {
-            id = cand + 1;
-            break;
-          }
-        }
-        if (!id) {
-          id = set_hash->len + 1;
-          if (!set_off->len) {
-            guint64 zero = 0;
-            g_array_append_val(set_off, zero);
-          }
-          g_array_append_val(set_hash, h);
-          g_array_append_vals(set_links, links->data, links->len);
-          guint64 o = set_links->len;
-          g_array_append_val(set_off, o);
-          table[slot] = id;
-          if (2 * (guint64)set_hash->len > mask) {
-            /* Keep the table at most half full. */
-            guint32 nmask = 2 * mask + 1, *nt = g_new0(guint32, (size_t)nmask + 1);
-            for (guint32 i = 0; i < set_hash->len; i++) {
-              guint32 sl = (guint32)g_array_index(set_hash, guint64, i) & nmask;
-              while (nt[sl])
-                sl = (sl + 1) & nmask;
-              nt[sl] = i + 1;
-            }
-            g_free(table);
-            table = nt;
-            mask = nmask;
-          }
-        }
-        guint32 set = id - 1;
-        g_array_index(key_verdict, gint32, kid - 1) = (gint32)set;
+        guint32 set = seq_table_get(&sets, (const int *)(void *)links->data, links->len, &added);
+        g_array_index(verdict, gint32, kid) = (gint32)set;
         g_array_append_val(pend_c, c);
         g_array_append_val(pend_set, set);
       }
     }
-  guint n_sets = set_hash->len;
+  guint n_sets = sets.hash->len;
   uint8_t *set_kept = g_new0(uint8_t, MAX(n_sets, 1));
   if (stack->len && n_sets) {
     /* The waiting sets by link: by_link[first[l], first[l + 1]). */
-    const int *sl = (const int *)(void *)set_links->data;
-    const guint64 *so = (const guint64 *)(void *)set_off->data;
+    const int *sl = (const int *)(void *)sets.ints->data;
+    const guint64 *so = (const guint64 *)(void *)sets.off->data;
     guint64 n_links = so[n_sets];
     guint64 *first = g_new0(guint64, (size_t)nl + 1);
     for (guint64 i = 0; i < n_links; i++)
@@ -968,18 +957,12 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
     if (set_kept[g_array_index(pend_set, guint32, i)])
       keep[g_array_index(pend_c, guint64, i)] = 1;
   g_free(set_kept);
-  g_free(table);
-  g_free(ktable);
   g_free(map);
+  seq_table_clear(&sets);
+  seq_table_clear(&keys);
+  g_array_free(verdict, TRUE);
   g_array_free(key, TRUE);
-  g_array_free(key_ints, TRUE);
-  g_array_free(key_off, TRUE);
-  g_array_free(key_hash, TRUE);
-  g_array_free(key_verdict, TRUE);
   g_array_free(stack, TRUE);
-  g_array_free(set_off, TRUE);
-  g_array_free(set_links, TRUE);
-  g_array_free(set_hash, TRUE);
   g_array_free(pend_c, TRUE);
   g_array_free(pend_set, TRUE);
   g_array_free(links, TRUE);
