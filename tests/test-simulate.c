@@ -1487,6 +1487,19 @@ static SimLowering *run_ring(SimGraph *g, SimMachine *m, SimCostModel *cm, int n
   return lw;
 }
 
+/* One LLaMA layer over 2,048 positions (4 samples), and its attention op in @x. */
+static SimGraph *ring_llama(int *x)
+{
+  SimGraph *g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,seq=2048,"
+                             "vocab=512,batch=4");
+  *x = -1;
+  for (int k = 0; k < sim_graph_n_ops(g); k++)
+    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
+      *x = k;
+  cr_assert_geq(*x, 0);
+  return g;
+}
+
 /* Context parallelism's ring on the links (lower.c, build_ring()): on a machine where
  * nothing else moves, the steps of a shard's ring end (n - 1) max(c, f) + c after the
  * op's compute task (forward; backward plus the op's other kernels, which follow the last
@@ -1500,13 +1513,8 @@ static SimLowering *run_ring(SimGraph *g, SimMachine *m, SimCostModel *cm, int n
 Test(lowering, context_parallel_ring_waits_are_the_closed_form_on_an_idle_machine)
 {
   g_autoptr(SimCostModel) cm = roofline();
-  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
-                                       "seq=2048,vocab=512,batch=4");
-  int x = -1;
-  for (int k = 0; k < sim_graph_n_ops(g); k++)
-    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
-      x = k;
-  cr_assert_geq(x, 0);
+  int x;
+  g_autoptr(SimGraph) g = ring_llama(&x);
   for (int k = 0; k < 4; k++) {
     int n = k % 2 ? 4 : 2;
     double gbps = k < 2 ? 2 : 1000;
@@ -1571,13 +1579,8 @@ static double attention_kernels(const SimGraph *g, SimCostModel *cm, const SimDe
 Test(lowering, context_parallel_ring_balances_the_causal_attention)
 {
   g_autoptr(SimCostModel) cm = roofline();
-  g_autoptr(SimGraph) g = zoo("llama", "layers=1,hidden=256,heads=4,kv_heads=2,ffn=512,"
-                                       "seq=2048,vocab=512,batch=4");
-  int x = -1;
-  for (int k = 0; k < sim_graph_n_ops(g); k++)
-    if (sim_graph_op_type(g, k) == SIM_OP_ATTENTION)
-      x = k;
-  cr_assert_geq(x, 0);
+  int x;
+  g_autoptr(SimGraph) g = ring_llama(&x);
   g_autoptr(SimMachine) m = switch4_latency(1000, 1);
   const SimDeviceSpec *spec = sim_machine_device_spec(m, 0);
   for (int n = 2; n <= 4; n += 2) {
