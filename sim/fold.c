@@ -501,6 +501,12 @@ static gboolean collect_flows(const SimTaskGraph *tg, const SimMachine *m, const
   return ring_ok;
 }
 
+/* Whether the simulation was cancelled (Fold.cancel). */
+static gboolean fold_cancelled(const Fold *f)
+{
+  return f->cancel && atomic_load(f->cancel);
+}
+
 /* Whether every symmetry maps the routes of the part pairs onto routes with the same
  * links' bandwidth and latency, one to one (map_route()), and those of the whole pairs
  * too, or else onto links no part flow uses. */
@@ -548,6 +554,10 @@ static gboolean symmetries_keep_routes(const SimMachine *m, const Fold *f, const
     for (int k = 0; ok && k < sh->K; k++) {
       if (r == 0 && k == 0)
         continue;
+      if (fold_cancelled(f)) {
+        ok = FALSE;
+        break;
+      }
       map.stamp++; /* an empty map for this symmetry */
       for (int phase = 0; phase < 2 && ok; phase++) {
         GArray *set = keys[phase];
@@ -859,6 +869,8 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
     for (int k = 0; k < sh->K; k++) {
       if (r == 0 && k == 0)
         continue;
+      if (fold_cancelled(f))
+        break; /* what was kept is dropped with the lowering */
       for (int d = 0; d < sh->nd; d++)
         map[d] = fold_map(f, d, r, k, sh->ranks);
       for (guint q = 0; q < np; q++) {
@@ -994,6 +1006,8 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
     for (int k = 0; k < sh->K; k++) {
       if (r == 0 && k == 0)
         continue;
+      if (fold_cancelled(f))
+        break; /* dropped with the lowering */
       int rk = r * sh->K + k;
       for (guint q = 0; q < sh->part->len; q++) {
         if (keep && !keep[(size_t)rk * sh->part->len + q])

@@ -36,6 +36,9 @@ typedef struct {
   /* Leave out the shadows whose links no simulated flow crosses, directly or through
    * other shadows (SimOptions.prune_shadows, brief runs; not with @checked). */
   gboolean prune;
+  /* Set when the simulation is cancelled (SimOptions.cancel): the checks and the shadows
+   * stop where they are, and the caller drops what they made. */
+  const atomic_int *cancel;
 } Fold;
 
 void fold_clear(Fold *f);

@@ -178,7 +178,7 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
   Lowered out = { 0 };
   out.rep_of = g_new(int, nd);
   Fold f = { .nd = nd, .D = 1, .prune = brief && o->prune_shadows && !o->keep_timeline,
-             .ask_check = o->fold_checked };
+             .ask_check = o->fold_checked, .cancel = o->cancel };
   gboolean replicas = FALSE, ranks = FALSE;
   /* The offloaded updates' PCIe transfers get shadows like any flow (fold.c): a folded
    * device's share of the host links it shares with others. */
