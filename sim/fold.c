@@ -1018,23 +1018,7 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
         int made_at = -1;
         t.device = fold_map(f, at.a, r, k, sh->ranks);
         t.peer = fold_map(f, at.b, r, k, sh->ranks);
-        if (at.host) {
-          /* The image device's flow with its host, over its own PCIe links (the same
-           * latency: the route check mapped them link by link). */
-          host_links_into(m, t.device, at.host, host_links);
-          SimTaskRef sr = sim_taskgraph_add_collective_flow(
-            tg, shadow_block, t.cls, (const int *)(const void *)host_links->data,
-            (int)host_links->len, &t.device, 1, t.bytes, t.duration, t.op, t.mb, -1);
-          for (guint j = 0; preds[q] && j < preds[q]->len; j++)
-            sim_taskgraph_depend(tg, shadow_block, g_array_index(preds[q], SimTaskRef, j), sr);
-          if (f->watch) {
-            SimTaskRef orig = { at.block, at.index };
-            g_array_append_val(f->watch, orig);
-            g_array_append_val(f->watch, sr);
-          }
-          continue;
-        }
-        if (t.coll >= 0) {
+        if (!at.host && t.coll >= 0) {
           /* An image inside the collective's own devices is one of its own flows. */
           int sid = sh->set_of[t.coll];
           const uint8_t *in = sh->member->pdata[sid];
@@ -1068,8 +1052,18 @@ static void add_shadow_tasks(SimTaskGraph *tg, const SimMachine *m, Fold *f,
             continue;
           }
         }
-        SimTaskRef sr = t.n_links ? add_ring_image(tg, m, f, sh, shadow_block, ob, &t, r, k)
-                                  : sim_taskgraph_add(tg, shadow_block, &t);
+        SimTaskRef sr;
+        if (at.host) {
+          /* The image device's flow with its host, over its own PCIe links (the same
+           * latency: the route check mapped them link by link). */
+          host_links_into(m, t.device, at.host, host_links);
+          sr = sim_taskgraph_add_collective_flow(
+            tg, shadow_block, t.cls, (const int *)(const void *)host_links->data,
+            (int)host_links->len, &t.device, 1, t.bytes, t.duration, t.op, t.mb, -1);
+        } else {
+          sr = t.n_links ? add_ring_image(tg, m, f, sh, shadow_block, ob, &t, r, k)
+                         : sim_taskgraph_add(tg, shadow_block, &t);
+        }
         if (made_at >= 0) {
           if (made_ref->len <= (guint)made_at)
             g_array_set_size(made_ref, (guint)made_at + 1);
