@@ -417,6 +417,16 @@ Test(closed_form, memory_per_parameter_follows_precision_optimizer_and_zero)
   }
 }
 
+/* The parameters of @g's mixture-of-experts operators. */
+static int64_t moe_params(const SimGraph *g)
+{
+  int64_t n = 0;
+  for (int op = 0; op < sim_graph_n_ops(g); op++)
+    if (sim_graph_op_type(g, op) == SIM_OP_MOE)
+      n += sim_graph_op_n_params(g, op);
+  return n;
+}
+
 /* Expert parallelism divides the experts' weights, gradients and Adam states among the
  * ep replicas of a group: with 4 replicas, ep 4 leaves each GPU 16 bytes (mixed bf16:
  * weights and gradients 2 + 2, fp32 master and moments 12) for every other parameter and
@@ -429,10 +439,7 @@ Test(closed_form, expert_parallelism_divides_the_experts_weights)
     g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=256,heads=4,kv_heads=2,experts=4,"
                                        "top_k=2,expert_ffn=512,seq=8,vocab=512,batch=4");
     sim_graph_set_float_dtype(g, SIM_DTYPE_BF16);
-    int64_t experts = 0;
-    for (int op = 0; op < sim_graph_n_ops(g); op++)
-      if (sim_graph_op_type(g, op) == SIM_OP_MOE)
-        experts += sim_graph_op_n_params(g, op);
+    int64_t experts = moe_params(g);
     cr_assert_eq(experts, 2 * 4 * 3 * 256 * 512);
     SimMegatronOptions mo = sim_megatron_options_default();
     mo.dp = 4;
@@ -474,10 +481,7 @@ Test(closed_form, expert_tensor_parallelism_one_holds_whole_experts)
       g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=256,heads=4,kv_heads=2,experts=4,"
                                          "top_k=2,expert_ffn=2048,seq=8,vocab=512,batch=4");
       sim_graph_set_float_dtype(g, SIM_DTYPE_BF16);
-      int64_t experts = 0;
-      for (int op = 0; op < sim_graph_n_ops(g); op++)
-        if (sim_graph_op_type(g, op) == SIM_OP_MOE)
-          experts += sim_graph_op_n_params(g, op);
+      int64_t experts = moe_params(g);
       cr_assert_eq(experts, 2 * 4 * 3 * 256 * 2048);
       E = (double)experts;
       SimMegatronOptions mo = sim_megatron_options_default();
