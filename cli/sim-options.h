@@ -21,7 +21,7 @@ typedef struct {
   gboolean zero2, zero3;
   double offload_optimizer;     /* --offload-optimizer: the fraction of the states, 0..1 */
   gboolean offload_overlap;     /* --offload-overlap                                     */
-  gboolean no_chains, no_rings, no_steady, fold_check, no_prune;
+  gboolean no_chains, no_rings, no_steady, fold_check, no_prune, no_ring_steps;
   double coll_efficiency, coll_latency_us, coll_base_us, net_efficiency;
   /* The collective and roofline parameters: NaN where not given (the defaults). */
   double gemm_efficiency, memory_efficiency, host_overhead_us, gemm_latency_us, host_step_us;

@@ -104,6 +104,13 @@ typedef struct {
    * does (on a rail-optimized network, every shadow of a folded tensor-parallel rank).
    * Reports keep them (their links' bytes are reported). */
   gboolean prune_shadows;
+  /* ring_steps: in a brief run whose chains merge, a tensor-parallel ring over a whole
+   * node that one simulated device alone waits for is lowered as a step of that
+   * device's stream, for the time the ring takes alone (not where data-parallel
+   * replicas fold, nor under sequence parallelism).  Checked once the graph is whole:
+   * a device whose stream runs something beside one of its rings, or whose rings' links
+   * some other flow crosses, runs its rings as flows. */
+  gboolean ring_steps;
 } SimOptions;
 
 SIM_PUBLIC SimOptions sim_options_default(void);

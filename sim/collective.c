@@ -574,6 +574,46 @@ void sim_collective_lower_bare(SimTaskGraph *tg, int block, const SimMachine *m,
         c->bytes, c->op, c->mb, TRUE, start, end);
 }
 
+gboolean sim_collective_node_ring(const SimMachine *m, const SimCollective *c, int32_t *links,
+                                  int cap, int *n_links, double *hop_latency)
+{
+  /* lower()'s choices: no fixed cost (a base latency, a measured table's), no trees or
+   * hierarchy, one channel, and ring_channel()'s whole ring of a node. */
+  const SimCollParams *cp = c->params;
+  int n = c->n;
+  if (c->detail != SIM_DETAIL_FLOWS || !cp->whole_node_rings || n <= 1 ||
+      cp->base_latency > 0 || (c->kind == SIM_COLL_ALLREDUCE && cp->allreduce_table) ||
+      (c->kind == SIM_COLL_ALLREDUCE && c->algo != SIM_ALLREDUCE_RING) ||
+      channel_count(m, c->devices, n) != 1)
+    return FALSE;
+  Ctx x = { NULL, -1, m, c->detail, cp, c->cls, c->op, c->mb, -1 };
+  if (!node_ring(&x, c->devices, n))
+    return FALSE;
+  int total = 0;
+  for (int i = 0; i < n; i++) {
+    int hops;
+    const int *r = sim_machine_route(m, c->devices[i], c->devices[(i + 1) % n], &hops);
+    if (total + hops > cap)
+      return FALSE;
+    memcpy(links + total, r, sizeof(int32_t) * (size_t)hops);
+    total += hops;
+  }
+  *n_links = total;
+  *hop_latency = ring_latency(&x, c->devices, n);
+  return TRUE;
+}
+
+void sim_collective_node_ring_flow(const SimCollective *c, double hop_latency, double *bytes,
+                                   double *latency)
+{
+  int n = c->n;
+  int steps = c->kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+  /* ring()'s chunk and ring_flow_lat()'s flow. */
+  double chunk = c->bytes / n;
+  *bytes = chunk * steps;
+  *latency = steps * (hop_latency + c->params->step_latency);
+}
+
 /* What the busiest link takes to carry the transfers @edges (a source, a destination and
  * bytes each) at once, at the collectives' share of its bandwidth. */
 typedef struct {

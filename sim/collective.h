@@ -88,6 +88,17 @@ void sim_collective_lower(SimTaskGraph *tg, int block, const SimMachine *m, cons
 void sim_collective_lower_bare(SimTaskGraph *tg, int block, const SimMachine *m,
                                const SimCollective *c, SimTaskRef *start, SimTaskRef *end);
 
+/* Whether @c, lowered by sim_collective_lower_bare() with bytes to move, is two join
+ * points around the one flow of a whole node's ring (SimCollParams.whole_node_rings) and
+ * nothing else, whatever its bytes: then @links holds the ring's links from the first
+ * member on (@n_links of at most @cap; FALSE where they do not fit) and @hop_latency
+ * its longest hop's latency. */
+gboolean sim_collective_node_ring(const SimMachine *m, const SimCollective *c, int32_t *links,
+                                  int cap, int *n_links, double *hop_latency);
+/* That flow's bytes and latency, as the lowering gives them, for @c's bytes. */
+void sim_collective_node_ring_flow(const SimCollective *c, double hop_latency, double *bytes,
+                                   double *latency);
+
 /* The analytic duration of a collective without contention: what the FLOWS level yields
  * on an idle machine (used by tests and by search heuristics). */
 double sim_collective_time(const SimMachine *m, SimCollKind kind, SimAllreduceAlgo algo,

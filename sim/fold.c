@@ -842,6 +842,9 @@ static uint8_t *shadows_to_keep(SimTaskGraph *tg, const SimMachine *m, const Fol
         live[g_array_index(links, int, j)] = 1;
     }
   }
+  if (tg->step_links)
+    for (guint j = 0; j < tg->step_links->len; j++)
+      live[g_array_index(tg->step_links, int, j)] = 1;
   guint np = sh->part->len;
   size_t n_cand = (size_t)sh->R * sh->K * np;
   uint8_t *keep = g_new0(uint8_t, MAX(n_cand, 1));

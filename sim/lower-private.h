@@ -83,7 +83,33 @@ struct _SimLowering {
    * where expert parallelism moves only the routed tokens (routed_fraction()). */
   double byte_scale;
   gboolean drop_implied;      /* sim_lowering_drop_implied_edges()                       */
+  /* Ring steps (sim_lowering_ring_steps(), lower-tensors.c): on; the steps made, and
+   * the distinct rings met (keyed by their members), with their links in
+   * SimTaskGraph.step_links and the time a ring alone took last. */
+  gboolean ring_steps;
+  GArray *steps;              /* RingStep                                               */
+  SimKeyIndex step_rings;
+  GArray *step_ring;          /* StepRing, by key number                                 */
+  struct _SimNet *step_net;
 };
+
+/* A ring lowered as a step of its device's stream: the step, the task it follows, and
+ * its ring (LoweringStepRing). */
+typedef struct {
+  SimTaskRef task, after;
+  int32_t ring;
+  double bytes, latency;      /* the ring's flow's (sim_collective_node_ring_flow())     */
+} RingStep;
+
+enum { STEP_RING_MAX = 16 };
+
+typedef struct {
+  gboolean ok;                /* the ring lowers as a whole node's one flow              */
+  int32_t links_off, n_links; /* in SimTaskGraph.step_links                              */
+  int32_t devs[STEP_RING_MAX], n_devs; /* its members in ring order                     */
+  double ring_latency;        /* sim_collective_node_ring()'s                            */
+  double bytes, latency, time; /* the last flow's, and how long it took alone            */
+} StepRing;
 
 /* A set of shards that hold the same region of a tensor. */
 
@@ -189,9 +215,10 @@ static inline SimTaskRef ref_done(const SimLowering *lw, const OpLay *l, int pas
 static inline uint64_t stream_key(const SimLowering *lw, const OpLay *l, int pass, int mb)
 {
   size_t u = (size_t)l->stage * lw->M + mb;
+  /* Even: the odd key after a task's is a ring step's that follows it (ring_step()). */
   if (pass == P_F)
-    return lw->rank_f[u] << 32 | (uint32_t)(l - lw->ops);
-  return lw->rank_b[u] << 32 | (pass == P_B ? l->pos_b : l->pos_r);
+    return lw->rank_f[u] << 32 | 2 * (uint32_t)(l - lw->ops);
+  return lw->rank_b[u] << 32 | 2 * (pass == P_B ? l->pos_b : l->pos_r);
 }
 
 /* Declares that compute task (@a, @pa, @mba, shard @sa) comes before (@b, @pb, @mbb, shard

@@ -3,6 +3,7 @@
  * (or scattered and gathered across pipeline stages), expert parallelism as an all-to-all.
  */
 #include "lower-private.h"
+#include "network.h"
 
 #include <math.h>
 #include <string.h>
@@ -203,6 +204,90 @@ static double overlap_rs_delay(SimLowering *lw, const OpLay *l, int sh, const Ho
   return MAX(0.0, c + a + (k - 1) * MAX(c, a) - g);
 }
 
+/* Where the network says a ring alone ends. */
+static void step_end(void *user, int flow_task, double end)
+{
+  *(double *)user = end;
+}
+
+/* A ring step (sim_lowering_ring_steps()): the reduction @coll of group @h, which one
+ * simulated shard alone waits for, as a compute task of that shard's device that runs
+ * right after the shard's task (@pass, @mb) on its stream, for as long as the ring's
+ * flow takes alone on its links (the time the engine's group schedule gives it,
+ * engine-groups.c: its latency, then its bytes at the network's rate).  Only a ring
+ * that sim_collective_lower_bare() lowers as a whole node's one flow qualifies.  Where
+ * the stream does nothing but wait for the ring, and nothing else crosses its links,
+ * the ring ends when the step does; sim_lowering_settle_ring_steps() checks that once the
+ * graph is whole.  TRUE with the step in @out. */
+static gboolean ring_step(SimLowering *lw, int block, const OpLay *l, const Holders *h,
+                          const SimCollective *coll, int pass, int mb, SimTaskRef *out)
+{
+  if (!lw->ring_steps || h->n_devs > STEP_RING_MAX)
+    return FALSE;
+  int sh = -1;
+  for (int i = 0; i < h->n; i++)
+    if (l->cidx[h->members[i]] >= 0) {
+      if (sh >= 0)
+        return FALSE;
+      sh = h->members[i];
+    }
+  if (sh < 0)
+    return FALSE;
+  int32_t key[STEP_RING_MAX + 2] = { 0 };
+  key[0] = coll->kind;
+  key[1] = h->n_devs;
+  memcpy(key + 2, h->devs, sizeof(int32_t) * (size_t)h->n_devs);
+  gboolean added;
+  guint id = sim_key_index_get(&lw->step_rings, key, &added);
+  if (added) {
+    StepRing r = { 0 };
+    int32_t links[STEP_RING_MAX * 8];
+    int n_links = 0;
+    r.ok = sim_collective_node_ring(lw->m, coll, links, (int)G_N_ELEMENTS(links), &n_links,
+                                    &r.ring_latency);
+    if (r.ok) {
+      if (!lw->tg->step_links)
+        lw->tg->step_links = g_array_new(FALSE, FALSE, sizeof(int));
+      r.links_off = (int32_t)lw->tg->step_links->len;
+      r.n_links = n_links;
+      r.n_devs = h->n_devs;
+      memcpy(r.devs, h->devs, sizeof(int32_t) * (size_t)h->n_devs);
+      g_array_append_vals(lw->tg->step_links, links, (guint)n_links);
+    }
+    r.bytes = -1;
+    g_array_append_val(lw->step_ring, r);
+  }
+  StepRing *r = &g_array_index(lw->step_ring, StepRing, id);
+  if (!r->ok || coll->bytes <= 0)
+    return FALSE;
+  double bytes, latency;
+  sim_collective_node_ring_flow(coll, r->ring_latency, &bytes, &latency);
+  if (bytes != r->bytes || latency != r->latency) {
+    /* As the merging's absorbable_rings() times a ring: the net left empty after it. */
+    if (!lw->step_net)
+      lw->step_net = sim_net_new(lw->m, &lw->cp);
+    const int *links = &g_array_index(lw->tg->step_links, int, r->links_off);
+    double end = INFINITY, ignored;
+    int slot = sim_net_add(lw->step_net, 0, links, r->n_links, bytes, latency);
+    sim_net_update(lw->step_net, latency, step_end, &end);
+    sim_net_remove(lw->step_net, slot, end);
+    sim_net_update(lw->step_net, end, step_end, &ignored);
+    r->bytes = bytes;
+    r->latency = latency;
+    r->time = end;
+  }
+  if (!isfinite(r->time))
+    return FALSE;
+  SimTask t = sim_task_compute(SIM_CLASS_REDUCTION, l->dev[sh], l->op, sh, mb, r->time);
+  t.n_kernels = 0;
+  *out = sim_taskgraph_add(lw->tg, block, &t);
+  sim_taskgraph_stream_add(lw->tg, block, l->dev[sh], stream_key(lw, l, pass, mb) + 1,
+                           out->index);
+  RingStep st = { *out, ref_done(lw, l, pass, mb, sh), (int32_t)id, bytes, latency };
+  g_array_append_val(lw->steps, st);
+  return TRUE;
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
                           const gboolean *scatter, gboolean partial, int pass, int mb,
                           SimDType dt, int tensor, Ready *ready, const TpOverlap *ov)
@@ -247,7 +332,10 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
                              .devices = h->devs, .n = h->n_devs,
                              .bytes = (double)lower_region_bytes(&h->region, dt) * lw->byte_scale,
                              .op = -1, .mb = mb };
-      sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &ready[k].end);
+      if (ring_step(lw, block, l, h, &coll, pass, mb, &start))
+        ready[k].end = start;
+      else
+        sim_collective_lower_bare(lw->tg, block, lw->m, &coll, &start, &ready[k].end);
     } else {
       /* Partial sums on one device add up where they are. */
       SimTask nop = sim_task_nop();

@@ -27,6 +27,7 @@
  * lower-sync.c the synchronization, sharing lower-private.h.
  */
 #include "lower-private.h"
+#include "network.h"
 
 #include <math.h>
 #include <string.h>
@@ -538,8 +539,6 @@ static void build_op_block(SimLowering *lw, int x)
     return;
   SimTaskGraph *tg = lw->tg;
   int b = l->block, M = lw->M;
-  const uint64_t *rf = lw->rank_f + (size_t)l->stage * M;
-  const uint64_t *rb = lw->rank_b + (size_t)l->stage * M;
   int passes = l->recompute ? 3 : 2;
   int n_sim = 0;
   for (int sh = 0; sh < l->n_shards; sh++)
@@ -553,26 +552,23 @@ static void build_op_block(SimLowering *lw, int x)
           continue;
         int dev = l->dev[sh];
         SimTask t;
-        uint64_t key;
+        uint64_t key = stream_key(lw, l, p, mb);
         /* Under a ring (build_ring()) the task runs the op's other kernels only. */
         double ring_f = ring_pass(l, P_F) ? l->core_f[sh] : 0;
         if (p == P_F) {
           t = sim_task_compute(SIM_CLASS_FORWARD, dev, x, sh, mb, l->t_f[sh] - ring_f);
           t.mem_alloc = l->a_f[sh];
           t.n_kernels = l->k_f;
-          key = rf[mb] << 32 | (uint32_t)x;
         } else if (p == P_B) {
           gboolean ring_b = ring_pass(l, P_B);
           t = sim_task_compute(SIM_CLASS_BACKWARD, dev, x, sh, mb, ring_b ? 0 : l->t_b[sh]);
           t.mem_free = ring_b ? 0 : l->a_f[sh] + l->a_r[sh];
           t.n_kernels = l->k_b;
-          key = rb[mb] << 32 | l->pos_b;
         } else {
           t = sim_task_compute(SIM_CLASS_RECOMPUTE, dev, x, sh, mb,
                                l->t_r[sh] - (ring_pass(l, P_R) ? l->core_f[sh] : 0));
           t.mem_alloc = l->a_r[sh];
           t.n_kernels = l->k_r;
-          key = rb[mb] << 32 | l->pos_r;
         }
         SimTaskRef r = sim_taskgraph_add(tg, b, &t);
         sim_taskgraph_stream_add(tg, b, dev, key, r.index);
@@ -588,7 +584,7 @@ static void build_op_block(SimLowering *lw, int x)
        * none of them an operator's own. */
       t.n_kernels = 0;
       SimTaskRef r = sim_taskgraph_add(tg, b, &t);
-      sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | (uint32_t)x,
+      sim_taskgraph_stream_add(tg, b, l->dev[sh], lw->rank_update << 32 | 2 * (uint32_t)x,
                                r.index);
     }
   if (l->ring > 1)
@@ -720,6 +716,9 @@ SimLowering *sim_lowering_new(const SimGraph *g, const SimMachine *m, const SimS
   lw->coll_blocks = g_array_new(FALSE, FALSE, sizeof(int));
   sim_key_index_init(&lw->regions, sizeof(RegionKey));
   sim_key_index_init(&lw->transfers, sizeof(SentKey));
+  sim_key_index_init(&lw->step_rings, (STEP_RING_MAX + 2) * sizeof(int32_t));
+  lw->steps = g_array_new(FALSE, FALSE, sizeof(RingStep));
+  lw->step_ring = g_array_new(FALSE, FALSE, sizeof(StepRing));
   lw->coll_keys = g_hash_table_new_full(sim_bytes_hash, g_bytes_equal,
                                         (GDestroyNotify)g_bytes_unref, NULL);
   lw->op_sync = g_new0(struct OpSync, MAX(lw->n_ops, 1));
@@ -788,6 +787,143 @@ void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTenso
   sim_map_project(map, &shp, lo, hi, out);
 }
 
+void sim_lowering_ring_steps(SimLowering *lw, gboolean on)
+{
+  lw->ring_steps = on;
+}
+
+void sim_lowering_settle_ring_steps(SimLowering *lw)
+{
+  SimTaskGraph *tg = lw->tg;
+  guint ns = lw->steps->len;
+  if (ns == 0)
+    return;
+  int n = tg->n_tasks, nd = tg->n_devices, nl = sim_machine_n_links(lw->m);
+  SimTask *task = tg->task;
+  int32_t *pos = sim_large_alloc(MAX((size_t)n, 1) * sizeof(int32_t));
+  memset(pos, 0xff, (size_t)n * sizeof(int32_t));
+  for (int32_t k = 0; k < tg->stream_off[nd]; k++)
+    pos[tg->stream[k]] = k;
+  /* Per device: whether its steps stand for their rings (1), or run as their flows (0). */
+  uint8_t *clean = g_new(uint8_t, MAX(nd, 1));
+  memset(clean, 1, (size_t)nd);
+  for (guint i = 0; i < ns; i++) {
+    const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    int32_t id = sim_taskgraph_id(tg, st->task), a = sim_taskgraph_id(tg, st->after);
+    int32_t d = task[id].device, k = pos[id], hi = G_MAXINT32;
+    const int32_t *su = tg->succ + task[id].succ_off;
+    for (int j = 0; j < task[id].n_succ; j++)
+      if (su[j] >= 0 && task[su[j]].device == d && pos[su[j]] > k)
+        hi = MIN(hi, pos[su[j]]);
+    /* Where the stream runs something else before it waits for the ring, the ring runs
+     * beside that; where no later task of the stream waits for it, beside any of them. */
+    if (pos[a] != k - 1 || hi != k + 1)
+      clean[d] = 0;
+  }
+  /* The rings' links their own: no other device's ring and no flow crosses them. */
+  int32_t *owner = g_new(int32_t, MAX(nl, 1));
+  for (int l = 0; l < nl; l++)
+    owner[l] = -1;
+  for (guint i = 0; i < ns; i++) {
+    const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
+    const int *links = &g_array_index(tg->step_links, int, r->links_off);
+    int32_t d = task[sim_taskgraph_id(tg, st->task)].device;
+    for (int j = 0; j < r->n_links; j++) {
+      int32_t *o = &owner[links[j]];
+      if (*o >= 0 && *o != d)
+        clean[*o] = clean[d] = 0;
+      *o = d;
+    }
+  }
+  for (int t = 0; t < n; t++) {
+    const SimTask *f = &task[t];
+    if (f->kind != SIM_TASK_FLOW)
+      continue;
+    int k = f->n_links;
+    const int32_t *links = k ? sim_task_links(tg, f) : NULL;
+    if (!k && f->device != f->peer) {
+      const SimRoute *r = sim_machine_route_info(lw->m, f->device, f->peer);
+      k = r->n_links;
+      links = r->links;
+    }
+    for (int j = 0; j < k; j++)
+      if (owner[links[j]] >= 0)
+        clean[owner[links[j]]] = 0;
+  }
+  g_free(owner);
+  /* The steps of a device that is not clean run as their rings' flows (the flow
+   * sim_collective_lower_bare() makes, without its join points, which change no time),
+   * off the stream, each ring's links and members added to the graph's once. */
+  guint n_ring = lw->step_ring->len;
+  int32_t *ring_off = g_new(int32_t, MAX(n_ring, 1));
+  for (guint r = 0; r < n_ring; r++)
+    ring_off[r] = -1;
+  size_t add = 0;
+  gboolean moved = FALSE;
+  for (guint i = 0; i < ns; i++) {
+    const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    int32_t d = task[sim_taskgraph_id(tg, st->task)].device;
+    if (!clean[d] && ring_off[st->ring] < 0) {
+      const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
+      ring_off[st->ring] = 0;
+      add += (size_t)r->n_links + (size_t)r->n_devs;
+    }
+  }
+  if (add) {
+    /* After the assembly's extra array, as the merging's rings are (taskgraph-merge.c). */
+    size_t base = tg->cap_extra;
+    int32_t *extra = sim_large_alloc((base + add) * sizeof(int32_t));
+    if (base)
+      memcpy(extra, tg->extra, base * sizeof(int32_t));
+    g_free(tg->extra);
+    tg->extra = extra;
+    tg->cap_extra = base + add;
+    for (guint q = 0; q < n_ring; q++) {
+      if (ring_off[q] < 0)
+        continue;
+      const StepRing *r = &g_array_index(lw->step_ring, StepRing, q);
+      ring_off[q] = (int32_t)base;
+      memcpy(tg->extra + base, &g_array_index(tg->step_links, int, r->links_off),
+             (size_t)r->n_links * sizeof(int32_t));
+      memcpy(tg->extra + base + r->n_links, r->devs, (size_t)r->n_devs * sizeof(int32_t));
+      base += (size_t)r->n_links + (size_t)r->n_devs;
+    }
+  }
+  for (guint i = 0; i < ns; i++) {
+    const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    SimTask *t = &task[sim_taskgraph_id(tg, st->task)];
+    if (clean[t->device])
+      continue;
+    const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
+    SimTask f = sim_task_flow(SIM_CLASS_REDUCTION, r->devs[0], r->devs[1], st->bytes, -1, t->mb);
+    f.duration = st->latency;
+    f.links_off = ring_off[st->ring];
+    f.n_links = (uint16_t)r->n_links;
+    f.n_members = (uint16_t)r->n_devs;
+    f.succ_off = t->succ_off;
+    f.n_succ = t->n_succ;
+    *t = f;
+    moved = TRUE;
+  }
+  if (moved) {
+    int32_t out = 0;
+    for (int d = 0; d < nd; d++) {
+      int32_t lo = tg->stream_off[d], hi = tg->stream_off[d + 1];
+      tg->stream_off[d] = out;
+      for (int32_t k = lo; k < hi; k++)
+        if (task[tg->stream[k]].kind == SIM_TASK_COMPUTE)
+          tg->stream[out++] = tg->stream[k];
+    }
+    tg->stream_off[nd] = out;
+  }
+  if (moved)
+    g_debug("ring steps: %u, some of whose devices run their rings as flows", ns);
+  g_free(ring_off);
+  g_free(clean);
+  g_free(pos);
+}
+
 void sim_lowering_drop_implied_edges(SimLowering *lw, gboolean on)
 {
   lw->drop_implied = on;
@@ -829,6 +965,10 @@ void sim_lowering_free(SimLowering *lw)
   g_free(lw->simulated);
   sim_taskgraph_free(lw->tg);
   sim_key_index_free(&lw->regions);
+  sim_key_index_free(&lw->step_rings);
+  g_array_free(lw->steps, TRUE);
+  g_array_free(lw->step_ring, TRUE);
+  g_clear_pointer(&lw->step_net, sim_net_free);
   sim_key_index_free(&lw->transfers);
   g_free(lw);
 }

@@ -27,6 +27,23 @@ void sim_lowering_set_microbatch_count(SimLowering *lw, int n);
  * there): what sim_taskgraph_merge_chains() removes first, never built for a graph that
  * will be merged (simulate.c).  Call before sim_lowering_build(). */
 void sim_lowering_drop_implied_edges(SimLowering *lw, gboolean on);
+/* Ring steps, for a graph whose chains will be merged and whose rings' links only the
+ * simulated flows and the shadows they meet show (a brief run's, simulate.c): a
+ * tensor-parallel reduction that one simulated shard alone waits for, lowered by its
+ * collective as a whole node's one flow, becomes a compute task of that shard's device
+ * for the time its flow takes alone, placed on the stream right after the shard's task
+ * (lower-tensors.c, ring_step()).  Three tasks (the flow and two join points) become
+ * one, which the merging takes into the stream's runs.  Call before sim_lowering_build();
+ * then sim_lowering_settle_ring_steps() after the assembly. */
+void sim_lowering_ring_steps(SimLowering *lw, gboolean on);
+/* After the assembly of a graph with ring steps: makes each step run as its ring would.
+ * A step ends when its ring would where the ring runs alone and the stream waits for it,
+ * and for nothing else, between the task it follows and the next (in the graph with the
+ * ring, nothing runs on the device meanwhile).  That holds for every step of a device
+ * whose steps all sit between the task they follow and the first that waits for them
+ * (so that its rings run one at a time), and whose rings' links no flow and no other
+ * device's ring crosses.  The steps of any other device run as their rings' flows. */
+void sim_lowering_settle_ring_steps(SimLowering *lw);
 void sim_lowering_free(SimLowering *lw);
 /* Builds every block. */
 void sim_lowering_build(SimLowering *lw);

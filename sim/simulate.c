@@ -40,7 +40,7 @@ SimOptions sim_options_default(void)
   return (SimOptions){ .detail = SIM_DETAIL_FLOWS, .fold = TRUE, .keep_timeline = FALSE,
                        .coll_step_latency = -1, .coll_base_latency = -1,
                        .merge_chains = TRUE, .merge_rings = TRUE, .steady_state = TRUE,
-                       .prune_shadows = TRUE };
+                       .prune_shadows = TRUE, .ring_steps = TRUE };
 }
 
 SimCollParams sim_coll_params_from_options(const SimOptions *o)
@@ -118,6 +118,14 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
   if (count > 0)
     sim_lowering_set_microbatch_count(lw, count);
   sim_lowering_drop_implied_edges(lw, drops_implied_edges(o));
+  /* Ring steps need the shadows a brief run keeps (their rings' links count as crossed,
+   * fold.c) and no replica's image of a ring (which a step does not have).  Sequence
+   * parallelism's gathers cross the rings' links, which the merging's rings allow where
+   * the stream waits for them and its layer norms' sums come after the backward pass
+   * (taskgraph-merge.c, absorbable_rings()), and steps do not. */
+  sim_lowering_ring_steps(lw, f->prune && !use_r && o->ring_steps && merges_chains(o) &&
+                                o->merge_rings && cp->whole_node_rings &&
+                                !s->sequence_parallel && !g_getenv("PARASOL_NO_FLOW_GROUPS"));
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
   sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);
@@ -385,6 +393,7 @@ static gboolean one_shot_run(OneShot *os, const SimGraph *g, const SimMachine *m
     if (!sim_taskgraph_assemble(tg))
       goto cancelled;
   }
+  sim_lowering_settle_ring_steps(os->lo.lw);
   if (os->lo.watch) {
     /* The shadows to check, and their originals, by task id (the merging renumbers them). */
     g_free(tg->watch);

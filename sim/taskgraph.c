@@ -177,6 +177,8 @@ void sim_taskgraph_free(SimTaskGraph *tg)
     g_ptr_array_free(tg->coll_devs, TRUE);
   g_free(tg->coll_last);
   g_free(tg->watch);
+  if (tg->step_links)
+    g_array_free(tg->step_links, TRUE);
   g_free(tg);
 }
 

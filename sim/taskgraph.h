@@ -225,6 +225,10 @@ typedef struct {
    * (simulate.c). */
   int32_t *watch;
   size_t n_watch;
+  /* The links of the rings lowered as steps of a stream (lower-tensors.c, ring_step()), or
+   * NULL: no flow of the graph stands for them, and folding counts them as a simulated
+   * flow's (fold.c, shadows_to_keep()). */
+  GArray *step_links;    /* int                                                        */
   /* A flag the assembly and the merging (taskgraph-merge.c) poll, or NULL: a search past
    * its deadline raises it (SimOptions.cancel), and they then stop where they are, leaving
    * the graph only to be freed. */

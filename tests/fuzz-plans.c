@@ -401,6 +401,7 @@ static int accel_seed(guint32 seed, SimCostModel *c, int *runs)
   off.merge_rings = FALSE;
   off.steady_state = FALSE;
   off.prune_shadows = FALSE;
+  off.ring_steps = FALSE;
   g_autoptr(SimReport) ra = sim_simulate(dr.g, dr.m, s, c, &o, &error);
   g_autoptr(SimReport) rb = ra ? sim_simulate(dr.g, dr.m, s, c, &off, &error) : NULL;
   int bad = 0;
