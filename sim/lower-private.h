@@ -97,7 +97,7 @@ struct _SimLowering {
  * its ring (LoweringStepRing). */
 typedef struct {
   SimTaskRef task, after;
-  int32_t ring;
+  int32_t ring, device;
   double bytes, latency;      /* the ring's flow's (sim_collective_node_ring_flow())     */
 } RingStep;
 

@@ -283,7 +283,7 @@ static gboolean ring_step(SimLowering *lw, int block, const OpLay *l, const Hold
   *out = sim_taskgraph_add(lw->tg, block, &t);
   sim_taskgraph_stream_add(lw->tg, block, l->dev[sh], stream_key(lw, l, pass, mb) + 1,
                            out->index);
-  RingStep st = { *out, ref_done(lw, l, pass, mb, sh), (int32_t)id, bytes, latency };
+  RingStep st = { *out, ref_done(lw, l, pass, mb, sh), (int32_t)id, l->dev[sh], bytes, latency };
   g_array_append_val(lw->steps, st);
   return TRUE;
 }

@@ -810,7 +810,9 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
     int32_t id = sim_taskgraph_id(tg, st->task), a = sim_taskgraph_id(tg, st->after);
-    int32_t d = task[id].device, k = pos[id], hi = G_MAXINT32;
+    int32_t d = st->device, k = pos[id], hi = G_MAXINT32;
+    if (!clean[d])
+      continue;
     const int32_t *su = tg->succ + task[id].succ_off;
     for (int j = 0; j < task[id].n_succ; j++)
       if (su[j] >= 0 && task[su[j]].device == d && pos[su[j]] > k)
@@ -828,7 +830,9 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
     const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
     const int *links = &g_array_index(tg->step_links, int, r->links_off);
-    int32_t d = task[sim_taskgraph_id(tg, st->task)].device;
+    int32_t d = st->device;
+    if (i > 0 && st->ring == st[-1].ring && d == st[-1].device)
+      continue; /* the same links as the step before */
     for (int j = 0; j < r->n_links; j++) {
       int32_t *o = &owner[links[j]];
       if (*o >= 0 && *o != d)
@@ -863,8 +867,7 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   gboolean moved = FALSE;
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
-    int32_t d = task[sim_taskgraph_id(tg, st->task)].device;
-    if (!clean[d] && ring_off[st->ring] < 0) {
+    if (!clean[st->device] && ring_off[st->ring] < 0) {
       const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
       ring_off[st->ring] = 0;
       add += (size_t)r->n_links + (size_t)r->n_devs;
@@ -892,9 +895,9 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   }
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
-    SimTask *t = &task[sim_taskgraph_id(tg, st->task)];
-    if (clean[t->device])
+    if (clean[st->device])
       continue;
+    SimTask *t = &task[sim_taskgraph_id(tg, st->task)];
     const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
     SimTask f = sim_task_flow(SIM_CLASS_REDUCTION, r->devs[0], r->devs[1], st->bytes, -1, t->mb);
     f.duration = st->latency;
