@@ -510,7 +510,7 @@ static gboolean fold_cancelled(const Fold *f)
 /* Whether every symmetry maps the routes of the part pairs onto routes with the same
  * links' bandwidth and latency, one to one (map_route()), and those of the whole pairs
  * too, or else onto links no part flow uses. */
-static gboolean symmetries_keep_routes(const SimMachine *m, Fold *f, const Shadows *sh)
+static gboolean symmetries_keep_routes(const SimMachine *m, const Fold *f, const Shadows *sh)
 {
   int nl = sim_machine_n_links(m), nd = sh->nd;
   gboolean ok = TRUE;
@@ -569,12 +569,10 @@ static gboolean symmetries_keep_routes(const SimMachine *m, Fold *f, const Shado
           int pa = fold_map(f, a, r, k, sh->ranks), pb = fold_map(f, b, r, k, sh->ranks);
           if (!map_route(m, routes + off[i], off[i + 1] - off[i], pa, pb, &map,
                          phase ? whole_links : part_links)) {
-            if (phase) {
+            if (phase)
               whole_symmetric = FALSE;
-            } else {
+            else
               ok = FALSE;
-              f->replicas_refused = k == 0;
-            }
           }
         }
         /* Each device's host links onto its image's, in the same map. */
@@ -586,7 +584,6 @@ static gboolean symmetries_keep_routes(const SimMachine *m, Fold *f, const Shado
           ok = map_links((const int *)(const void *)h1->data, (int)h1->len,
                          (const int *)(const void *)h2->data, (int)h2->len, TRUE, &map,
                          part_links);
-          f->replicas_refused = !ok && k == 0;
         }
       }
     }

@@ -36,9 +36,6 @@ typedef struct {
   /* Leave out the shadows whose links no simulated flow crosses, directly or through
    * other shadows (SimOptions.prune_shadows, brief runs; not with @checked). */
   gboolean prune;
-  /* Set by add_shadows() where the route check refused a symmetry that shifts the
-   * replicas alone (the tensor-parallel ranks in place). */
-  gboolean replicas_refused;
   /* Set when the simulation is cancelled (SimOptions.cancel): the checks and the shadows
    * stop where they are, and the caller drops what they made. */
   const atomic_int *cancel;

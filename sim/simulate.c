@@ -216,16 +216,9 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
   int lowered_mbs = count > 0 ? count : s->microbatches;
   gboolean hint = fv && fv->known && fv->whole_node_rings == cp->whole_node_rings;
   int from = hint ? fv->kept : 0, kept = 3;
-  /* A try whose routes the replicas' shifts alone broke (the ranks in place) is followed
-   * by the try of the replicas alone, whose lowering has the flows that broke them: not
-   * asked (at worst a folding left untried, which is slower, never wrong). */
-  gboolean replicas_refused = FALSE;
   for (int t = from; t < 3 && !out.lw; t++) {
     if (!asks[t] || (o->cancel && atomic_load(o->cancel)))
       continue;
-    if (t == 1 && replicas_refused)
-      continue;
-    f.replicas_refused = FALSE;
     gboolean use_r = tries[t][0] && replicas, use_k = tries[t][1] && ranks;
     gboolean later = FALSE;
     for (int u = t + 1; u < 3; u++)
@@ -236,17 +229,13 @@ static Lowered lower_folded(const SimGraph *g, const SimMachine *m, const SimStr
       SimLowering *lw =
         lower_try(g, m, probe, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, 0);
       sim_strategy_free(probe);
-      if (!lw) {
-        replicas_refused = f.replicas_refused;
+      if (!lw)
         continue;
-      }
       sim_lowering_free(lw);
     }
     out.lw = lower_try(g, m, s, cost, o, cp, &f, use_r, use_k, out.rep_of, mask, count);
     if (out.lw)
       kept = t;
-    else
-      replicas_refused = f.replicas_refused;
     if (out.lw && f.watch) {
       out.folding = use_k ? "data-parallel replicas (run checked) and tensor-parallel ranks"
                           : "data-parallel replicas (run checked)";
