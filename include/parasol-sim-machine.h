@@ -25,6 +25,10 @@ typedef struct {
   /* The most any matrix product reaches on this device, as a fraction of the peak, in
    * 16-bit types and in fp8: the best shape of a search over shapes (0: not measured). */
   double matmul_fraction, matmul_fraction_fp8;
+  /* The fraction of the 16-bit tensor-core peak at which the device's fused attention
+   * kernels run a full wave of 128 x 128 blocks, forward and backward: the most a cost
+   * model's attention efficiency may reach there (0: not measured). */
+  double attention_fraction, attention_bwd_fraction;
 } SimDeviceSpec;
 
 SIM_PUBLIC int sim_device_library_n(void);

@@ -28,6 +28,23 @@
 #include <string.h>
 
 #define TERA 1e12
+
+/* Fused attention on Hopper (attention_fraction, attention_bwd_fraction).  Transformer
+ * Engine runs 16-bit attention on Hopper with cuDNN's fused kernel rather than
+ * FlashAttention-2, for speed (its backend selection; docs/llm.md gives the source).  Shah et al., "FlashAttention-3" (2024), figures 5 and 6, measured cuDNN's
+ * kernel on an H100 SXM5 at head dimension 128, 16,384 tokens a batch and 16 heads: 529
+ * TFLOP/s forward with a causal mask and 518 backward without one, at 8,192 positions
+ * (FLOPs of the unmasked pairs).  At that shape, 2 x 16 heads x 64 query blocks on 132
+ * SMs, the roofline's attention (sim/roofline.c, attention_seconds()) runs 16 waves; the
+ * causal forward's 2048 x 32 useful pairs fill 2048 x 32 / (16 x 32.5 x 132) = 0.9548 of
+ * them and the unmasked backward's 2048 x 64 pairs 2048 / (16 x 132) = 0.9697, so the
+ * fractions that reproduce the measurements are 529 / (989.4 x 0.9548) = 0.560 forward
+ * and 518 / (989.4 x 0.9697) = 0.540 backward: below the 0.70 and 0.55 that
+ * FlashAttention-2 reaches on an A100 (the roofline's defaults).  Hopper doubles the
+ * tensor cores' rate an SM over Ampere but not the rate of the exponentials a softmax
+ * needs (the same paper, section 3), so attention keeps a smaller share of the peak. */
+#define H100_ATTENTION_FWD 0.560
+#define H100_ATTENTION_BWD 0.540
 #define GIGA 1e9
 #define GIB ((int64_t)1 << 30)
 
@@ -136,6 +153,8 @@ static const SimDeviceSpec library[] = {
     .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
     .matmul_fraction = 0.801, /* 792.1 of 989 TFLOP/s bf16 (MAMF table) */
     .matmul_fraction_fp8 = 0.709, /* 1402.6 of 1979 TFLOP/s fp8 (MAMF table) */
+    .attention_fraction = H100_ATTENTION_FWD,
+    .attention_bwd_fraction = H100_ATTENTION_BWD,
     .source = "NVIDIA H100 datasheet 2023 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 3.35 TB/s); H100 whitepaper (66.9 fp32, "
               "989.4 fp16/bf16, 1978.9 fp8 dense, 33.5 TOPS int32, 132 SMs)",
@@ -152,6 +171,9 @@ static const SimDeviceSpec library[] = {
     .tf32_flops = 494.7 * TERA, /* TF32 tensor dense: H100 whitepaper (989.4 with sparsity) */
     .matmul_fraction = 0.830, /* 821.0 of 989 TFLOP/s bf16 on GH200 (MAMF table) */
     .matmul_fraction_fp8 = 0.734, /* 1453.4 of 1979 TFLOP/s fp8 (MAMF table) */
+    /* Attention is bound by the SMs' tensor cores and exponentials, the same as the H100's. */
+    .attention_fraction = H100_ATTENTION_FWD,
+    .attention_bwd_fraction = H100_ATTENTION_BWD,
     .source = "NVIDIA H200 datasheet 2024 (SXM: 67 TFLOPS fp32, 1979 fp16/bf16 and 3958 fp8 "
               "with sparsity, halved for dense; 141 GB, 4.8 TB/s); H100 whitepaper for the "
               "GH100 die (132 SMs, 33.5 TOPS int32)",
@@ -243,7 +265,9 @@ static gboolean spec_equal(const SimDeviceSpec *a, const SimDeviceSpec *b)
   return a->mem_bandwidth == b->mem_bandwidth && a->mem_capacity == b->mem_capacity &&
          a->sm_count == b->sm_count && a->launch_overhead == b->launch_overhead &&
          a->tf32_flops == b->tf32_flops && a->matmul_fraction == b->matmul_fraction &&
-         a->matmul_fraction_fp8 == b->matmul_fraction_fp8;
+         a->matmul_fraction_fp8 == b->matmul_fraction_fp8 &&
+         a->attention_fraction == b->attention_fraction &&
+         a->attention_bwd_fraction == b->attention_bwd_fraction;
 }
 
 const SimDeviceSpec *sim_device_spec_intern(const SimDeviceSpec *spec)

@@ -150,6 +150,10 @@ static void write_gpu(Writer *w, const SimMachineDesc *d)
     w_number(w, "matmul_fraction", sp->matmul_fraction, 1.0);
   if (sp->matmul_fraction_fp8 > 0)
     w_number(w, "matmul_fraction_fp8", sp->matmul_fraction_fp8, 1.0);
+  if (sp->attention_fraction > 0)
+    w_number(w, "attention_fraction", sp->attention_fraction, 1.0);
+  if (sp->attention_bwd_fraction > 0)
+    w_number(w, "attention_bwd_fraction", sp->attention_bwd_fraction, 1.0);
   w_string(w, "source", sp->source);
   w_close(w, '}');
 }

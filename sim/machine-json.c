@@ -194,7 +194,8 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
   static const char *const keys[] = {
     "name", "vendor_name", "base", "peak_TFLOPS", "memory_bandwidth_GBps",
     "memory_bandwidth_Gbps", "memory_GiB", "sm_count", "launch_overhead_us", "source",
-    "matmul_fraction", "matmul_fraction_fp8", NULL,
+    "matmul_fraction", "matmul_fraction_fp8", "attention_fraction", "attention_bwd_fraction",
+    NULL,
   };
   if (!sim_json_check_keys(r, o, path, keys))
     return NULL;
@@ -267,14 +268,22 @@ static const SimDeviceSpec *parse_inline_gpu(Reader *r, JsonObject *o, const cha
       !member_latency(r, o, path, "launch_overhead_us", &spec.launch_overhead) ||
       !member_number(r, o, path, "matmul_fraction", FALSE, TRUE, 1.0, &spec.matmul_fraction) ||
       !member_number(r, o, path, "matmul_fraction_fp8", FALSE, TRUE, 1.0,
-                     &spec.matmul_fraction_fp8))
+                     &spec.matmul_fraction_fp8) ||
+      !member_number(r, o, path, "attention_fraction", FALSE, TRUE, 1.0,
+                     &spec.attention_fraction) ||
+      !member_number(r, o, path, "attention_bwd_fraction", FALSE, TRUE, 1.0,
+                     &spec.attention_bwd_fraction))
     return NULL;
-  if (spec.matmul_fraction > 1 || spec.matmul_fraction_fp8 > 1) {
-    g_autofree char *where = sim_json_place_key(path, spec.matmul_fraction > 1 ? "matmul_fraction"
-                                                                 : "matmul_fraction_fp8");
-    sim_json_fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
-    return NULL;
-  }
+  static const char *const fractions[] = { "matmul_fraction", "matmul_fraction_fp8",
+                                           "attention_fraction", "attention_bwd_fraction" };
+  const double values[] = { spec.matmul_fraction, spec.matmul_fraction_fp8,
+                            spec.attention_fraction, spec.attention_bwd_fraction };
+  for (size_t i = 0; i < G_N_ELEMENTS(fractions); i++)
+    if (values[i] > 1) {
+      g_autofree char *where = sim_json_place_key(path, fractions[i]);
+      sim_json_fail(r, SIM_ERROR_INVALID, where, "expected a fraction of the peak, at most 1");
+      return NULL;
+    }
   if (gib > MAX_MEMORY_GIB) {
     g_autofree char *where = sim_json_place_key(path, "memory_GiB");
     sim_json_fail(r, SIM_ERROR_INVALID, where, "%g GiB is more than the %d GiB a GPU may have", gib,

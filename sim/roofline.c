@@ -301,6 +301,10 @@ static double attention_seconds(const SimRooflineParams *p, const SimDeviceSpec 
   double peak;
   on_tensor_cores(p, dev, k->dtype, &peak);
   double eff = backward ? p->attention_bwd_efficiency : p->attention_efficiency;
+  /* No attention beats what the device's own kernels were measured to run. */
+  double cap = backward ? dev->attention_bwd_fraction : dev->attention_fraction;
+  if (cap > 0 && sim_dtype_size(k->dtype) == 2)
+    eff = MIN(eff, cap);
   double bh = (double)MAX(k->batch, 1);
   double qb = ceil((double)MAX(k->m, 1) / 128.0), kb = ceil((double)MAX(k->n, 1) / 128.0);
   /* Key blocks each query block visits: all of them, or (causal, queries aligned to the

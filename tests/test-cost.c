@@ -468,6 +468,42 @@ Test(roofline, flash_attention_runs_its_tiles_in_waves)
   assert_close(sim_cost_model_kernel_time(m, &dev, &one), 8 * pair / per_sm + 5e-6);
 }
 
+Test(roofline, hopper_attention_runs_at_its_measured_fraction)
+{
+  const SimDeviceSpec *h100 = sim_device_library_lookup("h100-sxm");
+  cr_assert_not_null(h100);
+  cr_assert_float_eq(h100->attention_fraction, 0.560, 1e-12);
+  cr_assert_float_eq(h100->attention_bwd_fraction, 0.540, 1e-12);
+  g_autoptr(SimCostModel) m = sim_cost_model_new_roofline(NULL);
+  /* 132 heads of 128 over 128 queries and keys: one block a head, one wave on the 132
+   * SMs, one pair each: 4 * 128^3 FLOPs at 0.560 (not the default 0.70) of 989.4 TFLOP/s
+   * over 132 SMs, plus the 4 us launch. */
+  SimKernel k = { .kind = SIM_KERNEL_ATTENTION, .dtype = SIM_DTYPE_BF16, .batch = 132,
+                  .m = 128, .n = 128, .k = 128, .steps = 1, .bytes = 1e3 };
+  double pair = 4.0 * 128 * 128 * 128;
+  assert_close(sim_cost_model_kernel_time(m, h100, &k), pair / (0.560 * 989.4e12 / 132) + 4e-6);
+  /* Backward: 2.5 pairs' FLOPs at 0.540. */
+  k.flags = SIM_KERNEL_BACKWARD;
+  assert_close(sim_cost_model_kernel_time(m, h100, &k),
+               2.5 * pair / (0.540 * 989.4e12 / 132) + 4e-6);
+  /* The H200 has the same die and fractions, and the same time. */
+  const SimDeviceSpec *h200 = sim_device_library_lookup("h200");
+  assert_close(sim_cost_model_kernel_time(m, h200, &k),
+               2.5 * pair / (0.540 * 989.4e12 / 132) + 4e-6);
+  /* The fraction caps the efficiency: a lower one set by the user still applies. */
+  SimRooflineParams p = sim_roofline_params_default();
+  p.attention_bwd_efficiency = 0.4;
+  g_autoptr(SimCostModel) low = sim_cost_model_new_roofline(&p);
+  assert_close(sim_cost_model_kernel_time(low, h100, &k),
+               2.5 * pair / (0.4 * 989.4e12 / 132) + 4e-6);
+  /* A device without a measured fraction keeps the default: the same kernel on an
+   * H100 whose fractions are cleared runs at 0.55 backward. */
+  SimDeviceSpec bare = *h100;
+  bare.attention_fraction = bare.attention_bwd_fraction = 0;
+  assert_close(sim_cost_model_kernel_time(m, &bare, &k),
+               2.5 * pair / (0.55 * 989.4e12 / 132) + 4e-6);
+}
+
 Test(roofline, nchw_convolutions_transpose_around_tensor_core_kernels)
 {
   SimDeviceSpec dev = a100();

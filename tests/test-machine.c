@@ -490,10 +490,30 @@ Test(machine, inline_spec_round_trip)
   cr_assert_eq(s->mem_capacity, (int64_t)96 << 30);
   cr_assert(near(s->mem_bandwidth, 3900 * GBPS));
   cr_assert(near(s->peak_flops[SIM_DTYPE_BF16], 989.4e12));
+  /* The base's measured attention fractions carry over (sim/devices.c). */
+  cr_assert(near(s->attention_fraction, 0.560) && near(s->attention_bwd_fraction, 0.540));
   g_autofree char *json = sim_machine_to_json(m);
   g_autoptr(SimMachine) m2 = parse(json, &error);
   cr_assert_not_null(m2, "%s", error ? error->message : "");
   cr_assert_eq(sim_machine_device_spec(m2, 0), s, "the same spec is interned once");
+}
+
+Test(machine, inline_spec_sets_the_attention_fractions)
+{
+  const char *text =
+    "{\"format\":\"parasol-machine\",\"version\":1,\"name\":\"custom\",\"node\":{\"gpu\":"
+    "{\"name\":\"h100-att\",\"base\":\"h100-sxm\",\"attention_fraction\":0.5,"
+    "\"attention_bwd_fraction\":0.45},\"gpus\":2,\"fabric\":{\"type\":\"nvswitch\","
+    "\"bandwidth_GBps\":450},\"pcie\":{\"bandwidth_GBps\":63}}}";
+  g_autoptr(GError) error = NULL;
+  g_autoptr(SimMachine) m = parse(text, &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "");
+  const SimDeviceSpec *s = sim_machine_device_spec(m, 0);
+  cr_assert(near(s->attention_fraction, 0.5) && near(s->attention_bwd_fraction, 0.45));
+  g_autofree char *json = sim_machine_to_json(m);
+  g_autoptr(SimMachine) m2 = parse(json, &error);
+  cr_assert_not_null(m2, "%s", error ? error->message : "");
+  cr_assert_eq(sim_machine_device_spec(m2, 0), s, "the fractions survive the round trip");
 }
 
 Test(machine, count_override_of_file)
@@ -571,6 +591,10 @@ Test(machine_errors, unknown_gpu)
                "node.gpu: unknown GPU type 'rtx-9090'; known types: k80, p100");
   expect_error(HEAD "\"node\":{\"gpu\":{\"name\":\"x\",\"base\":\"nope\"},\"gpus\":8," PCIE "}}",
                SIM_ERROR_UNKNOWN, "node.gpu.base: unknown GPU type 'nope'");
+  expect_error(HEAD "\"node\":{\"gpu\":{\"name\":\"x\",\"base\":\"h100-sxm\","
+               "\"attention_bwd_fraction\":1.5},\"gpus\":8," PCIE "}}",
+               SIM_ERROR_INVALID,
+               "node.gpu.attention_bwd_fraction: expected a fraction of the peak, at most 1");
 }
 
 Test(machine_errors, bad_bandwidth)
