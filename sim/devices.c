@@ -31,8 +31,9 @@
 
 /* Fused attention on Hopper (attention_fraction, attention_bwd_fraction).  Transformer
  * Engine runs 16-bit attention on Hopper with cuDNN's fused kernel rather than
- * FlashAttention-2, for speed (its backend selection; docs/llm.md gives the source).  Shah et al., "FlashAttention-3" (2024), figures 5 and 6, measured cuDNN's
- * kernel on an H100 SXM5 at head dimension 128, 16,384 tokens a batch and 16 heads: 529
+ * FlashAttention-2, for speed (its backend selection; docs/llm.md gives the source).
+ * Shah et al., "FlashAttention-3" (2024), figures 5 and 6, measured cuDNN's kernel on an
+ * H100 SXM5 at head dimension 128, 16,384 tokens a batch and 16 heads: 529
  * TFLOP/s forward with a causal mask and 518 backward without one, at 8,192 positions
  * (FLOPs of the unmasked pairs).  At that shape, 2 x 16 heads x 64 query blocks on 132
  * SMs, the roofline's attention (sim/roofline.c, attention_seconds()) runs 16 waves; the
