@@ -420,6 +420,8 @@ static void add_yardsticks(JsonBuilder *b, const Search *s)
   json_builder_add_int_value(b, y->expert_simulated);
   json_builder_set_member_name(b, "data_parallel_simulated");
   json_builder_add_boolean_value(b, y->data_parallel_done);
+  json_builder_set_member_name(b, "data_parallel_cannot_fit");
+  json_builder_add_boolean_value(b, y->data_parallel_bound);
   json_builder_set_member_name(b, "report_complete");
   json_builder_add_boolean_value(b, s->report != NULL);
   json_builder_set_member_name(b, "abandoned");
@@ -564,7 +566,10 @@ static void print_yardsticks(const Search *s)
   g_autofree char *t_dp = cli_format_time(dp);
   g_autofree char *t_ex = cli_format_time(expert);
   printf("  speedup             %s over data parallel (%s%s), %s over expert (%s%s)\n", s_dp,
-         isfinite(dp) ? t_dp : "n/a", isfinite(dp) && !y->data_parallel_fits ? ", does not fit" : "",
+         isfinite(dp) ? t_dp
+         : y->data_parallel_bound ? "cannot fit: the weights and gradients exceed a GPU"
+                                  : "n/a",
+         isfinite(dp) && !y->data_parallel_fits ? ", does not fit" : "",
          s_ex, isfinite(expert) ? t_ex : cut ? "none simulated" : "none fits",
          cut && isfinite(expert) ? ", the best of those simulated" : "");
   const char *no_dp = y->data_parallel_done ? "" : "; data parallelism not simulated";

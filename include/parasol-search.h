@@ -429,7 +429,7 @@ SEARCH_PUBLIC double search_result_time_to(const SearchResult *r, double fractio
 /* Yardsticks (yardsticks.c): what a search's plan is measured against, and the plan kept.
  * Data parallelism over every device and the fastest expert plan are simulated after the
  * search (the expert plans are taken from the search where its algorithm went through
- * them); the expert yardstick is the faster of that plan and data parallelism where the
+ * them; data parallelism after them where it cannot fit); the expert yardstick is the faster of that plan and data parallelism where the
  * latter fits.  A search that gives way keeps the yardstick's plan where it is faster
  * than its own best: a budget too short for the search to reach it would otherwise leave
  * a plan slower than one simulated here. */
@@ -437,6 +437,9 @@ typedef struct {
   double data_parallel;          /* iteration time; +inf when not simulated             */
   gboolean data_parallel_fits;
   gboolean data_parallel_done;   /* simulated (not stopped by the deadline or a signal) */
+  gboolean data_parallel_bound;  /* its weights and gradients alone exceed a device's
+                                  * memory (a closed-form bound): simulated after the
+                                  * expert plans, as time allows                        */
   double expert;                 /* the expert yardstick's time; +inf when none         */
   gboolean expert_is_dp;         /* the expert yardstick is data parallelism            */
   gboolean expert_complete;      /* every expert plan was simulated                     */

@@ -94,7 +94,12 @@ const SearchYardsticks *search_result_measure(SearchResult *r, SearchProblem *p,
     known = search_result_get_expert_best(r, &known_time);
     cut = TRUE;
   }
-  g_autoptr(SimStrategy) dp = measure_data_parallel(p, deadline_us, y);
+  /* Data parallelism first, unless its weights and gradients alone cannot fit (the
+   * closed-form bound): its simulation, of every device's whole model, would then take
+   * the time of the expert plans, which come first. */
+  SimMegatronOptions whole = { .tp = 1, .pp = 1, .dp = p->n_devices };
+  gboolean dp_last = search_megatron_cannot_fit(p, &whole);
+  g_autoptr(SimStrategy) dp = dp_last ? NULL : measure_data_parallel(p, deadline_us, y);
   /* The expert plans, unless the algorithm simulated them all already; else as the
    * expert algorithm simulates them, on the search's threads, until the deadline or a
    * signal: the yardstick is then the best plan simulated so far, and says so. */
@@ -117,6 +122,9 @@ const SearchYardsticks *search_result_measure(SearchResult *r, SearchProblem *p,
       }
     }
   }
+  if (dp_last)
+    dp = measure_data_parallel(p, deadline_us, y);
+  y->data_parallel_bound = dp_last;
   if (!known && y->expert_plans == 0)
     cut = TRUE;
   y->expert_complete = !cut;

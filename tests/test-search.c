@@ -1508,6 +1508,8 @@ Test(search, a_result_keeps_the_faster_yardstick_when_it_gives_way, .timeout = 3
   const SearchYardsticks *y = search_result_measure(r, f.p, &o, 0, TRUE);
   cr_assert_eq(y, search_result_get_yardsticks(r));
   cr_assert(y->data_parallel_done && !y->data_parallel_fits);
+  /* Its weights and gradients fit (2.6 GB of 80): its activations do not. */
+  cr_assert_not(y->data_parallel_bound);
   cr_assert(y->expert_complete && y->expert_plans > 0);
   cr_assert_eq(y->expert_simulated, y->expert_plans);
   cr_assert_not(y->expert_is_dp);
@@ -1527,6 +1529,33 @@ Test(search, a_result_keeps_the_faster_yardstick_when_it_gives_way, .timeout = 3
   cr_assert_str_eq(y->kept, "search");
   cr_assert_eq(y->expert, expert);
   cr_assert_eq(search_result_get_kept(r, NULL, NULL), search_result_get_strategy(r));
+  search_result_free(r);
+  fixture_free(&f);
+}
+
+/* A model whose 16-bit weights and gradients alone exceed a GPU's memory (eight layers of
+ * h 16,384: 25.8 B parameters, 103 GB against 80) cannot fit data-parallel: the yardsticks
+ * say so (the expert plans are simulated before it) and, with no deadline, still simulate
+ * it, to the time a search of its own predicts. */
+Test(search, data_parallelism_that_cannot_fit_is_measured_after_the_expert_plans,
+     .timeout = 300)
+{
+  Fixture f;
+  fixture_load(&f, "gpt", "layers=8,hidden=16384,heads=128,seq=256,vocab=1024,batch=64",
+               "dgx-a100", 0);
+  SearchResult *r = run("beam", f.p, 2, 1, 1, NULL);
+  SearchRunOptions o = search_run_options_default();
+  o.threads = 1;
+  const SearchYardsticks *y = search_result_measure(r, f.p, &o, 0, FALSE);
+  cr_assert(y->data_parallel_bound);
+  cr_assert(y->data_parallel_done && !y->data_parallel_fits);
+  cr_assert(y->expert_complete && y->expert_plans > 0);
+  cr_assert_not(y->expert_is_dp);
+  double t = 0;
+  gboolean fits = TRUE;
+  cr_assert(search_problem_measure_data_parallel(f.p, 0, &t, &fits));
+  cr_assert_eq(t, y->data_parallel);
+  cr_assert_not(fits);
   search_result_free(r);
   fixture_free(&f);
 }
