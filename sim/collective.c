@@ -621,10 +621,27 @@ typedef struct {
   double bytes;
 } Edge;
 
+/* A thread's bytes per link for load_time(), every entry 0 between calls: the calls come
+ * by the hundred thousand (tensor-parallel overlap prices a collective per GEMM and
+ * micro-batch), and zeroing a fresh array of every link of a large machine each time took
+ * a sixth of a brief run. */
+typedef struct {
+  int n;
+  double v[];
+} LinkLoad;
+
+static GPrivate link_load = G_PRIVATE_INIT(g_free);
+
 static double load_time(const SimMachine *m, const SimCollParams *cp, const GArray *edges)
 {
-  int nl = sim_machine_n_links(m);
-  double *load = g_new0(double, MAX(nl, 1));
+  int nl = MAX(sim_machine_n_links(m), 1);
+  LinkLoad *ll = g_private_get(&link_load);
+  if (!ll || ll->n < nl) {
+    ll = g_malloc0(sizeof(LinkLoad) + sizeof(double) * (size_t)nl);
+    ll->n = nl;
+    g_private_replace(&link_load, ll);
+  }
+  double *load = ll->v;
   double worst = 0;
   for (guint i = 0; i < edges->len; i++) {
     const Edge *e = &g_array_index(edges, Edge, i);
@@ -635,7 +652,14 @@ static double load_time(const SimMachine *m, const SimCollParams *cp, const GArr
       worst = MAX(worst, load[r[h]] / sim_coll_link_capacity(m, cp, r[h]));
     }
   }
-  g_free(load);
+  /* Back to 0, link by link. */
+  for (guint i = 0; i < edges->len; i++) {
+    const Edge *e = &g_array_index(edges, Edge, i);
+    int hops;
+    const int *r = sim_machine_route(m, e->a, e->b, &hops);
+    for (int h = 0; h < hops; h++)
+      load[r[h]] = 0;
+  }
   return worst;
 }
 
