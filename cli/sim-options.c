@@ -398,7 +398,7 @@ GOptionGroup *cli_plan_option_group(CliPlanOptions *p)
     { "no-steady", 0, 0, G_OPTION_ARG_NONE, &p->no_steady, "Simulate every micro-batch of a pipeline schedule, not a few and the repeated periods of its steady state added (same prediction, slower)", NULL },
     { "fold-check", 0, 0, G_OPTION_ARG_NONE, &p->fold_check, "Fold data-parallel replicas also where the network does not map their traffic onto each other link by link, checking that they ran alike (same prediction; faster for some plans, slower for others)", NULL },
     { "no-prune-shadows", 0, 0, G_OPTION_ARG_NONE, &p->no_prune, "In brief runs (searches), keep the shadows of folded devices whose links no simulated flow crosses (same prediction, slower)", NULL },
-    { "no-ring-steps", 0, 0, G_OPTION_ARG_NONE, &p->no_ring_steps, "In brief runs (searches), run every tensor-parallel ring as a flow, not as a step of the stream that waits for it (same prediction, slower)", NULL },
+    { "no-ring-steps", 0, 0, G_OPTION_ARG_NONE, &p->no_ring_steps, "In brief runs (searches), run every tensor-parallel ring as a flow and every overlap wait as a delay, not as steps of the stream that waits for them (same prediction, slower)", NULL },
     { "no-chains", 0, 0, G_OPTION_ARG_NONE, &p->no_chains, "Run every compute task on its own, not runs of them that nothing else waits on as one task (same prediction, slower)", NULL },
     { "coll-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of link bandwidth", "F" },
     { "net-efficiency", 0, 0, G_OPTION_ARG_CALLBACK, parse_real, "Achieved fraction of NIC and network (InfiniBand, Ethernet) bandwidth (default: --coll-efficiency)", "F" },

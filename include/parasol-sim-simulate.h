@@ -109,7 +109,9 @@ typedef struct {
    * device's stream, for the time the ring takes alone (not where data-parallel
    * replicas fold, nor under sequence parallelism).  Checked once the graph is whole:
    * a device whose stream runs something beside one of its rings, or whose rings' links
-   * some other flow crosses, runs its rings as flows. */
+   * some other flow crosses, runs its rings as flows.  Tensor-parallel overlap's waits
+   * (delays) become steps likewise, and delays again where the stream runs them beside
+   * something. */
   gboolean ring_steps;
 } SimOptions;
 

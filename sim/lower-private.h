@@ -86,15 +86,16 @@ struct _SimLowering {
   /* Ring steps (sim_lowering_ring_steps(), lower-tensors.c): on; the steps made, and
    * the distinct rings met (keyed by their members), with their links in
    * SimTaskGraph.step_links and the time a ring alone took last. */
-  gboolean ring_steps;
-  GArray *steps;              /* RingStep                                               */
+  gboolean ring_steps, wait_steps;
+  GArray *steps;              /* RingStep (a wait's: ring -1)                            */
   SimKeyIndex step_rings;
   GArray *step_ring;          /* StepRing, by key number                                 */
   struct _SimNet *step_net;
 };
 
 /* A ring lowered as a step of its device's stream: the step, the task it follows, and
- * its ring (LoweringStepRing). */
+ * its ring (StepRing); or a wait of tensor-parallel overlap lowered so (ring -1, @after
+ * unused: add_wait() in lower-tensors.c). */
 typedef struct {
   SimTaskRef task, after;
   int32_t ring, device;

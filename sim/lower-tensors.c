@@ -288,6 +288,25 @@ static gboolean ring_step(SimLowering *lw, int block, const OpLay *l, const Hold
   return TRUE;
 }
 
+/* A wait of tensor-parallel overlap @d (a delay of its device: the part of a collective
+ * its GEMM does not hide), which the consumer it releases waits for right after the task
+ * before it on the stream: with wait steps on, a compute task at @key on that stream,
+ * which sim_lowering_settle_ring_steps() keeps where the stream runs it between a task
+ * that it waits for and the next, which waits for it (nothing else runs on the device
+ * meanwhile, with the delay or without), and turns back into the delay elsewhere. */
+static SimTaskRef add_wait(SimLowering *lw, int block, SimTask d, uint64_t key)
+{
+  if (!lw->wait_steps)
+    return sim_taskgraph_add(lw->tg, block, &d);
+  d.kind = SIM_TASK_COMPUTE;
+  d.n_kernels = 0;
+  SimTaskRef r = sim_taskgraph_add(lw->tg, block, &d);
+  sim_taskgraph_stream_add(lw->tg, block, d.device, key, r.index);
+  RingStep st = { r, { -1, -1 }, -1, d.device, 0, 0 };
+  g_array_append_val(lw->steps, st);
+  return r;
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
                           const gboolean *scatter, gboolean partial, int pass, int mb,
                           SimDType dt, int tensor, Ready *ready, const TpOverlap *ov)
@@ -323,7 +342,7 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       d.op = l->op;
       d.mb = mb;
       d.shard = sh;
-      start = ready[k].end = sim_taskgraph_add(lw->tg, block, &d);
+      start = ready[k].end = add_wait(lw, block, d, stream_key(lw, l, pass, mb) + 1);
     } else if (h->n_devs > 1) {
       SimCollective coll = { .kind = scatter && scatter[k] ? SIM_COLL_REDUCE_SCATTER
                                                            : SIM_COLL_ALLREDUCE,
@@ -920,7 +939,8 @@ static SimTaskRef overlap_ag_delay(SimLowering *lw, int block, const OpLay *src,
   d.op = dst->op;
   d.mb = mb;
   d.shard = c;
-  return sim_taskgraph_add(lw->tg, block, &d);
+  /* Right before the consumer's task (stream keys are even). */
+  return add_wait(lw, block, d, stream_key(lw, dst, dst_pass, mb) - 1);
 }
 
 /* How deliver() treats the pieces from other devices: flows their consumers wait for;

@@ -787,9 +787,10 @@ void sim_lowering_shard_region(const SimLowering *lw, int x, int shard, SimTenso
   sim_map_project(map, &shp, lo, hi, out);
 }
 
-void sim_lowering_ring_steps(SimLowering *lw, gboolean on)
+void sim_lowering_ring_steps(SimLowering *lw, gboolean rings, gboolean waits)
 {
-  lw->ring_steps = on;
+  lw->ring_steps = rings;
+  lw->wait_steps = waits;
 }
 
 void sim_lowering_settle_ring_steps(SimLowering *lw)
@@ -807,8 +808,31 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   /* Per device: whether its steps stand for their rings (1), or run as their flows (0). */
   uint8_t *clean = g_new(uint8_t, MAX(nd, 1));
   memset(clean, 1, (size_t)nd);
+  gboolean moved = FALSE;
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    if (st->ring < 0) {
+      /* A wait (add_wait()): kept between a task it waits for and the next, which waits
+       * for it; a delay again elsewhere. */
+      int32_t id = sim_taskgraph_id(tg, st->task), k = pos[id], d = st->device;
+      gboolean ok = k > tg->stream_off[d] && k + 1 < tg->stream_off[d + 1];
+      if (ok) {
+        int32_t prev = tg->stream[k - 1], next = tg->stream[k + 1];
+        gboolean after = FALSE, before = FALSE;
+        const int32_t *su = tg->succ + task[prev].succ_off;
+        for (int j = 0; j < task[prev].n_succ && !after; j++)
+          after = su[j] == id;
+        su = tg->succ + task[id].succ_off;
+        for (int j = 0; j < task[id].n_succ && !before; j++)
+          before = su[j] == next;
+        ok = after && before;
+      }
+      if (!ok) {
+        task[id].kind = SIM_TASK_DELAY;
+        moved = TRUE;
+      }
+      continue;
+    }
     int32_t id = sim_taskgraph_id(tg, st->task), a = sim_taskgraph_id(tg, st->after);
     int32_t d = st->device, k = pos[id], hi = G_MAXINT32;
     if (!clean[d])
@@ -828,6 +852,8 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
     owner[l] = -1;
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
+    if (st->ring < 0)
+      continue;
     const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
     const int *links = &g_array_index(tg->step_links, int, r->links_off);
     int32_t d = st->device;
@@ -864,10 +890,9 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   for (guint r = 0; r < n_ring; r++)
     ring_off[r] = -1;
   size_t add = 0;
-  gboolean moved = FALSE;
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
-    if (!clean[st->device] && ring_off[st->ring] < 0) {
+    if (st->ring >= 0 && !clean[st->device] && ring_off[st->ring] < 0) {
       const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);
       ring_off[st->ring] = 0;
       add += (size_t)r->n_links + (size_t)r->n_devs;
@@ -895,7 +920,7 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   }
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
-    if (clean[st->device])
+    if (st->ring < 0 || clean[st->device])
       continue;
     SimTask *t = &task[sim_taskgraph_id(tg, st->task)];
     const StepRing *r = &g_array_index(lw->step_ring, StepRing, st->ring);

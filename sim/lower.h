@@ -33,10 +33,15 @@ void sim_lowering_drop_implied_edges(SimLowering *lw, gboolean on);
  * collective as a whole node's one flow, becomes a compute task of that shard's device
  * for the time its flow takes alone, placed on the stream right after the shard's task
  * (lower-tensors.c, ring_step()).  Three tasks (the flow and two join points) become
- * one, which the merging takes into the stream's runs.  Call before sim_lowering_build();
- * then sim_lowering_settle_ring_steps() after the assembly. */
-void sim_lowering_ring_steps(SimLowering *lw, gboolean on);
-/* After the assembly of a graph with ring steps: makes each step run as its ring would.
+ * one, which the merging takes into the stream's runs.  @waits: tensor-parallel
+ * overlap's waits (the part of a collective its GEMM does not hide, a delay of their
+ * device) are lowered as steps of their stream likewise (lower-tensors.c, add_wait()).
+ * Call before sim_lowering_build(); then sim_lowering_settle_ring_steps() after the
+ * assembly. */
+void sim_lowering_ring_steps(SimLowering *lw, gboolean rings, gboolean waits);
+/* After the assembly of a graph with ring steps: makes each step run as its ring would
+ * (a wait, as its delay would: kept where the stream runs it between a task it waits for
+ * and the next task, which waits for it; a delay again elsewhere).
  * A step ends when its ring would where the ring runs alone and the stream waits for it,
  * and for nothing else, between the task it follows and the next (in the graph with the
  * ring, nothing runs on the device meanwhile).  That holds for every step of a device

@@ -122,10 +122,13 @@ static SimLowering *lower_try(const SimGraph *g, const SimMachine *m, const SimS
    * fold.c) and no replica's image of a ring (which a step does not have).  Sequence
    * parallelism's gathers cross the rings' links, which the merging's rings allow where
    * the stream waits for them and its layer norms' sums come after the backward pass
-   * (taskgraph-merge.c, absorbable_rings()), and steps do not. */
-  sim_lowering_ring_steps(lw, f->prune && !use_r && o->ring_steps && merges_chains(o) &&
-                                o->merge_rings && cp->whole_node_rings &&
-                                !s->sequence_parallel && !g_getenv("PARASOL_NO_FLOW_GROUPS"));
+   * (taskgraph-merge.c, absorbable_rings()), and steps do not.  Tensor-parallel overlap's
+   * waits are steps too (in brief runs alone: a report counts them as communication). */
+  gboolean steps = o->ring_steps && merges_chains(o) && f->prune &&
+                   !g_getenv("PARASOL_NO_FLOW_GROUPS");
+  sim_lowering_ring_steps(lw, steps && !use_r && o->merge_rings && cp->whole_node_rings &&
+                                !s->sequence_parallel,
+                          steps);
   sim_lowering_taskgraph(lw)->track_collectives = TRUE;
   sim_taskgraph_share_tasks(sim_lowering_taskgraph(lw));
   sim_lowering_build(lw);

@@ -2374,12 +2374,12 @@ Test(folding, a_brief_simulation_is_the_reports_and_stops_past_its_bound)
 /* A random Megatron plan of @g over 2 to 8 nodes of one of the @n_machines @machines: TP
  * @tp (0: 2, 4 or 8 at random), PP 1, 2 or 4, DP the rest, 64 samples in micro-batches of
  * one per replica, 1F1B or interleaved, recomputation, ZeRO-1 and scatter-gather at
- * random, sequence parallelism one time in @sp_one_in; its machine in @m and a description
- * in @what.  NULL where the draw makes no plan (the degrees do not divide the GPUs or the
+ * random, sequence parallelism one time in @sp_one_in (with tensor-parallel overlap where
+ * @overlap); its machine in @m and a description in @what.  NULL where the draw makes no plan (the degrees do not divide the GPUs or the
  * samples). */
 static SimStrategy *draw_megatron_plan(GRand *rng, const SimGraph *g, const char *const *machines,
-                                       int n_machines, int tp, int sp_one_in, SimMachine **m,
-                                       char **what)
+                                       int n_machines, int tp, int sp_one_in, gboolean overlap,
+                                       SimMachine **m, char **what)
 {
   int mi = g_rand_int_range(rng, 0, n_machines);
   int nodes = 2 << g_rand_int_range(rng, 0, 3);
@@ -2402,6 +2402,7 @@ static SimStrategy *draw_megatron_plan(GRand *rng, const SimGraph *g, const char
   mo.memory.recompute = (SimRecompute)g_rand_int_range(rng, 0, 3);
   mo.memory.zero1 = g_rand_boolean(rng);
   mo.sequence_parallel = g_rand_int_range(rng, 0, sp_one_in) == 0;
+  mo.tp_comm_overlap = overlap && mo.sequence_parallel;
   mo.scatter_gather = mo.pp > 1 && g_rand_boolean(rng);
   SimStrategy *s = sim_strategy_megatron(g, *m, &mo, &error);
   g_clear_error(&error);
@@ -2465,7 +2466,7 @@ Test(folding, shadows_apart_left_out_of_brief_runs_change_no_prediction)
     g_autoptr(SimMachine) m = NULL;
     g_autofree char *what = NULL;
     g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 0,
-                                                  2, &m, &what);
+                                                  2, FALSE, &m, &what);
     if (!s)
       continue;
     SimOptions off = sim_options_default();
@@ -2499,7 +2500,7 @@ Test(accel, ring_steps_predict_what_rings_do)
     g_autoptr(SimMachine) m = NULL;
     g_autofree char *what = NULL;
     g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 8,
-                                                  4, &m, &what);
+                                                  4, FALSE, &m, &what);
     if (!s)
       continue;
     SimOptions off = sim_options_default();
@@ -2510,6 +2511,35 @@ Test(accel, ring_steps_predict_what_rings_do)
   g_rand_free(rng);
   cr_log_info("%d of %d plans ran fewer tasks", fewer, done);
   cr_assert_gt(fewer, 0);
+}
+
+/* Tensor-parallel overlap's waits as steps of their stream (SimOptions.ring_steps,
+ * add_wait() in sim/lower-tensors.c): random Megatron plans of a GPT with sequence
+ * parallelism and TP overlap (TP 2 to 8, PP, DP, schedule, recomputation, ZeRO-1,
+ * scatter-gather) over 2 to 8 DGX A100 and DGX H100 nodes, brief runs with the steps
+ * against the delays (brief_runs_agree()). */
+Test(accel, overlap_waits_as_steps_predict_what_delays_do)
+{
+  const char *machines[] = { "dgx-a100", "dgx-h100" };
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GRand *rng = g_rand_new_with_seed(5);
+  int done = 0, fewer = 0;
+  while (done < 12) {
+    g_autoptr(SimMachine) m = NULL;
+    g_autofree char *what = NULL;
+    g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 0,
+                                                  1, TRUE, &m, &what);
+    if (!s)
+      continue;
+    SimOptions off = sim_options_default();
+    off.ring_steps = FALSE;
+    fewer += brief_runs_agree(g, m, s, &off, what);
+    done++;
+  }
+  g_rand_free(rng);
+  cr_log_info("%d of %d plans ran fewer tasks", fewer, done);
+  cr_assert_gt(fewer, done / 2);
 }
 
 /* ---------------------------------------------------------------------------------- */
