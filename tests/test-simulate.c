@@ -2446,6 +2446,32 @@ static gboolean brief_runs_agree(const SimGraph *g, const SimMachine *m, const S
   return fewer;
 }
 
+/* brief_runs_agree() over @n random Megatron plans (draw_megatron_plan(), seed @seed, TP
+ * @tp, sequence parallelism one time in @sp_one_in, with overlap where @overlap) of a small
+ * GPT on @machines, against @off; returns how many ran fewer tasks. */
+static int brief_runs_agree_on_random_plans(const char *const *machines, int n_machines,
+                                            guint32 seed, int n, int tp, int sp_one_in,
+                                            gboolean overlap, const SimOptions *off)
+{
+  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
+  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
+  GRand *rng = g_rand_new_with_seed(seed);
+  int done = 0, fewer = 0;
+  while (done < n) {
+    g_autoptr(SimMachine) m = NULL;
+    g_autofree char *what = NULL;
+    g_autoptr(SimStrategy) s =
+      draw_megatron_plan(rng, g, machines, n_machines, tp, sp_one_in, overlap, &m, &what);
+    if (!s)
+      continue;
+    fewer += brief_runs_agree(g, m, s, off, what);
+    done++;
+  }
+  g_rand_free(rng);
+  cr_log_info("%d of %d plans ran fewer tasks", fewer, done);
+  return fewer;
+}
+
 /* Brief runs leave out the shadows apart from every simulated flow (SimOptions.
  * prune_shadows, sim/fold.c): random Megatron plans of a GPT (TP, PP, DP, micro-batches,
  * schedule, recomputation, sequence parallelism, scatter-gather) over 2 to 8 nodes of
@@ -2458,25 +2484,11 @@ static gboolean brief_runs_agree(const SimGraph *g, const SimMachine *m, const S
 Test(folding, shadows_apart_left_out_of_brief_runs_change_no_prediction)
 {
   const char *machines[] = { "dgx-a100", "dgx1-v100", "vtrain-a100" };
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
-  GRand *rng = g_rand_new_with_seed(5);
-  int done = 0, fewer = 0;
-  while (done < 16) {
-    g_autoptr(SimMachine) m = NULL;
-    g_autofree char *what = NULL;
-    g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 0,
-                                                  2, FALSE, &m, &what);
-    if (!s)
-      continue;
-    SimOptions off = sim_options_default();
-    off.prune_shadows = FALSE;
-    fewer += brief_runs_agree(g, m, s, &off, what);
-    done++;
-  }
-  g_rand_free(rng);
-  cr_log_info("%d of %d plans left shadows out", fewer, done);
-  cr_assert_gt(fewer, 0);
+  SimOptions off = sim_options_default();
+  off.prune_shadows = FALSE;
+  cr_assert_gt(brief_runs_agree_on_random_plans(machines, G_N_ELEMENTS(machines), 5, 16, 0, 2,
+                                                FALSE, &off),
+               0);
 }
 
 /* Ring steps (SimOptions.ring_steps, sim_lowering_ring_steps()): random Megatron plans of
@@ -2492,25 +2504,11 @@ Test(folding, shadows_apart_left_out_of_brief_runs_change_no_prediction)
 Test(accel, ring_steps_predict_what_rings_do)
 {
   const char *machines[] = { "dgx-a100", "dgx-h100" };
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
-  GRand *rng = g_rand_new_with_seed(3);
-  int done = 0, fewer = 0;
-  while (done < 16) {
-    g_autoptr(SimMachine) m = NULL;
-    g_autofree char *what = NULL;
-    g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 8,
-                                                  4, FALSE, &m, &what);
-    if (!s)
-      continue;
-    SimOptions off = sim_options_default();
-    off.ring_steps = FALSE;
-    fewer += brief_runs_agree(g, m, s, &off, what);
-    done++;
-  }
-  g_rand_free(rng);
-  cr_log_info("%d of %d plans ran fewer tasks", fewer, done);
-  cr_assert_gt(fewer, 0);
+  SimOptions off = sim_options_default();
+  off.ring_steps = FALSE;
+  cr_assert_gt(brief_runs_agree_on_random_plans(machines, G_N_ELEMENTS(machines), 3, 16, 8, 4,
+                                                FALSE, &off),
+               0);
 }
 
 /* Tensor-parallel overlap's waits as steps of their stream (SimOptions.ring_steps,
@@ -2521,25 +2519,11 @@ Test(accel, ring_steps_predict_what_rings_do)
 Test(accel, overlap_waits_as_steps_predict_what_delays_do)
 {
   const char *machines[] = { "dgx-a100", "dgx-h100" };
-  g_autoptr(SimGraph) g = zoo("gpt", "layers=8,hidden=256,heads=8,seq=128,vocab=1024,batch=64");
-  sim_graph_set_float_dtype(g, SIM_DTYPE_FP16);
-  GRand *rng = g_rand_new_with_seed(5);
-  int done = 0, fewer = 0;
-  while (done < 12) {
-    g_autoptr(SimMachine) m = NULL;
-    g_autofree char *what = NULL;
-    g_autoptr(SimStrategy) s = draw_megatron_plan(rng, g, machines, G_N_ELEMENTS(machines), 0,
-                                                  1, TRUE, &m, &what);
-    if (!s)
-      continue;
-    SimOptions off = sim_options_default();
-    off.ring_steps = FALSE;
-    fewer += brief_runs_agree(g, m, s, &off, what);
-    done++;
-  }
-  g_rand_free(rng);
-  cr_log_info("%d of %d plans ran fewer tasks", fewer, done);
-  cr_assert_gt(fewer, done / 2);
+  SimOptions off = sim_options_default();
+  off.ring_steps = FALSE;
+  cr_assert_gt(brief_runs_agree_on_random_plans(machines, G_N_ELEMENTS(machines), 5, 12, 0, 1,
+                                                TRUE, &off),
+               6);
 }
 
 /* ---------------------------------------------------------------------------------- */
