@@ -105,13 +105,23 @@ static double ring_latency(Ctx *c, const int *dev, int n)
   return lat;
 }
 
+/* A ring's one flow: its bytes and latency, for @steps chunks of @chunk bytes per rank and
+ * its longest hop's latency @lat (ring_flow_lat(), sim_collective_node_ring_flow()). */
+static void ring_flow_size(const SimCollParams *cp, int steps, double chunk, double lat,
+                           double *bytes, double *latency)
+{
+  *bytes = chunk * steps;
+  *latency = steps * (lat + cp->step_latency);
+}
+
 /* The same, its ring's latency given (ring_latency()). */
 static SimTaskRef ring_flow_lat(Ctx *c, const int *dev, int n, int steps, double chunk,
                                 double lat)
 {
-  return sim_taskgraph_add_ring_flow(c->tg, c->block, c->cls, c->m, dev, n, chunk * steps,
-                                     steps * (lat + c->cp->step_latency), c->op, c->mb,
-                                     c->coll);
+  double bytes, latency;
+  ring_flow_size(c->cp, steps, chunk, lat, &bytes, &latency);
+  return sim_taskgraph_add_ring_flow(c->tg, c->block, c->cls, c->m, dev, n, bytes, latency,
+                                     c->op, c->mb, c->coll);
 }
 
 static SimTaskRef ring_flow(Ctx *c, const int *dev, int n, int steps, double chunk)
@@ -608,10 +618,8 @@ void sim_collective_node_ring_flow(const SimCollective *c, double hop_latency, d
 {
   int n = c->n;
   int steps = c->kind == SIM_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
-  /* ring()'s chunk and ring_flow_lat()'s flow. */
-  double chunk = c->bytes / n;
-  *bytes = chunk * steps;
-  *latency = steps * (hop_latency + c->params->step_latency);
+  /* lower()'s steps, ring()'s chunk and ring_flow_lat()'s flow. */
+  ring_flow_size(c->params, steps, c->bytes / n, hop_latency, bytes, latency);
 }
 
 /* What the busiest link takes to carry the transfers @edges (a source, a destination and

@@ -93,11 +93,10 @@ struct _SimLowering {
   struct _SimNet *step_net;
 };
 
-/* A ring lowered as a step of its device's stream: the step, the task it follows, and
- * its ring (StepRing); or a wait of tensor-parallel overlap lowered so (ring -1, @after
- * unused: add_wait() in lower-tensors.c). */
+/* A ring lowered as a step of its device's stream: the step and its ring (StepRing); or a
+ * wait of tensor-parallel overlap lowered so (ring -1: add_wait() in lower-tensors.c). */
 typedef struct {
-  SimTaskRef task, after;
+  SimTaskRef task;
   int32_t ring, device;
   double bytes, latency;      /* the ring's flow's (sim_collective_node_ring_flow())     */
 } RingStep;

@@ -283,7 +283,7 @@ static gboolean ring_step(SimLowering *lw, int block, const OpLay *l, const Hold
   *out = sim_taskgraph_add(lw->tg, block, &t);
   sim_taskgraph_stream_add(lw->tg, block, l->dev[sh], stream_key(lw, l, pass, mb) + 1,
                            out->index);
-  RingStep st = { *out, ref_done(lw, l, pass, mb, sh), (int32_t)id, l->dev[sh], bytes, latency };
+  RingStep st = { *out, (int32_t)id, l->dev[sh], bytes, latency };
   g_array_append_val(lw->steps, st);
   return TRUE;
 }
@@ -302,7 +302,7 @@ static SimTaskRef add_wait(SimLowering *lw, int block, SimTask d, uint64_t key)
   d.n_kernels = 0;
   SimTaskRef r = sim_taskgraph_add(lw->tg, block, &d);
   sim_taskgraph_stream_add(lw->tg, block, d.device, key, r.index);
-  RingStep st = { r, { -1, -1 }, -1, d.device, 0, 0 };
+  RingStep st = { r, -1, d.device, 0, 0 };
   g_array_append_val(lw->steps, st);
   return r;
 }

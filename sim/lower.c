@@ -793,6 +793,24 @@ void sim_lowering_ring_steps(SimLowering *lw, gboolean rings, gboolean waits)
   lw->wait_steps = waits;
 }
 
+/* Whether the step at stream position @k of device @d sits between a task it waits for and
+ * the next task, which waits for it: then nothing else runs on the device from the one's
+ * end to the other's start, the step's time or its ring's alike. */
+static gboolean between_neighbours(const SimTaskGraph *tg, int32_t k, int32_t d)
+{
+  if (k <= tg->stream_off[d] || k + 1 >= tg->stream_off[d + 1])
+    return FALSE;
+  int32_t prev = tg->stream[k - 1], id = tg->stream[k], next = tg->stream[k + 1];
+  gboolean after = FALSE, before = FALSE;
+  const int32_t *su = tg->succ + tg->task[prev].succ_off;
+  for (int j = 0; j < tg->task[prev].n_succ && !after; j++)
+    after = su[j] == id;
+  su = tg->succ + tg->task[id].succ_off;
+  for (int j = 0; j < tg->task[id].n_succ && !before; j++)
+    before = su[j] == next;
+  return after && before;
+}
+
 void sim_lowering_settle_ring_steps(SimLowering *lw)
 {
   SimTaskGraph *tg = lw->tg;
@@ -811,40 +829,17 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
   gboolean moved = FALSE;
   for (guint i = 0; i < ns; i++) {
     const RingStep *st = &g_array_index(lw->steps, RingStep, i);
-    if (st->ring < 0) {
-      /* A wait (add_wait()): kept between a task it waits for and the next, which waits
-       * for it; a delay again elsewhere. */
-      int32_t id = sim_taskgraph_id(tg, st->task), k = pos[id], d = st->device;
-      gboolean ok = k > tg->stream_off[d] && k + 1 < tg->stream_off[d + 1];
-      if (ok) {
-        int32_t prev = tg->stream[k - 1], next = tg->stream[k + 1];
-        gboolean after = FALSE, before = FALSE;
-        const int32_t *su = tg->succ + task[prev].succ_off;
-        for (int j = 0; j < task[prev].n_succ && !after; j++)
-          after = su[j] == id;
-        su = tg->succ + task[id].succ_off;
-        for (int j = 0; j < task[id].n_succ && !before; j++)
-          before = su[j] == next;
-        ok = after && before;
-      }
-      if (!ok) {
-        task[id].kind = SIM_TASK_DELAY;
-        moved = TRUE;
-      }
-      continue;
+    int32_t id = sim_taskgraph_id(tg, st->task);
+    gboolean ok = between_neighbours(tg, pos[id], st->device);
+    if (st->ring < 0 && !ok) {
+      /* A wait (add_wait()) the stream runs beside something: a delay again. */
+      task[id].kind = SIM_TASK_DELAY;
+      moved = TRUE;
+    } else if (!ok) {
+      /* Where the stream runs something else before it waits for a ring, the ring runs
+       * beside that; where no later task of the stream waits for it, beside any of them. */
+      clean[st->device] = 0;
     }
-    int32_t id = sim_taskgraph_id(tg, st->task), a = sim_taskgraph_id(tg, st->after);
-    int32_t d = st->device, k = pos[id], hi = G_MAXINT32;
-    if (!clean[d])
-      continue;
-    const int32_t *su = tg->succ + task[id].succ_off;
-    for (int j = 0; j < task[id].n_succ; j++)
-      if (su[j] >= 0 && task[su[j]].device == d && pos[su[j]] > k)
-        hi = MIN(hi, pos[su[j]]);
-    /* Where the stream runs something else before it waits for the ring, the ring runs
-     * beside that; where no later task of the stream waits for it, beside any of them. */
-    if (pos[a] != k - 1 || hi != k + 1)
-      clean[d] = 0;
   }
   /* The rings' links their own: no other device's ring and no flow crosses them. */
   int32_t *owner = g_new(int32_t, MAX(nl, 1));
@@ -870,13 +865,8 @@ void sim_lowering_settle_ring_steps(SimLowering *lw)
     const SimTask *f = &task[t];
     if (f->kind != SIM_TASK_FLOW)
       continue;
-    int k = f->n_links;
-    const int32_t *links = k ? sim_task_links(tg, f) : NULL;
-    if (!k && f->device != f->peer) {
-      const SimRoute *r = sim_machine_route_info(lw->m, f->device, f->peer);
-      k = r->n_links;
-      links = r->links;
-    }
+    int k;
+    const int32_t *links = sim_taskgraph_flow_links(tg, lw->m, f, &k);
     for (int j = 0; j < k; j++)
       if (owner[links[j]] >= 0)
         clean[owner[links[j]]] = 0;

@@ -371,23 +371,6 @@ static inline void stream_prefetch(const SimTaskGraph *tg, const int32_t *n_out,
   }
 }
 
-/* The links of flow @f (a whole ring's, or its route's), @k of them. */
-static const int32_t *flow_links(const SimTaskGraph *tg, const SimMachine *m, const SimTask *f,
-                                 int *k)
-{
-  if (f->n_links) {
-    *k = f->n_links;
-    return sim_task_links(tg, f);
-  }
-  if (f->device == f->peer) {
-    *k = 0;
-    return NULL;
-  }
-  const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
-  *k = r->n_links;
-  return r->links;
-}
-
 /* Takes from its owner (sets to -2) each link of @owner that a flow of @others crosses,
  * unless that flow waits, through any path of successors, for a task of the owner's
  * stream from the one after its last candidate ring on (@at, of @ns stream positions):
@@ -403,7 +386,7 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
   uint8_t *asked = g_new0(uint8_t, MAX(nd, 1));
   for (guint i = 0; i < others->len; i++) {
     int k;
-    const int32_t *links = flow_links(tg, m, &task[g_array_index(others, int32_t, i)], &k);
+    const int32_t *links = sim_taskgraph_flow_links(tg, m, &task[g_array_index(others, int32_t, i)], &k);
     for (int j = 0; j < k; j++)
       if (owner[links[j]] >= 0)
         asked[owner[links[j]]] = 1;
@@ -445,7 +428,7 @@ static void settle_others(const SimTaskGraph *tg, const SimMachine *m, const int
       if (stamp[f] == d)
         continue;
       int k;
-      const int32_t *links = flow_links(tg, m, &task[f], &k);
+      const int32_t *links = sim_taskgraph_flow_links(tg, m, &task[f], &k);
       for (int j = 0; j < k; j++)
         if (owner[links[j]] == d)
           owner[links[j]] = -2;
@@ -568,7 +551,7 @@ static gboolean absorbable_rings(const SimTaskGraph *tg, const SimMachine *m,
         seen[slot].dev = dev[t];
       }
       int k;
-      const int32_t *links = flow_links(tg, m, f, &k);
+      const int32_t *links = sim_taskgraph_flow_links(tg, m, f, &k);
       for (int j = 0; j < k; j++) {
         int l = links[j];
         if (pass == 0) {

@@ -433,6 +433,22 @@ SimTaskRef sim_taskgraph_add_ring_flow(SimTaskGraph *tg, int block, SimTaskClass
   return sim_taskgraph_add(tg, block, &t);
 }
 
+const int32_t *sim_taskgraph_flow_links(const SimTaskGraph *tg, const SimMachine *m,
+                                        const SimTask *f, int *k)
+{
+  if (f->n_links) {
+    *k = f->n_links;
+    return sim_task_links(tg, f);
+  }
+  if (f->device == f->peer) {
+    *k = 0;
+    return NULL;
+  }
+  const SimRoute *r = sim_machine_route_info(m, f->device, f->peer);
+  *k = r->n_links;
+  return r->links;
+}
+
 void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem)
 {
   g_array_append_val(sim_taskgraph_block(tg, block)->sem, *sem);

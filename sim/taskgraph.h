@@ -307,6 +307,10 @@ static inline int32_t sim_taskgraph_id(const SimTaskGraph *tg, SimTaskRef r)
   return ((SimTaskBlock *)tg->blocks->pdata[r.block])->offset + r.index;
 }
 
+/* After assembly: the links of flow @f (a whole collective's, or its route's), @k of them. */
+const int32_t *sim_taskgraph_flow_links(const SimTaskGraph *tg, const SimMachine *m,
+                                        const SimTask *f, int *k);
+
 /* Records what task @index of @block means (the record's pointers are taken). */
 void sim_taskgraph_sem_add(SimTaskGraph *tg, int block, const SimTaskSem *sem);
 
