@@ -1702,6 +1702,18 @@ Test(moe, router_and_permutation_cost_the_shards_own_tokens)
  * T k x / E = 128 rows times the imbalance 1.03: 131.84, 33 an expert) run in the grouped
  * GEMMs as the next multiple of 8 rows (40): exactly the products of imbalance 1.25
  * (160 rows, 40 an expert), not an unaligned GEMM; forward and backward. */
+/* The shard of moe operator @op over experts [4, 8) of 8, every other dimension whole: its
+ * range in @lo and @hi, its extents in @ext; returns the experts' dimension. */
+static int upper_experts(const SimGraph *g, int op, int64_t lo[5], int64_t hi[5], int64_t ext[5])
+{
+  int xd = dim_index(g, op, "x");
+  full_range(g, op, lo, hi);
+  lo[xd] = 4;
+  for (int i = 0; i < 5; i++)
+    ext[i] = hi[i] - lo[i];
+  return xd;
+}
+
 Test(moe, expert_rows_round_up_to_a_vector)
 {
   int64_t b = 2, s = 64, d = 128, f = 448, E = 8, k = 2;
@@ -1712,12 +1724,8 @@ Test(moe, expert_rows_round_up_to_a_vector)
     int x = INPUT(g, "x", SIM_DTYPE_BF16, b, s, d);
     int op = moe(g, x, (int)E, (int)k, f, 0.0, imbalance[c]);
     cr_assert_geq(op, 0);
-    int xd = dim_index(g, op, "x");
     int64_t lo[5], hi[5], ext[5];
-    full_range(g, op, lo, hi);
-    lo[xd] = 4;
-    for (int i = 0; i < 5; i++)
-      ext[i] = hi[i] - lo[i];
+    upper_experts(g, op, lo, hi, ext);
     sim_graph_op_work(g, op, ext, SIM_PASS_FORWARD, &w[c][0]);
     sim_graph_op_work(g, op, ext, SIM_PASS_BACKWARD, &w[c][1]);
   }
@@ -1761,12 +1769,8 @@ Test(moe, params_rows_flops_and_expert_split)
                      12 * T * k * d * f, 1);
   /* Experts [4, 8) on one shard: the mean T k / 2 rows times the imbalance 1.5; every
    * logit, the experts' weights [4, 8), a partial output. */
-  int xd = dim_index(g, op, "x");
   int64_t lo[5], hi[5], ext[5];
-  full_range(g, op, lo, hi);
-  lo[xd] = 4;
-  for (int i = 0; i < 5; i++)
-    ext[i] = hi[i] - lo[i];
+  int xd = upper_experts(g, op, lo, hi, ext);
   cr_assert_eq(sim_moe_shard_rows(o, ext), (int64_t)(T * k / 2 * 1.5));
   SimRegion r = project(g, op, 'x', 1, lo, hi), wg = project(g, op, 'w', 0, lo, hi);
   assert_range(&r, 2, 0, E);
