@@ -233,6 +233,8 @@ static void write_network(Writer *w, const SimMachineDesc *d)
       w_int(w, "spines", d->spines);
     w_number(w, "oversubscription", d->oversubscription, 1.0);
     w_number(w, "bandwidth_Gbps", d->network_bandwidth, GBITPS);
+    if (d->network == SIM_NETWORK_RAIL_OPTIMIZED)
+      w_raw(w, "pxn", d->no_pxn ? "false" : "true");
   }
   w_number(w, "latency_us", d->network_latency, USEC);
   w_close(w, '}');

@@ -614,7 +614,7 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
   static const char *const single_keys[] = { "type", "latency_us", NULL };
   static const char *const tree_keys[] = {
     "type", "latency_us", "nodes_per_leaf", "spines", "oversubscription", "bandwidth_Gbps",
-    "bandwidth_GBps", NULL,
+    "bandwidth_GBps", "pxn", NULL,
   };
   d->network_latency = DEFAULT_NETWORK_LATENCY;
   d->network_bandwidth = d->nic_bandwidth;
@@ -632,6 +632,15 @@ static gboolean parse_network(Reader *r, JsonObject *root, SimMachineDesc *d)
       !member_int(r, o, "network", "spines", FALSE, 1, 65536, &d->spines) ||
       !member_bandwidth(r, o, "network", "bandwidth", FALSE, &d->network_bandwidth))
     return FALSE;
+  JsonNode *pn = json_object_get_member(o, "pxn");
+  if (pn) {
+    if (!JSON_NODE_HOLDS_VALUE(pn) || json_node_get_value_type(pn) != G_TYPE_BOOLEAN)
+      return sim_json_fail(r, SIM_ERROR_INVALID, "network.pxn", "expected true or false");
+    if (d->network != SIM_NETWORK_RAIL_OPTIMIZED)
+      return sim_json_fail(r, SIM_ERROR_INVALID, "network.pxn", "only a rail-optimized "
+                           "network has rails to relay to");
+    d->no_pxn = !json_node_get_boolean(pn);
+  }
   JsonNode *on = json_object_get_member(o, "oversubscription");
   if (on) {
     double v = 0;

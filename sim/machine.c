@@ -20,7 +20,10 @@
  * network, a route climbs to a spine only when the two NICs hang under different leaves,
  * and it picks the spine by a hash of the (source, destination) pair, as ECMP does, so
  * the pairs of a collective spread over the spines deterministically; in a rail-
- * optimized network the pair hashed is the pair of nodes, the same on every rail.
+ * optimized network the pair hashed is the pair of nodes, the same on every rail.  There
+ * a message to a GPU on another rail first crosses NVLink to the sending node's GPU of the
+ * destination's rail and leaves through that GPU's NIC, as NCCL's PXN sends it
+ * (pxn_relay()), unless the network's "pxn" is false.
  *
  * Routes are computed on first use and cached, under route_lock since search workers
  * query the same machine from several threads.  Nothing is precomputed per pair of
@@ -537,6 +540,39 @@ static void append_local(GArray *out, const LocalPath *p, int offset)
   }
 }
 
+/* Whether the path inside a node is NVLink (or NVSwitch) alone. */
+static gboolean nvlink_only(const SimMachine *m, const LocalPath *p)
+{
+  for (int i = 0; i < p->n; i++) {
+    SimLinkKind k = link_at(m, p->links[i])->kind;
+    if (k != SIM_LINK_NVLINK && k != SIM_LINK_NVSWITCH)
+      return FALSE;
+  }
+  return p->n > 0;
+}
+
+/* PXN (NCCL's "PCI x NVLink"): NCCL sends a point-to-point message to a GPU of another node
+ * through the NIC that GPU uses, reached over NVLink through the sending node's GPU of that
+ * NIC, where the sender's own NIC sits on another rail: its P2P_PXN_LEVEL, 2 by default,
+ * uses "PXN as much as possible" (ncclTopoGetNetDev() in NCCL's src/graph/search.cc), and
+ * PXN_DISABLE is 0 by default (src/graph/paths.cc).  In a rail-optimized network the
+ * message then stays on the destination's rail instead of crossing a spine.  The local
+ * index of the relaying GPU for a message from local GPU @ga to local GPU @gb of another
+ * node, or -1 where it goes out through @ga's own NIC. */
+static int pxn_relay(const Machine *mm, int ga, int gb)
+{
+  const SimMachineDesc *d = mm->desc;
+  if (d->network != SIM_NETWORK_RAIL_OPTIMIZED || d->no_pxn || mm->gpu_nic[ga] == mm->gpu_nic[gb])
+    return -1;
+  /* The GPU of that NIC: the destination's own local index where it has it (one rail per
+   * GPU), else the first. */
+  int nic = mm->gpu_nic[gb], relay = -1;
+  for (int g = 0; g < d->gpus && relay != gb; g++)
+    if (g != ga && mm->gpu_nic[g] == nic && nvlink_only(&mm->pub, &mm->gpu_gpu[ga * d->gpus + g]))
+      relay = g;
+  return relay;
+}
+
 static SimRoute *compute_route(const Machine *mm, int src, int dst)
 {
   const SimMachine *m = &mm->pub;
@@ -547,9 +583,14 @@ static SimRoute *compute_route(const Machine *mm, int src, int dst)
     append_local(links, &mm->gpu_gpu[a->local_rank * d->gpus + b->local_rank],
                  a->node * mm->lpn);
   } else {
-    int qa = a->node * d->n_nics + mm->gpu_nic[a->local_rank];
+    int ga = a->local_rank, relay = pxn_relay(mm, ga, b->local_rank);
+    if (relay >= 0) {
+      append_local(links, &mm->gpu_gpu[ga * d->gpus + relay], a->node * mm->lpn);
+      ga = relay;
+    }
+    int qa = a->node * d->n_nics + mm->gpu_nic[ga];
     int qb = b->node * d->n_nics + mm->gpu_nic[b->local_rank];
-    append_local(links, &mm->to_nic[a->local_rank], a->node * mm->lpn);
+    append_local(links, &mm->to_nic[ga], a->node * mm->lpn);
     g_array_append_val(links, mm->nic_up[qa]);
     int la = mm->nic_leaf[qa], lb = mm->nic_leaf[qb];
     if (la != lb) {

@@ -447,6 +447,9 @@ typedef struct {
   double oversubscription;
   double network_bandwidth; /* switch-to-switch ports                                   */
   double network_latency;
+  /* Rail-optimized: messages to another rail leave through the destination's rail, not
+   * through PXN (machine.c, pxn_relay()); the "pxn" key of the network, TRUE by default. */
+  gboolean no_pxn;
 } SimMachineDesc;
 
 /* Parses and checks a machine file; @count_override > 0 replaces its "count".  Errors name

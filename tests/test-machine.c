@@ -32,7 +32,8 @@ static gboolean near(double a, double b)
 }
 
 /* Every route starts at src's GPU vertex, ends at dst's, each link starts where the
- * previous one ended, and no GPU is crossed on the way. */
+ * previous one ended, and no GPU is crossed on the way but a PXN relay: a GPU of the
+ * source's node, reached over NVLink on the way to another node. */
 static void check_route(SimMachine *m, int src, int dst)
 {
   int n = -1;
@@ -51,7 +52,11 @@ static void check_route(SimMachine *m, int src, int dst)
                  dst, i, l->name, at);
     if (i > 0) {
       const SimVertex *v = &g_array_index(m->vertices, SimVertex, at);
-      cr_assert_neq(v->kind, SIM_VERTEX_GPU, "route %d -> %d crosses GPU %s", src, dst, v->name);
+      const SimLink *in = &g_array_index(m->links, SimLink, links[i - 1]);
+      gboolean relay = i == 2 && m->devices[src].node != m->devices[dst].node &&
+                       (in->kind == SIM_LINK_NVLINK || in->kind == SIM_LINK_NVSWITCH);
+      cr_assert(v->kind != SIM_VERTEX_GPU || relay, "route %d -> %d crosses GPU %s", src, dst,
+                v->name);
     }
     at = l->dst;
     bw = MIN(bw, l->bandwidth);
@@ -253,12 +258,49 @@ Test(machine, dgx_a100_inter_node)
     g_autofree char *want = g_strdup_printf("node0/nic%d->rail%d.leaf0", i, i);
     cr_assert_str_eq(sim_machine_link_name(m, r[2]), want);
   }
-  /* Across rails (GPU 0 to GPU 1 of the next node) the route climbs to a spine:
-   * 8 links, the same 25 GB/s bottleneck at full bisection. */
-  sim_machine_route(m, 0, 9, &n);
+  /* Across rails (GPU 0 to GPU 1 of the next node) the message goes as NCCL's PXN sends
+   * it: over NVSwitch to GPU 1 of its own node, out through NIC 1 and along rail 1, no
+   * spine: gpu0 -> nvswitch -> gpu1 -> pcie0 -> nic1 -> rail1 leaf -> nic1 -> pcie0 ->
+   * gpu1, 8 links, the same 25 GB/s bottleneck; latency 2 x 0.3 (NVSwitch, DGX A100's
+   * file) + 3.2 us. */
+  r = sim_machine_route(m, 0, 9, &n);
   cr_assert_eq(n, 8);
+  cr_assert_eq(count_kind(m, 0, 9, SIM_LINK_NVSWITCH), 2);
+  cr_assert_str_eq(sim_machine_link_name(m, r[1]), "node0/nvswitch->gpu1");
+  cr_assert_str_eq(sim_machine_link_name(m, r[4]), "node0/nic1->rail1.leaf0");
+  cr_assert_str_eq(sim_machine_link_name(m, r[5]), "rail1.leaf0->node1/nic1");
+  for (int i = 0; i < n; i++)
+    cr_assert_null(strstr(sim_machine_link_name(m, r[i]), "spine"));
   cr_assert(near(sim_machine_bandwidth(m, 0, 9), 25 * GBPS));
+  cr_assert(near(sim_machine_latency(m, 0, 9), sim_machine_latency(m, 1, 9) +
+                                                  sim_machine_latency(m, 0, 1)));
   check_all_routes(m);
+  sim_machine_free(m);
+}
+
+/* The same machine with PXN off ("pxn": false) sends across rails through its own NIC and a
+ * spine: 8 links, none of them NVSwitch; the canonical JSON writes the key back. */
+Test(machine, rail_optimized_without_pxn_climbs_to_a_spine)
+{
+  SimMachine *m = load("dgx-a100:2");
+  g_autofree char *json = sim_machine_to_json(m);
+  sim_machine_free(m);
+  cr_assert_not_null(strstr(json, "\"pxn\": true"), "%s", json);
+  g_autofree char *off = g_strdup(json);
+  char *at = strstr(off, "\"pxn\": true");
+  memcpy(at, "\"pxn\":false", strlen("\"pxn\":false"));
+  g_autoptr(GError) error = NULL;
+  m = parse(off, &error);
+  cr_assert_not_null(m, "%s", error ? error->message : "?");
+  int n = 0;
+  const int *r = sim_machine_route(m, 0, 9, &n);
+  cr_assert_eq(n, 8);
+  cr_assert_eq(count_kind(m, 0, 9, SIM_LINK_NVSWITCH), 0);
+  cr_assert_str_eq(sim_machine_link_name(m, r[2]), "node0/nic0->rail0.leaf0");
+  cr_assert_not_null(strstr(sim_machine_link_name(m, r[3]), "spine"));
+  check_all_routes(m);
+  g_autofree char *back = sim_machine_to_json(m);
+  cr_assert_not_null(strstr(back, "\"pxn\": false"), "%s", back);
   sim_machine_free(m);
 }
 
@@ -673,6 +715,13 @@ Test(machine_errors, unknown_names_and_keys)
                "\"bandwidth_Gbps\":100}},\"count\":2,\"network\":{\"type\":\"fat-tree\","
                "\"nodes_per_leaf\":1,\"oversubscription\":0.5}}", SIM_ERROR_INVALID,
                "network.oversubscription: expected a factor >= 1");
+  expect_error(HEAD "\"node\":{\"gpu\":\"a100\",\"gpus\":8," PCIE ",\"nics\":{\"count\":1,"
+               "\"bandwidth_Gbps\":100}},\"count\":2,\"network\":{\"type\":\"fat-tree\","
+               "\"nodes_per_leaf\":1,\"pxn\":true}}", SIM_ERROR_INVALID,
+               "network.pxn: only a rail-optimized network has rails to relay to");
+  expect_error(HEAD "\"node\":{\"gpu\":\"a100\",\"gpus\":8," PCIE ",\"nics\":{\"count\":1,"
+               "\"bandwidth_Gbps\":100}},\"count\":2,\"network\":{\"type\":\"rail-optimized\","
+               "\"pxn\":\"yes\"}}", SIM_ERROR_INVALID, "network.pxn: expected true or false");
 }
 
 Test(machine_errors, load)

@@ -1038,13 +1038,14 @@ Test(search, the_local_search_keeps_what_runs_to_their_ends_keep)
 
 Test(search, megatron_refinement_interleaves_the_expert_pipeline)
 {
-  /* Megatron 18.4B on 16 A100s with a batch of 64: the fastest expert plan is a 1F1B
-   * pipeline whose bubble ((stages - 1) / micro-batches of the work) costs more than the
-   * extra transfers of interleaving model chunks; the refinement finds an interleaved
-   * plan, the same on one thread and two (each round's neighbours are simulated against
-   * the same bound), and its time is the report's. */
+  /* Megatron 18.4B on 16 A100s of 40 GB with a batch of 64, where its weights, gradients
+   * and optimizer states need pipelines: the fastest expert plan is a 1F1B pipeline whose
+   * bubble ((stages - 1) / micro-batches of the work) costs more than the extra transfers
+   * of interleaving model chunks; the refinement finds an interleaved plan, the same on
+   * one thread and two (each round's neighbours are simulated against the same bound),
+   * and its time is the report's. */
   Fixture f;
-  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100:2", 0);
+  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100-40gb:2", 0);
   SearchResult *one = run("megatron", f.p, 100000, 1, 1, NULL);
   SearchResult *two = run("megatron", f.p, 100000, 1, 2, NULL);
   double te = INFINITY;
@@ -1084,20 +1085,22 @@ Test(search, dp_and_pipeline_start_from_the_refined_expert_pipeline)
 {
   /* Unity's dynamic program starts from the better of data parallelism and the expert
    * plan, the pipeline search from the best pipelined expert plan; a pipelined expert plan
-   * is refined first, within a quarter of the budget left (the previous build ended these
-   * 250-evaluation searches at 1F1B plans at most 0.3% faster than the expert's). */
+   * is refined first, within a quarter of the budget left (a build without that ended
+   * these 250-evaluation searches at 1F1B plans at most 0.3% faster than the expert's).
+   * On 40 GB A100s the expert plan of Megatron 18.4B is a pipeline (see above). */
   Fixture f;
-  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100:2", 0);
+  fixture_load(&f, "megatron-18.4b", "batch=64", "dgx-a100-40gb:2", 0);
   const char *const algos[] = { "dp", "pipeline" };
   double te = INFINITY;
   for (gsize i = 0; i < G_N_ELEMENTS(algos); i++) {
     SearchResult *r = run(algos[i], f.p, 250, 1, 2, NULL);
     /* The yardstick: the dynamic program simulates every expert plan. */
-    if (i == 0)
-      cr_assert_not_null(search_result_get_expert(r, &te));
-    int chunks = 0;
-    cr_expect_eq(sim_strategy_get_schedule(search_result_get_strategy(r), &chunks),
-                 SIM_SCHEDULE_INTERLEAVED, "%s", algos[i]);
+    if (i == 0) {
+      const SimStrategy *expert = search_result_get_expert(r, &te);
+      cr_assert_not_null(expert);
+      cr_assert_gt(sim_strategy_n_stages(expert), 1);
+    }
+    cr_expect_gt(sim_strategy_n_stages(search_result_get_strategy(r)), 1, "%s", algos[i]);
     cr_expect_lt(search_result_get_time(r), 0.99 * te, "%s %g s, expert %g s", algos[i],
                  search_result_get_time(r), te);
     search_result_free(r);

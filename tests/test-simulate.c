@@ -977,6 +977,87 @@ Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
     }
 }
 
+/* The experts' all-to-all over two DGX H100 nodes (16 experts over ep 16, one a GPU): a
+ * token for a GPU of the other node goes as NCCL's PXN sends it (sim/machine.c,
+ * pxn_relay()), over NVSwitch to the GPU of the destination's rail and out through that
+ * GPU's NIC, so no flow crosses a spine, and each rail carries the same bytes (every GPU
+ * sends every other the same).  With the network's "pxn" false the flows between rails
+ * climb to the spines instead; the flows themselves, and so the bytes leaving the node,
+ * are the same. */
+Test(lowering, expert_all_to_all_across_nodes_stays_on_the_rails)
+{
+  double out_bytes[2] = { 0 };
+  for (int pxn = 1; pxn >= 0; pxn--) {
+    g_autoptr(SimMachine) m = NULL;
+    if (pxn) {
+      m = sim_machine_load("dgx-h100:2", NULL);
+    } else {
+      g_autoptr(SimMachine) on = sim_machine_load("dgx-h100:2", NULL);
+      g_autofree char *json = sim_machine_to_json(on);
+      char *at = strstr(json, "\"pxn\": true");
+      cr_assert_not_null(at);
+      memcpy(at, "\"pxn\":false", strlen("\"pxn\":false"));
+      GError *error = NULL;
+      m = sim_machine_from_json(json, "dgx-h100-no-pxn.json", 0, &error);
+      cr_assert_not_null(m, "%s", error ? error->message : "");
+    }
+    cr_assert_not_null(m);
+    g_autoptr(SimGraph) g = zoo("moe", "layers=2,hidden=256,heads=4,kv_heads=4,seq=64,vocab=512,"
+                                       "batch=32,experts=16,top_k=2,expert_ffn=512");
+    SimMegatronOptions mo = sim_megatron_options_default();
+    mo.tp = 1;
+    mo.pp = 1;
+    mo.dp = 16;
+    mo.ep = 16;
+    mo.etp = 1;
+    GError *error = NULL;
+    g_autoptr(SimStrategy) s = sim_strategy_megatron(g, m, &mo, &error);
+    cr_assert_not_null(s, "%s", error ? error->message : "");
+    g_autoptr(SimCostModel) cm = roofline();
+    SimTaskGraph *tg;
+    SimTimeline tl = { 0 };
+    SimLowering *lw;
+    run_lowered(g, m, s, cm, &tg, &tl, &lw);
+    cr_assert_not(tl.deadlock);
+    double rail[8] = { 0 };
+    int climbs = 0, across = 0;
+    for (int t = 0; t < tg->n_tasks; t++) {
+      const SimTask *f = &tg->task[t];
+      if (f->kind != SIM_TASK_FLOW || f->n_links || f->device == f->peer || f->bytes <= 0 ||
+          m->devices[f->device].node == m->devices[f->peer].node)
+        continue;
+      across++;
+      int n = 0;
+      const int *r = sim_machine_route(m, f->device, f->peer, &n);
+      gboolean spine = FALSE;
+      for (int i = 0; i < n; i++)
+        spine |= strstr(sim_machine_link_name(m, r[i]), "spine") != NULL;
+      climbs += spine;
+      if (m->devices[f->device].node == 0) {
+        out_bytes[pxn] += f->bytes;
+        for (int i = 0; i < n; i++) {
+          const char *name = sim_machine_link_name(m, r[i]);
+          int k;
+          if (sscanf(name, "node0/nic%d->rail", &k) == 1)
+            rail[k] += f->bytes;
+        }
+      }
+    }
+    cr_assert_gt(across, 0);
+    if (pxn) {
+      cr_expect_eq(climbs, 0, "%d flows between the nodes climb to a spine", climbs);
+      for (int k = 1; k < 8; k++)
+        cr_expect_float_eq(rail[k], rail[0], 1e-9 * rail[0], "rail %d: %g bytes, rail 0 %g", k,
+                           rail[k], rail[0]);
+    } else {
+      cr_expect_gt(climbs, 0);
+    }
+    sim_timeline_clear(&tl);
+    sim_lowering_free(lw);
+  }
+  cr_expect_float_eq(out_bytes[0], out_bytes[1], 1e-9 * out_bytes[1]);
+}
+
 /* Sequence parallelism moves the bytes of the all-reduces it replaces (Korthikanti et al.,
  * "Reducing Activation Recomputation in Large Transformer Models", 2022): each
  * row-parallel product's all-reduce becomes a reduce-scatter into the ranks' parts of the
