@@ -82,6 +82,10 @@ struct _SimLowering {
   /* Scratch: the factor on the bytes of the flows and reductions being built, below 1
    * where expert parallelism moves only the routed tokens (routed_fraction()). */
   double byte_scale;
+  /* Scratch: where above 0, the partial sums being reduced are an expert group's outputs
+   * (or its input's gradients) that reach the shards' tokens by an all-to-all carrying
+   * this routed fraction of them (routed_fraction(), expert_all_to_all()). */
+  double expert_a2a;
   gboolean drop_implied;      /* sim_lowering_drop_implied_edges()                       */
   /* Ring steps (sim_lowering_ring_steps(), lower-tensors.c): on; the steps made, and
    * the distinct rings met (keyed by their members), with their links in

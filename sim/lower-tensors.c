@@ -307,6 +307,82 @@ static SimTaskRef add_wait(SimLowering *lw, int block, SimTask d, uint64_t key)
   return r;
 }
 
+/* Whether @devs (n of them) sit on more than one node. */
+static gboolean spans_nodes(const SimMachine *m, const int *devs, int n)
+{
+  for (int i = 1; i < n; i++)
+    if (sim_machine_device_node(m, devs[i]) != sim_machine_device_node(m, devs[0]))
+      return TRUE;
+  return FALSE;
+}
+
+/* The combine of an expert group over several nodes (and the reduction of its input's
+ * gradients), as Megatron-Core's all-to-all moves it: every device sends each other one
+ * its share, 1 / n of @bytes (the region's bytes times the routed fraction), so that a
+ * device sends (n - 1) / n of them in all, what the ring all-reduce that stands for it
+ * inside a node carries (routed_fraction()); over several nodes a ring would cross the
+ * network on its few hops between nodes only.  A share for another node leaves through
+ * the NIC its route takes: its sender's own, or under PXN the NIC of the sending node's
+ * GPU of the destination's rail (sim/machine.c, pxn_relay()).  The shares are laid on the
+ * links as the routes lay them, in fewer flows: one from each device to each GPU of its
+ * node that it sends to or through, and one from each relaying GPU to each destination,
+ * carrying the shares of every sender that relays through it (with PXN, 896 flows instead
+ * of 4,032 for 64 GPUs on 8 nodes).  Flows of class reduction between two join points,
+ * each after one step's fixed cost and the collective's; the first join point is
+ * returned, the second goes to @end. */
+typedef struct {
+  int src, dst;
+  double bytes;
+} A2aFlow;
+
+static void a2a_add(GArray *flows, GHashTable *at, int src, int dst, double bytes)
+{
+  gpointer key = GSIZE_TO_POINTER(((gsize)(guint32)src << 32) | (guint32)dst);
+  gpointer v;
+  if (g_hash_table_lookup_extended(at, key, NULL, &v)) {
+    g_array_index(flows, A2aFlow, GPOINTER_TO_UINT(v)).bytes += bytes;
+    return;
+  }
+  g_hash_table_insert(at, key, GUINT_TO_POINTER(flows->len));
+  A2aFlow f = { src, dst, bytes };
+  g_array_append_val(flows, f);
+}
+
+static SimTaskRef expert_all_to_all(SimLowering *lw, int block, const int *devs, int n,
+                                    double bytes, int mb, SimTaskRef *end)
+{
+  G_STATIC_ASSERT(sizeof(gsize) >= 8);
+  double share = bytes / n;
+  GArray *flows = g_array_new(FALSE, FALSE, sizeof(A2aFlow));
+  GHashTable *at = g_hash_table_new(g_direct_hash, g_direct_equal);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      if (i == j)
+        continue;
+      int relay = sim_machine_pxn_relay(lw->m, devs[i], devs[j]);
+      if (relay >= 0 && relay != devs[i])
+        a2a_add(flows, at, devs[i], relay, share);
+      a2a_add(flows, at, relay >= 0 ? relay : devs[i], devs[j], share);
+    }
+  SimTask nop = sim_task_nop();
+  nop.mb = mb;
+  SimTaskRef start = sim_taskgraph_add(lw->tg, block, &nop);
+  *end = sim_taskgraph_add(lw->tg, block, &nop);
+  for (guint k = 0; k < flows->len; k++) {
+    const A2aFlow *a = &g_array_index(flows, A2aFlow, k);
+    if (a->src == a->dst)
+      continue;
+    SimTask f = sim_task_flow(SIM_CLASS_REDUCTION, a->src, a->dst, a->bytes, -1, mb);
+    f.duration = lw->cp.step_latency + lw->cp.base_latency;
+    SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);
+    sim_taskgraph_depend(lw->tg, block, start, fr);
+    sim_taskgraph_depend(lw->tg, block, fr, *end);
+  }
+  g_hash_table_destroy(at);
+  g_array_free(flows, TRUE);
+  return start;
+}
+
 static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *groups,
                           const gboolean *scatter, gboolean partial, int pass, int mb,
                           SimDType dt, int tensor, Ready *ready, const TpOverlap *ov)
@@ -343,6 +419,10 @@ static void reduce_groups(SimLowering *lw, int block, const OpLay *l, GArray *gr
       d.mb = mb;
       d.shard = sh;
       start = ready[k].end = add_wait(lw, block, d, stream_key(lw, l, pass, mb) + 1);
+    } else if (h->n_devs > 1 && lw->expert_a2a > 0 && spans_nodes(lw->m, h->devs, h->n_devs)) {
+      start = expert_all_to_all(lw, block, h->devs, h->n_devs,
+                                (double)lower_region_bytes(&h->region, dt) * lw->expert_a2a, mb,
+                                &ready[k].end);
     } else if (h->n_devs > 1) {
       SimCollective coll = { .kind = scatter && scatter[k] ? SIM_COLL_REDUCE_SCATTER
                                                            : SIM_COLL_ALLREDUCE,
@@ -1277,6 +1357,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
     ov_f.on = cls[ci]->stage == pl->stage && !cpartials[ci];
   ov_f.on = ov_f.on && all_scatter(pgroups, pscatter);
   lw->byte_scale = p_experts ? p_routed / 2 : 1.0;
+  lw->expert_a2a = p_experts ? p_routed : 0;
   for (int mb = 0; mb < M; mb++) {
     reduce_groups(lw, block, pl, pgroups, pscatter, ppartial, P_F, mb, dt, t,
                   pready_f + (size_t)mb * ng, &ov_f);
@@ -1285,6 +1366,7 @@ void lower_build_tensor_block(SimLowering *lw, int t)
                     pready_r + (size_t)mb * ng, &ov_f);
   }
   lw->byte_scale = 1.0;
+  lw->expert_a2a = 0;
   SimRegion *pneed = g_new(SimRegion, pl->n_shards);
   for (int p = 0; p < pl->n_shards; p++)
     pneed[p] = pl->out_reg[p * pl->n_out + j];
@@ -1376,7 +1458,9 @@ void lower_build_tensor_block(SimLowering *lw, int t)
       /* Backward: the consumer's gradient of its input, reduced where partial, goes to
        * the producer shards whose output region it overlaps. */
       lw->byte_scale = c_experts ? c_routed / 2 : 1.0;
+      lw->expert_a2a = c_experts ? c_routed : 0;
       reduce_groups(lw, block, cl, cgroups, cscatter, cpartial, P_B, mb, dt, t, cready, &ov_b);
+      lw->expert_a2a = 0;
       lw->byte_scale = p_routed;
       deliver(lw, block, cl, cready, P_B, pl, bwd, P_B, mb, dt, cx, t, mb * 3 + 2, bmode);
       if (bwd_free)

@@ -697,6 +697,7 @@ SimLowering *sim_lowering_new(const SimGraph *g, const SimMachine *m, const SimS
   lw->m = m;
   lw->s = s;
   lw->byte_scale = 1.0;
+  lw->expert_a2a = 0;
   lw->cost = cost;
   lw->o = *o;
   lw->cp = *cp;

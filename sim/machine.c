@@ -664,6 +664,18 @@ static const SimRoute *get_route(const SimMachine *cm, int src, int dst)
 #define CHECK_DEVICE(m, d, val) \
   g_return_val_if_fail((m) != NULL && (d) >= 0 && (d) < (m)->n_devices, (val))
 
+int sim_machine_pxn_relay(const SimMachine *m, int src, int dst)
+{
+  CHECK_DEVICE(m, src, -1);
+  CHECK_DEVICE(m, dst, -1);
+  const SimDevice *a = &m->devices[src], *b = &m->devices[dst];
+  if (a->node == b->node)
+    return -1;
+  const Machine *mm = machine_of(m);
+  int relay = pxn_relay(mm, a->local_rank, b->local_rank);
+  return relay < 0 ? -1 : a->node * mm->desc->gpus + relay;
+}
+
 const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst)
 {
   return get_route(m, src, dst);

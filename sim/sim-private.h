@@ -377,6 +377,10 @@ struct _SimMachine {
 /* The cached route from @src to @dst (links, bottleneck, latency), valid while the
  * machine lives: one lookup where the public functions take several. */
 const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst);
+/* The GPU of @src's node through whose NIC a message from @src to @dst leaves (NCCL's PXN
+ * on a rail-optimized network: the GPU of @dst's rail), or -1 where it leaves through
+ * @src's own (machine.c, pxn_relay()). */
+int sim_machine_pxn_relay(const SimMachine *m, int src, int dst);
 
 /* The PCIe links from device @dev up to the host socket above it (@to_host) or back
  * down, in order, into @links (at most @max); returns how many there are.  The socket's

@@ -981,9 +981,13 @@ Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
  * token for a GPU of the other node goes as NCCL's PXN sends it (sim/machine.c,
  * pxn_relay()), over NVSwitch to the GPU of the destination's rail and out through that
  * GPU's NIC, so no flow crosses a spine, and each rail carries the same bytes (every GPU
- * sends every other the same).  With the network's "pxn" false the flows between rails
- * climb to the spines instead; the flows themselves, and so the bytes leaving the node,
- * are the same. */
+ * sends every other the same).  The combine (and its backward, the input's gradients) is
+ * an all-to-all too over a group that spans nodes (expert_all_to_all() in
+ * sim/lower-tensors.c), not a ring: every GPU's share for each GPU of the other node, a
+ * dispatch flow's bytes, leaves along the destination's rail, in one flow per rail and
+ * direction that carries the node's 8 shares.  With the network's "pxn" false the flows
+ * between rails climb to the spines instead, and the combine sends each share in a flow
+ * of its own; the bytes leaving the node are the same. */
 Test(lowering, expert_all_to_all_across_nodes_stays_on_the_rails)
 {
   double out_bytes[2] = { 0 };
@@ -1021,12 +1025,25 @@ Test(lowering, expert_all_to_all_across_nodes_stays_on_the_rails)
     cr_assert_not(tl.deadlock);
     double rail[8] = { 0 };
     int climbs = 0, across = 0;
+    GArray *off_rail = g_array_new(FALSE, FALSE, sizeof(double)); /* reductions' bytes */
+    /* Flows between the nodes by their bytes: the reductions' and the transfers'. */
+    GHashTable *reduced = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+    GHashTable *dispatch = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
     for (int t = 0; t < tg->n_tasks; t++) {
       const SimTask *f = &tg->task[t];
       if (f->kind != SIM_TASK_FLOW || f->n_links || f->device == f->peer || f->bytes <= 0 ||
           m->devices[f->device].node == m->devices[f->peer].node)
         continue;
       across++;
+      if (f->cls == SIM_CLASS_REDUCTION &&
+          m->devices[f->device].local_rank != m->devices[f->peer].local_rank)
+        g_array_append_val(off_rail, f->bytes);
+      if (f->cls == SIM_CLASS_REDUCTION || f->cls == SIM_CLASS_TRANSFER) {
+        GHashTable *h = f->cls == SIM_CLASS_REDUCTION ? reduced : dispatch;
+        gint64 key = (gint64)llround(f->bytes);
+        gpointer c = g_hash_table_lookup(h, &key);
+        g_hash_table_insert(h, g_memdup2(&key, sizeof key), GINT_TO_POINTER(GPOINTER_TO_INT(c) + 1));
+      }
       int n = 0;
       const int *r = sim_machine_route(m, f->device, f->peer, &n);
       gboolean spine = FALSE;
@@ -1044,6 +1061,32 @@ Test(lowering, expert_all_to_all_across_nodes_stays_on_the_rails)
       }
     }
     cr_assert_gt(across, 0);
+    /* The combine and the input's gradients: with PXN, one flow from each GPU to the GPU
+     * of its rail on the other node (8 each way) carrying the 8 shares of its node's
+     * GPUs, each share a dispatch flow's size; without, 8 x 8 flows each way, one a
+     * share (the other reductions between the nodes, the router's, are rings). */
+    int per = pxn ? 8 : 1, combine = 0;
+    GHashTableIter it;
+    gpointer key, count;
+    g_hash_table_iter_init(&it, reduced);
+    while (g_hash_table_iter_next(&it, &key, &count)) {
+      gint64 share = *(gint64 *)key / per;
+      if (*(gint64 *)key % per == 0 && g_hash_table_contains(dispatch, &share) &&
+          GPOINTER_TO_INT(count) % (2 * 64 / per) == 0)
+        combine = MAX(combine, GPOINTER_TO_INT(count));
+    }
+    cr_expect_gt(combine, 0, "pxn %d: no reductions between the nodes of %d dispatch flows' "
+                             "size, %d each way", pxn, per, 64 / per);
+    /* Under PXN none of the combine's flows between the nodes changes rails. */
+    for (guint i = 0; pxn && i < off_rail->len; i++) {
+      gint64 b = llround(g_array_index(off_rail, double, i));
+      gint64 share = b / per;
+      cr_expect(b % per != 0 || !g_hash_table_contains(dispatch, &share),
+                "a combine's flow of %lld bytes changes rails", (long long)b);
+    }
+    g_array_free(off_rail, TRUE);
+    g_hash_table_destroy(reduced);
+    g_hash_table_destroy(dispatch);
     if (pxn) {
       cr_expect_eq(climbs, 0, "%d flows between the nodes climb to a spine", climbs);
       for (int k = 1; k < 8; k++)
