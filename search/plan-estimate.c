@@ -50,7 +50,8 @@
  *             of its b s / t tokens' share, (ep - 1) / ep of them to another expert shard:
  *             b s k h 2 (ep - 1) / (ep t) bytes, over NVLink while the group fits a node
  *             (ep e consecutive GPUs with etp other than tp; ep replicas t c apart
- *             otherwise), not hidden;
+ *             otherwise), e times as many over the network where it does not (each
+ *             of an expert's e GPUs receives its own copy there), not hidden;
  *   memory    the experts' weights, gradients and states over ep e tensor ranks and the
  *             d c t / (ep e) expert-data-parallel ones (ZeRO-1 and the gradients'
  *             all-reduce): 16 P_e / (ep e p) bytes, the 12 of states divided by
@@ -224,10 +225,14 @@ double search_megatron_estimate_terms(const SearchProblem *p, const SimMegatronO
   /* The experts' all-to-alls: the k copies of a GPU's share of its replica's tokens,
    * (ep - 1) / ep of them to another expert shard, on NVLink while the expert group (ep
    * etp consecutive GPUs with an expert layout of its own, ep replicas t c apart
-   * otherwise) fits a node. */
+   * otherwise) fits a node.  Over several nodes each of the etp GPUs of an expert shard
+   * receives its tokens over the network itself, as the simulator lays them out
+   * (docs/llm.md, "Not modelled yet"): etp times the bytes. */
   if (moe.layers > 0 && ep > 1) {
     a2a_bytes = b * sc * moe.top_k * h * 2.0 * (ep - 1) / ((double)ep * t);
     int span = et != t ? ep * et : ep * t * c;
+    if (span > node)
+      a2a_bytes *= et;
     int sets = o->memory.recompute == SIM_RECOMPUTE_FULL ? 6 : 4;
     a2a = mb * ((double)moe.layers / pp) * sets * a2a_bytes / (span <= node ? nvlink : net);
   }

@@ -1823,6 +1823,44 @@ Test(search, the_estimate_prices_expert_and_expert_tensor_parallelism)
   fixture_free(&f);
 }
 
+/* Over two DGX H100 nodes (tp 2, dp 8) an expert group of ep 8 and etp 2 spans both
+ * nodes: the estimate's all-to-all then moves etp times the bytes of one inside a node,
+ * each of an expert's two GPUs receiving its own copy over the network, at the network's
+ * rate (the route between the nodes' first GPUs); at etp 1 the group of 8 fits a node
+ * and keeps the bytes and NVLink's rate. */
+Test(search, the_estimate_prices_expert_groups_over_nodes_as_the_simulator_lays_them_out)
+{
+  Fixture f;
+  fixture_load(&f, "moe", "layers=2,hidden=1024,heads=8,kv_heads=8,experts=8,top_k=2,"
+                          "expert_ffn=2048,seq=1024,vocab=1024,batch=16", "dgx-h100:2", 0);
+  double rate[2];
+  for (int far = 0; far < 2; far++) {
+    int nl = 0;
+    const int *links = sim_machine_route(f.m, 0, far ? 8 : 1, &nl);
+    rate[far] = INFINITY;
+    for (int i = 0; i < nl; i++)
+      rate[far] = fmin(rate[far], sim_machine_link_bandwidth(f.m, links[i]));
+  }
+  SearchPlanTerms x[2];
+  for (int etp = 1; etp <= 2; etp++) {
+    SimMegatronOptions o = sim_megatron_options_default();
+    o.tp = 2;
+    o.dp = 8;
+    o.microbatch_size = 1;
+    o.microbatches = 2;
+    o.ep = 8;
+    o.etp = etp;
+    search_megatron_estimate_terms(f.p, &o, &x[etp - 1]);
+    double bytes = 1024.0 * 2 * 1024 * 2 * 7 / (8 * 2) * etp;
+    cr_expect_float_eq(x[etp - 1].alltoall_bytes, bytes, 1e-9 * bytes, "etp %d: %g bytes, %g "
+                       "expected", etp, x[etp - 1].alltoall_bytes, bytes);
+    double a2a = 2 * 2 * 4 * bytes / rate[etp - 1];
+    cr_expect_float_eq(x[etp - 1].alltoall, a2a, 1e-12 * a2a, "etp %d: %g s, %g expected", etp,
+                       x[etp - 1].alltoall, a2a);
+  }
+  fixture_free(&f);
+}
+
 /* The expert rules propose Mixtral 8x7B on a DGX H100 with each expert whole on a GPU
  * (etp 1) beside tensor parallelism 2, 4 and 8, the 8 experts over the 8 GPUs of the
  * stage (ep 8: groups of whole replicas), as Megatron-Core's MoE guide recommends; every
