@@ -44,7 +44,7 @@ static void check_route(SimMachine *m, int src, int dst)
     return;
   }
   cr_assert_gt(n, 0, "route %d -> %d is empty", src, dst);
-  int at = m->devices[src].vertex;
+  int at = m->devices[src].vertex, relays = 0;
   double bw = INFINITY, lat = 0;
   for (int i = 0; i < n; i++) {
     const SimLink *l = &g_array_index(m->links, SimLink, links[i]);
@@ -53,10 +53,11 @@ static void check_route(SimMachine *m, int src, int dst)
     if (i > 0) {
       const SimVertex *v = &g_array_index(m->vertices, SimVertex, at);
       const SimLink *in = &g_array_index(m->links, SimLink, links[i - 1]);
-      gboolean relay = i == 2 && m->devices[src].node != m->devices[dst].node &&
+      gboolean relay = relays == 0 && m->devices[src].node != m->devices[dst].node &&
                        (in->kind == SIM_LINK_NVLINK || in->kind == SIM_LINK_NVSWITCH);
       cr_assert(v->kind != SIM_VERTEX_GPU || relay, "route %d -> %d crosses GPU %s", src, dst,
                 v->name);
+      relays += v->kind == SIM_VERTEX_GPU;
     }
     at = l->dst;
     bw = MIN(bw, l->bandwidth);
