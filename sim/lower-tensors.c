@@ -323,7 +323,7 @@ static gboolean spans_nodes(const SimMachine *m, const int *devs, int n)
  * inside a node carries (routed_fraction()); over several nodes a ring would cross the
  * network on its few hops between nodes only.  A share for another node leaves through
  * the NIC its route takes: its sender's own, or under PXN the NIC of the sending node's
- * GPU of the destination's rail (sim/machine.c, pxn_relay()).  The shares are laid on the
+ * GPU of the destination's rail (sim/machine.c, build_pxn()).  The shares are laid on the
  * links as the routes lay them, in fewer flows: one from each device to each GPU of its
  * node that it sends to or through, and one from each relaying GPU to each destination,
  * carrying the shares of every sender that relays through it (with PXN, 896 flows instead
@@ -360,7 +360,7 @@ static SimTaskRef expert_all_to_all(SimLowering *lw, int block, const int *devs,
       if (i == j)
         continue;
       int relay = sim_machine_pxn_relay(lw->m, devs[i], devs[j]);
-      if (relay >= 0 && relay != devs[i])
+      if (relay >= 0)
         a2a_add(flows, at, devs[i], relay, share);
       a2a_add(flows, at, relay >= 0 ? relay : devs[i], devs[j], share);
     }
@@ -370,8 +370,6 @@ static SimTaskRef expert_all_to_all(SimLowering *lw, int block, const int *devs,
   *end = sim_taskgraph_add(lw->tg, block, &nop);
   for (guint k = 0; k < flows->len; k++) {
     const A2aFlow *a = &g_array_index(flows, A2aFlow, k);
-    if (a->src == a->dst)
-      continue;
     SimTask f = sim_task_flow(SIM_CLASS_REDUCTION, a->src, a->dst, a->bytes, -1, mb);
     f.duration = lw->cp.step_latency + lw->cp.base_latency;
     SimTaskRef fr = sim_taskgraph_add(lw->tg, block, &f);

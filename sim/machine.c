@@ -23,7 +23,7 @@
  * optimized network the pair hashed is the pair of nodes, the same on every rail.  There
  * a message to a GPU on another rail first crosses NVLink to the sending node's GPU of the
  * destination's rail and leaves through that GPU's NIC, as NCCL's PXN sends it
- * (pxn_relay()), unless the network's "pxn" is false.
+ * (build_pxn()), unless the network's "pxn" is false.
  *
  * Routes are computed on first use and cached, under route_lock since search workers
  * query the same machine from several threads.  Nothing is precomputed per pair of
@@ -59,6 +59,7 @@ typedef struct {
   LocalPath *to_nic;       /* per GPU: from it to its NIC                              */
   LocalPath *from_nic;     /* per GPU: from its NIC to it                              */
   int *gpu_nic;            /* per GPU: the local index of its NIC                      */
+  int *pxn;                /* gpus x gpus: PXN's relaying GPU, or -1 (build_pxn())     */
   int n_leaves, n_spines;
   int *nic_leaf;           /* per NIC of the machine (node-major): its leaf            */
   int *nic_up, *nic_down;  /* per NIC: link to its leaf, link from its leaf            */
@@ -423,6 +424,52 @@ static void route_free(gpointer p)
   g_free(r);
 }
 
+/* Whether the path inside a node is NVLink (or NVSwitch) alone. */
+static gboolean nvlink_only(const SimMachine *m, const LocalPath *p)
+{
+  for (int i = 0; i < p->n; i++) {
+    SimLinkKind k = link_at(m, p->links[i])->kind;
+    if (k != SIM_LINK_NVLINK && k != SIM_LINK_NVSWITCH)
+      return FALSE;
+  }
+  return p->n > 0;
+}
+
+/* PXN (NCCL's "PCI x NVLink"): NCCL sends a point-to-point message to a GPU of another node
+ * through the NIC that GPU uses, reached over NVLink through the sending node's GPU of that
+ * NIC, where the sender's own NIC sits on another rail: its P2P_PXN_LEVEL, 2 by default,
+ * uses "PXN as much as possible" (ncclTopoGetNetDev() in NCCL's src/graph/search.cc), and
+ * PXN_DISABLE is 0 by default (src/graph/paths.cc).  In a rail-optimized network the
+ * message then stays on the destination's rail instead of crossing a spine.  Fills
+ * Machine.pxn once: for a message from local GPU i to local GPU j of another node, the
+ * local index of the relaying GPU, never i itself, or -1 where it goes out through i's own
+ * NIC.  Left NULL where nothing relays. */
+static void build_pxn(Machine *mm)
+{
+  const SimMachineDesc *d = mm->desc;
+  int g = d->gpus;
+  if (d->network != SIM_NETWORK_RAIL_OPTIMIZED || d->no_pxn || !mm->gpu_nic)
+    return;
+  mm->pxn = g_new(int, (size_t)g * g);
+  for (int ga = 0; ga < g; ga++)
+    for (int gb = 0; gb < g; gb++) {
+      /* The GPU of gb's NIC: gb's own local index where it has it (one rail per GPU),
+       * else the first. */
+      int nic = mm->gpu_nic[gb], relay = -1;
+      for (int k = 0; nic != mm->gpu_nic[ga] && k < g && relay != gb; k++)
+        if (k != ga && mm->gpu_nic[k] == nic && nvlink_only(&mm->pub, &mm->gpu_gpu[ga * g + k]))
+          relay = k;
+      mm->pxn[ga * g + gb] = relay;
+    }
+}
+
+/* The local index of the GPU through whose NIC a message from local GPU @ga leaves for
+ * local GPU @gb of another node (build_pxn()), or -1: @ga's own. */
+static inline int pxn_relay(const Machine *mm, int ga, int gb)
+{
+  return mm->pxn ? mm->pxn[ga * mm->desc->gpus + gb] : -1;
+}
+
 SimMachine *sim_machine_build(SimMachineDesc *d)
 {
   g_return_val_if_fail(d != NULL, NULL);
@@ -461,6 +508,7 @@ SimMachine *sim_machine_build(SimMachineDesc *d)
     };
   }
   build_local_paths(mm);
+  build_pxn(mm);
 
   m->routes = g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, route_free);
   g_mutex_init(&m->route_lock);
@@ -508,6 +556,7 @@ void sim_machine_free(SimMachine *m)
   local_paths_free(mm->to_nic, mm->gpu_nic ? g : 0);
   local_paths_free(mm->from_nic, mm->gpu_nic ? g : 0);
   g_free(mm->gpu_nic);
+  g_free(mm->pxn);
   g_free(mm->nic_leaf);
   g_free(mm->nic_up);
   g_free(mm->nic_down);
@@ -538,39 +587,6 @@ static void append_local(GArray *out, const LocalPath *p, int offset)
     int l = p->links[i] + offset;
     g_array_append_val(out, l);
   }
-}
-
-/* Whether the path inside a node is NVLink (or NVSwitch) alone. */
-static gboolean nvlink_only(const SimMachine *m, const LocalPath *p)
-{
-  for (int i = 0; i < p->n; i++) {
-    SimLinkKind k = link_at(m, p->links[i])->kind;
-    if (k != SIM_LINK_NVLINK && k != SIM_LINK_NVSWITCH)
-      return FALSE;
-  }
-  return p->n > 0;
-}
-
-/* PXN (NCCL's "PCI x NVLink"): NCCL sends a point-to-point message to a GPU of another node
- * through the NIC that GPU uses, reached over NVLink through the sending node's GPU of that
- * NIC, where the sender's own NIC sits on another rail: its P2P_PXN_LEVEL, 2 by default,
- * uses "PXN as much as possible" (ncclTopoGetNetDev() in NCCL's src/graph/search.cc), and
- * PXN_DISABLE is 0 by default (src/graph/paths.cc).  In a rail-optimized network the
- * message then stays on the destination's rail instead of crossing a spine.  The local
- * index of the relaying GPU for a message from local GPU @ga to local GPU @gb of another
- * node, or -1 where it goes out through @ga's own NIC. */
-static int pxn_relay(const Machine *mm, int ga, int gb)
-{
-  const SimMachineDesc *d = mm->desc;
-  if (d->network != SIM_NETWORK_RAIL_OPTIMIZED || d->no_pxn || mm->gpu_nic[ga] == mm->gpu_nic[gb])
-    return -1;
-  /* The GPU of that NIC: the destination's own local index where it has it (one rail per
-   * GPU), else the first. */
-  int nic = mm->gpu_nic[gb], relay = -1;
-  for (int g = 0; g < d->gpus && relay != gb; g++)
-    if (g != ga && mm->gpu_nic[g] == nic && nvlink_only(&mm->pub, &mm->gpu_gpu[ga * d->gpus + g]))
-      relay = g;
-  return relay;
 }
 
 static SimRoute *compute_route(const Machine *mm, int src, int dst)

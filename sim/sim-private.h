@@ -379,7 +379,7 @@ struct _SimMachine {
 const SimRoute *sim_machine_route_info(const SimMachine *m, int src, int dst);
 /* The GPU of @src's node through whose NIC a message from @src to @dst leaves (NCCL's PXN
  * on a rail-optimized network: the GPU of @dst's rail), or -1 where it leaves through
- * @src's own (machine.c, pxn_relay()). */
+ * @src's own (machine.c, build_pxn()). */
 int sim_machine_pxn_relay(const SimMachine *m, int src, int dst);
 
 /* The PCIe links from device @dev up to the host socket above it (@to_host) or back
@@ -452,7 +452,7 @@ typedef struct {
   double network_bandwidth; /* switch-to-switch ports                                   */
   double network_latency;
   /* Rail-optimized: messages to another rail leave through the destination's rail, not
-   * through PXN (machine.c, pxn_relay()); the "pxn" key of the network, TRUE by default. */
+   * through PXN (machine.c, build_pxn()); the "pxn" key of the network, TRUE by default. */
   gboolean no_pxn;
 } SimMachineDesc;
 

@@ -979,7 +979,7 @@ Test(lowering, expert_groups_keep_the_all_to_all_inside_them)
 
 /* The experts' all-to-all over two DGX H100 nodes (16 experts over ep 16, one a GPU): a
  * token for a GPU of the other node goes as NCCL's PXN sends it (sim/machine.c,
- * pxn_relay()), over NVSwitch to the GPU of the destination's rail and out through that
+ * build_pxn()), over NVSwitch to the GPU of the destination's rail and out through that
  * GPU's NIC, so no flow crosses a spine, and each rail carries the same bytes (every GPU
  * sends every other the same).  The combine (and its backward, the input's gradients) is
  * an all-to-all too over a group that spans nodes (expert_all_to_all() in
